@@ -1,0 +1,35 @@
+//! Generates the baton.v1 Rust code into OUT_DIR with the vendored protoc (no
+//! system protoc needed), and writes the file descriptor set that the services
+//! serve for reflection.
+
+use std::{env, path::PathBuf};
+
+const PROTOS: [&str; 4] = [
+    "baton/v1/context_store.proto",
+    "baton/v1/events.proto",
+    "baton/v1/orchestrator.proto",
+    "baton/v1/tool_host.proto",
+];
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    for f in PROTOS {
+        println!("cargo:rerun-if-changed={f}");
+    }
+    println!("cargo:rerun-if-env-changed=PROTOC");
+
+    let out = PathBuf::from(env::var("OUT_DIR")?);
+    let mut config = tonic_prost_build::Config::new();
+    // A PROTOC from the environment wins; otherwise the one inside the crate.
+    let protoc = match env::var_os("PROTOC") {
+        Some(p) => PathBuf::from(p),
+        None => protoc_bin_vendored::protoc_bin_path()?,
+    };
+    config.protoc_executable(protoc);
+    let well_known = protoc_bin_vendored::include_path()?;
+    let includes = [PathBuf::from("."), well_known];
+    let protos: Vec<PathBuf> = PROTOS.iter().map(PathBuf::from).collect();
+    tonic_prost_build::configure()
+        .file_descriptor_set_path(out.join("baton_descriptor.bin"))
+        .compile_with_config(config, &protos, &includes)?;
+    Ok(())
+}

@@ -1,0 +1,16 @@
+//! Plumbing shared by Baton's services, so each service's `main.rs` stays thin
+//! and both behave the same at 3 a.m.:
+//!
+//! - [`config`]: one loader for every service config: defaults → file (TOML) →
+//!   environment (`BATON_<SERVICE>_…`) → flags, then the service validates it.
+//! - [`telemetry`]: logging set-up in one function that returns a guard.
+//! - [`shutdown`]: SIGTERM/SIGINT into a `CancellationToken`.
+//! - [`server`]: the gRPC server every service runs: health, reflection (v1 and
+//!   v1alpha), gRPC-web, TCP_NODELAY, graceful shutdown.
+//! - [`ids`]: validated identifiers shared by the services (trace ids).
+
+pub mod config;
+pub mod ids;
+pub mod server;
+pub mod shutdown;
+pub mod telemetry;

@@ -1,0 +1,116 @@
+//! The context store's config: defaults → TOML file → `BATON_STORE_*`
+//! environment → `--set` flags (see `baton_common::config`), then
+//! [`Config::validate`].
+
+use std::{net::SocketAddr, time::Duration};
+
+use baton_common::telemetry::LogConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::store::{Limits, redis::RedisConfig};
+
+/// Prefix of the environment variables the context store reads.
+pub const ENV_PREFIX: &str = "BATON_STORE_";
+
+/// Which storage backs the slots.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// Redis (single node or Cluster): production.
+    #[default]
+    Redis,
+    /// In this process's memory: one replica only, lost on restart.
+    Memory,
+}
+
+/// The context store's config.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address the gRPC server listens on (gRPC, gRPC-web, health,
+    /// reflection).
+    pub listen: SocketAddr,
+    /// `redis` or `memory`.
+    pub backend: Backend,
+    /// How to reach Redis (backend `redis`).
+    pub redis: RedisConfig,
+    /// Value size, quotas, key length and TTL bounds.
+    pub limits: Limits,
+    /// How long open calls may take to finish once shutdown begins.
+    #[serde(with = "baton_common::config::duration")]
+    pub shutdown_grace: Duration,
+    /// How often readiness asks the backend whether it answers.
+    #[serde(with = "baton_common::config::duration")]
+    pub health_interval: Duration,
+    /// Logging.
+    pub log: LogConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([0, 0, 0, 0], 50052)),
+            backend: Backend::Redis,
+            redis: RedisConfig::default(),
+            limits: Limits::default(),
+            shutdown_grace: Duration::from_secs(10),
+            health_interval: Duration::from_secs(1),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+impl Config {
+    /// Checks the whole config; returns the first problem, naming the field.
+    pub fn validate(&self) -> Result<(), String> {
+        self.limits.validate()?;
+        if self.backend == Backend::Redis {
+            self.redis.validate()?;
+        }
+        if self.health_interval.is_zero() {
+            return Err("health_interval must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_products() {
+        let c = Config::default();
+        assert_eq!(c.limits.max_value_bytes, 1 << 20);
+        assert_eq!(c.limits.max_trace_bytes, 64 << 20);
+        assert_eq!(c.limits.max_trace_keys, 4096);
+        assert_eq!(c.limits.max_key_len, 256);
+        assert_eq!(c.limits.default_ttl, Duration::from_secs(3600));
+        assert_eq!(c.limits.max_ttl, Duration::from_secs(7 * 86400));
+        c.validate().expect("defaults validate");
+    }
+
+    #[test]
+    fn env_and_flags_override_and_bad_values_are_named() {
+        let env = vec![
+            ("BATON_STORE_BACKEND".to_owned(), "memory".to_owned()),
+            (
+                "BATON_STORE_LIMITS__DEFAULT_TTL".to_owned(),
+                "10m".to_owned(),
+            ),
+        ];
+        let c: Config =
+            baton_common::config::load(None, ENV_PREFIX, env, &["limits.max_trace_keys=10".into()])
+                .expect("load");
+        assert_eq!(c.backend, Backend::Memory);
+        assert_eq!(c.limits.default_ttl, Duration::from_secs(600));
+        assert_eq!(c.limits.max_trace_keys, 10);
+
+        let mut bad = Config::default();
+        bad.limits.default_ttl = Duration::from_secs(8 * 86400);
+        assert!(bad.validate().expect_err("ttl").contains("default_ttl"));
+        bad = Config::default();
+        bad.redis.url = "nope://x".into();
+        assert!(bad.validate().expect_err("url").contains("redis url"));
+    }
+}

@@ -1,0 +1,167 @@
+//! The context store's one error type, and its one mapping to `tonic::Status`.
+
+use tonic::{Code, Status, metadata::MetadataValue};
+
+/// Result with the context store's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in the context store. A call that fails with
+/// any of these changed nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// A request field is malformed.
+    #[error("{field}: {message}")]
+    InvalidArgument {
+        /// The request field, as named in the proto.
+        field: &'static str,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The slot does not exist or has expired.
+    #[error("key: slot {key:?} does not exist in trace {trace_id}")]
+    NotFound {
+        /// The trace.
+        trace_id: String,
+        /// The missing key.
+        key: String,
+    },
+    /// The value is larger than the store accepts.
+    #[error("value: {size} bytes is over the limit of {limit} bytes per value")]
+    ValueTooLarge {
+        /// The value's size.
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// The write would take the trace over its byte quota.
+    #[error(
+        "value: writing {size} bytes would put trace {trace_id} at {would_be} bytes, over its quota of {limit} bytes"
+    )]
+    TraceBytesQuota {
+        /// The trace.
+        trace_id: String,
+        /// The value's size.
+        size: u64,
+        /// What the trace would use after the write.
+        would_be: u64,
+        /// The quota.
+        limit: u64,
+    },
+    /// The write would take the trace over its key quota.
+    #[error("key: trace {trace_id} already has {used} slots, its quota is {limit}")]
+    TraceKeysQuota {
+        /// The trace.
+        trace_id: String,
+        /// Slots the trace has.
+        used: u64,
+        /// The quota.
+        limit: u64,
+    },
+    /// A compare-and-swap saw another version.
+    #[error("expected_version: slot {key:?} is {}, not at version {expected}", match current { Some(v) => format!("at version {v}"), None => "absent".to_owned() })]
+    VersionMismatch {
+        /// The slot's key.
+        key: String,
+        /// The version the caller expected (0: absent).
+        expected: u64,
+        /// The slot's current version, `None` when it does not exist.
+        current: Option<u64>,
+    },
+    /// A watcher fell further behind than the buffer holds.
+    #[error("watch fell behind by {missed} changes; re-read the slots and watch again")]
+    WatchLagged {
+        /// How many changes it missed.
+        missed: u64,
+    },
+    /// The backend cannot be reached; retry later.
+    #[error("store backend unavailable: {0}")]
+    Unavailable(String),
+    /// The server is draining.
+    #[error("server is shutting down")]
+    ShuttingDown,
+    /// A bug or an unexpected backend answer.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// An `InvalidArgument` for `field`.
+    pub fn invalid(field: &'static str, message: impl Into<String>) -> Self {
+        Self::InvalidArgument {
+            field,
+            message: message.into(),
+        }
+    }
+
+    /// The request field the error is about, if any.
+    pub fn field(&self) -> Option<&'static str> {
+        match self {
+            Self::InvalidArgument { field, .. } => Some(field),
+            Self::NotFound { .. } | Self::TraceKeysQuota { .. } => Some("key"),
+            Self::ValueTooLarge { .. } | Self::TraceBytesQuota { .. } => Some("value"),
+            Self::VersionMismatch { .. } => Some("expected_version"),
+            _ => None,
+        }
+    }
+}
+
+/// Metadata key naming the request field an error is about.
+pub const FIELD_METADATA: &str = "baton-field";
+/// Metadata key carrying a slot's current version on a version mismatch.
+pub const CURRENT_VERSION_METADATA: &str = "baton-current-version";
+
+impl From<Error> for Status {
+    fn from(e: Error) -> Self {
+        let code = match &e {
+            Error::InvalidArgument { .. } => Code::InvalidArgument,
+            Error::NotFound { .. } => Code::NotFound,
+            Error::ValueTooLarge { .. }
+            | Error::TraceBytesQuota { .. }
+            | Error::TraceKeysQuota { .. } => Code::ResourceExhausted,
+            Error::VersionMismatch { .. } | Error::WatchLagged { .. } => Code::Aborted,
+            Error::Unavailable(_) | Error::ShuttingDown => Code::Unavailable,
+            Error::Internal(_) => Code::Internal,
+        };
+        let mut status = Status::new(code, e.to_string());
+        if let Some(field) = e.field() {
+            status
+                .metadata_mut()
+                .insert(FIELD_METADATA, MetadataValue::from_static(field));
+        }
+        if let Error::VersionMismatch {
+            current: Some(v), ..
+        } = e
+        {
+            status
+                .metadata_mut()
+                .insert(CURRENT_VERSION_METADATA, MetadataValue::from(v));
+        }
+        status
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(e: redis::RedisError) -> Self {
+        // Connection trouble is retryable; anything else is a bug on our side
+        // (a script error, an unexpected reply) and must not be retried blindly.
+        if e.is_io_error()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+            || e.is_timeout()
+            || e.is_cluster_error()
+            || matches!(
+                e.kind(),
+                redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
+                    | redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
+                    | redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown)
+                    | redis::ErrorKind::Server(redis::ServerErrorKind::MasterDown)
+                    | redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+                    | redis::ErrorKind::ClusterConnectionNotFound
+            )
+        {
+            Error::Unavailable(e.to_string())
+        } else {
+            Error::Internal(format!("redis: {e}"))
+        }
+    }
+}

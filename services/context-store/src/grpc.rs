@@ -1,0 +1,243 @@
+//! The `baton.v1.ContextStore` gRPC service.
+//!
+//! Wire messages are turned into domain types here (a missing or bad field
+//! becomes `INVALID_ARGUMENT` naming it) and domain errors into `Status` by
+//! the one `From<Error> for Status` in [`crate::error`].
+
+use std::{sync::Arc, time::Duration};
+
+use baton_proto::v1::{
+    self as pb,
+    context_store_server::{ContextStore as ContextStoreRpc, ContextStoreServer},
+};
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tonic::{Request, Response, Status};
+
+use crate::{
+    error::{Error, Result},
+    store::{ChangeKind, ContextStore, Key, Put, SlotMeta, parse_trace_id, validate_key_chars},
+};
+
+/// Room for gRPC framing and the other fields of a Put beside its value.
+const MESSAGE_OVERHEAD: usize = 64 * 1024;
+/// Changes buffered between a watch and a slow client before the watch waits.
+const WATCH_STREAM_BUFFER: usize = 64;
+
+/// The gRPC face of a [`ContextStore`].
+pub struct StoreService {
+    store: Arc<dyn ContextStore>,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl StoreService {
+    /// Wraps `store`; watches end when `shutdown` is cancelled, and their
+    /// tasks are tracked by `tasks`.
+    pub fn new(
+        store: Arc<dyn ContextStore>,
+        shutdown: CancellationToken,
+        tasks: TaskTracker,
+    ) -> Self {
+        Self {
+            store,
+            shutdown,
+            tasks,
+        }
+    }
+
+    /// The tonic server, with message limits sized for the store's value
+    /// limit (so an oversized value reaches validation and gets a clear
+    /// error, instead of tonic's generic one).
+    pub fn into_server(self) -> ContextStoreServer<Self> {
+        let max = self.store.limits().max_value_bytes as usize + MESSAGE_OVERHEAD;
+        ContextStoreServer::new(self)
+            .max_decoding_message_size(max)
+            .max_encoding_message_size(max)
+    }
+
+    fn check_running(&self) -> Result<()> {
+        if self.shutdown.is_cancelled() {
+            Err(Error::ShuttingDown)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn key(&self, s: &str) -> Result<Key> {
+        Key::parse("key", s, self.store.limits().max_key_len)
+    }
+
+    fn prefix(&self, s: &str) -> Result<()> {
+        validate_key_chars("prefix", s, self.store.limits().max_key_len)
+    }
+}
+
+fn timestamp(ms: u64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: (ms / 1000) as i64,
+        nanos: ((ms % 1000) * 1_000_000) as i32,
+    }
+}
+
+fn ttl(d: Option<prost_types::Duration>) -> Result<Option<Duration>> {
+    let Some(d) = d else { return Ok(None) };
+    if d.seconds < 0 || d.nanos < 0 {
+        return Err(Error::invalid(
+            "ttl",
+            "must be positive, got a negative duration",
+        ));
+    }
+    if d.nanos >= 1_000_000_000 {
+        return Err(Error::invalid("ttl", "nanos must be below 1000000000"));
+    }
+    let ttl = Duration::new(d.seconds as u64, d.nanos as u32);
+    if ttl.as_millis() == 0 && !ttl.is_zero() {
+        return Err(Error::invalid("ttl", "must be at least 1ms"));
+    }
+    Ok(Some(ttl))
+}
+
+fn slot_info(m: SlotMeta) -> pb::SlotInfo {
+    pb::SlotInfo {
+        key: m.key,
+        content_type: m.content_type,
+        version: m.version,
+        size_bytes: m.size_bytes,
+        expires_at: Some(timestamp(m.expires_at_ms)),
+    }
+}
+
+#[tonic::async_trait]
+impl ContextStoreRpc for StoreService {
+    async fn put(
+        &self,
+        request: Request<pb::PutRequest>,
+    ) -> Result<Response<pb::PutResponse>, Status> {
+        self.check_running()?;
+        let r = request.into_inner();
+        let put = Put {
+            trace_id: parse_trace_id(&r.trace_id)?,
+            key: self.key(&r.key)?,
+            value: r.value.into(),
+            content_type: r.content_type,
+            ttl: ttl(r.ttl)?,
+            expected_version: r.expected_version,
+        };
+        let written = self.store.put(put).await?;
+        Ok(Response::new(pb::PutResponse {
+            version: written.version,
+            expires_at: Some(timestamp(written.expires_at_ms)),
+        }))
+    }
+
+    async fn get(
+        &self,
+        request: Request<pb::GetRequest>,
+    ) -> Result<Response<pb::GetResponse>, Status> {
+        self.check_running()?;
+        let r = request.into_inner();
+        let trace_id = parse_trace_id(&r.trace_id)?;
+        let key = self.key(&r.key)?;
+        let slot = self.store.get(&trace_id, &key).await?;
+        Ok(Response::new(pb::GetResponse {
+            slot: Some(slot_info(slot.meta)),
+            value: slot.value.to_vec(),
+        }))
+    }
+
+    async fn list(
+        &self,
+        request: Request<pb::ListRequest>,
+    ) -> Result<Response<pb::ListResponse>, Status> {
+        self.check_running()?;
+        let r = request.into_inner();
+        let trace_id = parse_trace_id(&r.trace_id)?;
+        self.prefix(&r.prefix)?;
+        let listing = self.store.list(&trace_id, &r.prefix).await?;
+        Ok(Response::new(pb::ListResponse {
+            slots: listing.slots.into_iter().map(slot_info).collect(),
+            used_bytes: listing.used_bytes,
+            used_keys: listing.used_keys,
+        }))
+    }
+
+    async fn delete(
+        &self,
+        request: Request<pb::DeleteRequest>,
+    ) -> Result<Response<pb::DeleteResponse>, Status> {
+        self.check_running()?;
+        let r = request.into_inner();
+        let trace_id = parse_trace_id(&r.trace_id)?;
+        let key = self.key(&r.key)?;
+        let version = self
+            .store
+            .delete(&trace_id, &key, r.expected_version)
+            .await?;
+        Ok(Response::new(pb::DeleteResponse { version }))
+    }
+
+    async fn clear(
+        &self,
+        request: Request<pb::ClearRequest>,
+    ) -> Result<Response<pb::ClearResponse>, Status> {
+        self.check_running()?;
+        let trace_id = parse_trace_id(&request.into_inner().trace_id)?;
+        let deleted = self.store.clear(&trace_id).await?;
+        Ok(Response::new(pb::ClearResponse { deleted }))
+    }
+
+    type WatchStream = ReceiverStream<Result<pb::WatchResponse, Status>>;
+
+    async fn watch(
+        &self,
+        request: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        self.check_running()?;
+        let r = request.into_inner();
+        let trace_id = parse_trace_id(&r.trace_id)?;
+        self.prefix(&r.prefix)?;
+        // Subscribed before we answer: a change made after the client sees
+        // the response headers is delivered.
+        let mut changes = self.store.watch(&trace_id, &r.prefix).await?;
+        let (tx, rx) = mpsc::channel(WATCH_STREAM_BUFFER);
+        let shutdown = self.shutdown.clone();
+        self.tasks.spawn(async move {
+            loop {
+                let item = tokio::select! {
+                    _ = shutdown.cancelled() => {
+                        let _ = tx.send(Err(Error::ShuttingDown.into())).await;
+                        return;
+                    }
+                    _ = tx.closed() => return,
+                    item = changes.next() => item,
+                };
+                let Some(item) = item else { return };
+                let msg = item
+                    .map(|c| pb::WatchResponse {
+                        kind: match c.kind {
+                            ChangeKind::Put => pb::SlotChangeKind::Put,
+                            ChangeKind::Deleted => pb::SlotChangeKind::Deleted,
+                            ChangeKind::Expired => pb::SlotChangeKind::Expired,
+                            ChangeKind::Cleared => pb::SlotChangeKind::Cleared,
+                        } as i32,
+                        key: c.key,
+                        version: c.version,
+                        size_bytes: c.size_bytes,
+                        content_type: c.content_type,
+                        expires_at: (c.expires_at_ms > 0).then(|| timestamp(c.expires_at_ms)),
+                    })
+                    .map_err(Status::from);
+                let failed = msg.is_err();
+                // A failed send means the client left: stop, which drops the
+                // subscription.
+                if tx.send(msg).await.is_err() || failed {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}

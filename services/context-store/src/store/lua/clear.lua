@@ -1,0 +1,15 @@
+-- KEYS: meta, exp index, info
+-- ARGV: slot prefix, channel
+-- Returns {0, revision, removed}.
+local meta, idx, info = KEYS[1], KEYS[2], KEYS[3]
+purge(meta, idx, info, ARGV[1], ARGV[2], now_ms())
+
+local keys = redis.call('ZRANGE', idx, 0, -1)
+for _, k in ipairs(keys) do
+  redis.call('UNLINK', ARGV[1] .. k)
+end
+redis.call('DEL', idx, info)
+redis.call('HSET', meta, 'bytes', 0)
+local rev = redis.call('HINCRBY', meta, 'rev', 1)
+redis.call('PUBLISH', ARGV[2], string.format('C|%d|%d', rev, #keys))
+return {0, rev, #keys}

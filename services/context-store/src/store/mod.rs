@@ -1,0 +1,364 @@
+//! The storage behind the context store: one trait, two backends.
+//!
+//! [`ContextStore`] is implemented by [`redis::RedisStore`] (production) and
+//! [`memory::MemoryStore`] (the embedded default). Both pass the same
+//! conformance suite ([`crate::conformance`]), so code written against one
+//! behaves the same on the other.
+//!
+//! Semantics both backends share:
+//! - A slot is live while `now <= expires_at` (milliseconds, the backend's
+//!   clock). Expired slots are invisible to reads at once and are purged
+//!   (quota released, `Expired` change published) by the next mutation of
+//!   their trace, so quota accounting is exact whenever it is checked.
+//! - Versions are trace revisions: each put, delete and clear takes the next
+//!   number of the trace's counter. The counter lives as long as the longest
+//!   slot the trace ever had, so a version is never reused while a client can
+//!   still hold it.
+//! - Limits are checked before anything is written; a rejected call changes
+//!   nothing a client can observe.
+
+pub mod memory;
+pub mod redis;
+
+use std::{pin::Pin, time::Duration};
+
+use baton_common::ids::TraceId;
+use bytes::Bytes;
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// The default content type of a value written without one.
+pub const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
+/// Longest accepted content type.
+pub const MAX_CONTENT_TYPE_LEN: usize = 128;
+
+/// A validated slot key: 1 to `max_key_len` characters of `[A-Za-z0-9._:/-]`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key(String);
+
+impl Key {
+    /// Validates `s` as a key of at most `max_len` characters; errors name
+    /// `field`.
+    pub fn parse(field: &'static str, s: &str, max_len: usize) -> Result<Self> {
+        validate_key_chars(field, s, max_len)?;
+        if s.is_empty() {
+            return Err(Error::invalid(field, "must not be empty"));
+        }
+        Ok(Self(s.to_owned()))
+    }
+
+    /// The key.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Checks a key or key prefix (which may be empty) against the key rules.
+pub fn validate_key_chars(field: &'static str, s: &str, max_len: usize) -> Result<()> {
+    if s.len() > max_len {
+        return Err(Error::invalid(
+            field,
+            format!("is {} characters long, the limit is {max_len}", s.len()),
+        ));
+    }
+    if let Some(c) = s
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '/' | '-')))
+    {
+        return Err(Error::invalid(
+            field,
+            format!("has the character {c:?}; allowed are A-Z a-z 0-9 . _ : / -"),
+        ));
+    }
+    Ok(())
+}
+
+/// Parses a trace id; errors name `trace_id`.
+pub fn parse_trace_id(s: &str) -> Result<TraceId> {
+    TraceId::parse(s).map_err(|e| Error::invalid("trace_id", e.to_string()))
+}
+
+/// The store's limits. Every one is configurable; the defaults are the
+/// product's (DESIGN.md §6).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Largest value, in bytes (default 1 MiB).
+    pub max_value_bytes: u64,
+    /// Most bytes of values per trace (default 64 MiB).
+    pub max_trace_bytes: u64,
+    /// Most live slots per trace (default 4096).
+    pub max_trace_keys: u64,
+    /// Longest key, in characters (default 256).
+    pub max_key_len: usize,
+    /// TTL of a put that sets none (default 1 h).
+    #[serde(with = "baton_common::config::duration")]
+    pub default_ttl: Duration,
+    /// Longest TTL a put may set (default 7 days).
+    #[serde(with = "baton_common::config::duration")]
+    pub max_ttl: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_value_bytes: 1 << 20,
+            max_trace_bytes: 64 << 20,
+            max_trace_keys: 4096,
+            max_key_len: 256,
+            default_ttl: Duration::from_secs(3600),
+            max_ttl: Duration::from_secs(7 * 24 * 3600),
+        }
+    }
+}
+
+impl Limits {
+    /// Checks the limits are coherent; returns what is wrong otherwise.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if self.max_value_bytes == 0 || self.max_value_bytes > 512 << 20 {
+            return Err(
+                "limits.max_value_bytes must be between 1 and 536870912 (Redis' string limit)"
+                    .into(),
+            );
+        }
+        if self.max_trace_bytes < self.max_value_bytes {
+            return Err("limits.max_trace_bytes must be at least limits.max_value_bytes".into());
+        }
+        if self.max_trace_keys == 0 {
+            return Err("limits.max_trace_keys must be at least 1".into());
+        }
+        if self.max_key_len == 0 || self.max_key_len > 1024 {
+            return Err("limits.max_key_len must be between 1 and 1024".into());
+        }
+        if self.max_ttl.as_millis() == 0 {
+            return Err("limits.max_ttl must be positive".into());
+        }
+        if self.default_ttl.as_millis() == 0 || self.default_ttl > self.max_ttl {
+            return Err("limits.default_ttl must be positive and at most limits.max_ttl".into());
+        }
+        Ok(())
+    }
+
+    /// Validates a put against the per-call limits (value size, TTL, content
+    /// type) and resolves its TTL. Quotas are checked by the backend,
+    /// atomically with the write.
+    pub fn check_put(&self, put: &Put) -> Result<Duration> {
+        let size = put.value.len() as u64;
+        if size > self.max_value_bytes {
+            return Err(Error::ValueTooLarge {
+                size,
+                limit: self.max_value_bytes,
+            });
+        }
+        validate_content_type(&put.content_type)?;
+        match put.ttl {
+            None => Ok(self.default_ttl),
+            Some(ttl) if ttl.as_millis() == 0 => {
+                Err(Error::invalid("ttl", "must be positive (at least 1ms)"))
+            }
+            Some(ttl) if ttl > self.max_ttl => Err(Error::invalid(
+                "ttl",
+                format!(
+                    "{} is over the maximum of {}",
+                    baton_common::config::duration::format(ttl),
+                    baton_common::config::duration::format(self.max_ttl)
+                ),
+            )),
+            Some(ttl) => Ok(ttl),
+        }
+    }
+}
+
+fn validate_content_type(ct: &str) -> Result<()> {
+    if ct.len() > MAX_CONTENT_TYPE_LEN {
+        return Err(Error::invalid(
+            "content_type",
+            format!(
+                "is {} characters long, the limit is {MAX_CONTENT_TYPE_LEN}",
+                ct.len()
+            ),
+        ));
+    }
+    if let Some(c) = ct.chars().find(|c| !(' '..='~').contains(c)) {
+        return Err(Error::invalid(
+            "content_type",
+            format!("has the character {c:?}; only printable ASCII is allowed"),
+        ));
+    }
+    Ok(())
+}
+
+/// A write of one slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Put {
+    /// The trace.
+    pub trace_id: TraceId,
+    /// The key.
+    pub key: Key,
+    /// The value.
+    pub value: Bytes,
+    /// The media type; empty means [`DEFAULT_CONTENT_TYPE`].
+    pub content_type: String,
+    /// The TTL; `None` means the default.
+    pub ttl: Option<Duration>,
+    /// Compare-and-swap: write only if the slot is at this version (0:
+    /// absent).
+    pub expected_version: Option<u64>,
+}
+
+impl Put {
+    /// An unconditional put with the default TTL and content type.
+    pub fn new(trace_id: TraceId, key: Key, value: impl Into<Bytes>) -> Self {
+        Self {
+            trace_id,
+            key,
+            value: value.into(),
+            content_type: String::new(),
+            ttl: None,
+            expected_version: None,
+        }
+    }
+
+    /// The content type to store.
+    pub fn effective_content_type(&self) -> &str {
+        if self.content_type.is_empty() {
+            DEFAULT_CONTENT_TYPE
+        } else {
+            &self.content_type
+        }
+    }
+}
+
+/// What a put wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    /// The slot's new version.
+    pub version: u64,
+    /// When it expires, in Unix milliseconds.
+    pub expires_at_ms: u64,
+}
+
+/// The metadata of a slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotMeta {
+    /// The key.
+    pub key: String,
+    /// The media type.
+    pub content_type: String,
+    /// The version.
+    pub version: u64,
+    /// The value's size in bytes.
+    pub size_bytes: u64,
+    /// When it expires, in Unix milliseconds.
+    pub expires_at_ms: u64,
+}
+
+/// A slot read with its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slot {
+    /// The metadata.
+    pub meta: SlotMeta,
+    /// The value.
+    pub value: Bytes,
+}
+
+/// A trace's slots under a prefix, and the trace's quota usage.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Listing {
+    /// Matching live slots, sorted by key.
+    pub slots: Vec<SlotMeta>,
+    /// Bytes the whole trace uses.
+    pub used_bytes: u64,
+    /// Live slots of the whole trace.
+    pub used_keys: u64,
+}
+
+/// What a change did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    /// A slot was written.
+    Put,
+    /// A slot was deleted.
+    Deleted,
+    /// A slot expired.
+    Expired,
+    /// The trace was cleared.
+    Cleared,
+}
+
+/// One change to a trace's slots, as Watch reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// What happened.
+    pub kind: ChangeKind,
+    /// The slot's key; empty for `Cleared`.
+    pub key: String,
+    /// The trace revision of the change (for `Expired`, the slot's version).
+    pub version: u64,
+    /// The new value's size (puts only).
+    pub size_bytes: u64,
+    /// The new value's media type (puts only).
+    pub content_type: String,
+    /// When the slot expires, in Unix milliseconds (puts only).
+    pub expires_at_ms: u64,
+}
+
+impl Change {
+    /// Whether a watcher of `prefix` wants this change.
+    pub fn matches(&self, prefix: &str) -> bool {
+        self.kind == ChangeKind::Cleared || self.key.starts_with(prefix)
+    }
+}
+
+/// A stream of changes; it ends with an error when the watch breaks.
+pub type ChangeStream = Pin<Box<dyn Stream<Item = Result<Change>> + Send>>;
+
+/// Trace-scoped key/value slots with TTLs, quotas and versions.
+///
+/// Inputs are validated types (trace ids, keys); per-call limits and quotas
+/// are enforced by the implementation. Every method either does all it says
+/// or changes nothing.
+#[async_trait::async_trait]
+pub trait ContextStore: Send + Sync + 'static {
+    /// The limits this store enforces.
+    fn limits(&self) -> &Limits;
+
+    /// Writes a slot (a compare-and-swap when `expected_version` is set).
+    async fn put(&self, put: Put) -> Result<Written>;
+
+    /// Reads a live slot; `NotFound` when it is absent or expired.
+    async fn get(&self, trace_id: &TraceId, key: &Key) -> Result<Slot>;
+
+    /// Lists live slots whose key starts with `prefix`, with the trace's
+    /// usage.
+    async fn list(&self, trace_id: &TraceId, prefix: &str) -> Result<Listing>;
+
+    /// Deletes a live slot (only at `expected_version` when set); returns the
+    /// delete's revision.
+    async fn delete(
+        &self,
+        trace_id: &TraceId,
+        key: &Key,
+        expected_version: Option<u64>,
+    ) -> Result<u64>;
+
+    /// Deletes every slot of a trace; returns how many live slots it removed.
+    async fn clear(&self, trace_id: &TraceId) -> Result<u64>;
+
+    /// Streams changes to the trace's slots under `prefix`, starting before
+    /// this method returns (a change made after it returns is delivered).
+    async fn watch(&self, trace_id: &TraceId, prefix: &str) -> Result<ChangeStream>;
+
+    /// Checks the backend answers; used for readiness.
+    async fn ping(&self) -> Result<()>;
+}
+
+/// The current time in Unix milliseconds.
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

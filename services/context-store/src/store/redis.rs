@@ -1,0 +1,732 @@
+//! The Redis backend.
+//!
+//! Every mutation is one Lua script (`lua/*.lua`, each prefixed with
+//! `lua/prelude.lua`), so a put's version check, quota check, write, index
+//! update and change notification happen atomically. All keys of a trace
+//! carry the hash tag `{trace_id}`, so a script touches one Cluster slot and
+//! works unchanged on Redis Cluster. Reads of one slot are a single `HMGET`.
+//!
+//! Watch is fed by Redis pub/sub: scripts `PUBLISH` each change on the trace's
+//! channel inside the same atomic step. One RESP3 connection per store
+//! multiplexes every subscription; watchers of one trace share a Redis
+//! subscription. If that connection drops, watchers cannot know what they
+//! missed, so their streams end with `UNAVAILABLE` and they watch again.
+//!
+//! Connections reconnect by themselves (`ConnectionManager`, or the cluster
+//! client), so calls fail with `UNAVAILABLE` while Redis is away and work
+//! again once it is back, without a restart.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, Weak},
+    time::Duration,
+};
+
+use baton_common::ids::TraceId;
+use bytes::Bytes;
+use futures::StreamExt;
+use redis::{
+    Cmd, IntoConnectionInfo, ProtocolVersion, PushKind, RedisFuture, Script, Value,
+    aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig},
+    cluster::ClusterClient,
+    cluster_async::ClusterConnection,
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{OnceCell, broadcast};
+use tokio_stream::wrappers::{BroadcastStream, errors::BroadcastStreamRecvError};
+
+use super::{
+    Change, ChangeKind, ChangeStream, ContextStore, Key, Limits, Listing, Put, Slot, SlotMeta,
+    Written,
+};
+use crate::error::{Error, Result};
+
+/// Changes a watcher may fall behind before its stream ends with `ABORTED`.
+const WATCH_BUFFER: usize = 1024;
+
+/// How to reach Redis.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisConfig {
+    /// A single node (or a proxy): `redis://[user:pass@]host:port[/db]`,
+    /// `rediss://` for TLS. Ignored when `cluster_urls` is set.
+    pub url: String,
+    /// Redis Cluster seed nodes; when not empty the cluster client is used.
+    pub cluster_urls: Vec<String>,
+    /// Prefix of every key and channel the store uses.
+    pub key_prefix: String,
+    /// Deadline of one Redis command and of one connection attempt.
+    #[serde(with = "baton_common::config::duration")]
+    pub timeout: Duration,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Self {
+            url: "redis://127.0.0.1:6379".into(),
+            cluster_urls: Vec::new(),
+            key_prefix: "baton".into(),
+            timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl RedisConfig {
+    /// Checks the config is usable; returns what is wrong otherwise.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        let urls: Vec<&String> = if self.cluster_urls.is_empty() {
+            vec![&self.url]
+        } else {
+            self.cluster_urls.iter().collect()
+        };
+        for u in urls {
+            u.as_str()
+                .into_connection_info()
+                .map_err(|e| format!("redis url {u:?}: {e}"))?;
+        }
+        if self.key_prefix.is_empty() || self.key_prefix.contains(['{', '}']) {
+            return Err("redis.key_prefix must be non-empty and contain no braces".into());
+        }
+        if self.timeout.is_zero() {
+            return Err("redis.timeout must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+/// A command connection: one node or a cluster.
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    /// Connected on first use, so the service starts while Redis is away.
+    Cluster(ClusterClient, Arc<OnceCell<ClusterConnection>>),
+}
+
+impl Conn {
+    async fn get(&self) -> Result<ConnRef> {
+        match self {
+            Conn::Single(c) => Ok(ConnRef::Single(c.clone())),
+            Conn::Cluster(client, cell) => {
+                let c = cell
+                    .get_or_try_init(|| client.get_async_connection())
+                    .await?;
+                Ok(ConnRef::Cluster(c.clone()))
+            }
+        }
+    }
+}
+
+/// A ready connection of either kind, usable wherever redis-rs wants one.
+enum ConnRef {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for ConnRef {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            ConnRef::Single(c) => c.req_packed_command(cmd),
+            ConnRef::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            ConnRef::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            ConnRef::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            ConnRef::Single(c) => c.get_db(),
+            ConnRef::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+struct Scripts {
+    put: Script,
+    delete: Script,
+    clear: Script,
+    list: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        let prelude = include_str!("lua/prelude.lua");
+        let with = |body: &str| Script::new(&format!("{prelude}\n{body}"));
+        Self {
+            put: with(include_str!("lua/put.lua")),
+            delete: with(include_str!("lua/delete.lua")),
+            clear: with(include_str!("lua/clear.lua")),
+            list: with(include_str!("lua/list.lua")),
+        }
+    }
+}
+
+/// The names of one trace's keys.
+struct TraceKeys {
+    meta: String,
+    exp: String,
+    info: String,
+    slot_prefix: String,
+    channel: String,
+}
+
+impl TraceKeys {
+    fn new(prefix: &str, trace_id: &TraceId) -> Self {
+        let base = format!("{prefix}:{{{trace_id}}}:");
+        Self {
+            meta: format!("{base}meta"),
+            exp: format!("{base}exp"),
+            info: format!("{base}info"),
+            slot_prefix: format!("{base}s:"),
+            channel: format!("{base}watch"),
+        }
+    }
+
+    fn slot(&self, key: &Key) -> String {
+        format!("{}{}", self.slot_prefix, key.as_str())
+    }
+}
+
+/// The Redis-backed context store.
+pub struct RedisStore {
+    limits: Limits,
+    prefix: String,
+    conn: Conn,
+    scripts: Scripts,
+    hub: Arc<WatchHub>,
+}
+
+impl RedisStore {
+    /// Creates the store. Connections are made lazily and re-made by
+    /// themselves, so this succeeds while Redis is away; [`ContextStore::ping`]
+    /// tells when it answers.
+    pub fn new(config: &RedisConfig, limits: Limits) -> Result<Self> {
+        let bad = |e: redis::RedisError| Error::Internal(format!("redis config: {e}"));
+        let manager_config = || {
+            ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(config.timeout))
+                .set_response_timeout(Some(config.timeout))
+                // Fail calls fast while Redis is away; the next call reconnects.
+                .set_number_of_retries(1)
+                .set_max_delay(Duration::from_millis(500))
+        };
+        let conn = if config.cluster_urls.is_empty() {
+            let client = redis::Client::open(config.url.as_str()).map_err(bad)?;
+            Conn::Single(
+                ConnectionManager::new_lazy_with_config(client, manager_config()).map_err(bad)?,
+            )
+        } else {
+            let client = ClusterClient::builder(config.cluster_urls.clone())
+                .connection_timeout(config.timeout)
+                .response_timeout(config.timeout)
+                .retries(2)
+                .build()
+                .map_err(bad)?;
+            Conn::Cluster(client, Arc::new(OnceCell::new()))
+        };
+
+        // Pub/sub always uses one node: in a cluster, PUBLISH reaches every
+        // node's subscribers, so the first seed node is enough.
+        let pubsub_url = config.cluster_urls.first().unwrap_or(&config.url);
+        let info = pubsub_url.as_str().into_connection_info().map_err(bad)?;
+        let redis_settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
+        let info = info.set_redis_settings(redis_settings);
+        let hub = WatchHub::new(redis::Client::open(info).map_err(bad)?, manager_config())?;
+
+        Ok(Self {
+            limits,
+            prefix: config.key_prefix.clone(),
+            conn,
+            scripts: Scripts::new(),
+            hub,
+        })
+    }
+}
+
+fn int(v: &Value) -> Result<i64> {
+    match v {
+        Value::Int(i) => Ok(*i),
+        other => Err(Error::Internal(format!(
+            "redis: expected an integer, got {other:?}"
+        ))),
+    }
+}
+
+fn text(v: &Value) -> Result<String> {
+    match v {
+        Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Ok(s.clone()),
+        other => Err(Error::Internal(format!(
+            "redis: expected a string, got {other:?}"
+        ))),
+    }
+}
+
+fn reply_code(reply: &[Value]) -> Result<i64> {
+    reply
+        .first()
+        .map(int)
+        .unwrap_or_else(|| Err(Error::Internal("redis: empty script reply".into())))
+}
+
+fn field(reply: &[Value], i: usize) -> Result<i64> {
+    reply.get(i).map(int).unwrap_or_else(|| {
+        Err(Error::Internal(format!(
+            "redis: script reply has no field {i}"
+        )))
+    })
+}
+
+#[async_trait::async_trait]
+impl ContextStore for RedisStore {
+    fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    async fn put(&self, put: Put) -> Result<Written> {
+        let ttl = self.limits.check_put(&put)?;
+        let keys = TraceKeys::new(&self.prefix, &put.trace_id);
+        let mut conn = self.conn.get().await?;
+        let reply: Vec<Value> = self
+            .scripts
+            .put
+            .key(&keys.meta)
+            .key(&keys.exp)
+            .key(&keys.info)
+            .key(keys.slot(&put.key))
+            .arg(put.key.as_str())
+            .arg(put.value.as_ref())
+            .arg(put.effective_content_type())
+            .arg(ttl.as_millis() as u64)
+            .arg(
+                put.expected_version
+                    .map(|v| v.to_string())
+                    .unwrap_or_default(),
+            )
+            .arg(self.limits.max_trace_bytes)
+            .arg(self.limits.max_trace_keys)
+            .arg(&keys.slot_prefix)
+            .arg(&keys.channel)
+            .invoke_async(&mut conn)
+            .await?;
+        match reply_code(&reply)? {
+            0 => Ok(Written {
+                version: field(&reply, 1)? as u64,
+                expires_at_ms: field(&reply, 2)? as u64,
+            }),
+            1 => {
+                let current = field(&reply, 1)?;
+                Err(Error::VersionMismatch {
+                    key: put.key.as_str().to_owned(),
+                    expected: put.expected_version.unwrap_or_default(),
+                    current: (current >= 0).then_some(current as u64),
+                })
+            }
+            2 => Err(Error::TraceBytesQuota {
+                trace_id: put.trace_id.to_string(),
+                size: put.value.len() as u64,
+                would_be: field(&reply, 1)? as u64,
+                limit: self.limits.max_trace_bytes,
+            }),
+            3 => Err(Error::TraceKeysQuota {
+                trace_id: put.trace_id.to_string(),
+                used: field(&reply, 1)? as u64,
+                limit: self.limits.max_trace_keys,
+            }),
+            other => Err(Error::Internal(format!(
+                "redis: put script answered {other}"
+            ))),
+        }
+    }
+
+    async fn get(&self, trace_id: &TraceId, key: &Key) -> Result<Slot> {
+        let keys = TraceKeys::new(&self.prefix, trace_id);
+        let mut conn = self.conn.get().await?;
+        let (value, content_type, version, expires_at_ms): (
+            Option<Bytes>,
+            Option<String>,
+            Option<u64>,
+            Option<u64>,
+        ) = redis::cmd("HMGET")
+            .arg(keys.slot(key))
+            .arg(&["v", "ct", "ver", "exp"])
+            .query_async(&mut conn)
+            .await?;
+        match (value, content_type, version, expires_at_ms) {
+            (Some(value), Some(content_type), Some(version), Some(expires_at_ms)) => Ok(Slot {
+                meta: SlotMeta {
+                    key: key.as_str().to_owned(),
+                    content_type,
+                    version,
+                    size_bytes: value.len() as u64,
+                    expires_at_ms,
+                },
+                value,
+            }),
+            _ => Err(Error::NotFound {
+                trace_id: trace_id.to_string(),
+                key: key.as_str().to_owned(),
+            }),
+        }
+    }
+
+    async fn list(&self, trace_id: &TraceId, prefix: &str) -> Result<Listing> {
+        let keys = TraceKeys::new(&self.prefix, trace_id);
+        let mut conn = self.conn.get().await?;
+        let reply: Vec<Value> = self
+            .scripts
+            .list
+            .key(&keys.exp)
+            .key(&keys.info)
+            .arg(prefix)
+            .arg(&keys.slot_prefix)
+            .invoke_async(&mut conn)
+            .await?;
+        let mut listing = Listing {
+            slots: Vec::with_capacity(reply.len().saturating_sub(2) / 5),
+            used_bytes: field(&reply, 0)? as u64,
+            used_keys: field(&reply, 1)? as u64,
+        };
+        for chunk in reply[2..].chunks(5) {
+            let [key, ct, ver, size, exp] = chunk else {
+                return Err(Error::Internal(
+                    "redis: list script reply is not in fives".into(),
+                ));
+            };
+            listing.slots.push(SlotMeta {
+                key: text(key)?,
+                content_type: text(ct)?,
+                version: int(ver)? as u64,
+                size_bytes: int(size)? as u64,
+                expires_at_ms: int(exp)? as u64,
+            });
+        }
+        listing.slots.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(listing)
+    }
+
+    async fn delete(
+        &self,
+        trace_id: &TraceId,
+        key: &Key,
+        expected_version: Option<u64>,
+    ) -> Result<u64> {
+        let keys = TraceKeys::new(&self.prefix, trace_id);
+        let mut conn = self.conn.get().await?;
+        let reply: Vec<Value> = self
+            .scripts
+            .delete
+            .key(&keys.meta)
+            .key(&keys.exp)
+            .key(&keys.info)
+            .key(keys.slot(key))
+            .arg(key.as_str())
+            .arg(expected_version.map(|v| v.to_string()).unwrap_or_default())
+            .arg(&keys.slot_prefix)
+            .arg(&keys.channel)
+            .invoke_async(&mut conn)
+            .await?;
+        match reply_code(&reply)? {
+            0 => Ok(field(&reply, 1)? as u64),
+            1 => Err(Error::VersionMismatch {
+                key: key.as_str().to_owned(),
+                expected: expected_version.unwrap_or_default(),
+                current: Some(field(&reply, 1)? as u64),
+            }),
+            4 => Err(Error::NotFound {
+                trace_id: trace_id.to_string(),
+                key: key.as_str().to_owned(),
+            }),
+            other => Err(Error::Internal(format!(
+                "redis: delete script answered {other}"
+            ))),
+        }
+    }
+
+    async fn clear(&self, trace_id: &TraceId) -> Result<u64> {
+        let keys = TraceKeys::new(&self.prefix, trace_id);
+        let mut conn = self.conn.get().await?;
+        let reply: Vec<Value> = self
+            .scripts
+            .clear
+            .key(&keys.meta)
+            .key(&keys.exp)
+            .key(&keys.info)
+            .arg(&keys.slot_prefix)
+            .arg(&keys.channel)
+            .invoke_async(&mut conn)
+            .await?;
+        match reply_code(&reply)? {
+            0 => Ok(field(&reply, 2)? as u64),
+            other => Err(Error::Internal(format!(
+                "redis: clear script answered {other}"
+            ))),
+        }
+    }
+
+    async fn watch(&self, trace_id: &TraceId, prefix: &str) -> Result<ChangeStream> {
+        let channel = TraceKeys::new(&self.prefix, trace_id).channel;
+        self.hub.watch(channel, prefix.to_owned()).await
+    }
+
+    async fn ping(&self) -> Result<()> {
+        let mut conn = self.conn.get().await?;
+        let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+        Ok(())
+    }
+}
+
+/// What the hub hands its watchers.
+#[derive(Debug, Clone)]
+enum Signal {
+    Change(Change),
+    Broken(String),
+}
+
+struct Channel {
+    tx: broadcast::Sender<Signal>,
+    watchers: usize,
+}
+
+type Channels = Arc<Mutex<HashMap<String, Channel>>>;
+
+/// Multiplexes every Watch over one RESP3 pub/sub connection.
+struct WatchHub {
+    /// Serialises (un)subscribing so a channel's Redis subscription always
+    /// matches whether it has watchers.
+    conn: tokio::sync::Mutex<ConnectionManager>,
+    channels: Channels,
+}
+
+impl WatchHub {
+    fn new(client: redis::Client, config: ConnectionManagerConfig) -> Result<Arc<Self>> {
+        let channels: Channels = Arc::default();
+        let dispatch = channels.clone();
+        let config = config
+            .set_push_sender(move |push: redis::PushInfo| {
+                dispatch_push(&dispatch, push);
+                Ok::<(), std::convert::Infallible>(())
+            })
+            .set_automatic_resubscription();
+        let conn = ConnectionManager::new_lazy_with_config(client, config)
+            .map_err(|e| Error::Internal(format!("redis pub/sub config: {e}")))?;
+        Ok(Arc::new(Self {
+            conn: tokio::sync::Mutex::new(conn),
+            channels,
+        }))
+    }
+
+    async fn watch(self: &Arc<Self>, channel: String, prefix: String) -> Result<ChangeStream> {
+        let mut conn = self.conn.lock().await;
+        let existing = {
+            let mut channels = lock(&self.channels);
+            channels.get_mut(&channel).map(|c| {
+                c.watchers += 1;
+                c.tx.subscribe()
+            })
+        };
+        let rx = match existing {
+            Some(rx) => rx,
+            None => {
+                let (tx, rx) = broadcast::channel(WATCH_BUFFER);
+                lock(&self.channels).insert(channel.clone(), Channel { tx, watchers: 1 });
+                if let Err(e) = conn.subscribe(&channel).await {
+                    lock(&self.channels).remove(&channel);
+                    return Err(e.into());
+                }
+                rx
+            }
+        };
+        drop(conn);
+
+        let guard = WatchGuard {
+            hub: Arc::downgrade(self),
+            channel: Some(channel),
+        };
+        let stream = BroadcastStream::new(rx)
+            .filter_map(move |item| {
+                let out = match item {
+                    Ok(Signal::Change(c)) if c.matches(&prefix) => Some(Ok(c)),
+                    Ok(Signal::Change(_)) => None,
+                    Ok(Signal::Broken(why)) => Some(Err(Error::Unavailable(why))),
+                    Err(BroadcastStreamRecvError::Lagged(missed)) => {
+                        Some(Err(Error::WatchLagged { missed }))
+                    }
+                };
+                futures::future::ready(out)
+            })
+            .scan((false, guard), |(ended, _guard), item| {
+                if *ended {
+                    return futures::future::ready(None);
+                }
+                *ended = item.is_err();
+                futures::future::ready(Some(item))
+            });
+        Ok(Box::pin(stream))
+    }
+
+    async fn release(&self, channel: String) {
+        let mut conn = self.conn.lock().await;
+        let last = {
+            let mut channels = lock(&self.channels);
+            match channels.get_mut(&channel) {
+                Some(c) if c.watchers > 1 => {
+                    c.watchers -= 1;
+                    false
+                }
+                Some(_) => {
+                    channels.remove(&channel);
+                    true
+                }
+                None => false,
+            }
+        };
+        if last && let Err(e) = conn.unsubscribe(&channel).await {
+            // The connection is gone; with it the subscription.
+            tracing::debug!(error = %e, channel, "unsubscribe failed");
+        }
+    }
+}
+
+fn lock(channels: &Channels) -> std::sync::MutexGuard<'_, HashMap<String, Channel>> {
+    channels.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Routes one push message from Redis to the watchers of its channel.
+fn dispatch_push(channels: &Channels, push: redis::PushInfo) {
+    match push.kind {
+        PushKind::Message => {
+            let (Some(Value::BulkString(channel)), Some(Value::BulkString(payload))) =
+                (push.data.first(), push.data.get(1))
+            else {
+                return;
+            };
+            let channel = String::from_utf8_lossy(channel);
+            let Some(change) = parse_change(payload) else {
+                tracing::warn!(channel = %channel, "unparseable change notification");
+                return;
+            };
+            if let Some(c) = lock(channels).get(channel.as_ref()) {
+                let _ = c.tx.send(Signal::Change(change));
+            }
+        }
+        PushKind::Disconnection => {
+            for c in lock(channels).values() {
+                let _ = c.tx.send(Signal::Broken(
+                    "lost the pub/sub connection to Redis".into(),
+                ));
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Parses a script's notification: `P|ver|size|exp|key|ct`, `D|ver|key`,
+/// `E|ver|key` or `C|ver|count`.
+fn parse_change(payload: &[u8]) -> Option<Change> {
+    let text = std::str::from_utf8(payload).ok()?;
+    let (kind, rest) = text.split_once('|')?;
+    let empty = |kind, key: &str, version| Change {
+        kind,
+        key: key.to_owned(),
+        version,
+        size_bytes: 0,
+        content_type: String::new(),
+        expires_at_ms: 0,
+    };
+    match kind {
+        "P" => {
+            let mut parts = rest.splitn(5, '|');
+            let version = parts.next()?.parse().ok()?;
+            let size_bytes = parts.next()?.parse().ok()?;
+            let expires_at_ms = parts.next()?.parse().ok()?;
+            let key = parts.next()?.to_owned();
+            let content_type = parts.next()?.to_owned();
+            Some(Change {
+                kind: ChangeKind::Put,
+                key,
+                version,
+                size_bytes,
+                content_type,
+                expires_at_ms,
+            })
+        }
+        "D" | "E" => {
+            let (version, key) = rest.split_once('|')?;
+            let kind = if kind == "D" {
+                ChangeKind::Deleted
+            } else {
+                ChangeKind::Expired
+            };
+            Some(empty(kind, key, version.parse().ok()?))
+        }
+        "C" => {
+            let (version, _count) = rest.split_once('|')?;
+            Some(empty(ChangeKind::Cleared, "", version.parse().ok()?))
+        }
+        _ => None,
+    }
+}
+
+/// Releases a watcher's share of its channel when its stream is dropped.
+struct WatchGuard {
+    hub: Weak<WatchHub>,
+    channel: Option<String>,
+}
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        let (Some(hub), Some(channel)) = (self.hub.upgrade(), self.channel.take()) else {
+            return;
+        };
+        // Unsubscribing talks to Redis, which Drop cannot wait for.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move { hub.release(channel).await });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_notification() {
+        let p = parse_change(b"P|7|5|1700000000000|a/b|text/plain; x=|y").expect("put");
+        assert_eq!(p.kind, ChangeKind::Put);
+        assert_eq!(
+            (p.version, p.size_bytes, p.expires_at_ms),
+            (7, 5, 1_700_000_000_000)
+        );
+        assert_eq!(
+            (p.key.as_str(), p.content_type.as_str()),
+            ("a/b", "text/plain; x=|y")
+        );
+        assert_eq!(
+            parse_change(b"D|8|k").map(|c| (c.kind, c.version)),
+            Some((ChangeKind::Deleted, 8))
+        );
+        assert_eq!(
+            parse_change(b"E|3|k").map(|c| c.kind),
+            Some(ChangeKind::Expired)
+        );
+        assert_eq!(
+            parse_change(b"C|9|4").map(|c| (c.kind, c.version)),
+            Some((ChangeKind::Cleared, 9))
+        );
+        assert!(parse_change(b"X|1").is_none());
+        assert!(parse_change(b"P|x|1|1|k|c").is_none());
+    }
+}
