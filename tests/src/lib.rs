@@ -1,1 +1,291 @@
-//! placeholder
+//! The sandbox Baton's end-to-end tests (and the benchmarks) run in.
+//!
+//! - [`RedisServer`]: a real `redis-server` child process on a free loopback
+//!   port, with nothing persisted, stopped (killed) when dropped. It can be
+//!   stopped and restarted on the same port to test reconnection.
+//! - [`RedisCluster`]: a real three-node Redis Cluster built the same way.
+//! - [`StoreServer`]: the context-store service, in this process, on
+//!   `127.0.0.1:0`, shut down explicitly or on drop.
+//!
+//! Nothing here uses a fixed port or a shared instance, and nothing skips:
+//! a missing `redis-server` is an error that says how to install it.
+
+use std::{
+    net::{SocketAddr, TcpListener as StdListener},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail};
+use baton_context_store::config::{Backend, Config as StoreConfig};
+use tokio_util::sync::CancellationToken;
+
+/// How long a Redis process may take to answer after it was started.
+const START_TIMEOUT: Duration = Duration::from_secs(15);
+
+fn redis_binary(name: &str) -> anyhow::Result<PathBuf> {
+    for dir in std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .chain(["/usr/bin", "/usr/local/bin"])
+    {
+        let p = PathBuf::from(dir).join(name);
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    bail!(
+        "{name} not found on PATH: the tests need a real Redis (7.0+); \
+         run ./tests/run, which installs it, or apt-get install redis-server"
+    )
+}
+
+/// A free loopback port (the OS picks one; we release it for the child).
+pub fn free_port() -> anyhow::Result<u16> {
+    let l = StdListener::bind("127.0.0.1:0").context("cannot bind a loopback port")?;
+    Ok(l.local_addr()?.port())
+}
+
+fn ping(port: u16) -> bool {
+    let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}")) else {
+        return false;
+    };
+    let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
+        return false;
+    };
+    redis::cmd("PING").query::<String>(&mut conn).is_ok()
+}
+
+/// A `redis-server` child process on a free port.
+pub struct RedisServer {
+    port: u16,
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// Starts a server and waits until it answers PING.
+    pub fn start() -> anyhow::Result<Self> {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments.
+    pub fn start_with(extra: &[&str]) -> anyhow::Result<Self> {
+        // The port is free when we ask, but another process may take it before
+        // Redis binds it; try a few.
+        let mut last = None;
+        for _ in 0..5 {
+            let mut server = Self {
+                port: free_port()?,
+                child: None,
+                dir: tempfile::tempdir().context("cannot make a temp dir for redis")?,
+                extra: extra.iter().map(|s| s.to_string()).collect(),
+            };
+            match server.spawn() {
+                Ok(()) => return Ok(server),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| anyhow::anyhow!("cannot start redis-server")))
+    }
+
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        let mut child = Command::new(redis_binary("redis-server")?)
+            .arg("--port")
+            .arg(self.port.to_string())
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("cannot spawn redis-server")?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if ping(self.port) {
+                self.child = Some(child);
+                return Ok(());
+            }
+            if let Some(status) = child.try_wait()? {
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    use std::io::Read;
+                    let _ = e.read_to_string(&mut err);
+                }
+                bail!(
+                    "redis-server on port {} exited with {status}: {err}",
+                    self.port
+                );
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!(
+                    "redis-server on port {} did not answer within {START_TIMEOUT:?}",
+                    self.port
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:{port}`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server (as a crash or a network cut would look).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, empty.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.stop();
+        self.spawn()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A three-node Redis Cluster (no replicas) on free ports.
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts three cluster-enabled servers, creates the cluster and waits
+    /// until every node reports `cluster_state:ok`.
+    pub fn start() -> anyhow::Result<Self> {
+        let mut nodes = Vec::new();
+        for _ in 0..3 {
+            nodes.push(RedisServer::start_with(&[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-node-timeout",
+                "2000",
+            ])?);
+        }
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        let out = Command::new(redis_binary("redis-cli")?)
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .context("cannot run redis-cli --cluster create")?;
+        if !out.status.success() {
+            bail!(
+                "redis-cli --cluster create failed: {}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+        let deadline = Instant::now() + START_TIMEOUT;
+        for n in &nodes {
+            loop {
+                let client = redis::Client::open(n.url())?;
+                let mut conn = client.get_connection_with_timeout(Duration::from_millis(500))?;
+                let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut conn)?;
+                if info.contains("cluster_state:ok") {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!("cluster did not reach cluster_state:ok: {info}");
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Ok(Self { nodes })
+    }
+
+    /// The seed URLs of every node.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+}
+
+/// A context-store service running in this process on a loopback port.
+pub struct StoreServer {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    shutdown: CancellationToken,
+    handle: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl StoreServer {
+    /// A config for tests: loopback, short health interval and grace.
+    pub fn config(backend: Backend, redis_url: Option<String>) -> StoreConfig {
+        let mut c = StoreConfig {
+            backend,
+            ..StoreConfig::default()
+        };
+        if let Some(url) = redis_url {
+            c.redis.url = url;
+        }
+        c.redis.timeout = Duration::from_millis(500);
+        c.health_interval = Duration::from_millis(100);
+        c.shutdown_grace = Duration::from_secs(5);
+        c
+    }
+
+    /// Starts the service with `config` on `127.0.0.1:0`. The listener is
+    /// bound before this returns, so clients can connect at once.
+    pub async fn start(config: StoreConfig) -> anyhow::Result<Self> {
+        config.validate().map_err(|e| anyhow::anyhow!(e))?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let shutdown = CancellationToken::new();
+        let handle = tokio::spawn(baton_context_store::run(config, listener, shutdown.clone()));
+        Ok(Self {
+            addr,
+            shutdown,
+            handle: Some(handle),
+        })
+    }
+
+    /// `http://{addr}` for clients.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Begins shutdown and waits for the service to drain and return.
+    pub async fn shutdown(mut self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        match self.handle.take() {
+            Some(h) => h.await.context("store task panicked")?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for StoreServer {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}

@@ -21,7 +21,7 @@ use tokio_stream::wrappers::{BroadcastStream, errors::BroadcastStreamRecvError};
 
 use super::{
     Change, ChangeKind, ChangeStream, ContextStore, Key, Limits, Listing, Put, Slot, SlotMeta,
-    Written, now_ms,
+    TRACE_RETENTION, Written, now_ms,
 };
 use crate::error::{Error, Result};
 
@@ -46,8 +46,8 @@ struct TraceState {
     slots: BTreeMap<String, MemSlot>,
     /// (expires_at_ms, key) of every slot, for purging in expiry order.
     expiries: BTreeSet<(u64, String)>,
-    /// The latest expiry any slot of this trace had; the revision counter is
-    /// kept at least until then.
+    /// The latest expiry any slot of this trace had plus the retention; the
+    /// revision counter is kept at least until then.
     keep_until_ms: u64,
     watchers: Option<broadcast::Sender<Change>>,
 }
@@ -230,7 +230,9 @@ impl ContextStore for MemoryStore {
         }
         state.expiries.insert((expires_at_ms, key.to_owned()));
         state.bytes = would_be;
-        state.keep_until_ms = state.keep_until_ms.max(expires_at_ms);
+        state.keep_until_ms = state
+            .keep_until_ms
+            .max(expires_at_ms + TRACE_RETENTION.as_millis() as u64);
         state.publish(Change {
             kind: ChangeKind::Put,
             key: key.to_owned(),

@@ -11,9 +11,10 @@
 //!   (quota released, `Expired` change published) by the next mutation of
 //!   their trace, so quota accounting is exact whenever it is checked.
 //! - Versions are trace revisions: each put, delete and clear takes the next
-//!   number of the trace's counter. The counter lives as long as the longest
-//!   slot the trace ever had, so a version is never reused while a client can
-//!   still hold it.
+//!   number of the trace's counter. The counter (with the bookkeeping that
+//!   reports expiries) is kept for [`TRACE_RETENTION`] past the expiry of the
+//!   longest-lived slot the trace had, so a version is not reused while a
+//!   client can reasonably still hold it; after that the trace is forgotten.
 //! - Limits are checked before anything is written; a rejected call changes
 //!   nothing a client can observe.
 
@@ -28,6 +29,10 @@ use futures::Stream;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+
+/// How long a trace's revision counter and expiry bookkeeping outlive its
+/// last slot.
+pub const TRACE_RETENTION: Duration = Duration::from_secs(3600);
 
 /// The default content type of a value written without one.
 pub const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";

@@ -319,6 +319,7 @@ impl ContextStore for RedisStore {
             .arg(self.limits.max_trace_keys)
             .arg(&keys.slot_prefix)
             .arg(&keys.channel)
+            .arg(super::TRACE_RETENTION.as_millis() as u64)
             .invoke_async(&mut conn)
             .await?;
         match reply_code(&reply)? {

@@ -43,7 +43,8 @@ local function purge(meta, idx, info, slot_prefix, channel, now)
   redis.call('HINCRBY', meta, 'bytes', -freed)
 end
 
--- Keeps the trace's bookkeeping keys alive at least until `exp`.
+-- Keeps the trace's bookkeeping keys alive at least until `exp` (the caller
+-- adds the retention period past the slot's expiry).
 local function extend(keys, exp)
   for _, k in ipairs(keys) do
     if redis.call('PEXPIRETIME', k) < exp then

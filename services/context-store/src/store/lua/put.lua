@@ -1,6 +1,6 @@
 -- KEYS: meta, exp index, info, slot
 -- ARGV: key, value, content type, ttl ms, expected version ('' = none),
---       max trace bytes, max trace keys, slot prefix, channel
+--       max trace bytes, max trace keys, slot prefix, channel, retention ms
 -- Returns {0, version, expires_at} or an error tuple:
 --   {1, current version or -1}          version mismatch
 --   {2, bytes the trace would use}      byte quota
@@ -39,6 +39,6 @@ redis.call('PEXPIREAT', slot, exp)
 redis.call('ZADD', idx, exp, key)
 redis.call('HSET', info, key, string.format('%d:%d', size, rev))
 redis.call('HINCRBY', meta, 'bytes', size - cur_size)
-extend({meta, idx, info}, exp)
+extend({meta, idx, info}, exp + tonumber(ARGV[10]))
 redis.call('PUBLISH', ARGV[9], string.format('P|%d|%d|%d|%s|%s', rev, size, exp, key, ct))
 return {0, rev, exp}

@@ -1,0 +1,135 @@
+//! The context-store conformance suite against every backend: in memory, a
+//! real redis-server, and a real three-node Redis Cluster.
+
+use std::sync::Arc;
+
+use baton_context_store::{
+    conformance::{self, CASES},
+    store::{
+        ContextStore,
+        memory::MemoryStore,
+        redis::{RedisConfig, RedisStore},
+    },
+};
+use baton_e2e::{RedisCluster, RedisServer};
+
+fn redis_store(config: RedisConfig) -> Arc<dyn ContextStore> {
+    Arc::new(RedisStore::new(&config, conformance::limits()).expect("redis store"))
+}
+
+macro_rules! per_case {
+    ($($case:ident),* $(,)?) => {
+        mod memory {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    conformance::$case(Arc::new(MemoryStore::new(conformance::limits()))).await;
+                }
+            )*
+        }
+        mod redis_single {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let redis = RedisServer::start().expect("redis-server");
+                    let store = redis_store(RedisConfig { url: redis.url(), ..RedisConfig::default() });
+                    conformance::$case(store).await;
+                }
+            )*
+        }
+        /// Every case name above must be in CASES and vice versa, so neither
+        /// list can drift from the other.
+        #[test]
+        fn every_case_is_run() {
+            let here: Vec<&str> = vec![$(stringify!($case)),*];
+            let all: Vec<&str> = CASES.iter().map(|(n, _)| *n).collect();
+            assert_eq!(here, all);
+        }
+    };
+}
+
+per_case!(
+    put_get_roundtrip,
+    versions_are_trace_revisions,
+    overwrite_keeps_quota_exact,
+    compare_and_swap,
+    concurrent_cas_writers_one_wins_per_version,
+    missing_slots_are_not_found,
+    list_by_prefix_sorted_with_usage,
+    value_limit_at_and_over,
+    byte_quota_at_and_over,
+    key_quota_at_and_over,
+    ttl_bounds,
+    ttl_expiry_releases_quota,
+    clear_removes_everything,
+    watch_delivers_changes_in_order,
+    watch_filters_by_prefix,
+    watch_reports_expiry,
+    traces_are_isolated,
+);
+
+/// One cluster for the whole suite (each case uses its own random traces, so
+/// they cannot see each other); cases run one after another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_passes_every_case() {
+    let cluster = RedisCluster::start().expect("redis cluster");
+    let store = redis_store(RedisConfig {
+        cluster_urls: cluster.urls(),
+        ..RedisConfig::default()
+    });
+    for (name, case) in CASES {
+        eprintln!("cluster: {name}");
+        case(store.clone()).await;
+    }
+}
+
+/// Traces land on different cluster nodes (hash tags spread them), and each
+/// trace's keys stay on one node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_spreads_traces_and_keeps_each_trace_on_one_slot() {
+    use baton_common::ids::TraceId;
+    use baton_context_store::store::{Key, Put};
+    let cluster = RedisCluster::start().expect("redis cluster");
+    let store = redis_store(RedisConfig {
+        cluster_urls: cluster.urls(),
+        ..RedisConfig::default()
+    });
+    let mut nodes_used = std::collections::BTreeSet::new();
+    for _ in 0..12 {
+        let t = TraceId::random();
+        for k in ["a", "b/c"] {
+            store
+                .put(Put::new(
+                    t.clone(),
+                    Key::parse("key", k, 256).expect("key"),
+                    b"v".to_vec(),
+                ))
+                .await
+                .expect("put");
+        }
+        // Find which node holds the trace's keys: exactly one has them all.
+        let mut holders = Vec::new();
+        for url in cluster.urls() {
+            let mut conn = redis::Client::open(url.as_str())
+                .expect("client")
+                .get_connection()
+                .expect("conn");
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(format!("baton:{{{t}}}:*"))
+                .query(&mut conn)
+                .expect("keys");
+            if !keys.is_empty() {
+                holders.push((url.clone(), keys.len()));
+            }
+        }
+        assert_eq!(holders.len(), 1, "trace {t} keys on one node: {holders:?}");
+        assert_eq!(holders[0].1, 5, "meta, exp, info and two slots");
+        nodes_used.insert(holders[0].0.clone());
+    }
+    assert!(
+        nodes_used.len() >= 2,
+        "12 random traces spread over nodes: {nodes_used:?}"
+    );
+}
