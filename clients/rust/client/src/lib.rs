@@ -1,1 +1,39 @@
-//! placeholder
+//! Rust client for Baton's gRPC API.
+//!
+//! This crate depends on the generated API types only, never on the service
+//! crates. Today it covers the context store ([`StoreClient`]); the
+//! orchestrator's client joins it with the orchestrator.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), baton_client::Error> {
+//! let store = baton_client::StoreClient::connect("http://127.0.0.1:50052").await?;
+//! let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+//! let v = store.put(trace, "notes/plan", b"step 1".to_vec()).await?.version;
+//! let slot = store.get(trace, "notes/plan").await?;
+//! assert_eq!(slot.value, b"step 1");
+//! # let _ = v; Ok(()) }
+//! ```
+
+mod error;
+mod store;
+
+pub use baton_proto::v1 as pb;
+pub use error::Error;
+pub use store::{PutOptions, StoreClient};
+
+/// Opens a channel to `endpoint` (`http://host:port`).
+pub async fn channel(endpoint: impl Into<String>) -> Result<tonic::transport::Channel, Error> {
+    let endpoint = endpoint.into();
+    tonic::transport::Endpoint::from_shared(endpoint.clone())
+        .map_err(|e| Error::Connect {
+            endpoint: endpoint.clone(),
+            message: e.to_string(),
+        })?
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .map_err(|e| Error::Connect {
+            endpoint,
+            message: e.to_string(),
+        })
+}

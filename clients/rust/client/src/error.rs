@@ -1,0 +1,55 @@
+//! The client's error type.
+
+use tonic::Code;
+
+/// What a client call can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The endpoint could not be reached or is malformed.
+    #[error("cannot connect to {endpoint}: {message}")]
+    Connect {
+        /// The endpoint.
+        endpoint: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The server answered with an error status.
+    #[error("{}: {}", .0.code(), .0.message())]
+    Status(#[from] tonic::Status),
+}
+
+impl Error {
+    /// The gRPC status code (`Unavailable` for connection errors).
+    pub fn code(&self) -> Code {
+        match self {
+            Error::Connect { .. } => Code::Unavailable,
+            Error::Status(s) => s.code(),
+        }
+    }
+
+    /// The request field the server says is at fault, if any.
+    pub fn field(&self) -> Option<&str> {
+        self.metadata("baton-field")
+    }
+
+    /// On a version mismatch: the slot's current version (absent when the
+    /// slot does not exist).
+    pub fn current_version(&self) -> Option<u64> {
+        self.metadata("baton-current-version")?.parse().ok()
+    }
+
+    /// The message the server gave.
+    pub fn message(&self) -> String {
+        match self {
+            Error::Connect { message, .. } => message.clone(),
+            Error::Status(s) => s.message().to_owned(),
+        }
+    }
+
+    fn metadata(&self, key: &str) -> Option<&str> {
+        match self {
+            Error::Status(s) => s.metadata().get(key)?.to_str().ok(),
+            Error::Connect { .. } => None,
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! The context-store client.
+
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use tonic::transport::Channel;
+
+use crate::{Error, pb, pb::context_store_client::ContextStoreClient};
+
+/// Options of a put beyond trace, key and value.
+#[derive(Debug, Clone, Default)]
+pub struct PutOptions {
+    /// Media type; empty means `application/octet-stream`.
+    pub content_type: String,
+    /// Time to live; `None` means the store's default.
+    pub ttl: Option<Duration>,
+    /// Write only if the slot is at this version (0: only if absent).
+    pub expected_version: Option<u64>,
+}
+
+/// A client of `baton.v1.ContextStore`. Cheap to clone; clones share the
+/// connection.
+#[derive(Debug, Clone)]
+pub struct StoreClient {
+    inner: ContextStoreClient<Channel>,
+}
+
+impl StoreClient {
+    /// Connects to `endpoint` (`http://host:port`).
+    pub async fn connect(endpoint: impl Into<String>) -> Result<Self, Error> {
+        Ok(Self::new(crate::channel(endpoint).await?))
+    }
+
+    /// A client over an existing channel.
+    pub fn new(channel: Channel) -> Self {
+        // Values may be up to the store's limit (1 MiB by default, more when
+        // configured); let the server, not the client, enforce it.
+        let inner = ContextStoreClient::new(channel)
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX);
+        Self { inner }
+    }
+
+    /// The generated client, for calls this wrapper does not cover.
+    pub fn raw(&self) -> ContextStoreClient<Channel> {
+        self.inner.clone()
+    }
+
+    /// Writes a slot with default options.
+    pub async fn put(
+        &self,
+        trace_id: &str,
+        key: &str,
+        value: Vec<u8>,
+    ) -> Result<pb::PutResponse, Error> {
+        self.put_with(trace_id, key, value, PutOptions::default())
+            .await
+    }
+
+    /// Writes a slot.
+    pub async fn put_with(
+        &self,
+        trace_id: &str,
+        key: &str,
+        value: Vec<u8>,
+        options: PutOptions,
+    ) -> Result<pb::PutResponse, Error> {
+        let request = pb::PutRequest {
+            trace_id: trace_id.to_owned(),
+            key: key.to_owned(),
+            value,
+            content_type: options.content_type,
+            ttl: options.ttl.map(|d| prost_types::Duration {
+                seconds: d.as_secs() as i64,
+                nanos: d.subsec_nanos() as i32,
+            }),
+            expected_version: options.expected_version,
+        };
+        Ok(self.inner.clone().put(request).await?.into_inner())
+    }
+
+    /// Reads a slot.
+    pub async fn get(&self, trace_id: &str, key: &str) -> Result<pb::GetResponse, Error> {
+        let request = pb::GetRequest {
+            trace_id: trace_id.to_owned(),
+            key: key.to_owned(),
+        };
+        Ok(self.inner.clone().get(request).await?.into_inner())
+    }
+
+    /// Lists a trace's slots under `prefix` (empty: all).
+    pub async fn list(&self, trace_id: &str, prefix: &str) -> Result<pb::ListResponse, Error> {
+        let request = pb::ListRequest {
+            trace_id: trace_id.to_owned(),
+            prefix: prefix.to_owned(),
+        };
+        Ok(self.inner.clone().list(request).await?.into_inner())
+    }
+
+    /// Deletes a slot, only at `expected_version` when given.
+    pub async fn delete(
+        &self,
+        trace_id: &str,
+        key: &str,
+        expected_version: Option<u64>,
+    ) -> Result<u64, Error> {
+        let request = pb::DeleteRequest {
+            trace_id: trace_id.to_owned(),
+            key: key.to_owned(),
+            expected_version,
+        };
+        Ok(self
+            .inner
+            .clone()
+            .delete(request)
+            .await?
+            .into_inner()
+            .version)
+    }
+
+    /// Deletes every slot of a trace; returns how many there were.
+    pub async fn clear(&self, trace_id: &str) -> Result<u64, Error> {
+        let request = pb::ClearRequest {
+            trace_id: trace_id.to_owned(),
+        };
+        Ok(self
+            .inner
+            .clone()
+            .clear(request)
+            .await?
+            .into_inner()
+            .deleted)
+    }
+
+    /// Watches a trace's changes under `prefix`. Changes made after this
+    /// returns are delivered.
+    pub async fn watch(
+        &self,
+        trace_id: &str,
+        prefix: &str,
+    ) -> Result<impl Stream<Item = Result<pb::WatchResponse, Error>> + use<>, Error> {
+        let request = pb::WatchRequest {
+            trace_id: trace_id.to_owned(),
+            prefix: prefix.to_owned(),
+        };
+        let stream = self.inner.clone().watch(request).await?.into_inner();
+        Ok(stream.map(|item| item.map_err(Error::from)))
+    }
+}
