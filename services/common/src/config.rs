@@ -197,7 +197,7 @@ pub mod duration {
             ("m", 60_000),
             ("s", 1000),
         ] {
-            if ms != 0 && ms % size == 0 {
+            if ms != 0 && ms.is_multiple_of(size) {
                 return format!("{}{unit}", ms / size);
             }
         }
@@ -242,7 +242,7 @@ mod tests {
         nested: Nested,
     }
 
-    #[derive(Debug, Serialize, Deserialize, PartialEq)]
+    #[derive(Debug, Default, Serialize, Deserialize, PartialEq)]
     #[serde(deny_unknown_fields, default)]
     struct Nested {
         flag: bool,

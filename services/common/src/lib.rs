@@ -8,9 +8,11 @@
 //! - [`server`]: the gRPC server every service runs: health, reflection (v1 and
 //!   v1alpha), gRPC-web, TCP_NODELAY, graceful shutdown.
 //! - [`ids`]: validated identifiers shared by the services (trace ids).
+//! - [`runtime`]: the Tokio runtime a service runs on, sized by its config.
 
 pub mod config;
 pub mod ids;
+pub mod runtime;
 pub mod server;
 pub mod shutdown;
 pub mod telemetry;

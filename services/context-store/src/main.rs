@@ -21,8 +21,7 @@ struct Args {
     print_config: bool,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let config: Config = baton_common::config::load(
         args.config.as_deref(),
@@ -34,19 +33,20 @@ async fn main() -> anyhow::Result<()> {
         .validate()
         .map_err(|e| anyhow::anyhow!("invalid config: {e}"))?;
     if args.print_config {
-        print!("{}", toml_string(&config)?);
+        let text = baton_common::config::to_toml(&config)
+            .map_err(|e| anyhow::anyhow!("cannot print the config: {e}"))?;
+        print!("{text}");
         return Ok(());
     }
-    let _telemetry = baton_common::telemetry::init("baton-context-store", &config.log)
-        .map_err(|e| anyhow::anyhow!(e))?;
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", config.listen))?;
-    let shutdown = baton_common::shutdown::on_signal();
-    baton_context_store::run(config, listener, shutdown).await
-}
-
-fn toml_string(config: &Config) -> anyhow::Result<String> {
-    baton_common::config::to_toml(config)
-        .map_err(|e| anyhow::anyhow!("cannot print the config: {e}"))
+    let runtime =
+        baton_common::runtime::build(config.worker_threads).context("cannot start the runtime")?;
+    runtime.block_on(async move {
+        let _telemetry = baton_common::telemetry::init("baton-context-store", &config.log)
+            .map_err(|e| anyhow::anyhow!(e))?;
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let shutdown = baton_common::shutdown::on_signal();
+        baton_context_store::run(config, listener, shutdown).await
+    })
 }

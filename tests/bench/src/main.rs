@@ -1,1 +1,30 @@
-fn main() {}
+//! `baton-bench`: Baton's benchmarks, each measured in one run against the
+//! reference its issue names. Benchmarks never run in the test suite.
+//!
+//! - `store`: the context store's Put and Get through gRPC at concurrency 1
+//!   and 64, beside `redis-benchmark` on the same Redis and a bare tonic
+//!   handler doing one Redis GET (the floor any gRPC-over-Redis service pays).
+
+mod store;
+
+use clap::{Parser, Subcommand};
+
+/// Baton's benchmarks.
+#[derive(Parser)]
+#[command(about)]
+struct Args {
+    #[command(subcommand)]
+    bench: Bench,
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// Context store Put/Get vs redis-benchmark and a bare tonic + Redis floor.
+    Store(store::Options),
+}
+
+fn main() -> anyhow::Result<()> {
+    match Args::parse().bench {
+        Bench::Store(options) => store::run(options),
+    }
+}

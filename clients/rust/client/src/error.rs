@@ -14,8 +14,16 @@ pub enum Error {
         message: String,
     },
     /// The server answered with an error status.
-    #[error("{}: {}", .0.code(), .0.message())]
-    Status(#[from] tonic::Status),
+    #[error("{:?}: {}", .0.code(), .0.message())]
+    Status(tonic::Status),
+}
+
+// Not `#[from]`: that would make the status the error's source too, and
+// error reports would print its message twice.
+impl From<tonic::Status> for Error {
+    fn from(s: tonic::Status) -> Self {
+        Error::Status(s)
+    }
 }
 
 impl Error {

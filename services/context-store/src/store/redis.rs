@@ -99,14 +99,15 @@ impl RedisConfig {
 enum Conn {
     Single(ConnectionManager),
     /// Connected on first use, so the service starts while Redis is away.
-    Cluster(ClusterClient, Arc<OnceCell<ClusterConnection>>),
+    Cluster(Arc<(ClusterClient, OnceCell<ClusterConnection>)>),
 }
 
 impl Conn {
     async fn get(&self) -> Result<ConnRef> {
         match self {
             Conn::Single(c) => Ok(ConnRef::Single(c.clone())),
-            Conn::Cluster(client, cell) => {
+            Conn::Cluster(cluster) => {
+                let (client, cell) = &**cluster;
                 let c = cell
                     .get_or_try_init(|| client.get_async_connection())
                     .await?;
@@ -231,7 +232,7 @@ impl RedisStore {
                 .retries(2)
                 .build()
                 .map_err(bad)?;
-            Conn::Cluster(client, Arc::new(OnceCell::new()))
+            Conn::Cluster(Arc::new((client, OnceCell::new())))
         };
 
         // Pub/sub always uses one node: in a cluster, PUBLISH reaches every

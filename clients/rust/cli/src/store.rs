@@ -1,0 +1,198 @@
+//! `baton store`: the context store from the command line. Values go to
+//! stdout as they are; metadata and listings print as JSON lines.
+
+use std::{io::Read, time::Duration};
+
+use anyhow::Context;
+use baton_client::{PutOptions, StoreClient, pb};
+use clap::{Args, Subcommand};
+use futures::StreamExt;
+use serde_json::json;
+
+/// `baton store` arguments.
+#[derive(Args)]
+pub struct StoreArgs {
+    /// The context store's address.
+    #[arg(
+        long,
+        env = "BATON_STORE_ENDPOINT",
+        default_value = "http://127.0.0.1:50052",
+        global = true
+    )]
+    endpoint: String,
+    #[command(subcommand)]
+    command: StoreCmd,
+}
+
+#[derive(Subcommand)]
+enum StoreCmd {
+    /// Write a slot; VALUE `-` reads it from stdin. Prints version and expiry.
+    Put {
+        /// The trace id (32 lowercase hex characters).
+        trace_id: String,
+        /// The key.
+        key: String,
+        /// The value, or `-` for stdin.
+        value: String,
+        /// Time to live: 500ms, 30s, 5m, 1h, 7d.
+        #[arg(long, value_parser = baton_common::config::duration::parse)]
+        ttl: Option<Duration>,
+        /// The value's media type.
+        #[arg(long, default_value = "")]
+        content_type: String,
+        /// Write only if the slot is at this version (0: only if absent).
+        #[arg(long)]
+        expected_version: Option<u64>,
+    },
+    /// Print a slot's value (with --meta, its metadata as JSON).
+    Get {
+        /// The trace id.
+        trace_id: String,
+        /// The key.
+        key: String,
+        /// Print the metadata instead of the value.
+        #[arg(long)]
+        meta: bool,
+    },
+    /// List a trace's slots as JSON lines, then its usage.
+    List {
+        /// The trace id.
+        trace_id: String,
+        /// Only keys with this prefix.
+        #[arg(long, default_value = "")]
+        prefix: String,
+    },
+    /// Delete a slot.
+    Delete {
+        /// The trace id.
+        trace_id: String,
+        /// The key.
+        key: String,
+        /// Delete only if the slot is at this version.
+        #[arg(long)]
+        expected_version: Option<u64>,
+    },
+    /// Delete every slot of a trace.
+    Clear {
+        /// The trace id.
+        trace_id: String,
+    },
+    /// Print a trace's changes as JSON lines until interrupted.
+    Watch {
+        /// The trace id.
+        trace_id: String,
+        /// Only keys with this prefix.
+        #[arg(long, default_value = "")]
+        prefix: String,
+    },
+}
+
+fn expires(ts: Option<prost_types::Timestamp>) -> serde_json::Value {
+    ts.map_or(serde_json::Value::Null, |t| {
+        json!(t.seconds * 1000 + i64::from(t.nanos) / 1_000_000)
+    })
+}
+
+fn slot_json(s: &pb::SlotInfo) -> serde_json::Value {
+    json!({
+        "key": s.key,
+        "version": s.version,
+        "size_bytes": s.size_bytes,
+        "content_type": s.content_type,
+        "expires_at_ms": expires(s.expires_at),
+    })
+}
+
+/// Runs a `baton store` command.
+pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
+    let client = StoreClient::connect(args.endpoint.clone()).await?;
+    match args.command {
+        StoreCmd::Put {
+            trace_id,
+            key,
+            value,
+            ttl,
+            content_type,
+            expected_version,
+        } => {
+            let value = if value == "-" {
+                let mut buf = Vec::new();
+                std::io::stdin()
+                    .read_to_end(&mut buf)
+                    .context("cannot read stdin")?;
+                buf
+            } else {
+                value.into_bytes()
+            };
+            let r = client
+                .put_with(
+                    &trace_id,
+                    &key,
+                    value,
+                    PutOptions {
+                        content_type,
+                        ttl,
+                        expected_version,
+                    },
+                )
+                .await?;
+            println!(
+                "{}",
+                json!({"version": r.version, "expires_at_ms": expires(r.expires_at)})
+            );
+        }
+        StoreCmd::Get {
+            trace_id,
+            key,
+            meta,
+        } => {
+            let r = client.get(&trace_id, &key).await?;
+            if meta {
+                println!("{}", r.slot.as_ref().map(slot_json).unwrap_or_default());
+            } else {
+                use std::io::Write;
+                std::io::stdout().write_all(&r.value)?;
+            }
+        }
+        StoreCmd::List { trace_id, prefix } => {
+            let r = client.list(&trace_id, &prefix).await?;
+            for s in &r.slots {
+                println!("{}", slot_json(s));
+            }
+            println!(
+                "{}",
+                json!({"used_bytes": r.used_bytes, "used_keys": r.used_keys})
+            );
+        }
+        StoreCmd::Delete {
+            trace_id,
+            key,
+            expected_version,
+        } => {
+            let version = client.delete(&trace_id, &key, expected_version).await?;
+            println!("{}", json!({"version": version}));
+        }
+        StoreCmd::Clear { trace_id } => {
+            let deleted = client.clear(&trace_id).await?;
+            println!("{}", json!({"deleted": deleted}));
+        }
+        StoreCmd::Watch { trace_id, prefix } => {
+            let mut changes = client.watch(&trace_id, &prefix).await?;
+            while let Some(change) = changes.next().await {
+                let c = change?;
+                println!(
+                    "{}",
+                    json!({
+                        "kind": c.kind().as_str_name().trim_start_matches("SLOT_CHANGE_KIND_").to_lowercase(),
+                        "key": c.key,
+                        "version": c.version,
+                        "size_bytes": c.size_bytes,
+                        "content_type": c.content_type,
+                        "expires_at_ms": expires(c.expires_at),
+                    })
+                );
+            }
+        }
+    }
+    Ok(())
+}
