@@ -133,3 +133,63 @@ async fn cluster_spreads_traces_and_keeps_each_trace_on_one_slot() {
         "12 random traces spread over nodes: {nodes_used:?}"
     );
 }
+
+/// Every key the Redis backend creates has a TTL, whatever the sequence of
+/// calls: nothing can leak for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_never_leaves_a_key_without_ttl() {
+    use std::time::Duration;
+
+    use baton_common::ids::TraceId;
+    use baton_context_store::store::{Key, Put};
+    use futures::StreamExt;
+    let redis = RedisServer::start().expect("redis-server");
+    let store = redis_store(RedisConfig {
+        url: redis.url(),
+        ..RedisConfig::default()
+    });
+    let key = |k: &str| Key::parse("key", k, 256).expect("key");
+    let t = TraceId::random();
+    let mut w = store.watch(&t, "").await.expect("watch");
+    store
+        .put(Put::new(t.clone(), key("a"), b"1".to_vec()))
+        .await
+        .expect("put");
+    let mut short = Put::new(t.clone(), key("b"), b"2".to_vec());
+    short.ttl = Some(Duration::from_millis(100));
+    store.put(short).await.expect("put");
+    store.delete(&t, &key("a"), None).await.expect("delete");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    store
+        .put(Put::new(t.clone(), key("c"), b"3".to_vec()))
+        .await
+        .expect("put purges b");
+    store.clear(&t).await.expect("clear");
+    store.list(&t, "").await.expect("list");
+    // Calls on traces that never had a slot must not create anything.
+    let unknown = TraceId::random();
+    assert_eq!(store.clear(&unknown).await.expect("clear unknown"), 0);
+    assert!(store.delete(&unknown, &key("x"), None).await.is_err());
+    assert!(store.get(&unknown, &key("x")).await.is_err());
+    store.list(&unknown, "").await.expect("list unknown");
+    drop(store.watch(&unknown, "").await.expect("watch unknown"));
+    assert!(w.next().await.is_some());
+
+    let mut conn = redis::Client::open(redis.url())
+        .expect("client")
+        .get_connection()
+        .expect("conn");
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).expect("keys");
+    assert!(
+        !keys.is_empty(),
+        "the trace's bookkeeping is kept for its retention"
+    );
+    for k in keys {
+        let pttl: i64 = redis::cmd("PTTL").arg(&k).query(&mut conn).expect("pttl");
+        assert!(pttl > 0, "{k} has no TTL ({pttl})");
+        assert!(
+            !k.contains(unknown.as_str()),
+            "{k} was created for a trace that never had a slot"
+        );
+    }
+}

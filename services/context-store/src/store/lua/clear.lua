@@ -2,6 +2,11 @@
 -- ARGV: slot prefix, channel
 -- Returns {0, revision, removed}.
 local meta, idx, info = KEYS[1], KEYS[2], KEYS[3]
+if redis.call('EXISTS', meta) == 0 then
+  -- An unknown (or long forgotten) trace: nothing to clear, and nothing may
+  -- be created, since a key made here would have no TTL.
+  return {0, 0, 0}
+end
 purge(meta, idx, info, ARGV[1], ARGV[2], now_ms())
 
 local keys = redis.call('ZRANGE', idx, 0, -1)
