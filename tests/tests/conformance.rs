@@ -39,36 +39,10 @@ macro_rules! per_case {
                 }
             )*
         }
-        /// Every case name above must be in CASES and vice versa, so neither
-        /// list can drift from the other.
-        #[test]
-        fn every_case_is_run() {
-            let here: Vec<&str> = vec![$(stringify!($case)),*];
-            let all: Vec<&str> = CASES.iter().map(|(n, _)| *n).collect();
-            assert_eq!(here, all);
-        }
     };
 }
 
-per_case!(
-    put_get_roundtrip,
-    versions_are_trace_revisions,
-    overwrite_keeps_quota_exact,
-    compare_and_swap,
-    concurrent_cas_writers_one_wins_per_version,
-    missing_slots_are_not_found,
-    list_by_prefix_sorted_with_usage,
-    value_limit_at_and_over,
-    byte_quota_at_and_over,
-    key_quota_at_and_over,
-    ttl_bounds,
-    ttl_expiry_releases_quota,
-    clear_removes_everything,
-    watch_delivers_changes_in_order,
-    watch_filters_by_prefix,
-    watch_reports_expiry,
-    traces_are_isolated,
-);
+baton_context_store::conformance_cases!(per_case);
 
 /// One cluster for the whole suite (each case uses its own random traces, so
 /// they cannot see each other); cases run one after another.

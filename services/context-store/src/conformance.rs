@@ -3,8 +3,8 @@
 //! Each case is a public async function that takes a store built with
 //! [`limits()`] and panics on a violation; the end-to-end crate runs every
 //! case against the in-memory store, a real `redis-server` and a real Redis
-//! Cluster (`tests/tests/conformance.rs`). [`CASES`] lists them all so no
-//! backend can skip one.
+//! Cluster (`tests/tests/conformance.rs`). [`conformance_cases!`] is the one
+//! list of them.
 
 use std::{collections::BTreeSet, future::Future, pin::Pin, sync::Arc, time::Duration};
 
@@ -32,7 +32,35 @@ pub fn limits() -> Limits {
 /// A boxed conformance case.
 pub type Case = fn(Arc<dyn ContextStore>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 
-macro_rules! cases {
+/// Expands `$m!(case, case, …)` with the name of every case: the one list of
+/// cases. [`CASES`] is built from it, and test crates use it to generate one
+/// test per case per backend, so no backend can skip a case.
+#[macro_export]
+macro_rules! conformance_cases {
+    ($m:ident) => {
+        $m!(
+            put_get_roundtrip,
+            versions_are_trace_revisions,
+            overwrite_keeps_quota_exact,
+            compare_and_swap,
+            concurrent_cas_writers_one_wins_per_version,
+            missing_slots_are_not_found,
+            list_by_prefix_sorted_with_usage,
+            value_limit_at_and_over,
+            byte_quota_at_and_over,
+            key_quota_at_and_over,
+            ttl_bounds,
+            ttl_expiry_releases_quota,
+            clear_removes_everything,
+            watch_delivers_changes_in_order,
+            watch_filters_by_prefix,
+            watch_reports_expiry,
+            traces_are_isolated,
+        );
+    };
+}
+
+macro_rules! cases_table {
     ($($name:ident),* $(,)?) => {
         /// Every case, by name.
         pub const CASES: &[(&str, Case)] = &[
@@ -41,25 +69,7 @@ macro_rules! cases {
     };
 }
 
-cases!(
-    put_get_roundtrip,
-    versions_are_trace_revisions,
-    overwrite_keeps_quota_exact,
-    compare_and_swap,
-    concurrent_cas_writers_one_wins_per_version,
-    missing_slots_are_not_found,
-    list_by_prefix_sorted_with_usage,
-    value_limit_at_and_over,
-    byte_quota_at_and_over,
-    key_quota_at_and_over,
-    ttl_bounds,
-    ttl_expiry_releases_quota,
-    clear_removes_everything,
-    watch_delivers_changes_in_order,
-    watch_filters_by_prefix,
-    watch_reports_expiry,
-    traces_are_isolated,
-);
+conformance_cases!(cases_table);
 
 fn key(s: &str) -> Key {
     Key::parse("key", s, 256).expect("test keys are valid")
