@@ -289,3 +289,90 @@ impl Drop for StoreServer {
         self.shutdown.cancel();
     }
 }
+
+/// An orchestrator running in this process on a loopback port, with a handle
+/// on its runs so tests can check nothing of a run is left alive.
+pub struct OrchestratorServer {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// The service (shares its run registry with the server).
+    pub service: baton_orchestrator::grpc::OrchestratorService,
+    shutdown: CancellationToken,
+    handle: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl OrchestratorServer {
+    /// Starts an orchestrator serving the agents in `agents_yaml`, on `store`
+    /// (an in-memory store when `None`), with `configure` applied to its
+    /// config.
+    pub async fn start(
+        agents_yaml: &str,
+        store: Option<std::sync::Arc<dyn baton_context_store::store::ContextStore>>,
+        configure: impl FnOnce(&mut baton_orchestrator::config::Config),
+    ) -> anyhow::Result<Self> {
+        use baton_orchestrator::config::{Config, StoreMode};
+        let mut config = Config::default();
+        config.store.mode = StoreMode::Memory;
+        config.shutdown_grace = Duration::from_secs(5);
+        configure(&mut config);
+        config.validate().map_err(|e| anyhow::anyhow!(e))?;
+        let catalog = std::sync::Arc::new(
+            baton_orchestrator::agents::Catalog::from_yaml(agents_yaml)
+                .map_err(|e| anyhow::anyhow!(e))?,
+        );
+        let store = match store {
+            Some(s) => s,
+            None => baton_orchestrator::build_store(&config)?,
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let shutdown = CancellationToken::new();
+        let tasks = tokio_util::task::TaskTracker::new();
+        let service = baton_orchestrator::grpc::OrchestratorService::new(
+            catalog,
+            store.clone(),
+            config.runs.clone(),
+            shutdown.clone(),
+            tasks.clone(),
+        );
+        let handle = tokio::spawn({
+            let service = service.clone();
+            let shutdown = shutdown.clone();
+            async move {
+                baton_orchestrator::serve_service(
+                    service, store, &config, listener, shutdown, tasks,
+                )
+                .await
+            }
+        });
+        Ok(Self {
+            addr,
+            service,
+            shutdown,
+            handle: Some(handle),
+        })
+    }
+
+    /// `http://{addr}`.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Begins shutdown and waits for the server to drain and return.
+    pub async fn shutdown(mut self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        match self.handle.take() {
+            Some(h) => h.await.context("orchestrator task panicked")?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for OrchestratorServer {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// The example agents file (`deploy/config/agents.yaml`).
+pub const EXAMPLE_AGENTS: &str = include_str!("../../deploy/config/agents.yaml");

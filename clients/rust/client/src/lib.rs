@@ -1,8 +1,8 @@
 //! Rust client for Baton's gRPC API.
 //!
 //! This crate depends on the generated API types only, never on the service
-//! crates. Today it covers the context store ([`StoreClient`]); the
-//! orchestrator's client joins it with the orchestrator.
+//! crates: [`OrchestratorClient`] runs agents and answers their questions,
+//! [`StoreClient`] reads and writes the context store.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), baton_client::Error> {
@@ -15,10 +15,12 @@
 //! ```
 
 mod error;
+mod orchestrator;
 mod store;
 
 pub use baton_proto::v1 as pb;
 pub use error::Error;
+pub use orchestrator::{Events, OrchestratorClient};
 pub use store::{PutOptions, StoreClient};
 
 /// Opens a channel to `endpoint` (`http://host:port`).

@@ -1,0 +1,284 @@
+//! The agent catalog: agents, groups and scripted models, loaded from the
+//! agents file (YAML, `deploy/config/agents.yaml` is the commented example)
+//! and validated once at start, so a run never meets a dangling reference.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+    time::Duration,
+};
+
+use serde::Deserialize;
+
+use crate::model::scripted::ScriptTurn;
+
+/// Names of the built-in tools every agent may list.
+pub const BUILTIN_TOOLS: [&str; 5] = [
+    "read_context",
+    "write_context",
+    "list_context",
+    "ask_user",
+    "sleep",
+];
+
+/// When a tool call needs a person's approval.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApprovalPolicy {
+    /// Never.
+    #[default]
+    Never,
+    /// Always.
+    Always,
+    /// Only when called from depth 1 or deeper (by a delegated agent).
+    Nested,
+}
+
+/// One agent as the agents file declares it.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentSpec {
+    /// What it does (shown by ListAgents, and to other agents calling it).
+    pub description: String,
+    /// The system prompt.
+    pub instructions: String,
+    /// Its model, `provider:model`; empty means the request's or server's
+    /// default.
+    pub model: String,
+    /// Tools it may call: built-ins, other agents, agent groups.
+    pub tools: Vec<String>,
+    /// Agents it may hand off to (each becomes a `transfer_to_<agent>` tool).
+    pub handoffs: Vec<String>,
+    /// Approval policy per tool name; tools not listed need none.
+    pub approvals: BTreeMap<String, ApprovalPolicy>,
+}
+
+/// An agent group: a root agent plus the agents it may hand off to, usable
+/// wherever an agent is.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GroupSpec {
+    /// What it does.
+    pub description: String,
+    /// The agent that starts.
+    pub root: String,
+    /// Every agent of the group (the root included).
+    pub members: Vec<String>,
+}
+
+/// The agents file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentsFile {
+    /// The server's default model, `provider:model`.
+    pub default_model: String,
+    /// Scripted models by name (`scripted:<name>`): their turns.
+    pub scripts: BTreeMap<String, Vec<ScriptTurn>>,
+    /// Agents by name.
+    pub agents: BTreeMap<String, AgentSpec>,
+    /// Agent groups by name.
+    pub groups: BTreeMap<String, GroupSpec>,
+}
+
+/// A validated agent.
+#[derive(Debug)]
+pub struct Agent {
+    /// Its name.
+    pub name: String,
+    /// Its declaration.
+    pub spec: AgentSpec,
+}
+
+/// The validated catalog every run shares.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    /// The server's default model.
+    pub default_model: String,
+    /// Agents by name.
+    pub agents: BTreeMap<String, Arc<Agent>>,
+    /// Groups by name.
+    pub groups: BTreeMap<String, GroupSpec>,
+    /// Scripted models' turns by script name.
+    pub scripts: BTreeMap<String, Arc<Vec<ScriptTurn>>>,
+}
+
+/// Whether `s` is a valid agent, group or step name: `[a-z0-9_-]{1,64}`.
+pub fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
+/// Whether `s` is a model reference this server can resolve: `provider:model`
+/// with a known provider.
+pub fn parse_model_ref(s: &str) -> Result<(&str, &str), String> {
+    let (provider, model) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s:?} is not provider:model"))?;
+    if model.is_empty() {
+        return Err(format!("{s:?} names no model"));
+    }
+    match provider {
+        "scripted" | "openai" => Ok((provider, model)),
+        other => Err(format!(
+            "{s:?}: unknown provider {other:?} (known: scripted, openai)"
+        )),
+    }
+}
+
+impl Catalog {
+    /// Parses and validates an agents file.
+    pub fn from_yaml(text: &str) -> Result<Self, String> {
+        let file: AgentsFile =
+            serde_norway::from_str(text).map_err(|e| format!("agents file: {e}"))?;
+        Self::from_file(file)
+    }
+
+    /// Validates an agents file.
+    pub fn from_file(file: AgentsFile) -> Result<Self, String> {
+        for (name, turns) in &file.scripts {
+            for (i, t) in turns.iter().enumerate() {
+                t.validate()
+                    .map_err(|e| format!("scripts.{name}[{i}]: {e}"))?;
+            }
+        }
+        let check_model = |field: String, m: &str| -> Result<(), String> {
+            if m.is_empty() {
+                return Ok(());
+            }
+            let (provider, model) = parse_model_ref(m).map_err(|e| format!("{field}: {e}"))?;
+            if provider == "scripted" && !file.scripts.contains_key(model) {
+                return Err(format!("{field}: no script named {model:?} in scripts"));
+            }
+            Ok(())
+        };
+        check_model("default_model".into(), &file.default_model)?;
+
+        for name in file.agents.keys().chain(file.groups.keys()) {
+            if !valid_name(name) {
+                return Err(format!(
+                    "{name:?}: agent and group names match [a-z0-9_-]{{1,64}}"
+                ));
+            }
+            if BUILTIN_TOOLS.contains(&name.as_str()) {
+                return Err(format!("{name:?}: the name of a built-in tool"));
+            }
+        }
+        if let Some(both) = file.agents.keys().find(|n| file.groups.contains_key(*n)) {
+            return Err(format!("{both:?} is both an agent and a group"));
+        }
+        for (name, a) in &file.agents {
+            check_model(format!("agents.{name}.model"), &a.model)?;
+            for t in &a.tools {
+                if !(BUILTIN_TOOLS.contains(&t.as_str())
+                    || file.agents.contains_key(t)
+                    || file.groups.contains_key(t))
+                {
+                    return Err(format!("agents.{name}.tools: unknown tool {t:?}"));
+                }
+            }
+            for h in &a.handoffs {
+                if !file.agents.contains_key(h) {
+                    return Err(format!("agents.{name}.handoffs: unknown agent {h:?}"));
+                }
+                if h == name {
+                    return Err(format!(
+                        "agents.{name}.handoffs: an agent cannot hand off to itself"
+                    ));
+                }
+            }
+            let callable: BTreeSet<String> = a
+                .tools
+                .iter()
+                .cloned()
+                .chain(a.handoffs.iter().map(|h| format!("transfer_to_{h}")))
+                .collect();
+            for tool in a.approvals.keys() {
+                if !callable.contains(tool) {
+                    return Err(format!(
+                        "agents.{name}.approvals: {tool:?} is not one of its tools"
+                    ));
+                }
+            }
+        }
+        for (name, g) in &file.groups {
+            if !g.members.contains(&g.root) {
+                return Err(format!(
+                    "groups.{name}.root: {:?} is not in members",
+                    g.root
+                ));
+            }
+            for m in &g.members {
+                if !file.agents.contains_key(m) {
+                    return Err(format!("groups.{name}.members: unknown agent {m:?}"));
+                }
+            }
+        }
+        Ok(Self {
+            default_model: file.default_model,
+            agents: file
+                .agents
+                .into_iter()
+                .map(|(name, spec)| (name.clone(), Arc::new(Agent { name, spec })))
+                .collect(),
+            groups: file.groups,
+            scripts: file
+                .scripts
+                .into_iter()
+                .map(|(k, v)| (k, Arc::new(v)))
+                .collect(),
+        })
+    }
+
+    /// The agent a RunAgent target or an agent-as-tool name starts with:
+    /// the agent itself, or a group's root.
+    pub fn entry(&self, name: &str) -> Option<Arc<Agent>> {
+        match self.groups.get(name) {
+            Some(g) => self.agents.get(&g.root).cloned(),
+            None => self.agents.get(name).cloned(),
+        }
+    }
+
+    /// Whether `name` is an agent or a group.
+    pub fn is_callable(&self, name: &str) -> bool {
+        self.agents.contains_key(name) || self.groups.contains_key(name)
+    }
+}
+
+/// How long a scripted turn waits before answering, parsed from `500ms` etc.
+pub(crate) fn parse_delay(s: &str) -> Result<Duration, String> {
+    baton_common::config::duration::parse(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_dangling_references_with_their_path() {
+        let err = |yaml: &str| Catalog::from_yaml(yaml).expect_err("invalid");
+        assert!(err("agents: {a: {tools: [nope]}}").contains("agents.a.tools"));
+        assert!(err("agents: {a: {handoffs: [b]}}").contains("agents.a.handoffs"));
+        assert!(err("agents: {a: {model: 'scripted:x'}}").contains("no script named"));
+        assert!(err("agents: {a: {model: 'acme:x'}}").contains("unknown provider"));
+        assert!(err("agents: {Bad: {}}").contains("[a-z0-9_-]"));
+        assert!(err("groups: {g: {root: a, members: [a]}}").contains("unknown agent"));
+        assert!(
+            err("agents: {a: {}}\ngroups: {g: {root: a, members: []}}").contains("groups.g.root")
+        );
+        assert!(err("agents: {a: {approvals: {sleep: always}}}").contains("approvals"));
+        assert!(err("agents: {a: {unknown_field: 1}}").contains("unknown_field"));
+    }
+
+    #[test]
+    fn groups_enter_at_their_root() {
+        let c = Catalog::from_yaml(
+            "agents: {a: {handoffs: [b]}, b: {}}\ngroups: {g: {root: a, members: [a, b]}}",
+        )
+        .expect("valid");
+        assert_eq!(c.entry("g").expect("group").name, "a");
+        assert_eq!(c.entry("b").expect("agent").name, "b");
+        assert!(c.entry("zzz").is_none());
+    }
+}

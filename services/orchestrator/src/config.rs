@@ -1,0 +1,159 @@
+//! The orchestrator's service config: defaults → TOML file →
+//! `BATON_ORCH_*` environment → `--set` flags (see `baton_common::config`),
+//! then [`Config::validate`]. Agents live in their own YAML file
+//! (`agents_file`, see [`crate::agents`]).
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use baton_common::telemetry::LogConfig;
+use baton_context_store::store::Limits as StoreLimits;
+use serde::{Deserialize, Serialize};
+
+/// Prefix of the environment variables the orchestrator reads.
+pub const ENV_PREFIX: &str = "BATON_ORCH_";
+
+/// Where the context store is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreMode {
+    /// A `baton-context-store` service over gRPC (production).
+    #[default]
+    Remote,
+    /// An in-memory store inside this process (one replica only).
+    Memory,
+}
+
+/// The context store the orchestrator uses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// `remote` or `memory`.
+    pub mode: StoreMode,
+    /// The store's address (mode `remote`).
+    pub endpoint: String,
+    /// The store's limits (enforced here in mode `memory`; used to validate
+    /// keys before calling a remote store).
+    pub limits: StoreLimits,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            mode: StoreMode::Remote,
+            endpoint: "http://127.0.0.1:50052".into(),
+            limits: StoreLimits::default(),
+        }
+    }
+}
+
+/// Defaults and maxima of a run's limits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunDefaults {
+    /// max_depth when the request sets none.
+    pub max_depth: u32,
+    /// Largest max_depth a request may set.
+    pub max_depth_limit: u32,
+    /// max_turns when the request sets none.
+    pub max_turns: u32,
+    /// Largest max_turns a request may set.
+    pub max_turns_limit: u32,
+    /// Deadline of a run.
+    #[serde(with = "baton_common::config::duration")]
+    pub run_timeout: Duration,
+    /// Deadline of one tool call.
+    #[serde(with = "baton_common::config::duration")]
+    pub tool_timeout: Duration,
+    /// Deadline of one model call.
+    #[serde(with = "baton_common::config::duration")]
+    pub model_timeout: Duration,
+    /// How long approvals and input requests wait.
+    #[serde(with = "baton_common::config::duration")]
+    pub approval_timeout: Duration,
+    /// Longest any of the timeouts above may be set to by a request.
+    #[serde(with = "baton_common::config::duration")]
+    pub max_timeout: Duration,
+}
+
+impl Default for RunDefaults {
+    fn default() -> Self {
+        Self {
+            max_depth: 4,
+            max_depth_limit: 16,
+            max_turns: 32,
+            max_turns_limit: 1000,
+            run_timeout: Duration::from_secs(3600),
+            tool_timeout: Duration::from_secs(300),
+            model_timeout: Duration::from_secs(120),
+            approval_timeout: Duration::from_secs(600),
+            max_timeout: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+/// The orchestrator's config.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// gRPC address (gRPC, gRPC-web, health, reflection).
+    pub listen: SocketAddr,
+    /// The agents file (YAML).
+    pub agents_file: PathBuf,
+    /// The context store.
+    pub store: StoreConfig,
+    /// Run limits.
+    pub runs: RunDefaults,
+    /// How long running streams may take to finish once shutdown begins;
+    /// runs still going then are cancelled.
+    #[serde(with = "baton_common::config::duration")]
+    pub shutdown_grace: Duration,
+    /// Runtime worker threads: 0 means one per core, 1 a current-thread
+    /// runtime.
+    pub worker_threads: usize,
+    /// Logging.
+    pub log: LogConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([0, 0, 0, 0], 50051)),
+            agents_file: PathBuf::from("deploy/config/agents.yaml"),
+            store: StoreConfig::default(),
+            runs: RunDefaults::default(),
+            shutdown_grace: Duration::from_secs(30),
+            worker_threads: 0,
+            log: LogConfig::default(),
+        }
+    }
+}
+
+impl Config {
+    /// Checks the config; returns the first problem, naming the field.
+    pub fn validate(&self) -> Result<(), String> {
+        self.store
+            .limits
+            .validate()
+            .map_err(|e| format!("store.{e}"))?;
+        let r = &self.runs;
+        if r.max_depth > r.max_depth_limit {
+            return Err("runs.max_depth must be at most runs.max_depth_limit".into());
+        }
+        if r.max_turns == 0 || r.max_turns > r.max_turns_limit {
+            return Err("runs.max_turns must be between 1 and runs.max_turns_limit".into());
+        }
+        for (name, d) in [
+            ("run_timeout", r.run_timeout),
+            ("tool_timeout", r.tool_timeout),
+            ("model_timeout", r.model_timeout),
+            ("approval_timeout", r.approval_timeout),
+        ] {
+            if d.is_zero() || d > r.max_timeout {
+                return Err(format!(
+                    "runs.{name} must be positive and at most runs.max_timeout"
+                ));
+            }
+        }
+        Ok(())
+    }
+}

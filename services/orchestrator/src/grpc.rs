@@ -1,0 +1,506 @@
+//! The `baton.v1.Orchestrator` gRPC service.
+//!
+//! Requests are validated here, before anything starts: a bad field is
+//! `INVALID_ARGUMENT` naming it, and no run, event or store write happens.
+//! Domain code below this module sees validated values only.
+
+use std::{sync::Arc, time::Duration};
+
+use baton_common::ids::TraceId;
+use baton_context_store::store::ContextStore;
+use baton_proto::v1::{self as pb, orchestrator_server::Orchestrator};
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tonic::{Request, Response, Status};
+
+use crate::{
+    agents::{Catalog, parse_model_ref, valid_name},
+    config::RunDefaults,
+    error::{Error, Result},
+    model::{ChatMessage, Models, Role, ToolCallRequest},
+    runtime::{
+        self, CallFrame, Limits, RunSetup, RuntimeConfig,
+        events::{self, Filter},
+        registry::{ApprovalAnswer, RunRecord, Runs},
+    },
+};
+
+/// The orchestrator's shared state and its gRPC face.
+#[derive(Clone)]
+pub struct OrchestratorService {
+    catalog: Arc<Catalog>,
+    models: Arc<Models>,
+    store: Arc<dyn ContextStore>,
+    runs: Arc<Runs>,
+    defaults: RunDefaults,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl OrchestratorService {
+    /// A service running `catalog`'s agents on `store`. Runs are cancelled
+    /// when `shutdown` is, and tracked by `tasks`.
+    pub fn new(
+        catalog: Arc<Catalog>,
+        store: Arc<dyn ContextStore>,
+        defaults: RunDefaults,
+        shutdown: CancellationToken,
+        tasks: TaskTracker,
+    ) -> Self {
+        Self {
+            models: Arc::new(Models::new(catalog.clone())),
+            catalog,
+            store,
+            runs: Arc::new(Runs::default()),
+            defaults,
+            shutdown,
+            tasks,
+        }
+    }
+
+    /// The runs this service started (for tests and metrics).
+    pub fn runs(&self) -> &Arc<Runs> {
+        &self.runs
+    }
+
+    fn check_running(&self) -> Result<()> {
+        if self.shutdown.is_cancelled() {
+            Err(Error::ShuttingDown)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn limits(&self, l: Option<pb::RunLimits>) -> Result<Limits> {
+        let d = &self.defaults;
+        let l = l.unwrap_or_default();
+        let max_depth = match l.max_depth {
+            None => d.max_depth,
+            Some(v) if v > d.max_depth_limit => {
+                return Err(Error::invalid(
+                    "limits.max_depth",
+                    format!("{v} is over this server's maximum of {}", d.max_depth_limit),
+                ));
+            }
+            Some(v) => v,
+        };
+        let max_turns = match l.max_turns {
+            0 => d.max_turns,
+            v if v > d.max_turns_limit => {
+                return Err(Error::invalid(
+                    "limits.max_turns",
+                    format!("{v} is over this server's maximum of {}", d.max_turns_limit),
+                ));
+            }
+            v => v,
+        };
+        let timeout = |field: &'static str,
+                       v: Option<prost_types::Duration>,
+                       default: Duration|
+         -> Result<Duration> {
+            let Some(v) = v else { return Ok(default) };
+            if v.seconds < 0 || v.nanos < 0 || v.nanos >= 1_000_000_000 {
+                return Err(Error::invalid(field, "must be a positive duration"));
+            }
+            let t = Duration::new(v.seconds as u64, v.nanos as u32);
+            if t.is_zero() {
+                return Ok(default);
+            }
+            if t > d.max_timeout {
+                return Err(Error::invalid(
+                    field,
+                    format!("{t:?} is over this server's maximum of {:?}", d.max_timeout),
+                ));
+            }
+            Ok(t)
+        };
+        Ok(Limits {
+            max_depth,
+            max_turns,
+            run_timeout: timeout("limits.run_timeout", l.run_timeout, d.run_timeout)?,
+            tool_timeout: timeout("limits.tool_timeout", l.tool_timeout, d.tool_timeout)?,
+            model_timeout: timeout("limits.model_timeout", l.model_timeout, d.model_timeout)?,
+            approval_timeout: timeout(
+                "limits.approval_timeout",
+                l.approval_timeout,
+                d.approval_timeout,
+            )?,
+        })
+    }
+
+    fn default_model(&self, requested: &str) -> Result<String> {
+        if requested.is_empty() {
+            return Ok(self.catalog.default_model.clone());
+        }
+        parse_model_ref(requested).map_err(|e| Error::invalid("default_model", e))?;
+        self.models
+            .resolve(requested)
+            .map_err(|e| Error::invalid("default_model", e))?;
+        Ok(requested.to_owned())
+    }
+}
+
+/// Parses the request's run context: empty is `{}`, otherwise a JSON object.
+fn run_context(s: &str) -> Result<Map<String, Value>> {
+    if s.trim().is_empty() {
+        return Ok(Map::new());
+    }
+    match serde_json::from_str::<Value>(s) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(other) => Err(Error::invalid(
+            "run_context_json",
+            format!(
+                "must be a JSON object, got {}",
+                match other {
+                    Value::Array(_) => "an array",
+                    Value::String(_) => "a string",
+                    Value::Number(_) => "a number",
+                    Value::Bool(_) => "a boolean",
+                    _ => "null",
+                }
+            ),
+        )),
+        Err(e) => Err(Error::invalid(
+            "run_context_json",
+            format!("is not valid JSON: {e}"),
+        )),
+    }
+}
+
+/// Whether `s` is a context id: `root` then `.`-separated name segments.
+fn valid_context_id(s: &str) -> bool {
+    let mut parts = s.split('.');
+    parts.next() == Some("root") && parts.all(valid_name)
+}
+
+fn filter(f: Option<pb::EventFilter>) -> Result<Filter> {
+    let Some(f) = f else {
+        return Ok(Filter::default());
+    };
+    for p in &f.context_prefixes {
+        if !valid_context_id(p) {
+            return Err(Error::invalid(
+                "filter.context_prefixes",
+                format!("{p:?} is not a context id (root, root.agent.1, …)"),
+            ));
+        }
+    }
+    let mut kinds = std::collections::HashSet::new();
+    for k in &f.kinds {
+        match pb::EventKind::try_from(*k) {
+            Ok(pb::EventKind::Unspecified) => {}
+            Ok(kind) => {
+                kinds.insert(kind as i32);
+            }
+            Err(_) => {
+                return Err(Error::invalid(
+                    "filter.kinds",
+                    format!("{k} is not an EventKind"),
+                ));
+            }
+        }
+    }
+    Ok(Filter {
+        max_depth: f.max_depth,
+        prefixes: f.context_prefixes,
+        kinds,
+    })
+}
+
+fn approval_mode(v: i32) -> Result<pb::ApprovalMode> {
+    pb::ApprovalMode::try_from(v)
+        .map_err(|_| Error::invalid("approval_mode", format!("{v} is not an ApprovalMode")))
+}
+
+fn history(messages: Vec<pb::Message>) -> Result<Vec<ChatMessage>> {
+    messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let role = match pb::Role::try_from(m.role) {
+                Ok(pb::Role::System) => Role::System,
+                Ok(pb::Role::User) => Role::User,
+                Ok(pb::Role::Assistant) => Role::Assistant,
+                Ok(pb::Role::Tool) => Role::Tool,
+                _ => {
+                    return Err(Error::invalid(
+                        "history",
+                        format!("message {i} has no valid role"),
+                    ));
+                }
+            };
+            let tool_calls = m
+                .tool_calls
+                .into_iter()
+                .map(|c| {
+                    let arguments = serde_json::from_str(&c.arguments_json).map_err(|e| {
+                        Error::invalid(
+                            "history",
+                            format!("message {i}: arguments of {} are not JSON: {e}", c.call_id),
+                        )
+                    })?;
+                    Ok(ToolCallRequest {
+                        id: c.call_id,
+                        name: c.tool,
+                        arguments,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok(ChatMessage {
+                role,
+                content: m.content,
+                tool_calls,
+                tool_call_id: (!m.tool_call_id.is_empty()).then_some(m.tool_call_id),
+            })
+        })
+        .collect()
+}
+
+/// The trace to continue: the caller's `traceparent` when it is valid W3C
+/// trace context, else a new one.
+fn trace_from<T>(request: &Request<T>) -> TraceId {
+    request
+        .metadata()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let mut parts = v.split('-');
+            match (parts.next(), parts.next()) {
+                (Some(version), Some(trace)) if version.len() == 2 && version != "ff" => {
+                    TraceId::parse(trace).ok()
+                }
+                _ => None,
+            }
+        })
+        .unwrap_or_else(TraceId::random)
+}
+
+type EventStream = ReceiverStream<std::result::Result<pb::RunEvent, Status>>;
+
+#[tonic::async_trait]
+impl Orchestrator for OrchestratorService {
+    type RunAgentStream = EventStream;
+
+    async fn run_agent(
+        &self,
+        request: Request<pb::RunAgentRequest>,
+    ) -> std::result::Result<Response<Self::RunAgentStream>, Status> {
+        self.check_running()?;
+        let trace_id = trace_from(&request);
+        let r = request.into_inner();
+        if r.agent.is_empty() {
+            return Err(Error::invalid("agent", "must name an agent or group").into());
+        }
+        if !self.catalog.is_callable(&r.agent) {
+            return Err(
+                Error::invalid("agent", format!("unknown agent or group {:?}", r.agent)).into(),
+            );
+        }
+        if r.input.is_empty() && r.history.is_empty() {
+            return Err(
+                Error::invalid("input", "must not be empty when there is no history").into(),
+            );
+        }
+        let history = history(r.history)?;
+        let run_context = run_context(&r.run_context_json)?;
+        let default_model = self.default_model(&r.default_model)?;
+        let limits = self.limits(r.limits)?;
+        let approval_mode = approval_mode(r.approval_mode)?;
+        let filter = filter(r.filter)?;
+
+        let record = RunRecord::new(
+            trace_id,
+            pb::RunKind::Agent,
+            r.agent.clone(),
+            &self.shutdown,
+        );
+        let (draft_tx, draft_rx) = mpsc::channel(events::DRAFT_BUFFER);
+        let setup = RunSetup {
+            record: record.clone(),
+            catalog: self.catalog.clone(),
+            models: self.models.clone(),
+            store: self.store.clone(),
+            limits,
+            approval_mode,
+            default_model,
+            run_context,
+        };
+        let rt = RuntimeConfig::new(setup, draft_tx);
+        // Built before the run is registered: an agent without any model is
+        // a bad request, not a failed run.
+        let root = CallFrame::root(&rt, &r.agent, history, r.input)
+            .map_err(|f| Status::from(Error::invalid("default_model", f.message)))?;
+        self.runs.insert(record.clone());
+        tracing::info!(run_id = %record.run_id, trace_id = %record.trace_id, agent = %r.agent, "run started");
+
+        let (out_tx, out_rx) = mpsc::channel(events::CLIENT_BUFFER);
+        let run_id = record.run_id.clone();
+        self.tasks.spawn(async move {
+            let sequencer = events::sequence(draft_rx, out_tx, filter, record.clone());
+            tokio::join!(sequencer, runtime::run_agent(rt, root, r.agent));
+            tracing::info!(run_id = %run_id, status = ?record.state().status, "run ended");
+        });
+        Ok(Response::new(ReceiverStream::new(out_rx)))
+    }
+
+    type RunPipelineStream = EventStream;
+
+    async fn run_pipeline(
+        &self,
+        _: Request<pb::RunPipelineRequest>,
+    ) -> std::result::Result<Response<Self::RunPipelineStream>, Status> {
+        Err(Status::unimplemented(
+            "RunPipeline is not available in this version yet",
+        ))
+    }
+
+    async fn resolve_approval(
+        &self,
+        request: Request<pb::ResolveApprovalRequest>,
+    ) -> std::result::Result<Response<pb::ResolveApprovalResponse>, Status> {
+        let r = request.into_inner();
+        if r.approval_id.is_empty() {
+            return Err(Error::invalid("approval_id", "must not be empty").into());
+        }
+        let run = self.runs.get(&r.run_id)?;
+        run.resolve_approval(
+            &r.approval_id,
+            ApprovalAnswer {
+                approved: r.approved,
+                reason: r.reason,
+            },
+        )?;
+        Ok(Response::new(pb::ResolveApprovalResponse {}))
+    }
+
+    async fn submit_input(
+        &self,
+        request: Request<pb::SubmitInputRequest>,
+    ) -> std::result::Result<Response<pb::SubmitInputResponse>, Status> {
+        let r = request.into_inner();
+        if r.input_id.is_empty() {
+            return Err(Error::invalid("input_id", "must not be empty").into());
+        }
+        let run = self.runs.get(&r.run_id)?;
+        run.submit_input(&r.input_id, r.input)?;
+        Ok(Response::new(pb::SubmitInputResponse {}))
+    }
+
+    async fn cancel_run(
+        &self,
+        request: Request<pb::CancelRunRequest>,
+    ) -> std::result::Result<Response<pb::CancelRunResponse>, Status> {
+        let r = request.into_inner();
+        let run = self.runs.get(&r.run_id)?;
+        let status = run.state().status;
+        if status != pb::RunStatus::Running {
+            return Ok(Response::new(pb::CancelRunResponse {
+                status: status as i32,
+            }));
+        }
+        let reason = if r.reason.is_empty() {
+            "cancelled by request".to_owned()
+        } else {
+            format!("cancelled by request: {}", r.reason)
+        };
+        run.cancel(&reason);
+        Ok(Response::new(pb::CancelRunResponse {
+            status: pb::RunStatus::Cancelled as i32,
+        }))
+    }
+
+    type WatchRunStream = EventStream;
+
+    async fn watch_run(
+        &self,
+        _: Request<pb::WatchRunRequest>,
+    ) -> std::result::Result<Response<Self::WatchRunStream>, Status> {
+        Err(Status::unimplemented(
+            "WatchRun needs the durable run event log, which is not available yet",
+        ))
+    }
+
+    async fn get_run(
+        &self,
+        request: Request<pb::GetRunRequest>,
+    ) -> std::result::Result<Response<pb::GetRunResponse>, Status> {
+        let run = self.runs.get(&request.into_inner().run_id)?;
+        let s = run.state();
+        Ok(Response::new(pb::GetRunResponse {
+            run_id: run.run_id.clone(),
+            trace_id: run.trace_id.to_string(),
+            kind: run.kind as i32,
+            target: run.target.clone(),
+            status: s.status as i32,
+            started_at: Some(run.started_at.into()),
+            ended_at: s.ended_at.map(Into::into),
+            output: s.output,
+            run_context_json: s.run_context_json,
+            usage: Some(s.usage),
+            error_code: s.error_code,
+            error_message: s.error_message,
+            last_seq: s.last_seq,
+        }))
+    }
+
+    async fn list_agents(
+        &self,
+        _: Request<pb::ListAgentsRequest>,
+    ) -> std::result::Result<Response<pb::ListAgentsResponse>, Status> {
+        let agents = self
+            .catalog
+            .agents
+            .values()
+            .map(|a| pb::AgentInfo {
+                name: a.name.clone(),
+                description: a.spec.description.clone(),
+                model: a.spec.model.clone(),
+                tools: a.spec.tools.clone(),
+                handoffs: a.spec.handoffs.clone(),
+            })
+            .collect();
+        let groups = self
+            .catalog
+            .groups
+            .iter()
+            .map(|(name, g)| pb::AgentGroupInfo {
+                name: name.clone(),
+                description: g.description.clone(),
+                root: g.root.clone(),
+                members: g.members.clone(),
+            })
+            .collect();
+        Ok(Response::new(pb::ListAgentsResponse { agents, groups }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_ids_and_run_contexts() {
+        assert!(valid_context_id("root"));
+        assert!(valid_context_id("root.researcher.1"));
+        assert!(!valid_context_id("root."));
+        assert!(!valid_context_id("Root"));
+        assert!(!valid_context_id("root.a b"));
+        assert!(!valid_context_id(""));
+        assert!(run_context("").expect("empty").is_empty());
+        assert_eq!(run_context(r#"{"a":1}"#).expect("object").len(), 1);
+        assert!(
+            run_context("[1]")
+                .expect_err("array")
+                .to_string()
+                .contains("an array")
+        );
+        assert!(
+            run_context("{")
+                .expect_err("bad")
+                .to_string()
+                .starts_with("run_context_json")
+        );
+    }
+}

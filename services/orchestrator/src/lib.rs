@@ -1,0 +1,173 @@
+//! Baton's orchestrator: runs agents (and, next, pipelines) and streams
+//! their events, each tagged with its place in the tree of nested contexts.
+//!
+//! - [`agents`]: the agent catalog, loaded from YAML and validated at start.
+//! - [`model`]: model providers (`scripted` today).
+//! - [`runtime`]: `RuntimeConfig` (what a run shares) and `CallFrame` (what a
+//!   branch owns), the tool-call loop, the event sequencer and run registry.
+//! - [`tools`]: the tool interface and the built-in tools.
+//! - [`grpc`]: the `baton.v1.Orchestrator` service; requests are validated
+//!   there and errors mapped once ([`error`]).
+//! - [`remote_store`]: the context store over gRPC behind the store trait.
+//! - [`config`]: the service config.
+//!
+//! Readiness: grpc.health.v1 reports `SERVING` (for `""` and
+//! `baton.v1.Orchestrator`) while the context store answers, and
+//! `NOT_SERVING` once shutdown begins; running streams then end with
+//! `RunCancelled` ("server shutting down").
+
+pub mod agents;
+pub mod config;
+pub mod error;
+pub mod grpc;
+pub mod model;
+pub mod remote_store;
+pub mod runtime;
+pub mod tools;
+
+use std::{sync::Arc, time::Duration};
+
+use anyhow::Context;
+use baton_context_store::store::{ContextStore, memory::MemoryStore};
+use baton_proto::v1::orchestrator_server::OrchestratorServer;
+use tokio::net::TcpListener;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tonic::service::Routes;
+use tonic_health::ServingStatus;
+
+use crate::{
+    agents::Catalog,
+    config::{Config, StoreMode},
+    grpc::OrchestratorService,
+};
+
+const HEALTH_NAMES: [&str; 2] = ["", "baton.v1.Orchestrator"];
+
+/// Loads and validates the agents file the config names.
+pub fn load_catalog(config: &Config) -> anyhow::Result<Arc<Catalog>> {
+    let text = std::fs::read_to_string(&config.agents_file)
+        .with_context(|| format!("cannot read agents file {}", config.agents_file.display()))?;
+    let catalog = Catalog::from_yaml(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", config.agents_file.display()))?;
+    Ok(Arc::new(catalog))
+}
+
+/// Builds the store the config names.
+pub fn build_store(config: &Config) -> anyhow::Result<Arc<dyn ContextStore>> {
+    Ok(match config.store.mode {
+        StoreMode::Memory => Arc::new(MemoryStore::new(config.store.limits.clone())),
+        StoreMode::Remote => Arc::new(remote_store::RemoteStore::new(
+            &config.store.endpoint,
+            config.store.limits.clone(),
+        )?),
+    })
+}
+
+/// Runs the orchestrator on `listener` until `shutdown` is cancelled.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let catalog = load_catalog(&config)?;
+    let store = build_store(&config)?;
+    serve(catalog, store, &config, listener, shutdown).await
+}
+
+/// Serves a catalog on a store (so `baton up` can share one store with the
+/// context-store service).
+pub async fn serve(
+    catalog: Arc<Catalog>,
+    store: Arc<dyn ContextStore>,
+    config: &Config,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let tasks = TaskTracker::new();
+    let service = OrchestratorService::new(
+        catalog,
+        store.clone(),
+        config.runs.clone(),
+        shutdown.clone(),
+        tasks.clone(),
+    );
+    serve_service(service, store, config, listener, shutdown, tasks).await
+}
+
+/// Serves an already built service (tests keep a clone to inspect runs).
+pub async fn serve_service(
+    service: OrchestratorService,
+    store: Arc<dyn ContextStore>,
+    config: &Config,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+) -> anyhow::Result<()> {
+    let addr = listener.local_addr().context("listener has no address")?;
+    let (reporter, health_service) = tonic_health::server::health_reporter();
+    for name in HEALTH_NAMES {
+        reporter
+            .set_service_status(name, ServingStatus::NotServing)
+            .await;
+    }
+    tasks.spawn(readiness(store, reporter.clone(), shutdown.clone()));
+
+    let routes = Routes::new(health_service).add_service(OrchestratorServer::new(service));
+    tracing::info!(%addr, "orchestrator listening");
+    let drain = {
+        let shutdown = shutdown.clone();
+        async move {
+            shutdown.cancelled().await;
+            for name in HEALTH_NAMES {
+                reporter
+                    .set_service_status(name, ServingStatus::NotServing)
+                    .await;
+            }
+        }
+    };
+    let served = baton_common::server::serve(listener, routes, drain, config.shutdown_grace).await;
+    shutdown.cancel();
+    tasks.close();
+    if tokio::time::timeout(config.shutdown_grace, tasks.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("runs did not finish within the grace period");
+    }
+    tracing::info!("orchestrator stopped");
+    served.context("gRPC server failed")
+}
+
+async fn readiness(
+    store: Arc<dyn ContextStore>,
+    reporter: tonic_health::server::HealthReporter,
+    shutdown: CancellationToken,
+) {
+    let mut ready = None;
+    loop {
+        let ok = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = tokio::time::timeout(Duration::from_secs(2), store.ping()) => matches!(r, Ok(Ok(()))),
+        };
+        if ready != Some(ok) && !shutdown.is_cancelled() {
+            ready = Some(ok);
+            if ok {
+                tracing::info!("context store answers, ready");
+            } else {
+                tracing::warn!("context store does not answer, not ready");
+            }
+            let status = if ok {
+                ServingStatus::Serving
+            } else {
+                ServingStatus::NotServing
+            };
+            for name in HEALTH_NAMES {
+                reporter.set_service_status(name, status).await;
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! The `scripted` provider: a deterministic model whose turns are written in
+//! the agents file. Turn `n` of an agent in a context answers with the
+//! script's `n`-th turn (after expanding `repeat`), so tests and the demo see
+//! the same run every time.
+//!
+//! A turn may stream text (split into `deltas` pieces, or word by word), call
+//! one or several tools (`calls`), hand off (`handoff: agent`), wait
+//! (`delay`), or fail (`fail`). In text and string arguments, `{{input}}` is
+//! the context's task and `{{results}}` the previous turn's tool results.
+
+use std::{sync::Arc, time::Duration};
+
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+use super::{DeltaSink, ModelError, ModelRequest, ModelTurn, Role, TokenUsage, ToolCallRequest};
+
+/// A scripted tool call.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptCall {
+    /// The tool to call.
+    pub tool: String,
+    /// Its arguments (a JSON object).
+    #[serde(default = "empty_object")]
+    pub args: Value,
+}
+
+fn empty_object() -> Value {
+    Value::Object(Default::default())
+}
+
+/// Token counts a turn reports.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptUsage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Completion tokens.
+    pub output_tokens: u64,
+}
+
+/// One scripted turn.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ScriptTurn {
+    /// Text to answer with (streamed).
+    pub text: String,
+    /// Stream the text as this many deltas (it is repeated to fill them when
+    /// shorter); unset streams it word by word.
+    pub deltas: Option<u32>,
+    /// Tool calls, in order.
+    pub calls: Vec<ScriptCall>,
+    /// Hand off to this agent (a call to `transfer_to_<agent>`).
+    pub handoff: Option<String>,
+    /// Wait this long before answering (`50ms`, `2s`).
+    #[serde(deserialize_with = "opt_duration")]
+    pub delay: Option<Duration>,
+    /// Fail the model call with this message.
+    pub fail: Option<String>,
+    /// Use this turn this many times in a row (default 1).
+    pub repeat: Option<u32>,
+    /// Token counts to report; unset estimates 1 token per 4 characters.
+    pub usage: Option<ScriptUsage>,
+}
+
+fn opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let s: Option<String> = Option::deserialize(d)?;
+    s.map(|s| crate::agents::parse_delay(&s).map_err(serde::de::Error::custom))
+        .transpose()
+}
+
+impl ScriptTurn {
+    /// Checks the turn is coherent.
+    pub fn validate(&self) -> Result<(), String> {
+        for c in &self.calls {
+            if !c.args.is_object() {
+                return Err(format!(
+                    "calls: the arguments of {:?} must be an object",
+                    c.tool
+                ));
+            }
+        }
+        if self.repeat == Some(0) {
+            return Err("repeat must be at least 1".into());
+        }
+        if self.deltas == Some(0) {
+            return Err("deltas must be at least 1".into());
+        }
+        if self.fail.is_some() && (!self.calls.is_empty() || self.handoff.is_some()) {
+            return Err("a failing turn makes no calls".into());
+        }
+        Ok(())
+    }
+}
+
+/// A scripted model.
+pub struct ScriptedModel {
+    reference: String,
+    turns: Arc<Vec<ScriptTurn>>,
+}
+
+impl ScriptedModel {
+    /// A model playing `turns`.
+    pub fn new(reference: &str, turns: Arc<Vec<ScriptTurn>>) -> Self {
+        Self {
+            reference: reference.to_owned(),
+            turns,
+        }
+    }
+
+    /// The turn for index `n`, counting repeats.
+    fn nth(&self, mut n: usize) -> Option<&ScriptTurn> {
+        for t in self.turns.iter() {
+            let times = t.repeat.unwrap_or(1) as usize;
+            if n < times {
+                return Some(t);
+            }
+            n -= times;
+        }
+        None
+    }
+}
+
+fn template(s: &str, input: &str, results: &str) -> String {
+    if !s.contains("{{") {
+        return s.to_owned();
+    }
+    s.replace("{{input}}", input)
+        .replace("{{results}}", results)
+}
+
+fn template_value(v: &Value, input: &str, results: &str) -> Value {
+    match v {
+        Value::String(s) => Value::String(template(s, input, results)),
+        Value::Array(a) => Value::Array(
+            a.iter()
+                .map(|x| template_value(x, input, results))
+                .collect(),
+        ),
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, x)| (k.clone(), template_value(x, input, results)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// The tool results that answered the last assistant turn.
+fn last_results(messages: &[super::ChatMessage]) -> String {
+    let tail: Vec<&str> = messages
+        .iter()
+        .rev()
+        .take_while(|m| m.role == Role::Tool)
+        .map(|m| m.content.as_str())
+        .collect();
+    tail.into_iter().rev().collect::<Vec<_>>().join("; ")
+}
+
+#[async_trait::async_trait]
+impl super::Model for ScriptedModel {
+    fn reference(&self) -> &str {
+        &self.reference
+    }
+
+    async fn turn(
+        &self,
+        request: ModelRequest<'_>,
+        sink: &dyn DeltaSink,
+    ) -> Result<ModelTurn, ModelError> {
+        let fail = |message: String| ModelError {
+            model: self.reference.clone(),
+            message,
+        };
+        let turn = self.nth(request.turn).ok_or_else(|| {
+            fail(format!(
+                "the script has no turn {} (it has run out)",
+                request.turn + 1
+            ))
+        })?;
+        if let Some(d) = turn.delay {
+            tokio::time::sleep(d).await;
+        }
+        if let Some(message) = &turn.fail {
+            return Err(fail(message.clone()));
+        }
+        let results = last_results(request.messages);
+        let text = template(&turn.text, request.input, &results);
+        match turn.deltas {
+            Some(n) if !text.is_empty() => {
+                // n nearly equal pieces on char boundaries; a text shorter than
+                // n is sent whole n times.
+                let n = n as usize;
+                let chars: Vec<char> = text.chars().collect();
+                for i in 0..n {
+                    let piece: String = if chars.len() >= n {
+                        chars[i * chars.len() / n..(i + 1) * chars.len() / n]
+                            .iter()
+                            .collect()
+                    } else {
+                        text.clone()
+                    };
+                    sink.delta(piece).await;
+                }
+            }
+            _ => {
+                for word in text.split_inclusive(' ') {
+                    sink.delta(word.to_owned()).await;
+                }
+            }
+        }
+        let mut calls: Vec<ToolCallRequest> = turn
+            .calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| ToolCallRequest {
+                id: format!("{}{}", request.call_id_prefix, i + 1),
+                name: c.tool.clone(),
+                arguments: template_value(&c.args, request.input, &results),
+            })
+            .collect();
+        if let Some(to) = &turn.handoff {
+            calls.push(ToolCallRequest {
+                id: format!("{}{}", request.call_id_prefix, calls.len() + 1),
+                name: format!("transfer_to_{to}"),
+                arguments: empty_object(),
+            });
+        }
+        let usage = turn.usage.map_or_else(
+            || TokenUsage {
+                input_tokens: request
+                    .messages
+                    .iter()
+                    .map(|m| m.content.len() as u64)
+                    .sum::<u64>()
+                    / 4
+                    + 1,
+                output_tokens: (text.len() as u64) / 4 + calls.len() as u64,
+            },
+            |u| TokenUsage {
+                input_tokens: u.input_tokens,
+                output_tokens: u.output_tokens,
+            },
+        );
+        let finish_reason = if calls.is_empty() {
+            "stop"
+        } else {
+            "tool_calls"
+        }
+        .to_owned();
+        Ok(ModelTurn {
+            text,
+            calls,
+            usage,
+            finish_reason,
+        })
+    }
+}

@@ -1,0 +1,182 @@
+//! The context store over gRPC, behind the same [`ContextStore`] trait as the
+//! in-process backends, so the runtime cannot tell them apart.
+
+use baton_client::{Error as ClientError, PutOptions, StoreClient, pb};
+use baton_common::ids::TraceId;
+use baton_context_store::{
+    error::{Error, Result},
+    store::{
+        Change, ChangeKind, ChangeStream, ContextStore, Key, Limits, Listing, Put, Slot, SlotMeta,
+        Written,
+    },
+};
+use futures::StreamExt;
+use tonic::Code;
+
+/// A `baton-context-store` reached over gRPC.
+pub struct RemoteStore {
+    client: StoreClient,
+    limits: Limits,
+}
+
+impl RemoteStore {
+    /// A store at `endpoint`; the connection is made lazily and re-made by
+    /// itself, so the orchestrator starts while the store is away.
+    pub fn new(endpoint: &str, limits: Limits) -> anyhow::Result<Self> {
+        let channel = tonic::transport::Endpoint::from_shared(endpoint.to_owned())?
+            .tcp_nodelay(true)
+            .connect_lazy();
+        Ok(Self {
+            client: StoreClient::new(channel),
+            limits,
+        })
+    }
+}
+
+fn ms(ts: Option<prost_types::Timestamp>) -> u64 {
+    ts.map_or(0, |t| {
+        (t.seconds.max(0) as u64) * 1000 + (t.nanos.max(0) as u64) / 1_000_000
+    })
+}
+
+fn meta(s: pb::SlotInfo) -> SlotMeta {
+    SlotMeta {
+        key: s.key,
+        content_type: s.content_type,
+        version: s.version,
+        size_bytes: s.size_bytes,
+        expires_at_ms: ms(s.expires_at),
+    }
+}
+
+/// Maps a remote error back onto the store's own error kinds.
+fn from_client(e: ClientError, trace_id: &TraceId, key: &str) -> Error {
+    let message = e.message();
+    match e.code() {
+        Code::NotFound => Error::NotFound {
+            trace_id: trace_id.to_string(),
+            key: key.to_owned(),
+        },
+        Code::Aborted if e.field() == Some("expected_version") => Error::VersionMismatch {
+            key: key.to_owned(),
+            expected: 0,
+            current: e.current_version(),
+        },
+        Code::Unavailable | Code::DeadlineExceeded => Error::Unavailable(message),
+        // The remote store's own message already names the field.
+        Code::InvalidArgument | Code::ResourceExhausted | Code::Aborted => Error::Internal(message),
+        _ => Error::Internal(format!("context store: {message}")),
+    }
+}
+
+#[async_trait::async_trait]
+impl ContextStore for RemoteStore {
+    fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    async fn put(&self, put: Put) -> Result<Written> {
+        let options = PutOptions {
+            content_type: put.content_type.clone(),
+            ttl: put.ttl,
+            expected_version: put.expected_version,
+        };
+        let r = self
+            .client
+            .put_with(
+                put.trace_id.as_str(),
+                put.key.as_str(),
+                put.value.to_vec(),
+                options,
+            )
+            .await
+            .map_err(|e| from_client(e, &put.trace_id, put.key.as_str()))?;
+        Ok(Written {
+            version: r.version,
+            expires_at_ms: ms(r.expires_at),
+        })
+    }
+
+    async fn get(&self, trace_id: &TraceId, key: &Key) -> Result<Slot> {
+        let r = self
+            .client
+            .get(trace_id.as_str(), key.as_str())
+            .await
+            .map_err(|e| from_client(e, trace_id, key.as_str()))?;
+        let value = r.value.into();
+        let slot = r.slot.ok_or_else(|| {
+            Error::Internal("context store answered Get without slot metadata".into())
+        })?;
+        Ok(Slot {
+            meta: meta(slot),
+            value,
+        })
+    }
+
+    async fn list(&self, trace_id: &TraceId, prefix: &str) -> Result<Listing> {
+        let r = self
+            .client
+            .list(trace_id.as_str(), prefix)
+            .await
+            .map_err(|e| from_client(e, trace_id, prefix))?;
+        Ok(Listing {
+            slots: r.slots.into_iter().map(meta).collect(),
+            used_bytes: r.used_bytes,
+            used_keys: r.used_keys,
+        })
+    }
+
+    async fn delete(
+        &self,
+        trace_id: &TraceId,
+        key: &Key,
+        expected_version: Option<u64>,
+    ) -> Result<u64> {
+        self.client
+            .delete(trace_id.as_str(), key.as_str(), expected_version)
+            .await
+            .map_err(|e| from_client(e, trace_id, key.as_str()))
+    }
+
+    async fn clear(&self, trace_id: &TraceId) -> Result<u64> {
+        self.client
+            .clear(trace_id.as_str())
+            .await
+            .map_err(|e| from_client(e, trace_id, ""))
+    }
+
+    async fn watch(&self, trace_id: &TraceId, prefix: &str) -> Result<ChangeStream> {
+        let trace = trace_id.clone();
+        let stream = self
+            .client
+            .watch(trace_id.as_str(), prefix)
+            .await
+            .map_err(|e| from_client(e, trace_id, prefix))?;
+        Ok(Box::pin(stream.map(move |item| {
+            let c = item.map_err(|e| from_client(e, &trace, ""))?;
+            let kind = match c.kind() {
+                pb::SlotChangeKind::Put => ChangeKind::Put,
+                pb::SlotChangeKind::Deleted => ChangeKind::Deleted,
+                pb::SlotChangeKind::Expired => ChangeKind::Expired,
+                pb::SlotChangeKind::Cleared | pb::SlotChangeKind::Unspecified => {
+                    ChangeKind::Cleared
+                }
+            };
+            Ok(Change {
+                kind,
+                key: c.key,
+                version: c.version,
+                size_bytes: c.size_bytes,
+                content_type: c.content_type,
+                expires_at_ms: ms(c.expires_at),
+            })
+        })))
+    }
+
+    async fn ping(&self) -> Result<()> {
+        // A List of a fixed trace is cheap and exercises the whole path.
+        let probe = TraceId::parse("00000000000000000000000000000001")
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        self.list(&probe, "").await.map(|_| ())
+    }
+}

@@ -1,0 +1,225 @@
+//! The event path of a run: frames send drafts into one bounded channel; the
+//! run's sequencer gives each the next `seq`, completes the envelope, records
+//! it on the run, applies the request's filter and forwards it to the client
+//! through a second bounded channel. A slow client fills that channel and the
+//! sequencer waits, which fills the first one and the frames wait: the run
+//! slows down, nothing is dropped. If the client goes away the run is
+//! cancelled at once.
+
+use std::{collections::HashSet, sync::Arc, time::SystemTime};
+
+use baton_proto::v1::{self as pb, run_event::Payload};
+use tokio::sync::mpsc;
+use tonic::Status;
+
+use super::registry::RunRecord;
+
+/// Events buffered between a run's frames and its sequencer.
+pub const DRAFT_BUFFER: usize = 256;
+/// Events buffered between the sequencer and the client.
+pub const CLIENT_BUFFER: usize = 256;
+
+/// Where in the tree of contexts something happens.
+#[derive(Debug)]
+pub struct ContextInfo {
+    /// `root`, `root.researcher.1`, …
+    pub id: String,
+    /// The parent's id; empty at the root.
+    pub parent: String,
+    /// 0 at the root.
+    pub depth: u32,
+    /// The context's span id (16 hex).
+    pub span_id: String,
+}
+
+impl ContextInfo {
+    /// The root context.
+    pub fn root() -> Arc<Self> {
+        Arc::new(Self {
+            id: "root".into(),
+            parent: String::new(),
+            depth: 0,
+            span_id: new_span_id(),
+        })
+    }
+
+    /// A child context `{self}.{name}.{n}` or `{self}.{name}`.
+    pub fn child(&self, segment: &str) -> Arc<Self> {
+        Arc::new(Self {
+            id: format!("{}.{segment}", self.id),
+            parent: self.id.clone(),
+            depth: self.depth + 1,
+            span_id: new_span_id(),
+        })
+    }
+}
+
+/// A random, non-zero 64-bit span id as 16 lowercase hex characters.
+pub fn new_span_id() -> String {
+    let u = uuid::Uuid::new_v4().as_u128() as u64;
+    format!("{:016x}", u.max(1))
+}
+
+/// An event before the sequencer numbers it.
+pub struct Draft {
+    /// Where.
+    pub ctx: Arc<ContextInfo>,
+    /// The active agent; empty for run and pipeline events.
+    pub agent: Arc<str>,
+    /// What.
+    pub payload: Payload,
+}
+
+/// The server-side filter of a stream.
+#[derive(Debug, Default, Clone)]
+pub struct Filter {
+    /// Only events at most this deep.
+    pub max_depth: Option<u32>,
+    /// Only events in these contexts or below.
+    pub prefixes: Vec<String>,
+    /// Only these kinds (empty: all).
+    pub kinds: HashSet<i32>,
+}
+
+/// The kind of a payload, as EventKind.
+pub fn kind_of(p: &Payload) -> pb::EventKind {
+    use pb::EventKind as K;
+    match p {
+        Payload::RunStarted(_) => K::RunStarted,
+        Payload::RunCompleted(_) => K::RunCompleted,
+        Payload::RunFailed(_) => K::RunFailed,
+        Payload::RunCancelled(_) => K::RunCancelled,
+        Payload::AgentStarted(_) => K::AgentStarted,
+        Payload::TextDelta(_) => K::TextDelta,
+        Payload::MessageCompleted(_) => K::MessageCompleted,
+        Payload::AgentCompleted(_) => K::AgentCompleted,
+        Payload::Handoff(_) => K::Handoff,
+        Payload::ToolCallStarted(_) => K::ToolCallStarted,
+        Payload::ToolProgress(_) => K::ToolProgress,
+        Payload::ToolOptions(_) => K::ToolOptions,
+        Payload::ToolCallCompleted(_) => K::ToolCallCompleted,
+        Payload::ToolBatchCompleted(_) => K::ToolBatchCompleted,
+        Payload::ApprovalRequested(_) => K::ApprovalRequested,
+        Payload::ApprovalResolved(_) => K::ApprovalResolved,
+        Payload::InputRequested(_) => K::InputRequested,
+        Payload::InputReceived(_) => K::InputReceived,
+        Payload::ContextWritten(_) => K::ContextWritten,
+        Payload::StepStarted(_) => K::StepStarted,
+        Payload::StepCompleted(_) => K::StepCompleted,
+        Payload::StepFailed(_) => K::StepFailed,
+        Payload::StepSkipped(_) => K::StepSkipped,
+        Payload::PipelineCompleted(_) => K::PipelineCompleted,
+    }
+}
+
+/// Whether a payload ends the run's stream.
+pub fn is_terminal(p: &Payload) -> bool {
+    matches!(
+        p,
+        Payload::RunCompleted(_) | Payload::RunFailed(_) | Payload::RunCancelled(_)
+    )
+}
+
+impl Filter {
+    /// Whether the client asked for this event. Terminal events always pass.
+    pub fn passes(&self, ctx: &ContextInfo, payload: &Payload) -> bool {
+        if is_terminal(payload) {
+            return true;
+        }
+        if self.max_depth.is_some_and(|d| ctx.depth > d) {
+            return false;
+        }
+        if !self.prefixes.is_empty()
+            && !self.prefixes.iter().any(|p| {
+                ctx.id == *p
+                    || (ctx.id.starts_with(p.as_str())
+                        && ctx.id.as_bytes().get(p.len()) == Some(&b'.'))
+            })
+        {
+            return false;
+        }
+        self.kinds.is_empty() || self.kinds.contains(&(kind_of(payload) as i32))
+    }
+}
+
+/// Numbers, records, filters and forwards a run's events until every frame
+/// has dropped its sender. Returns when the run's last event is through.
+pub async fn sequence(
+    mut drafts: mpsc::Receiver<Draft>,
+    out: mpsc::Sender<Result<pb::RunEvent, Status>>,
+    filter: Filter,
+    record: Arc<RunRecord>,
+) {
+    let trace_id = record.trace_id.to_string();
+    let run_id = record.run_id.clone();
+    let mut client_gone = false;
+    loop {
+        let draft = tokio::select! {
+            biased;
+            d = drafts.recv() => match d { Some(d) => d, None => return },
+            _ = out.closed(), if !client_gone => {
+                client_gone = true;
+                record.cancel("client disconnected");
+                continue;
+            }
+        };
+        let seq = record.next_seq();
+        let terminal = is_terminal(&draft.payload);
+        let forward = !client_gone && filter.passes(&draft.ctx, &draft.payload);
+        if terminal {
+            record.finish(&draft.payload, seq);
+        }
+        if !forward {
+            continue;
+        }
+        let event = pb::RunEvent {
+            seq,
+            trace_id: trace_id.clone(),
+            run_id: run_id.clone(),
+            context_id: draft.ctx.id.clone(),
+            parent_context_id: draft.ctx.parent.clone(),
+            depth: draft.ctx.depth,
+            agent: draft.agent.to_string(),
+            span_id: draft.ctx.span_id.clone(),
+            time: Some(prost_types::Timestamp::from(SystemTime::now())),
+            payload: Some(draft.payload),
+        };
+        if out.send(Ok(event)).await.is_err() {
+            client_gone = true;
+            record.cancel("client disconnected");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_match_whole_segments() {
+        let f = Filter {
+            prefixes: vec!["root.a.1".into()],
+            ..Filter::default()
+        };
+        let ctx = |id: &str| ContextInfo {
+            id: id.into(),
+            parent: String::new(),
+            depth: 1,
+            span_id: String::new(),
+        };
+        let p = Payload::TextDelta(pb::TextDelta {
+            text: String::new(),
+        });
+        assert!(f.passes(&ctx("root.a.1"), &p));
+        assert!(f.passes(&ctx("root.a.1.b.1"), &p));
+        assert!(!f.passes(&ctx("root.a.10"), &p));
+        assert!(!f.passes(&ctx("root"), &p));
+        assert!(
+            f.passes(
+                &ctx("root"),
+                &Payload::RunCompleted(pb::RunCompleted::default())
+            ),
+            "terminal always"
+        );
+    }
+}

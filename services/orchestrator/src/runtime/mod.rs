@@ -1,0 +1,859 @@
+//! Running agents.
+//!
+//! What a run shares is one immutable, `Arc`-shared [`RuntimeConfig`]: the
+//! catalog and models, limits, the event sink, usage totals, the store, the
+//! approval mode and the run record. What a branch owns is a [`CallFrame`]:
+//! its context, active agent, model, messages and child counters. An agent
+//! called as a tool runs in a child frame with fresh messages (only the root
+//! frame sees the request's history), so concurrent branches share no
+//! mutable frame state and siblings never affect each other's depth.
+//!
+//! A whole run is one future: the calls of a model turn run concurrently
+//! inside it (`join_all`), nested agents are awaited inside their caller.
+//! Cancelling the run drops that future, which drops every nested agent and
+//! tool call at once; nothing of a run can outlive it.
+
+pub mod events;
+pub mod registry;
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant, SystemTime},
+};
+
+use baton_common::ids::TraceId;
+use baton_context_store::store::ContextStore;
+use baton_proto::v1::{self as pb, run_event::Payload};
+use futures::future::join_all;
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+use tonic::Code;
+
+use crate::{
+    agents::{Agent, ApprovalPolicy, BUILTIN_TOOLS, Catalog},
+    model::{ChatMessage, DeltaSink, Model, ModelRequest, Models, Role, ToolCallRequest, ToolDef},
+    tools::{Resume, ToolCtx, ToolOutcome, builtin},
+};
+use events::{ContextInfo, Draft};
+use registry::{LiveGuard, RunRecord};
+
+/// The limits of one run, after request values and server defaults merged.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Deepest context (root is 0).
+    pub max_depth: u32,
+    /// Most model turns per context.
+    pub max_turns: u32,
+    /// Deadline of the whole run.
+    pub run_timeout: Duration,
+    /// Deadline of one tool call attempt (waits for people excluded).
+    pub tool_timeout: Duration,
+    /// Deadline of one model call.
+    pub model_timeout: Duration,
+    /// How long approvals and input requests wait for a person.
+    pub approval_timeout: Duration,
+}
+
+#[derive(Default)]
+struct UsageCounters {
+    input_tokens: AtomicU64,
+    output_tokens: AtomicU64,
+    model_calls: AtomicU64,
+    tool_calls: AtomicU64,
+}
+
+/// What every branch of a run shares. Immutable but for the run context and
+/// the counters, which are synchronised.
+pub struct RuntimeConfig {
+    /// The run's record (status, cancellation, pending questions).
+    pub record: Arc<RunRecord>,
+    /// The run's trace.
+    pub trace_id: TraceId,
+    /// Agents, groups, scripts.
+    pub catalog: Arc<Catalog>,
+    /// Model resolution.
+    pub models: Arc<Models>,
+    /// The context store of the trace's slots.
+    pub store: Arc<dyn ContextStore>,
+    /// Limits.
+    pub limits: Limits,
+    /// How approvals are answered.
+    pub approval_mode: pb::ApprovalMode,
+    /// The model of agents that name none: the request's, else the server's.
+    pub default_model: String,
+    /// The run-scoped context (a JSON object), persisting across handoffs.
+    pub run_context: Mutex<Map<String, Value>>,
+    events: mpsc::Sender<Draft>,
+    usage: UsageCounters,
+}
+
+/// Everything a [`RuntimeConfig`] is built from.
+pub struct RunSetup {
+    /// The run's record.
+    pub record: Arc<RunRecord>,
+    /// Agents, groups, scripts.
+    pub catalog: Arc<Catalog>,
+    /// Model resolution.
+    pub models: Arc<Models>,
+    /// The store.
+    pub store: Arc<dyn ContextStore>,
+    /// Limits.
+    pub limits: Limits,
+    /// Approval mode.
+    pub approval_mode: pb::ApprovalMode,
+    /// Default model.
+    pub default_model: String,
+    /// Initial run context.
+    pub run_context: Map<String, Value>,
+}
+
+impl RuntimeConfig {
+    /// Builds the shared config of a run whose events go to `events`.
+    pub fn new(setup: RunSetup, events: mpsc::Sender<Draft>) -> Arc<Self> {
+        Arc::new(Self {
+            trace_id: setup.record.trace_id.clone(),
+            record: setup.record,
+            catalog: setup.catalog,
+            models: setup.models,
+            store: setup.store,
+            limits: setup.limits,
+            approval_mode: setup.approval_mode,
+            default_model: setup.default_model,
+            run_context: Mutex::new(setup.run_context),
+            events,
+            usage: UsageCounters::default(),
+        })
+    }
+
+    /// Sends an event of `agent` in `ctx` (waits while the client is slow).
+    pub async fn emit(&self, ctx: &Arc<ContextInfo>, agent: &Arc<str>, payload: Payload) {
+        // The sequencer outlives every sender; a failed send means the run is
+        // being torn down, when events no longer matter.
+        let _ = self
+            .events
+            .send(Draft {
+                ctx: ctx.clone(),
+                agent: agent.clone(),
+                payload,
+            })
+            .await;
+    }
+
+    /// Usage totals so far.
+    pub fn usage(&self) -> pb::Usage {
+        pb::Usage {
+            input_tokens: self.usage.input_tokens.load(Ordering::Relaxed),
+            output_tokens: self.usage.output_tokens.load(Ordering::Relaxed),
+            model_calls: self.usage.model_calls.load(Ordering::Relaxed),
+            tool_calls: self.usage.tool_calls.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The run context as JSON text.
+    pub fn run_context_json(&self) -> String {
+        Value::Object(
+            self.run_context
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+        )
+        .to_string()
+    }
+
+    fn model_for(&self, agent: &Agent) -> Result<Arc<dyn Model>, String> {
+        let reference = if agent.spec.model.is_empty() {
+            &self.default_model
+        } else {
+            &agent.spec.model
+        };
+        if reference.is_empty() {
+            return Err(format!(
+                "agent {} has no model, and neither the request nor the server names a default",
+                agent.name
+            ));
+        }
+        self.models.resolve(reference)
+    }
+}
+
+/// Why an agent's context failed.
+#[derive(Debug, Clone)]
+pub struct AgentFailure {
+    /// The gRPC code a root failure is reported with.
+    pub code: Code,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// One branch of a run: a context and the agent active in it.
+pub struct CallFrame {
+    ctx: Arc<ContextInfo>,
+    agent: Arc<Agent>,
+    agent_name: Arc<str>,
+    model: Arc<dyn Model>,
+    messages: Vec<ChatMessage>,
+    input: String,
+    /// When the frame runs an agent group: the agents it may hand off to.
+    group_members: Option<Vec<String>>,
+    /// Calls of each agent made from this context, for child ids.
+    children: HashMap<String, u32>,
+    /// The active agent's turns in this context (resets on handoff).
+    agent_turns: usize,
+    /// Every turn in this context.
+    turns: u32,
+    /// What this context consumed, its children included.
+    usage: pb::Usage,
+}
+
+impl CallFrame {
+    /// The root frame of a RunAgent: the target agent (or group root), the
+    /// request's history, then the input.
+    pub fn root(
+        rt: &RuntimeConfig,
+        target: &str,
+        history: Vec<ChatMessage>,
+        input: String,
+    ) -> Result<Self, AgentFailure> {
+        Self::new(rt, ContextInfo::root(), target, history, input)
+    }
+
+    fn new(
+        rt: &RuntimeConfig,
+        ctx: Arc<ContextInfo>,
+        target: &str,
+        history: Vec<ChatMessage>,
+        input: String,
+    ) -> Result<Self, AgentFailure> {
+        let agent = rt.catalog.entry(target).ok_or_else(|| AgentFailure {
+            code: Code::InvalidArgument,
+            message: format!("unknown agent {target:?}"),
+        })?;
+        let model = rt.model_for(&agent).map_err(|message| AgentFailure {
+            code: Code::InvalidArgument,
+            message,
+        })?;
+        let mut messages = Vec::with_capacity(history.len() + 2);
+        messages.push(ChatMessage::new(
+            Role::System,
+            agent.spec.instructions.clone(),
+        ));
+        messages.extend(history);
+        if !input.is_empty() {
+            messages.push(ChatMessage::new(Role::User, input.clone()));
+        }
+        Ok(Self {
+            ctx,
+            agent_name: Arc::from(agent.name.as_str()),
+            agent,
+            model,
+            messages,
+            input,
+            group_members: rt.catalog.groups.get(target).map(|g| g.members.clone()),
+            children: HashMap::new(),
+            agent_turns: 0,
+            turns: 0,
+            usage: pb::Usage::default(),
+        })
+    }
+
+    /// The agents this frame's agent may hand off to.
+    fn handoffs(&self) -> impl Iterator<Item = &String> {
+        self.agent
+            .spec
+            .handoffs
+            .iter()
+            .filter(|h| self.group_members.as_ref().is_none_or(|m| m.contains(h)))
+    }
+
+    fn tool_defs(&self, catalog: &Catalog) -> Vec<ToolDef> {
+        let mut defs = Vec::new();
+        for t in &self.agent.spec.tools {
+            if let Some(tool) = builtin::get(t) {
+                let (description, parameters) = tool.describe();
+                defs.push(ToolDef {
+                    name: t.clone(),
+                    description: description.into(),
+                    parameters,
+                });
+            } else {
+                let description = match catalog.agents.get(t) {
+                    Some(a) => a.spec.description.clone(),
+                    None => catalog
+                        .groups
+                        .get(t)
+                        .map(|g| g.description.clone())
+                        .unwrap_or_default(),
+                };
+                defs.push(ToolDef {
+                    name: t.clone(),
+                    description,
+                    parameters: json!({"type": "object", "properties": {"task": {"type": "string"}}, "required": ["task"]}),
+                });
+            }
+        }
+        for h in self.handoffs() {
+            defs.push(ToolDef {
+                name: format!("transfer_to_{h}"),
+                description: format!("Hand the conversation over to {h}."),
+                parameters: json!({"type": "object", "properties": {}}),
+            });
+        }
+        defs
+    }
+}
+
+/// What one call of a turn is, decided before the calls run so that child
+/// context ids follow the order of the calls in the model's answer.
+enum CallPlan {
+    Handoff(String),
+    Agent(Arc<ContextInfo>, String),
+    Builtin(&'static dyn crate::tools::Tool),
+    Refused(String),
+}
+
+/// The part of a frame a call reads while the turn's calls run.
+struct FrameView {
+    ctx: Arc<ContextInfo>,
+    agent: Arc<Agent>,
+    agent_name: Arc<str>,
+}
+
+struct CallResult {
+    output: Result<String, String>,
+    handoff: Option<String>,
+    child_usage: Option<pb::Usage>,
+}
+
+struct FrameSink<'a> {
+    rt: &'a RuntimeConfig,
+    ctx: &'a Arc<ContextInfo>,
+    agent: &'a Arc<str>,
+}
+
+#[async_trait::async_trait]
+impl DeltaSink for FrameSink<'_> {
+    async fn delta(&self, text: String) {
+        self.rt
+            .emit(
+                self.ctx,
+                self.agent,
+                Payload::TextDelta(pb::TextDelta { text }),
+            )
+            .await;
+    }
+}
+
+fn add_usage(into: &mut pb::Usage, other: &pb::Usage) {
+    into.input_tokens += other.input_tokens;
+    into.output_tokens += other.output_tokens;
+    into.model_calls += other.model_calls;
+    into.tool_calls += other.tool_calls;
+}
+
+fn pb_call(c: &ToolCallRequest) -> pb::ToolCall {
+    pb::ToolCall {
+        call_id: c.id.clone(),
+        tool: c.name.clone(),
+        arguments_json: c.arguments.to_string(),
+    }
+}
+
+fn duration(d: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
+fn deadline(after: Duration) -> prost_types::Timestamp {
+    prost_types::Timestamp::from(SystemTime::now() + after)
+}
+
+/// Runs the frame's agent (and whoever it hands off to) until a final answer.
+pub async fn run_frame(
+    rt: &Arc<RuntimeConfig>,
+    mut frame: CallFrame,
+) -> Result<(String, pb::Usage), AgentFailure> {
+    let _live = LiveGuard::new(&rt.record);
+    let started = Payload::AgentStarted(pb::AgentStarted {
+        agent: frame.agent.name.clone(),
+        model: frame.model.reference().to_owned(),
+    });
+    rt.emit(&frame.ctx, &frame.agent_name, started).await;
+    loop {
+        if frame.turns >= rt.limits.max_turns {
+            return Err(AgentFailure {
+                code: Code::ResourceExhausted,
+                message: format!(
+                    "context {} reached max_turns ({})",
+                    frame.ctx.id, rt.limits.max_turns
+                ),
+            });
+        }
+        frame.turns += 1;
+        let tools = frame.tool_defs(&rt.catalog);
+        let prefix = format!("{}/{}/", frame.ctx.id, frame.turns);
+        let sink = FrameSink {
+            rt,
+            ctx: &frame.ctx,
+            agent: &frame.agent_name,
+        };
+        let request = ModelRequest {
+            messages: &frame.messages,
+            tools: &tools,
+            turn: frame.agent_turns,
+            input: &frame.input,
+            call_id_prefix: &prefix,
+        };
+        let turn =
+            match tokio::time::timeout(rt.limits.model_timeout, frame.model.turn(request, &sink))
+                .await
+            {
+                Ok(Ok(t)) => t,
+                Ok(Err(e)) => {
+                    return Err(AgentFailure {
+                        code: Code::Unavailable,
+                        message: e.to_string(),
+                    });
+                }
+                Err(_) => {
+                    return Err(AgentFailure {
+                        code: Code::DeadlineExceeded,
+                        message: format!(
+                            "model {} did not answer within {:?}",
+                            frame.model.reference(),
+                            rt.limits.model_timeout
+                        ),
+                    });
+                }
+            };
+        frame.agent_turns += 1;
+        let turn_usage = pb::Usage {
+            input_tokens: turn.usage.input_tokens,
+            output_tokens: turn.usage.output_tokens,
+            model_calls: 1,
+            tool_calls: turn.calls.len() as u64,
+        };
+        rt.usage
+            .input_tokens
+            .fetch_add(turn_usage.input_tokens, Ordering::Relaxed);
+        rt.usage
+            .output_tokens
+            .fetch_add(turn_usage.output_tokens, Ordering::Relaxed);
+        rt.usage.model_calls.fetch_add(1, Ordering::Relaxed);
+        rt.usage
+            .tool_calls
+            .fetch_add(turn_usage.tool_calls, Ordering::Relaxed);
+        add_usage(&mut frame.usage, &turn_usage);
+        let completed = Payload::MessageCompleted(pb::MessageCompleted {
+            text: turn.text.clone(),
+            tool_calls: turn.calls.iter().map(pb_call).collect(),
+            usage: Some(turn_usage),
+            finish_reason: turn.finish_reason.clone(),
+        });
+        rt.emit(&frame.ctx, &frame.agent_name, completed).await;
+
+        if turn.calls.is_empty() {
+            let done = Payload::AgentCompleted(pb::AgentCompleted {
+                output: turn.text.clone(),
+                usage: Some(frame.usage),
+            });
+            rt.emit(&frame.ctx, &frame.agent_name, done).await;
+            return Ok((turn.text, frame.usage));
+        }
+
+        let plans: Vec<CallPlan> = turn.calls.iter().map(|c| plan(rt, &mut frame, c)).collect();
+        let view = FrameView {
+            ctx: frame.ctx.clone(),
+            agent: frame.agent.clone(),
+            agent_name: frame.agent_name.clone(),
+        };
+        let results = join_all(
+            turn.calls
+                .iter()
+                .zip(plans)
+                .map(|(call, plan)| execute(rt, &view, call, plan)),
+        )
+        .await;
+        let failed = results.iter().filter(|r| r.output.is_err()).count() as u32;
+        let batch = Payload::ToolBatchCompleted(pb::ToolBatchCompleted {
+            calls: results.len() as u32,
+            failed,
+        });
+        rt.emit(&frame.ctx, &frame.agent_name, batch).await;
+
+        let mut assistant = ChatMessage::new(Role::Assistant, turn.text);
+        assistant.tool_calls = turn.calls.clone();
+        frame.messages.push(assistant);
+        let mut handoff = None;
+        for (call, r) in turn.calls.iter().zip(results) {
+            if let Some(u) = &r.child_usage {
+                add_usage(&mut frame.usage, u);
+            }
+            let content = match r.output {
+                Ok(s) => s,
+                Err(e) => format!("error: {e}"),
+            };
+            let mut msg = ChatMessage::new(Role::Tool, content);
+            msg.tool_call_id = Some(call.id.clone());
+            frame.messages.push(msg);
+            handoff = handoff.or(r.handoff);
+        }
+        if let Some(to) = handoff {
+            switch_agent(rt, &mut frame, &to).await?;
+        }
+    }
+}
+
+/// Hands the frame over to `to`: same context and messages, new agent, new
+/// model, per-agent state reset.
+async fn switch_agent(
+    rt: &Arc<RuntimeConfig>,
+    frame: &mut CallFrame,
+    to: &str,
+) -> Result<(), AgentFailure> {
+    let next = rt
+        .catalog
+        .agents
+        .get(to)
+        .cloned()
+        .ok_or_else(|| AgentFailure {
+            code: Code::Internal,
+            message: format!("handoff to unknown agent {to:?}"),
+        })?;
+    let model = rt.model_for(&next).map_err(|message| AgentFailure {
+        code: Code::InvalidArgument,
+        message,
+    })?;
+    let from = std::mem::replace(&mut frame.agent, next);
+    frame.agent_name = Arc::from(frame.agent.name.as_str());
+    frame.model = model;
+    frame.agent_turns = 0;
+    if let Some(system) = frame
+        .messages
+        .first_mut()
+        .filter(|m| m.role == Role::System)
+    {
+        system.content = frame.agent.spec.instructions.clone();
+    }
+    let payload = Payload::Handoff(pb::Handoff {
+        from_agent: from.name.clone(),
+        to_agent: frame.agent.name.clone(),
+    });
+    rt.emit(&frame.ctx, &frame.agent_name, payload).await;
+    let started = Payload::AgentStarted(pb::AgentStarted {
+        agent: frame.agent.name.clone(),
+        model: frame.model.reference().to_owned(),
+    });
+    rt.emit(&frame.ctx, &frame.agent_name, started).await;
+    Ok(())
+}
+
+fn plan(rt: &RuntimeConfig, frame: &mut CallFrame, call: &ToolCallRequest) -> CallPlan {
+    let name = call.name.as_str();
+    if let Some(target) = name.strip_prefix("transfer_to_") {
+        return if frame.handoffs().any(|h| h == target) {
+            CallPlan::Handoff(target.to_owned())
+        } else {
+            CallPlan::Refused(format!(
+                "{} cannot hand off to {target:?}",
+                frame.agent.name
+            ))
+        };
+    }
+    if !frame.agent.spec.tools.iter().any(|t| t == name) {
+        return CallPlan::Refused(format!("{} has no tool {name:?}", frame.agent.name));
+    }
+    if BUILTIN_TOOLS.contains(&name) {
+        return builtin::get(name).map_or_else(
+            || CallPlan::Refused(format!("unknown tool {name:?}")),
+            CallPlan::Builtin,
+        );
+    }
+    if rt.catalog.is_callable(name) {
+        let n = frame.children.entry(name.to_owned()).or_insert(0);
+        *n += 1;
+        let child = frame.ctx.child(&format!("{name}.{n}"));
+        if child.depth > rt.limits.max_depth {
+            return CallPlan::Refused(format!(
+                "cannot call agent {name}: context {} would be at depth {}, over max_depth {}",
+                child.id, child.depth, rt.limits.max_depth
+            ));
+        }
+        return CallPlan::Agent(child, name.to_owned());
+    }
+    CallPlan::Refused(format!("unknown tool {name:?}"))
+}
+
+async fn execute(
+    rt: &Arc<RuntimeConfig>,
+    view: &FrameView,
+    call: &ToolCallRequest,
+    plan: CallPlan,
+) -> CallResult {
+    let _live = LiveGuard::new(&rt.record);
+    let started = Instant::now();
+    let begin = Payload::ToolCallStarted(pb::ToolCallStarted {
+        call_id: call.id.clone(),
+        tool: call.name.clone(),
+        arguments_json: call.arguments.to_string(),
+    });
+    rt.emit(&view.ctx, &view.agent_name, begin).await;
+
+    let mut result = CallResult {
+        output: Ok(String::new()),
+        handoff: None,
+        child_usage: None,
+    };
+    result.output = match approve(rt, view, call).await {
+        Err(denied) => Err(denied),
+        Ok(()) => match plan {
+            CallPlan::Refused(why) => Err(why),
+            CallPlan::Handoff(to) => {
+                result.handoff = Some(to.clone());
+                Ok(format!("transferred to {to}"))
+            }
+            CallPlan::Builtin(tool) => run_tool(rt, view, call, tool).await,
+            CallPlan::Agent(child_ctx, target) => {
+                let task = match call.arguments.get("task").and_then(Value::as_str) {
+                    Some(t) => t.to_owned(),
+                    None => call.arguments.to_string(),
+                };
+                match CallFrame::new(rt, child_ctx, &target, Vec::new(), task) {
+                    Err(f) => Err(f.message),
+                    Ok(child) => match Box::pin(run_frame(rt, child)).await {
+                        Ok((output, usage)) => {
+                            result.child_usage = Some(usage);
+                            Ok(output)
+                        }
+                        Err(f) => Err(format!("agent {target} failed: {}", f.message)),
+                    },
+                }
+            }
+        },
+    };
+    let (output, error) = match &result.output {
+        Ok(s) => (s.clone(), String::new()),
+        Err(e) => (String::new(), e.clone()),
+    };
+    let done = Payload::ToolCallCompleted(pb::ToolCallCompleted {
+        call_id: call.id.clone(),
+        tool: call.name.clone(),
+        result: output,
+        error,
+        duration: Some(duration(started.elapsed())),
+        policies: Vec::new(),
+    });
+    rt.emit(&view.ctx, &view.agent_name, done).await;
+    result
+}
+
+/// Runs a tool until it ends, asking a person whenever it needs input.
+async fn run_tool(
+    rt: &Arc<RuntimeConfig>,
+    view: &FrameView,
+    call: &ToolCallRequest,
+    tool: &'static dyn crate::tools::Tool,
+) -> Result<String, String> {
+    let ctx = ToolCtx {
+        rt,
+        ctx: &view.ctx,
+        agent: &view.agent_name,
+        call_id: &call.id,
+        tool: &call.name,
+    };
+    let mut resume = None;
+    let mut asked = 0u32;
+    loop {
+        let outcome = tokio::time::timeout(
+            rt.limits.tool_timeout,
+            tool.call(&ctx, &call.arguments, resume.take()),
+        )
+        .await
+        .map_err(|_| {
+            format!(
+                "tool {} timed out after {:?}",
+                call.name, rt.limits.tool_timeout
+            )
+        })?;
+        match outcome {
+            ToolOutcome::Ok(s) => return Ok(s),
+            ToolOutcome::Err(e) => return Err(e),
+            ToolOutcome::NeedInput {
+                prompt,
+                options,
+                resume_token,
+            } => {
+                asked += 1;
+                let input_id = format!("input:{}:{asked}", call.id);
+                let rx = rt.record.await_input(&input_id);
+                let requested = Payload::InputRequested(pb::InputRequested {
+                    input_id: input_id.clone(),
+                    call_id: call.id.clone(),
+                    tool: call.name.clone(),
+                    prompt,
+                    options,
+                    deadline: Some(deadline(rt.limits.approval_timeout)),
+                });
+                rt.emit(&view.ctx, &view.agent_name, requested).await;
+                match tokio::time::timeout(rt.limits.approval_timeout, rx).await {
+                    Ok(Ok(input)) => {
+                        let received = Payload::InputReceived(pb::InputReceived {
+                            input_id,
+                            input: input.clone(),
+                        });
+                        rt.emit(&view.ctx, &view.agent_name, received).await;
+                        resume = Some(Resume {
+                            token: resume_token,
+                            input,
+                        });
+                    }
+                    _ => {
+                        rt.record.close_input(&input_id);
+                        return Err(format!(
+                            "no input arrived within {:?}",
+                            rt.limits.approval_timeout
+                        ));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Asks for approval when the agent's policy for this tool wants it.
+async fn approve(
+    rt: &Arc<RuntimeConfig>,
+    view: &FrameView,
+    call: &ToolCallRequest,
+) -> Result<(), String> {
+    let policy = view
+        .agent
+        .spec
+        .approvals
+        .get(&call.name)
+        .copied()
+        .unwrap_or_default();
+    let needed = match policy {
+        ApprovalPolicy::Never => false,
+        ApprovalPolicy::Always => true,
+        ApprovalPolicy::Nested => view.ctx.depth >= 1,
+    };
+    if !needed {
+        return Ok(());
+    }
+    let approval_id = format!("approval:{}", call.id);
+    let resolved = |approved: bool, reason: &str, source: pb::ApprovalSource| {
+        Payload::ApprovalResolved(pb::ApprovalResolved {
+            approval_id: approval_id.clone(),
+            approved,
+            reason: reason.to_owned(),
+            source: source as i32,
+        })
+    };
+    match rt.approval_mode {
+        pb::ApprovalMode::AutoApprove => {
+            rt.emit(
+                &view.ctx,
+                &view.agent_name,
+                resolved(true, "auto_approve", pb::ApprovalSource::Mode),
+            )
+            .await;
+            Ok(())
+        }
+        pb::ApprovalMode::AutoDeny => {
+            rt.emit(
+                &view.ctx,
+                &view.agent_name,
+                resolved(false, "auto_deny", pb::ApprovalSource::Mode),
+            )
+            .await;
+            Err(format!(
+                "{} was denied by the run's approval mode",
+                call.name
+            ))
+        }
+        pb::ApprovalMode::Ask | pb::ApprovalMode::Unspecified => {
+            let rx = rt.record.await_approval(&approval_id);
+            let requested = Payload::ApprovalRequested(pb::ApprovalRequested {
+                approval_id: approval_id.clone(),
+                call_id: call.id.clone(),
+                tool: call.name.clone(),
+                arguments_json: call.arguments.to_string(),
+                deadline: Some(deadline(rt.limits.approval_timeout)),
+            });
+            rt.emit(&view.ctx, &view.agent_name, requested).await;
+            match tokio::time::timeout(rt.limits.approval_timeout, rx).await {
+                Ok(Ok(answer)) => {
+                    rt.emit(
+                        &view.ctx,
+                        &view.agent_name,
+                        resolved(answer.approved, &answer.reason, pb::ApprovalSource::Person),
+                    )
+                    .await;
+                    if answer.approved {
+                        Ok(())
+                    } else if answer.reason.is_empty() {
+                        Err(format!("{} was denied", call.name))
+                    } else {
+                        Err(format!("{} was denied: {}", call.name, answer.reason))
+                    }
+                }
+                _ => {
+                    rt.record.close_approval(&approval_id);
+                    let reason = "no answer before the deadline";
+                    rt.emit(
+                        &view.ctx,
+                        &view.agent_name,
+                        resolved(false, reason, pb::ApprovalSource::Deadline),
+                    )
+                    .await;
+                    Err(format!("{} was denied: {reason}", call.name))
+                }
+            }
+        }
+    }
+}
+
+/// Runs a whole RunAgent: RunStarted, the root frame, then exactly one
+/// terminal event (completed, failed, or cancelled when the run's token
+/// fires or its deadline passes).
+pub async fn run_agent(rt: Arc<RuntimeConfig>, root: CallFrame, target: String) {
+    let root_ctx = root.ctx.clone();
+    let no_agent: Arc<str> = Arc::from("");
+    let started = Payload::RunStarted(pb::RunStarted {
+        kind: pb::RunKind::Agent as i32,
+        target,
+    });
+    rt.emit(&root_ctx, &no_agent, started).await;
+    let token = rt.record.token().clone();
+    let outcome = tokio::select! {
+        r = run_frame(&rt, root) => Some(r),
+        _ = token.cancelled() => None,
+        _ = tokio::time::sleep(rt.limits.run_timeout) => Some(Err(AgentFailure {
+            code: Code::DeadlineExceeded,
+            message: format!("the run did not finish within run_timeout ({:?})", rt.limits.run_timeout),
+        })),
+    };
+    let terminal = match outcome {
+        Some(Ok((output, _))) => Payload::RunCompleted(pb::RunCompleted {
+            output,
+            run_context_json: rt.run_context_json(),
+            usage: Some(rt.usage()),
+        }),
+        Some(Err(f)) => Payload::RunFailed(pb::RunFailed {
+            code: f.code as i32,
+            message: f.message,
+            usage: Some(rt.usage()),
+        }),
+        None => Payload::RunCancelled(pb::RunCancelled {
+            reason: rt.record.cancel_reason(),
+            usage: Some(rt.usage()),
+        }),
+    };
+    rt.emit(&root_ctx, &no_agent, terminal).await;
+}

@@ -1,0 +1,313 @@
+//! The runs this orchestrator knows: their status for GetRun, their
+//! cancellation for CancelRun, and the approvals and inputs they wait for.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant, SystemTime},
+};
+
+use baton_common::ids::TraceId;
+use baton_proto::v1::{self as pb, run_event::Payload};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Error;
+
+/// How long a finished run stays answerable by GetRun.
+pub const FINISHED_RETENTION: Duration = Duration::from_secs(3600);
+
+/// A person's answer to an approval.
+#[derive(Debug, Clone)]
+pub struct ApprovalAnswer {
+    /// Granted or denied.
+    pub approved: bool,
+    /// The reason given.
+    pub reason: String,
+}
+
+enum Pending<T> {
+    Waiting(oneshot::Sender<T>),
+    Answered,
+}
+
+impl<T> Pending<T> {
+    /// Hands `value` to the waiting run; false when it was answered already
+    /// or the run stopped waiting (deadline, cancellation).
+    fn answer(&mut self, value: T) -> bool {
+        match std::mem::replace(self, Pending::Answered) {
+            Pending::Waiting(tx) => tx.send(value).is_ok(),
+            Pending::Answered => false,
+        }
+    }
+}
+
+/// What GetRun reports.
+#[derive(Debug, Clone)]
+pub struct RunState {
+    /// Where the run is.
+    pub status: pb::RunStatus,
+    /// When it ended.
+    pub ended_at: Option<SystemTime>,
+    /// The final output.
+    pub output: String,
+    /// The final run context.
+    pub run_context_json: String,
+    /// Totals.
+    pub usage: pb::Usage,
+    /// The failure's code.
+    pub error_code: i32,
+    /// The failure's or cancellation's message.
+    pub error_message: String,
+    /// The last seq emitted.
+    pub last_seq: u64,
+}
+
+/// One run.
+pub struct RunRecord {
+    /// The run's id.
+    pub run_id: String,
+    /// Its trace.
+    pub trace_id: TraceId,
+    /// What started it.
+    pub kind: pb::RunKind,
+    /// Agent, group or pipeline name.
+    pub target: String,
+    /// When it started.
+    pub started_at: SystemTime,
+    cancel: CancellationToken,
+    cancel_reason: Mutex<Option<String>>,
+    seq: AtomicU64,
+    state: Mutex<RunState>,
+    finished: Mutex<Option<Instant>>,
+    approvals: Mutex<HashMap<String, Pending<ApprovalAnswer>>>,
+    inputs: Mutex<HashMap<String, Pending<String>>>,
+    /// Frames and tool calls of this run alive right now.
+    pub live_tasks: AtomicUsize,
+    /// Tool calls that were dropped before they finished (cancelled).
+    pub cancelled_tool_calls: AtomicUsize,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl RunRecord {
+    /// A new running run whose token is a child of `parent`.
+    pub fn new(
+        trace_id: TraceId,
+        kind: pb::RunKind,
+        target: String,
+        parent: &CancellationToken,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            run_id: uuid::Uuid::now_v7().to_string(),
+            trace_id,
+            kind,
+            target,
+            started_at: SystemTime::now(),
+            cancel: parent.child_token(),
+            cancel_reason: Mutex::new(None),
+            seq: AtomicU64::new(0),
+            state: Mutex::new(RunState {
+                status: pb::RunStatus::Running,
+                ended_at: None,
+                output: String::new(),
+                run_context_json: String::new(),
+                usage: pb::Usage::default(),
+                error_code: 0,
+                error_message: String::new(),
+                last_seq: 0,
+            }),
+            finished: Mutex::new(None),
+            approvals: Mutex::new(HashMap::new()),
+            inputs: Mutex::new(HashMap::new()),
+            live_tasks: AtomicUsize::new(0),
+            cancelled_tool_calls: AtomicUsize::new(0),
+        })
+    }
+
+    /// The run's cancellation token.
+    pub fn token(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Cancels the run (the first reason given wins).
+    pub fn cancel(&self, reason: &str) {
+        lock(&self.cancel_reason).get_or_insert_with(|| reason.to_owned());
+        self.cancel.cancel();
+    }
+
+    /// Why the run was cancelled.
+    pub fn cancel_reason(&self) -> String {
+        lock(&self.cancel_reason)
+            .clone()
+            .unwrap_or_else(|| "server shutting down".into())
+    }
+
+    pub(crate) fn next_seq(&self) -> u64 {
+        let s = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        lock(&self.state).last_seq = s;
+        s
+    }
+
+    /// Records the terminal event.
+    pub(crate) fn finish(&self, payload: &Payload, seq: u64) {
+        let mut s = lock(&self.state);
+        s.last_seq = seq;
+        s.ended_at = Some(SystemTime::now());
+        match payload {
+            Payload::RunCompleted(c) => {
+                s.status = pb::RunStatus::Completed;
+                s.output = c.output.clone();
+                s.run_context_json = c.run_context_json.clone();
+                s.usage = c.usage.unwrap_or_default();
+            }
+            Payload::RunFailed(f) => {
+                s.status = pb::RunStatus::Failed;
+                s.error_code = f.code;
+                s.error_message = f.message.clone();
+                s.usage = f.usage.unwrap_or_default();
+            }
+            Payload::RunCancelled(c) => {
+                s.status = pb::RunStatus::Cancelled;
+                s.error_message = c.reason.clone();
+                s.usage = c.usage.unwrap_or_default();
+            }
+            _ => {}
+        }
+        *lock(&self.finished) = Some(Instant::now());
+        // Nobody can answer a finished run's questions any more.
+        lock(&self.approvals).clear();
+        lock(&self.inputs).clear();
+    }
+
+    /// A snapshot for GetRun.
+    pub fn state(&self) -> RunState {
+        lock(&self.state).clone()
+    }
+
+    /// Registers an approval the run waits for.
+    pub fn await_approval(&self, id: &str) -> oneshot::Receiver<ApprovalAnswer> {
+        let (tx, rx) = oneshot::channel();
+        lock(&self.approvals).insert(id.to_owned(), Pending::Waiting(tx));
+        rx
+    }
+
+    /// Marks an approval answered without a person (deadline, cancel).
+    pub fn close_approval(&self, id: &str) {
+        if let Some(p) = lock(&self.approvals).get_mut(id) {
+            *p = Pending::Answered;
+        }
+    }
+
+    /// A person's answer to an approval.
+    pub fn resolve_approval(&self, id: &str, answer: ApprovalAnswer) -> Result<(), Error> {
+        let mut approvals = lock(&self.approvals);
+        let pending = approvals.get_mut(id).ok_or_else(|| Error::NotFound {
+            field: "approval_id",
+            message: format!("run {} has no approval {id:?} waiting", self.run_id),
+        })?;
+        if pending.answer(answer) {
+            Ok(())
+        } else {
+            Err(Error::FailedPrecondition {
+                field: "approval_id",
+                message: format!("approval {id:?} was already resolved"),
+            })
+        }
+    }
+
+    /// Registers an input request the run waits for.
+    pub fn await_input(&self, id: &str) -> oneshot::Receiver<String> {
+        let (tx, rx) = oneshot::channel();
+        lock(&self.inputs).insert(id.to_owned(), Pending::Waiting(tx));
+        rx
+    }
+
+    /// Marks an input request closed without an answer.
+    pub fn close_input(&self, id: &str) {
+        if let Some(p) = lock(&self.inputs).get_mut(id) {
+            *p = Pending::Answered;
+        }
+    }
+
+    /// A person's answer to an input request.
+    pub fn submit_input(&self, id: &str, input: String) -> Result<(), Error> {
+        let mut inputs = lock(&self.inputs);
+        let pending = inputs.get_mut(id).ok_or_else(|| Error::NotFound {
+            field: "input_id",
+            message: format!("run {} has no input request {id:?} waiting", self.run_id),
+        })?;
+        if pending.answer(input) {
+            Ok(())
+        } else {
+            Err(Error::FailedPrecondition {
+                field: "input_id",
+                message: format!("input request {id:?} was already answered"),
+            })
+        }
+    }
+
+    fn expired(&self, now: Instant) -> bool {
+        lock(&self.finished).is_some_and(|f| now.duration_since(f) > FINISHED_RETENTION)
+    }
+}
+
+/// Counts a frame or tool call as alive while it exists.
+pub struct LiveGuard(Arc<RunRecord>);
+
+impl LiveGuard {
+    /// Counts one more live task of `record`.
+    pub fn new(record: &Arc<RunRecord>) -> Self {
+        record.live_tasks.fetch_add(1, Ordering::SeqCst);
+        Self(record.clone())
+    }
+}
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.0.live_tasks.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Every run this process started (finished ones for an hour).
+#[derive(Default)]
+pub struct Runs {
+    map: Mutex<HashMap<String, Arc<RunRecord>>>,
+}
+
+impl Runs {
+    /// Adds a run, forgetting finished runs past their retention.
+    pub fn insert(&self, record: Arc<RunRecord>) {
+        let now = Instant::now();
+        let mut map = lock(&self.map);
+        map.retain(|_, r| !r.expired(now));
+        map.insert(record.run_id.clone(), record);
+    }
+
+    /// Finds a run; `NOT_FOUND` naming `run_id` otherwise.
+    pub fn get(&self, run_id: &str) -> Result<Arc<RunRecord>, Error> {
+        if run_id.is_empty() {
+            return Err(Error::invalid("run_id", "must not be empty"));
+        }
+        lock(&self.map)
+            .get(run_id)
+            .cloned()
+            .ok_or_else(|| Error::NotFound {
+                field: "run_id",
+                message: format!("no run {run_id:?} on this orchestrator"),
+            })
+    }
+
+    /// How many runs are still running.
+    pub fn running(&self) -> usize {
+        lock(&self.map)
+            .values()
+            .filter(|r| r.state().status == pb::RunStatus::Running)
+            .count()
+    }
+}

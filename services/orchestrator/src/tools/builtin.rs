@@ -1,0 +1,236 @@
+//! The built-in tools.
+
+use std::{sync::atomic::Ordering, time::Duration};
+
+use baton_context_store::store::{Key, Put};
+use baton_proto::v1::{self as pb, run_event::Payload};
+use serde_json::{Value, json};
+
+use super::{Resume, Tool, ToolCtx, ToolOutcome};
+
+/// The built-in tool called `name`, if there is one.
+pub fn get(name: &str) -> Option<&'static dyn Tool> {
+    match name {
+        "read_context" => Some(&ReadContext),
+        "write_context" => Some(&WriteContext),
+        "list_context" => Some(&ListContext),
+        "ask_user" => Some(&AskUser),
+        "sleep" => Some(&Sleep),
+        _ => None,
+    }
+}
+
+fn str_arg<'a>(args: &'a Value, name: &str) -> Result<&'a str, String> {
+    args.get(name)
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("argument {name:?} must be a string"))
+}
+
+fn key_arg(ctx: &ToolCtx<'_>, args: &Value) -> Result<Key, String> {
+    let key = str_arg(args, "key")?;
+    Key::parse("key", key, ctx.rt.store.limits().max_key_len).map_err(|e| e.to_string())
+}
+
+/// `read_context {key}`: a slot of the run's trace, as text.
+struct ReadContext;
+
+#[async_trait::async_trait]
+impl Tool for ReadContext {
+    fn describe(&self) -> (&'static str, Value) {
+        (
+            "Read a slot of the shared context of this request.",
+            json!({"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}),
+        )
+    }
+
+    async fn call(&self, ctx: &ToolCtx<'_>, args: &Value, _: Option<Resume>) -> ToolOutcome {
+        let key = match key_arg(ctx, args) {
+            Ok(k) => k,
+            Err(e) => return ToolOutcome::Err(e),
+        };
+        match ctx.rt.store.get(&ctx.rt.trace_id, &key).await {
+            Ok(slot) => ToolOutcome::Ok(String::from_utf8_lossy(&slot.value).into_owned()),
+            Err(e) => ToolOutcome::Err(e.to_string()),
+        }
+    }
+}
+
+/// `write_context {key, value, ttl_seconds?}`: writes a slot (strings as
+/// text, anything else as JSON) and emits ContextWritten.
+struct WriteContext;
+
+#[async_trait::async_trait]
+impl Tool for WriteContext {
+    fn describe(&self) -> (&'static str, Value) {
+        (
+            "Write a slot of the shared context of this request, for other agents to read.",
+            json!({"type": "object", "properties": {
+                "key": {"type": "string"},
+                "value": {},
+                "ttl_seconds": {"type": "integer", "minimum": 1}
+            }, "required": ["key", "value"]}),
+        )
+    }
+
+    async fn call(&self, ctx: &ToolCtx<'_>, args: &Value, _: Option<Resume>) -> ToolOutcome {
+        let key = match key_arg(ctx, args) {
+            Ok(k) => k,
+            Err(e) => return ToolOutcome::Err(e),
+        };
+        let (value, content_type) = match args.get("value") {
+            Some(Value::String(s)) => (s.clone().into_bytes(), "text/plain; charset=utf-8"),
+            Some(v) => (v.to_string().into_bytes(), "application/json"),
+            None => return ToolOutcome::Err("argument \"value\" is required".into()),
+        };
+        let mut put = Put::new(ctx.rt.trace_id.clone(), key.clone(), value);
+        put.content_type = content_type.into();
+        put.ttl = args
+            .get("ttl_seconds")
+            .and_then(Value::as_u64)
+            .map(Duration::from_secs);
+        let size = put.value.len() as u64;
+        match ctx.rt.store.put(put).await {
+            Ok(w) => {
+                let payload = Payload::ContextWritten(pb::ContextWritten {
+                    key: key.as_str().to_owned(),
+                    version: w.version,
+                    size_bytes: size,
+                });
+                ctx.rt.emit(ctx.ctx, ctx.agent, payload).await;
+                ToolOutcome::Ok(format!("wrote {} at version {}", key.as_str(), w.version))
+            }
+            Err(e) => ToolOutcome::Err(e.to_string()),
+        }
+    }
+}
+
+/// `list_context {prefix?}`: the slots of the run's trace.
+struct ListContext;
+
+#[async_trait::async_trait]
+impl Tool for ListContext {
+    fn describe(&self) -> (&'static str, Value) {
+        (
+            "List the slots of the shared context of this request.",
+            json!({"type": "object", "properties": {"prefix": {"type": "string"}}}),
+        )
+    }
+
+    async fn call(&self, ctx: &ToolCtx<'_>, args: &Value, _: Option<Resume>) -> ToolOutcome {
+        let prefix = args.get("prefix").and_then(Value::as_str).unwrap_or("");
+        if let Err(e) = baton_context_store::store::validate_key_chars("prefix", prefix, 256) {
+            return ToolOutcome::Err(e.to_string());
+        }
+        match ctx.rt.store.list(&ctx.rt.trace_id, prefix).await {
+            Ok(l) => ToolOutcome::Ok(
+                json!(l
+                    .slots
+                    .iter()
+                    .map(|s| json!({"key": s.key, "version": s.version, "size_bytes": s.size_bytes}))
+                    .collect::<Vec<_>>())
+                .to_string(),
+            ),
+            Err(e) => ToolOutcome::Err(e.to_string()),
+        }
+    }
+}
+
+/// `ask_user {question, options?}`: asks a person and returns the answer.
+struct AskUser;
+
+#[async_trait::async_trait]
+impl Tool for AskUser {
+    fn describe(&self) -> (&'static str, Value) {
+        (
+            "Ask the person a question and wait for the answer.",
+            json!({"type": "object", "properties": {
+                "question": {"type": "string"},
+                "options": {"type": "array", "items": {"type": "string"}}
+            }, "required": ["question"]}),
+        )
+    }
+
+    async fn call(&self, _: &ToolCtx<'_>, args: &Value, resume: Option<Resume>) -> ToolOutcome {
+        if let Some(r) = resume {
+            return ToolOutcome::Ok(r.input);
+        }
+        let question = match str_arg(args, "question") {
+            Ok(q) => q.to_owned(),
+            Err(e) => return ToolOutcome::Err(e),
+        };
+        let options = args
+            .get("options")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        ToolOutcome::NeedInput {
+            prompt: question,
+            options,
+            resume_token: "ask_user".into(),
+        }
+    }
+}
+
+/// `sleep {ms, steps?}`: waits `ms` milliseconds, reporting progress in
+/// `steps` steps (default 4). Counts itself on the run when dropped before it
+/// finished, so tests can see cancellation reach it.
+struct Sleep;
+
+struct CancelRecorder<'a> {
+    ctx: &'a ToolCtx<'a>,
+    done: bool,
+}
+
+impl Drop for CancelRecorder<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.ctx
+                .rt
+                .record
+                .cancelled_tool_calls
+                .fetch_add(1, Ordering::SeqCst);
+            tracing::debug!(call_id = self.ctx.call_id, "sleep cancelled");
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Tool for Sleep {
+    fn describe(&self) -> (&'static str, Value) {
+        (
+            "Wait a number of milliseconds, reporting progress.",
+            json!({"type": "object", "properties": {
+                "ms": {"type": "integer", "minimum": 0, "maximum": 3600000},
+                "steps": {"type": "integer", "minimum": 1, "maximum": 100}
+            }, "required": ["ms"]}),
+        )
+    }
+
+    async fn call(&self, ctx: &ToolCtx<'_>, args: &Value, _: Option<Resume>) -> ToolOutcome {
+        let Some(ms) = args
+            .get("ms")
+            .and_then(Value::as_u64)
+            .filter(|ms| *ms <= 3_600_000)
+        else {
+            return ToolOutcome::Err("argument \"ms\" must be an integer from 0 to 3600000".into());
+        };
+        let steps = args
+            .get("steps")
+            .and_then(Value::as_u64)
+            .unwrap_or(4)
+            .clamp(1, 100);
+        let mut recorder = CancelRecorder { ctx, done: false };
+        for i in 1..=steps {
+            tokio::time::sleep(Duration::from_millis(ms / steps)).await;
+            ctx.progress((i * 100 / steps) as u32, format!("step {i} of {steps}"))
+                .await;
+        }
+        recorder.done = true;
+        ToolOutcome::Ok(format!("slept {ms} ms"))
+    }
+}
