@@ -180,9 +180,14 @@ impl RunRecord {
             _ => {}
         }
         *lock(&self.finished) = Some(Instant::now());
-        // Nobody can answer a finished run's questions any more.
-        lock(&self.approvals).clear();
-        lock(&self.inputs).clear();
+        // Nobody can answer a finished run's questions any more; their ids
+        // stay known, so a late answer is FAILED_PRECONDITION, not NOT_FOUND.
+        for p in lock(&self.approvals).values_mut() {
+            *p = Pending::Answered;
+        }
+        for p in lock(&self.inputs).values_mut() {
+            *p = Pending::Answered;
+        }
     }
 
     /// A snapshot for GetRun.

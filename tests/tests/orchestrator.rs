@@ -1,0 +1,913 @@
+//! RunAgent and the run-control RPCs through gRPC: nested contexts, the
+//! stream rules, filters, handoffs, approvals, human input, cancellation and
+//! bad input.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::atomic::Ordering,
+    time::{Duration, Instant},
+};
+
+use baton_client::{OrchestratorClient, pb, pb::run_event::Payload};
+use baton_e2e::{EXAMPLE_AGENTS, OrchestratorServer};
+use futures::StreamExt;
+use tonic::Code;
+
+fn req(agent: &str, input: &str) -> pb::RunAgentRequest {
+    pb::RunAgentRequest {
+        agent: agent.into(),
+        input: input.into(),
+        ..Default::default()
+    }
+}
+
+async fn example() -> (OrchestratorServer, OrchestratorClient) {
+    let server = OrchestratorServer::start(EXAMPLE_AGENTS, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let client = OrchestratorClient::connect(server.endpoint())
+        .await
+        .expect("connect");
+    (server, client)
+}
+
+fn kind(e: &pb::RunEvent) -> &'static str {
+    match e.payload.as_ref().expect("payload") {
+        Payload::RunStarted(_) => "RunStarted",
+        Payload::RunCompleted(_) => "RunCompleted",
+        Payload::RunFailed(_) => "RunFailed",
+        Payload::RunCancelled(_) => "RunCancelled",
+        Payload::AgentStarted(_) => "AgentStarted",
+        Payload::TextDelta(_) => "TextDelta",
+        Payload::MessageCompleted(_) => "MessageCompleted",
+        Payload::AgentCompleted(_) => "AgentCompleted",
+        Payload::Handoff(_) => "Handoff",
+        Payload::ToolCallStarted(_) => "ToolCallStarted",
+        Payload::ToolProgress(_) => "ToolProgress",
+        Payload::ToolOptions(_) => "ToolOptions",
+        Payload::ToolCallCompleted(_) => "ToolCallCompleted",
+        Payload::ToolBatchCompleted(_) => "ToolBatchCompleted",
+        Payload::ApprovalRequested(_) => "ApprovalRequested",
+        Payload::ApprovalResolved(_) => "ApprovalResolved",
+        Payload::InputRequested(_) => "InputRequested",
+        Payload::InputReceived(_) => "InputReceived",
+        Payload::ContextWritten(_) => "ContextWritten",
+        _ => "Pipeline",
+    }
+}
+
+fn is_terminal(e: &pb::RunEvent) -> bool {
+    matches!(
+        e.payload,
+        Some(Payload::RunCompleted(_) | Payload::RunFailed(_) | Payload::RunCancelled(_))
+    )
+}
+
+/// Checks the stream rules every run must keep.
+fn check_stream_rules(events: &[pb::RunEvent]) {
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(
+        seqs,
+        (1..=events.len() as u64).collect::<Vec<_>>(),
+        "gap-free seq from 1"
+    );
+    assert_eq!(
+        events.iter().filter(|e| is_terminal(e)).count(),
+        1,
+        "exactly one terminal event"
+    );
+    assert!(
+        is_terminal(events.last().expect("events")),
+        "the terminal event is last"
+    );
+    let run_id = &events[0].run_id;
+    let trace_id = &events[0].trace_id;
+    assert_eq!(trace_id.len(), 32);
+    let mut spans: HashMap<&str, &str> = HashMap::new();
+    for e in events {
+        assert_eq!((&e.run_id, &e.trace_id), (run_id, trace_id));
+        assert_eq!(e.span_id.len(), 16);
+        let span = spans
+            .entry(e.context_id.as_str())
+            .or_insert(e.span_id.as_str());
+        assert_eq!(*span, e.span_id, "one span per context");
+        let depth = e.context_id.matches('.').count() as u32 / 2;
+        assert_eq!(e.depth, depth, "{} is at depth {depth}", e.context_id);
+        let parent = e.context_id.rsplitn(3, '.').nth(2).unwrap_or("");
+        assert_eq!(e.parent_context_id, parent, "parent of {}", e.context_id);
+    }
+    // Per context, the agent starts before anything else it does and
+    // completes after everything else it does.
+    let mut by_ctx: HashMap<&str, Vec<&str>> = HashMap::new();
+    for e in events.iter().filter(|e| !e.agent.is_empty()) {
+        by_ctx
+            .entry(e.context_id.as_str())
+            .or_default()
+            .push(kind(e));
+    }
+    for (ctx, kinds) in by_ctx {
+        assert_eq!(kinds[0], "AgentStarted", "{ctx}: {kinds:?}");
+        if let Some(pos) = kinds.iter().position(|k| *k == "AgentCompleted") {
+            assert_eq!(
+                pos,
+                kinds.len() - 1,
+                "{ctx}: AgentCompleted is its last event: {kinds:?}"
+            );
+        }
+    }
+}
+
+fn completed(events: &[pb::RunEvent]) -> &pb::RunCompleted {
+    match events.last().and_then(|e| e.payload.as_ref()) {
+        Some(Payload::RunCompleted(c)) => c,
+        other => panic!("the run did not complete: {other:?}"),
+    }
+}
+
+async fn wait_for<F: Fn(&pb::RunEvent) -> bool>(
+    stream: &mut baton_client::Events,
+    seen: &mut Vec<pb::RunEvent>,
+    f: F,
+) -> pb::RunEvent {
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .expect("event in time")
+            .expect("stream open")
+            .expect("event");
+        seen.push(e.clone());
+        if f(&e) {
+            return e;
+        }
+        assert!(
+            !is_terminal(&e),
+            "the run ended before the awaited event: {e:?}"
+        );
+    }
+}
+
+async fn drain(stream: &mut baton_client::Events, seen: &mut Vec<pb::RunEvent>) {
+    while let Some(e) = tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .expect("in time")
+    {
+        seen.push(e.expect("event"));
+    }
+}
+
+async fn eventually(what: &str, f: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_agents_two_deep_with_streaming_tool_and_context_writes() {
+    let (server, client) = example().await;
+    let events = client
+        .run_agent_to_end(req("researcher", "rust"))
+        .await
+        .expect("run");
+    check_stream_rules(&events);
+
+    let contexts: BTreeSet<(&str, u32)> = events
+        .iter()
+        .map(|e| (e.context_id.as_str(), e.depth))
+        .collect();
+    assert_eq!(
+        contexts,
+        BTreeSet::from([
+            ("root", 0),
+            ("root.summarizer.1", 1),
+            ("root.summarizer.1.fact_checker.1", 2)
+        ])
+    );
+    let done = completed(&events);
+    assert_eq!(
+        done.output,
+        "Research done. Summary: Checked: Check the facts about: Summarize what is known about rust. Looks right.; slept 400 ms; wrote research/topic at version 1"
+    );
+    assert_eq!(done.run_context_json, "{}");
+    let usage = done.usage.expect("usage");
+    assert_eq!(
+        usage.model_calls,
+        2 + 2 + 1,
+        "two turns each for researcher and summarizer, one for fact_checker"
+    );
+    assert_eq!((usage.input_tokens >= 420, usage.tool_calls), (true, 4));
+
+    // The streaming tool's progress reached the client, in order.
+    let progress: Vec<u32> = events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Some(Payload::ToolProgress(p)) => Some(p.percent),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(progress, [25, 50, 75, 100]);
+    let written: Vec<_> = events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Some(Payload::ContextWritten(w)) => Some((w.key.as_str(), w.version, w.size_bytes)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(written, [("research/topic", 1, 4)]);
+    // Text arrives as several deltas that add up to the message.
+    let deltas: String = events
+        .iter()
+        .filter(|e| e.context_id == "root")
+        .filter_map(|e| match &e.payload {
+            Some(Payload::TextDelta(d)) => Some(d.text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        deltas.starts_with("Let me look into rust.Research done."),
+        "{deltas}"
+    );
+    // The batch completes after its three calls.
+    let root_kinds: Vec<&str> = events
+        .iter()
+        .filter(|e| e.context_id == "root")
+        .map(kind)
+        .collect();
+    let batch = root_kinds
+        .iter()
+        .position(|k| *k == "ToolBatchCompleted")
+        .expect("batch");
+    assert_eq!(
+        root_kinds[..batch]
+            .iter()
+            .filter(|k| **k == "ToolCallCompleted")
+            .count(),
+        3
+    );
+
+    let run = client.get_run(&events[0].run_id).await.expect("get run");
+    assert_eq!(run.status(), pb::RunStatus::Completed);
+    assert_eq!(run.output, done.output);
+    assert_eq!(run.last_seq, events.len() as u64);
+    assert_eq!(run.trace_id, events[0].trace_id);
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filters_apply_on_the_server_and_keep_seq() {
+    let (_server, client) = example().await;
+    let mut r = req("researcher", "rust");
+    r.filter = Some(pb::EventFilter {
+        max_depth: Some(0),
+        ..Default::default()
+    });
+    let events = client.run_agent_to_end(r).await.expect("run");
+    assert!(events.iter().all(|e| e.depth == 0));
+    assert!(
+        events.windows(2).any(|w| w[1].seq > w[0].seq + 1),
+        "filtered events keep their seq"
+    );
+    assert!(events.windows(2).all(|w| w[1].seq > w[0].seq));
+    completed(&events);
+
+    let mut r = req("researcher", "rust");
+    r.filter = Some(pb::EventFilter {
+        context_prefixes: vec!["root.summarizer.1.fact_checker.1".into()],
+        kinds: vec![
+            pb::EventKind::AgentStarted as i32,
+            pb::EventKind::AgentCompleted as i32,
+        ],
+        ..Default::default()
+    });
+    let events = client.run_agent_to_end(r).await.expect("run");
+    let seen: Vec<(&str, &str)> = events
+        .iter()
+        .map(|e| (e.context_id.as_str(), kind(e)))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("root.summarizer.1.fact_checker.1", "AgentStarted"),
+            ("root.summarizer.1.fact_checker.1", "AgentCompleted"),
+            ("root", "RunCompleted"),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_depth_is_a_tool_error_the_model_sees_per_branch() {
+    let (_server, client) = example().await;
+    let mut r = req("researcher", "rust");
+    r.limits = Some(pb::RunLimits {
+        max_depth: Some(1),
+        ..Default::default()
+    });
+    let events = client.run_agent_to_end(r).await.expect("run");
+    check_stream_rules(&events);
+    let refused = events
+        .iter()
+        .find_map(|e| match &e.payload {
+            Some(Payload::ToolCallCompleted(c)) if c.tool == "fact_checker" => {
+                Some((e.context_id.clone(), c.error.clone()))
+            }
+            _ => None,
+        })
+        .expect("the fact_checker call completed");
+    assert_eq!(refused.0, "root.summarizer.1");
+    assert!(refused.1.contains("over max_depth 1"), "{}", refused.1);
+    let done = completed(&events);
+    assert!(
+        done.output
+            .contains("Summary: error: cannot call agent fact_checker"),
+        "{}",
+        done.output
+    );
+    assert!(!events.iter().any(|e| e.depth > 1));
+
+    // Siblings do not affect each other: a root calling the same agent
+    // twice in one turn gets two depth-1 children, each allowed to nest.
+    let yaml = r#"
+scripts:
+  fan: [{calls: [{tool: mid, args: {task: a}}, {tool: mid, args: {task: b}}]}, {text: "{{results}}"}]
+  mid: [{calls: [{tool: leaf, args: {task: "{{input}}"}}]}, {text: "mid({{results}})"}]
+  leaf: [{text: "leaf {{input}}"}]
+agents:
+  fan: {model: "scripted:fan", tools: [mid]}
+  mid: {model: "scripted:mid", tools: [leaf]}
+  leaf: {model: "scripted:leaf"}
+"#;
+    let server = OrchestratorServer::start(yaml, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let client = OrchestratorClient::connect(server.endpoint())
+        .await
+        .expect("connect");
+    let mut r = req("fan", "go");
+    r.limits = Some(pb::RunLimits {
+        max_depth: Some(2),
+        ..Default::default()
+    });
+    let events = client.run_agent_to_end(r).await.expect("run");
+    check_stream_rules(&events);
+    assert_eq!(completed(&events).output, "mid(leaf a); mid(leaf b)");
+    let contexts: BTreeSet<&str> = events.iter().map(|e| e.context_id.as_str()).collect();
+    assert!(
+        contexts.contains("root.mid.1.leaf.1") && contexts.contains("root.mid.2.leaf.1"),
+        "{contexts:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_hands_off_in_the_same_context_with_auto_approval() {
+    let (_server, client) = example().await;
+    let mut r = req("support", "order 42 arrived broken");
+    r.approval_mode = pb::ApprovalMode::AutoApprove as i32;
+    let events = client.run_agent_to_end(r).await.expect("run");
+    check_stream_rules(&events);
+    let handoff = events
+        .iter()
+        .find_map(|e| match &e.payload {
+            Some(Payload::Handoff(h)) => Some((
+                e.context_id.as_str(),
+                h.from_agent.as_str(),
+                h.to_agent.as_str(),
+            )),
+            _ => None,
+        })
+        .expect("a handoff");
+    assert_eq!(handoff, ("root", "triage", "billing"));
+    let approval = events
+        .iter()
+        .find_map(|e| match &e.payload {
+            Some(Payload::ApprovalResolved(a)) => Some((a.approved, a.source())),
+            _ => None,
+        })
+        .expect("auto approval");
+    assert_eq!(approval, (true, pb::ApprovalSource::Mode));
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e.payload, Some(Payload::ApprovalRequested(_))))
+    );
+    assert_eq!(
+        completed(&events).output,
+        "Done. wrote refunds/last at version 1"
+    );
+    assert!(
+        events.iter().all(|e| e.context_id == "root"),
+        "a handoff stays in its context"
+    );
+
+    let mut r = req("support", "order 42");
+    r.approval_mode = pb::ApprovalMode::AutoDeny as i32;
+    let events = client.run_agent_to_end(r).await.expect("run");
+    assert_eq!(
+        completed(&events).output,
+        "Done. error: write_context was denied by the run's approval mode"
+    );
+}
+
+/// Runs `agent` with approvals asked, answers the first approval with
+/// `approved`, and returns every event.
+async fn run_with_approval(
+    client: &OrchestratorClient,
+    agent: &str,
+    approved: bool,
+) -> Vec<pb::RunEvent> {
+    let mut stream = client.run_agent(req(agent, "order 7")).await.expect("run");
+    let mut seen = Vec::new();
+    let asked = wait_for(&mut stream, &mut seen, |e| {
+        matches!(e.payload, Some(Payload::ApprovalRequested(_)))
+    })
+    .await;
+    let Some(Payload::ApprovalRequested(a)) = &asked.payload else {
+        unreachable!()
+    };
+    assert_eq!(a.tool, "write_context");
+    client
+        .resolve_approval(&asked.run_id, &a.approval_id, approved, "checked by Ana")
+        .await
+        .expect("resolve");
+    let twice = client
+        .resolve_approval(&asked.run_id, &a.approval_id, true, "")
+        .await
+        .expect_err("twice");
+    assert_eq!(
+        (twice.code(), twice.field()),
+        (Code::FailedPrecondition, Some("approval_id"))
+    );
+    drain(&mut stream, &mut seen).await;
+    check_stream_rules(&seen);
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_asked_at_depth_zero_and_two() {
+    let (_server, client) = example().await;
+    let events = run_with_approval(&client, "support", true).await;
+    let resolved = events.iter().find_map(|e| match &e.payload {
+        Some(Payload::ApprovalResolved(a)) => {
+            Some((e.depth, a.approved, a.source(), a.reason.clone()))
+        }
+        _ => None,
+    });
+    assert_eq!(
+        resolved,
+        Some((0, true, pb::ApprovalSource::Person, "checked by Ana".into()))
+    );
+    assert_eq!(
+        completed(&events).output,
+        "Done. wrote refunds/last at version 1"
+    );
+
+    let events = run_with_approval(&client, "support", false).await;
+    assert_eq!(
+        completed(&events).output,
+        "Done. error: write_context was denied: checked by Ana"
+    );
+
+    // Two deep: outer → middle → billing, whose `nested` policy asks only
+    // below the root.
+    let server = OrchestratorServer::start(NESTED, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let client = OrchestratorClient::connect(server.endpoint())
+        .await
+        .expect("connect");
+    let events = run_with_approval(&client, "outer", true).await;
+    let asked = events
+        .iter()
+        .find(|e| matches!(e.payload, Some(Payload::ApprovalRequested(_))))
+        .expect("asked");
+    assert_eq!(
+        (asked.context_id.as_str(), asked.depth),
+        ("root.middle.1.billing.1", 2)
+    );
+    assert_eq!(
+        completed(&events).output,
+        "outer: middle: Done. wrote refunds/last at version 1"
+    );
+    // At the root the same agent needs no approval.
+    let events = client
+        .run_agent_to_end(req("billing", "order 8"))
+        .await
+        .expect("run");
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e.payload, Some(Payload::ApprovalRequested(_))))
+    );
+}
+
+/// Agents nesting two deep, for approvals and input below the root.
+const NESTED: &str = r#"
+scripts:
+  outer: [{calls: [{tool: middle, args: {task: "{{input}}"}}]}, {text: "outer: {{results}}"}]
+  middle: [{calls: [{tool: billing, args: {task: "{{input}}"}}]}, {text: "middle: {{results}}"}]
+  billing:
+    - {text: "I will record the refund.", calls: [{tool: write_context, args: {key: refunds/last, value: "refund for: {{input}}"}}]}
+    - {text: "Done. {{results}}"}
+  asker: [{calls: [{tool: middle2, args: {task: "{{input}}"}}]}, {text: "outer: {{results}}"}]
+  middle2: [{calls: [{tool: interviewer, args: {task: "{{input}}"}}]}, {text: "middle: {{results}}"}]
+  interviewer:
+    - calls: [{tool: ask_user, args: {question: "Which city should I plan for?", options: [Paris, Lisbon]}}]
+    - text: "Planning a trip to {{results}}."
+agents:
+  outer: {model: "scripted:outer", tools: [middle]}
+  middle: {model: "scripted:middle", tools: [billing]}
+  billing: {model: "scripted:billing", tools: [write_context], approvals: {write_context: nested}}
+  asker: {model: "scripted:asker", tools: [middle2]}
+  middle2: {model: "scripted:middle2", tools: [interviewer]}
+  interviewer: {model: "scripted:interviewer", tools: [ask_user]}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approval_deadline_turns_silence_into_a_denial() {
+    let (_server, client) = example().await;
+    let mut r = req("support", "order 9");
+    r.limits = Some(pb::RunLimits {
+        approval_timeout: Some(prost_types::Duration {
+            seconds: 0,
+            nanos: 200_000_000,
+        }),
+        ..Default::default()
+    });
+    let events = client.run_agent_to_end(r).await.expect("run");
+    check_stream_rules(&events);
+    let resolved = events.iter().find_map(|e| match &e.payload {
+        Some(Payload::ApprovalResolved(a)) => Some((a.approved, a.source())),
+        _ => None,
+    });
+    assert_eq!(resolved, Some((false, pb::ApprovalSource::Deadline)));
+    assert!(
+        completed(&events)
+            .output
+            .contains("denied: no answer before the deadline")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn human_input_at_depth_zero_and_two() {
+    let (_server, client) = example().await;
+    let nested = OrchestratorServer::start(NESTED, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let nested_client = OrchestratorClient::connect(nested.endpoint())
+        .await
+        .expect("connect");
+    for (client, agent, ctx) in [
+        (&client, "interviewer", "root"),
+        (&nested_client, "asker", "root.middle2.1.interviewer.1"),
+    ] {
+        let mut stream = client.run_agent(req(agent, "trip")).await.expect("run");
+        let mut seen = Vec::new();
+        let asked = wait_for(&mut stream, &mut seen, |e| {
+            matches!(e.payload, Some(Payload::InputRequested(_)))
+        })
+        .await;
+        let Some(Payload::InputRequested(q)) = &asked.payload else {
+            unreachable!()
+        };
+        assert_eq!(asked.context_id, ctx);
+        assert_eq!(
+            (q.prompt.as_str(), q.options.clone()),
+            (
+                "Which city should I plan for?",
+                vec!["Paris".into(), "Lisbon".into()]
+            )
+        );
+        client
+            .submit_input(&asked.run_id, &q.input_id, "Lisbon")
+            .await
+            .expect("submit");
+        let twice = client
+            .submit_input(&asked.run_id, &q.input_id, "Paris")
+            .await
+            .expect_err("twice");
+        assert_eq!(
+            (twice.code(), twice.field()),
+            (Code::FailedPrecondition, Some("input_id"))
+        );
+        drain(&mut stream, &mut seen).await;
+        check_stream_rules(&seen);
+        assert!(
+            seen.iter().any(
+                |e| matches!(&e.payload, Some(Payload::InputReceived(r)) if r.input == "Lisbon")
+            )
+        );
+        let out = &completed(&seen).output;
+        assert!(out.ends_with("Planning a trip to Lisbon."), "{out}");
+    }
+}
+
+const SLOW: &str = r#"
+scripts:
+  slow: [{text: "working", calls: [{tool: sleep, args: {ms: 30000}}, {tool: helper, args: {task: x}}]}, {text: "never"}]
+  helper: [{calls: [{tool: sleep, args: {ms: 30000}}]}, {text: "never"}]
+agents:
+  slow: {model: "scripted:slow", tools: [sleep, helper]}
+  helper: {model: "scripted:helper", tools: [sleep]}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_run_stops_the_whole_tree_at_once() {
+    let server = OrchestratorServer::start(SLOW, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let client = OrchestratorClient::connect(server.endpoint())
+        .await
+        .expect("connect");
+    let mut stream = client.run_agent(req("slow", "go")).await.expect("run");
+    let mut seen = Vec::new();
+    // Both sleeps (depth 0 and depth 1) are running.
+    let first = wait_for(&mut stream, &mut seen, |e| {
+        matches!(&e.payload, Some(Payload::ToolCallStarted(c)) if c.tool == "sleep" && e.depth == 1)
+    })
+    .await;
+    let run = server
+        .service
+        .runs()
+        .get(&first.run_id)
+        .expect("run record");
+    assert!(
+        run.live_tasks.load(Ordering::SeqCst) >= 4,
+        "frames and calls are alive"
+    );
+    let started = Instant::now();
+    assert_eq!(
+        client
+            .cancel(&first.run_id, "user pressed stop")
+            .await
+            .expect("cancel"),
+        pb::RunStatus::Cancelled
+    );
+    drain(&mut stream, &mut seen).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "cancelled at once, not after the sleeps"
+    );
+    check_stream_rules(&seen);
+    match &seen.last().expect("terminal").payload {
+        Some(Payload::RunCancelled(c)) => {
+            assert_eq!(c.reason, "cancelled by request: user pressed stop")
+        }
+        other => panic!("expected RunCancelled, got {other:?}"),
+    }
+    assert_eq!(
+        run.cancelled_tool_calls.load(Ordering::SeqCst),
+        2,
+        "both sleeps saw their cancellation"
+    );
+    assert_eq!(
+        run.live_tasks.load(Ordering::SeqCst),
+        0,
+        "nothing of the run is alive"
+    );
+    let got = client.get_run(&first.run_id).await.expect("get");
+    assert_eq!(
+        (got.status(), got.error_message.as_str()),
+        (
+            pb::RunStatus::Cancelled,
+            "cancelled by request: user pressed stop"
+        )
+    );
+    assert_eq!(
+        client
+            .cancel(&first.run_id, "again")
+            .await
+            .expect("cancel again"),
+        pb::RunStatus::Cancelled
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_disconnect_cancels_the_run() {
+    let server = OrchestratorServer::start(SLOW, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let client = OrchestratorClient::connect(server.endpoint())
+        .await
+        .expect("connect");
+    let mut stream = client.run_agent(req("slow", "go")).await.expect("run");
+    let mut seen = Vec::new();
+    let first = wait_for(&mut stream, &mut seen, |e| {
+        matches!(&e.payload, Some(Payload::ToolCallStarted(c)) if c.tool == "sleep" && e.depth == 1)
+    })
+    .await;
+    let run = server
+        .service
+        .runs()
+        .get(&first.run_id)
+        .expect("run record");
+    drop(stream);
+    eventually("the run to be cancelled", || {
+        run.state().status == pb::RunStatus::Cancelled
+    })
+    .await;
+    eventually("no live task", || {
+        run.live_tasks.load(Ordering::SeqCst) == 0
+    })
+    .await;
+    assert_eq!(run.cancelled_tool_calls.load(Ordering::SeqCst), 2);
+    let got = client.get_run(&first.run_id).await.expect("get");
+    assert_eq!(got.error_message, "client disconnected");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_client_slows_the_run_and_loses_nothing() {
+    let yaml = r#"
+scripts:
+  chatty: [{text: "tok ", deltas: 40000}]
+agents:
+  chatty: {model: "scripted:chatty"}
+"#;
+    let server = OrchestratorServer::start(yaml, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let client = OrchestratorClient::connect(server.endpoint())
+        .await
+        .expect("connect");
+    let mut stream = client.run_agent(req("chatty", "go")).await.expect("run");
+    let first = stream.next().await.expect("open").expect("event");
+    let run = server.service.runs().get(&first.run_id).expect("record");
+    // Not reading: once the bounded buffers and HTTP/2's flow-control
+    // windows (about 1 MiB, some 10k small events) are full, the run stalls.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stalled_at = run.state().last_seq;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        run.state().last_seq,
+        stalled_at,
+        "the run is held, not running on"
+    );
+    assert!(
+        stalled_at < 40_000,
+        "backpressure holds the run (at seq {stalled_at})"
+    );
+    assert_eq!(run.state().status, pb::RunStatus::Running);
+    let mut seen = vec![first];
+    drain(&mut stream, &mut seen).await;
+    check_stream_rules(&seen);
+    let deltas = seen
+        .iter()
+        .filter(|e| matches!(e.payload, Some(Payload::TextDelta(_))))
+        .count();
+    assert_eq!(deltas, 40_000, "every delta arrived");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_context_is_returned_and_list_agents_describes_the_catalog() {
+    let (_server, client) = example().await;
+    let mut r = req("assistant", "hi");
+    r.run_context_json = r#"{"user":"ana","tier":2}"#.into();
+    let events = client.run_agent_to_end(r).await.expect("run");
+    let done = completed(&events);
+    assert_eq!(done.output, "You said: hi");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&done.run_context_json).expect("json"),
+        serde_json::json!({"user":"ana","tier":2})
+    );
+
+    let agents = client.list_agents().await.expect("list");
+    let names: Vec<&str> = agents.agents.iter().map(|a| a.name.as_str()).collect();
+    assert!(
+        names.contains(&"researcher") && names.contains(&"billing"),
+        "{names:?}"
+    );
+    assert_eq!(agents.groups[0].name, "support");
+    assert_eq!(agents.groups[0].members, ["triage", "billing"]);
+
+    // A caller's traceparent makes the run part of the caller's trace.
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let mut stream = client
+        .run_agent_traced(req("assistant", "hi"), Some(tp))
+        .await
+        .expect("run");
+    let first = stream.next().await.expect("open").expect("event");
+    assert_eq!(first.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_name_the_field_and_start_nothing() {
+    let (server, client) = example().await;
+    let runs_before = server.service.runs().running();
+    let check = |r: Result<baton_client::Events, baton_client::Error>, code: Code, field: &str| {
+        let Err(e) = r else {
+            panic!("{field}: the request must fail")
+        };
+        assert_eq!((e.code(), e.field()), (code, Some(field)), "{e}");
+        assert!(e.message().starts_with(field), "{e}");
+    };
+    check(
+        client.run_agent(req("nobody", "hi")).await,
+        Code::InvalidArgument,
+        "agent",
+    );
+    check(
+        client.run_agent(req("", "hi")).await,
+        Code::InvalidArgument,
+        "agent",
+    );
+    check(
+        client.run_agent(req("assistant", "")).await,
+        Code::InvalidArgument,
+        "input",
+    );
+    for bad in ["[1,2]", "\"text\"", "{", "42"] {
+        let mut r = req("assistant", "hi");
+        r.run_context_json = bad.into();
+        check(
+            client.run_agent(r).await,
+            Code::InvalidArgument,
+            "run_context_json",
+        );
+    }
+    let mut r = req("assistant", "hi");
+    r.limits = Some(pb::RunLimits {
+        max_depth: Some(17),
+        ..Default::default()
+    });
+    check(
+        client.run_agent(r).await,
+        Code::InvalidArgument,
+        "limits.max_depth",
+    );
+    let mut r = req("assistant", "hi");
+    r.limits = Some(pb::RunLimits {
+        max_depth: Some(16),
+        ..Default::default()
+    });
+    assert!(
+        client.run_agent_to_end(r).await.is_ok(),
+        "16 is the maximum"
+    );
+    let mut r = req("assistant", "hi");
+    r.limits = Some(pb::RunLimits {
+        max_turns: 1001,
+        ..Default::default()
+    });
+    check(
+        client.run_agent(r).await,
+        Code::InvalidArgument,
+        "limits.max_turns",
+    );
+    for bad in ["", "root.", "Root", "root.a b", "researcher"] {
+        let mut r = req("assistant", "hi");
+        r.filter = Some(pb::EventFilter {
+            context_prefixes: vec![bad.into()],
+            ..Default::default()
+        });
+        check(
+            client.run_agent(r).await,
+            Code::InvalidArgument,
+            "filter.context_prefixes",
+        );
+    }
+    let mut r = req("assistant", "hi");
+    r.default_model = "acme:gpt".into();
+    check(
+        client.run_agent(r).await,
+        Code::InvalidArgument,
+        "default_model",
+    );
+    let mut r = req("assistant", "hi");
+    r.approval_mode = 99;
+    check(
+        client.run_agent(r).await,
+        Code::InvalidArgument,
+        "approval_mode",
+    );
+    assert_eq!(
+        server.service.runs().running(),
+        runs_before,
+        "no run started"
+    );
+
+    let unknown_run = client
+        .resolve_approval(
+            "0190f3e5-0000-7000-8000-000000000000",
+            "approval:x",
+            true,
+            "",
+        )
+        .await;
+    let e = unknown_run.expect_err("unknown run");
+    assert_eq!((e.code(), e.field()), (Code::NotFound, Some("run_id")));
+    let done = client
+        .run_agent_to_end(req("assistant", "hi"))
+        .await
+        .expect("run");
+    let e = client
+        .resolve_approval(&done[0].run_id, "approval:nope", true, "")
+        .await
+        .expect_err("unknown approval");
+    assert_eq!((e.code(), e.field()), (Code::NotFound, Some("approval_id")));
+    let e = client
+        .submit_input(&done[0].run_id, "input:nope", "x")
+        .await
+        .expect_err("unknown input");
+    assert_eq!((e.code(), e.field()), (Code::NotFound, Some("input_id")));
+    let e = client.get_run("nope").await.expect_err("unknown run");
+    assert_eq!(e.code(), Code::NotFound);
+}
