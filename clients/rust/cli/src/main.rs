@@ -1,10 +1,14 @@
 //! `baton`: the command line for Baton.
 //!
-//! `baton store …` reads and writes a context store's slots; the orchestrator
-//! commands (`baton up`, `baton run`, `baton agents`) arrive with the
-//! orchestrator.
+//! - `baton up`: orchestrator + context store in one process, in memory,
+//!   with the example agents.
+//! - `baton agents`, `baton run AGENT "input"`: list agents, run one and
+//!   draw its event tree live (or `--json`).
+//! - `baton store …`: read, write and watch a context store's slots.
 
+mod run;
 mod store;
+mod up;
 
 use clap::{Parser, Subcommand};
 
@@ -18,13 +22,23 @@ struct Args {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Run Baton locally: orchestrator and context store in one process,
+    /// in memory, with the example agents.
+    Up(up::UpArgs),
+    /// List the agents and groups of an orchestrator.
+    Agents(run::AgentsArgs),
+    /// Run an agent and draw its event tree live.
+    Run(run::RunArgs),
     /// Read, write and watch a context store's slots.
     Store(store::StoreArgs),
 }
 
-#[tokio::main(flavor = "current_thread")]
+#[tokio::main]
 async fn main() -> std::process::ExitCode {
     let result = match Args::parse().command {
+        Cmd::Up(args) => up::run(args).await,
+        Cmd::Agents(args) => run::agents(args).await,
+        Cmd::Run(args) => run::run(args).await,
         Cmd::Store(args) => store::run(args).await,
     };
     match result {

@@ -99,3 +99,134 @@ async fn store_commands_round_trip_and_report_errors() {
     .expect("cli checks");
     server.shutdown().await.expect("shutdown");
 }
+
+/// `baton up` as a newcomer runs it, then `baton agents` and `baton run`
+/// against it, as the README's walk-through does.
+#[test]
+fn up_then_agents_and_run() {
+    use std::io::BufRead;
+    let mut up = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args([
+            "up",
+            "--listen",
+            "127.0.0.1:0",
+            "--store-listen",
+            "127.0.0.1:0",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn baton up");
+    let mut lines = std::io::BufReader::new(up.stdout.take().expect("stdout")).lines();
+    let mut endpoint = String::new();
+    let mut store = String::new();
+    for line in lines.by_ref() {
+        let line = line.expect("line");
+        let field = |l: &str| l.split_whitespace().nth(1).expect("address").to_owned();
+        if line.trim_start().starts_with("orchestrator") {
+            endpoint = field(&line);
+        }
+        if line.trim_start().starts_with("context store") {
+            store = line.split_whitespace().nth(2).expect("address").to_owned();
+            break;
+        }
+    }
+    assert!(endpoint.starts_with("http://127.0.0.1:"), "{endpoint}");
+    std::thread::spawn(move || for _ in lines {});
+
+    let run = |args: &[&str], stdin: &[u8]| {
+        use std::io::Write;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_baton"))
+            .args(args)
+            .env("BATON_ENDPOINT", &endpoint)
+            .env("BATON_STORE_ENDPOINT", &store)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn baton");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(stdin)
+            .expect("stdin");
+        child.wait_with_output().expect("output")
+    };
+    let agents = run(&["agents"], b"");
+    let text = String::from_utf8_lossy(&agents.stdout);
+    assert!(
+        text.contains("researcher") && text.contains("support"),
+        "{text}"
+    );
+
+    let tree = run(&["run", "researcher", "the history of Rust"], b"");
+    assert!(
+        tree.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tree.stderr)
+    );
+    let text = String::from_utf8_lossy(&tree.stdout);
+    assert!(
+        text.contains("\n    ● fact_checker [root.summarizer.1.fact_checker.1]"),
+        "indented by depth:\n{text}"
+    );
+    assert!(
+        text.contains("[####################] 100%"),
+        "progress bars:\n{text}"
+    );
+    assert!(text.contains("✅ completed: Research done."), "{text}");
+
+    let approved = run(&["run", "support", "order 42 is broken"], b"y\n");
+    let text = String::from_utf8_lossy(&approved.stdout);
+    assert!(
+        text.contains("⇢ handoff triage → billing") && text.contains("approve write_context"),
+        "{text}"
+    );
+    assert!(
+        text.contains("✅ completed: Done. wrote refunds/last"),
+        "{text}"
+    );
+
+    let json = run(&["run", "interviewer", "trip", "--json"], b"Lisbon\n");
+    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&json.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    assert_eq!(events.last().expect("events")["kind"], "run_completed");
+    assert_eq!(
+        events.last().expect("events")["output"],
+        "Planning a trip to Lisbon."
+    );
+    assert!(
+        events
+            .iter()
+            .all(|e| e["trace_id"].as_str().is_some_and(|t| t.len() == 32))
+    );
+
+    let failed = run(&["run", "nobody", "x"], b"");
+    assert!(!failed.status.success());
+    assert!(String::from_utf8_lossy(&failed.stderr).contains("InvalidArgument: agent"));
+
+    // The store server shares the orchestrator's store: the researcher's
+    // write is readable under the run's trace.
+    let tree_text = String::from_utf8_lossy(&tree.stdout).into_owned();
+    let trace = tree_text
+        .split("(trace ")
+        .nth(1)
+        .and_then(|t| t.get(..32))
+        .expect("trace id in the header");
+    let slot = run(&["store", "get", trace, "research/topic"], b"");
+    assert_eq!(String::from_utf8_lossy(&slot.stdout), "the history of Rust");
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &up.id().to_string()])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    assert!(
+        up.wait().expect("wait").success(),
+        "baton up exits cleanly on SIGTERM"
+    );
+}

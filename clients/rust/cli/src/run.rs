@@ -1,0 +1,364 @@
+//! `baton run` and `baton agents`: run an agent and draw its event tree live,
+//! or list the agents.
+//!
+//! The tree view prints one line per event that matters to a person,
+//! indented by depth; tool progress is drawn as a bar; approvals and input
+//! requests are asked on the terminal and answered through the API. `--json`
+//! prints every event as one JSON object per line instead (prompts then go to
+//! stderr). Ctrl-C closes the stream, which cancels the run on the server.
+
+use std::io::{BufRead, Write};
+
+use anyhow::Context;
+use baton_client::{OrchestratorClient, pb, pb::run_event::Payload};
+use clap::Args;
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+/// `baton run` arguments.
+#[derive(Args)]
+pub struct RunArgs {
+    /// The agent or group to run.
+    agent: String,
+    /// The input.
+    input: String,
+    /// The orchestrator's address.
+    #[arg(long, env = "BATON_ENDPOINT", default_value = "http://127.0.0.1:50051")]
+    endpoint: String,
+    /// Print events as JSON lines.
+    #[arg(long)]
+    json: bool,
+    /// Show only events at most this deep (the run's max_depth is separate).
+    #[arg(long)]
+    max_depth: Option<u32>,
+    /// Approve every approval without asking.
+    #[arg(long, conflicts_with = "deny")]
+    approve: bool,
+    /// Deny every approval without asking.
+    #[arg(long)]
+    deny: bool,
+    /// The initial run context, a JSON object.
+    #[arg(long)]
+    context: Option<String>,
+}
+
+/// `baton agents` arguments.
+#[derive(Args)]
+pub struct AgentsArgs {
+    /// The orchestrator's address.
+    #[arg(long, env = "BATON_ENDPOINT", default_value = "http://127.0.0.1:50051")]
+    endpoint: String,
+}
+
+/// Lists agents and groups.
+pub async fn agents(args: AgentsArgs) -> anyhow::Result<()> {
+    let client = OrchestratorClient::connect(args.endpoint).await?;
+    let list = client.list_agents().await?;
+    println!("AGENTS");
+    for a in &list.agents {
+        let model = if a.model.is_empty() {
+            "(default model)"
+        } else {
+            &a.model
+        };
+        println!("  {:<16} {:<28} {}", a.name, model, a.description);
+        if !a.tools.is_empty() {
+            println!("  {:<16} tools: {}", "", a.tools.join(", "));
+        }
+        if !a.handoffs.is_empty() {
+            println!("  {:<16} hands off to: {}", "", a.handoffs.join(", "));
+        }
+    }
+    if !list.groups.is_empty() {
+        println!("GROUPS");
+        for g in &list.groups {
+            println!(
+                "  {:<16} root {} of [{}]  {}",
+                g.name,
+                g.root,
+                g.members.join(", "),
+                g.description
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Runs an agent, drawing its events; fails unless the run completes.
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let client = OrchestratorClient::connect(args.endpoint.clone()).await?;
+    let approval_mode = if args.approve {
+        pb::ApprovalMode::AutoApprove
+    } else if args.deny {
+        pb::ApprovalMode::AutoDeny
+    } else {
+        pb::ApprovalMode::Ask
+    };
+    let request = pb::RunAgentRequest {
+        agent: args.agent.clone(),
+        input: args.input.clone(),
+        run_context_json: args.context.clone().unwrap_or_default(),
+        approval_mode: approval_mode as i32,
+        filter: args.max_depth.map(|d| pb::EventFilter {
+            max_depth: Some(d),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let mut events = client.run_agent(request).await?;
+    let mut outcome = None;
+    while let Some(event) = events.next().await {
+        let event = event?;
+        if args.json {
+            println!("{}", event_json(&event));
+        } else {
+            draw(&event);
+        }
+        match &event.payload {
+            Some(Payload::ApprovalRequested(a)) => {
+                let question = format!("approve {} {}? [y/N] ", a.tool, a.arguments_json);
+                let answer = ask(question, args.json).await?;
+                let approved = matches!(answer.trim(), "y" | "Y" | "yes");
+                client
+                    .resolve_approval(
+                        &event.run_id,
+                        &a.approval_id,
+                        approved,
+                        if approved {
+                            ""
+                        } else {
+                            "denied at the terminal"
+                        },
+                    )
+                    .await?;
+            }
+            Some(Payload::InputRequested(i)) => {
+                let options = if i.options.is_empty() {
+                    String::new()
+                } else {
+                    format!(" [{}]", i.options.join("/"))
+                };
+                let answer = ask(format!("{}{options} ", i.prompt), args.json).await?;
+                client
+                    .submit_input(&event.run_id, &i.input_id, answer.trim())
+                    .await?;
+            }
+            Some(Payload::RunCompleted(_)) => outcome = Some(Ok(())),
+            Some(Payload::RunFailed(f)) => {
+                outcome = Some(Err(anyhow::anyhow!("run failed: {}", f.message)))
+            }
+            Some(Payload::RunCancelled(c)) => {
+                outcome = Some(Err(anyhow::anyhow!("run cancelled: {}", c.reason)))
+            }
+            _ => {}
+        }
+    }
+    outcome.unwrap_or_else(|| Err(anyhow::anyhow!("the stream ended without a terminal event")))
+}
+
+/// Asks a question on the terminal (stderr when stdout carries JSON).
+async fn ask(question: String, to_stderr: bool) -> anyhow::Result<String> {
+    tokio::task::spawn_blocking(move || {
+        if to_stderr {
+            eprint!("{question}");
+            std::io::stderr().flush()?;
+        } else {
+            print!("{question}");
+            std::io::stdout().flush()?;
+        }
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line)?;
+        Ok::<_, std::io::Error>(line)
+    })
+    .await
+    .context("prompt task")?
+    .context("cannot read the answer from stdin")
+}
+
+fn bar(percent: u32) -> String {
+    let filled = (percent.min(100) / 5) as usize;
+    format!(
+        "[{}{}] {percent:>3}%",
+        "#".repeat(filled),
+        ".".repeat(20 - filled)
+    )
+}
+
+/// Prints one event of the tree view.
+fn draw(e: &pb::RunEvent) {
+    let indent = "  ".repeat(e.depth as usize);
+    let who = if e.agent.is_empty() {
+        String::new()
+    } else {
+        format!("{}: ", e.agent)
+    };
+    let line = match e.payload.as_ref() {
+        Some(Payload::RunStarted(r)) => {
+            format!("▶ run {} of {} (trace {})", e.run_id, r.target, e.trace_id)
+        }
+        Some(Payload::AgentStarted(a)) => {
+            format!("● {} [{}] on {}", a.agent, e.context_id, a.model)
+        }
+        Some(Payload::MessageCompleted(m)) if !m.text.is_empty() => format!("💬 {who}{}", m.text),
+        Some(Payload::Handoff(h)) => format!("⇢ handoff {} → {}", h.from_agent, h.to_agent),
+        Some(Payload::ToolCallStarted(c)) => format!("🔧 {who}{} {}", c.tool, c.arguments_json),
+        Some(Payload::ToolProgress(p)) => format!("   {} {} {}", p.tool, bar(p.percent), p.message),
+        Some(Payload::ToolOptions(o)) => format!(
+            "   {} asks {}: {}",
+            o.tool,
+            o.question,
+            o.options.join(" / ")
+        ),
+        Some(Payload::ToolCallCompleted(c)) if c.error.is_empty() => {
+            format!("✔ {} → {}", c.tool, c.result)
+        }
+        Some(Payload::ToolCallCompleted(c)) => format!("✘ {} → {}", c.tool, c.error),
+        Some(Payload::ApprovalResolved(a)) => {
+            format!(
+                "{} approval of {} ({})",
+                if a.approved { "✔" } else { "✘" },
+                a.approval_id,
+                a.reason
+            )
+        }
+        Some(Payload::InputReceived(i)) => format!("✎ answered {}", i.input),
+        Some(Payload::ContextWritten(w)) => {
+            format!("⛁ wrote {} v{} ({} bytes)", w.key, w.version, w.size_bytes)
+        }
+        Some(Payload::AgentCompleted(a)) => format!("■ {who}done: {}", a.output),
+        Some(Payload::RunCompleted(r)) => format!("✅ completed: {}", r.output),
+        Some(Payload::RunFailed(f)) => format!("❌ failed ({}): {}", f.code, f.message),
+        Some(Payload::RunCancelled(c)) => format!("⏹ cancelled: {}", c.reason),
+        _ => return,
+    };
+    println!("{indent}{line}");
+}
+
+fn usage(u: &Option<pb::Usage>) -> Value {
+    let u = u.unwrap_or_default();
+    json!({"input_tokens": u.input_tokens, "output_tokens": u.output_tokens, "model_calls": u.model_calls, "tool_calls": u.tool_calls})
+}
+
+fn millis(d: &Option<prost_types::Duration>) -> Value {
+    d.map_or(Value::Null, |d| {
+        json!(d.seconds * 1000 + i64::from(d.nanos) / 1_000_000)
+    })
+}
+
+/// One event as a JSON object: the envelope plus `kind` and the payload's
+/// fields.
+pub fn event_json(e: &pb::RunEvent) -> Value {
+    let (kind, body) = match e.payload.as_ref() {
+        Some(Payload::RunStarted(r)) => (
+            "run_started",
+            json!({"target": r.target, "run_kind": r.kind().as_str_name()}),
+        ),
+        Some(Payload::RunCompleted(r)) => (
+            "run_completed",
+            json!({"output": r.output, "run_context_json": r.run_context_json, "usage": usage(&r.usage)}),
+        ),
+        Some(Payload::RunFailed(r)) => (
+            "run_failed",
+            json!({"code": r.code, "message": r.message, "usage": usage(&r.usage)}),
+        ),
+        Some(Payload::RunCancelled(r)) => (
+            "run_cancelled",
+            json!({"reason": r.reason, "usage": usage(&r.usage)}),
+        ),
+        Some(Payload::AgentStarted(a)) => ("agent_started", json!({"model": a.model})),
+        Some(Payload::TextDelta(d)) => ("text_delta", json!({"text": d.text})),
+        Some(Payload::MessageCompleted(m)) => (
+            "message_completed",
+            json!({
+                "text": m.text,
+                "tool_calls": m.tool_calls.iter().map(|c| json!({"call_id": c.call_id, "tool": c.tool, "arguments_json": c.arguments_json})).collect::<Vec<_>>(),
+                "usage": usage(&m.usage),
+                "finish_reason": m.finish_reason,
+            }),
+        ),
+        Some(Payload::AgentCompleted(a)) => (
+            "agent_completed",
+            json!({"output": a.output, "usage": usage(&a.usage)}),
+        ),
+        Some(Payload::Handoff(h)) => (
+            "handoff",
+            json!({"from_agent": h.from_agent, "to_agent": h.to_agent}),
+        ),
+        Some(Payload::ToolCallStarted(c)) => (
+            "tool_call_started",
+            json!({"call_id": c.call_id, "tool": c.tool, "arguments_json": c.arguments_json}),
+        ),
+        Some(Payload::ToolProgress(p)) => (
+            "tool_progress",
+            json!({"call_id": p.call_id, "tool": p.tool, "percent": p.percent, "message": p.message}),
+        ),
+        Some(Payload::ToolOptions(o)) => (
+            "tool_options",
+            json!({"call_id": o.call_id, "tool": o.tool, "question": o.question, "options": o.options}),
+        ),
+        Some(Payload::ToolCallCompleted(c)) => (
+            "tool_call_completed",
+            json!({"call_id": c.call_id, "tool": c.tool, "result": c.result, "error": c.error, "duration_ms": millis(&c.duration)}),
+        ),
+        Some(Payload::ToolBatchCompleted(b)) => (
+            "tool_batch_completed",
+            json!({"calls": b.calls, "failed": b.failed}),
+        ),
+        Some(Payload::ApprovalRequested(a)) => (
+            "approval_requested",
+            json!({"approval_id": a.approval_id, "call_id": a.call_id, "tool": a.tool, "arguments_json": a.arguments_json}),
+        ),
+        Some(Payload::ApprovalResolved(a)) => (
+            "approval_resolved",
+            json!({"approval_id": a.approval_id, "approved": a.approved, "reason": a.reason, "source": a.source().as_str_name()}),
+        ),
+        Some(Payload::InputRequested(i)) => (
+            "input_requested",
+            json!({"input_id": i.input_id, "call_id": i.call_id, "tool": i.tool, "prompt": i.prompt, "options": i.options}),
+        ),
+        Some(Payload::InputReceived(i)) => (
+            "input_received",
+            json!({"input_id": i.input_id, "input": i.input}),
+        ),
+        Some(Payload::ContextWritten(w)) => (
+            "context_written",
+            json!({"key": w.key, "version": w.version, "size_bytes": w.size_bytes}),
+        ),
+        Some(Payload::StepStarted(s)) => (
+            "step_started",
+            json!({"step_id": s.step_id, "agent": s.agent, "attempt": s.attempt}),
+        ),
+        Some(Payload::StepCompleted(s)) => (
+            "step_completed",
+            json!({"step_id": s.step_id, "attempt": s.attempt, "output": s.output, "duration_ms": millis(&s.duration)}),
+        ),
+        Some(Payload::StepFailed(s)) => (
+            "step_failed",
+            json!({"step_id": s.step_id, "attempt": s.attempt, "error": s.error, "will_retry": s.will_retry}),
+        ),
+        Some(Payload::StepSkipped(s)) => (
+            "step_skipped",
+            json!({"step_id": s.step_id, "reason": s.reason}),
+        ),
+        Some(Payload::PipelineCompleted(p)) => (
+            "pipeline_completed",
+            json!({"success": p.success, "succeeded": p.succeeded, "failed": p.failed, "skipped": p.skipped, "outputs": p.outputs}),
+        ),
+        None => ("unknown", json!({})),
+    };
+    let mut v = json!({
+        "seq": e.seq,
+        "kind": kind,
+        "trace_id": e.trace_id,
+        "run_id": e.run_id,
+        "context_id": e.context_id,
+        "parent_context_id": e.parent_context_id,
+        "depth": e.depth,
+        "agent": e.agent,
+        "span_id": e.span_id,
+    });
+    if let (Value::Object(v), Value::Object(b)) = (&mut v, body) {
+        v.extend(b);
+    }
+    v
+}
