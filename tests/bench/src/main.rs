@@ -4,7 +4,10 @@
 //! - `store`: the context store's Put and Get through gRPC at concurrency 1
 //!   and 64, beside `redis-benchmark` on the same Redis and a bare tonic
 //!   handler doing one Redis GET (the floor any gRPC-over-Redis service pays).
+//! - `agent`: RunAgent with an instant scripted model through gRPC, in the
+//!   shapes of the OpenAI Agents SDK figures the orchestrator issue quotes.
 
+mod agent;
 mod store;
 
 use clap::{Parser, Subcommand};
@@ -21,10 +24,13 @@ struct Args {
 enum Bench {
     /// Context store Put/Get vs redis-benchmark and a bare tonic + Redis floor.
     Store(store::Options),
+    /// RunAgent: tool-call loop, nesting, event rate, parked runs' memory.
+    Agent(agent::Options),
 }
 
 fn main() -> anyhow::Result<()> {
     match Args::parse().bench {
         Bench::Store(options) => store::run(options),
+        Bench::Agent(options) => agent::run(options),
     }
 }
