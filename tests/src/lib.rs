@@ -4,6 +4,10 @@
 //!   port, with nothing persisted, stopped (killed) when dropped. It can be
 //!   stopped and restarted on the same port to test reconnection.
 //! - [`RedisCluster`]: a real three-node Redis Cluster built the same way.
+//! - [`OrchestratorServer`]: the orchestrator, in this process, on a
+//!   loopback port, with a handle on its run registry.
+//! - [`toolhost::TestToolHost`]: a small `ToolHost` server with streaming,
+//!   options, input-required and cancellable tools.
 //! - [`StoreServer`]: the context-store service, in this process, on
 //!   `127.0.0.1:0`, shut down explicitly or on drop.
 //!
@@ -16,6 +20,8 @@ use std::{
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
+
+pub mod toolhost;
 
 use anyhow::{Context, bail};
 use baton_context_store::config::{Backend, Config as StoreConfig};
@@ -334,7 +340,8 @@ impl OrchestratorServer {
             config.runs.clone(),
             shutdown.clone(),
             tasks.clone(),
-        );
+        )
+        .map_err(|e| anyhow::anyhow!(e))?;
         let handle = tokio::spawn({
             let service = service.clone();
             let shutdown = shutdown.clone();

@@ -66,6 +66,16 @@ pub struct GroupSpec {
     pub members: Vec<String>,
 }
 
+/// A ToolHost server and the tools it serves.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ToolServerSpec {
+    /// Its address, `http://host:port`.
+    pub endpoint: String,
+    /// The names of the tools agents may call on it.
+    pub tools: Vec<String>,
+}
+
 /// The agents file.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -78,6 +88,8 @@ pub struct AgentsFile {
     pub agents: BTreeMap<String, AgentSpec>,
     /// Agent groups by name.
     pub groups: BTreeMap<String, GroupSpec>,
+    /// ToolHost servers by name.
+    pub tool_servers: BTreeMap<String, ToolServerSpec>,
 }
 
 /// A validated agent.
@@ -100,6 +112,8 @@ pub struct Catalog {
     pub groups: BTreeMap<String, GroupSpec>,
     /// Scripted models' turns by script name.
     pub scripts: BTreeMap<String, Arc<Vec<ScriptTurn>>>,
+    /// ToolHost servers by name.
+    pub tool_servers: BTreeMap<String, ToolServerSpec>,
 }
 
 /// Whether `s` is a valid agent, group or step name: `[a-z0-9_-]{1,64}`.
@@ -168,12 +182,38 @@ impl Catalog {
         if let Some(both) = file.agents.keys().find(|n| file.groups.contains_key(*n)) {
             return Err(format!("{both:?} is both an agent and a group"));
         }
+        let mut remote = BTreeSet::new();
+        for (server, spec) in &file.tool_servers {
+            if !valid_name(server) {
+                return Err(format!(
+                    "tool_servers.{server}: server names match [a-z0-9_-]{{1,64}}"
+                ));
+            }
+            if !(spec.endpoint.starts_with("http://") || spec.endpoint.starts_with("https://")) {
+                return Err(format!(
+                    "tool_servers.{server}.endpoint: {:?} is not http(s)://host:port",
+                    spec.endpoint
+                ));
+            }
+            for t in &spec.tools {
+                let taken = BUILTIN_TOOLS.contains(&t.as_str())
+                    || file.agents.contains_key(t)
+                    || file.groups.contains_key(t)
+                    || t.starts_with("transfer_to_");
+                if !valid_name(t) || taken || !remote.insert(t.clone()) {
+                    return Err(format!(
+                        "tool_servers.{server}.tools: {t:?} is not a free tool name"
+                    ));
+                }
+            }
+        }
         for (name, a) in &file.agents {
             check_model(format!("agents.{name}.model"), &a.model)?;
             for t in &a.tools {
                 if !(BUILTIN_TOOLS.contains(&t.as_str())
                     || file.agents.contains_key(t)
-                    || file.groups.contains_key(t))
+                    || file.groups.contains_key(t)
+                    || remote.contains(t))
                 {
                     return Err(format!("agents.{name}.tools: unknown tool {t:?}"));
                 }
@@ -228,6 +268,7 @@ impl Catalog {
                 .into_iter()
                 .map(|(k, v)| (k, Arc::new(v)))
                 .collect(),
+            tool_servers: file.tool_servers,
         })
     }
 

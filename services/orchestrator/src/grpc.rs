@@ -25,6 +25,7 @@ use crate::{
         events::{self, Filter},
         registry::{ApprovalAnswer, RunRecord, Runs},
     },
+    tools::Toolbox,
 };
 
 /// The orchestrator's shared state and its gRPC face.
@@ -32,6 +33,7 @@ use crate::{
 pub struct OrchestratorService {
     catalog: Arc<Catalog>,
     models: Arc<Models>,
+    tools: Arc<Toolbox>,
     store: Arc<dyn ContextStore>,
     runs: Arc<Runs>,
     defaults: RunDefaults,
@@ -48,15 +50,27 @@ impl OrchestratorService {
         defaults: RunDefaults,
         shutdown: CancellationToken,
         tasks: TaskTracker,
-    ) -> Self {
-        Self {
+    ) -> Result<Self, String> {
+        Ok(Self {
             models: Arc::new(Models::new(catalog.clone())),
+            tools: Arc::new(Toolbox::new(&catalog)?),
             catalog,
             store,
             runs: Arc::new(Runs::default()),
             defaults,
             shutdown,
             tasks,
+        })
+    }
+
+    /// Fetches every tool server's tool descriptions in the background
+    /// (retrying until each answers or shutdown).
+    pub fn list_remote_tools(&self) {
+        for server in self.tools.servers() {
+            let server = server.clone();
+            let stop = self.shutdown.clone();
+            self.tasks
+                .spawn(async move { server.refresh_until_ok(stop).await });
         }
     }
 
@@ -321,6 +335,7 @@ impl Orchestrator for OrchestratorService {
             record: record.clone(),
             catalog: self.catalog.clone(),
             models: self.models.clone(),
+            tools: self.tools.clone(),
             store: self.store.clone(),
             limits,
             approval_mode,

@@ -90,7 +90,8 @@ pub async fn serve(
         config.runs.clone(),
         shutdown.clone(),
         tasks.clone(),
-    );
+    )
+    .map_err(|e| anyhow::anyhow!(e))?;
     serve_service(service, store, config, listener, shutdown, tasks).await
 }
 
@@ -104,6 +105,7 @@ pub async fn serve_service(
     tasks: TaskTracker,
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr().context("listener has no address")?;
+    service.list_remote_tools();
     let (reporter, health_service) = tonic_health::server::health_reporter();
     for name in HEALTH_NAMES {
         reporter

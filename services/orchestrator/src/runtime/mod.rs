@@ -34,9 +34,9 @@ use tokio::sync::mpsc;
 use tonic::Code;
 
 use crate::{
-    agents::{Agent, ApprovalPolicy, BUILTIN_TOOLS, Catalog},
+    agents::{Agent, ApprovalPolicy, Catalog},
     model::{ChatMessage, DeltaSink, Model, ModelRequest, Models, Role, ToolCallRequest, ToolDef},
-    tools::{Resume, ToolCtx, ToolOutcome, builtin},
+    tools::{Resume, Tool, ToolCtx, ToolOutcome, Toolbox},
 };
 use events::{ContextInfo, Draft};
 use registry::{LiveGuard, RunRecord};
@@ -77,6 +77,8 @@ pub struct RuntimeConfig {
     pub catalog: Arc<Catalog>,
     /// Model resolution.
     pub models: Arc<Models>,
+    /// Built-in and remote tools by name.
+    pub tools: Arc<Toolbox>,
     /// The context store of the trace's slots.
     pub store: Arc<dyn ContextStore>,
     /// Limits.
@@ -99,6 +101,8 @@ pub struct RunSetup {
     pub catalog: Arc<Catalog>,
     /// Model resolution.
     pub models: Arc<Models>,
+    /// Built-in and remote tools.
+    pub tools: Arc<Toolbox>,
     /// The store.
     pub store: Arc<dyn ContextStore>,
     /// Limits.
@@ -119,6 +123,7 @@ impl RuntimeConfig {
             record: setup.record,
             catalog: setup.catalog,
             models: setup.models,
+            tools: setup.tools,
             store: setup.store,
             limits: setup.limits,
             approval_mode: setup.approval_mode,
@@ -269,14 +274,14 @@ impl CallFrame {
             .filter(|h| self.group_members.as_ref().is_none_or(|m| m.contains(h)))
     }
 
-    fn tool_defs(&self, catalog: &Catalog) -> Vec<ToolDef> {
+    fn tool_defs(&self, catalog: &Catalog, toolbox: &Toolbox) -> Vec<ToolDef> {
         let mut defs = Vec::new();
         for t in &self.agent.spec.tools {
-            if let Some(tool) = builtin::get(t) {
+            if let Some(tool) = toolbox.get(t) {
                 let (description, parameters) = tool.describe();
                 defs.push(ToolDef {
                     name: t.clone(),
-                    description: description.into(),
+                    description,
                     parameters,
                 });
             } else {
@@ -311,7 +316,7 @@ impl CallFrame {
 enum CallPlan {
     Handoff(String),
     Agent(Arc<ContextInfo>, String),
-    Builtin(&'static dyn crate::tools::Tool),
+    Tool(Arc<dyn Tool>),
     Refused(String),
 }
 
@@ -395,7 +400,7 @@ pub async fn run_frame(
             });
         }
         frame.turns += 1;
-        let tools = frame.tool_defs(&rt.catalog);
+        let tools = frame.tool_defs(&rt.catalog, &rt.tools);
         let prefix = format!("{}/{}/", frame.ctx.id, frame.turns);
         let sink = FrameSink {
             rt,
@@ -568,11 +573,8 @@ fn plan(rt: &RuntimeConfig, frame: &mut CallFrame, call: &ToolCallRequest) -> Ca
     if !frame.agent.spec.tools.iter().any(|t| t == name) {
         return CallPlan::Refused(format!("{} has no tool {name:?}", frame.agent.name));
     }
-    if BUILTIN_TOOLS.contains(&name) {
-        return builtin::get(name).map_or_else(
-            || CallPlan::Refused(format!("unknown tool {name:?}")),
-            CallPlan::Builtin,
-        );
+    if let Some(tool) = rt.tools.get(name) {
+        return CallPlan::Tool(tool.clone());
     }
     if rt.catalog.is_callable(name) {
         let n = frame.children.entry(name.to_owned()).or_insert(0);
@@ -617,7 +619,7 @@ async fn execute(
                 result.handoff = Some(to.clone());
                 Ok(format!("transferred to {to}"))
             }
-            CallPlan::Builtin(tool) => run_tool(rt, view, call, tool).await,
+            CallPlan::Tool(tool) => run_tool(rt, view, call, tool.as_ref()).await,
             CallPlan::Agent(child_ctx, target) => {
                 let task = match call.arguments.get("task").and_then(Value::as_str) {
                     Some(t) => t.to_owned(),
@@ -657,7 +659,7 @@ async fn run_tool(
     rt: &Arc<RuntimeConfig>,
     view: &FrameView,
     call: &ToolCallRequest,
-    tool: &'static dyn crate::tools::Tool,
+    tool: &dyn Tool,
 ) -> Result<String, String> {
     let ctx = ToolCtx {
         rt,

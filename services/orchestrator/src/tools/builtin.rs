@@ -8,16 +8,15 @@ use serde_json::{Value, json};
 
 use super::{Resume, Tool, ToolCtx, ToolOutcome};
 
-/// The built-in tool called `name`, if there is one.
-pub fn get(name: &str) -> Option<&'static dyn Tool> {
-    match name {
-        "read_context" => Some(&ReadContext),
-        "write_context" => Some(&WriteContext),
-        "list_context" => Some(&ListContext),
-        "ask_user" => Some(&AskUser),
-        "sleep" => Some(&Sleep),
-        _ => None,
-    }
+/// Every built-in tool, by name (the names are `agents::BUILTIN_TOOLS`).
+pub fn all() -> Vec<(&'static str, std::sync::Arc<dyn Tool>)> {
+    vec![
+        ("read_context", std::sync::Arc::new(ReadContext)),
+        ("write_context", std::sync::Arc::new(WriteContext)),
+        ("list_context", std::sync::Arc::new(ListContext)),
+        ("ask_user", std::sync::Arc::new(AskUser)),
+        ("sleep", std::sync::Arc::new(Sleep)),
+    ]
 }
 
 fn str_arg<'a>(args: &'a Value, name: &str) -> Result<&'a str, String> {
@@ -36,9 +35,9 @@ struct ReadContext;
 
 #[async_trait::async_trait]
 impl Tool for ReadContext {
-    fn describe(&self) -> (&'static str, Value) {
+    fn describe(&self) -> (String, Value) {
         (
-            "Read a slot of the shared context of this request.",
+            "Read a slot of the shared context of this request.".into(),
             json!({"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}),
         )
     }
@@ -61,9 +60,9 @@ struct WriteContext;
 
 #[async_trait::async_trait]
 impl Tool for WriteContext {
-    fn describe(&self) -> (&'static str, Value) {
+    fn describe(&self) -> (String, Value) {
         (
-            "Write a slot of the shared context of this request, for other agents to read.",
+            "Write a slot of the shared context of this request, for other agents to read.".into(),
             json!({"type": "object", "properties": {
                 "key": {"type": "string"},
                 "value": {},
@@ -109,9 +108,9 @@ struct ListContext;
 
 #[async_trait::async_trait]
 impl Tool for ListContext {
-    fn describe(&self) -> (&'static str, Value) {
+    fn describe(&self) -> (String, Value) {
         (
-            "List the slots of the shared context of this request.",
+            "List the slots of the shared context of this request.".into(),
             json!({"type": "object", "properties": {"prefix": {"type": "string"}}}),
         )
     }
@@ -140,9 +139,9 @@ struct AskUser;
 
 #[async_trait::async_trait]
 impl Tool for AskUser {
-    fn describe(&self) -> (&'static str, Value) {
+    fn describe(&self) -> (String, Value) {
         (
-            "Ask the person a question and wait for the answer.",
+            "Ask the person a question and wait for the answer.".into(),
             json!({"type": "object", "properties": {
                 "question": {"type": "string"},
                 "options": {"type": "array", "items": {"type": "string"}}
@@ -201,9 +200,9 @@ impl Drop for CancelRecorder<'_> {
 
 #[async_trait::async_trait]
 impl Tool for Sleep {
-    fn describe(&self) -> (&'static str, Value) {
+    fn describe(&self) -> (String, Value) {
         (
-            "Wait a number of milliseconds, reporting progress.",
+            "Wait a number of milliseconds, reporting progress.".into(),
             json!({"type": "object", "properties": {
                 "ms": {"type": "integer", "minimum": 0, "maximum": 3600000},
                 "steps": {"type": "integer", "minimum": 1, "maximum": 100}

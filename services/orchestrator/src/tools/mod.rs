@@ -6,12 +6,14 @@
 //! Built-ins ([`builtin`]): `read_context`, `write_context`, `list_context`
 //! over the run's trace in the context store, `ask_user` (asks a person),
 //! and `sleep` (waits with progress; it records being cancelled, which the
-//! cancellation tests rely on). Agents and groups are tools too; the runtime
-//! runs those in child contexts.
+//! cancellation tests rely on). Remote tools ([`remote`]) run on `ToolHost`
+//! servers in any language. Agents and groups are tools too; the runtime runs
+//! those in child contexts.
 
 pub mod builtin;
+pub mod remote;
 
-use std::sync::Arc;
+use std::{collections::HashMap, sync::Arc};
 
 use baton_proto::v1::{self as pb, run_event::Payload};
 use serde_json::Value;
@@ -87,8 +89,48 @@ impl ToolCtx<'_> {
 #[async_trait::async_trait]
 pub trait Tool: Send + Sync {
     /// What the model is told about it: description and argument schema.
-    fn describe(&self) -> (&'static str, Value);
+    fn describe(&self) -> (String, Value);
 
     /// Runs one call (again, with `resume`, after it asked for input).
     async fn call(&self, ctx: &ToolCtx<'_>, args: &Value, resume: Option<Resume>) -> ToolOutcome;
+}
+
+/// Every tool the orchestrator can run by name: the built-ins and the tools
+/// of the configured tool servers.
+#[derive(Default)]
+pub struct Toolbox {
+    tools: HashMap<String, Arc<dyn Tool>>,
+    servers: Vec<Arc<remote::ToolServer>>,
+}
+
+impl Toolbox {
+    /// The built-ins plus the remote tools the catalog declares.
+    pub fn new(catalog: &crate::agents::Catalog) -> Result<Self, String> {
+        let mut tools: HashMap<String, Arc<dyn Tool>> = builtin::all()
+            .into_iter()
+            .map(|(n, t)| (n.to_owned(), t))
+            .collect();
+        let mut servers = Vec::new();
+        for (name, spec) in &catalog.tool_servers {
+            let server = Arc::new(remote::ToolServer::new(name, spec)?);
+            for tool in &spec.tools {
+                tools.insert(
+                    tool.clone(),
+                    Arc::new(remote::RemoteTool::new(server.clone(), tool)),
+                );
+            }
+            servers.push(server);
+        }
+        Ok(Self { tools, servers })
+    }
+
+    /// The tool called `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.get(name)
+    }
+
+    /// The configured tool servers.
+    pub fn servers(&self) -> &[Arc<remote::ToolServer>] {
+        &self.servers
+    }
 }
