@@ -189,7 +189,10 @@ async fn nested_agents_two_deep_with_streaming_tool_and_context_writes() {
         done.output,
         "Research done. Summary: Checked: Check the facts about: Summarize what is known about rust. Looks right.; slept 400 ms; wrote research/topic at version 1"
     );
-    assert_eq!(done.run_context_json, "{}");
+    assert_eq!(
+        done.run_context_json, r#"{"last_write":"wrote research/topic at version 1"}"#,
+        "the example's run policy records the last write"
+    );
     let usage = done.usage.expect("usage");
     assert_eq!(
         usage.model_calls,
@@ -910,4 +913,95 @@ async fn bad_requests_name_the_field_and_start_nothing() {
     assert_eq!((e.code(), e.field()), (Code::NotFound, Some("input_id")));
     let e = client.get_run("nope").await.expect_err("unknown run");
     assert_eq!(e.code(), Code::NotFound);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_output_policies_rewrite_record_report_failures_and_end_the_run() {
+    let yaml = r##"
+policies:
+  short: {truncate: 12, tools: [sleep]}
+  digits: {redact: "[0-9]+", replacement: "#"}
+  pick: {json_pointer: /version, tools: [list_context]}
+  remember: {record: last}
+  stop: {final: true, tools: [write_context]}
+run_policies: [remember, digits]
+scripts:
+  p:
+    - calls: [{tool: sleep, args: {ms: 1, steps: 1}}, {tool: list_context}]
+    - calls: [{tool: write_context, args: {key: k, value: v}}]
+    - text: "never reached"
+agents:
+  p: {model: "scripted:p", tools: [sleep, list_context, write_context], policies: [short, pick, stop]}
+"##;
+    let server = OrchestratorServer::start(yaml, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let client = OrchestratorClient::connect(server.endpoint())
+        .await
+        .expect("connect");
+    let mut r = req("p", "go");
+    r.run_context_json = r#"{"user":"ana"}"#.into();
+    let events = client.run_agent_to_end(r).await.expect("run");
+    check_stream_rules(&events);
+    let calls: HashMap<String, pb::ToolCallCompleted> = events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Some(Payload::ToolCallCompleted(c)) => Some((c.tool.clone(), c.clone())),
+            _ => None,
+        })
+        .collect();
+    let outcomes = |tool: &str| -> Vec<(String, String, pb::PolicyDecision, String)> {
+        calls[tool]
+            .policies
+            .iter()
+            .map(|p| {
+                (
+                    p.policy.clone(),
+                    p.scope.clone(),
+                    p.decision(),
+                    p.error.clone(),
+                )
+            })
+            .collect()
+    };
+    use pb::PolicyDecision::{Final, Forward, Rewrite};
+    assert_eq!(
+        calls["sleep"].result, "slept # ms",
+        "redacted by the run policy"
+    );
+    assert_eq!(
+        outcomes("sleep"),
+        [
+            ("remember".into(), "run".into(), Forward, String::new()),
+            ("digits".into(), "run".into(), Rewrite, String::new()),
+            ("short".into(), "agent".into(), Forward, String::new()),
+        ],
+        "run-scoped first, then the agent's; truncate only acts past 12 characters"
+    );
+    assert_eq!(
+        calls["list_context"].result, "[]",
+        "a failing policy forwards the output unchanged"
+    );
+    let failed = outcomes("list_context");
+    assert_eq!((failed[2].0.as_str(), failed[2].2), ("pick", Forward));
+    assert!(
+        failed[2].3.contains("nothing at /version"),
+        "the failure is reported: {failed:?}"
+    );
+    assert_eq!(outcomes("write_context").last().map(|o| o.2), Some(Final));
+
+    let done = completed(&events);
+    assert_eq!(
+        done.output, "wrote k at version #",
+        "the Final output ends the run"
+    );
+    assert!(!events.iter().any(
+        |e| matches!(&e.payload, Some(Payload::MessageCompleted(m)) if m.text == "never reached")
+    ));
+    let ctx: serde_json::Value = serde_json::from_str(&done.run_context_json).expect("json");
+    assert_eq!(
+        ctx,
+        serde_json::json!({"user": "ana", "last": "wrote k at version 1"}),
+        "recorded before redaction, kept with the initial context"
+    );
 }

@@ -10,7 +10,10 @@ use std::{
 
 use serde::Deserialize;
 
-use crate::model::scripted::ScriptTurn;
+use crate::{
+    model::scripted::ScriptTurn,
+    runtime::policy::{Policy, PolicySpec},
+};
 
 /// Names of the built-in tools every agent may list.
 pub const BUILTIN_TOOLS: [&str; 5] = [
@@ -51,6 +54,9 @@ pub struct AgentSpec {
     pub handoffs: Vec<String>,
     /// Approval policy per tool name; tools not listed need none.
     pub approvals: BTreeMap<String, ApprovalPolicy>,
+    /// Tool-output policies of this agent, by name, applied after the
+    /// run-scoped ones.
+    pub policies: Vec<String>,
 }
 
 /// An agent group: a root agent plus the agents it may hand off to, usable
@@ -90,6 +96,10 @@ pub struct AgentsFile {
     pub groups: BTreeMap<String, GroupSpec>,
     /// ToolHost servers by name.
     pub tool_servers: BTreeMap<String, ToolServerSpec>,
+    /// Tool-output policies by name.
+    pub policies: BTreeMap<String, PolicySpec>,
+    /// Policies applied to every tool output of a run, before the agent's.
+    pub run_policies: Vec<String>,
 }
 
 /// A validated agent.
@@ -99,6 +109,8 @@ pub struct Agent {
     pub name: String,
     /// Its declaration.
     pub spec: AgentSpec,
+    /// Its tool-output policies, in order.
+    pub policies: Vec<Policy>,
 }
 
 /// The validated catalog every run shares.
@@ -114,6 +126,8 @@ pub struct Catalog {
     pub scripts: BTreeMap<String, Arc<Vec<ScriptTurn>>>,
     /// ToolHost servers by name.
     pub tool_servers: BTreeMap<String, ToolServerSpec>,
+    /// Policies applied to every tool output, before the agent's.
+    pub run_policies: Vec<Policy>,
 }
 
 /// Whether `s` is a valid agent, group or step name: `[a-z0-9_-]{1,64}`.
@@ -242,6 +256,40 @@ impl Catalog {
                 }
             }
         }
+        let mut policies = BTreeMap::new();
+        for (name, spec) in &file.policies {
+            let p = Policy::new(name, spec)?;
+            for t in p.tools() {
+                let known = BUILTIN_TOOLS.contains(&t.as_str())
+                    || remote.contains(t)
+                    || file.agents.contains_key(t)
+                    || file.groups.contains_key(t)
+                    || t.starts_with("transfer_to_");
+                if !known {
+                    return Err(format!("policies.{name}.tools: unknown tool {t:?}"));
+                }
+            }
+            policies.insert(name.clone(), p);
+        }
+        let resolve = |field: String, names: &[String]| -> Result<Vec<Policy>, String> {
+            names
+                .iter()
+                .map(|n| {
+                    policies
+                        .get(n)
+                        .cloned()
+                        .ok_or_else(|| format!("{field}: unknown policy {n:?}"))
+                })
+                .collect()
+        };
+        let run_policies = resolve("run_policies".into(), &file.run_policies)?;
+        let mut agent_policies = BTreeMap::new();
+        for (name, a) in &file.agents {
+            agent_policies.insert(
+                name.clone(),
+                resolve(format!("agents.{name}.policies"), &a.policies)?,
+            );
+        }
         for (name, g) in &file.groups {
             if !g.members.contains(&g.root) {
                 return Err(format!(
@@ -260,7 +308,17 @@ impl Catalog {
             agents: file
                 .agents
                 .into_iter()
-                .map(|(name, spec)| (name.clone(), Arc::new(Agent { name, spec })))
+                .map(|(name, spec)| {
+                    let policies = agent_policies.remove(&name).unwrap_or_default();
+                    (
+                        name.clone(),
+                        Arc::new(Agent {
+                            name,
+                            spec,
+                            policies,
+                        }),
+                    )
+                })
                 .collect(),
             groups: file.groups,
             scripts: file
@@ -269,6 +327,7 @@ impl Catalog {
                 .map(|(k, v)| (k, Arc::new(v)))
                 .collect(),
             tool_servers: file.tool_servers,
+            run_policies,
         })
     }
 

@@ -14,6 +14,7 @@
 //! tool call at once; nothing of a run can outlive it.
 
 pub mod events;
+pub mod policy;
 pub mod registry;
 
 use std::{
@@ -89,6 +90,10 @@ pub struct RuntimeConfig {
     pub default_model: String,
     /// The run-scoped context (a JSON object), persisting across handoffs.
     pub run_context: Mutex<Map<String, Value>>,
+    /// Fires when a tool-output policy decided `Final`.
+    finish: tokio_util::sync::CancellationToken,
+    /// The output a `Final` policy ended the run with.
+    final_output: Mutex<Option<String>>,
     events: mpsc::Sender<Draft>,
     usage: UsageCounters,
 }
@@ -129,6 +134,8 @@ impl RuntimeConfig {
             approval_mode: setup.approval_mode,
             default_model: setup.default_model,
             run_context: Mutex::new(setup.run_context),
+            finish: tokio_util::sync::CancellationToken::new(),
+            final_output: Mutex::new(None),
             events,
             usage: UsageCounters::default(),
         })
@@ -212,6 +219,8 @@ pub struct CallFrame {
     turns: u32,
     /// What this context consumed, its children included.
     usage: pb::Usage,
+    /// The per-agent context; a new one when control changes agent.
+    agent_context: Arc<Mutex<Map<String, Value>>>,
 }
 
 impl CallFrame {
@@ -262,6 +271,7 @@ impl CallFrame {
             agent_turns: 0,
             turns: 0,
             usage: pb::Usage::default(),
+            agent_context: Arc::default(),
         })
     }
 
@@ -325,6 +335,7 @@ struct FrameView {
     ctx: Arc<ContextInfo>,
     agent: Arc<Agent>,
     agent_name: Arc<str>,
+    agent_context: Arc<Mutex<Map<String, Value>>>,
 }
 
 struct CallResult {
@@ -476,6 +487,7 @@ pub async fn run_frame(
             ctx: frame.ctx.clone(),
             agent: frame.agent.clone(),
             agent_name: frame.agent_name.clone(),
+            agent_context: frame.agent_context.clone(),
         };
         let results = join_all(
             turn.calls
@@ -508,6 +520,13 @@ pub async fn run_frame(
             frame.messages.push(msg);
             handoff = handoff.or(r.handoff);
         }
+        if rt.finish.is_cancelled() {
+            // A Final policy ended the run: no further turns, here or above.
+            return Err(AgentFailure {
+                code: Code::Ok,
+                message: "the run was ended by a final tool output".into(),
+            });
+        }
         if let Some(to) = handoff {
             switch_agent(rt, &mut frame, &to).await?;
         }
@@ -538,6 +557,7 @@ async fn switch_agent(
     frame.agent_name = Arc::from(frame.agent.name.as_str());
     frame.model = model;
     frame.agent_turns = 0;
+    frame.agent_context = Arc::default();
     if let Some(system) = frame
         .messages
         .first_mut()
@@ -638,19 +658,63 @@ async fn execute(
             }
         },
     };
+    // Tool-output policies: run-scoped first, then the agent's.
+    let mut policies = Vec::new();
+    let (mut text, is_error) = match &result.output {
+        Ok(s) => (s.clone(), false),
+        Err(e) => (e.clone(), true),
+    };
+    let mut ends_run = {
+        let mut run_context = rt.run_context.lock().unwrap_or_else(|p| p.into_inner());
+        policy::apply_all(
+            &rt.catalog.run_policies,
+            "run",
+            &call.name,
+            &mut text,
+            &mut run_context,
+            &mut policies,
+        )
+    };
+    if !ends_run {
+        let mut agent_context = view.agent_context.lock().unwrap_or_else(|p| p.into_inner());
+        ends_run = policy::apply_all(
+            &view.agent.policies,
+            "agent",
+            &call.name,
+            &mut text,
+            &mut agent_context,
+            &mut policies,
+        );
+    }
+    result.output = if is_error { Err(text) } else { Ok(text) };
     let (output, error) = match &result.output {
         Ok(s) => (s.clone(), String::new()),
         Err(e) => (String::new(), e.clone()),
     };
+    let final_text = ends_run.then(|| {
+        if is_error {
+            error.clone()
+        } else {
+            output.clone()
+        }
+    });
     let done = Payload::ToolCallCompleted(pb::ToolCallCompleted {
         call_id: call.id.clone(),
         tool: call.name.clone(),
         result: output,
         error,
         duration: Some(duration(started.elapsed())),
-        policies: Vec::new(),
+        policies,
     });
     rt.emit(&view.ctx, &view.agent_name, done).await;
+    if let Some(text) = final_text {
+        // The first Final wins; the run ends with its output.
+        rt.final_output
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(text);
+        rt.finish.cancel();
+    }
     result
 }
 
@@ -834,12 +898,25 @@ pub async fn run_agent(rt: Arc<RuntimeConfig>, root: CallFrame, target: String) 
     rt.emit(&root_ctx, &no_agent, started).await;
     let token = rt.record.token().clone();
     let outcome = tokio::select! {
-        r = run_frame(&rt, root) => Some(r),
+        biased;
         _ = token.cancelled() => None,
+        _ = rt.finish.cancelled() => Some(Ok((String::new(), pb::Usage::default()))),
+        r = run_frame(&rt, root) => Some(r),
         _ = tokio::time::sleep(rt.limits.run_timeout) => Some(Err(AgentFailure {
             code: Code::DeadlineExceeded,
             message: format!("the run did not finish within run_timeout ({:?})", rt.limits.run_timeout),
         })),
+    };
+    // A Final tool output ends the run with that output, whichever branch
+    // noticed first.
+    let outcome = match rt
+        .final_output
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+    {
+        Some(output) if outcome.is_some() => Some(Ok((output, pb::Usage::default()))),
+        _ => outcome,
     };
     let terminal = match outcome {
         Some(Ok((output, _))) => Payload::RunCompleted(pb::RunCompleted {
