@@ -21,6 +21,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+pub mod openai;
 pub mod toolhost;
 
 use anyhow::{Context, bail};
@@ -316,6 +317,17 @@ impl OrchestratorServer {
         store: Option<std::sync::Arc<dyn baton_context_store::store::ContextStore>>,
         configure: impl FnOnce(&mut baton_orchestrator::config::Config),
     ) -> anyhow::Result<Self> {
+        Self::start_with_env(agents_yaml, store, configure, &[]).await
+    }
+
+    /// Like [`Self::start`], with the environment the orchestrator reads
+    /// provider keys from (instead of the process's).
+    pub async fn start_with_env(
+        agents_yaml: &str,
+        store: Option<std::sync::Arc<dyn baton_context_store::store::ContextStore>>,
+        configure: impl FnOnce(&mut baton_orchestrator::config::Config),
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         use baton_orchestrator::config::{Config, StoreMode};
         let mut config = Config::default();
         config.store.mode = StoreMode::Memory;
@@ -340,6 +352,11 @@ impl OrchestratorServer {
             config.runs.clone(),
             shutdown.clone(),
             tasks.clone(),
+            &|name| {
+                env.iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| (*v).to_owned())
+            },
         )
         .map_err(|e| anyhow::anyhow!(e))?;
         let handle = tokio::spawn({

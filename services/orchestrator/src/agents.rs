@@ -11,7 +11,7 @@ use std::{
 use serde::Deserialize;
 
 use crate::{
-    model::scripted::ScriptTurn,
+    model::{openai::OpenAiSpec, scripted::ScriptTurn},
     runtime::policy::{Policy, PolicySpec},
 };
 
@@ -82,12 +82,22 @@ pub struct ToolServerSpec {
     pub tools: Vec<String>,
 }
 
+/// Model providers that need settings.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Providers {
+    /// The OpenAI-compatible endpoint behind `openai:<model>` references.
+    pub openai: Option<OpenAiSpec>,
+}
+
 /// The agents file.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AgentsFile {
     /// The server's default model, `provider:model`.
     pub default_model: String,
+    /// Provider settings.
+    pub providers: Providers,
     /// Scripted models by name (`scripted:<name>`): their turns.
     pub scripts: BTreeMap<String, Vec<ScriptTurn>>,
     /// Agents by name.
@@ -128,6 +138,8 @@ pub struct Catalog {
     pub tool_servers: BTreeMap<String, ToolServerSpec>,
     /// Policies applied to every tool output, before the agent's.
     pub run_policies: Vec<Policy>,
+    /// Provider settings.
+    pub providers: Providers,
 }
 
 /// Whether `s` is a valid agent, group or step name: `[a-z0-9_-]{1,64}`.
@@ -178,6 +190,9 @@ impl Catalog {
             let (provider, model) = parse_model_ref(m).map_err(|e| format!("{field}: {e}"))?;
             if provider == "scripted" && !file.scripts.contains_key(model) {
                 return Err(format!("{field}: no script named {model:?} in scripts"));
+            }
+            if provider == "openai" && file.providers.openai.is_none() {
+                return Err(format!("{field}: {m:?} needs a providers.openai section"));
             }
             Ok(())
         };
@@ -328,6 +343,7 @@ impl Catalog {
                 .collect(),
             tool_servers: file.tool_servers,
             run_policies,
+            providers: file.providers,
         })
     }
 

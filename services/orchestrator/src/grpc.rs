@@ -43,16 +43,18 @@ pub struct OrchestratorService {
 
 impl OrchestratorService {
     /// A service running `catalog`'s agents on `store`. Runs are cancelled
-    /// when `shutdown` is, and tracked by `tasks`.
+    /// when `shutdown` is, and tracked by `tasks`. Provider keys are read
+    /// through `env`.
     pub fn new(
         catalog: Arc<Catalog>,
         store: Arc<dyn ContextStore>,
         defaults: RunDefaults,
         shutdown: CancellationToken,
         tasks: TaskTracker,
+        env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, String> {
         Ok(Self {
-            models: Arc::new(Models::new(catalog.clone())),
+            models: Arc::new(Models::new(catalog.clone(), env)?),
             tools: Arc::new(Toolbox::new(&catalog)?),
             catalog,
             store,

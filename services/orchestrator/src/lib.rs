@@ -90,6 +90,9 @@ pub async fn serve(
         config.runs.clone(),
         shutdown.clone(),
         tasks.clone(),
+        // The one place the orchestrator reads the environment outside its
+        // config: model-provider keys, by the variable the agents file names.
+        &|name| std::env::var(name).ok(),
     )
     .map_err(|e| anyhow::anyhow!(e))?;
     serve_service(service, store, config, listener, shutdown, tasks).await

@@ -1,11 +1,13 @@
 //! Models: what turns a conversation into the next assistant turn.
 //!
 //! A model reference is `provider:model`. Providers: `scripted` (turns
-//! written in the agents file; deterministic, used by tests and the demo).
-//! The OpenAI-compatible provider joins it next. Precedence when resolving
+//! written in the agents file; deterministic, used by tests and the demo) and
+//! `openai` (any OpenAI-compatible Chat Completions endpoint, configured under
+//! `providers.openai` in the agents file). Precedence when resolving
 //! an agent's model: the agent's own, else the request's default, else the
 //! server's default.
 
+pub mod openai;
 pub mod scripted;
 
 use std::sync::Arc;
@@ -144,12 +146,21 @@ pub trait Model: Send + Sync {
 /// Resolves model references to models.
 pub struct Models {
     catalog: Arc<Catalog>,
+    openai: Option<Arc<openai::OpenAiProvider>>,
 }
 
 impl Models {
-    /// Resolves against the scripts of `catalog`.
-    pub fn new(catalog: Arc<Catalog>) -> Self {
-        Self { catalog }
+    /// Resolves against the scripts and providers of `catalog`; provider keys
+    /// are read through `env` (the process environment in production).
+    pub fn new(
+        catalog: Arc<Catalog>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, String> {
+        let openai = match &catalog.providers.openai {
+            Some(spec) => Some(Arc::new(openai::OpenAiProvider::new(spec, env)?)),
+            None => None,
+        };
+        Ok(Self { catalog, openai })
     }
 
     /// The model for `reference`.
@@ -167,9 +178,17 @@ impl Models {
                     turns.clone(),
                 )))
             }
-            other => Err(format!(
-                "{reference:?}: the {other} provider is not available in this build yet"
-            )),
+            "openai" => {
+                let provider = self.openai.as_ref().ok_or_else(|| {
+                    format!("{reference:?}: the agents file has no providers.openai section")
+                })?;
+                Ok(Arc::new(openai::OpenAiModel::new(
+                    provider.clone(),
+                    reference,
+                    name,
+                )))
+            }
+            other => Err(format!("{reference:?}: unknown provider {other:?}")),
         }
     }
 }
