@@ -1,0 +1,158 @@
+//! The orchestrator as deployed: using a separate context-store service over
+//! gRPC (on a real redis-server), groups as other agents' tools, and
+//! shutdown ending running streams.
+
+use std::{sync::Arc, time::Duration};
+
+use baton_client::{OrchestratorClient, StoreClient, pb, pb::run_event::Payload};
+use baton_context_store::config::Backend;
+use baton_e2e::{EXAMPLE_AGENTS, OrchestratorServer, RedisServer, StoreServer};
+use baton_orchestrator::remote_store::RemoteStore;
+use futures::StreamExt;
+
+fn req(agent: &str, input: &str) -> pb::RunAgentRequest {
+    pb::RunAgentRequest {
+        agent: agent.into(),
+        input: input.into(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_write_through_a_remote_context_store_on_redis() {
+    let redis = RedisServer::start().expect("redis-server");
+    let mut store_config = StoreServer::config(Backend::Redis, Some(redis.url()));
+    store_config.limits.max_value_bytes = 64;
+    let store = StoreServer::start(store_config.clone())
+        .await
+        .expect("context store");
+    let remote = Arc::new(
+        RemoteStore::new(&store.endpoint(), store_config.limits.clone()).expect("remote store"),
+    );
+    let server = OrchestratorServer::start(EXAMPLE_AGENTS, Some(remote.clone()), |_| {})
+        .await
+        .expect("orchestrator");
+    let client = OrchestratorClient::connect(server.endpoint())
+        .await
+        .expect("connect");
+
+    let events = client
+        .run_agent_to_end(req("researcher", "tides"))
+        .await
+        .expect("run");
+    let trace = events[0].trace_id.clone();
+    assert!(matches!(
+        events.last().and_then(|e| e.payload.as_ref()),
+        Some(Payload::RunCompleted(_))
+    ));
+    let store_client = StoreClient::connect(store.endpoint())
+        .await
+        .expect("store client");
+    let slot = store_client
+        .get(&trace, "research/topic")
+        .await
+        .expect("the run's write is in the store");
+    assert_eq!(slot.value, b"tides");
+    let written = events.iter().find_map(|e| match &e.payload {
+        Some(Payload::ContextWritten(w)) => Some(w.version),
+        _ => None,
+    });
+    assert_eq!(written, slot.slot.map(|s| s.version));
+
+    // A store-side refusal reaches the model as a tool error naming the limit.
+    let big = format!(
+        "scripts:\n  big: [{{calls: [{{tool: write_context, args: {{key: big, value: {}}}}}]}}, {{text: '{{{{results}}}}'}}]\nagents:\n  big: {{model: 'scripted:big', tools: [write_context]}}\n",
+        "x".repeat(65)
+    );
+    let server = OrchestratorServer::start(&big, Some(remote), |_| {})
+        .await
+        .expect("orchestrator");
+    let client = OrchestratorClient::connect(server.endpoint())
+        .await
+        .expect("connect");
+    let events = client.run_agent_to_end(req("big", "x")).await.expect("run");
+    match events.last().and_then(|e| e.payload.as_ref()) {
+        Some(Payload::RunCompleted(c)) => assert!(
+            c.output.contains("value: 65 bytes is over the limit of 64"),
+            "{}",
+            c.output
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_is_a_tool_of_another_agent() {
+    let yaml = EXAMPLE_AGENTS
+        .replacen("scripts:\n", "scripts:\n  desk: [{calls: [{tool: support, args: {task: 'refund order 5'}}]}, {text: 'desk: {{results}}'}]\n", 1)
+        .replacen("agents:\n", "agents:\n  desk: {model: 'scripted:desk', tools: [support]}\n", 1);
+    let server = OrchestratorServer::start(&yaml, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let client = OrchestratorClient::connect(server.endpoint())
+        .await
+        .expect("connect");
+    let mut r = req("desk", "help");
+    r.approval_mode = pb::ApprovalMode::AutoApprove as i32;
+    let events = client.run_agent_to_end(r).await.expect("run");
+    let handoff = events.iter().find_map(|e| match &e.payload {
+        Some(Payload::Handoff(h)) => Some((
+            e.context_id.as_str(),
+            e.depth,
+            h.from_agent.as_str(),
+            h.to_agent.as_str(),
+        )),
+        _ => None,
+    });
+    assert_eq!(handoff, Some(("root.support.1", 1, "triage", "billing")));
+    match events.last().and_then(|e| e.payload.as_ref()) {
+        Some(Payload::RunCompleted(c)) => {
+            assert_eq!(c.output, "desk: Done. wrote refunds/last at version 1")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_cancels_running_streams_and_refuses_new_runs() {
+    let yaml = r#"
+scripts:
+  slow: [{calls: [{tool: sleep, args: {ms: 30000}}]}, {text: never}]
+agents:
+  slow: {model: "scripted:slow", tools: [sleep]}
+"#;
+    let server = OrchestratorServer::start(yaml, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let client = OrchestratorClient::connect(server.endpoint())
+        .await
+        .expect("connect");
+    let mut stream = client.run_agent(req("slow", "x")).await.expect("run");
+    loop {
+        let e = stream.next().await.expect("open").expect("event");
+        if matches!(e.payload, Some(Payload::ToolCallStarted(_))) {
+            break;
+        }
+    }
+    let stopping = tokio::spawn(server.shutdown());
+    let mut last = None;
+    while let Some(e) = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("ends in time")
+    {
+        last = Some(e.expect("event"));
+    }
+    match last.and_then(|e| e.payload) {
+        Some(Payload::RunCancelled(c)) => assert_eq!(c.reason, "server shutting down"),
+        other => panic!("expected RunCancelled, got {other:?}"),
+    }
+    tokio::time::timeout(Duration::from_secs(5), stopping)
+        .await
+        .expect("drains in time")
+        .expect("task")
+        .expect("clean");
+    assert!(
+        client.run_agent(req("slow", "x")).await.is_err(),
+        "no new runs once stopped"
+    );
+}
