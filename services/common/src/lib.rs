@@ -5,6 +5,7 @@
 //!   environment (`BATON_<SERVICE>_…`) → flags, then the service validates it.
 //! - [`telemetry`]: logging set-up in one function that returns a guard.
 //! - [`shutdown`]: SIGTERM/SIGINT into a `CancellationToken`.
+//! - [`service`]: the `main` of every service binary.
 //! - [`server`]: the gRPC server every service runs: health, reflection (v1 and
 //!   v1alpha), gRPC-web, TCP_NODELAY, graceful shutdown.
 //! - [`ids`]: validated identifiers shared by the services (trace ids).
@@ -14,5 +15,6 @@ pub mod config;
 pub mod ids;
 pub mod runtime;
 pub mod server;
+pub mod service;
 pub mod shutdown;
 pub mod telemetry;

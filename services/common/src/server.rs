@@ -78,3 +78,100 @@ pub async fn serve(
         }
     }
 }
+
+/// How a service tells whether it is ready.
+pub struct Readiness<R> {
+    /// The gRPC service name health reports on (besides `""`).
+    pub service_name: &'static str,
+    /// Answers whether the service's dependencies answer.
+    pub check: R,
+    /// How often to ask.
+    pub every: Duration,
+}
+
+/// Serves a service the way every Baton service runs: `routes` plus
+/// grpc.health.v1, reflection and gRPC-web (see [`serve`]).
+///
+/// Health (for `""` and the service's name) is `NOT_SERVING` until the
+/// readiness check answers true, follows it after that, and turns
+/// `NOT_SERVING` for good once `shutdown` is cancelled. When the server has
+/// stopped, the service's `tasks` are closed and awaited for up to `grace`.
+pub async fn serve_with_health<R, Fut>(
+    listener: TcpListener,
+    routes: Routes,
+    readiness: Readiness<R>,
+    shutdown: tokio_util::sync::CancellationToken,
+    tasks: tokio_util::task::TaskTracker,
+    grace: Duration,
+) -> Result<(), ServeError>
+where
+    R: Fn() -> Fut + Send + 'static,
+    Fut: Future<Output = bool> + Send,
+{
+    use tonic_health::ServingStatus;
+    let Readiness {
+        service_name,
+        check: ready,
+        every,
+    } = readiness;
+    let names = ["", service_name];
+    let (reporter, health_service) = tonic_health::server::health_reporter();
+    for name in names {
+        reporter
+            .set_service_status(name, ServingStatus::NotServing)
+            .await;
+    }
+    {
+        let reporter = reporter.clone();
+        let shutdown = shutdown.clone();
+        tasks.spawn(async move {
+            let mut current = None;
+            loop {
+                let ok = tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    r = tokio::time::timeout(every.max(Duration::from_millis(500)), ready()) => r.unwrap_or(false),
+                };
+                if current != Some(ok) && !shutdown.is_cancelled() {
+                    current = Some(ok);
+                    if ok {
+                        tracing::info!(service = service_name, "dependencies answer, ready");
+                    } else {
+                        tracing::warn!(service = service_name, "dependencies do not answer, not ready");
+                    }
+                    let status = if ok { ServingStatus::Serving } else { ServingStatus::NotServing };
+                    for name in names {
+                        reporter.set_service_status(name, status).await;
+                    }
+                }
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(every) => {}
+                }
+            }
+        });
+    }
+
+    let drain = {
+        let shutdown = shutdown.clone();
+        async move {
+            shutdown.cancelled().await;
+            for name in names {
+                reporter
+                    .set_service_status(name, ServingStatus::NotServing)
+                    .await;
+            }
+        }
+    };
+    let served = serve(listener, routes.add_service(health_service), drain, grace).await;
+    // Whatever ended the server, stop what the service started.
+    shutdown.cancel();
+    tasks.close();
+    if tokio::time::timeout(grace, tasks.wait()).await.is_err() {
+        tracing::warn!(
+            service = service_name,
+            "tasks did not finish within the grace period"
+        );
+    }
+    tracing::info!(service = service_name, "stopped");
+    served
+}

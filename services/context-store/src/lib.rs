@@ -20,22 +20,18 @@ pub mod error;
 pub mod grpc;
 pub mod store;
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tonic::service::Routes;
-use tonic_health::ServingStatus;
 
 use crate::{
     config::{Backend, Config},
     grpc::StoreService,
     store::{ContextStore, memory::MemoryStore, redis::RedisStore},
 };
-
-/// The health service names the store reports on.
-const HEALTH_NAMES: [&str; 2] = ["", "baton.v1.ContextStore"];
 
 /// Builds the backend the config names.
 pub fn build_store(config: &Config) -> anyhow::Result<Arc<dyn ContextStore>> {
@@ -68,83 +64,27 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr().context("listener has no address")?;
-    let (reporter, health_service) = tonic_health::server::health_reporter();
-    for name in HEALTH_NAMES {
-        reporter
-            .set_service_status(name, ServingStatus::NotServing)
-            .await;
-    }
-
     let tasks = TaskTracker::new();
-    tasks.spawn(readiness(
-        store.clone(),
-        reporter.clone(),
-        config.health_interval,
-        shutdown.clone(),
-    ));
-
-    let service = StoreService::new(store, shutdown.clone(), tasks.clone());
-    let routes = Routes::new(health_service).add_service(service.into_server());
+    let service = StoreService::new(store.clone(), shutdown.clone(), tasks.clone());
+    let routes = Routes::new(service.into_server());
     tracing::info!(%addr, backend = ?config.backend, "context store listening");
-
-    let drain = {
-        let shutdown = shutdown.clone();
-        let reporter = reporter.clone();
-        async move {
-            shutdown.cancelled().await;
-            for name in HEALTH_NAMES {
-                reporter
-                    .set_service_status(name, ServingStatus::NotServing)
-                    .await;
-            }
-        }
+    let ready = move || {
+        let store = store.clone();
+        async move { store.ping().await.is_ok() }
     };
-    let served = baton_common::server::serve(listener, routes, drain, config.shutdown_grace).await;
-    // Whatever ended the server, stop the tasks it started.
-    shutdown.cancel();
-    tasks.close();
-    if tokio::time::timeout(config.shutdown_grace, tasks.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!("context store tasks did not finish within the grace period");
-    }
-    tracing::info!("context store stopped");
-    served.context("gRPC server failed")
-}
-
-/// Keeps the health status in line with whether the backend answers.
-async fn readiness(
-    store: Arc<dyn ContextStore>,
-    reporter: tonic_health::server::HealthReporter,
-    every: Duration,
-    shutdown: CancellationToken,
-) {
-    let mut ready = false;
-    loop {
-        let ok = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            r = tokio::time::timeout(every.max(Duration::from_millis(500)), store.ping()) => matches!(r, Ok(Ok(()))),
-        };
-        if ok != ready && !shutdown.is_cancelled() {
-            ready = ok;
-            let status = if ok {
-                ServingStatus::Serving
-            } else {
-                ServingStatus::NotServing
-            };
-            if ok {
-                tracing::info!("backend answers, ready");
-            } else {
-                tracing::warn!("backend does not answer, not ready");
-            }
-            for name in HEALTH_NAMES {
-                reporter.set_service_status(name, status).await;
-            }
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(every) => {}
-        }
-    }
+    let readiness = baton_common::server::Readiness {
+        service_name: "baton.v1.ContextStore",
+        check: ready,
+        every: config.health_interval,
+    };
+    baton_common::server::serve_with_health(
+        listener,
+        routes,
+        readiness,
+        shutdown,
+        tasks,
+        config.shutdown_grace,
+    )
+    .await
+    .context("gRPC server failed")
 }

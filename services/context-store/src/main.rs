@@ -1,52 +1,10 @@
 //! `baton-context-store`: serves `baton.v1.ContextStore` (see the crate docs).
 
-use std::path::PathBuf;
-
-use anyhow::Context;
-use baton_context_store::config::{Config, ENV_PREFIX};
-use clap::Parser;
-
-/// Baton's context store: trace-scoped key/value slots on Redis or in memory.
-#[derive(Parser)]
-#[command(version, about)]
-struct Args {
-    /// A TOML config file.
-    #[arg(long, short)]
-    config: Option<PathBuf>,
-    /// Overrides one config field, `path.to.field=value` (repeatable).
-    #[arg(long = "set", value_name = "PATH=VALUE")]
-    sets: Vec<String>,
-    /// Prints the effective config as TOML and exits.
-    #[arg(long)]
-    print_config: bool,
-}
-
 fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    let config: Config = baton_common::config::load(
-        args.config.as_deref(),
-        ENV_PREFIX,
-        std::env::vars(),
-        &args.sets,
-    )?;
-    config
-        .validate()
-        .map_err(|e| anyhow::anyhow!("invalid config: {e}"))?;
-    if args.print_config {
-        let text = baton_common::config::to_toml(&config)
-            .map_err(|e| anyhow::anyhow!("cannot print the config: {e}"))?;
-        print!("{text}");
-        return Ok(());
-    }
-    let runtime =
-        baton_common::runtime::build(config.worker_threads).context("cannot start the runtime")?;
-    runtime.block_on(async move {
-        let _telemetry = baton_common::telemetry::init("baton-context-store", &config.log)
-            .map_err(|e| anyhow::anyhow!(e))?;
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.listen))?;
-        let shutdown = baton_common::shutdown::on_signal();
-        baton_context_store::run(config, listener, shutdown).await
-    })
+    baton_common::service::main::<baton_context_store::config::Config, _, _>(
+        "baton-context-store",
+        env!("CARGO_PKG_VERSION"),
+        "Baton's context store: trace-scoped key/value slots on Redis or in memory",
+        baton_context_store::run,
+    )
 }

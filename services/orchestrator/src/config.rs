@@ -128,6 +128,26 @@ impl Default for Config {
     }
 }
 
+impl baton_common::service::ServiceConfig for Config {
+    const ENV_PREFIX: &'static str = ENV_PREFIX;
+
+    fn validate(&self) -> Result<(), String> {
+        Config::validate(self)
+    }
+
+    fn listen(&self) -> SocketAddr {
+        self.listen
+    }
+
+    fn worker_threads(&self) -> usize {
+        self.worker_threads
+    }
+
+    fn log(&self) -> &LogConfig {
+        &self.log
+    }
+}
+
 impl Config {
     /// Checks the config; returns the first problem, naming the field.
     pub fn validate(&self) -> Result<(), String> {

@@ -33,15 +33,12 @@ use baton_proto::v1::orchestrator_server::OrchestratorServer;
 use tokio::net::TcpListener;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tonic::service::Routes;
-use tonic_health::ServingStatus;
 
 use crate::{
     agents::Catalog,
     config::{Config, StoreMode},
     grpc::OrchestratorService,
 };
-
-const HEALTH_NAMES: [&str; 2] = ["", "baton.v1.Orchestrator"];
 
 /// Loads and validates the agents file the config names.
 pub fn load_catalog(config: &Config) -> anyhow::Result<Arc<Catalog>> {
@@ -109,70 +106,25 @@ pub async fn serve_service(
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr().context("listener has no address")?;
     service.list_remote_tools();
-    let (reporter, health_service) = tonic_health::server::health_reporter();
-    for name in HEALTH_NAMES {
-        reporter
-            .set_service_status(name, ServingStatus::NotServing)
-            .await;
-    }
-    tasks.spawn(readiness(store, reporter.clone(), shutdown.clone()));
-
-    let routes = Routes::new(health_service).add_service(OrchestratorServer::new(service));
+    let routes = Routes::new(OrchestratorServer::new(service));
     tracing::info!(%addr, "orchestrator listening");
-    let drain = {
-        let shutdown = shutdown.clone();
-        async move {
-            shutdown.cancelled().await;
-            for name in HEALTH_NAMES {
-                reporter
-                    .set_service_status(name, ServingStatus::NotServing)
-                    .await;
-            }
-        }
+    let ready = move || {
+        let store = store.clone();
+        async move { store.ping().await.is_ok() }
     };
-    let served = baton_common::server::serve(listener, routes, drain, config.shutdown_grace).await;
-    shutdown.cancel();
-    tasks.close();
-    if tokio::time::timeout(config.shutdown_grace, tasks.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!("runs did not finish within the grace period");
-    }
-    tracing::info!("orchestrator stopped");
-    served.context("gRPC server failed")
-}
-
-async fn readiness(
-    store: Arc<dyn ContextStore>,
-    reporter: tonic_health::server::HealthReporter,
-    shutdown: CancellationToken,
-) {
-    let mut ready = None;
-    loop {
-        let ok = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            r = tokio::time::timeout(Duration::from_secs(2), store.ping()) => matches!(r, Ok(Ok(()))),
-        };
-        if ready != Some(ok) && !shutdown.is_cancelled() {
-            ready = Some(ok);
-            if ok {
-                tracing::info!("context store answers, ready");
-            } else {
-                tracing::warn!("context store does not answer, not ready");
-            }
-            let status = if ok {
-                ServingStatus::Serving
-            } else {
-                ServingStatus::NotServing
-            };
-            for name in HEALTH_NAMES {
-                reporter.set_service_status(name, status).await;
-            }
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-        }
-    }
+    let readiness = baton_common::server::Readiness {
+        service_name: "baton.v1.Orchestrator",
+        check: ready,
+        every: Duration::from_secs(1),
+    };
+    baton_common::server::serve_with_health(
+        listener,
+        routes,
+        readiness,
+        shutdown,
+        tasks,
+        config.shutdown_grace,
+    )
+    .await
+    .context("gRPC server failed")
 }
