@@ -262,3 +262,75 @@ async fn a_missing_api_key_stops_the_server_at_start() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_root_sees_the_history_and_delegates_start_with_their_task() {
+    let fake = FakeOpenAi::start(vec![
+        // root: delegate to the helper
+        Reply::Stream(vec![
+            tool_fragment(
+                0,
+                Some("call_h"),
+                Some("helper"),
+                r#"{"task":"find the receipt"}"#,
+            ),
+            finish("tool_calls"),
+            usage(1, 1),
+        ]),
+        // helper's only turn
+        Reply::Stream(vec![text("found it"), finish("stop"), usage(1, 1)]),
+        // root's answer
+        Reply::Stream(vec![text("ok"), finish("stop"), usage(1, 1)]),
+    ])
+    .await
+    .expect("fake openai");
+    let yaml = agents(&fake.base_url(), 0).replace(
+        "    tools: [write_context, sleep]\n",
+        "    tools: [write_context, sleep, helper]\n  helper:\n    instructions: You find things.\n    model: \"openai:gpt-test\"\n",
+    );
+    let server =
+        OrchestratorServer::start_with_env(&yaml, None, |_| {}, &[("TEST_OPENAI_KEY", "sk-test")])
+            .await
+            .expect("orchestrator");
+    let client = OrchestratorClient::connect(server.endpoint())
+        .await
+        .expect("connect");
+    let history = vec![
+        pb::Message {
+            role: pb::Role::User as i32,
+            content: "my order is 42".into(),
+            ..Default::default()
+        },
+        pb::Message {
+            role: pb::Role::Assistant as i32,
+            content: "noted".into(),
+            ..Default::default()
+        },
+    ];
+    let mut r = req();
+    r.history = history;
+    r.input = "where is my receipt?".into();
+    let events = client.run_agent_to_end(r).await.expect("run");
+    assert!(
+        matches!(events.last().and_then(|e| e.payload.as_ref()), Some(Payload::RunCompleted(c)) if c.output == "ok")
+    );
+    let requests = fake.requests();
+    assert_eq!(
+        requests[0].body["messages"],
+        json!([
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "my order is 42"},
+            {"role": "assistant", "content": "noted"},
+            {"role": "user", "content": "where is my receipt?"}
+        ]),
+        "the root sees the history"
+    );
+    assert_eq!(
+        requests[1].body["messages"],
+        json!([
+            {"role": "system", "content": "You find things."},
+            {"role": "user", "content": "find the receipt"}
+        ]),
+        "a delegated agent starts with just its task"
+    );
+}

@@ -1005,3 +1005,71 @@ agents:
         "recorded before redaction, kept with the initial context"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_failures_delays_and_max_turns() {
+    let yaml = r#"
+scripts:
+  broken: [{delay: 150ms, fail: "the model is down"}]
+  caller: [{calls: [{tool: broken, args: {task: x}}]}, {text: "caller saw: {{results}}"}]
+  looper: [{calls: [{tool: list_context}], repeat: 1000}]
+agents:
+  broken: {model: "scripted:broken"}
+  caller: {model: "scripted:caller", tools: [broken]}
+  looper: {model: "scripted:looper", tools: [list_context]}
+"#;
+    let server = OrchestratorServer::start(yaml, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let client = OrchestratorClient::connect(server.endpoint())
+        .await
+        .expect("connect");
+
+    let started = Instant::now();
+    let events = client
+        .run_agent_to_end(req("broken", "x"))
+        .await
+        .expect("run");
+    assert!(
+        started.elapsed() >= Duration::from_millis(150),
+        "the turn's delay was kept"
+    );
+    check_stream_rules(&events);
+    match &events.last().expect("events").payload {
+        Some(Payload::RunFailed(f)) => {
+            assert_eq!(f.code, Code::Unavailable as i32);
+            assert_eq!(f.message, "model scripted:broken: the model is down");
+        }
+        other => panic!("expected RunFailed, got {other:?}"),
+    }
+
+    // Below the root, a failing agent is a tool error its caller sees.
+    let events = client
+        .run_agent_to_end(req("caller", "x"))
+        .await
+        .expect("run");
+    assert_eq!(
+        completed(&events).output,
+        "caller saw: error: agent broken failed: model scripted:broken: the model is down"
+    );
+
+    let mut r = req("looper", "x");
+    r.limits = Some(pb::RunLimits {
+        max_turns: 5,
+        ..Default::default()
+    });
+    let events = client.run_agent_to_end(r).await.expect("run");
+    check_stream_rules(&events);
+    let turns = events
+        .iter()
+        .filter(|e| matches!(e.payload, Some(Payload::MessageCompleted(_))))
+        .count();
+    assert_eq!(turns, 5, "exactly max_turns model turns");
+    match &events.last().expect("events").payload {
+        Some(Payload::RunFailed(f)) => {
+            assert_eq!(f.code, Code::ResourceExhausted as i32);
+            assert!(f.message.contains("max_turns (5)"), "{}", f.message);
+        }
+        other => panic!("expected RunFailed, got {other:?}"),
+    }
+}
