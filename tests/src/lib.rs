@@ -237,12 +237,44 @@ impl RedisCluster {
     }
 }
 
+/// A service task of this process on a loopback port: shut down explicitly
+/// (waiting for it to drain) or, at the latest, when dropped.
+struct Running {
+    shutdown: CancellationToken,
+    handle: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Running {
+    fn new(
+        shutdown: CancellationToken,
+        handle: tokio::task::JoinHandle<anyhow::Result<()>>,
+    ) -> Self {
+        Self {
+            shutdown,
+            handle: Some(handle),
+        }
+    }
+
+    async fn stop(mut self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        match self.handle.take() {
+            Some(h) => h.await.context("service task panicked")?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
 /// A context-store service running in this process on a loopback port.
 pub struct StoreServer {
     /// Where it listens.
     pub addr: SocketAddr,
-    shutdown: CancellationToken,
-    handle: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    running: Running,
 }
 
 impl StoreServer {
@@ -271,8 +303,7 @@ impl StoreServer {
         let handle = tokio::spawn(baton_context_store::run(config, listener, shutdown.clone()));
         Ok(Self {
             addr,
-            shutdown,
-            handle: Some(handle),
+            running: Running::new(shutdown, handle),
         })
     }
 
@@ -282,18 +313,8 @@ impl StoreServer {
     }
 
     /// Begins shutdown and waits for the service to drain and return.
-    pub async fn shutdown(mut self) -> anyhow::Result<()> {
-        self.shutdown.cancel();
-        match self.handle.take() {
-            Some(h) => h.await.context("store task panicked")?,
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for StoreServer {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        self.running.stop().await
     }
 }
 
@@ -304,8 +325,7 @@ pub struct OrchestratorServer {
     pub addr: SocketAddr,
     /// The service (shares its run registry with the server).
     pub service: baton_orchestrator::grpc::OrchestratorService,
-    shutdown: CancellationToken,
-    handle: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    running: Running,
 }
 
 impl OrchestratorServer {
@@ -372,8 +392,7 @@ impl OrchestratorServer {
         Ok(Self {
             addr,
             service,
-            shutdown,
-            handle: Some(handle),
+            running: Running::new(shutdown, handle),
         })
     }
 
@@ -383,18 +402,8 @@ impl OrchestratorServer {
     }
 
     /// Begins shutdown and waits for the server to drain and return.
-    pub async fn shutdown(mut self) -> anyhow::Result<()> {
-        self.shutdown.cancel();
-        match self.handle.take() {
-            Some(h) => h.await.context("orchestrator task panicked")?,
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for OrchestratorServer {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        self.running.stop().await
     }
 }
 

@@ -613,8 +613,15 @@ agents:
   helper: {model: "scripted:helper", tools: [sleep]}
 "#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancel_run_stops_the_whole_tree_at_once() {
+/// Starts the SLOW catalog and a run of it, and waits until both sleeps
+/// (depth 0 and depth 1) run.
+async fn slow_run_started() -> (
+    OrchestratorServer,
+    OrchestratorClient,
+    baton_client::Events,
+    Vec<pb::RunEvent>,
+    std::sync::Arc<baton_orchestrator::runtime::registry::RunRecord>,
+) {
     let server = OrchestratorServer::start(SLOW, None, |_| {})
         .await
         .expect("orchestrator");
@@ -623,7 +630,6 @@ async fn cancel_run_stops_the_whole_tree_at_once() {
         .expect("connect");
     let mut stream = client.run_agent(req("slow", "go")).await.expect("run");
     let mut seen = Vec::new();
-    // Both sleeps (depth 0 and depth 1) are running.
     let first = wait_for(&mut stream, &mut seen, |e| {
         matches!(&e.payload, Some(Payload::ToolCallStarted(c)) if c.tool == "sleep" && e.depth == 1)
     })
@@ -633,6 +639,12 @@ async fn cancel_run_stops_the_whole_tree_at_once() {
         .runs()
         .get(&first.run_id)
         .expect("run record");
+    (server, client, stream, seen, run)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_run_stops_the_whole_tree_at_once() {
+    let (_server, client, mut stream, mut seen, run) = slow_run_started().await;
     assert!(
         run.live_tasks.load(Ordering::SeqCst) >= 4,
         "frames and calls are alive"
@@ -640,7 +652,7 @@ async fn cancel_run_stops_the_whole_tree_at_once() {
     let started = Instant::now();
     assert_eq!(
         client
-            .cancel(&first.run_id, "user pressed stop")
+            .cancel(&run.run_id, "user pressed stop")
             .await
             .expect("cancel"),
         pb::RunStatus::Cancelled
@@ -667,7 +679,7 @@ async fn cancel_run_stops_the_whole_tree_at_once() {
         0,
         "nothing of the run is alive"
     );
-    let got = client.get_run(&first.run_id).await.expect("get");
+    let got = client.get_run(&run.run_id).await.expect("get");
     assert_eq!(
         (got.status(), got.error_message.as_str()),
         (
@@ -677,7 +689,7 @@ async fn cancel_run_stops_the_whole_tree_at_once() {
     );
     assert_eq!(
         client
-            .cancel(&first.run_id, "again")
+            .cancel(&run.run_id, "again")
             .await
             .expect("cancel again"),
         pb::RunStatus::Cancelled
@@ -686,23 +698,7 @@ async fn cancel_run_stops_the_whole_tree_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_disconnect_cancels_the_run() {
-    let server = OrchestratorServer::start(SLOW, None, |_| {})
-        .await
-        .expect("orchestrator");
-    let client = OrchestratorClient::connect(server.endpoint())
-        .await
-        .expect("connect");
-    let mut stream = client.run_agent(req("slow", "go")).await.expect("run");
-    let mut seen = Vec::new();
-    let first = wait_for(&mut stream, &mut seen, |e| {
-        matches!(&e.payload, Some(Payload::ToolCallStarted(c)) if c.tool == "sleep" && e.depth == 1)
-    })
-    .await;
-    let run = server
-        .service
-        .runs()
-        .get(&first.run_id)
-        .expect("run record");
+    let (_server, client, stream, _seen, run) = slow_run_started().await;
     drop(stream);
     eventually("the run to be cancelled", || {
         run.state().status == pb::RunStatus::Cancelled
@@ -713,7 +709,7 @@ async fn client_disconnect_cancels_the_run() {
     })
     .await;
     assert_eq!(run.cancelled_tool_calls.load(Ordering::SeqCst), 2);
-    let got = client.get_run(&first.run_id).await.expect("get");
+    let got = client.get_run(&run.run_id).await.expect("get");
     assert_eq!(got.error_message, "client disconnected");
 }
 
