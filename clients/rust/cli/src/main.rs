@@ -33,6 +33,16 @@ enum Cmd {
     Store(store::StoreArgs),
 }
 
+/// Prints one line to stdout, failing (instead of panicking like `println!`)
+/// when stdout is closed.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+pub(crate) use outln;
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let result = match Args::parse().command {
@@ -43,6 +53,15 @@ async fn main() -> std::process::ExitCode {
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // The reader went away (`| head`): stop quietly, as Unix tools do.
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            std::process::ExitCode::SUCCESS
+        }
         Err(e) => {
             // One line a person can act on; the chain only when it adds to it.
             eprintln!("error: {e}");

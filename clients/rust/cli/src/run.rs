@@ -54,31 +54,31 @@ pub struct AgentsArgs {
 pub async fn agents(args: AgentsArgs) -> anyhow::Result<()> {
     let client = OrchestratorClient::connect(args.endpoint).await?;
     let list = client.list_agents().await?;
-    println!("AGENTS");
+    crate::outln!("AGENTS")?;
     for a in &list.agents {
         let model = if a.model.is_empty() {
             "(default model)"
         } else {
             &a.model
         };
-        println!("  {:<16} {:<28} {}", a.name, model, a.description);
+        crate::outln!("  {:<16} {:<28} {}", a.name, model, a.description)?;
         if !a.tools.is_empty() {
-            println!("  {:<16} tools: {}", "", a.tools.join(", "));
+            crate::outln!("  {:<16} tools: {}", "", a.tools.join(", "))?;
         }
         if !a.handoffs.is_empty() {
-            println!("  {:<16} hands off to: {}", "", a.handoffs.join(", "));
+            crate::outln!("  {:<16} hands off to: {}", "", a.handoffs.join(", "))?;
         }
     }
     if !list.groups.is_empty() {
-        println!("GROUPS");
+        crate::outln!("GROUPS")?;
         for g in &list.groups {
-            println!(
+            crate::outln!(
                 "  {:<16} root {} of [{}]  {}",
                 g.name,
                 g.root,
                 g.members.join(", "),
                 g.description
-            );
+            )?;
         }
     }
     Ok(())
@@ -110,9 +110,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     while let Some(event) = events.next().await {
         let event = event?;
         if args.json {
-            println!("{}", event_json(&event));
+            crate::outln!("{}", event_json(&event))?;
         } else {
-            draw(&event);
+            draw(&event)?;
         }
         match &event.payload {
             Some(Payload::ApprovalRequested(a)) => {
@@ -185,7 +185,7 @@ fn bar(percent: u32) -> String {
 }
 
 /// Prints one event of the tree view.
-fn draw(e: &pb::RunEvent) {
+fn draw(e: &pb::RunEvent) -> std::io::Result<()> {
     let indent = "  ".repeat(e.depth as usize);
     let who = if e.agent.is_empty() {
         String::new()
@@ -229,9 +229,9 @@ fn draw(e: &pb::RunEvent) {
         Some(Payload::RunCompleted(r)) => format!("✅ completed: {}", r.output),
         Some(Payload::RunFailed(f)) => format!("❌ failed ({}): {}", f.code, f.message),
         Some(Payload::RunCancelled(c)) => format!("⏹ cancelled: {}", c.reason),
-        _ => return,
+        _ => return Ok(()),
     };
-    println!("{indent}{line}");
+    crate::outln!("{indent}{line}")
 }
 
 fn usage(u: &Option<pb::Usage>) -> Value {

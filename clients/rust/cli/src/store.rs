@@ -136,10 +136,10 @@ pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
                     },
                 )
                 .await?;
-            println!(
+            crate::outln!(
                 "{}",
                 json!({"version": r.version, "expires_at_ms": expires(r.expires_at)})
-            );
+            )?;
         }
         StoreCmd::Get {
             trace_id,
@@ -148,7 +148,7 @@ pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
         } => {
             let r = client.get(&trace_id, &key).await?;
             if meta {
-                println!("{}", r.slot.as_ref().map(slot_json).unwrap_or_default());
+                crate::outln!("{}", r.slot.as_ref().map(slot_json).unwrap_or_default())?;
             } else {
                 use std::io::Write;
                 std::io::stdout().write_all(&r.value)?;
@@ -157,12 +157,12 @@ pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
         StoreCmd::List { trace_id, prefix } => {
             let r = client.list(&trace_id, &prefix).await?;
             for s in &r.slots {
-                println!("{}", slot_json(s));
+                crate::outln!("{}", slot_json(s))?;
             }
-            println!(
+            crate::outln!(
                 "{}",
                 json!({"used_bytes": r.used_bytes, "used_keys": r.used_keys})
-            );
+            )?;
         }
         StoreCmd::Delete {
             trace_id,
@@ -170,17 +170,17 @@ pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
             expected_version,
         } => {
             let version = client.delete(&trace_id, &key, expected_version).await?;
-            println!("{}", json!({"version": version}));
+            crate::outln!("{}", json!({"version": version}))?;
         }
         StoreCmd::Clear { trace_id } => {
             let deleted = client.clear(&trace_id).await?;
-            println!("{}", json!({"deleted": deleted}));
+            crate::outln!("{}", json!({"deleted": deleted}))?;
         }
         StoreCmd::Watch { trace_id, prefix } => {
             let mut changes = client.watch(&trace_id, &prefix).await?;
             while let Some(change) = changes.next().await {
                 let c = change?;
-                println!(
+                crate::outln!(
                     "{}",
                     json!({
                         "kind": c.kind().as_str_name().trim_start_matches("SLOT_CHANGE_KIND_").to_lowercase(),
@@ -190,7 +190,7 @@ pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
                         "content_type": c.content_type,
                         "expires_at_ms": expires(c.expires_at),
                     })
-                );
+                )?;
             }
         }
     }

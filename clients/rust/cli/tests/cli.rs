@@ -204,6 +204,32 @@ fn up_then_agents_and_run() {
             .all(|e| e["trace_id"].as_str().is_some_and(|t| t.len() == 32))
     );
 
+    // A reader that stops after one line (`| head -1`) ends the CLI quietly.
+    let mut piped = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["run", "researcher", "x", "--json"])
+        .env("BATON_ENDPOINT", &endpoint)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn baton");
+    let mut first = String::new();
+    std::io::BufReader::new(piped.stdout.take().expect("stdout"))
+        .read_line(&mut first)
+        .expect("one line");
+    // The pipe is closed now: the reader was dropped with its BufReader.
+    let out = piped.wait_with_output().expect("exit");
+    assert!(first.contains("run_started"), "{first}");
+    assert!(
+        out.status.success(),
+        "a closed pipe is not an error: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "and prints nothing: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     let failed = run(&["run", "nobody", "x"], b"");
     assert!(!failed.status.success());
     assert!(String::from_utf8_lossy(&failed.stderr).contains("InvalidArgument: agent"));
