@@ -70,9 +70,18 @@ pub struct RunDefaults {
     /// How long approvals and input requests wait.
     #[serde(with = "baton_common::config::duration")]
     pub approval_timeout: Duration,
-    /// Longest any of the timeouts above may be set to by a request.
+    /// Longest any of the timeouts above (and a pipeline step's) may be set
+    /// to by a request.
     #[serde(with = "baton_common::config::duration")]
     pub max_timeout: Duration,
+    /// Most steps in one pipeline.
+    pub max_pipeline_steps: usize,
+    /// A pipeline's max_concurrency when the request sets none.
+    pub pipeline_concurrency: usize,
+    /// Largest max_concurrency a pipeline may set.
+    pub max_pipeline_concurrency: usize,
+    /// Most retries of one pipeline step.
+    pub max_step_retries: u32,
 }
 
 impl Default for RunDefaults {
@@ -87,6 +96,10 @@ impl Default for RunDefaults {
             model_timeout: Duration::from_secs(120),
             approval_timeout: Duration::from_secs(600),
             max_timeout: Duration::from_secs(24 * 3600),
+            max_pipeline_steps: 256,
+            pipeline_concurrency: 8,
+            max_pipeline_concurrency: 256,
+            max_step_retries: 10,
         }
     }
 }
@@ -158,6 +171,12 @@ impl Config {
         let r = &self.runs;
         if r.max_depth > r.max_depth_limit {
             return Err("runs.max_depth must be at most runs.max_depth_limit".into());
+        }
+        if r.max_pipeline_steps == 0
+            || r.pipeline_concurrency == 0
+            || r.pipeline_concurrency > r.max_pipeline_concurrency
+        {
+            return Err("runs.max_pipeline_steps and runs.pipeline_concurrency must be positive, and pipeline_concurrency at most max_pipeline_concurrency".into());
         }
         if r.max_turns == 0 || r.max_turns > r.max_turns_limit {
             return Err("runs.max_turns must be between 1 and runs.max_turns_limit".into());

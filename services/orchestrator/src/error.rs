@@ -3,6 +3,8 @@
 //! These are errors of RPCs (bad requests, unknown runs). What goes wrong
 //! inside a run is reported on the run's stream (RunFailed, tool errors).
 
+use std::borrow::Cow;
+
 use tonic::{Code, Status, metadata::MetadataValue};
 
 /// Result with the orchestrator's [`Error`].
@@ -14,8 +16,8 @@ pub enum Error {
     /// A request field is malformed.
     #[error("{field}: {message}")]
     InvalidArgument {
-        /// The request field, as the proto names it.
-        field: &'static str,
+        /// The request field, as the proto names it (`pipeline.steps[2].agent`).
+        field: Cow<'static, str>,
         /// What is wrong.
         message: String,
     },
@@ -42,9 +44,9 @@ pub enum Error {
 
 impl Error {
     /// An `InvalidArgument` for `field`.
-    pub fn invalid(field: &'static str, message: impl Into<String>) -> Self {
+    pub fn invalid(field: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
         Self::InvalidArgument {
-            field,
+            field: field.into(),
             message: message.into(),
         }
     }
@@ -53,16 +55,14 @@ impl Error {
 impl From<Error> for Status {
     fn from(e: Error) -> Self {
         let (code, field) = match &e {
-            Error::InvalidArgument { field, .. } => (Code::InvalidArgument, Some(*field)),
+            Error::InvalidArgument { field, .. } => (Code::InvalidArgument, Some(field.as_ref())),
             Error::NotFound { field, .. } => (Code::NotFound, Some(*field)),
             Error::FailedPrecondition { field, .. } => (Code::FailedPrecondition, Some(*field)),
             Error::ShuttingDown => (Code::Unavailable, None),
         };
         let mut status = Status::new(code, e.to_string());
-        if let Some(field) = field {
-            status
-                .metadata_mut()
-                .insert("baton-field", MetadataValue::from_static(field));
+        if let Some(value) = field.and_then(|f| MetadataValue::try_from(f).ok()) {
+            status.metadata_mut().insert("baton-field", value);
         }
         status
     }

@@ -4,7 +4,7 @@
 //! `INVALID_ARGUMENT` naming it, and no run, event or store write happens.
 //! Domain code below this module sees validated values only.
 
-use std::{sync::Arc, time::Duration};
+use std::{future::Future, sync::Arc, time::Duration};
 
 use baton_common::ids::TraceId;
 use baton_context_store::store::ContextStore;
@@ -20,6 +20,7 @@ use crate::{
     config::RunDefaults,
     error::{Error, Result},
     model::{ChatMessage, Models, Role, ToolCallRequest},
+    pipeline::{self, PipelineLimits, Plan},
     runtime::{
         self, CallFrame, Limits, RunSetup, RuntimeConfig,
         events::{self, Filter},
@@ -79,6 +80,60 @@ impl OrchestratorService {
     /// The runs this service started (for tests and metrics).
     pub fn runs(&self) -> &Arc<Runs> {
         &self.runs
+    }
+
+    /// Builds a run's record and shared config (nothing runs yet).
+    fn prepare(
+        &self,
+        trace_id: TraceId,
+        kind: pb::RunKind,
+        target: String,
+        options: RunOptions,
+    ) -> (
+        Arc<RunRecord>,
+        Arc<RuntimeConfig>,
+        mpsc::Receiver<events::Draft>,
+        Filter,
+    ) {
+        let record = RunRecord::new(trace_id, kind, target, &self.shutdown);
+        let (draft_tx, draft_rx) = mpsc::channel(events::DRAFT_BUFFER);
+        let setup = RunSetup {
+            record: record.clone(),
+            catalog: self.catalog.clone(),
+            models: self.models.clone(),
+            tools: self.tools.clone(),
+            store: self.store.clone(),
+            limits: options.limits,
+            approval_mode: options.approval_mode,
+            default_model: options.default_model,
+            run_context: options.run_context,
+        };
+        (
+            record,
+            RuntimeConfig::new(setup, draft_tx),
+            draft_rx,
+            options.filter,
+        )
+    }
+
+    /// Registers a prepared run and starts it with its sequencer, as one
+    /// tracked task; returns the client's stream.
+    fn launch(
+        &self,
+        record: Arc<RunRecord>,
+        draft_rx: mpsc::Receiver<events::Draft>,
+        filter: Filter,
+        body: impl Future<Output = ()> + Send + 'static,
+    ) -> Response<EventStream> {
+        self.runs.insert(record.clone());
+        tracing::info!(run_id = %record.run_id, trace_id = %record.trace_id, target = %record.target, kind = ?record.kind, "run started");
+        let (out_tx, out_rx) = mpsc::channel(events::CLIENT_BUFFER);
+        self.tasks.spawn(async move {
+            let sequencer = events::sequence(draft_rx, out_tx, filter, record.clone());
+            tokio::join!(sequencer, body);
+            tracing::info!(run_id = %record.run_id, status = ?record.state().status, "run ended");
+        });
+        Response::new(ReceiverStream::new(out_rx))
     }
 
     fn check_running(&self) -> Result<()> {
@@ -156,6 +211,15 @@ impl OrchestratorService {
             .map_err(|e| Error::invalid("default_model", e))?;
         Ok(requested.to_owned())
     }
+}
+
+/// The options RunAgent and RunPipeline share, validated.
+struct RunOptions {
+    run_context: Map<String, Value>,
+    default_model: String,
+    limits: Limits,
+    approval_mode: pb::ApprovalMode,
+    filter: Filter,
 }
 
 /// Parses the request's run context: empty is `{}`, otherwise a JSON object.
@@ -320,56 +384,96 @@ impl Orchestrator for OrchestratorService {
             );
         }
         let history = history(r.history)?;
-        let run_context = run_context(&r.run_context_json)?;
-        let default_model = self.default_model(&r.default_model)?;
-        let limits = self.limits(r.limits)?;
-        let approval_mode = approval_mode(r.approval_mode)?;
-        let filter = filter(r.filter)?;
-
-        let record = RunRecord::new(
-            trace_id,
-            pb::RunKind::Agent,
-            r.agent.clone(),
-            &self.shutdown,
-        );
-        let (draft_tx, draft_rx) = mpsc::channel(events::DRAFT_BUFFER);
-        let setup = RunSetup {
-            record: record.clone(),
-            catalog: self.catalog.clone(),
-            models: self.models.clone(),
-            tools: self.tools.clone(),
-            store: self.store.clone(),
-            limits,
-            approval_mode,
-            default_model,
-            run_context,
+        let options = RunOptions {
+            run_context: run_context(&r.run_context_json)?,
+            default_model: self.default_model(&r.default_model)?,
+            limits: self.limits(r.limits)?,
+            approval_mode: approval_mode(r.approval_mode)?,
+            filter: filter(r.filter)?,
         };
-        let rt = RuntimeConfig::new(setup, draft_tx);
+        let (record, rt, draft_rx, filter) =
+            self.prepare(trace_id, pb::RunKind::Agent, r.agent.clone(), options);
         // Built before the run is registered: an agent without any model is
         // a bad request, not a failed run.
         let root = CallFrame::root(&rt, &r.agent, history, r.input)
             .map_err(|f| Status::from(Error::invalid("default_model", f.message)))?;
-        self.runs.insert(record.clone());
-        tracing::info!(run_id = %record.run_id, trace_id = %record.trace_id, agent = %r.agent, "run started");
-
-        let (out_tx, out_rx) = mpsc::channel(events::CLIENT_BUFFER);
-        let run_id = record.run_id.clone();
-        self.tasks.spawn(async move {
-            let sequencer = events::sequence(draft_rx, out_tx, filter, record.clone());
-            tokio::join!(sequencer, runtime::run_agent(rt, root, r.agent));
-            tracing::info!(run_id = %run_id, status = ?record.state().status, "run ended");
-        });
-        Ok(Response::new(ReceiverStream::new(out_rx)))
+        Ok(self.launch(
+            record,
+            draft_rx,
+            filter,
+            runtime::run_agent(rt, root, r.agent),
+        ))
     }
 
     type RunPipelineStream = EventStream;
 
     async fn run_pipeline(
         &self,
-        _: Request<pb::RunPipelineRequest>,
+        request: Request<pb::RunPipelineRequest>,
     ) -> std::result::Result<Response<Self::RunPipelineStream>, Status> {
-        Err(Status::unimplemented(
-            "RunPipeline is not available in this version yet",
+        self.check_running()?;
+        let trace_id = trace_from(&request);
+        let r = request.into_inner();
+        let key_max = self.store.limits().max_key_len;
+        let mut initial: Vec<(String, String)> = r.initial_slots.into_iter().collect();
+        initial.sort();
+        for (k, v) in &initial {
+            baton_context_store::store::Key::parse("initial_slots", k, key_max)?;
+            if v.len() as u64 > self.store.limits().max_value_bytes {
+                return Err(Error::invalid(
+                    "initial_slots",
+                    format!(
+                        "the value of {k:?} is over the store's limit of {} bytes",
+                        self.store.limits().max_value_bytes
+                    ),
+                )
+                .into());
+            }
+        }
+        let seeded = initial.iter().map(|(k, _)| k.clone()).collect();
+        let d = &self.defaults;
+        let pipeline_limits = PipelineLimits {
+            max_steps: d.max_pipeline_steps,
+            default_concurrency: d.pipeline_concurrency,
+            max_concurrency: d.max_pipeline_concurrency,
+            max_retries: d.max_step_retries,
+            max_step_timeout: d.max_timeout,
+        };
+        let plan = Plan::validate(
+            r.pipeline,
+            &seeded,
+            &self.catalog,
+            &pipeline_limits,
+            key_max,
+        )?;
+        let options = RunOptions {
+            run_context: run_context(&r.run_context_json)?,
+            default_model: self.default_model(&r.default_model)?,
+            limits: self.limits(r.limits)?,
+            approval_mode: approval_mode(r.approval_mode)?,
+            filter: filter(r.filter)?,
+        };
+        let target = if plan.name.is_empty() {
+            "pipeline".to_owned()
+        } else {
+            plan.name.clone()
+        };
+        let (record, rt, draft_rx, filter) =
+            self.prepare(trace_id, pb::RunKind::Pipeline, target, options);
+        // Every step's agent must have a model, checked before anything runs.
+        for (i, step) in plan.steps.iter().enumerate() {
+            CallFrame::root(&rt, &step.agent, Vec::new(), String::new()).map_err(|f| {
+                Status::from(Error::invalid(
+                    format!("pipeline.steps[{i}].agent"),
+                    f.message,
+                ))
+            })?;
+        }
+        Ok(self.launch(
+            record,
+            draft_rx,
+            filter,
+            pipeline::run_pipeline(rt, plan, initial, r.keep_context),
         ))
     }
 

@@ -5,6 +5,7 @@
 //! - [`model`]: model providers (`scripted` today).
 //! - [`runtime`]: `RuntimeConfig` (what a run shares) and `CallFrame` (what a
 //!   branch owns), the tool-call loop, the event sequencer and run registry.
+//! - [`pipeline`]: RunPipeline's validation and TaskGraph executor.
 //! - [`tools`]: the tool interface and the built-in tools.
 //! - [`grpc`]: the `baton.v1.Orchestrator` service; requests are validated
 //!   there and errors mapped once ([`error`]).
@@ -21,6 +22,7 @@ pub mod config;
 pub mod error;
 pub mod grpc;
 pub mod model;
+pub mod pipeline;
 pub mod remote_store;
 pub mod runtime;
 pub mod tools;

@@ -67,6 +67,25 @@ impl OrchestratorClient {
         Ok(out)
     }
 
+    /// Starts a pipeline run; the stream ends with the run's terminal event.
+    pub async fn run_pipeline(&self, request: pb::RunPipelineRequest) -> Result<Events, Error> {
+        let stream = self.inner.clone().run_pipeline(request).await?.into_inner();
+        Ok(Box::pin(stream.map(|e| e.map_err(Error::from))))
+    }
+
+    /// Runs a pipeline to its end and returns every event received.
+    pub async fn run_pipeline_to_end(
+        &self,
+        request: pb::RunPipelineRequest,
+    ) -> Result<Vec<pb::RunEvent>, Error> {
+        let mut events = self.run_pipeline(request).await?;
+        let mut out = Vec::new();
+        while let Some(e) = events.next().await {
+            out.push(e?);
+        }
+        Ok(out)
+    }
+
     /// Grants or denies a pending approval.
     pub async fn resolve_approval(
         &self,

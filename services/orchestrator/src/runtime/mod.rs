@@ -235,7 +235,8 @@ impl CallFrame {
         Self::new(rt, ContextInfo::root(), target, history, input)
     }
 
-    fn new(
+    /// A frame running `target` (an agent or group) in `ctx` on `input`.
+    pub(crate) fn new(
         rt: &RuntimeConfig,
         ctx: Arc<ContextInfo>,
         target: &str,

@@ -1,0 +1,385 @@
+//! Executing a [`Plan`].
+//!
+//! Steps start as soon as their dependencies succeeded, up to the plan's
+//! concurrency, in list order among the ready ones. A step runs its agent in
+//! context `root.{step_id}` (depth 1; its agents' events nest below), with
+//! `{{key}}` in its task replaced by that slot's value and its `input_from`
+//! slots appended as named inputs; a failed attempt is retried up to
+//! `retries` times, each attempt bounded by the step's timeout; the output
+//! is written to its `output_to` slot.
+//!
+//! Failure policies: under `fail`, a failed required step cancels every
+//! running step (reported as skipped) and the run fails. Under `continue`,
+//! steps that need a failed step are skipped, the rest go on, and the run
+//! fails with the partial results. `best_effort` is like `continue` but the
+//! run succeeds if any step succeeded. A step with `required: false` never
+//! fails the run (its dependents are still skipped).
+//!
+//! The whole pipeline is one future: cancelling the run drops every running
+//! step and nested agent at once. At the end the pipeline's slots (seeded and
+//! written) are deleted unless the request keeps them.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    pin::Pin,
+    sync::Arc,
+    time::Instant,
+};
+
+use baton_context_store::store::{Key, Put};
+use baton_proto::v1::{self as pb, run_event::Payload};
+use futures::{StreamExt, stream::FuturesUnordered};
+use tonic::Code;
+
+use super::{Plan, Policy, Step};
+use crate::runtime::{CallFrame, RuntimeConfig, events::ContextInfo, run_frame};
+
+#[derive(Debug, Clone, PartialEq)]
+enum State {
+    Pending,
+    Running,
+    Succeeded(String),
+    Failed,
+    Skipped,
+}
+
+fn no_agent() -> Arc<str> {
+    Arc::from("")
+}
+
+/// Runs a pipeline: RunStarted, the seeded slots, the steps,
+/// PipelineCompleted, then exactly one terminal event.
+pub async fn run_pipeline(
+    rt: Arc<RuntimeConfig>,
+    plan: Plan,
+    initial: Vec<(String, String)>,
+    keep_context: bool,
+) {
+    let root = ContextInfo::root();
+    let started = Payload::RunStarted(pb::RunStarted {
+        kind: pb::RunKind::Pipeline as i32,
+        target: plan.name.clone(),
+    });
+    rt.emit(&root, &no_agent(), started).await;
+
+    let mut owned_keys: BTreeSet<String> = initial.iter().map(|(k, _)| k.clone()).collect();
+    owned_keys.extend(plan.steps.iter().filter_map(|s| s.output_to.clone()));
+
+    let token = rt.record.token().clone();
+    let outcome = tokio::select! {
+        biased;
+        _ = token.cancelled() => None,
+        r = execute(&rt, &root, &plan, initial) => Some(r),
+        _ = tokio::time::sleep(rt.limits.run_timeout) => Some(Err((Code::DeadlineExceeded, format!(
+            "the pipeline did not finish within run_timeout ({:?})", rt.limits.run_timeout)))),
+    };
+
+    if !keep_context {
+        for k in &owned_keys {
+            if let Ok(key) = Key::parse("key", k, rt.store.limits().max_key_len) {
+                // Absent keys (never written, or expired) are fine.
+                let _ = rt.store.delete(&rt.trace_id, &key, None).await;
+            }
+        }
+    }
+
+    let terminal = match outcome {
+        Some(Ok(output)) => Payload::RunCompleted(pb::RunCompleted {
+            output,
+            run_context_json: rt.run_context_json(),
+            usage: Some(rt.usage()),
+        }),
+        Some(Err((code, message))) => Payload::RunFailed(pb::RunFailed {
+            code: code as i32,
+            message,
+            usage: Some(rt.usage()),
+        }),
+        None => Payload::RunCancelled(pb::RunCancelled {
+            reason: rt.record.cancel_reason(),
+            usage: Some(rt.usage()),
+        }),
+    };
+    rt.emit(&root, &no_agent(), terminal).await;
+}
+
+type StepFuture<'a> = Pin<Box<dyn Future<Output = (usize, Result<String, String>)> + Send + 'a>>;
+
+/// Seeds the slots, runs the steps, emits PipelineCompleted; returns the
+/// run's output or why it failed.
+async fn execute(
+    rt: &Arc<RuntimeConfig>,
+    root: &Arc<ContextInfo>,
+    plan: &Plan,
+    initial: Vec<(String, String)>,
+) -> Result<String, (Code, String)> {
+    for (k, v) in initial {
+        let key = Key::parse("key", &k, rt.store.limits().max_key_len)
+            .map_err(|e| (Code::InvalidArgument, e.to_string()))?;
+        let mut put = Put::new(rt.trace_id.clone(), key, v.into_bytes());
+        put.content_type = "text/plain; charset=utf-8".into();
+        let size = put.value.len() as u64;
+        let w = rt
+            .store
+            .put(put)
+            .await
+            .map_err(|e| (Code::Unavailable, format!("cannot seed slot {k}: {e}")))?;
+        let written = Payload::ContextWritten(pb::ContextWritten {
+            key: k,
+            version: w.version,
+            size_bytes: size,
+        });
+        rt.emit(root, &no_agent(), written).await;
+    }
+
+    let n = plan.steps.len();
+    let contexts: Vec<Arc<ContextInfo>> = plan.steps.iter().map(|s| root.child(&s.id)).collect();
+    let mut state = vec![State::Pending; n];
+    let mut running: FuturesUnordered<StepFuture<'_>> = FuturesUnordered::new();
+    let mut aborted = false;
+    loop {
+        // Skip what can no longer run, start what can.
+        for i in 0..n {
+            if state[i] != State::Pending {
+                continue;
+            }
+            if let Some(&d) = plan.steps[i]
+                .deps
+                .iter()
+                .find(|&&d| matches!(state[d], State::Failed | State::Skipped))
+            {
+                state[i] = State::Skipped;
+                let reason = format!("needs step {:?}, which did not succeed", plan.steps[d].id);
+                skip(rt, &contexts[i], &plan.steps[i], reason).await;
+            }
+        }
+        if !aborted {
+            for i in 0..n {
+                if running.len() >= plan.concurrency {
+                    break;
+                }
+                let ready = plan.steps[i]
+                    .deps
+                    .iter()
+                    .all(|&d| matches!(state[d], State::Succeeded(_)));
+                if state[i] == State::Pending && ready {
+                    state[i] = State::Running;
+                    let ctx = contexts[i].clone();
+                    let step = &plan.steps[i];
+                    running.push(Box::pin(async move { (i, run_step(rt, ctx, step).await) }));
+                }
+            }
+        }
+        let Some((i, result)) = running.next().await else {
+            break;
+        };
+        match result {
+            Ok(output) => state[i] = State::Succeeded(output),
+            Err(_) => {
+                state[i] = State::Failed;
+                if plan.policy == Policy::Fail && plan.steps[i].required {
+                    aborted = true;
+                    // Dropping the running steps cancels them and all their
+                    // nested agents.
+                    let cancelled: Vec<usize> =
+                        (0..n).filter(|&j| state[j] == State::Running).collect();
+                    running = FuturesUnordered::new();
+                    for j in cancelled {
+                        state[j] = State::Skipped;
+                        let reason =
+                            format!("cancelled: required step {:?} failed", plan.steps[i].id);
+                        skip(rt, &contexts[j], &plan.steps[j], reason).await;
+                    }
+                    for j in 0..n {
+                        if state[j] == State::Pending {
+                            state[j] = State::Skipped;
+                            let reason =
+                                format!("not started: required step {:?} failed", plan.steps[i].id);
+                            skip(rt, &contexts[j], &plan.steps[j], reason).await;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    let ids = |pred: &dyn Fn(&State) -> bool| -> Vec<String> {
+        plan.steps
+            .iter()
+            .zip(&state)
+            .filter(|(_, s)| pred(s))
+            .map(|(st, _)| st.id.clone())
+            .collect()
+    };
+    let succeeded = ids(&|s| matches!(s, State::Succeeded(_)));
+    let failed = ids(&|s| *s == State::Failed);
+    let skipped = ids(&|s| *s == State::Skipped);
+    let outputs: BTreeMap<String, String> = plan
+        .steps
+        .iter()
+        .zip(&state)
+        .filter_map(|(st, s)| match s {
+            State::Succeeded(o) => Some((st.id.clone(), o.clone())),
+            _ => None,
+        })
+        .collect();
+    // Dependents skipped because a non-required step failed do not count:
+    // such a failure never fails the run.
+    let required_failed = plan
+        .steps
+        .iter()
+        .zip(&state)
+        .any(|(st, s)| st.required && *s == State::Failed);
+    let success = match plan.policy {
+        Policy::BestEffort => !succeeded.is_empty(),
+        Policy::Fail | Policy::Continue => !required_failed,
+    };
+    // The run's output: the last succeeded sink (a step nothing depends on),
+    // else the last succeeded step, in list order.
+    let is_sink = |i: usize| plan.steps.iter().all(|st| !st.deps.contains(&i));
+    let succeeded_output = |i: usize| match &state[i] {
+        State::Succeeded(o) => Some(o.clone()),
+        _ => None,
+    };
+    let last_output = (0..n)
+        .rev()
+        .filter(|&i| is_sink(i))
+        .find_map(succeeded_output)
+        .or_else(|| (0..n).rev().find_map(succeeded_output));
+    let completed = Payload::PipelineCompleted(pb::PipelineCompleted {
+        success,
+        succeeded: succeeded.clone(),
+        failed: failed.clone(),
+        skipped: skipped.clone(),
+        outputs: outputs.into_iter().collect(),
+    });
+    rt.emit(root, &no_agent(), completed).await;
+    if success {
+        Ok(last_output.unwrap_or_default())
+    } else {
+        Err((
+            Code::Aborted,
+            format!(
+                "pipeline failed: {} succeeded, failed [{}], skipped [{}]",
+                succeeded.len(),
+                failed.join(", "),
+                skipped.join(", ")
+            ),
+        ))
+    }
+}
+
+async fn skip(rt: &RuntimeConfig, ctx: &Arc<ContextInfo>, step: &Step, reason: String) {
+    rt.emit(
+        ctx,
+        &no_agent(),
+        Payload::StepSkipped(pb::StepSkipped {
+            step_id: step.id.clone(),
+            reason,
+        }),
+    )
+    .await;
+}
+
+/// Runs one step with its retries; returns its output or the last error.
+async fn run_step(
+    rt: &Arc<RuntimeConfig>,
+    ctx: Arc<ContextInfo>,
+    step: &Step,
+) -> Result<String, String> {
+    let attempts = step.retries + 1;
+    let mut last_error = String::new();
+    for attempt in 1..=attempts {
+        let started = Payload::StepStarted(pb::StepStarted {
+            step_id: step.id.clone(),
+            agent: step.agent.clone(),
+            attempt,
+        });
+        rt.emit(&ctx, &no_agent(), started).await;
+        let began = Instant::now();
+        let result = match tokio::time::timeout(step.timeout, attempt_once(rt, &ctx, step)).await {
+            Ok(r) => r,
+            Err(_) => Err(format!("attempt timed out after {:?}", step.timeout)),
+        };
+        match result {
+            Ok(output) => {
+                let done = Payload::StepCompleted(pb::StepCompleted {
+                    step_id: step.id.clone(),
+                    attempt,
+                    output: output.clone(),
+                    duration: Some(prost_types::Duration {
+                        seconds: began.elapsed().as_secs() as i64,
+                        nanos: began.elapsed().subsec_nanos() as i32,
+                    }),
+                });
+                rt.emit(&ctx, &no_agent(), done).await;
+                return Ok(output);
+            }
+            Err(error) => {
+                let will_retry = attempt < attempts;
+                let failed = Payload::StepFailed(pb::StepFailed {
+                    step_id: step.id.clone(),
+                    attempt,
+                    error: error.clone(),
+                    will_retry,
+                });
+                rt.emit(&ctx, &no_agent(), failed).await;
+                last_error = error;
+            }
+        }
+    }
+    Err(last_error)
+}
+
+/// One attempt: fill in the task, run the agent in the step's context,
+/// write the output.
+async fn attempt_once(
+    rt: &Arc<RuntimeConfig>,
+    ctx: &Arc<ContextInfo>,
+    step: &Step,
+) -> Result<String, String> {
+    let max_key = rt.store.limits().max_key_len;
+    let read = |k: String| async move {
+        let key = Key::parse("key", &k, max_key).map_err(|e| e.to_string())?;
+        let slot = rt
+            .store
+            .get(&rt.trace_id, &key)
+            .await
+            .map_err(|e| format!("cannot read slot {k}: {e}"))?;
+        Ok::<_, String>(String::from_utf8_lossy(&slot.value).into_owned())
+    };
+    let mut task = step.task.clone();
+    for k in super::template_keys(&step.task) {
+        let value = read(k.clone()).await?;
+        task = task.replace(&format!("{{{{{k}}}}}"), &value);
+    }
+    if !step.input_from.is_empty() {
+        task.push_str("\n\nInputs:");
+        for k in &step.input_from {
+            let value = read(k.clone()).await?;
+            task.push_str(&format!("\n[{k}]\n{value}"));
+        }
+    }
+    let frame =
+        CallFrame::new(rt, ctx.clone(), &step.agent, Vec::new(), task).map_err(|f| f.message)?;
+    let (output, _) = Box::pin(run_frame(rt, frame))
+        .await
+        .map_err(|f| f.message)?;
+    if let Some(out_key) = &step.output_to {
+        let key = Key::parse("key", out_key, max_key).map_err(|e| e.to_string())?;
+        let mut put = Put::new(rt.trace_id.clone(), key, output.clone().into_bytes());
+        put.content_type = "text/plain; charset=utf-8".into();
+        let size = put.value.len() as u64;
+        let w = rt
+            .store
+            .put(put)
+            .await
+            .map_err(|e| format!("cannot write slot {out_key}: {e}"))?;
+        let written = Payload::ContextWritten(pb::ContextWritten {
+            key: out_key.clone(),
+            version: w.version,
+            size_bytes: size,
+        });
+        rt.emit(ctx, &no_agent(), written).await;
+    }
+    Ok(output)
+}

@@ -1,0 +1,670 @@
+//! RunPipeline through gRPC, with the Redis-backed context store: validation
+//! before anything runs, the three modes, templating and slots, the failure
+//! policies on a graph whose middle step fails, retries and timeouts,
+//! cancellation, approvals inside steps, and the store lifecycle.
+
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use baton_client::{OrchestratorClient, StoreClient, pb, pb::run_event::Payload};
+use baton_context_store::{
+    config::Backend,
+    store::{ContextStore, redis::RedisStore},
+};
+use baton_e2e::{OrchestratorServer, RedisServer, StoreServer};
+use baton_orchestrator::remote_store::RemoteStore;
+use futures::StreamExt;
+use tonic::Code;
+
+const AGENTS: &str = r#"
+scripts:
+  echo: [{text: "{{input}}"}]
+  fail: [{fail: "step exploded"}]
+  slow: [{delay: 300ms, text: "slow done"}]
+  stuck: [{delay: 60s, text: "never"}]
+  refund:
+    - calls: [{tool: write_context, args: {key: refunds/x, value: "{{input}}"}}]
+    - text: "refunded"
+agents:
+  echo: {model: "scripted:echo"}
+  fail: {model: "scripted:fail"}
+  slow: {model: "scripted:slow"}
+  stuck: {model: "scripted:stuck"}
+  refund: {model: "scripted:refund", tools: [write_context], approvals: {write_context: always}}
+"#;
+
+struct Env {
+    _redis: RedisServer,
+    _store: StoreServer,
+    store: StoreClient,
+    server: OrchestratorServer,
+    client: OrchestratorClient,
+}
+
+/// An orchestrator whose context store is a context-store service on Redis.
+async fn env() -> Env {
+    let redis = RedisServer::start().expect("redis-server");
+    let store_server = StoreServer::start(StoreServer::config(Backend::Redis, Some(redis.url())))
+        .await
+        .expect("store");
+    let remote: Arc<dyn ContextStore> = Arc::new(
+        RemoteStore::new(&store_server.endpoint(), Default::default()).expect("remote store"),
+    );
+    let server = OrchestratorServer::start(AGENTS, Some(remote), |_| {})
+        .await
+        .expect("orchestrator");
+    let client = OrchestratorClient::connect(server.endpoint())
+        .await
+        .expect("connect");
+    let store = StoreClient::connect(store_server.endpoint())
+        .await
+        .expect("store client");
+    Env {
+        _redis: redis,
+        _store: store_server,
+        store,
+        server,
+        client,
+    }
+}
+
+fn step(id: &str, agent: &str, task: &str) -> pb::PipelineStep {
+    pb::PipelineStep {
+        id: id.into(),
+        agent: agent.into(),
+        task: task.into(),
+        ..Default::default()
+    }
+}
+
+fn pipeline(
+    mode: pb::PipelineMode,
+    policy: pb::FailurePolicy,
+    steps: Vec<pb::PipelineStep>,
+) -> pb::RunPipelineRequest {
+    pb::RunPipelineRequest {
+        pipeline: Some(pb::PipelineSpec {
+            name: "test".into(),
+            steps,
+            mode: mode as i32,
+            policy: policy as i32,
+            max_concurrency: None,
+        }),
+        ..Default::default()
+    }
+}
+
+fn summary(events: &[pb::RunEvent]) -> pb::PipelineCompleted {
+    events
+        .iter()
+        .find_map(|e| match &e.payload {
+            Some(Payload::PipelineCompleted(p)) => Some(p.clone()),
+            _ => None,
+        })
+        .expect("PipelineCompleted")
+}
+
+fn terminal(events: &[pb::RunEvent]) -> &Payload {
+    events
+        .last()
+        .and_then(|e| e.payload.as_ref())
+        .expect("terminal")
+}
+
+fn check_rules(events: &[pb::RunEvent]) {
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(
+        seqs,
+        (1..=events.len() as u64).collect::<Vec<_>>(),
+        "gap-free seq"
+    );
+    let terminals = events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.payload,
+                Some(Payload::RunCompleted(_) | Payload::RunFailed(_) | Payload::RunCancelled(_))
+            )
+        })
+        .count();
+    assert_eq!(terminals, 1);
+    for e in events {
+        if let Some(Payload::StepStarted(s)) = &e.payload {
+            assert_eq!(
+                (e.context_id.as_str(), e.depth),
+                (format!("root.{}", s.step_id).as_str(), 1)
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dag_research_analysts_writer_with_slots_and_templating() {
+    let env = env().await;
+    let mut research = step("research", "echo", "notes on {{topic}}");
+    research.output_to = "notes".into();
+    let mut a = step("analyst-a", "echo", "A read");
+    a.input_from = vec!["notes".into()];
+    a.output_to = "view-a".into();
+    let mut b = step("analyst-b", "echo", "B read");
+    b.input_from = vec!["notes".into()];
+    b.output_to = "view-b".into();
+    let mut writer = step("writer", "echo", "final: {{view-a}} | {{view-b}}");
+    writer.output_to = "report".into();
+    let mut req = pipeline(
+        pb::PipelineMode::Dag,
+        pb::FailurePolicy::Fail,
+        vec![writer, b, a, research],
+    );
+    req.initial_slots = HashMap::from([("topic".into(), "tides".into())]);
+    req.keep_context = true;
+    let events = env.client.run_pipeline_to_end(req).await.expect("run");
+    check_rules(&events);
+
+    let report = "final: A read\n\nInputs:\n[notes]\nnotes on tides | B read\n\nInputs:\n[notes]\nnotes on tides";
+    match terminal(&events) {
+        Payload::RunCompleted(c) => assert_eq!(
+            c.output, report,
+            "the output of the graph's sink, whatever the list order"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let p = summary(&events);
+    assert!(p.success);
+    assert_eq!(
+        p.succeeded,
+        ["writer", "analyst-b", "analyst-a", "research"]
+    );
+    assert_eq!(p.outputs["research"], "notes on tides");
+    // Dependencies came from data flow: research first, writer last, the
+    // analysts in between.
+    let order: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Some(Payload::StepCompleted(s)) => Some(s.step_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(order.first(), Some(&"research"));
+    assert_eq!(order.last(), Some(&"writer"));
+    // Each step's agent runs in the step's context.
+    assert!(
+        events.iter().any(|e| e.context_id == "root.writer"
+            && matches!(e.payload, Some(Payload::AgentStarted(_))))
+    );
+    // keep_context: the slots stay, under the run's trace.
+    let trace = &events[0].trace_id;
+    let slot = env.store.get(trace, "report").await.expect("kept");
+    assert_eq!(String::from_utf8_lossy(&slot.value), report);
+    assert_eq!(
+        env.store.list(trace, "").await.expect("list").used_keys,
+        5,
+        "topic + 4 outputs"
+    );
+
+    // Without keep_context the pipeline's slots are cleared at the end.
+    let mut s1 = step("one", "echo", "x");
+    s1.output_to = "out".into();
+    let mut req = pipeline(
+        pb::PipelineMode::Sequential,
+        pb::FailurePolicy::Fail,
+        vec![s1],
+    );
+    req.initial_slots = HashMap::from([("seed".into(), "s".into())]);
+    let events = env.client.run_pipeline_to_end(req).await.expect("run");
+    assert!(matches!(terminal(&events), Payload::RunCompleted(_)));
+    assert_eq!(
+        env.store
+            .list(&events[0].trace_id, "")
+            .await
+            .expect("list")
+            .used_keys,
+        0
+    );
+}
+
+/// a → b (fails) → c, and d independent (slow, so it is running when b
+/// fails).
+fn middle_fails(policy: pb::FailurePolicy, b_required: bool) -> pb::RunPipelineRequest {
+    let a = step("a", "echo", "a");
+    let mut b = step("b", "fail", "b");
+    b.depends_on = vec!["a".into()];
+    b.required = Some(b_required);
+    let mut c = step("c", "echo", "c");
+    c.depends_on = vec!["b".into()];
+    let d = step("d", "slow", "d");
+    pipeline(pb::PipelineMode::Dag, policy, vec![a, b, c, d])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_policies_on_a_graph_whose_middle_step_fails() {
+    let env = env().await;
+
+    // fail: everything still running is cancelled, the run fails.
+    let events = env
+        .client
+        .run_pipeline_to_end(middle_fails(pb::FailurePolicy::Fail, true))
+        .await
+        .expect("run");
+    check_rules(&events);
+    let p = summary(&events);
+    assert_eq!(
+        (
+            p.success,
+            p.succeeded.clone(),
+            p.failed.clone(),
+            p.skipped.clone()
+        ),
+        (
+            false,
+            vec!["a".into()],
+            vec!["b".into()],
+            vec!["c".into(), "d".into()]
+        )
+    );
+    let d_skipped = events.iter().find_map(|e| match &e.payload {
+        Some(Payload::StepSkipped(s)) if s.step_id == "d" => Some(s.reason.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        d_skipped.as_deref(),
+        Some("cancelled: required step \"b\" failed")
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(&e.payload, Some(Payload::StepCompleted(s)) if s.step_id == "d"))
+    );
+    match terminal(&events) {
+        Payload::RunFailed(f) => assert_eq!(f.code, Code::Aborted as i32),
+        other => panic!("{other:?}"),
+    }
+
+    // continue: independent steps go on, dependents are skipped, the run
+    // fails with partial results.
+    let events = env
+        .client
+        .run_pipeline_to_end(middle_fails(pb::FailurePolicy::Continue, true))
+        .await
+        .expect("run");
+    check_rules(&events);
+    let p = summary(&events);
+    assert_eq!(
+        (
+            p.success,
+            p.succeeded.clone(),
+            p.failed.clone(),
+            p.skipped.clone()
+        ),
+        (
+            false,
+            vec!["a".into(), "d".into()],
+            vec!["b".into()],
+            vec!["c".into()]
+        )
+    );
+    assert_eq!(p.outputs["d"], "slow done");
+    assert!(matches!(terminal(&events), Payload::RunFailed(_)));
+
+    // best_effort: the same, and the run succeeds because some steps did.
+    let events = env
+        .client
+        .run_pipeline_to_end(middle_fails(pb::FailurePolicy::BestEffort, true))
+        .await
+        .expect("run");
+    let p = summary(&events);
+    assert_eq!(
+        (
+            p.success,
+            p.succeeded.clone(),
+            p.failed.clone(),
+            p.skipped.clone()
+        ),
+        (
+            true,
+            vec!["a".into(), "d".into()],
+            vec!["b".into()],
+            vec!["c".into()]
+        )
+    );
+    assert!(matches!(terminal(&events), Payload::RunCompleted(c) if c.output == "slow done"));
+
+    // required: false never fails the run, even under fail.
+    let events = env
+        .client
+        .run_pipeline_to_end(middle_fails(pb::FailurePolicy::Fail, false))
+        .await
+        .expect("run");
+    let p = summary(&events);
+    assert_eq!(
+        (
+            p.success,
+            p.succeeded.clone(),
+            p.failed.clone(),
+            p.skipped.clone()
+        ),
+        (
+            true,
+            vec!["a".into(), "d".into()],
+            vec!["b".into()],
+            vec!["c".into()]
+        )
+    );
+    assert!(matches!(terminal(&events), Payload::RunCompleted(_)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_timeouts_and_concurrency() {
+    let env = env().await;
+    let mut flaky = step("flaky", "fail", "x");
+    flaky.retries = 2;
+    let mut late = step("late", "slow", "x");
+    late.timeout = Some(prost_types::Duration {
+        seconds: 0,
+        nanos: 50_000_000,
+    });
+    let events = env
+        .client
+        .run_pipeline_to_end(pipeline(
+            pb::PipelineMode::Parallel,
+            pb::FailurePolicy::Continue,
+            vec![flaky, late],
+        ))
+        .await
+        .expect("run");
+    check_rules(&events);
+    let attempts: Vec<(u32, bool)> = events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Some(Payload::StepFailed(f)) if f.step_id == "flaky" => Some((f.attempt, f.will_retry)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(attempts, [(1, true), (2, true), (3, false)]);
+    let started: Vec<u32> = events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Some(Payload::StepStarted(s)) if s.step_id == "flaky" => Some(s.attempt),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started, [1, 2, 3]);
+    let timed_out = events.iter().find_map(|e| match &e.payload {
+        Some(Payload::StepFailed(f)) if f.step_id == "late" => Some(f.error.clone()),
+        _ => None,
+    });
+    assert!(timed_out.is_some_and(|e| e.contains("timed out")));
+
+    // max_concurrency 2: never more than two steps at once.
+    let steps: Vec<pb::PipelineStep> = (0..5)
+        .map(|i| step(&format!("s{i}"), "slow", "x"))
+        .collect();
+    let mut req = pipeline(pb::PipelineMode::Parallel, pb::FailurePolicy::Fail, steps);
+    req.pipeline.as_mut().expect("spec").max_concurrency = Some(2);
+    let started = std::time::Instant::now();
+    let events = env.client.run_pipeline_to_end(req).await.expect("run");
+    let (mut running, mut most) = (0i32, 0i32);
+    for e in &events {
+        match &e.payload {
+            Some(Payload::StepStarted(_)) => {
+                running += 1;
+                most = most.max(running);
+            }
+            Some(Payload::StepCompleted(_)) => running -= 1,
+            _ => {}
+        }
+    }
+    assert_eq!(most, 2);
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "five 300 ms steps, two at a time"
+    );
+    assert!(summary(&events).success);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_stops_every_step_and_sequential_mode_starts_no_more() {
+    let env = env().await;
+    for mode in [pb::PipelineMode::Parallel, pb::PipelineMode::Sequential] {
+        let steps = vec![
+            step("one", "stuck", "x"),
+            step("two", "stuck", "x"),
+            step("three", "stuck", "x"),
+        ];
+        let mut stream = env
+            .client
+            .run_pipeline(pipeline(mode, pb::FailurePolicy::Fail, steps))
+            .await
+            .expect("run");
+        let mut seen = Vec::new();
+        let run_id = loop {
+            let e = stream.next().await.expect("open").expect("event");
+            seen.push(e.clone());
+            if matches!(e.payload, Some(Payload::AgentStarted(_))) {
+                break e.run_id;
+            }
+        };
+        let run = env.server.service.runs().get(&run_id).expect("record");
+        let began = std::time::Instant::now();
+        env.client.cancel(&run_id, "stop").await.expect("cancel");
+        while let Some(e) = tokio::time::timeout(Duration::from_secs(5), stream.next())
+            .await
+            .expect("in time")
+        {
+            seen.push(e.expect("event"));
+        }
+        assert!(began.elapsed() < Duration::from_secs(2));
+        check_rules(&seen);
+        assert!(matches!(terminal(&seen), Payload::RunCancelled(_)));
+        assert_eq!(
+            run.live_tasks.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "nothing of the run is alive"
+        );
+        let starts = seen
+            .iter()
+            .filter(|e| matches!(e.payload, Some(Payload::StepStarted(_))))
+            .count();
+        assert_eq!(
+            starts,
+            if mode == pb::PipelineMode::Sequential {
+                1
+            } else {
+                3
+            },
+            "{mode:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_inside_a_step_surfaces_with_the_steps_context() {
+    let env = env().await;
+    let mut stream = env
+        .client
+        .run_pipeline(pipeline(
+            pb::PipelineMode::Sequential,
+            pb::FailurePolicy::Fail,
+            vec![step("pay", "refund", "order 3")],
+        ))
+        .await
+        .expect("run");
+    let mut seen = Vec::new();
+    loop {
+        let e = stream.next().await.expect("open").expect("event");
+        seen.push(e.clone());
+        if let Some(Payload::ApprovalRequested(a)) = &e.payload {
+            assert_eq!((e.context_id.as_str(), e.depth), ("root.pay", 1));
+            env.client
+                .resolve_approval(&e.run_id, &a.approval_id, true, "")
+                .await
+                .expect("approve");
+            break;
+        }
+    }
+    while let Some(e) = stream.next().await {
+        seen.push(e.expect("event"));
+    }
+    check_rules(&seen);
+    assert!(matches!(terminal(&seen), Payload::RunCompleted(c) if c.output == "refunded"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_specs_are_rejected_naming_the_field_before_anything_runs() {
+    let env = env().await;
+    let check =
+        |r: Result<baton_client::Events, baton_client::Error>, field: &str, contains: &str| {
+            let Err(e) = r else {
+                panic!("{field}: must fail")
+            };
+            assert_eq!(
+                (e.code(), e.field()),
+                (Code::InvalidArgument, Some(field)),
+                "{e}"
+            );
+            assert!(e.message().contains(contains), "{e}");
+        };
+    let dag = |steps| pipeline(pb::PipelineMode::Dag, pb::FailurePolicy::Fail, steps);
+    let c = &env.client;
+    check(
+        c.run_pipeline(dag(vec![step("a", "echo", "x"), step("b", "nobody", "x")]))
+            .await,
+        "pipeline.steps[1].agent",
+        "nobody",
+    );
+    check(
+        c.run_pipeline(dag(vec![step("a", "echo", "x"), step("a", "echo", "x")]))
+            .await,
+        "pipeline.steps[1].id",
+        "earlier step",
+    );
+    check(
+        c.run_pipeline(dag(vec![step("Bad Id", "echo", "x")])).await,
+        "pipeline.steps[0].id",
+        "[a-z0-9_-]",
+    );
+    let mut a = step("a", "echo", "x");
+    a.depends_on = vec!["b".into()];
+    let mut b = step("b", "echo", "x");
+    b.depends_on = vec!["c".into()];
+    let mut cc = step("c", "echo", "x");
+    cc.depends_on = vec!["a".into()];
+    check(
+        c.run_pipeline(dag(vec![a, b, cc])).await,
+        "pipeline.steps",
+        "cycle: a → b → c → a",
+    );
+    let mut a = step("a", "echo", "x");
+    a.depends_on = vec!["ghost".into()];
+    check(
+        c.run_pipeline(dag(vec![a])).await,
+        "pipeline.steps[0].depends_on",
+        "ghost",
+    );
+    let mut a = step("a", "echo", "x");
+    a.input_from = vec!["nobody-writes".into()];
+    check(
+        c.run_pipeline(dag(vec![a])).await,
+        "pipeline.steps[0].input_from",
+        "nobody-writes",
+    );
+    check(
+        c.run_pipeline(dag(vec![step("a", "echo", "use {{missing}}")]))
+            .await,
+        "pipeline.steps[0].task",
+        "{{missing}}",
+    );
+    let mut req = dag(vec![step("a", "echo", "x")]);
+    req.pipeline.as_mut().expect("spec").max_concurrency = Some(0);
+    check(
+        c.run_pipeline(req).await,
+        "pipeline.max_concurrency",
+        "at least 1",
+    );
+    for (seconds, nanos) in [(0, 0), (-1, 0), (86_401, 0)] {
+        let mut a = step("a", "echo", "x");
+        a.timeout = Some(prost_types::Duration { seconds, nanos });
+        check(
+            c.run_pipeline(dag(vec![a])).await,
+            "pipeline.steps[0].timeout",
+            "",
+        );
+    }
+    let mut a = step("a", "echo", "x");
+    a.retries = 11;
+    check(
+        c.run_pipeline(dag(vec![a])).await,
+        "pipeline.steps[0].retries",
+        "maximum of 10",
+    );
+    let too_many: Vec<pb::PipelineStep> = (0..257)
+        .map(|i| step(&format!("s{i}"), "echo", "x"))
+        .collect();
+    check(
+        c.run_pipeline(pipeline(
+            pb::PipelineMode::Parallel,
+            pb::FailurePolicy::Fail,
+            too_many,
+        ))
+        .await,
+        "pipeline.steps",
+        "maximum of 256",
+    );
+    check(
+        c.run_pipeline(pb::RunPipelineRequest::default()).await,
+        "pipeline",
+        "required",
+    );
+    assert_eq!(env.server.service.runs().running(), 0, "nothing started");
+
+    // At the limits: 256 steps, 10 retries, a 24 h timeout.
+    let mut at_limit: Vec<pb::PipelineStep> = (0..256)
+        .map(|i| step(&format!("s{i}"), "echo", "x"))
+        .collect();
+    at_limit[0].retries = 10;
+    at_limit[1].timeout = Some(prost_types::Duration {
+        seconds: 86_400,
+        nanos: 0,
+    });
+    let events = c
+        .run_pipeline_to_end(pipeline(
+            pb::PipelineMode::Parallel,
+            pb::FailurePolicy::Fail,
+            at_limit,
+        ))
+        .await
+        .expect("run");
+    assert_eq!(summary(&events).succeeded.len(), 256);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_on_an_in_process_redis_store_too() {
+    let redis = RedisServer::start().expect("redis-server");
+    let store: Arc<dyn ContextStore> = Arc::new(
+        RedisStore::new(
+            &baton_context_store::store::redis::RedisConfig {
+                url: redis.url(),
+                ..Default::default()
+            },
+            Default::default(),
+        )
+        .expect("redis store"),
+    );
+    let server = OrchestratorServer::start(AGENTS, Some(store), |_| {})
+        .await
+        .expect("orchestrator");
+    let client = OrchestratorClient::connect(server.endpoint())
+        .await
+        .expect("connect");
+    let mut one = step("one", "echo", "hello");
+    one.output_to = "greeting".into();
+    let two = step("two", "echo", "{{greeting}} again");
+    let events = client
+        .run_pipeline_to_end(pipeline(
+            pb::PipelineMode::Sequential,
+            pb::FailurePolicy::Fail,
+            vec![one, two],
+        ))
+        .await
+        .expect("run");
+    assert!(matches!(terminal(&events), Payload::RunCompleted(c) if c.output == "hello again"));
+}
