@@ -4,8 +4,10 @@
 //!   with the example agents.
 //! - `baton agents`, `baton run AGENT "input"`: list agents, run one and
 //!   draw its event tree live (or `--json`).
+//! - `baton pipeline FILE.yaml`: run a pipeline and draw its steps live.
 //! - `baton store …`: read, write and watch a context store's slots.
 
+mod pipeline;
 mod run;
 mod store;
 mod up;
@@ -29,6 +31,8 @@ enum Cmd {
     Agents(run::AgentsArgs),
     /// Run an agent and draw its event tree live.
     Run(run::RunArgs),
+    /// Run a pipeline from a YAML file and draw its steps live.
+    Pipeline(pipeline::PipelineArgs),
     /// Read, write and watch a context store's slots.
     Store(store::StoreArgs),
 }
@@ -49,6 +53,7 @@ async fn main() -> std::process::ExitCode {
         Cmd::Up(args) => up::run(args).await,
         Cmd::Agents(args) => run::agents(args).await,
         Cmd::Run(args) => run::run(args).await,
+        Cmd::Pipeline(args) => pipeline::run(args).await,
         Cmd::Store(args) => store::run(args).await,
     };
     match result {

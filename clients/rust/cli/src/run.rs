@@ -105,11 +105,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }),
         ..Default::default()
     };
-    let mut events = client.run_agent(request).await?;
+    let events = client.run_agent(request).await?;
+    follow(&client, events, args.json).await
+}
+
+/// Prints a run's events (tree or JSON), answers its approvals and input
+/// requests at the terminal, and fails unless the run completes.
+pub async fn follow(
+    client: &OrchestratorClient,
+    mut events: baton_client::Events,
+    json: bool,
+) -> anyhow::Result<()> {
     let mut outcome = None;
     while let Some(event) = events.next().await {
         let event = event?;
-        if args.json {
+        if json {
             crate::outln!("{}", event_json(&event))?;
         } else {
             draw(&event)?;
@@ -117,19 +127,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         match &event.payload {
             Some(Payload::ApprovalRequested(a)) => {
                 let question = format!("approve {} {}? [y/N] ", a.tool, a.arguments_json);
-                let answer = ask(question, args.json).await?;
+                let answer = ask(question, json).await?;
                 let approved = matches!(answer.trim(), "y" | "Y" | "yes");
+                let reason = if approved {
+                    ""
+                } else {
+                    "denied at the terminal"
+                };
                 client
-                    .resolve_approval(
-                        &event.run_id,
-                        &a.approval_id,
-                        approved,
-                        if approved {
-                            ""
-                        } else {
-                            "denied at the terminal"
-                        },
-                    )
+                    .resolve_approval(&event.run_id, &a.approval_id, approved, reason)
                     .await?;
             }
             Some(Payload::InputRequested(i)) => {
@@ -138,7 +144,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 } else {
                     format!(" [{}]", i.options.join("/"))
                 };
-                let answer = ask(format!("{}{options} ", i.prompt), args.json).await?;
+                let answer = ask(format!("{}{options} ", i.prompt), json).await?;
                 client
                     .submit_input(&event.run_id, &i.input_id, answer.trim())
                     .await?;
@@ -184,6 +190,16 @@ fn bar(percent: u32) -> String {
     )
 }
 
+/// Text for one line of the tree view: whitespace collapsed, at most 160
+/// characters (`--json` keeps everything).
+fn short(text: &str) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.char_indices().nth(160) {
+        Some((cut, _)) => format!("{}…", &flat[..cut]),
+        None => flat,
+    }
+}
+
 /// Prints one event of the tree view.
 fn draw(e: &pb::RunEvent) -> std::io::Result<()> {
     let indent = "  ".repeat(e.depth as usize);
@@ -199,9 +215,13 @@ fn draw(e: &pb::RunEvent) -> std::io::Result<()> {
         Some(Payload::AgentStarted(a)) => {
             format!("● {} [{}] on {}", a.agent, e.context_id, a.model)
         }
-        Some(Payload::MessageCompleted(m)) if !m.text.is_empty() => format!("💬 {who}{}", m.text),
+        Some(Payload::MessageCompleted(m)) if !m.text.is_empty() => {
+            format!("💬 {who}{}", short(&m.text))
+        }
         Some(Payload::Handoff(h)) => format!("⇢ handoff {} → {}", h.from_agent, h.to_agent),
-        Some(Payload::ToolCallStarted(c)) => format!("🔧 {who}{} {}", c.tool, c.arguments_json),
+        Some(Payload::ToolCallStarted(c)) => {
+            format!("🔧 {who}{} {}", c.tool, short(&c.arguments_json))
+        }
         Some(Payload::ToolProgress(p)) => format!("   {} {} {}", p.tool, bar(p.percent), p.message),
         Some(Payload::ToolOptions(o)) => format!(
             "   {} asks {}: {}",
@@ -210,9 +230,9 @@ fn draw(e: &pb::RunEvent) -> std::io::Result<()> {
             o.options.join(" / ")
         ),
         Some(Payload::ToolCallCompleted(c)) if c.error.is_empty() => {
-            format!("✔ {} → {}", c.tool, c.result)
+            format!("✔ {} → {}", c.tool, short(&c.result))
         }
-        Some(Payload::ToolCallCompleted(c)) => format!("✘ {} → {}", c.tool, c.error),
+        Some(Payload::ToolCallCompleted(c)) => format!("✘ {} → {}", c.tool, short(&c.error)),
         Some(Payload::ApprovalResolved(a)) => {
             format!(
                 "{} approval of {} ({})",
@@ -225,8 +245,34 @@ fn draw(e: &pb::RunEvent) -> std::io::Result<()> {
         Some(Payload::ContextWritten(w)) => {
             format!("⛁ wrote {} v{} ({} bytes)", w.key, w.version, w.size_bytes)
         }
-        Some(Payload::AgentCompleted(a)) => format!("■ {who}done: {}", a.output),
-        Some(Payload::RunCompleted(r)) => format!("✅ completed: {}", r.output),
+        Some(Payload::AgentCompleted(a)) => format!("■ {who}done: {}", short(&a.output)),
+        Some(Payload::StepStarted(st)) => format!(
+            "▷ step {} (attempt {}) on {}",
+            st.step_id, st.attempt, st.agent
+        ),
+        Some(Payload::StepCompleted(st)) => format!(
+            "✔ step {} in {:.2}s → {}",
+            st.step_id,
+            st.duration
+                .map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9),
+            short(&st.output)
+        ),
+        Some(Payload::StepFailed(st)) => format!(
+            "✘ step {} attempt {}: {}{}",
+            st.step_id,
+            st.attempt,
+            short(&st.error),
+            if st.will_retry { " (retrying)" } else { "" }
+        ),
+        Some(Payload::StepSkipped(st)) => format!("⤼ step {} skipped: {}", st.step_id, st.reason),
+        Some(Payload::PipelineCompleted(p)) => format!(
+            "■ pipeline {}: succeeded [{}] failed [{}] skipped [{}]",
+            if p.success { "succeeded" } else { "failed" },
+            p.succeeded.join(", "),
+            p.failed.join(", "),
+            p.skipped.join(", ")
+        ),
+        Some(Payload::RunCompleted(r)) => format!("✅ completed: {}", short(&r.output)),
         Some(Payload::RunFailed(f)) => format!("❌ failed ({}): {}", f.code, f.message),
         Some(Payload::RunCancelled(c)) => format!("⏹ cancelled: {}", c.reason),
         _ => return Ok(()),

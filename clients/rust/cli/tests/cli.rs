@@ -230,6 +230,44 @@ fn up_then_agents_and_run() {
         String::from_utf8_lossy(&out.stderr)
     );
 
+    // The example pipeline: research, two analysts, a writer.
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../deploy/config/pipelines/research.yaml"
+    );
+    let pipeline = run(&["pipeline", file, "--json"], b"");
+    assert!(
+        pipeline.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pipeline.stderr)
+    );
+    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&pipeline.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    let done = events
+        .iter()
+        .find(|e| e["kind"] == "pipeline_completed")
+        .expect("pipeline_completed");
+    assert_eq!(done["success"], true);
+    assert_eq!(
+        done["succeeded"],
+        serde_json::json!(["research", "economics", "people", "report"])
+    );
+    assert!(events.iter().any(|e| e["kind"] == "step_started"
+        && e["context_id"] == "root.report"
+        && e["depth"] == 1));
+    let tree = run(&["pipeline", file], b"");
+    let text = String::from_utf8_lossy(&tree.stdout);
+    assert!(
+        text.contains("  ▷ step research (attempt 1) on researcher"),
+        "{text}"
+    );
+    assert!(
+        text.contains("■ pipeline succeeded: succeeded [research, economics, people, report]"),
+        "{text}"
+    );
+
     let failed = run(&["run", "nobody", "x"], b"");
     assert!(!failed.status.success());
     assert!(String::from_utf8_lossy(&failed.stderr).contains("InvalidArgument: agent"));
