@@ -6,8 +6,11 @@
 //!   handler doing one Redis GET (the floor any gRPC-over-Redis service pays).
 //! - `agent`: RunAgent with an instant scripted model through gRPC, in the
 //!   shapes of the OpenAI Agents SDK figures the orchestrator issue quotes.
+//! - `pipeline`: RunPipeline with no-op steps, in the shapes of the LangGraph
+//!   figures the pipeline issue quotes, on memory and on Redis.
 
 mod agent;
+mod pipeline;
 mod store;
 
 use clap::{Parser, Subcommand};
@@ -26,11 +29,14 @@ enum Bench {
     Store(store::Options),
     /// RunAgent: tool-call loop, nesting, event rate, parked runs' memory.
     Agent(agent::Options),
+    /// RunPipeline: a 200-step chain and a 1000-step fan-out with a join.
+    Pipeline(pipeline::Options),
 }
 
 fn main() -> anyhow::Result<()> {
     match Args::parse().bench {
         Bench::Store(options) => store::run(options),
         Bench::Agent(options) => agent::run(options),
+        Bench::Pipeline(options) => pipeline::run(options),
     }
 }

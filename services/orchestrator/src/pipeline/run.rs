@@ -4,7 +4,9 @@
 //! concurrency, in list order among the ready ones. A step runs its agent in
 //! context `root.{step_id}` (depth 1; its agents' events nest below), with
 //! `{{key}}` in its task replaced by that slot's value and its `input_from`
-//! slots appended as named inputs; a failed attempt is retried up to
+//! slots appended as named inputs (a slot written by an earlier step of this
+//! pipeline is handed over from memory, as that step wrote it; seeded and
+//! other slots are read from the store); a failed attempt is retried up to
 //! `retries` times, each attempt bounded by the step's timeout; the output
 //! is written to its `output_to` slot.
 //!
@@ -75,12 +77,17 @@ pub async fn run_pipeline(
     };
 
     if !keep_context {
-        for k in &owned_keys {
-            if let Ok(key) = Key::parse("key", k, rt.store.limits().max_key_len) {
+        // Concurrent deletes share the store connection as one pipeline.
+        let max_key = rt.store.limits().max_key_len;
+        let rt_ref = &rt;
+        let deletes = owned_keys
+            .iter()
+            .filter_map(|k| Key::parse("key", k, max_key).ok())
+            .map(|key| async move {
                 // Absent keys (never written, or expired) are fine.
-                let _ = rt.store.delete(&rt.trace_id, &key, None).await;
-            }
-        }
+                let _ = rt_ref.store.delete(&rt_ref.trace_id, &key, None).await;
+            });
+        futures::future::join_all(deletes).await;
     }
 
     let terminal = match outcome {
@@ -165,7 +172,19 @@ async fn execute(
                     state[i] = State::Running;
                     let ctx = contexts[i].clone();
                     let step = &plan.steps[i];
-                    running.push(Box::pin(async move { (i, run_step(rt, ctx, step).await) }));
+                    // What the step's predecessors wrote, handed over
+                    // without a store round trip.
+                    let known: BTreeMap<String, String> = step
+                        .deps
+                        .iter()
+                        .filter_map(|&d| match (&plan.steps[d].output_to, &state[d]) {
+                            (Some(key), State::Succeeded(out)) => Some((key.clone(), out.clone())),
+                            _ => None,
+                        })
+                        .collect();
+                    running.push(Box::pin(async move {
+                        (i, run_step(rt, ctx, step, known).await)
+                    }));
                 }
             }
         }
@@ -285,6 +304,7 @@ async fn run_step(
     rt: &Arc<RuntimeConfig>,
     ctx: Arc<ContextInfo>,
     step: &Step,
+    known: BTreeMap<String, String>,
 ) -> Result<String, String> {
     let attempts = step.retries + 1;
     let mut last_error = String::new();
@@ -296,10 +316,11 @@ async fn run_step(
         });
         rt.emit(&ctx, &no_agent(), started).await;
         let began = Instant::now();
-        let result = match tokio::time::timeout(step.timeout, attempt_once(rt, &ctx, step)).await {
-            Ok(r) => r,
-            Err(_) => Err(format!("attempt timed out after {:?}", step.timeout)),
-        };
+        let result =
+            match tokio::time::timeout(step.timeout, attempt_once(rt, &ctx, step, &known)).await {
+                Ok(r) => r,
+                Err(_) => Err(format!("attempt timed out after {:?}", step.timeout)),
+            };
         match result {
             Ok(output) => {
                 let done = Payload::StepCompleted(pb::StepCompleted {
@@ -336,6 +357,7 @@ async fn attempt_once(
     rt: &Arc<RuntimeConfig>,
     ctx: &Arc<ContextInfo>,
     step: &Step,
+    known: &BTreeMap<String, String>,
 ) -> Result<String, String> {
     let max_key = rt.store.limits().max_key_len;
     let read = |k: String| async move {
@@ -345,18 +367,30 @@ async fn attempt_once(
             .get(&rt.trace_id, &key)
             .await
             .map_err(|e| format!("cannot read slot {k}: {e}"))?;
-        Ok::<_, String>(String::from_utf8_lossy(&slot.value).into_owned())
+        Ok::<_, String>((k, String::from_utf8_lossy(&slot.value).into_owned()))
     };
+    // Every slot the step needs, read concurrently (one pipeline on Redis).
+    let template = super::template_keys(&step.task);
+    let wanted: BTreeSet<String> = template
+        .iter()
+        .chain(&step.input_from)
+        .filter(|k| !known.contains_key(*k))
+        .cloned()
+        .collect();
+    let mut values: BTreeMap<String, String> =
+        futures::future::try_join_all(wanted.into_iter().map(read))
+            .await?
+            .into_iter()
+            .collect();
+    values.extend(known.iter().map(|(k, v)| (k.clone(), v.clone())));
     let mut task = step.task.clone();
-    for k in super::template_keys(&step.task) {
-        let value = read(k.clone()).await?;
-        task = task.replace(&format!("{{{{{k}}}}}"), &value);
+    for k in &template {
+        task = task.replace(&format!("{{{{{k}}}}}"), &values[k]);
     }
     if !step.input_from.is_empty() {
         task.push_str("\n\nInputs:");
         for k in &step.input_from {
-            let value = read(k.clone()).await?;
-            task.push_str(&format!("\n[{k}]\n{value}"));
+            task.push_str(&format!("\n[{k}]\n{}", values[k]));
         }
     }
     let frame =

@@ -1,0 +1,175 @@
+//! The RunPipeline benchmark: no-op scripted steps through gRPC with the Rust
+//! client, in the shapes of the LangGraph 1.2.22 figures the pipeline issue
+//! quotes (measured there on this machine, not re-measured here):
+//!
+//! (a) a sequential chain of 200 steps (LangGraph: 49.8 ms per run, 101.7 ms
+//!     with its in-memory checkpointer);
+//! (b) a fan-out to 1000 parallel steps, then one join step (330 ms).
+//!
+//! Like LangGraph's nodes passing state, every step writes its output to a
+//! slot and reads its predecessors' (the join reads all 1000); slots are
+//! cleared at the end. Each shape runs on the in-memory store, on Redis
+//! directly, and on Redis through the context-store service (production).
+
+use std::{sync::Arc, time::Instant};
+
+use baton_client::{OrchestratorClient, pb, pb::run_event::Payload};
+use baton_context_store::{
+    config::Backend,
+    store::{
+        ContextStore,
+        memory::MemoryStore,
+        redis::{RedisConfig, RedisStore},
+    },
+};
+use baton_e2e::{OrchestratorServer, RedisServer, StoreServer};
+use baton_orchestrator::remote_store::RemoteStore;
+use futures::StreamExt;
+
+/// What to measure.
+#[derive(clap::Args)]
+pub struct Options {
+    /// Runs per shape and store.
+    #[arg(long, default_value_t = 20)]
+    runs: usize,
+}
+
+const AGENTS: &str = r#"
+scripts:
+  noop: [{text: "ok"}]
+agents:
+  noop: {model: "scripted:noop"}
+"#;
+
+fn step(id: String) -> pb::PipelineStep {
+    pb::PipelineStep {
+        id,
+        agent: "noop".into(),
+        task: "go".into(),
+        ..Default::default()
+    }
+}
+
+fn chain() -> pb::RunPipelineRequest {
+    let steps = (0..200)
+        .map(|i| {
+            let mut s = step(format!("s{i}"));
+            s.output_to = format!("s{i}");
+            if i > 0 {
+                s.input_from = vec![format!("s{}", i - 1)];
+            }
+            s
+        })
+        .collect();
+    request(pb::PipelineMode::Sequential, steps, None)
+}
+
+fn fan_out() -> pb::RunPipelineRequest {
+    let mut steps: Vec<pb::PipelineStep> = (0..1000)
+        .map(|i| {
+            let mut s = step(format!("f{i}"));
+            s.output_to = format!("f{i}");
+            s
+        })
+        .collect();
+    let mut join = step("join".into());
+    join.input_from = (0..1000).map(|i| format!("f{i}")).collect();
+    steps.push(join);
+    request(pb::PipelineMode::Dag, steps, Some(1000))
+}
+
+fn request(
+    mode: pb::PipelineMode,
+    steps: Vec<pb::PipelineStep>,
+    concurrency: Option<u32>,
+) -> pb::RunPipelineRequest {
+    pb::RunPipelineRequest {
+        pipeline: Some(pb::PipelineSpec {
+            name: "bench".into(),
+            steps,
+            mode: mode as i32,
+            policy: pb::FailurePolicy::Fail as i32,
+            max_concurrency: concurrency,
+        }),
+        ..Default::default()
+    }
+}
+
+async fn run_once(client: &OrchestratorClient, req: pb::RunPipelineRequest) -> anyhow::Result<()> {
+    let mut events = client.run_pipeline(req).await?;
+    let mut ok = false;
+    while let Some(e) = events.next().await {
+        ok |= matches!(e?.payload, Some(Payload::RunCompleted(_)));
+    }
+    anyhow::ensure!(ok, "the pipeline did not complete");
+    Ok(())
+}
+
+async fn measure(store: Arc<dyn ContextStore>, runs: usize) -> anyhow::Result<(f64, f64)> {
+    let server = OrchestratorServer::start(AGENTS, Some(store), |c| {
+        c.runs.max_pipeline_steps = 2000;
+        c.runs.max_pipeline_concurrency = 1000;
+    })
+    .await?;
+    let client = OrchestratorClient::connect(server.endpoint()).await?;
+    let mut out = [0.0; 2];
+    for (slot, make) in [chain as fn() -> pb::RunPipelineRequest, fan_out]
+        .into_iter()
+        .enumerate()
+    {
+        run_once(&client, make()).await?;
+        let t = Instant::now();
+        for _ in 0..runs {
+            run_once(&client, make()).await?;
+        }
+        out[slot] = t.elapsed().as_secs_f64() * 1000.0 / runs as f64;
+    }
+    server.shutdown().await?;
+    Ok((out[0], out[1]))
+}
+
+pub fn run(o: Options) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let redis = RedisServer::start()?;
+        let memory: Arc<dyn ContextStore> = Arc::new(MemoryStore::new(Default::default()));
+        let direct: Arc<dyn ContextStore> = Arc::new(RedisStore::new(
+            &RedisConfig {
+                url: redis.url(),
+                ..Default::default()
+            },
+            Default::default(),
+        )?);
+        let store_server =
+            StoreServer::start(StoreServer::config(Backend::Redis, Some(redis.url()))).await?;
+        let remote: Arc<dyn ContextStore> = Arc::new(RemoteStore::new(
+            &store_server.endpoint(),
+            Default::default(),
+        )?);
+
+        println!(
+            "\n{:<58} {:>12} {:>12}",
+            "per run (ms)", "(a) chain", "(b) fan-out"
+        );
+        for (name, store) in [
+            ("memory store", memory),
+            ("Redis, directly", direct),
+            ("Redis through the context-store service", remote),
+        ] {
+            let (a, b) = measure(store, o.runs).await?;
+            println!("{name:<58} {a:>12.2} {b:>12.2}");
+        }
+        println!(
+            "{:<58} {:>12} {:>12}",
+            "LangGraph 1.2.22 (quoted by the issue)", "49.8", "330"
+        );
+        println!(
+            "{:<58} {:>12} {:>12}",
+            "targets: memory / Redis", "5 / 25", "30 / 60"
+        );
+        store_server.shutdown().await?;
+        anyhow::Ok(())
+    })
+}
