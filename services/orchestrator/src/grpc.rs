@@ -82,6 +82,24 @@ impl OrchestratorService {
         &self.runs
     }
 
+    /// Validates the options RunAgent and RunPipeline share.
+    fn options(
+        &self,
+        run_context_json: &str,
+        default_model: &str,
+        limits: Option<pb::RunLimits>,
+        mode: i32,
+        events: Option<pb::EventFilter>,
+    ) -> Result<RunOptions> {
+        Ok(RunOptions {
+            run_context: run_context(run_context_json)?,
+            default_model: self.default_model(default_model)?,
+            limits: self.limits(limits)?,
+            approval_mode: approval_mode(mode)?,
+            filter: filter(events)?,
+        })
+    }
+
     /// Builds a run's record and shared config (nothing runs yet).
     fn prepare(
         &self,
@@ -384,13 +402,13 @@ impl Orchestrator for OrchestratorService {
             );
         }
         let history = history(r.history)?;
-        let options = RunOptions {
-            run_context: run_context(&r.run_context_json)?,
-            default_model: self.default_model(&r.default_model)?,
-            limits: self.limits(r.limits)?,
-            approval_mode: approval_mode(r.approval_mode)?,
-            filter: filter(r.filter)?,
-        };
+        let options = self.options(
+            &r.run_context_json,
+            &r.default_model,
+            r.limits,
+            r.approval_mode,
+            r.filter,
+        )?;
         let (record, rt, draft_rx, filter) =
             self.prepare(trace_id, pb::RunKind::Agent, r.agent.clone(), options);
         // Built before the run is registered: an agent without any model is
@@ -446,13 +464,13 @@ impl Orchestrator for OrchestratorService {
             &pipeline_limits,
             key_max,
         )?;
-        let options = RunOptions {
-            run_context: run_context(&r.run_context_json)?,
-            default_model: self.default_model(&r.default_model)?,
-            limits: self.limits(r.limits)?,
-            approval_mode: approval_mode(r.approval_mode)?,
-            filter: filter(r.filter)?,
-        };
+        let options = self.options(
+            &r.run_context_json,
+            &r.default_model,
+            r.limits,
+            r.approval_mode,
+            r.filter,
+        )?;
         let target = if plan.name.is_empty() {
             "pipeline".to_owned()
         } else {
