@@ -103,6 +103,20 @@ fn summary(events: &[pb::RunEvent]) -> pb::PipelineCompleted {
         .expect("PipelineCompleted")
 }
 
+/// (success, succeeded, failed, skipped) of a PipelineCompleted.
+fn lists(p: &pb::PipelineCompleted) -> (bool, Vec<String>, Vec<String>, Vec<String>) {
+    (
+        p.success,
+        p.succeeded.clone(),
+        p.failed.clone(),
+        p.skipped.clone(),
+    )
+}
+
+fn ids(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| (*n).to_owned()).collect()
+}
+
 fn terminal(events: &[pb::RunEvent]) -> &Payload {
     events
         .last()
@@ -248,18 +262,8 @@ async fn failure_policies_on_a_graph_whose_middle_step_fails() {
     check_rules(&events);
     let p = summary(&events);
     assert_eq!(
-        (
-            p.success,
-            p.succeeded.clone(),
-            p.failed.clone(),
-            p.skipped.clone()
-        ),
-        (
-            false,
-            vec!["a".into()],
-            vec!["b".into()],
-            vec!["c".into(), "d".into()]
-        )
+        lists(&p),
+        (false, ids(&["a"]), ids(&["b"]), ids(&["c", "d"]))
     );
     let d_skipped = events.iter().find_map(|e| match &e.payload {
         Some(Payload::StepSkipped(s)) if s.step_id == "d" => Some(s.reason.clone()),
@@ -289,18 +293,8 @@ async fn failure_policies_on_a_graph_whose_middle_step_fails() {
     check_rules(&events);
     let p = summary(&events);
     assert_eq!(
-        (
-            p.success,
-            p.succeeded.clone(),
-            p.failed.clone(),
-            p.skipped.clone()
-        ),
-        (
-            false,
-            vec!["a".into(), "d".into()],
-            vec!["b".into()],
-            vec!["c".into()]
-        )
+        lists(&p),
+        (false, ids(&["a", "d"]), ids(&["b"]), ids(&["c"]))
     );
     assert_eq!(p.outputs["d"], "slow done");
     assert!(matches!(terminal(&events), Payload::RunFailed(_)));
@@ -313,18 +307,8 @@ async fn failure_policies_on_a_graph_whose_middle_step_fails() {
         .expect("run");
     let p = summary(&events);
     assert_eq!(
-        (
-            p.success,
-            p.succeeded.clone(),
-            p.failed.clone(),
-            p.skipped.clone()
-        ),
-        (
-            true,
-            vec!["a".into(), "d".into()],
-            vec!["b".into()],
-            vec!["c".into()]
-        )
+        lists(&p),
+        (true, ids(&["a", "d"]), ids(&["b"]), ids(&["c"]))
     );
     assert!(matches!(terminal(&events), Payload::RunCompleted(c) if c.output == "slow done"));
 
@@ -336,18 +320,8 @@ async fn failure_policies_on_a_graph_whose_middle_step_fails() {
         .expect("run");
     let p = summary(&events);
     assert_eq!(
-        (
-            p.success,
-            p.succeeded.clone(),
-            p.failed.clone(),
-            p.skipped.clone()
-        ),
-        (
-            true,
-            vec!["a".into(), "d".into()],
-            vec!["b".into()],
-            vec!["c".into()]
-        )
+        lists(&p),
+        (true, ids(&["a", "d"]), ids(&["b"]), ids(&["c"]))
     );
     assert!(matches!(terminal(&events), Payload::RunCompleted(_)));
 }
