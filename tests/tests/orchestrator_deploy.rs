@@ -59,6 +59,34 @@ async fn runs_write_through_a_remote_context_store_on_redis() {
     });
     assert_eq!(written, slot.slot.map(|s| s.version));
 
+    // The example planner builds a DAG and runs it with run_pipeline: its
+    // steps read and write slots through the remote store, nested below it.
+    let events = client
+        .run_agent_to_end(req("planner", "tides"))
+        .await
+        .expect("run");
+    match events.last().and_then(|e| e.payload.as_ref()) {
+        Some(Payload::RunCompleted(c)) => assert!(
+            c.output
+                .contains("Report. Analysis: the market for tides / Analysis: the risks of tides"),
+            "{}",
+            c.output
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        events
+            .iter()
+            .any(|e| e.context_id == "root.run_pipeline.1.report"
+                && e.depth == 2
+                && matches!(e.payload, Some(Payload::StepCompleted(_))))
+    );
+    let left = store_client
+        .list(&events[0].trace_id, "")
+        .await
+        .expect("list");
+    assert_eq!(left.used_keys, 0, "the pipeline's slots are cleared");
+
     // A store-side refusal reaches the model as a tool error naming the limit.
     let big = format!(
         "scripts:\n  big: [{{calls: [{{tool: write_context, args: {{key: big, value: {}}}}}]}}, {{text: '{{{{results}}}}'}}]\nagents:\n  big: {{model: 'scripted:big', tools: [write_context]}}\n",

@@ -24,8 +24,22 @@ scripts:
   refund:
     - calls: [{tool: write_context, args: {key: refunds/x, value: "{{input}}"}}]
     - text: "refunded"
+  asker:
+    - calls: [{tool: ask_user, args: {question: "Which plan?", options: [basic, gold]}}]
+    - text: "chose {{results}}"
+  planner:
+    - calls: [{tool: run_pipeline, args: {mode: dag, steps: [
+        {id: gather, agent: echo, task: "facts on {{input}}", output_to: facts},
+        {id: write, agent: echo, task: "report: {{facts}}"}]}}]
+    - text: "planned {{results}}"
+  bad_planner:
+    - calls: [{tool: run_pipeline, args: {steps: [{id: a, agent: nobody}]}}]
+    - text: "{{results}}"
 agents:
   echo: {model: "scripted:echo"}
+  asker: {model: "scripted:asker", tools: [ask_user]}
+  planner: {model: "scripted:planner", tools: [run_pipeline]}
+  bad_planner: {model: "scripted:bad_planner", tools: [run_pipeline]}
   fail: {model: "scripted:fail"}
   slow: {model: "scripted:slow"}
   stuck: {model: "scripted:stuck"}
@@ -142,11 +156,15 @@ fn check_rules(events: &[pb::RunEvent]) {
         .count();
     assert_eq!(terminals, 1);
     for e in events {
+        // A step runs in `{pipeline's context}.{step_id}`: root.{id} at
+        // depth 1 for RunPipeline, deeper when an agent started it.
         if let Some(Payload::StepStarted(s)) = &e.payload {
-            assert_eq!(
-                (e.context_id.as_str(), e.depth),
-                (format!("root.{}", s.step_id).as_str(), 1)
-            );
+            assert!(e.context_id.ends_with(&format!(".{}", s.step_id)));
+            if e.context_id == format!("root.{}", s.step_id) {
+                assert_eq!(e.depth, 1);
+            } else {
+                assert!(e.depth > 1, "{e:?}");
+            }
         }
     }
 }
@@ -480,6 +498,170 @@ async fn an_approval_inside_a_step_surfaces_with_the_steps_context() {
     }
     check_rules(&seen);
     assert!(matches!(terminal(&seen), Payload::RunCompleted(c) if c.output == "refunded"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_request_inside_a_step_resumes_that_step() {
+    let env = env().await;
+    let mut ask = step("ask", "asker", "pick a plan");
+    ask.output_to = "choice".into();
+    let mut stream = env
+        .client
+        .run_pipeline(pipeline(
+            pb::PipelineMode::Sequential,
+            pb::FailurePolicy::Fail,
+            vec![ask, step("confirm", "echo", "confirmed: {{choice}}")],
+        ))
+        .await
+        .expect("run");
+    let mut seen = Vec::new();
+    loop {
+        let e = stream.next().await.expect("open").expect("event");
+        seen.push(e.clone());
+        if let Some(Payload::InputRequested(r)) = &e.payload {
+            assert_eq!((e.context_id.as_str(), e.depth), ("root.ask", 1));
+            assert_eq!(r.options, ["basic", "gold"]);
+            env.client
+                .submit_input(&e.run_id, &r.input_id, "gold")
+                .await
+                .expect("answer");
+            break;
+        }
+    }
+    while let Some(e) = stream.next().await {
+        seen.push(e.expect("event"));
+    }
+    check_rules(&seen);
+    // The wait was not a failure: one attempt, no StepFailed, and the next
+    // step saw the answer.
+    assert!(
+        !seen
+            .iter()
+            .any(|e| matches!(e.payload, Some(Payload::StepFailed(_))))
+    );
+    assert_eq!(
+        lists(&summary(&seen)),
+        (true, ids(&["ask", "confirm"]), vec![], vec![])
+    );
+    assert!(
+        matches!(terminal(&seen), Payload::RunCompleted(c) if c.output == "confirmed: chose gold"),
+        "{:?}",
+        terminal(&seen)
+    );
+}
+
+fn agent_request(agent: &str, input: &str, max_depth: Option<u32>) -> pb::RunAgentRequest {
+    pb::RunAgentRequest {
+        agent: agent.into(),
+        input: input.into(),
+        limits: Some(pb::RunLimits {
+            max_depth,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn tool_completed<'a>(events: &'a [pb::RunEvent], tool: &str) -> &'a pb::ToolCallCompleted {
+    events
+        .iter()
+        .find_map(|e| match &e.payload {
+            Some(Payload::ToolCallCompleted(c)) if c.tool == tool => Some(c),
+            _ => None,
+        })
+        .expect("ToolCallCompleted")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_starts_a_pipeline_in_its_child_context_with_run_pipeline() {
+    let env = env().await;
+    let events = env
+        .client
+        .run_agent_to_end(agent_request("planner", "tides", Some(2)))
+        .await
+        .expect("run");
+    check_rules(&events);
+
+    // The pipeline runs in the agent's child context; its steps one level
+    // further down, with their agents' events nested in them.
+    let p = events
+        .iter()
+        .find(|e| matches!(e.payload, Some(Payload::PipelineCompleted(_))))
+        .expect("PipelineCompleted");
+    assert_eq!((p.context_id.as_str(), p.depth), ("root.run_pipeline.1", 1));
+    assert_eq!(p.parent_context_id, "root");
+    assert_eq!(
+        lists(&summary(&events)),
+        (true, ids(&["gather", "write"]), vec![], vec![])
+    );
+    for step in ["gather", "write"] {
+        let ctx = format!("root.run_pipeline.1.{step}");
+        let in_step: Vec<&pb::RunEvent> = events.iter().filter(|e| e.context_id == ctx).collect();
+        assert!(
+            in_step
+                .iter()
+                .all(|e| e.depth == 2 && e.parent_context_id == "root.run_pipeline.1")
+        );
+        assert!(
+            in_step
+                .iter()
+                .any(|e| matches!(e.payload, Some(Payload::StepStarted(_))))
+        );
+        assert!(
+            in_step
+                .iter()
+                .any(|e| matches!(&e.payload, Some(Payload::AgentStarted(a)) if a.agent == "echo"))
+        );
+    }
+    // The tool's result is the summary; the agent's answer uses it.
+    let call = tool_completed(&events, "run_pipeline");
+    assert!(call.error.is_empty(), "{}", call.error);
+    let result: serde_json::Value = serde_json::from_str(&call.result).expect("json");
+    assert_eq!(result["success"], true);
+    assert_eq!(result["output"], "report: facts on tides");
+    assert_eq!(result["outputs"]["gather"], "facts on tides");
+    assert!(
+        matches!(terminal(&events), Payload::RunCompleted(c) if c.output.starts_with("planned {") && c.output.contains("report: facts on tides"))
+    );
+    // Its slots were cleared when it ended.
+    let trace = &events[0].trace_id;
+    assert_eq!(env.store.list(trace, "").await.expect("list").used_keys, 0);
+
+    // max_depth applies: with 1, the steps (depth 2) may not run; the agent
+    // gets the refusal as its tool's error and no step starts.
+    let events = env
+        .client
+        .run_agent_to_end(agent_request("planner", "tides", Some(1)))
+        .await
+        .expect("run");
+    check_rules(&events);
+    let call = tool_completed(&events, "run_pipeline");
+    assert!(call.error.contains("over max_depth 1"), "{}", call.error);
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e.payload, Some(Payload::StepStarted(_))))
+    );
+    assert!(events.iter().all(|e| e.depth == 0));
+
+    // A bad pipeline is the tool's error, naming the field, and runs nothing.
+    let events = env
+        .client
+        .run_agent_to_end(agent_request("bad_planner", "go", None))
+        .await
+        .expect("run");
+    let call = tool_completed(&events, "run_pipeline");
+    assert!(
+        call.error
+            .starts_with("pipeline.steps[0].agent: unknown agent or group \"nobody\""),
+        "{}",
+        call.error
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e.payload, Some(Payload::StepStarted(_))))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

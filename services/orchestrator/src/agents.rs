@@ -16,12 +16,13 @@ use crate::{
 };
 
 /// Names of the built-in tools every agent may list.
-pub const BUILTIN_TOOLS: [&str; 5] = [
+pub const BUILTIN_TOOLS: [&str; 6] = [
     "read_context",
     "write_context",
     "list_context",
     "ask_user",
     "sleep",
+    crate::pipeline::TOOL_NAME,
 ];
 
 /// When a tool call needs a person's approval.

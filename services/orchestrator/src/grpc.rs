@@ -122,6 +122,7 @@ impl OrchestratorService {
             tools: self.tools.clone(),
             store: self.store.clone(),
             limits: options.limits,
+            pipeline_limits: self.pipeline_limits(),
             approval_mode: options.approval_mode,
             default_model: options.default_model,
             run_context: options.run_context,
@@ -152,6 +153,17 @@ impl OrchestratorService {
             tracing::info!(run_id = %record.run_id, status = ?record.state().status, "run ended");
         });
         Response::new(ReceiverStream::new(out_rx))
+    }
+
+    fn pipeline_limits(&self) -> PipelineLimits {
+        let d = &self.defaults;
+        PipelineLimits {
+            max_steps: d.max_pipeline_steps,
+            default_concurrency: d.pipeline_concurrency,
+            max_concurrency: d.max_pipeline_concurrency,
+            max_retries: d.max_step_retries,
+            max_step_timeout: d.max_timeout,
+        }
     }
 
     fn check_running(&self) -> Result<()> {
@@ -449,19 +461,11 @@ impl Orchestrator for OrchestratorService {
             }
         }
         let seeded = initial.iter().map(|(k, _)| k.clone()).collect();
-        let d = &self.defaults;
-        let pipeline_limits = PipelineLimits {
-            max_steps: d.max_pipeline_steps,
-            default_concurrency: d.pipeline_concurrency,
-            max_concurrency: d.max_pipeline_concurrency,
-            max_retries: d.max_step_retries,
-            max_step_timeout: d.max_timeout,
-        };
         let plan = Plan::validate(
             r.pipeline,
             &seeded,
             &self.catalog,
-            &pipeline_limits,
+            &self.pipeline_limits(),
             key_max,
         )?;
         let options = self.options(

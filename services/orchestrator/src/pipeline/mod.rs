@@ -7,6 +7,7 @@
 //! (`pipeline.steps[2].agent`, …). [`run`] executes a plan (see its docs for
 //! the failure policies).
 
+mod file;
 mod run;
 
 use std::{
@@ -16,7 +17,11 @@ use std::{
 
 use baton_proto::v1 as pb;
 
-pub use run::run_pipeline;
+pub use file::{PipelineFile, StepFile};
+pub use run::{run_as_tool, run_pipeline};
+
+/// The built-in tool through which an agent starts a pipeline.
+pub const TOOL_NAME: &str = "run_pipeline";
 
 use crate::{
     agents::{Catalog, valid_name},
@@ -24,7 +29,7 @@ use crate::{
 };
 
 /// Server limits on pipeline specs.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct PipelineLimits {
     /// Most steps in one pipeline.
     pub max_steps: usize,

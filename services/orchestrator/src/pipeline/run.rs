@@ -64,9 +64,7 @@ pub async fn run_pipeline(
     });
     rt.emit(&root, &no_agent(), started).await;
 
-    let mut owned_keys: BTreeSet<String> = initial.iter().map(|(k, _)| k.clone()).collect();
-    owned_keys.extend(plan.steps.iter().filter_map(|s| s.output_to.clone()));
-
+    let owned = owned_keys(&plan, &initial);
     let token = rt.record.token().clone();
     let outcome = tokio::select! {
         biased;
@@ -75,25 +73,19 @@ pub async fn run_pipeline(
         _ = tokio::time::sleep(rt.limits.run_timeout) => Some(Err((Code::DeadlineExceeded, format!(
             "the pipeline did not finish within run_timeout ({:?})", rt.limits.run_timeout)))),
     };
-
     if !keep_context {
-        // Concurrent deletes share the store connection as one pipeline.
-        let max_key = rt.store.limits().max_key_len;
-        let rt_ref = &rt;
-        let deletes = owned_keys
-            .iter()
-            .filter_map(|k| Key::parse("key", k, max_key).ok())
-            .map(|key| async move {
-                // Absent keys (never written, or expired) are fine.
-                let _ = rt_ref.store.delete(&rt_ref.trace_id, &key, None).await;
-            });
-        futures::future::join_all(deletes).await;
+        clear(&rt, &owned).await;
     }
 
     let terminal = match outcome {
-        Some(Ok(output)) => Payload::RunCompleted(pb::RunCompleted {
-            output,
+        Some(Ok(summary)) if summary.success => Payload::RunCompleted(pb::RunCompleted {
+            output: summary.output,
             run_context_json: rt.run_context_json(),
+            usage: Some(rt.usage()),
+        }),
+        Some(Ok(summary)) => Payload::RunFailed(pb::RunFailed {
+            code: Code::Aborted as i32,
+            message: summary.failure_message(),
             usage: Some(rt.usage()),
         }),
         Some(Err((code, message))) => Payload::RunFailed(pb::RunFailed {
@@ -109,16 +101,131 @@ pub async fn run_pipeline(
     rt.emit(&root, &no_agent(), terminal).await;
 }
 
+/// The `run_pipeline` tool: validates the agent's pipeline (its arguments
+/// are a [`PipelineFile`](super::PipelineFile) as JSON) and runs it in
+/// `ctx`, the calling agent's child context, so its steps run one level
+/// further down (`{ctx}.{step_id}`). Slots already in the trace count as
+/// seeded. Returns the summary as JSON; an error (the summary too, or what
+/// is wrong with the pipeline, naming the field) when it did not succeed.
+/// Its slots are cleared at the end unless it keeps them, as for
+/// RunPipeline; a cancelled nested pipeline leaves them to their TTL.
+///
+/// Boxed as `Send`: the tool runs agents which may call it again, and the
+/// compiler cannot infer `Send` through that cycle.
+pub fn run_as_tool<'a>(
+    rt: &'a Arc<RuntimeConfig>,
+    ctx: &'a Arc<ContextInfo>,
+    arguments: &'a serde_json::Value,
+) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send + 'a>> {
+    Box::pin(tool_body(rt, ctx, arguments))
+}
+
+async fn tool_body(
+    rt: &Arc<RuntimeConfig>,
+    ctx: &Arc<ContextInfo>,
+    arguments: &serde_json::Value,
+) -> Result<String, String> {
+    let file: super::PipelineFile = serde_json::from_value(arguments.clone())
+        .map_err(|e| format!("the arguments are not a pipeline: {e}"))?;
+    let request = file.into_request()?;
+    let max_key = rt.store.limits().max_key_len;
+    let mut initial: Vec<(String, String)> = request.initial_slots.into_iter().collect();
+    initial.sort();
+    let existing = rt
+        .store
+        .list(&rt.trace_id, "")
+        .await
+        .map_err(|e| format!("cannot list the trace's slots: {e}"))?;
+    let seeded: BTreeSet<String> = existing
+        .slots
+        .into_iter()
+        .map(|s| s.key)
+        .chain(initial.iter().map(|(k, _)| k.clone()))
+        .collect();
+    let plan = Plan::validate(
+        request.pipeline,
+        &seeded,
+        &rt.catalog,
+        &rt.pipeline_limits,
+        max_key,
+    )
+    .map_err(|e| e.to_string())?;
+    for (i, step) in plan.steps.iter().enumerate() {
+        CallFrame::new(rt, ctx.clone(), &step.agent, Vec::new(), String::new())
+            .map_err(|f| format!("pipeline.steps[{i}].agent: {}", f.message))?;
+    }
+    let owned = owned_keys(&plan, &initial);
+    let outcome = execute(rt, ctx, &plan, initial).await;
+    if !request.keep_context {
+        clear(rt, &owned).await;
+    }
+    let summary = outcome.map_err(|(_, message)| message)?;
+    let text = serde_json::json!({
+        "success": summary.success,
+        "output": summary.output,
+        "outputs": summary.outputs,
+        "succeeded": summary.succeeded,
+        "failed": summary.failed,
+        "skipped": summary.skipped,
+    })
+    .to_string();
+    if summary.success { Ok(text) } else { Err(text) }
+}
+
+/// The slots a pipeline owns: those it seeds and those its steps write.
+fn owned_keys(plan: &Plan, initial: &[(String, String)]) -> BTreeSet<String> {
+    let mut owned: BTreeSet<String> = initial.iter().map(|(k, _)| k.clone()).collect();
+    owned.extend(plan.steps.iter().filter_map(|s| s.output_to.clone()));
+    owned
+}
+
+/// Deletes the slots; concurrent deletes share the store connection as one
+/// pipeline. Absent keys (never written, or expired) are fine.
+async fn clear(rt: &Arc<RuntimeConfig>, keys: &BTreeSet<String>) {
+    let max_key = rt.store.limits().max_key_len;
+    let deletes = keys
+        .iter()
+        .filter_map(|k| Key::parse("key", k, max_key).ok())
+        .map(|key| async move {
+            let _ = rt.store.delete(&rt.trace_id, &key, None).await;
+        });
+    futures::future::join_all(deletes).await;
+}
+
+/// How a pipeline ended (what PipelineCompleted says, and the output).
+struct Summary {
+    success: bool,
+    succeeded: Vec<String>,
+    failed: Vec<String>,
+    skipped: Vec<String>,
+    outputs: BTreeMap<String, String>,
+    /// The last succeeded sink step's output (else the last succeeded
+    /// step's).
+    output: String,
+}
+
+impl Summary {
+    fn failure_message(&self) -> String {
+        format!(
+            "pipeline failed: {} succeeded, failed [{}], skipped [{}]",
+            self.succeeded.len(),
+            self.failed.join(", "),
+            self.skipped.join(", ")
+        )
+    }
+}
+
 type StepFuture<'a> = Pin<Box<dyn Future<Output = (usize, Result<String, String>)> + Send + 'a>>;
 
-/// Seeds the slots, runs the steps, emits PipelineCompleted; returns the
-/// run's output or why it failed.
+/// Seeds the slots, runs the steps in `root`'s child contexts, emits
+/// PipelineCompleted in `root`; returns how it ended, or why it could not
+/// run.
 async fn execute(
     rt: &Arc<RuntimeConfig>,
     root: &Arc<ContextInfo>,
     plan: &Plan,
     initial: Vec<(String, String)>,
-) -> Result<String, (Code, String)> {
+) -> Result<Summary, (Code, String)> {
     for (k, v) in initial {
         let key = Key::parse("key", &k, rt.store.limits().max_key_len)
             .map_err(|e| (Code::InvalidArgument, e.to_string()))?;
@@ -269,22 +376,17 @@ async fn execute(
         succeeded: succeeded.clone(),
         failed: failed.clone(),
         skipped: skipped.clone(),
-        outputs: outputs.into_iter().collect(),
+        outputs: outputs.clone().into_iter().collect(),
     });
     rt.emit(root, &no_agent(), completed).await;
-    if success {
-        Ok(last_output.unwrap_or_default())
-    } else {
-        Err((
-            Code::Aborted,
-            format!(
-                "pipeline failed: {} succeeded, failed [{}], skipped [{}]",
-                succeeded.len(),
-                failed.join(", "),
-                skipped.join(", ")
-            ),
-        ))
-    }
+    Ok(Summary {
+        success,
+        succeeded,
+        failed,
+        skipped,
+        outputs,
+        output: last_output.unwrap_or_default(),
+    })
 }
 
 async fn skip(rt: &RuntimeConfig, ctx: &Arc<ContextInfo>, step: &Step, reason: String) {

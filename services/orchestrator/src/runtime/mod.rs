@@ -37,6 +37,7 @@ use tonic::Code;
 use crate::{
     agents::{Agent, ApprovalPolicy, Catalog},
     model::{ChatMessage, DeltaSink, Model, ModelRequest, Models, Role, ToolCallRequest, ToolDef},
+    pipeline::{self, PipelineFile, PipelineLimits},
     tools::{Resume, Tool, ToolCtx, ToolOutcome, Toolbox},
 };
 use events::{ContextInfo, Draft};
@@ -84,6 +85,8 @@ pub struct RuntimeConfig {
     pub store: Arc<dyn ContextStore>,
     /// Limits.
     pub limits: Limits,
+    /// Limits on pipelines agents start with `run_pipeline`.
+    pub pipeline_limits: PipelineLimits,
     /// How approvals are answered.
     pub approval_mode: pb::ApprovalMode,
     /// The model of agents that name none: the request's, else the server's.
@@ -112,6 +115,8 @@ pub struct RunSetup {
     pub store: Arc<dyn ContextStore>,
     /// Limits.
     pub limits: Limits,
+    /// Limits on pipelines agents start.
+    pub pipeline_limits: PipelineLimits,
     /// Approval mode.
     pub approval_mode: pb::ApprovalMode,
     /// Default model.
@@ -131,6 +136,7 @@ impl RuntimeConfig {
             tools: setup.tools,
             store: setup.store,
             limits: setup.limits,
+            pipeline_limits: setup.pipeline_limits,
             approval_mode: setup.approval_mode,
             default_model: setup.default_model,
             run_context: Mutex::new(setup.run_context),
@@ -288,7 +294,15 @@ impl CallFrame {
     fn tool_defs(&self, catalog: &Catalog, toolbox: &Toolbox) -> Vec<ToolDef> {
         let mut defs = Vec::new();
         for t in &self.agent.spec.tools {
-            if let Some(tool) = toolbox.get(t) {
+            if t == pipeline::TOOL_NAME {
+                defs.push(ToolDef {
+                    name: t.clone(),
+                    description: "Run a pipeline of agent steps (sequential, parallel or a DAG) \
+                                  sharing this request's context; returns each step's output."
+                        .into(),
+                    parameters: PipelineFile::json_schema(),
+                });
+            } else if let Some(tool) = toolbox.get(t) {
                 let (description, parameters) = tool.describe();
                 defs.push(ToolDef {
                     name: t.clone(),
@@ -327,6 +341,7 @@ impl CallFrame {
 enum CallPlan {
     Handoff(String),
     Agent(Arc<ContextInfo>, String),
+    Pipeline(Arc<ContextInfo>),
     Tool(Arc<dyn Tool>),
     Refused(String),
 }
@@ -594,6 +609,21 @@ fn plan(rt: &RuntimeConfig, frame: &mut CallFrame, call: &ToolCallRequest) -> Ca
     if !frame.agent.spec.tools.iter().any(|t| t == name) {
         return CallPlan::Refused(format!("{} has no tool {name:?}", frame.agent.name));
     }
+    if name == pipeline::TOOL_NAME {
+        // The pipeline gets a child context; its steps run one level below.
+        let n = frame.children.entry(name.to_owned()).or_insert(0);
+        *n += 1;
+        let child = frame.ctx.child(&format!("{name}.{n}"));
+        if child.depth + 1 > rt.limits.max_depth {
+            return CallPlan::Refused(format!(
+                "cannot run a pipeline in context {}: its steps would be at depth {}, over max_depth {}",
+                child.id,
+                child.depth + 1,
+                rt.limits.max_depth
+            ));
+        }
+        return CallPlan::Pipeline(child);
+    }
     if let Some(tool) = rt.tools.get(name) {
         return CallPlan::Tool(tool.clone());
     }
@@ -641,6 +671,9 @@ async fn execute(
                 Ok(format!("transferred to {to}"))
             }
             CallPlan::Tool(tool) => run_tool(rt, view, call, tool.as_ref()).await,
+            CallPlan::Pipeline(child_ctx) => {
+                pipeline::run_as_tool(rt, &child_ctx, &call.arguments).await
+            }
             CallPlan::Agent(child_ctx, target) => {
                 let task = match call.arguments.get("task").and_then(Value::as_str) {
                     Some(t) => t.to_owned(),
