@@ -289,6 +289,8 @@ impl StoreServer {
         }
         c.redis.timeout = Duration::from_millis(500);
         c.health_interval = Duration::from_millis(100);
+        // No metrics port unless a test asks for one (tests run in parallel).
+        c.telemetry.metrics_listen = String::new();
         c.shutdown_grace = Duration::from_secs(5);
         c
     }
@@ -352,15 +354,24 @@ impl OrchestratorServer {
         let mut config = Config::default();
         config.store.mode = StoreMode::Memory;
         config.shutdown_grace = Duration::from_secs(5);
+        config.telemetry.metrics_listen = String::new();
         configure(&mut config);
         config.validate().map_err(|e| anyhow::anyhow!(e))?;
         let catalog = std::sync::Arc::new(
             baton_orchestrator::agents::Catalog::from_yaml(agents_yaml)
                 .map_err(|e| anyhow::anyhow!(e))?,
         );
+        // The config's telemetry only: tests never export because the
+        // process environment says so.
+        let tracing = baton_common::otel::Tracing::with_env(
+            &config.telemetry,
+            baton_orchestrator::SERVICE_NAME,
+            |_| None,
+        )
+        .map_err(|e| anyhow::anyhow!(e))?;
         let store = match store {
             Some(s) => s,
-            None => baton_orchestrator::build_store(&config)?,
+            None => baton_orchestrator::build_store(&config, &tracing)?,
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
@@ -378,7 +389,8 @@ impl OrchestratorServer {
                     .map(|(_, v)| (*v).to_owned())
             },
         )
-        .map_err(|e| anyhow::anyhow!(e))?;
+        .map_err(|e| anyhow::anyhow!(e))?
+        .with_tracing(tracing);
         let handle = tokio::spawn({
             let service = service.clone();
             let shutdown = shutdown.clone();

@@ -4,6 +4,9 @@
 //! - [`config`]: one loader for every service config: defaults → file (TOML) →
 //!   environment (`BATON_<SERVICE>_…`) → flags, then the service validates it.
 //! - [`telemetry`]: logging set-up in one function that returns a guard.
+//! - [`otel`]: the tracer provider of a service instance, OTLP export and
+//!   W3C trace context in gRPC metadata.
+//! - [`metrics`]: Prometheus text on `/metrics`.
 //! - [`shutdown`]: SIGTERM/SIGINT into a `CancellationToken`.
 //! - [`service`]: the `main` of every service binary.
 //! - [`server`]: the gRPC server every service runs: health, reflection (v1 and
@@ -13,6 +16,8 @@
 
 pub mod config;
 pub mod ids;
+pub mod metrics;
+pub mod otel;
 pub mod runtime;
 pub mod server;
 pub mod service;

@@ -4,7 +4,7 @@
 
 use std::{net::SocketAddr, time::Duration};
 
-use baton_common::telemetry::LogConfig;
+use baton_common::{otel::TelemetryConfig, telemetry::LogConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::store::{Limits, redis::RedisConfig};
@@ -50,6 +50,8 @@ pub struct Config {
     pub worker_threads: usize,
     /// Logging.
     pub log: LogConfig,
+    /// Traces (OTLP) and metrics (Prometheus).
+    pub telemetry: TelemetryConfig,
 }
 
 impl Default for Config {
@@ -63,6 +65,10 @@ impl Default for Config {
             health_interval: Duration::from_secs(1),
             worker_threads: 1,
             log: LogConfig::default(),
+            telemetry: TelemetryConfig {
+                metrics_listen: "0.0.0.0:9465".into(),
+                ..TelemetryConfig::default()
+            },
         }
     }
 }
@@ -91,6 +97,7 @@ impl Config {
     /// Checks the whole config; returns the first problem, naming the field.
     pub fn validate(&self) -> Result<(), String> {
         self.limits.validate()?;
+        self.telemetry.validate()?;
         if self.backend == Backend::Redis {
             self.redis.validate()?;
         }

@@ -10,7 +10,13 @@ use baton_proto::v1::{
     self as pb,
     context_store_server::{ContextStore as ContextStoreRpc, ContextStoreServer},
 };
-use futures::StreamExt;
+use baton_common::otel::Tracing;
+use futures::{Future, StreamExt};
+use opentelemetry::{
+    KeyValue,
+    trace::{Span as _, SpanBuilder, SpanKind, Status as SpanStatus, TraceContextExt, Tracer},
+};
+use std::time::Instant;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
@@ -18,6 +24,7 @@ use tonic::{Request, Response, Status};
 
 use crate::{
     error::{Error, Result},
+    metrics::Metrics,
     store::{ChangeKind, ContextStore, Key, Put, SlotMeta, parse_trace_id, validate_key_chars},
 };
 
@@ -31,7 +38,11 @@ pub struct StoreService {
     store: Arc<dyn ContextStore>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
+    tracing: Tracing,
+    metrics: Arc<Metrics>,
 }
+
+type WatchStream = ReceiverStream<Result<pb::WatchResponse, Status>>;
 
 impl StoreService {
     /// Wraps `store`; watches end when `shutdown` is cancelled, and their
@@ -45,7 +56,67 @@ impl StoreService {
             store,
             shutdown,
             tasks,
+            tracing: Tracing::with_env(&Default::default(), crate::SERVICE_NAME, |_| None)
+                .unwrap_or_else(|e| unreachable!("a provider without exporter: {e}")),
+            metrics: Arc::new(Metrics::new()),
         }
+    }
+
+    /// Makes server spans with `tracing` (by default none are exported).
+    pub fn with_tracing(mut self, tracing: Tracing) -> Self {
+        self.tracing = tracing;
+        self
+    }
+
+    /// The service's tracer provider.
+    pub fn tracing(&self) -> &Tracing {
+        &self.tracing
+    }
+
+    /// The service's metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Runs one RPC: a server span when the caller sent trace context (a
+    /// child of the caller's span), and the call's metrics.
+    async fn observed<T>(
+        &self,
+        method: &'static str,
+        parent: opentelemetry::Context,
+        call: impl Future<Output = Result<Response<T>, Status>>,
+    ) -> Result<Response<T>, Status> {
+        let span = parent.span().span_context().is_valid().then(|| {
+            self.tracing.tracer().build_with_context(
+                SpanBuilder::from_name(format!("baton.v1.ContextStore/{method}"))
+                    .with_kind(SpanKind::Server)
+                    .with_attributes([
+                        KeyValue::new("rpc.system", "grpc"),
+                        KeyValue::new("rpc.service", "baton.v1.ContextStore"),
+                        KeyValue::new("rpc.method", method),
+                    ]),
+                &parent,
+            )
+        });
+        let began = Instant::now();
+        let result = call.await;
+        let (code, field) = match &result {
+            Ok(_) => (tonic::Code::Ok, None),
+            Err(s) => (
+                s.code(),
+                s.metadata().get("baton-field").and_then(|v| v.to_str().ok()),
+            ),
+        };
+        self.metrics
+            .observe(method, code, field, began.elapsed().as_secs_f64());
+        if let Some(mut span) = span {
+            span.set_attribute(KeyValue::new("rpc.grpc.status_code", code as i64));
+            if let Err(s) = &result {
+                span.set_status(SpanStatus::error(s.message().to_owned()));
+            }
+            span.end();
+        }
+        result
     }
 
     /// The tonic server, with message limits sized for the store's value
@@ -110,9 +181,9 @@ fn slot_info(m: SlotMeta) -> pb::SlotInfo {
     }
 }
 
-#[tonic::async_trait]
-impl ContextStoreRpc for StoreService {
-    async fn put(
+/// The RPCs' bodies; [`ContextStoreRpc`] wraps each in [`StoreService::observed`].
+impl StoreService {
+    async fn do_put(
         &self,
         request: Request<pb::PutRequest>,
     ) -> Result<Response<pb::PutResponse>, Status> {
@@ -133,7 +204,7 @@ impl ContextStoreRpc for StoreService {
         }))
     }
 
-    async fn get(
+    async fn do_get(
         &self,
         request: Request<pb::GetRequest>,
     ) -> Result<Response<pb::GetResponse>, Status> {
@@ -148,7 +219,7 @@ impl ContextStoreRpc for StoreService {
         }))
     }
 
-    async fn list(
+    async fn do_list(
         &self,
         request: Request<pb::ListRequest>,
     ) -> Result<Response<pb::ListResponse>, Status> {
@@ -164,7 +235,7 @@ impl ContextStoreRpc for StoreService {
         }))
     }
 
-    async fn delete(
+    async fn do_delete(
         &self,
         request: Request<pb::DeleteRequest>,
     ) -> Result<Response<pb::DeleteResponse>, Status> {
@@ -179,7 +250,7 @@ impl ContextStoreRpc for StoreService {
         Ok(Response::new(pb::DeleteResponse { version }))
     }
 
-    async fn clear(
+    async fn do_clear(
         &self,
         request: Request<pb::ClearRequest>,
     ) -> Result<Response<pb::ClearResponse>, Status> {
@@ -189,12 +260,10 @@ impl ContextStoreRpc for StoreService {
         Ok(Response::new(pb::ClearResponse { deleted }))
     }
 
-    type WatchStream = ReceiverStream<Result<pb::WatchResponse, Status>>;
-
-    async fn watch(
+    async fn do_watch(
         &self,
         request: Request<pb::WatchRequest>,
-    ) -> Result<Response<Self::WatchStream>, Status> {
+    ) -> Result<Response<WatchStream>, Status> {
         self.check_running()?;
         let r = request.into_inner();
         let trace_id = parse_trace_id(&r.trace_id)?;
@@ -204,7 +273,17 @@ impl ContextStoreRpc for StoreService {
         let mut changes = self.store.watch(&trace_id, &r.prefix).await?;
         let (tx, rx) = mpsc::channel(WATCH_STREAM_BUFFER);
         let shutdown = self.shutdown.clone();
+        let watches = self.metrics.watches.clone();
+        watches.inc();
         self.tasks.spawn(async move {
+            // Counted while the task lives, however it ends.
+            struct Open(prometheus_client::metrics::gauge::Gauge);
+            impl Drop for Open {
+                fn drop(&mut self) {
+                    self.0.dec();
+                }
+            }
+            let _open = Open(watches);
             loop {
                 let item = tokio::select! {
                     _ = shutdown.cancelled() => {
@@ -239,5 +318,58 @@ impl ContextStoreRpc for StoreService {
             }
         });
         Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+#[tonic::async_trait]
+impl ContextStoreRpc for StoreService {
+    async fn put(
+        &self,
+        request: Request<pb::PutRequest>,
+    ) -> Result<Response<pb::PutResponse>, Status> {
+        let parent = baton_common::otel::extract(request.metadata());
+        self.observed("Put", parent, self.do_put(request)).await
+    }
+
+    async fn get(
+        &self,
+        request: Request<pb::GetRequest>,
+    ) -> Result<Response<pb::GetResponse>, Status> {
+        let parent = baton_common::otel::extract(request.metadata());
+        self.observed("Get", parent, self.do_get(request)).await
+    }
+
+    async fn list(
+        &self,
+        request: Request<pb::ListRequest>,
+    ) -> Result<Response<pb::ListResponse>, Status> {
+        let parent = baton_common::otel::extract(request.metadata());
+        self.observed("List", parent, self.do_list(request)).await
+    }
+
+    async fn delete(
+        &self,
+        request: Request<pb::DeleteRequest>,
+    ) -> Result<Response<pb::DeleteResponse>, Status> {
+        let parent = baton_common::otel::extract(request.metadata());
+        self.observed("Delete", parent, self.do_delete(request)).await
+    }
+
+    async fn clear(
+        &self,
+        request: Request<pb::ClearRequest>,
+    ) -> Result<Response<pb::ClearResponse>, Status> {
+        let parent = baton_common::otel::extract(request.metadata());
+        self.observed("Clear", parent, self.do_clear(request)).await
+    }
+
+    type WatchStream = WatchStream;
+
+    async fn watch(
+        &self,
+        request: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let parent = baton_common::otel::extract(request.metadata());
+        self.observed("Watch", parent, self.do_watch(request)).await
     }
 }

@@ -18,7 +18,11 @@ pub mod config;
 pub mod conformance;
 pub mod error;
 pub mod grpc;
+pub mod metrics;
 pub mod store;
+
+/// `service.name` unless configured otherwise.
+pub const SERVICE_NAME: &str = "baton-context-store";
 
 use std::sync::Arc;
 
@@ -65,7 +69,19 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr().context("listener has no address")?;
     let tasks = TaskTracker::new();
-    let service = StoreService::new(store.clone(), shutdown.clone(), tasks.clone());
+    let tracing = baton_common::otel::Tracing::new(&config.telemetry, SERVICE_NAME)
+        .map_err(|e| anyhow::anyhow!(e))?;
+    if let Some(endpoint) = tracing.endpoint() {
+        tracing::info!(endpoint, "exporting spans over OTLP");
+    }
+    let service = StoreService::new(store.clone(), shutdown.clone(), tasks.clone())
+        .with_tracing(tracing.clone());
+    baton_common::metrics::serve(
+        &config.telemetry.metrics_listen,
+        service.metrics().registry.clone(),
+        shutdown.clone(),
+    )
+    .await?;
     let routes = Routes::new(service.into_server());
     tracing::info!(%addr, backend = ?config.backend, "context store listening");
     let ready = move || {
@@ -77,7 +93,7 @@ pub async fn serve(
         check: ready,
         every: config.health_interval,
     };
-    baton_common::server::serve_with_health(
+    let served = baton_common::server::serve_with_health(
         listener,
         routes,
         readiness,
@@ -86,5 +102,7 @@ pub async fn serve(
         config.shutdown_grace,
     )
     .await
-    .context("gRPC server failed")
+    .context("gRPC server failed");
+    tracing.shutdown().await;
+    served
 }

@@ -32,6 +32,7 @@ impl Drop for Binary {
 fn spawn(redis_url: &str) -> Binary {
     let mut child = Command::new(env!("CARGO_BIN_EXE_baton-context-store"))
         .env("BATON_STORE_LISTEN", "127.0.0.1:0")
+        .env("BATON_STORE_TELEMETRY__METRICS_LISTEN", "")
         .env("BATON_STORE_REDIS__URL", redis_url)
         .env("BATON_STORE_REDIS__TIMEOUT", "300ms")
         .env("BATON_STORE_HEALTH_INTERVAL", "100ms")

@@ -5,7 +5,7 @@
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
-use baton_common::telemetry::LogConfig;
+use baton_common::{otel::TelemetryConfig, telemetry::LogConfig};
 use baton_context_store::store::Limits as StoreLimits;
 use serde::{Deserialize, Serialize};
 
@@ -125,6 +125,8 @@ pub struct Config {
     pub worker_threads: usize,
     /// Logging.
     pub log: LogConfig,
+    /// Traces (OTLP) and metrics (Prometheus).
+    pub telemetry: TelemetryConfig,
 }
 
 impl Default for Config {
@@ -137,6 +139,10 @@ impl Default for Config {
             shutdown_grace: Duration::from_secs(30),
             worker_threads: 0,
             log: LogConfig::default(),
+            telemetry: TelemetryConfig {
+                metrics_listen: "0.0.0.0:9464".into(),
+                ..TelemetryConfig::default()
+            },
         }
     }
 }
@@ -168,6 +174,7 @@ impl Config {
             .limits
             .validate()
             .map_err(|e| format!("store.{e}"))?;
+        self.telemetry.validate()?;
         let r = &self.runs;
         if r.max_depth > r.max_depth_limit {
             return Err("runs.max_depth must be at most runs.max_depth_limit".into());

@@ -6,7 +6,11 @@
 
 use std::{future::Future, sync::Arc, time::Duration};
 
-use baton_common::ids::TraceId;
+use baton_common::{ids::TraceId, otel::Tracing};
+use opentelemetry::{
+    Context, KeyValue,
+    trace::{Span as _, SpanBuilder, SpanKind, Status as SpanStatus, TraceContextExt, Tracer},
+};
 use baton_context_store::store::ContextStore;
 use baton_proto::v1::{self as pb, orchestrator_server::Orchestrator};
 use serde_json::{Map, Value};
@@ -19,10 +23,11 @@ use crate::{
     agents::{Catalog, parse_model_ref, valid_name},
     config::RunDefaults,
     error::{Error, Result},
+    metrics::Metrics,
     model::{ChatMessage, Models, Role, ToolCallRequest},
     pipeline::{self, PipelineLimits, Plan},
     runtime::{
-        self, CallFrame, Limits, RunSetup, RuntimeConfig,
+        self, CallFrame, Limits, RunSetup, RuntimeConfig, check_target,
         events::{self, Filter},
         registry::{ApprovalAnswer, RunRecord, Runs},
     },
@@ -40,6 +45,8 @@ pub struct OrchestratorService {
     defaults: RunDefaults,
     shutdown: CancellationToken,
     tasks: TaskTracker,
+    tracing: Tracing,
+    metrics: Arc<Metrics>,
 }
 
 impl OrchestratorService {
@@ -63,7 +70,55 @@ impl OrchestratorService {
             defaults,
             shutdown,
             tasks,
+            tracing: Tracing::with_env(&Default::default(), "baton-orchestrator", |_| None)?,
+            metrics: Arc::new(Metrics::new()),
         })
+    }
+
+    /// Makes spans with `tracing` (by default spans are made but not
+    /// exported).
+    pub fn with_tracing(mut self, tracing: Tracing) -> Self {
+        self.tracing = tracing;
+        self
+    }
+
+    /// The service's tracer provider.
+    pub fn tracing(&self) -> &Tracing {
+        &self.tracing
+    }
+
+    /// The service's metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Starts a run's span, a child of the caller's `traceparent` when the
+    /// request carries one; the run's trace id is that span's.
+    fn run_span(
+        &self,
+        parent: &Context,
+        method: &'static str,
+        kind: pb::RunKind,
+        target: &str,
+    ) -> (Context, TraceId) {
+        let span = self.tracing.tracer().build_with_context(
+            SpanBuilder::from_name(format!("run {target}"))
+                .with_kind(SpanKind::Server)
+                .with_attributes([
+                    KeyValue::new("rpc.system", "grpc"),
+                    KeyValue::new("rpc.service", "baton.v1.Orchestrator"),
+                    KeyValue::new("rpc.method", method),
+                    KeyValue::new("baton.run.kind", kind.as_str_name()),
+                    KeyValue::new("baton.run.target", target.to_owned()),
+                ]),
+            parent,
+        );
+        let trace = span.span_context().trace_id().to_string();
+        let cx = parent.with_span(span);
+        // An OTel trace id is 32 lowercase hex and never all zeros, which is
+        // what a TraceId is.
+        let trace_id = TraceId::parse(&trace).unwrap_or_else(|_| TraceId::random());
+        (cx, trace_id)
     }
 
     /// Fetches every tool server's tool descriptions in the background
@@ -103,7 +158,7 @@ impl OrchestratorService {
     /// Builds a run's record and shared config (nothing runs yet).
     fn prepare(
         &self,
-        trace_id: TraceId,
+        (run_span, trace_id): (Context, TraceId),
         kind: pb::RunKind,
         target: String,
         options: RunOptions,
@@ -114,6 +169,9 @@ impl OrchestratorService {
         Filter,
     ) {
         let record = RunRecord::new(trace_id, kind, target, &self.shutdown);
+        run_span
+            .span()
+            .set_attribute(KeyValue::new("baton.run.id", record.run_id.clone()));
         let (draft_tx, draft_rx) = mpsc::channel(events::DRAFT_BUFFER);
         let setup = RunSetup {
             record: record.clone(),
@@ -126,6 +184,9 @@ impl OrchestratorService {
             approval_mode: options.approval_mode,
             default_model: options.default_model,
             run_context: options.run_context,
+            tracer: self.tracing.tracer().clone(),
+            run_span,
+            metrics: self.metrics.clone(),
         };
         (
             record,
@@ -142,15 +203,47 @@ impl OrchestratorService {
         record: Arc<RunRecord>,
         draft_rx: mpsc::Receiver<events::Draft>,
         filter: Filter,
+        run_span: Context,
         body: impl Future<Output = ()> + Send + 'static,
     ) -> Response<EventStream> {
         self.runs.insert(record.clone());
-        tracing::info!(run_id = %record.run_id, trace_id = %record.trace_id, target = %record.target, kind = ?record.kind, "run started");
+        let kind = match record.kind {
+            pb::RunKind::Pipeline => "pipeline",
+            _ => "agent",
+        };
+        self.metrics.run_started(kind);
+        let span_id = run_span.span().span_context().span_id().to_string();
+        tracing::info!(run_id = %record.run_id, trace_id = %record.trace_id, span_id, target = %record.target, kind, "run started");
         let (out_tx, out_rx) = mpsc::channel(events::CLIENT_BUFFER);
+        let metrics = self.metrics.clone();
         self.tasks.spawn(async move {
-            let sequencer = events::sequence(draft_rx, out_tx, filter, record.clone());
+            let sequencer = events::sequence(
+                draft_rx,
+                out_tx,
+                filter,
+                record.clone(),
+                metrics.events.clone(),
+            );
             tokio::join!(sequencer, body);
-            tracing::info!(run_id = %record.run_id, status = ?record.state().status, "run ended");
+            let state = record.state();
+            let status = match state.status {
+                pb::RunStatus::Completed => "completed",
+                pb::RunStatus::Failed => "failed",
+                pb::RunStatus::Cancelled => "cancelled",
+                _ => "unknown",
+            };
+            metrics.run_finished(kind, status);
+            let span = run_span.span();
+            span.set_attribute(KeyValue::new("baton.run.status", status));
+            if state.status != pb::RunStatus::Completed {
+                span.set_status(SpanStatus::error(if state.error_message.is_empty() {
+                    status.to_owned()
+                } else {
+                    state.error_message.clone()
+                }));
+            }
+            span.end();
+            tracing::info!(run_id = %record.run_id, trace_id = %record.trace_id, span_id, status, "run ended");
         });
         Response::new(ReceiverStream::new(out_rx))
     }
@@ -368,25 +461,6 @@ fn history(messages: Vec<pb::Message>) -> Result<Vec<ChatMessage>> {
         .collect()
 }
 
-/// The trace to continue: the caller's `traceparent` when it is valid W3C
-/// trace context, else a new one.
-fn trace_from<T>(request: &Request<T>) -> TraceId {
-    request
-        .metadata()
-        .get("traceparent")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let mut parts = v.split('-');
-            match (parts.next(), parts.next()) {
-                (Some(version), Some(trace)) if version.len() == 2 && version != "ff" => {
-                    TraceId::parse(trace).ok()
-                }
-                _ => None,
-            }
-        })
-        .unwrap_or_else(TraceId::random)
-}
-
 type EventStream = ReceiverStream<std::result::Result<pb::RunEvent, Status>>;
 
 #[tonic::async_trait]
@@ -398,7 +472,7 @@ impl Orchestrator for OrchestratorService {
         request: Request<pb::RunAgentRequest>,
     ) -> std::result::Result<Response<Self::RunAgentStream>, Status> {
         self.check_running()?;
-        let trace_id = trace_from(&request);
+        let parent = baton_common::otel::extract(request.metadata());
         let r = request.into_inner();
         if r.agent.is_empty() {
             return Err(Error::invalid("agent", "must name an agent or group").into());
@@ -421,16 +495,25 @@ impl Orchestrator for OrchestratorService {
             r.approval_mode,
             r.filter,
         )?;
+        // An agent without any model is a bad request, not a failed run.
+        check_target(
+            &self.catalog,
+            &self.models,
+            &options.default_model,
+            &r.agent,
+        )
+        .map_err(|e| Status::from(Error::invalid("default_model", e)))?;
+        let span = self.run_span(&parent, "RunAgent", pb::RunKind::Agent, &r.agent);
         let (record, rt, draft_rx, filter) =
-            self.prepare(trace_id, pb::RunKind::Agent, r.agent.clone(), options);
-        // Built before the run is registered: an agent without any model is
-        // a bad request, not a failed run.
+            self.prepare(span, pb::RunKind::Agent, r.agent.clone(), options);
         let root = CallFrame::root(&rt, &r.agent, history, r.input)
-            .map_err(|f| Status::from(Error::invalid("default_model", f.message)))?;
+            .map_err(|f| Status::internal(f.message))?;
+        let run_span = rt.run_span.clone();
         Ok(self.launch(
             record,
             draft_rx,
             filter,
+            run_span,
             runtime::run_agent(rt, root, r.agent),
         ))
     }
@@ -442,7 +525,7 @@ impl Orchestrator for OrchestratorService {
         request: Request<pb::RunPipelineRequest>,
     ) -> std::result::Result<Response<Self::RunPipelineStream>, Status> {
         self.check_running()?;
-        let trace_id = trace_from(&request);
+        let parent = baton_common::otel::extract(request.metadata());
         let r = request.into_inner();
         let key_max = self.store.limits().max_key_len;
         let mut initial: Vec<(String, String)> = r.initial_slots.into_iter().collect();
@@ -480,21 +563,25 @@ impl Orchestrator for OrchestratorService {
         } else {
             plan.name.clone()
         };
-        let (record, rt, draft_rx, filter) =
-            self.prepare(trace_id, pb::RunKind::Pipeline, target, options);
         // Every step's agent must have a model, checked before anything runs.
         for (i, step) in plan.steps.iter().enumerate() {
-            CallFrame::root(&rt, &step.agent, Vec::new(), String::new()).map_err(|f| {
-                Status::from(Error::invalid(
-                    format!("pipeline.steps[{i}].agent"),
-                    f.message,
-                ))
-            })?;
+            check_target(
+                &self.catalog,
+                &self.models,
+                &options.default_model,
+                &step.agent,
+            )
+            .map_err(|e| Status::from(Error::invalid(format!("pipeline.steps[{i}].agent"), e)))?;
         }
+        let span = self.run_span(&parent, "RunPipeline", pb::RunKind::Pipeline, &target);
+        let (record, rt, draft_rx, filter) =
+            self.prepare(span, pb::RunKind::Pipeline, target, options);
+        let run_span = rt.run_span.clone();
         Ok(self.launch(
             record,
             draft_rx,
             filter,
+            run_span,
             pipeline::run_pipeline(rt, plan, initial, r.keep_context),
         ))
     }

@@ -21,6 +21,7 @@ pub mod agents;
 pub mod config;
 pub mod error;
 pub mod grpc;
+pub mod metrics;
 pub mod model;
 pub mod pipeline;
 pub mod remote_store;
@@ -30,6 +31,7 @@ pub mod tools;
 use std::{sync::Arc, time::Duration};
 
 use anyhow::Context;
+use baton_common::otel::Tracing;
 use baton_context_store::store::{ContextStore, memory::MemoryStore};
 use baton_proto::v1::orchestrator_server::OrchestratorServer;
 use tokio::net::TcpListener;
@@ -51,16 +53,26 @@ pub fn load_catalog(config: &Config) -> anyhow::Result<Arc<Catalog>> {
     Ok(Arc::new(catalog))
 }
 
-/// Builds the store the config names.
-pub fn build_store(config: &Config) -> anyhow::Result<Arc<dyn ContextStore>> {
+/// Builds the store the config names; calls to a remote store are spans of
+/// `tracing`.
+pub fn build_store(config: &Config, tracing: &Tracing) -> anyhow::Result<Arc<dyn ContextStore>> {
     Ok(match config.store.mode {
         StoreMode::Memory => Arc::new(MemoryStore::new(config.store.limits.clone())),
-        StoreMode::Remote => Arc::new(remote_store::RemoteStore::new(
-            &config.store.endpoint,
-            config.store.limits.clone(),
-        )?),
+        StoreMode::Remote => Arc::new(
+            remote_store::RemoteStore::new(&config.store.endpoint, config.store.limits.clone())?
+                .with_tracer(tracing.tracer().clone()),
+        ),
     })
 }
+
+/// The tracer provider the config and the standard `OTEL_*` variables
+/// describe.
+pub fn build_tracing(config: &Config) -> anyhow::Result<Tracing> {
+    Tracing::new(&config.telemetry, SERVICE_NAME).map_err(|e| anyhow::anyhow!(e))
+}
+
+/// `service.name` unless configured otherwise.
+pub const SERVICE_NAME: &str = "baton-orchestrator";
 
 /// Runs the orchestrator on `listener` until `shutdown` is cancelled.
 pub async fn run(
@@ -69,8 +81,9 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let catalog = load_catalog(&config)?;
-    let store = build_store(&config)?;
-    serve(catalog, store, &config, listener, shutdown).await
+    let tracing = build_tracing(&config)?;
+    let store = build_store(&config, &tracing)?;
+    serve(catalog, store, tracing, &config, listener, shutdown).await
 }
 
 /// Serves a catalog on a store (so `baton up` can share one store with the
@@ -78,6 +91,7 @@ pub async fn run(
 pub async fn serve(
     catalog: Arc<Catalog>,
     store: Arc<dyn ContextStore>,
+    tracing: Tracing,
     config: &Config,
     listener: TcpListener,
     shutdown: CancellationToken,
@@ -93,11 +107,13 @@ pub async fn serve(
         // config: model-provider keys, by the variable the agents file names.
         &|name| std::env::var(name).ok(),
     )
-    .map_err(|e| anyhow::anyhow!(e))?;
+    .map_err(|e| anyhow::anyhow!(e))?
+    .with_tracing(tracing);
     serve_service(service, store, config, listener, shutdown, tasks).await
 }
 
-/// Serves an already built service (tests keep a clone to inspect runs).
+/// Serves an already built service (tests keep a clone to inspect runs),
+/// with its metrics endpoint; flushes its spans at the end.
 pub async fn serve_service(
     service: OrchestratorService,
     store: Arc<dyn ContextStore>,
@@ -107,6 +123,16 @@ pub async fn serve_service(
     tasks: TaskTracker,
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr().context("listener has no address")?;
+    baton_common::metrics::serve(
+        &config.telemetry.metrics_listen,
+        service.metrics().registry.clone(),
+        shutdown.clone(),
+    )
+    .await?;
+    if let Some(endpoint) = service.tracing().endpoint() {
+        tracing::info!(endpoint, "exporting spans over OTLP");
+    }
+    let tracing = service.tracing().clone();
     service.list_remote_tools();
     let routes = Routes::new(OrchestratorServer::new(service));
     tracing::info!(%addr, "orchestrator listening");
@@ -119,7 +145,7 @@ pub async fn serve_service(
         check: ready,
         every: Duration::from_secs(1),
     };
-    baton_common::server::serve_with_health(
+    let served = baton_common::server::serve_with_health(
         listener,
         routes,
         readiness,
@@ -128,5 +154,7 @@ pub async fn serve_service(
         config.shutdown_grace,
     )
     .await
-    .context("gRPC server failed")
+    .context("gRPC server failed");
+    tracing.shutdown().await;
+    served
 }

@@ -1,5 +1,11 @@
 //! The context store over gRPC, behind the same [`ContextStore`] trait as the
 //! in-process backends, so the runtime cannot tell them apart.
+//!
+//! Every call is a `baton.v1.ContextStore/<Method>` client span, a child of
+//! the current OpenTelemetry context (the tool call or pipeline step making
+//! it), and carries that span as W3C `traceparent`, so the store's server
+//! spans join the run's trace. Health probes are neither traced nor
+//! propagated.
 
 use baton_client::{Error as ClientError, PutOptions, StoreClient, pb};
 use baton_common::ids::TraceId;
@@ -10,13 +16,22 @@ use baton_context_store::{
         Written,
     },
 };
-use futures::StreamExt;
+use futures::{Future, StreamExt};
+use opentelemetry::{
+    Context, KeyValue,
+    context::FutureExt as _,
+    trace::{SpanBuilder, SpanKind, Status, TraceContextExt, Tracer},
+};
+use opentelemetry_sdk::trace::SdkTracer;
 use tonic::Code;
 
 /// A `baton-context-store` reached over gRPC.
 pub struct RemoteStore {
     client: StoreClient,
+    /// The same client without trace propagation, for health probes.
+    probe: StoreClient,
     limits: Limits,
+    tracer: Option<SdkTracer>,
 }
 
 impl RemoteStore {
@@ -26,10 +41,55 @@ impl RemoteStore {
         let channel = tonic::transport::Endpoint::from_shared(endpoint.to_owned())?
             .tcp_nodelay(true)
             .connect_lazy();
+        let probe = StoreClient::new(channel);
+        let client = probe
+            .clone()
+            .with_metadata(std::sync::Arc::new(|md: &mut tonic::metadata::MetadataMap| {
+                baton_common::otel::inject(&Context::current(), md);
+            }));
         Ok(Self {
-            client: StoreClient::new(channel),
+            client,
+            probe,
             limits,
+            tracer: None,
         })
+    }
+
+    /// Makes a client span per call with `tracer`.
+    pub fn with_tracer(mut self, tracer: SdkTracer) -> Self {
+        self.tracer = Some(tracer);
+        self
+    }
+
+    /// Runs `call` in a client span named after the RPC.
+    async fn traced<T>(
+        &self,
+        method: &'static str,
+        trace_id: &TraceId,
+        call: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let Some(tracer) = &self.tracer else {
+            return call.await;
+        };
+        let parent = Context::current();
+        let span = tracer.build_with_context(
+            SpanBuilder::from_name(format!("baton.v1.ContextStore/{method}"))
+                .with_kind(SpanKind::Client)
+                .with_attributes([
+                    KeyValue::new("rpc.system", "grpc"),
+                    KeyValue::new("rpc.service", "baton.v1.ContextStore"),
+                    KeyValue::new("rpc.method", method),
+                    KeyValue::new("baton.trace_id", trace_id.to_string()),
+                ]),
+            &parent,
+        );
+        let cx = parent.with_span(span);
+        let result = call.with_context(cx.clone()).await;
+        if let Err(e) = &result {
+            cx.span().set_status(Status::error(e.to_string()));
+        }
+        cx.span().end();
+        result
     }
 }
 
@@ -81,16 +141,18 @@ impl ContextStore for RemoteStore {
             ttl: put.ttl,
             expected_version: put.expected_version,
         };
-        let r = self
-            .client
-            .put_with(
-                put.trace_id.as_str(),
-                put.key.as_str(),
-                put.value.to_vec(),
-                options,
-            )
-            .await
-            .map_err(|e| from_client(e, &put.trace_id, put.key.as_str()))?;
+        let call = async {
+            self.client
+                .put_with(
+                    put.trace_id.as_str(),
+                    put.key.as_str(),
+                    put.value.to_vec(),
+                    options,
+                )
+                .await
+                .map_err(|e| from_client(e, &put.trace_id, put.key.as_str()))
+        };
+        let r = self.traced("Put", &put.trace_id, call).await?;
         Ok(Written {
             version: r.version,
             expires_at_ms: ms(r.expires_at),
@@ -98,11 +160,13 @@ impl ContextStore for RemoteStore {
     }
 
     async fn get(&self, trace_id: &TraceId, key: &Key) -> Result<Slot> {
-        let r = self
-            .client
-            .get(trace_id.as_str(), key.as_str())
-            .await
-            .map_err(|e| from_client(e, trace_id, key.as_str()))?;
+        let call = async {
+            self.client
+                .get(trace_id.as_str(), key.as_str())
+                .await
+                .map_err(|e| from_client(e, trace_id, key.as_str()))
+        };
+        let r = self.traced("Get", trace_id, call).await?;
         let value = r.value.into();
         let slot = r.slot.ok_or_else(|| {
             Error::Internal("context store answered Get without slot metadata".into())
@@ -114,11 +178,13 @@ impl ContextStore for RemoteStore {
     }
 
     async fn list(&self, trace_id: &TraceId, prefix: &str) -> Result<Listing> {
-        let r = self
-            .client
-            .list(trace_id.as_str(), prefix)
-            .await
-            .map_err(|e| from_client(e, trace_id, prefix))?;
+        let call = async {
+            self.client
+                .list(trace_id.as_str(), prefix)
+                .await
+                .map_err(|e| from_client(e, trace_id, prefix))
+        };
+        let r = self.traced("List", trace_id, call).await?;
         Ok(Listing {
             slots: r.slots.into_iter().map(meta).collect(),
             used_bytes: r.used_bytes,
@@ -132,17 +198,23 @@ impl ContextStore for RemoteStore {
         key: &Key,
         expected_version: Option<u64>,
     ) -> Result<u64> {
-        self.client
-            .delete(trace_id.as_str(), key.as_str(), expected_version)
-            .await
-            .map_err(|e| from_client(e, trace_id, key.as_str()))
+        let call = async {
+            self.client
+                .delete(trace_id.as_str(), key.as_str(), expected_version)
+                .await
+                .map_err(|e| from_client(e, trace_id, key.as_str()))
+        };
+        self.traced("Delete", trace_id, call).await
     }
 
     async fn clear(&self, trace_id: &TraceId) -> Result<u64> {
-        self.client
-            .clear(trace_id.as_str())
-            .await
-            .map_err(|e| from_client(e, trace_id, ""))
+        let call = async {
+            self.client
+                .clear(trace_id.as_str())
+                .await
+                .map_err(|e| from_client(e, trace_id, ""))
+        };
+        self.traced("Clear", trace_id, call).await
     }
 
     async fn watch(&self, trace_id: &TraceId, prefix: &str) -> Result<ChangeStream> {
@@ -177,6 +249,10 @@ impl ContextStore for RemoteStore {
         // A List of a fixed trace is cheap and exercises the whole path.
         let probe = TraceId::parse("00000000000000000000000000000001")
             .map_err(|e| Error::Internal(e.to_string()))?;
-        self.list(&probe, "").await.map(|_| ())
+        self.probe
+            .list(probe.as_str(), "")
+            .await
+            .map(|_| ())
+            .map_err(|e| from_client(e, &probe, ""))
     }
 }

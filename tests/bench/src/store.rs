@@ -186,6 +186,7 @@ async fn start_servers(
         ..Config::default()
     };
     config.redis.url = redis_url.to_owned();
+    config.telemetry.metrics_listen = String::new();
     let store: Arc<dyn ContextStore> =
         Arc::new(RedisStore::new(&config.redis, config.limits.clone())?);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

@@ -23,6 +23,12 @@ pub struct UpArgs {
     /// else the built-in copy of it.
     #[arg(long)]
     agents: Option<PathBuf>,
+    /// Serve the orchestrator's Prometheus metrics here (`/metrics`).
+    #[arg(long, default_value = "")]
+    metrics_listen: String,
+    /// Serve the context store's Prometheus metrics here.
+    #[arg(long, default_value = "")]
+    store_metrics_listen: String,
 }
 
 /// Runs both services until Ctrl-C or SIGTERM.
@@ -60,11 +66,15 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     orch_config.store.mode = baton_orchestrator::config::StoreMode::Memory;
-    let store_config = baton_context_store::config::Config {
+    orch_config.telemetry.metrics_listen = args.metrics_listen;
+    let mut store_config = baton_context_store::config::Config {
         listen: args.store_listen,
         backend: baton_context_store::config::Backend::Memory,
         ..Default::default()
     };
+    store_config.telemetry.metrics_listen = args.store_metrics_listen;
+    // Spans go where OTEL_EXPORTER_OTLP_ENDPOINT says, when it is set.
+    let tracing = baton_orchestrator::build_tracing(&orch_config)?;
     let store: Arc<dyn ContextStore> = Arc::new(MemoryStore::new(store_config.limits.clone()));
 
     let orch_listener = tokio::net::TcpListener::bind(args.listen)
@@ -92,6 +102,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let orchestrator = baton_orchestrator::serve(
         catalog,
         store.clone(),
+        tracing,
         &orch_config,
         orch_listener,
         shutdown.clone(),

@@ -21,7 +21,7 @@ mod store;
 pub use baton_proto::v1 as pb;
 pub use error::Error;
 pub use orchestrator::{Events, OrchestratorClient};
-pub use store::{PutOptions, StoreClient};
+pub use store::{MetadataHook, PutOptions, StoreClient};
 
 /// Opens a channel to `endpoint` (`http://host:port`).
 pub async fn channel(endpoint: impl Into<String>) -> Result<tonic::transport::Channel, Error> {

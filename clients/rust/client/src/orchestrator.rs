@@ -43,13 +43,7 @@ impl OrchestratorClient {
         request: pb::RunAgentRequest,
         traceparent: Option<&str>,
     ) -> Result<Events, Error> {
-        let mut request = tonic::Request::new(request);
-        if let Some(tp) = traceparent {
-            let value = tp.parse().map_err(|_| {
-                Error::Status(tonic::Status::invalid_argument("traceparent: not ASCII"))
-            })?;
-            request.metadata_mut().insert("traceparent", value);
-        }
+        let request = traced(request, traceparent)?;
         let stream = self.inner.clone().run_agent(request).await?.into_inner();
         Ok(Box::pin(stream.map(|e| e.map_err(Error::from))))
     }
@@ -69,6 +63,16 @@ impl OrchestratorClient {
 
     /// Starts a pipeline run; the stream ends with the run's terminal event.
     pub async fn run_pipeline(&self, request: pb::RunPipelineRequest) -> Result<Events, Error> {
+        self.run_pipeline_traced(request, None).await
+    }
+
+    /// Starts a pipeline continuing the caller's W3C `traceparent`.
+    pub async fn run_pipeline_traced(
+        &self,
+        request: pb::RunPipelineRequest,
+        traceparent: Option<&str>,
+    ) -> Result<Events, Error> {
+        let request = traced(request, traceparent)?;
         let stream = self.inner.clone().run_pipeline(request).await?.into_inner();
         Ok(Box::pin(stream.map(|e| e.map_err(Error::from))))
     }
@@ -151,4 +155,16 @@ impl OrchestratorClient {
             .await?
             .into_inner())
     }
+}
+
+/// A request carrying `traceparent` (W3C trace context) when given.
+fn traced<T>(message: T, traceparent: Option<&str>) -> Result<tonic::Request<T>, Error> {
+    let mut request = tonic::Request::new(message);
+    if let Some(tp) = traceparent {
+        let value = tp
+            .parse()
+            .map_err(|_| Error::Status(tonic::Status::invalid_argument("traceparent: not ASCII")))?;
+        request.metadata_mut().insert("traceparent", value);
+    }
+    Ok(request)
 }

@@ -20,9 +20,19 @@ pub struct PutOptions {
 
 /// A client of `baton.v1.ContextStore`. Cheap to clone; clones share the
 /// connection.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct StoreClient {
     inner: ContextStoreClient<Channel>,
+    decorate: Option<MetadataHook>,
+}
+
+/// Adds metadata to every request of a client (a `traceparent`, say).
+pub type MetadataHook = std::sync::Arc<dyn Fn(&mut tonic::metadata::MetadataMap) + Send + Sync>;
+
+impl std::fmt::Debug for StoreClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreClient").finish_non_exhaustive()
+    }
 }
 
 impl StoreClient {
@@ -38,7 +48,26 @@ impl StoreClient {
         let inner = ContextStoreClient::new(channel)
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX);
-        Self { inner }
+        Self {
+            inner,
+            decorate: None,
+        }
+    }
+
+    /// Calls `hook` on the metadata of every request this client sends, as
+    /// the request is sent (so it sees the caller's current state, such as
+    /// the current OpenTelemetry context).
+    pub fn with_metadata(mut self, hook: MetadataHook) -> Self {
+        self.decorate = Some(hook);
+        self
+    }
+
+    fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Some(hook) = &self.decorate {
+            hook(request.metadata_mut());
+        }
+        request
     }
 
     /// The generated client, for calls this wrapper does not cover.
@@ -76,7 +105,7 @@ impl StoreClient {
             }),
             expected_version: options.expected_version,
         };
-        Ok(self.inner.clone().put(request).await?.into_inner())
+        Ok(self.inner.clone().put(self.request(request)).await?.into_inner())
     }
 
     /// Reads a slot.
@@ -85,7 +114,7 @@ impl StoreClient {
             trace_id: trace_id.to_owned(),
             key: key.to_owned(),
         };
-        Ok(self.inner.clone().get(request).await?.into_inner())
+        Ok(self.inner.clone().get(self.request(request)).await?.into_inner())
     }
 
     /// Lists a trace's slots under `prefix` (empty: all).
@@ -94,7 +123,7 @@ impl StoreClient {
             trace_id: trace_id.to_owned(),
             prefix: prefix.to_owned(),
         };
-        Ok(self.inner.clone().list(request).await?.into_inner())
+        Ok(self.inner.clone().list(self.request(request)).await?.into_inner())
     }
 
     /// Deletes a slot, only at `expected_version` when given.
@@ -112,7 +141,7 @@ impl StoreClient {
         Ok(self
             .inner
             .clone()
-            .delete(request)
+            .delete(self.request(request))
             .await?
             .into_inner()
             .version)
@@ -126,7 +155,7 @@ impl StoreClient {
         Ok(self
             .inner
             .clone()
-            .clear(request)
+            .clear(self.request(request))
             .await?
             .into_inner()
             .deleted)
@@ -143,7 +172,7 @@ impl StoreClient {
             trace_id: trace_id.to_owned(),
             prefix: prefix.to_owned(),
         };
-        let stream = self.inner.clone().watch(request).await?.into_inner();
+        let stream = self.inner.clone().watch(self.request(request)).await?.into_inner();
         Ok(stream.map(|item| item.map_err(Error::from)))
     }
 }

@@ -96,6 +96,9 @@ pub struct ModelTurn {
     pub usage: TokenUsage,
     /// Why it stopped: `stop` or `tool_calls`.
     pub finish_reason: String,
+    /// The model that answered, as the provider reports it (empty: the
+    /// one asked for).
+    pub model: String,
 }
 
 /// What a model is asked.

@@ -217,6 +217,7 @@ impl super::Model for OpenAiModel {
         let mut calls: BTreeMap<u64, PartialCall> = BTreeMap::new();
         let mut usage = TokenUsage::default();
         let mut finish_reason = String::new();
+        let mut model = String::new();
         while let Some(event) = events.next().await {
             let event = event.map_err(|e| fail(format!("stream broke: {e}")))?;
             if event.data.trim() == "[DONE]" {
@@ -226,6 +227,11 @@ impl super::Model for OpenAiModel {
                 .map_err(|e| fail(format!("unreadable chunk: {e}")))?;
             if let Some(err) = chunk.get("error") {
                 return Err(fail(format!("error in stream: {err}")));
+            }
+            if let Some(m) = chunk.get("model").and_then(Value::as_str)
+                && model.is_empty()
+            {
+                model = m.to_owned();
             }
             if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
                 usage.input_tokens = u["prompt_tokens"].as_u64().unwrap_or(0);
@@ -287,6 +293,7 @@ impl super::Model for OpenAiModel {
             calls,
             usage,
             finish_reason,
+            model,
         })
     }
 }

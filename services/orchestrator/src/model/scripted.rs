@@ -254,6 +254,7 @@ impl super::Model for ScriptedModel {
             calls,
             usage,
             finish_reason,
+            model: String::new(),
         })
     }
 }

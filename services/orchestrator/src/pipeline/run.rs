@@ -34,7 +34,10 @@ use futures::{StreamExt, stream::FuturesUnordered};
 use tonic::Code;
 
 use super::{Plan, Policy, Step};
-use crate::runtime::{CallFrame, RuntimeConfig, events::ContextInfo, run_frame};
+use opentelemetry::{KeyValue, context::FutureExt as _, trace::TraceContextExt as _};
+use tracing::Instrument as _;
+
+use crate::runtime::{CallFrame, RuntimeConfig, check_target, events::ContextInfo, run_frame};
 
 #[derive(Debug, Clone, PartialEq)]
 enum State {
@@ -57,7 +60,12 @@ pub async fn run_pipeline(
     initial: Vec<(String, String)>,
     keep_context: bool,
 ) {
-    let root = ContextInfo::root();
+    let root = rt.root_context(if plan.name.is_empty() {
+        "pipeline".to_owned()
+    } else {
+        format!("pipeline {}", plan.name)
+    });
+    let _end = root.end_on_drop();
     let started = Payload::RunStarted(pb::RunStarted {
         kind: pb::RunKind::Pipeline as i32,
         target: plan.name.clone(),
@@ -69,12 +77,12 @@ pub async fn run_pipeline(
     let outcome = tokio::select! {
         biased;
         _ = token.cancelled() => None,
-        r = execute(&rt, &root, &plan, initial) => Some(r),
+        r = execute(&rt, &root, &plan, initial).with_context(root.otel.clone()).instrument(rt.log_span(&root)) => Some(r),
         _ = tokio::time::sleep(rt.limits.run_timeout) => Some(Err((Code::DeadlineExceeded, format!(
             "the pipeline did not finish within run_timeout ({:?})", rt.limits.run_timeout)))),
     };
     if !keep_context {
-        clear(&rt, &owned).await;
+        clear(&rt, &owned).with_context(root.otel.clone()).await;
     }
 
     let terminal = match outcome {
@@ -83,16 +91,22 @@ pub async fn run_pipeline(
             run_context_json: rt.run_context_json(),
             usage: Some(rt.usage()),
         }),
-        Some(Ok(summary)) => Payload::RunFailed(pb::RunFailed {
-            code: Code::Aborted as i32,
-            message: summary.failure_message(),
-            usage: Some(rt.usage()),
-        }),
-        Some(Err((code, message))) => Payload::RunFailed(pb::RunFailed {
-            code: code as i32,
-            message,
-            usage: Some(rt.usage()),
-        }),
+        Some(Ok(summary)) => {
+            root.set_error(summary.failure_message());
+            Payload::RunFailed(pb::RunFailed {
+                code: Code::Aborted as i32,
+                message: summary.failure_message(),
+                usage: Some(rt.usage()),
+            })
+        }
+        Some(Err((code, message))) => {
+            root.set_error(message.clone());
+            Payload::RunFailed(pb::RunFailed {
+                code: code as i32,
+                message,
+                usage: Some(rt.usage()),
+            })
+        }
         None => Payload::RunCancelled(pb::RunCancelled {
             reason: rt.record.cancel_reason(),
             usage: Some(rt.usage()),
@@ -125,6 +139,22 @@ async fn tool_body(
     ctx: &Arc<ContextInfo>,
     arguments: &serde_json::Value,
 ) -> Result<String, String> {
+    let _end = ctx.end_on_drop();
+    let result = tool_run(rt, ctx, arguments)
+        .with_context(ctx.otel.clone())
+        .instrument(rt.log_span(ctx))
+        .await;
+    if let Err(e) = &result {
+        ctx.set_error(e.clone());
+    }
+    result
+}
+
+async fn tool_run(
+    rt: &Arc<RuntimeConfig>,
+    ctx: &Arc<ContextInfo>,
+    arguments: &serde_json::Value,
+) -> Result<String, String> {
     let file: super::PipelineFile = serde_json::from_value(arguments.clone())
         .map_err(|e| format!("the arguments are not a pipeline: {e}"))?;
     let request = file.into_request()?;
@@ -150,9 +180,12 @@ async fn tool_body(
         max_key,
     )
     .map_err(|e| e.to_string())?;
+    if !plan.name.is_empty() {
+        ctx.set_attribute(KeyValue::new("baton.pipeline.name", plan.name.clone()));
+    }
     for (i, step) in plan.steps.iter().enumerate() {
-        CallFrame::new(rt, ctx.clone(), &step.agent, Vec::new(), String::new())
-            .map_err(|f| format!("pipeline.steps[{i}].agent: {}", f.message))?;
+        check_target(&rt.catalog, &rt.models, &rt.default_model, &step.agent)
+            .map_err(|e| format!("pipeline.steps[{i}].agent: {e}"))?;
     }
     let owned = owned_keys(&plan, &initial);
     let outcome = execute(rt, ctx, &plan, initial).await;
@@ -246,7 +279,18 @@ async fn execute(
     }
 
     let n = plan.steps.len();
-    let contexts: Vec<Arc<ContextInfo>> = plan.steps.iter().map(|s| root.child(&s.id)).collect();
+    let contexts: Vec<Arc<ContextInfo>> = plan
+        .steps
+        .iter()
+        .map(|s| {
+            let ctx = root.child(&rt.tracer, &s.id, format!("step {}", s.id));
+            ctx.set_attribute(KeyValue::new("baton.step.id", s.id.clone()));
+            ctx.set_attribute(KeyValue::new("baton.step.agent", s.agent.clone()));
+            ctx
+        })
+        .collect();
+    // Every step's span ends when its step ends, at the latest here.
+    let _ends: Vec<_> = contexts.iter().map(|c| c.end_on_drop()).collect();
     let mut state = vec![State::Pending; n];
     let mut running: FuturesUnordered<StepFuture<'_>> = FuturesUnordered::new();
     let mut aborted = false;
@@ -289,9 +333,13 @@ async fn execute(
                             _ => None,
                         })
                         .collect();
-                    running.push(Box::pin(async move {
-                        (i, run_step(rt, ctx, step, known).await)
-                    }));
+                    let otel = ctx.otel.clone();
+                    let log = rt.log_span(&ctx);
+                    running.push(Box::pin(
+                        async move { (i, run_step(rt, ctx, step, known).await) }
+                            .with_context(otel)
+                            .instrument(log),
+                    ));
                 }
             }
         }
@@ -390,6 +438,8 @@ async fn execute(
 }
 
 async fn skip(rt: &RuntimeConfig, ctx: &Arc<ContextInfo>, step: &Step, reason: String) {
+    ctx.set_attribute(KeyValue::new("baton.step.skipped", reason.clone()));
+    drop(ctx.end_on_drop());
     rt.emit(
         ctx,
         &no_agent(),
@@ -408,9 +458,15 @@ async fn run_step(
     step: &Step,
     known: BTreeMap<String, String>,
 ) -> Result<String, String> {
+    let _end = ctx.end_on_drop();
     let attempts = step.retries + 1;
     let mut last_error = String::new();
     for attempt in 1..=attempts {
+        ctx.set_attribute(KeyValue::new("baton.step.attempt", i64::from(attempt)));
+        ctx.otel.span().add_event(
+            "attempt",
+            vec![KeyValue::new("baton.step.attempt", i64::from(attempt))],
+        );
         let started = Payload::StepStarted(pb::StepStarted {
             step_id: step.id.clone(),
             agent: step.agent.clone(),
@@ -446,6 +502,9 @@ async fn run_step(
                     will_retry,
                 });
                 rt.emit(&ctx, &no_agent(), failed).await;
+                if !will_retry {
+                    ctx.set_error(error.clone());
+                }
                 last_error = error;
             }
         }

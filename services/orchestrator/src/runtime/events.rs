@@ -9,6 +9,11 @@
 use std::{collections::HashSet, sync::Arc, time::SystemTime};
 
 use baton_proto::v1::{self as pb, run_event::Payload};
+use opentelemetry::{
+    Context, KeyValue,
+    trace::{Span as _, SpanBuilder, Status as SpanStatus, TraceContextExt, Tracer},
+};
+use opentelemetry_sdk::trace::SdkTracer;
 use tokio::sync::mpsc;
 use tonic::Status;
 
@@ -19,7 +24,10 @@ pub const DRAFT_BUFFER: usize = 256;
 /// Events buffered between the sequencer and the client.
 pub const CLIENT_BUFFER: usize = 256;
 
-/// Where in the tree of contexts something happens.
+/// Where in the tree of contexts something happens. Every context is an
+/// OpenTelemetry span, a child of its parent context's span; events carry
+/// its span id. Whoever creates a context ends its span
+/// ([`ContextInfo::end_on_drop`]).
 #[derive(Debug)]
 pub struct ContextInfo {
     /// `root`, `root.researcher.1`, …
@@ -30,34 +38,77 @@ pub struct ContextInfo {
     pub depth: u32,
     /// The context's span id (16 hex).
     pub span_id: String,
+    /// The context's span, as the OpenTelemetry parent of what runs in it.
+    pub otel: Context,
 }
 
 impl ContextInfo {
-    /// The root context.
-    pub fn root() -> Arc<Self> {
+    /// The root context of a run: a span named `name` under the run's span.
+    pub fn root(tracer: &SdkTracer, run: &Context, name: String) -> Arc<Self> {
+        Self::new(tracer, run, "root".into(), String::new(), 0, name)
+    }
+
+    /// A child context `{self}.{segment}`, its span named `name`.
+    pub fn child(&self, tracer: &SdkTracer, segment: &str, name: String) -> Arc<Self> {
+        Self::new(
+            tracer,
+            &self.otel,
+            format!("{}.{segment}", self.id),
+            self.id.clone(),
+            self.depth + 1,
+            name,
+        )
+    }
+
+    fn new(
+        tracer: &SdkTracer,
+        parent_cx: &Context,
+        id: String,
+        parent: String,
+        depth: u32,
+        name: String,
+    ) -> Arc<Self> {
+        let span = tracer.build_with_context(
+            SpanBuilder::from_name(name).with_attributes([
+                KeyValue::new("baton.context.id", id.clone()),
+                KeyValue::new("baton.context.depth", i64::from(depth)),
+            ]),
+            parent_cx,
+        );
+        let span_id = span.span_context().span_id().to_string();
         Arc::new(Self {
-            id: "root".into(),
-            parent: String::new(),
-            depth: 0,
-            span_id: new_span_id(),
+            id,
+            parent,
+            depth,
+            span_id,
+            otel: parent_cx.with_span(span),
         })
     }
 
-    /// A child context `{self}.{name}.{n}` or `{self}.{name}`.
-    pub fn child(&self, segment: &str) -> Arc<Self> {
-        Arc::new(Self {
-            id: format!("{}.{segment}", self.id),
-            parent: self.id.clone(),
-            depth: self.depth + 1,
-            span_id: new_span_id(),
-        })
+    /// Sets an attribute of the context's span.
+    pub fn set_attribute(&self, kv: KeyValue) {
+        self.otel.span().set_attribute(kv);
+    }
+
+    /// Marks the context's span failed.
+    pub fn set_error(&self, message: impl Into<String>) {
+        self.otel.span().set_status(SpanStatus::error(message.into()));
+    }
+
+    /// Ends the context's span when the guard drops (also when the run is
+    /// cancelled and the future holding it is dropped).
+    pub fn end_on_drop(self: &Arc<Self>) -> SpanEnd {
+        SpanEnd(self.clone())
     }
 }
 
-/// A random, non-zero 64-bit span id as 16 lowercase hex characters.
-pub fn new_span_id() -> String {
-    let u = uuid::Uuid::new_v4().as_u128() as u64;
-    format!("{:016x}", u.max(1))
+/// Ends a context's span when dropped.
+pub struct SpanEnd(Arc<ContextInfo>);
+
+impl Drop for SpanEnd {
+    fn drop(&mut self) {
+        self.0.otel.span().end();
+    }
 }
 
 /// An event before the sequencer numbers it.
@@ -149,6 +200,7 @@ pub async fn sequence(
     out: mpsc::Sender<Result<pb::RunEvent, Status>>,
     filter: Filter,
     record: Arc<RunRecord>,
+    emitted: prometheus_client::metrics::counter::Counter,
 ) {
     let trace_id = record.trace_id.to_string();
     let run_id = record.run_id.clone();
@@ -164,6 +216,7 @@ pub async fn sequence(
             }
         };
         let seq = record.next_seq();
+        emitted.inc();
         let terminal = is_terminal(&draft.payload);
         let forward = !client_gone && filter.passes(&draft.ctx, &draft.payload);
         if terminal {
@@ -206,6 +259,7 @@ mod tests {
             parent: String::new(),
             depth: 1,
             span_id: String::new(),
+            otel: Context::new(),
         };
         let p = Payload::TextDelta(pb::TextDelta {
             text: String::new(),

@@ -30,13 +30,24 @@ use baton_common::ids::TraceId;
 use baton_context_store::store::ContextStore;
 use baton_proto::v1::{self as pb, run_event::Payload};
 use futures::future::join_all;
+use opentelemetry::{
+    Context, KeyValue,
+    context::FutureExt as _,
+    trace::{Span as _, SpanBuilder, SpanKind, Status, TraceContextExt, Tracer},
+};
+use opentelemetry_sdk::trace::SdkTracer;
 use serde_json::{Map, Value, json};
+use tracing::Instrument as _;
 use tokio::sync::mpsc;
 use tonic::Code;
 
 use crate::{
     agents::{Agent, ApprovalPolicy, Catalog},
-    model::{ChatMessage, DeltaSink, Model, ModelRequest, Models, Role, ToolCallRequest, ToolDef},
+    metrics::Metrics,
+    model::{
+        ChatMessage, DeltaSink, Model, ModelRequest, ModelTurn, Models, Role, ToolCallRequest,
+        ToolDef,
+    },
     pipeline::{self, PipelineFile, PipelineLimits},
     tools::{Resume, Tool, ToolCtx, ToolOutcome, Toolbox},
 };
@@ -93,6 +104,12 @@ pub struct RuntimeConfig {
     pub default_model: String,
     /// The run-scoped context (a JSON object), persisting across handoffs.
     pub run_context: Mutex<Map<String, Value>>,
+    /// Makes the run's spans.
+    pub tracer: SdkTracer,
+    /// The run's span: the parent of its root context.
+    pub run_span: Context,
+    /// The service's metrics.
+    pub metrics: Arc<Metrics>,
     /// Fires when a tool-output policy decided `Final`.
     finish: tokio_util::sync::CancellationToken,
     /// The output a `Final` policy ended the run with.
@@ -123,6 +140,12 @@ pub struct RunSetup {
     pub default_model: String,
     /// Initial run context.
     pub run_context: Map<String, Value>,
+    /// Makes the run's spans.
+    pub tracer: SdkTracer,
+    /// The run's span.
+    pub run_span: Context,
+    /// The service's metrics.
+    pub metrics: Arc<Metrics>,
 }
 
 impl RuntimeConfig {
@@ -140,6 +163,9 @@ impl RuntimeConfig {
             approval_mode: setup.approval_mode,
             default_model: setup.default_model,
             run_context: Mutex::new(setup.run_context),
+            tracer: setup.tracer,
+            run_span: setup.run_span,
+            metrics: setup.metrics,
             finish: tokio_util::sync::CancellationToken::new(),
             final_output: Mutex::new(None),
             events,
@@ -183,19 +209,54 @@ impl RuntimeConfig {
     }
 
     fn model_for(&self, agent: &Agent) -> Result<Arc<dyn Model>, String> {
-        let reference = if agent.spec.model.is_empty() {
-            &self.default_model
-        } else {
-            &agent.spec.model
-        };
-        if reference.is_empty() {
-            return Err(format!(
-                "agent {} has no model, and neither the request nor the server names a default",
-                agent.name
-            ));
-        }
-        self.models.resolve(reference)
+        model_of(&self.models, &self.default_model, agent)
     }
+
+    /// The root context of the run: a span named `name` under the run's.
+    pub fn root_context(&self, name: String) -> Arc<ContextInfo> {
+        ContextInfo::root(&self.tracer, &self.run_span, name)
+    }
+
+    /// A tracing span for log lines inside `ctx`: they carry the run id,
+    /// trace id and the context's span id.
+    pub fn log_span(&self, ctx: &ContextInfo) -> tracing::Span {
+        tracing::info_span!(
+            "context",
+            run_id = %self.record.run_id,
+            trace_id = %self.trace_id,
+            span_id = %ctx.span_id,
+            context = %ctx.id,
+        )
+    }
+}
+
+/// Checks that `target` (an agent or group) exists and has a model, without
+/// starting anything: a request naming one that does not is a bad request.
+pub fn check_target(
+    catalog: &Catalog,
+    models: &Models,
+    default_model: &str,
+    target: &str,
+) -> Result<(), String> {
+    let agent = catalog
+        .entry(target)
+        .ok_or_else(|| format!("unknown agent {target:?}"))?;
+    model_of(models, default_model, &agent).map(|_| ())
+}
+
+fn model_of(models: &Models, default_model: &str, agent: &Agent) -> Result<Arc<dyn Model>, String> {
+    let reference = if agent.spec.model.is_empty() {
+        default_model
+    } else {
+        &agent.spec.model
+    };
+    if reference.is_empty() {
+        return Err(format!(
+            "agent {} has no model, and neither the request nor the server names a default",
+            agent.name
+        ));
+    }
+    models.resolve(reference)
 }
 
 /// Why an agent's context failed.
@@ -238,7 +299,8 @@ impl CallFrame {
         history: Vec<ChatMessage>,
         input: String,
     ) -> Result<Self, AgentFailure> {
-        Self::new(rt, ContextInfo::root(), target, history, input)
+        let ctx = rt.root_context(format!("agent {target}"));
+        Self::new(rt, ctx, target, history, input)
     }
 
     /// A frame running `target` (an agent or group) in `ctx` on `input`.
@@ -405,8 +467,17 @@ fn deadline(after: Duration) -> prost_types::Timestamp {
     prost_types::Timestamp::from(SystemTime::now() + after)
 }
 
-/// Runs the frame's agent (and whoever it hands off to) until a final answer.
+/// Runs the frame's agent (and whoever it hands off to) until a final
+/// answer. Log lines inside carry the run, trace and span ids.
 pub async fn run_frame(
+    rt: &Arc<RuntimeConfig>,
+    frame: CallFrame,
+) -> Result<(String, pb::Usage), AgentFailure> {
+    let span = rt.log_span(&frame.ctx);
+    run_frame_inner(rt, frame).instrument(span).await
+}
+
+async fn run_frame_inner(
     rt: &Arc<RuntimeConfig>,
     mut frame: CallFrame,
 ) -> Result<(String, pb::Usage), AgentFailure> {
@@ -441,28 +512,48 @@ pub async fn run_frame(
             input: &frame.input,
             call_id_prefix: &prefix,
         };
-        let turn =
-            match tokio::time::timeout(rt.limits.model_timeout, frame.model.turn(request, &sink))
-                .await
-            {
-                Ok(Ok(t)) => t,
-                Ok(Err(e)) => {
-                    return Err(AgentFailure {
-                        code: Code::Unavailable,
-                        message: e.to_string(),
-                    });
-                }
-                Err(_) => {
-                    return Err(AgentFailure {
-                        code: Code::DeadlineExceeded,
-                        message: format!(
-                            "model {} did not answer within {:?}",
-                            frame.model.reference(),
-                            rt.limits.model_timeout
-                        ),
-                    });
-                }
-            };
+        let mut chat = chat_span(rt, &frame.ctx, frame.model.reference());
+        let began = Instant::now();
+        let answered =
+            tokio::time::timeout(rt.limits.model_timeout, frame.model.turn(request, &sink)).await;
+        let seconds = began.elapsed().as_secs_f64();
+        let turn = match answered {
+            Ok(Ok(t)) => t,
+            Ok(Err(e)) => {
+                let message = e.to_string();
+                rt.metrics
+                    .model_call(frame.model.reference(), false, seconds, 0, 0);
+                chat.set_status(Status::error(message.clone()));
+                chat.end();
+                return Err(AgentFailure {
+                    code: Code::Unavailable,
+                    message,
+                });
+            }
+            Err(_) => {
+                let message = format!(
+                    "model {} did not answer within {:?}",
+                    frame.model.reference(),
+                    rt.limits.model_timeout
+                );
+                rt.metrics
+                    .model_call(frame.model.reference(), false, seconds, 0, 0);
+                chat.set_status(Status::error(message.clone()));
+                chat.end();
+                return Err(AgentFailure {
+                    code: Code::DeadlineExceeded,
+                    message,
+                });
+            }
+        };
+        rt.metrics.model_call(
+            frame.model.reference(),
+            true,
+            seconds,
+            turn.usage.input_tokens,
+            turn.usage.output_tokens,
+        );
+        end_chat_span(chat, frame.model.reference(), &turn);
         frame.agent_turns += 1;
         let turn_usage = pb::Usage {
             input_tokens: turn.usage.input_tokens,
@@ -549,6 +640,49 @@ pub async fn run_frame(
     }
 }
 
+/// The `chat <model>` span of one model call, with the GenAI semantic
+/// conventions' request attributes.
+fn chat_span(
+    rt: &RuntimeConfig,
+    ctx: &ContextInfo,
+    reference: &str,
+) -> opentelemetry_sdk::trace::Span {
+    let (provider, model) = reference.split_once(':').unwrap_or(("", reference));
+    rt.tracer.build_with_context(
+        SpanBuilder::from_name(format!("chat {model}"))
+            .with_kind(SpanKind::Client)
+            .with_attributes([
+                KeyValue::new("gen_ai.operation.name", "chat"),
+                KeyValue::new("gen_ai.provider.name", provider.to_owned()),
+                KeyValue::new("gen_ai.system", provider.to_owned()),
+                KeyValue::new("gen_ai.request.model", model.to_owned()),
+            ]),
+        &ctx.otel,
+    )
+}
+
+/// Ends a chat span with the response attributes.
+fn end_chat_span(mut span: opentelemetry_sdk::trace::Span, reference: &str, turn: &ModelTurn) {
+    let requested = reference.split_once(':').map_or(reference, |(_, m)| m);
+    let model = if turn.model.is_empty() {
+        requested.to_owned()
+    } else {
+        turn.model.clone()
+    };
+    span.set_attributes([
+        KeyValue::new("gen_ai.response.model", model),
+        KeyValue::new("gen_ai.usage.input_tokens", turn.usage.input_tokens as i64),
+        KeyValue::new("gen_ai.usage.output_tokens", turn.usage.output_tokens as i64),
+        KeyValue::new(
+            "gen_ai.response.finish_reasons",
+            opentelemetry::Value::Array(vec![opentelemetry::StringValue::from(
+                turn.finish_reason.clone(),
+            )].into()),
+        ),
+    ]);
+    span.end();
+}
+
 /// Hands the frame over to `to`: same context and messages, new agent, new
 /// model, per-agent state reset.
 async fn switch_agent(
@@ -613,16 +747,15 @@ fn plan(rt: &RuntimeConfig, frame: &mut CallFrame, call: &ToolCallRequest) -> Ca
         // The pipeline gets a child context; its steps run one level below.
         let n = frame.children.entry(name.to_owned()).or_insert(0);
         *n += 1;
-        let child = frame.ctx.child(&format!("{name}.{n}"));
-        if child.depth + 1 > rt.limits.max_depth {
+        let segment = format!("{name}.{n}");
+        let steps_depth = frame.ctx.depth + 2;
+        if steps_depth > rt.limits.max_depth {
             return CallPlan::Refused(format!(
-                "cannot run a pipeline in context {}: its steps would be at depth {}, over max_depth {}",
-                child.id,
-                child.depth + 1,
-                rt.limits.max_depth
+                "cannot run a pipeline in context {}.{segment}: its steps would be at depth {steps_depth}, over max_depth {}",
+                frame.ctx.id, rt.limits.max_depth
             ));
         }
-        return CallPlan::Pipeline(child);
+        return CallPlan::Pipeline(frame.ctx.child(&rt.tracer, &segment, "pipeline".into()));
     }
     if let Some(tool) = rt.tools.get(name) {
         return CallPlan::Tool(tool.clone());
@@ -630,19 +763,57 @@ fn plan(rt: &RuntimeConfig, frame: &mut CallFrame, call: &ToolCallRequest) -> Ca
     if rt.catalog.is_callable(name) {
         let n = frame.children.entry(name.to_owned()).or_insert(0);
         *n += 1;
-        let child = frame.ctx.child(&format!("{name}.{n}"));
-        if child.depth > rt.limits.max_depth {
+        let segment = format!("{name}.{n}");
+        let depth = frame.ctx.depth + 1;
+        if depth > rt.limits.max_depth {
             return CallPlan::Refused(format!(
-                "cannot call agent {name}: context {} would be at depth {}, over max_depth {}",
-                child.id, child.depth, rt.limits.max_depth
+                "cannot call agent {name}: context {}.{segment} would be at depth {depth}, over max_depth {}",
+                frame.ctx.id, rt.limits.max_depth
             ));
         }
+        let child = frame
+            .ctx
+            .child(&rt.tracer, &segment, format!("agent {name}"));
         return CallPlan::Agent(child, name.to_owned());
     }
     CallPlan::Refused(format!("unknown tool {name:?}"))
 }
 
+/// Runs one call of a turn in its `tool <name>` span (the current
+/// OpenTelemetry context while it runs, so store and ToolHost calls are its
+/// children).
 async fn execute(
+    rt: &Arc<RuntimeConfig>,
+    view: &FrameView,
+    call: &ToolCallRequest,
+    plan: CallPlan,
+) -> CallResult {
+    let span = rt.tracer.build_with_context(
+        SpanBuilder::from_name(format!("tool {}", call.name)).with_attributes([
+            KeyValue::new("gen_ai.operation.name", "execute_tool"),
+            KeyValue::new("gen_ai.tool.name", call.name.clone()),
+            KeyValue::new("gen_ai.tool.call.id", call.id.clone()),
+        ]),
+        &view.ctx.otel,
+    );
+    let cx = view.ctx.otel.with_span(span);
+    let began = Instant::now();
+    let result = execute_call(rt, view, call, plan)
+        .with_context(cx.clone())
+        .await;
+    rt.metrics.tool_call(
+        &call.name,
+        result.output.is_ok(),
+        began.elapsed().as_secs_f64(),
+    );
+    if let Err(e) = &result.output {
+        cx.span().set_status(Status::error(e.clone()));
+    }
+    cx.span().end();
+    result
+}
+
+async fn execute_call(
     rt: &Arc<RuntimeConfig>,
     view: &FrameView,
     call: &ToolCallRequest,
@@ -675,18 +846,22 @@ async fn execute(
                 pipeline::run_as_tool(rt, &child_ctx, &call.arguments).await
             }
             CallPlan::Agent(child_ctx, target) => {
+                let _end = child_ctx.end_on_drop();
                 let task = match call.arguments.get("task").and_then(Value::as_str) {
                     Some(t) => t.to_owned(),
                     None => call.arguments.to_string(),
                 };
-                match CallFrame::new(rt, child_ctx, &target, Vec::new(), task) {
+                match CallFrame::new(rt, child_ctx.clone(), &target, Vec::new(), task) {
                     Err(f) => Err(f.message),
                     Ok(child) => match Box::pin(run_frame(rt, child)).await {
                         Ok((output, usage)) => {
                             result.child_usage = Some(usage);
                             Ok(output)
                         }
-                        Err(f) => Err(format!("agent {target} failed: {}", f.message)),
+                        Err(f) => {
+                            child_ctx.set_error(f.message.clone());
+                            Err(format!("agent {target} failed: {}", f.message))
+                        }
                     },
                 }
             }
@@ -800,7 +975,14 @@ async fn run_tool(
                     deadline: Some(deadline(rt.limits.approval_timeout)),
                 });
                 rt.emit(&view.ctx, &view.agent_name, requested).await;
-                match tokio::time::timeout(rt.limits.approval_timeout, rx).await {
+                let mut wait = wait_span(rt, "wait input", "baton.input.id", &input_id);
+                let answered = tokio::time::timeout(rt.limits.approval_timeout, rx).await;
+                wait.set_attribute(KeyValue::new(
+                    "baton.wait.answered",
+                    matches!(answered, Ok(Ok(_))),
+                ));
+                wait.end();
+                match answered {
                     Ok(Ok(input)) => {
                         let received = Payload::InputReceived(pb::InputReceived {
                             input_id,
@@ -823,6 +1005,19 @@ async fn run_tool(
             }
         }
     }
+}
+
+/// A span around a wait for a person, under the current tool call's span.
+fn wait_span(
+    rt: &RuntimeConfig,
+    name: &'static str,
+    id_key: &'static str,
+    id: &str,
+) -> opentelemetry_sdk::trace::Span {
+    rt.tracer.build_with_context(
+        SpanBuilder::from_name(name).with_attributes([KeyValue::new(id_key, id.to_owned())]),
+        &Context::current(),
+    )
 }
 
 /// Asks for approval when the agent's policy for this tool wants it.
@@ -887,7 +1082,17 @@ async fn approve(
                 deadline: Some(deadline(rt.limits.approval_timeout)),
             });
             rt.emit(&view.ctx, &view.agent_name, requested).await;
-            match tokio::time::timeout(rt.limits.approval_timeout, rx).await {
+            let mut wait = wait_span(rt, "wait approval", "baton.approval.id", &approval_id);
+            let answered = tokio::time::timeout(rt.limits.approval_timeout, rx).await;
+            if let Ok(Ok(answer)) = &answered {
+                wait.set_attribute(KeyValue::new("baton.approval.approved", answer.approved));
+            }
+            wait.set_attribute(KeyValue::new(
+                "baton.wait.answered",
+                matches!(answered, Ok(Ok(_))),
+            ));
+            wait.end();
+            match answered {
                 Ok(Ok(answer)) => {
                     rt.emit(
                         &view.ctx,
@@ -924,6 +1129,7 @@ async fn approve(
 /// fires or its deadline passes).
 pub async fn run_agent(rt: Arc<RuntimeConfig>, root: CallFrame, target: String) {
     let root_ctx = root.ctx.clone();
+    let _end = root_ctx.end_on_drop();
     let no_agent: Arc<str> = Arc::from("");
     let started = Payload::RunStarted(pb::RunStarted {
         kind: pb::RunKind::Agent as i32,
@@ -958,11 +1164,14 @@ pub async fn run_agent(rt: Arc<RuntimeConfig>, root: CallFrame, target: String) 
             run_context_json: rt.run_context_json(),
             usage: Some(rt.usage()),
         }),
-        Some(Err(f)) => Payload::RunFailed(pb::RunFailed {
-            code: f.code as i32,
-            message: f.message,
-            usage: Some(rt.usage()),
-        }),
+        Some(Err(f)) => {
+            root_ctx.set_error(f.message.clone());
+            Payload::RunFailed(pb::RunFailed {
+                code: f.code as i32,
+                message: f.message,
+                usage: Some(rt.usage()),
+            })
+        }
         None => Payload::RunCancelled(pb::RunCancelled {
             reason: rt.record.cancel_reason(),
             usage: Some(rt.usage()),

@@ -160,6 +160,10 @@ impl Tool for RemoteTool {
                 e.code()
             ))
         };
+        // The call carries the tool span as W3C traceparent, so the tool
+        // server's spans join the run's trace.
+        let mut request = tonic::Request::new(request);
+        baton_common::otel::inject(&opentelemetry::Context::current(), request.metadata_mut());
         let mut stream = match self.server.client.clone().execute(request).await {
             Ok(r) => r.into_inner(),
             Err(e) => return unavailable(e),

@@ -1,0 +1,254 @@
+//! OpenTelemetry: one tracer provider per service instance, W3C trace
+//! context in gRPC metadata, and the `[telemetry]` config section.
+//!
+//! Every service always has a real tracer, so span and trace ids exist (the
+//! orchestrator puts them in every event) whether or not anything is
+//! exported. Export is OTLP over gRPC, batched on the SDK's own thread with
+//! a bounded queue: a slow or unreachable collector costs dropped spans,
+//! never a slower or failed call. Configuration follows the standard
+//! variables — `OTEL_EXPORTER_OTLP_ENDPOINT` (unset: nothing is exported),
+//! `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES` — and the config section
+//! can set the same things (tests run several services in one process, each
+//! with its own provider).
+
+use std::time::Duration;
+
+use opentelemetry::{
+    Context, KeyValue,
+    propagation::{Extractor, Injector, TextMapPropagator},
+    trace::TracerProvider as _,
+};
+use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
+use opentelemetry_sdk::{
+    Resource,
+    propagation::TraceContextPropagator,
+    trace::{SdkTracer, SdkTracerProvider},
+};
+use serde::{Deserialize, Serialize};
+use tonic::metadata::{KeyRef, MetadataKey, MetadataMap, MetadataValue};
+
+/// The `[telemetry]` section of a service config.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// OTLP/gRPC collector, like `http://jaeger:4317`. Empty: the
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` variable, and when that is unset too,
+    /// nothing is exported.
+    pub otlp_endpoint: String,
+    /// `service.name` of the spans. Empty: `OTEL_SERVICE_NAME`, else the
+    /// service's own name (`baton-orchestrator`, `baton-context-store`).
+    pub service_name: String,
+    /// Where Prometheus scrapes `/metrics`, like `0.0.0.0:9464`; empty turns
+    /// the endpoint off.
+    pub metrics_listen: String,
+}
+
+impl TelemetryConfig {
+    /// Checks the section; returns the problem naming the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.otlp_endpoint.is_empty()
+            && !(self.otlp_endpoint.starts_with("http://")
+                || self.otlp_endpoint.starts_with("https://"))
+        {
+            return Err(format!(
+                "telemetry.otlp_endpoint: {:?} is not http(s)://host:port",
+                self.otlp_endpoint
+            ));
+        }
+        if !self.metrics_listen.is_empty()
+            && self.metrics_listen.parse::<std::net::SocketAddr>().is_err()
+        {
+            return Err(format!(
+                "telemetry.metrics_listen: {:?} is not host:port",
+                self.metrics_listen
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Largest number of finished spans waiting for export; more are dropped.
+const MAX_QUEUE: usize = 8192;
+/// How long one export may take before the SDK gives it up.
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A service instance's tracer provider. Call [`Tracing::shutdown`] at the
+/// end to flush what is buffered.
+#[derive(Clone)]
+pub struct Tracing {
+    provider: SdkTracerProvider,
+    tracer: SdkTracer,
+    endpoint: Option<String>,
+}
+
+impl Tracing {
+    /// Builds the provider `config` and the standard variables describe.
+    /// Must run inside a Tokio runtime when exporting (the OTLP channel is
+    /// created lazily on it).
+    pub fn new(config: &TelemetryConfig, default_service: &str) -> Result<Self, String> {
+        Self::with_env(config, default_service, |k| std::env::var(k).ok())
+    }
+
+    /// As [`Tracing::new`], reading variables through `env`.
+    pub fn with_env(
+        config: &TelemetryConfig,
+        default_service: &str,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, String> {
+        let non_empty = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
+        let endpoint = if config.otlp_endpoint.is_empty() {
+            non_empty(env("OTEL_EXPORTER_OTLP_ENDPOINT"))
+        } else {
+            Some(config.otlp_endpoint.clone())
+        };
+        let service = if !config.service_name.is_empty() {
+            config.service_name.clone()
+        } else {
+            non_empty(env("OTEL_SERVICE_NAME")).unwrap_or_else(|| default_service.to_owned())
+        };
+        // Resource::builder reads OTEL_RESOURCE_ATTRIBUTES; the service name
+        // is set last so the config wins.
+        let resource = Resource::builder()
+            .with_attributes([KeyValue::new("service.name", service)])
+            .build();
+        let mut builder = SdkTracerProvider::builder().with_resource(resource);
+        if let Some(endpoint) = &endpoint {
+            let exporter = opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .with_endpoint(endpoint.clone())
+                .with_timeout(EXPORT_TIMEOUT)
+                .with_compression(opentelemetry_otlp::Compression::Gzip)
+                .build()
+                .map_err(|e| format!("telemetry.otlp_endpoint: {e}"))?;
+            let batch = opentelemetry_sdk::trace::BatchSpanProcessor::builder(exporter)
+                .with_batch_config(
+                    opentelemetry_sdk::trace::BatchConfigBuilder::default()
+                        .with_max_queue_size(MAX_QUEUE)
+                        .with_scheduled_delay(Duration::from_millis(500))
+                        .build(),
+                )
+                .build();
+            builder = builder.with_span_processor(batch);
+        }
+        let provider = builder.build();
+        let tracer = provider.tracer("baton");
+        Ok(Self {
+            provider,
+            tracer,
+            endpoint,
+        })
+    }
+
+    /// The tracer of this service's spans.
+    pub fn tracer(&self) -> &SdkTracer {
+        &self.tracer
+    }
+
+    /// Where spans go, if anywhere.
+    pub fn endpoint(&self) -> Option<&str> {
+        self.endpoint.as_deref()
+    }
+
+    /// Exports what is buffered and stops the provider (the SDK blocks
+    /// while it flushes, so this runs on a blocking thread).
+    pub async fn shutdown(self) {
+        if self.endpoint.is_none() {
+            return;
+        }
+        let provider = self.provider;
+        let flushed = tokio::task::spawn_blocking(move || provider.shutdown()).await;
+        if let Ok(Err(e)) = flushed {
+            tracing::warn!(error = %e, "could not flush spans at shutdown");
+        }
+    }
+}
+
+struct MetadataInjector<'a>(&'a mut MetadataMap);
+
+impl Injector for MetadataInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        if let (Ok(k), Ok(v)) = (
+            MetadataKey::from_bytes(key.as_bytes()),
+            MetadataValue::try_from(value.as_str()),
+        ) {
+            self.0.insert(k, v);
+        }
+    }
+}
+
+struct MetadataExtractor<'a>(&'a MetadataMap);
+
+impl Extractor for MetadataExtractor<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0
+            .keys()
+            .map(|k| match k {
+                KeyRef::Ascii(k) => k.as_str(),
+                KeyRef::Binary(k) => k.as_str(),
+            })
+            .collect()
+    }
+}
+
+/// Writes `cx`'s span as W3C `traceparent` (and `tracestate`) into gRPC
+/// metadata.
+pub fn inject(cx: &Context, metadata: &mut MetadataMap) {
+    TraceContextPropagator::new().inject_context(cx, &mut MetadataInjector(metadata));
+}
+
+/// The remote parent a request's `traceparent` names (an empty context
+/// when there is none or it is malformed).
+pub fn extract(metadata: &MetadataMap) -> Context {
+    TraceContextPropagator::new().extract(&MetadataExtractor(metadata))
+}
+
+#[cfg(test)]
+mod tests {
+    use opentelemetry::trace::{TraceContextExt, Tracer};
+
+    use super::*;
+
+    #[test]
+    fn traceparent_round_trips_through_metadata() {
+        let tracing = Tracing::with_env(&TelemetryConfig::default(), "t", |_| None)
+            .expect("provider");
+        assert_eq!(tracing.endpoint(), None, "nothing exported when unset");
+        let span = tracing.tracer().start("x");
+        let cx = Context::current_with_span(span);
+        let mut md = MetadataMap::new();
+        inject(&cx, &mut md);
+        let tp = md
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .expect("traceparent");
+        let sc = cx.span().span_context().clone();
+        assert_eq!(tp, format!("00-{}-{}-01", sc.trace_id(), sc.span_id()));
+        let back = extract(&md);
+        assert_eq!(back.span().span_context().trace_id(), sc.trace_id());
+        assert!(back.span().span_context().is_remote());
+        assert!(
+            !extract(&MetadataMap::new())
+                .span()
+                .span_context()
+                .is_valid()
+        );
+    }
+
+    #[test]
+    fn config_is_checked() {
+        let bad = TelemetryConfig {
+            otlp_endpoint: "jaeger:4317".into(),
+            ..Default::default()
+        };
+        assert!(bad.validate().expect_err("bad").starts_with("telemetry.otlp_endpoint"));
+        let bad = TelemetryConfig {
+            metrics_listen: "nine".into(),
+            ..Default::default()
+        };
+        assert!(bad.validate().expect_err("bad").starts_with("telemetry.metrics_listen"));
+    }
+}

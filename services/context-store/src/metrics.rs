@@ -1,0 +1,129 @@
+//! The context store's Prometheus metrics (served on
+//! `telemetry.metrics_listen`, see `baton_common::metrics`).
+//!
+//! | metric | labels |
+//! |---|---|
+//! | `baton_store_operations_total` | `op` (Put, Get, List, Delete, Clear, Watch), `code` (the gRPC code, `OK` on success) |
+//! | `baton_store_operation_duration_seconds` | `op` |
+//! | `baton_store_quota_rejections_total` | `field` (value, key: the request field a size or quota refused) |
+//! | `baton_store_backend_errors_total` | `op` (the backend — Redis — failed or was unreachable) |
+//! | `baton_store_watches_active` | |
+
+use std::sync::Arc;
+
+use prometheus_client::{
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    registry::Registry,
+};
+
+type Labels = Vec<(&'static str, String)>;
+type Histograms = Family<Labels, Histogram, fn() -> Histogram>;
+
+/// Every metric of one store instance.
+pub struct Metrics {
+    /// What `/metrics` serves.
+    pub registry: Arc<Registry>,
+    operations: Family<Labels, Counter>,
+    latency: Histograms,
+    quota_rejections: Family<Labels, Counter>,
+    backend_errors: Family<Labels, Counter>,
+    /// Open watches.
+    pub watches: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric in a fresh registry.
+    pub fn new() -> Self {
+        let mut r = Registry::default();
+        let operations = Family::<Labels, Counter>::default();
+        let hist: fn() -> Histogram = baton_common::metrics::latency_histogram;
+        let latency = Histograms::new_with_constructor(hist);
+        let quota_rejections = Family::<Labels, Counter>::default();
+        let backend_errors = Family::<Labels, Counter>::default();
+        let watches = Gauge::default();
+        r.register(
+            "baton_store_operations",
+            "Store RPCs by method and gRPC code",
+            operations.clone(),
+        );
+        r.register(
+            "baton_store_operation_duration_seconds",
+            "Latency of store RPCs (a watch: until it is set up)",
+            latency.clone(),
+        );
+        r.register(
+            "baton_store_quota_rejections",
+            "Writes refused by a size limit or a trace quota, by request field",
+            quota_rejections.clone(),
+        );
+        r.register(
+            "baton_store_backend_errors",
+            "Calls that failed because the backend (Redis) failed or was unreachable",
+            backend_errors.clone(),
+        );
+        r.register("baton_store_watches_active", "Open watches", watches.clone());
+        Self {
+            registry: Arc::new(r),
+            operations,
+            latency,
+            quota_rejections,
+            backend_errors,
+            watches,
+        }
+    }
+
+    /// One call of `op` ended with `code` after `seconds`; `field` is the
+    /// request field an error names.
+    pub fn observe(&self, op: &'static str, code: tonic::Code, field: Option<&str>, seconds: f64) {
+        self.operations
+            .get_or_create(&vec![("op", op.to_owned()), ("code", code_name(code))])
+            .inc();
+        self.latency
+            .get_or_create(&vec![("op", op.to_owned())])
+            .observe(seconds);
+        match code {
+            tonic::Code::ResourceExhausted => {
+                self.quota_rejections
+                    .get_or_create(&vec![("field", field.unwrap_or("").to_owned())])
+                    .inc();
+            }
+            tonic::Code::Unavailable | tonic::Code::Internal => {
+                self.backend_errors
+                    .get_or_create(&vec![("op", op.to_owned())])
+                    .inc();
+            }
+            _ => {}
+        }
+    }
+}
+
+/// `OK`, `NOT_FOUND`, …, as gRPC spells them.
+fn code_name(code: tonic::Code) -> String {
+    use tonic::Code as C;
+    match code {
+        C::Ok => "OK",
+        C::Cancelled => "CANCELLED",
+        C::Unknown => "UNKNOWN",
+        C::InvalidArgument => "INVALID_ARGUMENT",
+        C::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        C::NotFound => "NOT_FOUND",
+        C::AlreadyExists => "ALREADY_EXISTS",
+        C::PermissionDenied => "PERMISSION_DENIED",
+        C::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        C::FailedPrecondition => "FAILED_PRECONDITION",
+        C::Aborted => "ABORTED",
+        C::OutOfRange => "OUT_OF_RANGE",
+        C::Unimplemented => "UNIMPLEMENTED",
+        C::Internal => "INTERNAL",
+        C::Unavailable => "UNAVAILABLE",
+        C::DataLoss => "DATA_LOSS",
+        C::Unauthenticated => "UNAUTHENTICATED",
+    }
+    .to_owned()
+}

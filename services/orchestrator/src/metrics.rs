@@ -1,0 +1,142 @@
+//! The orchestrator's Prometheus metrics (served on
+//! `telemetry.metrics_listen`, see `baton_common::metrics`).
+//!
+//! | metric | labels |
+//! |---|---|
+//! | `baton_runs_started_total` | `kind` (agent, pipeline) |
+//! | `baton_runs_finished_total` | `kind`, `status` (completed, failed, cancelled) |
+//! | `baton_runs_active` | |
+//! | `baton_events_emitted_total` | |
+//! | `baton_model_call_duration_seconds` | `model`, `outcome` (ok, error) |
+//! | `baton_tool_call_duration_seconds` | `tool`, `outcome` |
+//! | `baton_model_tokens_total` | `model`, `direction` (input, output) |
+
+use std::sync::Arc;
+
+use prometheus_client::{
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    registry::Registry,
+};
+
+type Labels = Vec<(&'static str, String)>;
+type Histograms = Family<Labels, Histogram, fn() -> Histogram>;
+
+/// Every metric of one orchestrator instance.
+pub struct Metrics {
+    /// What `/metrics` serves.
+    pub registry: Arc<Registry>,
+    runs_started: Family<Labels, Counter>,
+    runs_finished: Family<Labels, Counter>,
+    runs_active: Gauge,
+    /// Events sequenced, across runs.
+    pub events: Counter,
+    model_latency: Histograms,
+    tool_latency: Histograms,
+    tokens: Family<Labels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric in a fresh registry.
+    pub fn new() -> Self {
+        let mut r = Registry::default();
+        let runs_started = Family::<Labels, Counter>::default();
+        let runs_finished = Family::<Labels, Counter>::default();
+        let runs_active = Gauge::default();
+        let events = Counter::default();
+        let hist: fn() -> Histogram = baton_common::metrics::latency_histogram;
+        let model_latency = Histograms::new_with_constructor(hist);
+        let tool_latency = Histograms::new_with_constructor(hist);
+        let tokens = Family::<Labels, Counter>::default();
+        r.register(
+            "baton_runs_started",
+            "Runs started, by kind",
+            runs_started.clone(),
+        );
+        r.register(
+            "baton_runs_finished",
+            "Runs finished, by kind and final status",
+            runs_finished.clone(),
+        );
+        r.register("baton_runs_active", "Runs in progress", runs_active.clone());
+        r.register(
+            "baton_events_emitted",
+            "Events sequenced onto run streams",
+            events.clone(),
+        );
+        r.register(
+            "baton_model_call_duration_seconds",
+            "Latency of one model turn",
+            model_latency.clone(),
+        );
+        r.register(
+            "baton_tool_call_duration_seconds",
+            "Latency of one tool call, waits for people included",
+            tool_latency.clone(),
+        );
+        r.register(
+            "baton_model_tokens",
+            "Tokens reported by models",
+            tokens.clone(),
+        );
+        Self {
+            registry: Arc::new(r),
+            runs_started,
+            runs_finished,
+            runs_active,
+            events,
+            model_latency,
+            tool_latency,
+            tokens,
+        }
+    }
+
+    /// A run of `kind` started.
+    pub fn run_started(&self, kind: &str) {
+        self.runs_started
+            .get_or_create(&vec![("kind", kind.to_owned())])
+            .inc();
+        self.runs_active.inc();
+    }
+
+    /// A run of `kind` ended with `status`.
+    pub fn run_finished(&self, kind: &str, status: &str) {
+        self.runs_finished
+            .get_or_create(&vec![("kind", kind.to_owned()), ("status", status.to_owned())])
+            .inc();
+        self.runs_active.dec();
+    }
+
+    /// One model turn took `seconds`.
+    pub fn model_call(&self, model: &str, ok: bool, seconds: f64, input: u64, output: u64) {
+        self.model_latency
+            .get_or_create(&vec![("model", model.to_owned()), ("outcome", outcome(ok))])
+            .observe(seconds);
+        if input > 0 {
+            self.tokens
+                .get_or_create(&vec![("model", model.to_owned()), ("direction", "input".into())])
+                .inc_by(input);
+        }
+        if output > 0 {
+            self.tokens
+                .get_or_create(&vec![("model", model.to_owned()), ("direction", "output".into())])
+                .inc_by(output);
+        }
+    }
+
+    /// One tool call took `seconds`.
+    pub fn tool_call(&self, tool: &str, ok: bool, seconds: f64) {
+        self.tool_latency
+            .get_or_create(&vec![("tool", tool.to_owned()), ("outcome", outcome(ok))])
+            .observe(seconds);
+    }
+}
+
+fn outcome(ok: bool) -> String {
+    if ok { "ok" } else { "error" }.to_owned()
+}
