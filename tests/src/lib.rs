@@ -22,7 +22,14 @@ use std::{
 };
 
 pub mod openai;
+pub mod otlp;
 pub mod toolhost;
+
+/// A loopback address with a port free at the time of the call (for
+/// listeners a service binds itself, such as its metrics endpoint).
+pub fn free_addr() -> std::io::Result<std::net::SocketAddr> {
+    std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()
+}
 
 use anyhow::{Context, bail};
 use baton_context_store::config::{Backend, Config as StoreConfig};

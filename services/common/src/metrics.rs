@@ -44,13 +44,16 @@ pub async fn serve(
         .await
         .map_err(|e| anyhow::anyhow!("telemetry.metrics_listen: cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr()?;
-    let app = Router::new().route(
-        "/metrics",
-        get(move || {
-            let registry = registry.clone();
-            async move { ([(header::CONTENT_TYPE, CONTENT_TYPE)], render(&registry)).into_response() }
-        }),
-    );
+    let app =
+        Router::new().route(
+            "/metrics",
+            get(move || {
+                let registry = registry.clone();
+                async move {
+                    ([(header::CONTENT_TYPE, CONTENT_TYPE)], render(&registry)).into_response()
+                }
+            }),
+        );
     tokio::spawn(async move {
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(shutdown.cancelled_owned())

@@ -46,10 +46,8 @@ pub struct TelemetryConfig {
 impl TelemetryConfig {
     /// Checks the section; returns the problem naming the field.
     pub fn validate(&self) -> Result<(), String> {
-        if !self.otlp_endpoint.is_empty()
-            && !(self.otlp_endpoint.starts_with("http://")
-                || self.otlp_endpoint.starts_with("https://"))
-        {
+        let e = &self.otlp_endpoint;
+        if !(e.is_empty() || e.starts_with("http://") || e.starts_with("https://")) {
             return Err(format!(
                 "telemetry.otlp_endpoint: {:?} is not http(s)://host:port",
                 self.otlp_endpoint
@@ -214,8 +212,8 @@ mod tests {
 
     #[test]
     fn traceparent_round_trips_through_metadata() {
-        let tracing = Tracing::with_env(&TelemetryConfig::default(), "t", |_| None)
-            .expect("provider");
+        let tracing =
+            Tracing::with_env(&TelemetryConfig::default(), "t", |_| None).expect("provider");
         assert_eq!(tracing.endpoint(), None, "nothing exported when unset");
         let span = tracing.tracer().start("x");
         let cx = Context::current_with_span(span);
@@ -244,11 +242,19 @@ mod tests {
             otlp_endpoint: "jaeger:4317".into(),
             ..Default::default()
         };
-        assert!(bad.validate().expect_err("bad").starts_with("telemetry.otlp_endpoint"));
+        assert!(
+            bad.validate()
+                .expect_err("bad")
+                .starts_with("telemetry.otlp_endpoint")
+        );
         let bad = TelemetryConfig {
             metrics_listen: "nine".into(),
             ..Default::default()
         };
-        assert!(bad.validate().expect_err("bad").starts_with("telemetry.metrics_listen"));
+        assert!(
+            bad.validate()
+                .expect_err("bad")
+                .starts_with("telemetry.metrics_listen")
+        );
     }
 }

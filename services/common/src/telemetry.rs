@@ -40,11 +40,23 @@ pub struct TelemetryGuard {
     _private: (),
 }
 
-/// Installs the global logger. Call once, from `main`.
+/// Installs the global logger, writing to stdout. Call once, from `main`.
 ///
 /// Returns an error when the filter directive is invalid or a logger is
 /// already installed.
+///
+/// Lines logged inside a run carry the run's `run_id`, `trace_id` and the
+/// `span_id` of the context they were logged in: as fields of the `span`
+/// object in JSON, as `context{…}` in text.
 pub fn init(service: &str, log: &LogConfig) -> Result<TelemetryGuard, String> {
+    init_to(service, log, std::io::stdout)
+}
+
+/// Like [`init`], writing to `writer` (tests capture the lines).
+pub fn init_to<W>(service: &str, log: &LogConfig, writer: W) -> Result<TelemetryGuard, String>
+where
+    W: for<'w> fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
     let filter = match std::env::var("RUST_LOG") {
         Ok(v) if !v.is_empty() => EnvFilter::try_new(v),
         _ => EnvFilter::try_new(&log.level),
@@ -52,10 +64,13 @@ pub fn init(service: &str, log: &LogConfig) -> Result<TelemetryGuard, String> {
     .map_err(|e| format!("invalid log level directive: {e}"))?;
     let registry = tracing_subscriber::registry().with(filter);
     let result = match log.format {
-        LogFormat::Text => registry.with(fmt::layer().with_target(true)).try_init(),
+        LogFormat::Text => registry
+            .with(fmt::layer().with_target(true).with_writer(writer))
+            .try_init(),
         LogFormat::Json => registry
             .with(
                 fmt::layer()
+                    .with_writer(writer)
                     .json()
                     .flatten_event(true)
                     .with_current_span(true),

@@ -6,11 +6,11 @@
 
 use std::{sync::Arc, time::Duration};
 
+use baton_common::otel::Tracing;
 use baton_proto::v1::{
     self as pb,
     context_store_server::{ContextStore as ContextStoreRpc, ContextStoreServer},
 };
-use baton_common::otel::Tracing;
 use futures::{Future, StreamExt};
 use opentelemetry::{
     KeyValue,
@@ -104,7 +104,9 @@ impl StoreService {
             Ok(_) => (tonic::Code::Ok, None),
             Err(s) => (
                 s.code(),
-                s.metadata().get("baton-field").and_then(|v| v.to_str().ok()),
+                s.metadata()
+                    .get("baton-field")
+                    .and_then(|v| v.to_str().ok()),
             ),
         };
         self.metrics
@@ -352,7 +354,8 @@ impl ContextStoreRpc for StoreService {
         request: Request<pb::DeleteRequest>,
     ) -> Result<Response<pb::DeleteResponse>, Status> {
         let parent = baton_common::otel::extract(request.metadata());
-        self.observed("Delete", parent, self.do_delete(request)).await
+        self.observed("Delete", parent, self.do_delete(request))
+            .await
     }
 
     async fn clear(

@@ -67,7 +67,11 @@ impl Metrics {
             "Calls that failed because the backend (Redis) failed or was unreachable",
             backend_errors.clone(),
         );
-        r.register("baton_store_watches_active", "Open watches", watches.clone());
+        r.register(
+            "baton_store_watches_active",
+            "Open watches",
+            watches.clone(),
+        );
         Self {
             registry: Arc::new(r),
             operations,

@@ -7,12 +7,12 @@
 use std::{future::Future, sync::Arc, time::Duration};
 
 use baton_common::{ids::TraceId, otel::Tracing};
+use baton_context_store::store::ContextStore;
+use baton_proto::v1::{self as pb, orchestrator_server::Orchestrator};
 use opentelemetry::{
     Context, KeyValue,
     trace::{Span as _, SpanBuilder, SpanKind, Status as SpanStatus, TraceContextExt, Tracer},
 };
-use baton_context_store::store::ContextStore;
-use baton_proto::v1::{self as pb, orchestrator_server::Orchestrator};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;

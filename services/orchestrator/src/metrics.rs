@@ -107,7 +107,10 @@ impl Metrics {
     /// A run of `kind` ended with `status`.
     pub fn run_finished(&self, kind: &str, status: &str) {
         self.runs_finished
-            .get_or_create(&vec![("kind", kind.to_owned()), ("status", status.to_owned())])
+            .get_or_create(&vec![
+                ("kind", kind.to_owned()),
+                ("status", status.to_owned()),
+            ])
             .inc();
         self.runs_active.dec();
     }
@@ -119,12 +122,18 @@ impl Metrics {
             .observe(seconds);
         if input > 0 {
             self.tokens
-                .get_or_create(&vec![("model", model.to_owned()), ("direction", "input".into())])
+                .get_or_create(&vec![
+                    ("model", model.to_owned()),
+                    ("direction", "input".into()),
+                ])
                 .inc_by(input);
         }
         if output > 0 {
             self.tokens
-                .get_or_create(&vec![("model", model.to_owned()), ("direction", "output".into())])
+                .get_or_create(&vec![
+                    ("model", model.to_owned()),
+                    ("direction", "output".into()),
+                ])
                 .inc_by(output);
         }
     }

@@ -42,11 +42,11 @@ impl RemoteStore {
             .tcp_nodelay(true)
             .connect_lazy();
         let probe = StoreClient::new(channel);
-        let client = probe
-            .clone()
-            .with_metadata(std::sync::Arc::new(|md: &mut tonic::metadata::MetadataMap| {
+        let client = probe.clone().with_metadata(std::sync::Arc::new(
+            |md: &mut tonic::metadata::MetadataMap| {
                 baton_common::otel::inject(&Context::current(), md);
-            }));
+            },
+        ));
         Ok(Self {
             client,
             probe,

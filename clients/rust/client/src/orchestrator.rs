@@ -161,9 +161,9 @@ impl OrchestratorClient {
 fn traced<T>(message: T, traceparent: Option<&str>) -> Result<tonic::Request<T>, Error> {
     let mut request = tonic::Request::new(message);
     if let Some(tp) = traceparent {
-        let value = tp
-            .parse()
-            .map_err(|_| Error::Status(tonic::Status::invalid_argument("traceparent: not ASCII")))?;
+        let value = tp.parse().map_err(|_| {
+            Error::Status(tonic::Status::invalid_argument("traceparent: not ASCII"))
+        })?;
         request.metadata_mut().insert("traceparent", value);
     }
     Ok(request)

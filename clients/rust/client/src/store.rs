@@ -105,7 +105,12 @@ impl StoreClient {
             }),
             expected_version: options.expected_version,
         };
-        Ok(self.inner.clone().put(self.request(request)).await?.into_inner())
+        Ok(self
+            .inner
+            .clone()
+            .put(self.request(request))
+            .await?
+            .into_inner())
     }
 
     /// Reads a slot.
@@ -114,7 +119,12 @@ impl StoreClient {
             trace_id: trace_id.to_owned(),
             key: key.to_owned(),
         };
-        Ok(self.inner.clone().get(self.request(request)).await?.into_inner())
+        Ok(self
+            .inner
+            .clone()
+            .get(self.request(request))
+            .await?
+            .into_inner())
     }
 
     /// Lists a trace's slots under `prefix` (empty: all).
@@ -123,7 +133,12 @@ impl StoreClient {
             trace_id: trace_id.to_owned(),
             prefix: prefix.to_owned(),
         };
-        Ok(self.inner.clone().list(self.request(request)).await?.into_inner())
+        Ok(self
+            .inner
+            .clone()
+            .list(self.request(request))
+            .await?
+            .into_inner())
     }
 
     /// Deletes a slot, only at `expected_version` when given.
@@ -172,7 +187,12 @@ impl StoreClient {
             trace_id: trace_id.to_owned(),
             prefix: prefix.to_owned(),
         };
-        let stream = self.inner.clone().watch(self.request(request)).await?.into_inner();
+        let stream = self
+            .inner
+            .clone()
+            .watch(self.request(request))
+            .await?
+            .into_inner();
         Ok(stream.map(|item| item.map_err(Error::from)))
     }
 }

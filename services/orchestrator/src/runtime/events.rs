@@ -92,7 +92,9 @@ impl ContextInfo {
 
     /// Marks the context's span failed.
     pub fn set_error(&self, message: impl Into<String>) {
-        self.otel.span().set_status(SpanStatus::error(message.into()));
+        self.otel
+            .span()
+            .set_status(SpanStatus::error(message.into()));
     }
 
     /// Ends the context's span when the guard drops (also when the run is

@@ -37,9 +37,9 @@ use opentelemetry::{
 };
 use opentelemetry_sdk::trace::SdkTracer;
 use serde_json::{Map, Value, json};
-use tracing::Instrument as _;
 use tokio::sync::mpsc;
 use tonic::Code;
+use tracing::Instrument as _;
 
 use crate::{
     agents::{Agent, ApprovalPolicy, Catalog},
@@ -553,6 +553,14 @@ async fn run_frame_inner(
             turn.usage.input_tokens,
             turn.usage.output_tokens,
         );
+        tracing::debug!(
+            model = frame.model.reference(),
+            input_tokens = turn.usage.input_tokens,
+            output_tokens = turn.usage.output_tokens,
+            calls = turn.calls.len(),
+            ms = seconds * 1000.0,
+            "model turn"
+        );
         end_chat_span(chat, frame.model.reference(), &turn);
         frame.agent_turns += 1;
         let turn_usage = pb::Usage {
@@ -672,12 +680,15 @@ fn end_chat_span(mut span: opentelemetry_sdk::trace::Span, reference: &str, turn
     span.set_attributes([
         KeyValue::new("gen_ai.response.model", model),
         KeyValue::new("gen_ai.usage.input_tokens", turn.usage.input_tokens as i64),
-        KeyValue::new("gen_ai.usage.output_tokens", turn.usage.output_tokens as i64),
+        KeyValue::new(
+            "gen_ai.usage.output_tokens",
+            turn.usage.output_tokens as i64,
+        ),
         KeyValue::new(
             "gen_ai.response.finish_reasons",
-            opentelemetry::Value::Array(vec![opentelemetry::StringValue::from(
-                turn.finish_reason.clone(),
-            )].into()),
+            opentelemetry::Value::Array(
+                vec![opentelemetry::StringValue::from(turn.finish_reason.clone())].into(),
+            ),
         ),
     ]);
     span.end();
@@ -801,10 +812,15 @@ async fn execute(
     let result = execute_call(rt, view, call, plan)
         .with_context(cx.clone())
         .await;
-    rt.metrics.tool_call(
-        &call.name,
-        result.output.is_ok(),
-        began.elapsed().as_secs_f64(),
+    let seconds = began.elapsed().as_secs_f64();
+    rt.metrics
+        .tool_call(&call.name, result.output.is_ok(), seconds);
+    tracing::debug!(
+        tool = %call.name,
+        call_id = %call.id,
+        ok = result.output.is_ok(),
+        ms = seconds * 1000.0,
+        "tool call finished"
     );
     if let Err(e) = &result.output {
         cx.span().set_status(Status::error(e.clone()));
