@@ -32,6 +32,8 @@ pub struct Seen {
     pub cancelled: AtomicUsize,
     /// Every ExecuteRequest received.
     pub requests: Mutex<Vec<pb::ExecuteRequest>>,
+    /// The `traceparent` metadata of each ExecuteRequest (empty if none).
+    pub traceparents: Mutex<Vec<String>>,
 }
 
 #[derive(Clone)]
@@ -90,6 +92,17 @@ impl ToolHost for Host {
         &self,
         request: Request<pb::ExecuteRequest>,
     ) -> Result<Response<ExecStream>, Status> {
+        let traceparent = request
+            .metadata()
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        self.seen
+            .traceparents
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(traceparent);
         let r = request.into_inner();
         self.seen
             .requests

@@ -146,6 +146,19 @@ async fn remote_tools_stream_progress_ask_for_input_and_fail_visibly() {
             ("root.scout.1", 1, "scout")
         );
     }
+    // Each call carried its tool span as W3C traceparent, in the run's
+    // trace, so the tool server's own spans join it.
+    let traceparents = host.seen.traceparents.lock().expect("lock").clone();
+    assert_eq!(traceparents.len(), requests.len());
+    for tp in &traceparents {
+        let parts: Vec<&str> = tp.split('-').collect();
+        assert_eq!(parts.len(), 4, "{tp:?}");
+        assert_eq!(parts[1], seen[0].trace_id, "{tp:?}");
+        assert!(
+            seen.iter().all(|e| e.span_id != parts[2]),
+            "the parent is the tool call's span, not a context's"
+        );
+    }
     let resumed = requests
         .iter()
         .find(|r| !r.resume_token.is_empty())

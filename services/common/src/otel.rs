@@ -236,6 +236,24 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn the_standard_variables_turn_export_on_and_the_config_wins() {
+        let env = |k: &str| {
+            (k == "OTEL_EXPORTER_OTLP_ENDPOINT").then(|| "http://collector:4317".to_owned())
+        };
+        let t = Tracing::with_env(&TelemetryConfig::default(), "t", env).expect("provider");
+        assert_eq!(t.endpoint(), Some("http://collector:4317"));
+        let configured = TelemetryConfig {
+            otlp_endpoint: "http://jaeger:4317".into(),
+            ..Default::default()
+        };
+        let t = Tracing::with_env(&configured, "t", env).expect("provider");
+        assert_eq!(t.endpoint(), Some("http://jaeger:4317"));
+        let blank = |_: &str| Some("  ".to_owned());
+        let t = Tracing::with_env(&TelemetryConfig::default(), "t", blank).expect("provider");
+        assert_eq!(t.endpoint(), None, "a blank variable exports nothing");
+    }
+
     #[test]
     fn config_is_checked() {
         let bad = TelemetryConfig {
