@@ -35,7 +35,11 @@ scripts:
   bad_planner:
     - calls: [{tool: run_pipeline, args: {steps: [{id: a, agent: nobody}]}}]
     - text: "{{results}}"
+  reader:
+    - calls: [{tool: read_context, args: {key: x}}]
+    - text: "read {{results}}"
 agents:
+  reader: {model: "scripted:reader", tools: [read_context]}
   echo: {model: "scripted:echo"}
   asker: {model: "scripted:asker", tools: [ask_user]}
   planner: {model: "scripted:planner", tools: [run_pipeline]}
@@ -56,13 +60,24 @@ struct Env {
 
 /// An orchestrator whose context store is a context-store service on Redis.
 async fn env() -> Env {
+    env_with_value_limits(None, None).await
+}
+
+/// Like [`env`], with the largest value the store service takes and the one
+/// the orchestrator believes it takes (defaults: 1 MiB).
+async fn env_with_value_limits(server: Option<u64>, orchestrator: Option<u64>) -> Env {
     let redis = RedisServer::start().expect("redis-server");
-    let store_server = StoreServer::start(StoreServer::config(Backend::Redis, Some(redis.url())))
-        .await
-        .expect("store");
-    let remote: Arc<dyn ContextStore> = Arc::new(
-        RemoteStore::new(&store_server.endpoint(), Default::default()).expect("remote store"),
-    );
+    let mut config = StoreServer::config(Backend::Redis, Some(redis.url()));
+    if let Some(limit) = server {
+        config.limits.max_value_bytes = limit;
+    }
+    let store_server = StoreServer::start(config).await.expect("store");
+    let mut limits = baton_context_store::store::Limits::default();
+    if let Some(limit) = orchestrator {
+        limits.max_value_bytes = limit;
+    }
+    let remote: Arc<dyn ContextStore> =
+        Arc::new(RemoteStore::new(&store_server.endpoint(), limits).expect("remote store"));
     let server = OrchestratorServer::start(AGENTS, Some(remote), |_| {})
         .await
         .expect("orchestrator");
@@ -823,4 +838,112 @@ async fn runs_on_an_in_process_redis_store_too() {
         .await
         .expect("run");
     assert!(matches!(terminal(&events), Payload::RunCompleted(c) if c.output == "hello again"));
+}
+
+/// Step outputs are written behind (dependents get them from memory), yet
+/// everything reading the store inside the run sees them: a tool of a later
+/// step, and a template naming a slot of a step that is no direct
+/// dependency.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outputs_written_behind_are_visible_to_every_later_read() {
+    let env = env().await;
+    for _ in 0..20 {
+        let mut a = step("a", "echo", "alpha");
+        a.output_to = "x".into();
+        let b = step("b", "reader", "go");
+        let c = step("c", "echo", "c saw {{x}}");
+        let mut req = pipeline(
+            pb::PipelineMode::Sequential,
+            pb::FailurePolicy::Fail,
+            vec![a, b, c],
+        );
+        req.keep_context = true;
+        let events = env.client.run_pipeline_to_end(req).await.expect("run");
+        check_rules(&events);
+        let p = summary(&events);
+        assert_eq!(p.outputs["b"], "read alpha");
+        assert_eq!(p.outputs["c"], "c saw alpha");
+        // The slot's ContextWritten comes before PipelineCompleted, in the
+        // writing step's context.
+        let written = events
+            .iter()
+            .position(|e| {
+                e.context_id == "root.a" && matches!(e.payload, Some(Payload::ContextWritten(_)))
+            })
+            .expect("ContextWritten");
+        let completed = events
+            .iter()
+            .position(|e| matches!(e.payload, Some(Payload::PipelineCompleted(_))))
+            .expect("PipelineCompleted");
+        assert!(written < completed);
+        let slot = env.store.get(&events[0].trace_id, "x").await.expect("kept");
+        assert_eq!(slot.value, b"alpha");
+    }
+}
+
+/// An output the store cannot take: over the limit the orchestrator knows,
+/// the step fails (and the policy decides); over a smaller limit only the
+/// store service knows, the write fails and so does the run, naming the
+/// slot and the step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_output_over_the_value_limit() {
+    let big = "y".repeat(65);
+    let env = env_with_value_limits(Some(64), Some(64)).await;
+    let mut a = step("a", "echo", &big);
+    a.output_to = "big".into();
+    let mut ok = step("ok", "echo", &"z".repeat(64));
+    ok.output_to = "fits".into();
+    let events = env
+        .client
+        .run_pipeline_to_end(pipeline(
+            pb::PipelineMode::Parallel,
+            pb::FailurePolicy::Continue,
+            vec![a, ok],
+        ))
+        .await
+        .expect("run");
+    check_rules(&events);
+    let failed = events
+        .iter()
+        .find_map(|e| match &e.payload {
+            Some(Payload::StepFailed(f)) => Some(f.error.clone()),
+            _ => None,
+        })
+        .expect("StepFailed");
+    assert_eq!(
+        failed,
+        "the output is 65 bytes, over the store's value limit of 64 bytes"
+    );
+    assert_eq!(
+        lists(&summary(&events)),
+        (false, ids(&["ok"]), ids(&["a"]), vec![]),
+        "exactly 64 bytes fit"
+    );
+
+    let env = env_with_value_limits(Some(64), None).await;
+    let mut a = step("a", "echo", &big);
+    a.output_to = "big".into();
+    let events = env
+        .client
+        .run_pipeline_to_end(pipeline(
+            pb::PipelineMode::Sequential,
+            pb::FailurePolicy::Continue,
+            vec![a, step("b", "slow", "x")],
+        ))
+        .await
+        .expect("run");
+    check_rules(&events);
+    match terminal(&events) {
+        Payload::RunFailed(f) => {
+            assert_eq!(f.code, Code::ResourceExhausted as i32);
+            assert!(
+                f.message.starts_with(
+                    "step \"a\" succeeded but its output could not be written to slot big:"
+                ),
+                "{}",
+                f.message
+            );
+        }
+        other => panic!("{other:?}"),
+    }
 }

@@ -82,6 +82,16 @@ pub enum Error {
     /// A bug or an unexpected backend answer.
     #[error("internal error: {0}")]
     Internal(String),
+    /// A remote context store refused the call (its message names the
+    /// field); the orchestrator's view of the store service's errors that
+    /// have no richer variant here.
+    #[error("{message}")]
+    Remote {
+        /// The store service's status code.
+        code: Code,
+        /// Its message.
+        message: String,
+    },
 }
 
 impl Error {
@@ -110,9 +120,10 @@ pub const FIELD_METADATA: &str = "baton-field";
 /// Metadata key carrying a slot's current version on a version mismatch.
 pub const CURRENT_VERSION_METADATA: &str = "baton-current-version";
 
-impl From<Error> for Status {
-    fn from(e: Error) -> Self {
-        let code = match &e {
+impl Error {
+    /// The gRPC code this error is reported with.
+    pub fn code(&self) -> Code {
+        match self {
             Error::InvalidArgument { .. } => Code::InvalidArgument,
             Error::NotFound { .. } => Code::NotFound,
             Error::ValueTooLarge { .. }
@@ -121,7 +132,14 @@ impl From<Error> for Status {
             Error::VersionMismatch { .. } | Error::WatchLagged { .. } => Code::Aborted,
             Error::Unavailable(_) | Error::ShuttingDown => Code::Unavailable,
             Error::Internal(_) => Code::Internal,
-        };
+            Error::Remote { code, .. } => *code,
+        }
+    }
+}
+
+impl From<Error> for Status {
+    fn from(e: Error) -> Self {
+        let code = e.code();
         let mut status = Status::new(code, e.to_string());
         if let Some(field) = e.field() {
             status

@@ -124,7 +124,10 @@ fn from_client(e: ClientError, trace_id: &TraceId, key: &str) -> Error {
         },
         Code::Unavailable | Code::DeadlineExceeded => Error::Unavailable(message),
         // The remote store's own message already names the field.
-        Code::InvalidArgument | Code::ResourceExhausted | Code::Aborted => Error::Internal(message),
+        Code::InvalidArgument | Code::ResourceExhausted | Code::Aborted => Error::Remote {
+            code: e.code(),
+            message,
+        },
         _ => Error::Internal(format!("context store: {message}")),
     }
 }

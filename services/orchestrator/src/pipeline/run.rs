@@ -10,6 +10,17 @@
 //! `retries` times, each attempt bounded by the step's timeout; the output
 //! is written to its `output_to` slot.
 //!
+//! Outputs are written behind: when a step succeeds its dependents start at
+//! once (they get its output from memory) while the write goes on, so a
+//! chain of steps does not wait for a store round trip per step. Everything
+//! that may read the store inside the run — a tool call, a step reading a
+//! slot it did not get from memory, a nested pipeline — first waits until no
+//! write is pending, and PipelineCompleted comes after every write, so no
+//! reader inside the run can tell. An output larger than the store's value
+//! limit fails its attempt before anything is written; a write that fails
+//! anyway (the store is down, a quota) fails the run, naming the step and
+//! slot.
+//!
 //! Failure policies: under `fail`, a failed required step cancels every
 //! running step (reported as skipped) and the run fails. Under `continue`,
 //! steps that need a failed step are skipped, the rest go on, and the run
@@ -28,7 +39,7 @@ use std::{
     time::Instant,
 };
 
-use baton_context_store::store::{Key, Put};
+use baton_context_store::store::{Key, Put, Written};
 use baton_proto::v1::{self as pb, run_event::Payload};
 use futures::{StreamExt, stream::FuturesUnordered};
 use tonic::Code;
@@ -161,6 +172,7 @@ async fn tool_run(
     let max_key = rt.store.limits().max_key_len;
     let mut initial: Vec<(String, String)> = request.initial_slots.into_iter().collect();
     initial.sort();
+    rt.pending_writes.settled().await;
     let existing = rt
         .store
         .list(&rt.trace_id, "")
@@ -249,6 +261,63 @@ impl Summary {
 }
 
 type StepFuture<'a> = Pin<Box<dyn Future<Output = (usize, Result<String, String>)> + Send + 'a>>;
+type WriteFuture<'a> =
+    Pin<Box<dyn Future<Output = (usize, baton_context_store::error::Result<Written>)> + Send + 'a>>;
+
+/// What the executor waits for next.
+enum Next {
+    Step((usize, Result<String, String>)),
+    Written((usize, baton_context_store::error::Result<Written>)),
+}
+
+/// The write of a step's output to its slot.
+fn output_put(rt: &RuntimeConfig, key: &str, output: &str) -> Put {
+    // Keys were validated with the plan.
+    let key = Key::parse("output_to", key, usize::MAX).unwrap_or_else(|_| {
+        unreachable!("output_to {key:?} was validated before the pipeline started")
+    });
+    let mut put = Put::new(rt.trace_id.clone(), key, output.as_bytes().to_vec());
+    put.content_type = "text/plain; charset=utf-8".into();
+    put
+}
+
+/// Cancels every running step (dropping them cancels their nested agents)
+/// and skips everything not started, because of `why`.
+async fn abort(
+    rt: &RuntimeConfig,
+    plan: &Plan,
+    contexts: &[Arc<ContextInfo>],
+    state: &mut [State],
+    running: &mut FuturesUnordered<StepFuture<'_>>,
+    why: &str,
+) {
+    let cancelled: Vec<usize> = (0..state.len())
+        .filter(|&j| state[j] == State::Running)
+        .collect();
+    *running = FuturesUnordered::new();
+    for j in cancelled {
+        state[j] = State::Skipped;
+        skip(
+            rt,
+            &contexts[j],
+            &plan.steps[j],
+            format!("cancelled: {why}"),
+        )
+        .await;
+    }
+    for j in 0..state.len() {
+        if state[j] == State::Pending {
+            state[j] = State::Skipped;
+            skip(
+                rt,
+                &contexts[j],
+                &plan.steps[j],
+                format!("not started: {why}"),
+            )
+            .await;
+        }
+    }
+}
 
 /// Seeds the slots, runs the steps in `root`'s child contexts, emits
 /// PipelineCompleted in `root`; returns how it ended, or why it could not
@@ -293,6 +362,8 @@ async fn execute(
     let _ends: Vec<_> = contexts.iter().map(|c| c.end_on_drop()).collect();
     let mut state = vec![State::Pending; n];
     let mut running: FuturesUnordered<StepFuture<'_>> = FuturesUnordered::new();
+    let mut writes: FuturesUnordered<WriteFuture<'_>> = FuturesUnordered::new();
+    let mut write_failure: Option<(Code, String)> = None;
     let mut aborted = false;
     loop {
         // Skip what can no longer run, start what can.
@@ -343,37 +414,71 @@ async fn execute(
                 }
             }
         }
-        let Some((i, result)) = running.next().await else {
+        if running.is_empty() && writes.is_empty() {
             break;
+        }
+        let next = tokio::select! {
+            Some(done) = running.next(), if !running.is_empty() => Next::Step(done),
+            Some(written) = writes.next(), if !writes.is_empty() => Next::Written(written),
         };
-        match result {
-            Ok(output) => state[i] = State::Succeeded(output),
-            Err(_) => {
+        match next {
+            Next::Step((i, Ok(output))) => {
+                if let Some(key) = &plan.steps[i].output_to {
+                    // Written behind: dependents already have the output
+                    // from memory; readers of the store wait for it.
+                    rt.pending_writes.begin();
+                    let put = output_put(rt, key, &output);
+                    let otel = contexts[i].otel.clone();
+                    writes.push(Box::pin(
+                        async move { (i, rt.store.put(put).await) }.with_context(otel),
+                    ));
+                }
+                state[i] = State::Succeeded(output);
+            }
+            Next::Step((i, Err(_))) => {
                 state[i] = State::Failed;
-                if plan.policy == Policy::Fail && plan.steps[i].required {
+                if plan.policy == Policy::Fail && plan.steps[i].required && !aborted {
                     aborted = true;
-                    // Dropping the running steps cancels them and all their
-                    // nested agents.
-                    let cancelled: Vec<usize> =
-                        (0..n).filter(|&j| state[j] == State::Running).collect();
-                    running = FuturesUnordered::new();
-                    for j in cancelled {
-                        state[j] = State::Skipped;
-                        let reason =
-                            format!("cancelled: required step {:?} failed", plan.steps[i].id);
-                        skip(rt, &contexts[j], &plan.steps[j], reason).await;
+                    let why = format!("required step {:?} failed", plan.steps[i].id);
+                    abort(rt, plan, &contexts, &mut state, &mut running, &why).await;
+                }
+            }
+            Next::Written((i, result)) => {
+                rt.pending_writes.end();
+                let key = plan.steps[i].output_to.clone().unwrap_or_default();
+                match result {
+                    Ok(w) => {
+                        let size = match &state[i] {
+                            State::Succeeded(o) => o.len() as u64,
+                            _ => 0,
+                        };
+                        let written = Payload::ContextWritten(pb::ContextWritten {
+                            key,
+                            version: w.version,
+                            size_bytes: size,
+                        });
+                        rt.emit(&contexts[i], &no_agent(), written).await;
                     }
-                    for j in 0..n {
-                        if state[j] == State::Pending {
-                            state[j] = State::Skipped;
-                            let reason =
-                                format!("not started: required step {:?} failed", plan.steps[i].id);
-                            skip(rt, &contexts[j], &plan.steps[j], reason).await;
+                    Err(e) if write_failure.is_none() => {
+                        let message = format!(
+                            "step {:?} succeeded but its output could not be written to slot {key}: {e}",
+                            plan.steps[i].id
+                        );
+                        contexts[i].set_error(message.clone());
+                        write_failure = Some((e.code(), message));
+                        if !aborted {
+                            aborted = true;
+                            let why = format!("the output of step {:?} was lost", plan.steps[i].id);
+                            abort(rt, plan, &contexts, &mut state, &mut running, &why).await;
                         }
                     }
+                    Err(_) => {}
                 }
             }
         }
+    }
+    if let Some(failure) = write_failure {
+        return Err(failure);
     }
 
     let ids = |pred: &dyn Fn(&State) -> bool| -> Vec<String> {
@@ -538,6 +643,11 @@ async fn attempt_once(
         .filter(|k| !known.contains_key(*k))
         .cloned()
         .collect();
+    if !wanted.is_empty() {
+        // Outputs of earlier steps are written behind; the store has them
+        // once no write is pending.
+        rt.pending_writes.settled().await;
+    }
     let mut values: BTreeMap<String, String> =
         futures::future::try_join_all(wanted.into_iter().map(read))
             .await?
@@ -559,22 +669,14 @@ async fn attempt_once(
     let (output, _) = Box::pin(run_frame(rt, frame))
         .await
         .map_err(|f| f.message)?;
-    if let Some(out_key) = &step.output_to {
-        let key = Key::parse("key", out_key, max_key).map_err(|e| e.to_string())?;
-        let mut put = Put::new(rt.trace_id.clone(), key, output.clone().into_bytes());
-        put.content_type = "text/plain; charset=utf-8".into();
-        let size = put.value.len() as u64;
-        let w = rt
-            .store
-            .put(put)
-            .await
-            .map_err(|e| format!("cannot write slot {out_key}: {e}"))?;
-        let written = Payload::ContextWritten(pb::ContextWritten {
-            key: out_key.clone(),
-            version: w.version,
-            size_bytes: size,
-        });
-        rt.emit(ctx, &no_agent(), written).await;
+    // Checked here, not at the (later) write: an output the store cannot
+    // take fails the attempt like any other failure of the step.
+    let limit = rt.store.limits().max_value_bytes;
+    if step.output_to.is_some() && output.len() as u64 > limit {
+        return Err(format!(
+            "the output is {} bytes, over the store's value limit of {limit} bytes",
+            output.len()
+        ));
     }
     Ok(output)
 }

@@ -110,12 +110,50 @@ pub struct RuntimeConfig {
     pub run_span: Context,
     /// The service's metrics.
     pub metrics: Arc<Metrics>,
+    /// Pipeline outputs being written behind (tools that may read the store
+    /// wait for them).
+    pub pending_writes: PendingWrites,
     /// Fires when a tool-output policy decided `Final`.
     finish: tokio_util::sync::CancellationToken,
     /// The output a `Final` policy ended the run with.
     final_output: Mutex<Option<String>>,
     events: mpsc::Sender<Draft>,
     usage: UsageCounters,
+}
+
+/// Store writes of a run that are in flight: a pipeline writes each step's
+/// output behind (its dependents get it from memory), and whatever may read
+/// the store waits until none is pending, so reads inside the run always
+/// see earlier steps' outputs.
+#[derive(Default)]
+pub struct PendingWrites {
+    count: AtomicU64,
+    idle: tokio::sync::Notify,
+}
+
+impl PendingWrites {
+    /// A write started.
+    pub fn begin(&self) {
+        self.count.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A write ended (either way).
+    pub fn end(&self) {
+        if self.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Returns once no write is pending.
+    pub async fn settled(&self) {
+        loop {
+            let idle = self.idle.notified();
+            if self.count.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
 }
 
 /// Everything a [`RuntimeConfig`] is built from.
@@ -166,6 +204,7 @@ impl RuntimeConfig {
             tracer: setup.tracer,
             run_span: setup.run_span,
             metrics: setup.metrics,
+            pending_writes: PendingWrites::default(),
             finish: tokio_util::sync::CancellationToken::new(),
             final_output: Mutex::new(None),
             events,
@@ -857,7 +896,12 @@ async fn execute_call(
                 result.handoff = Some(to.clone());
                 Ok(format!("transferred to {to}"))
             }
-            CallPlan::Tool(tool) => run_tool(rt, view, call, tool.as_ref()).await,
+            CallPlan::Tool(tool) => {
+                // Any tool may read the store (remote ones through the
+                // store service): let written-behind outputs land first.
+                rt.pending_writes.settled().await;
+                run_tool(rt, view, call, tool.as_ref()).await
+            }
             CallPlan::Pipeline(child_ctx) => {
                 pipeline::run_as_tool(rt, &child_ctx, &call.arguments).await
             }
