@@ -947,3 +947,55 @@ async fn an_output_over_the_value_limit() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A regression test: the executor once awaited an event send (a skipped
+/// step's, a slot's) while hundreds of steps waited to send theirs, and the
+/// fair event channel handed the free places to steps it was not polling.
+/// A wide fan-out whose outputs are written while steps run, and a failing
+/// step whose dependents are skipped meanwhile, must finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wide_fan_out_with_writes_and_skips_never_stalls() {
+    let server = OrchestratorServer::start(AGENTS, None, |c| {
+        c.runs.max_pipeline_steps = 2000;
+        c.runs.max_pipeline_concurrency = 1000;
+    })
+    .await
+    .expect("orchestrator");
+    let client = OrchestratorClient::connect(server.endpoint())
+        .await
+        .expect("connect");
+    let mut steps: Vec<pb::PipelineStep> = (0..1000)
+        .map(|i| {
+            let mut s = step(&format!("f{i}"), "echo", "x");
+            s.output_to = format!("f{i}");
+            s
+        })
+        .collect();
+    steps.push(step("bad", "fail", "x"));
+    for i in 0..50 {
+        let mut s = step(&format!("after-bad-{i}"), "echo", "y");
+        s.depends_on = vec!["bad".into()];
+        steps.push(s);
+    }
+    let mut join = step("join", "echo", "joined");
+    join.input_from = (0..1000).map(|i| format!("f{i}")).collect();
+    steps.push(join);
+    let mut req = pipeline(pb::PipelineMode::Dag, pb::FailurePolicy::Continue, steps);
+    if let Some(p) = req.pipeline.as_mut() {
+        p.max_concurrency = Some(1000);
+    }
+    let events = tokio::time::timeout(Duration::from_secs(60), client.run_pipeline_to_end(req))
+        .await
+        .expect("the pipeline finished")
+        .expect("run");
+    check_rules(&events);
+    let p = summary(&events);
+    assert_eq!(p.succeeded.len(), 1001);
+    assert_eq!(p.failed, ["bad"]);
+    assert_eq!(p.skipped.len(), 50);
+    let written = events
+        .iter()
+        .filter(|e| matches!(e.payload, Some(Payload::ContextWritten(_))))
+        .count();
+    assert_eq!(written, 1000);
+}

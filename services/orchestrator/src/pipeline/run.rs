@@ -281,40 +281,33 @@ fn output_put(rt: &RuntimeConfig, key: &str, output: &str) -> Put {
     put
 }
 
+type Notice<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
 /// Cancels every running step (dropping them cancels their nested agents)
-/// and skips everything not started, because of `why`.
-async fn abort(
-    rt: &RuntimeConfig,
-    plan: &Plan,
+/// and skips everything not started, because of `why`; the StepSkipped
+/// events (the cancelled steps first) go to `notices`.
+fn abort<'a>(
+    rt: &'a RuntimeConfig,
+    plan: &'a Plan,
     contexts: &[Arc<ContextInfo>],
     state: &mut [State],
     running: &mut FuturesUnordered<StepFuture<'_>>,
+    notices: &mut FuturesUnordered<Notice<'a>>,
     why: &str,
 ) {
-    let cancelled: Vec<usize> = (0..state.len())
-        .filter(|&j| state[j] == State::Running)
-        .collect();
     *running = FuturesUnordered::new();
-    for j in cancelled {
-        state[j] = State::Skipped;
-        skip(
-            rt,
-            &contexts[j],
-            &plan.steps[j],
-            format!("cancelled: {why}"),
-        )
-        .await;
-    }
-    for j in 0..state.len() {
-        if state[j] == State::Pending {
+    for (was, what) in [
+        (State::Running, "cancelled"),
+        (State::Pending, "not started"),
+    ] {
+        for j in 0..state.len() {
+            if state[j] != was {
+                continue;
+            }
             state[j] = State::Skipped;
-            skip(
-                rt,
-                &contexts[j],
-                &plan.steps[j],
-                format!("not started: {why}"),
-            )
-            .await;
+            let reason = format!("{what}: {why}");
+            let (ctx, step) = (contexts[j].clone(), &plan.steps[j]);
+            notices.push(Box::pin(async move { skip(rt, &ctx, step, reason).await }));
         }
     }
 }
@@ -363,6 +356,11 @@ async fn execute(
     let mut state = vec![State::Pending; n];
     let mut running: FuturesUnordered<StepFuture<'_>> = FuturesUnordered::new();
     let mut writes: FuturesUnordered<WriteFuture<'_>> = FuturesUnordered::new();
+    // Events this loop has to send while steps run. They are polled with
+    // the steps, never awaited alone: the event channel is fair, so a send
+    // awaited here would queue behind sends of steps that only this loop
+    // polls, and wait forever.
+    let mut notices: FuturesUnordered<Notice<'_>> = FuturesUnordered::new();
     let mut write_failure: Option<(Code, String)> = None;
     let mut aborted = false;
     loop {
@@ -378,7 +376,10 @@ async fn execute(
             {
                 state[i] = State::Skipped;
                 let reason = format!("needs step {:?}, which did not succeed", plan.steps[d].id);
-                skip(rt, &contexts[i], &plan.steps[i], reason).await;
+                // Not awaited here: while steps run, this loop must not
+                // wait on the event channel (see `notices`).
+                let (ctx, step) = (contexts[i].clone(), &plan.steps[i]);
+                notices.push(Box::pin(async move { skip(rt, &ctx, step, reason).await }));
             }
         }
         if !aborted {
@@ -414,12 +415,13 @@ async fn execute(
                 }
             }
         }
-        if running.is_empty() && writes.is_empty() {
+        if running.is_empty() && writes.is_empty() && notices.is_empty() {
             break;
         }
         let next = tokio::select! {
             Some(done) = running.next(), if !running.is_empty() => Next::Step(done),
             Some(written) = writes.next(), if !writes.is_empty() => Next::Written(written),
+            Some(()) = notices.next(), if !notices.is_empty() => continue,
         };
         match next {
             Next::Step((i, Ok(output))) => {
@@ -428,9 +430,24 @@ async fn execute(
                     // from memory; readers of the store wait for it.
                     rt.pending_writes.begin();
                     let put = output_put(rt, key, &output);
-                    let otel = contexts[i].otel.clone();
+                    let ctx = contexts[i].clone();
+                    let otel = ctx.otel.clone();
+                    let (key, size) = (key.clone(), output.len() as u64);
                     writes.push(Box::pin(
-                        async move { (i, rt.store.put(put).await) }.with_context(otel),
+                        async move {
+                            let result = rt.store.put(put).await;
+                            rt.pending_writes.end();
+                            if let Ok(w) = &result {
+                                let written = Payload::ContextWritten(pb::ContextWritten {
+                                    key,
+                                    version: w.version,
+                                    size_bytes: size,
+                                });
+                                rt.emit(&ctx, &no_agent(), written).await;
+                            }
+                            (i, result)
+                        }
+                        .with_context(otel),
                     ));
                 }
                 state[i] = State::Succeeded(output);
@@ -440,25 +457,21 @@ async fn execute(
                 if plan.policy == Policy::Fail && plan.steps[i].required && !aborted {
                     aborted = true;
                     let why = format!("required step {:?} failed", plan.steps[i].id);
-                    abort(rt, plan, &contexts, &mut state, &mut running, &why).await;
+                    abort(
+                        rt,
+                        plan,
+                        &contexts,
+                        &mut state,
+                        &mut running,
+                        &mut notices,
+                        &why,
+                    );
                 }
             }
             Next::Written((i, result)) => {
-                rt.pending_writes.end();
                 let key = plan.steps[i].output_to.clone().unwrap_or_default();
                 match result {
-                    Ok(w) => {
-                        let size = match &state[i] {
-                            State::Succeeded(o) => o.len() as u64,
-                            _ => 0,
-                        };
-                        let written = Payload::ContextWritten(pb::ContextWritten {
-                            key,
-                            version: w.version,
-                            size_bytes: size,
-                        });
-                        rt.emit(&contexts[i], &no_agent(), written).await;
-                    }
+                    Ok(_) => {}
                     Err(e) if write_failure.is_none() => {
                         let message = format!(
                             "step {:?} succeeded but its output could not be written to slot {key}: {e}",
@@ -469,7 +482,15 @@ async fn execute(
                         if !aborted {
                             aborted = true;
                             let why = format!("the output of step {:?} was lost", plan.steps[i].id);
-                            abort(rt, plan, &contexts, &mut state, &mut running, &why).await;
+                            abort(
+                                rt,
+                                plan,
+                                &contexts,
+                                &mut state,
+                                &mut running,
+                                &mut notices,
+                                &why,
+                            );
                         }
                     }
                     Err(_) => {}
