@@ -363,35 +363,40 @@ async fn execute(
     let mut notices: FuturesUnordered<Notice<'_>> = FuturesUnordered::new();
     let mut write_failure: Option<(Code, String)> = None;
     let mut aborted = false;
+    // Scheduling by in-degree: a step is ready when its last dependency
+    // succeeded, doomed when one did not; each edge is looked at once.
+    let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut waiting: Vec<usize> = vec![0; n];
+    for (i, s) in plan.steps.iter().enumerate() {
+        waiting[i] = s.deps.len();
+        for &d in &s.deps {
+            dependents[d].push(i);
+        }
+    }
+    // Ready steps start in list order.
+    let mut ready: BTreeSet<usize> = (0..n).filter(|&i| waiting[i] == 0).collect();
+    // Steps to skip, with the dependency that did not succeed.
+    let mut doomed: BTreeMap<usize, usize> = BTreeMap::new();
     loop {
-        // Skip what can no longer run, start what can.
-        for i in 0..n {
+        // Skip what can no longer run (and what needs it), start what can.
+        while let Some((i, d)) = doomed.pop_first() {
             if state[i] != State::Pending {
                 continue;
             }
-            if let Some(&d) = plan.steps[i]
-                .deps
-                .iter()
-                .find(|&&d| matches!(state[d], State::Failed | State::Skipped))
-            {
-                state[i] = State::Skipped;
-                let reason = format!("needs step {:?}, which did not succeed", plan.steps[d].id);
-                // Not awaited here: while steps run, this loop must not
-                // wait on the event channel (see `notices`).
-                let (ctx, step) = (contexts[i].clone(), &plan.steps[i]);
-                notices.push(Box::pin(async move { skip(rt, &ctx, step, reason).await }));
+            state[i] = State::Skipped;
+            let reason = format!("needs step {:?}, which did not succeed", plan.steps[d].id);
+            // Not awaited here: while steps run, this loop must not wait on
+            // the event channel (see `notices`).
+            let (ctx, step) = (contexts[i].clone(), &plan.steps[i]);
+            notices.push(Box::pin(async move { skip(rt, &ctx, step, reason).await }));
+            for &j in &dependents[i] {
+                doomed.entry(j).or_insert(i);
             }
         }
         if !aborted {
-            for i in 0..n {
-                if running.len() >= plan.concurrency {
-                    break;
-                }
-                let ready = plan.steps[i]
-                    .deps
-                    .iter()
-                    .all(|&d| matches!(state[d], State::Succeeded(_)));
-                if state[i] == State::Pending && ready {
+            while running.len() < plan.concurrency {
+                let Some(i) = ready.pop_first() else { break };
+                if state[i] == State::Pending {
                     state[i] = State::Running;
                     let ctx = contexts[i].clone();
                     let step = &plan.steps[i];
@@ -451,9 +456,18 @@ async fn execute(
                     ));
                 }
                 state[i] = State::Succeeded(output);
+                for &j in &dependents[i] {
+                    waiting[j] -= 1;
+                    if waiting[j] == 0 {
+                        ready.insert(j);
+                    }
+                }
             }
             Next::Step((i, Err(_))) => {
                 state[i] = State::Failed;
+                for &j in &dependents[i] {
+                    doomed.entry(j).or_insert(i);
+                }
                 if plan.policy == Policy::Fail && plan.steps[i].required && !aborted {
                     aborted = true;
                     let why = format!("required step {:?} failed", plan.steps[i].id);
