@@ -1,0 +1,46 @@
+"""Baton's Python client: the orchestrator and the context store over gRPC
+(asyncio), and a helper to serve Python functions as tools.
+
+>>> from baton_client import Orchestrator, kind
+>>> async with Orchestrator("127.0.0.1:50051") as baton:
+...     async for event in baton.run_agent("researcher", "tides", max_depth=1):
+...         print(event.depth, event.context_id, kind(event))
+"""
+
+from .client import Orchestrator, RunEvent, RunStream, Store, is_terminal, kind
+from .errors import (
+    Aborted,
+    BatonError,
+    Cancelled,
+    DeadlineExceeded,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    Unavailable,
+    Unimplemented,
+)
+from .toolhost import ToolContext, ToolServer
+
+__all__ = [
+    "Aborted",
+    "BatonError",
+    "Cancelled",
+    "DeadlineExceeded",
+    "FailedPrecondition",
+    "Internal",
+    "InvalidArgument",
+    "NotFound",
+    "Orchestrator",
+    "ResourceExhausted",
+    "RunEvent",
+    "RunStream",
+    "Store",
+    "ToolContext",
+    "ToolServer",
+    "Unavailable",
+    "Unimplemented",
+    "is_terminal",
+    "kind",
+]

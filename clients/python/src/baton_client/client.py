@@ -1,0 +1,330 @@
+"""Async clients of the orchestrator and the context store (grpc.aio).
+
+Events and responses are the generated protobuf messages of ``baton.v1``;
+:func:`kind` names an event's payload. Every call takes ``timeout`` (seconds,
+the gRPC deadline) and the run calls take ``traceparent`` (W3C trace context,
+so the run joins the caller's trace). Errors are the typed exceptions of
+:mod:`baton_client.errors`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any
+
+import grpc
+from google.protobuf import duration_pb2
+
+from baton.v1 import (
+    context_store_pb2 as store_pb,
+    context_store_pb2_grpc as store_grpc,
+    events_pb2 as events_pb,
+    orchestrator_pb2 as pb,
+    orchestrator_pb2_grpc as orch_grpc,
+)
+
+from .errors import from_rpc_error
+
+RunEvent = events_pb.RunEvent
+
+_APPROVAL_MODES = {
+    "ask": pb.APPROVAL_MODE_ASK,
+    "auto_approve": pb.APPROVAL_MODE_AUTO_APPROVE,
+    "auto_deny": pb.APPROVAL_MODE_AUTO_DENY,
+}
+_MODES = {
+    "sequential": pb.PIPELINE_MODE_SEQUENTIAL,
+    "parallel": pb.PIPELINE_MODE_PARALLEL,
+    "dag": pb.PIPELINE_MODE_DAG,
+}
+_POLICIES = {
+    "fail": pb.FAILURE_POLICY_FAIL,
+    "continue": pb.FAILURE_POLICY_CONTINUE,
+    "best_effort": pb.FAILURE_POLICY_BEST_EFFORT,
+}
+_TERMINAL = {"run_completed", "run_failed", "run_cancelled"}
+
+
+def kind(event: RunEvent) -> str:
+    """The payload's name: ``agent_started``, ``tool_progress``, ``run_completed``, …"""
+    return event.WhichOneof("payload") or ""
+
+
+def is_terminal(event: RunEvent) -> bool:
+    """Whether the event ends its run's stream."""
+    return kind(event) in _TERMINAL
+
+
+def _duration(seconds: float) -> duration_pb2.Duration:
+    d = duration_pb2.Duration()
+    d.FromNanoseconds(int(seconds * 1e9))
+    return d
+
+
+def _metadata(traceparent: str | None) -> tuple[tuple[str, str], ...] | None:
+    return (("traceparent", traceparent),) if traceparent else None
+
+
+class RunStream:
+    """The events of one run, as an async iterator. Leaving it early (or
+    :meth:`cancel`) disconnects, which cancels the run on the server."""
+
+    def __init__(self, call: grpc.aio.UnaryStreamCall) -> None:
+        self._call = call
+        self.run_id: str | None = None
+        self.trace_id: str | None = None
+
+    def __aiter__(self) -> RunStream:
+        return self
+
+    async def __anext__(self) -> RunEvent:
+        try:
+            event = await self._call.read()
+        except grpc.aio.AioRpcError as e:
+            raise from_rpc_error(e) from None
+        if event is grpc.aio.EOF:
+            raise StopAsyncIteration
+        if self.run_id is None:
+            self.run_id, self.trace_id = event.run_id, event.trace_id
+        return event
+
+    def cancel(self) -> None:
+        """Disconnects; the server cancels the run."""
+        self._call.cancel()
+
+    async def collect(self) -> list[RunEvent]:
+        """Every remaining event, to the end of the run."""
+        return [e async for e in self]
+
+    async def __aenter__(self) -> RunStream:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        self.cancel()
+
+
+class Orchestrator:
+    """A client of ``baton.v1.Orchestrator``.
+
+    >>> async with Orchestrator("127.0.0.1:50051") as baton:
+    ...     async for event in baton.run_agent("researcher", "tides", max_depth=1):
+    ...         print(event.context_id, kind(event))
+    """
+
+    def __init__(self, target: str = "127.0.0.1:50051", *, channel: grpc.aio.Channel | None = None) -> None:
+        self._channel = channel or grpc.aio.insecure_channel(target.removeprefix("http://"))
+        self._stub = orch_grpc.OrchestratorStub(self._channel)
+
+    async def __aenter__(self) -> Orchestrator:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    def run_agent(
+        self,
+        agent: str,
+        input: str = "",
+        *,
+        history: Iterable[pb.Message] = (),
+        run_context: Mapping[str, Any] | None = None,
+        default_model: str = "",
+        max_depth: int | None = None,
+        max_turns: int = 0,
+        run_timeout: float | None = None,
+        approval_mode: str = "ask",
+        filter: events_pb.EventFilter | None = None,
+        traceparent: str | None = None,
+        timeout: float | None = None,
+    ) -> RunStream:
+        """Starts ``agent`` (or a group) on ``input``; returns its events."""
+        request = pb.RunAgentRequest(
+            agent=agent,
+            input=input,
+            history=list(history),
+            run_context_json=json.dumps(run_context) if run_context is not None else "",
+            default_model=default_model,
+            limits=self._limits(max_depth, max_turns, run_timeout),
+            approval_mode=self._approval_mode(approval_mode),
+            filter=filter,
+        )
+        return RunStream(self._stub.RunAgent(request, timeout=timeout, metadata=_metadata(traceparent)))
+
+    def run_pipeline(
+        self,
+        steps: Iterable[Mapping[str, Any] | pb.PipelineStep],
+        *,
+        name: str = "",
+        mode: str = "sequential",
+        policy: str = "fail",
+        max_concurrency: int | None = None,
+        initial_slots: Mapping[str, str] | None = None,
+        keep_context: bool = False,
+        max_depth: int | None = None,
+        approval_mode: str = "ask",
+        filter: events_pb.EventFilter | None = None,
+        traceparent: str | None = None,
+        timeout: float | None = None,
+    ) -> RunStream:
+        """Starts a pipeline. Steps are dicts with the fields of
+        ``PipelineStep`` (``timeout`` in seconds) or the messages themselves."""
+        if mode not in _MODES:
+            raise ValueError(f"mode: {mode!r} is not one of {sorted(_MODES)}")
+        if policy not in _POLICIES:
+            raise ValueError(f"policy: {policy!r} is not one of {sorted(_POLICIES)}")
+        spec = pb.PipelineSpec(
+            name=name,
+            steps=[self._step(s) for s in steps],
+            mode=_MODES[mode],
+            policy=_POLICIES[policy],
+        )
+        if max_concurrency is not None:
+            spec.max_concurrency = max_concurrency
+        request = pb.RunPipelineRequest(
+            pipeline=spec,
+            initial_slots=dict(initial_slots or {}),
+            keep_context=keep_context,
+            limits=self._limits(max_depth, 0, None),
+            approval_mode=self._approval_mode(approval_mode),
+            filter=filter,
+        )
+        return RunStream(self._stub.RunPipeline(request, timeout=timeout, metadata=_metadata(traceparent)))
+
+    def watch(self, run_id: str, *, after_seq: int = 0, timeout: float | None = None) -> RunStream:
+        """Re-attaches to a run's events after ``after_seq`` (WatchRun)."""
+        request = pb.WatchRunRequest(run_id=run_id, after_seq=after_seq)
+        return RunStream(self._stub.WatchRun(request, timeout=timeout))
+
+    async def resolve_approval(
+        self, run_id: str, approval_id: str, approved: bool, reason: str = "", *, timeout: float | None = None
+    ) -> None:
+        """Grants or denies a pending approval."""
+        request = pb.ResolveApprovalRequest(run_id=run_id, approval_id=approval_id, approved=approved, reason=reason)
+        await self._unary(self._stub.ResolveApproval, request, timeout)
+
+    async def submit_input(self, run_id: str, input_id: str, input: str, *, timeout: float | None = None) -> None:
+        """Answers a pending input request."""
+        await self._unary(
+            self._stub.SubmitInput, pb.SubmitInputRequest(run_id=run_id, input_id=input_id, input=input), timeout
+        )
+
+    async def cancel(self, run_id: str, reason: str = "", *, timeout: float | None = None) -> int:
+        """Cancels a run; returns its status (a ``RunStatus`` value)."""
+        response = await self._unary(self._stub.CancelRun, pb.CancelRunRequest(run_id=run_id, reason=reason), timeout)
+        return response.status
+
+    async def get_run(self, run_id: str, *, timeout: float | None = None) -> pb.GetRunResponse:
+        """A run's status and result."""
+        return await self._unary(self._stub.GetRun, pb.GetRunRequest(run_id=run_id), timeout)
+
+    async def list_agents(self, *, timeout: float | None = None) -> pb.ListAgentsResponse:
+        """The agents and groups the server runs."""
+        return await self._unary(self._stub.ListAgents, pb.ListAgentsRequest(), timeout)
+
+    @staticmethod
+    async def _unary(method: Any, request: Any, timeout: float | None) -> Any:
+        try:
+            return await method(request, timeout=timeout)
+        except grpc.aio.AioRpcError as e:
+            raise from_rpc_error(e) from None
+
+    @staticmethod
+    def _limits(max_depth: int | None, max_turns: int, run_timeout: float | None) -> pb.RunLimits:
+        limits = pb.RunLimits(max_turns=max_turns)
+        if max_depth is not None:
+            limits.max_depth = max_depth
+        if run_timeout is not None:
+            limits.run_timeout.CopyFrom(_duration(run_timeout))
+        return limits
+
+    @staticmethod
+    def _approval_mode(mode: str) -> int:
+        if mode not in _APPROVAL_MODES:
+            raise ValueError(f"approval_mode: {mode!r} is not one of {sorted(_APPROVAL_MODES)}")
+        return _APPROVAL_MODES[mode]
+
+    @staticmethod
+    def _step(step: Mapping[str, Any] | pb.PipelineStep) -> pb.PipelineStep:
+        if isinstance(step, pb.PipelineStep):
+            return step
+        fields = dict(step)
+        timeout = fields.pop("timeout", None)
+        message = pb.PipelineStep(**fields)
+        if timeout is not None:
+            message.timeout.CopyFrom(_duration(timeout))
+        return message
+
+
+class Store:
+    """A client of ``baton.v1.ContextStore``: trace-scoped slots."""
+
+    def __init__(self, target: str = "127.0.0.1:50052", *, channel: grpc.aio.Channel | None = None) -> None:
+        self._channel = channel or grpc.aio.insecure_channel(target.removeprefix("http://"))
+        self._stub = store_grpc.ContextStoreStub(self._channel)
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def put(
+        self,
+        trace_id: str,
+        key: str,
+        value: bytes | str,
+        *,
+        content_type: str = "",
+        ttl: float | None = None,
+        expected_version: int | None = None,
+        timeout: float | None = None,
+    ) -> store_pb.PutResponse:
+        """Writes a slot (``str`` as UTF-8 text); ``expected_version`` makes it
+        a compare-and-swap (0: only if absent). Returns version and expiry."""
+        if isinstance(value, str):
+            value, content_type = value.encode(), content_type or "text/plain; charset=utf-8"
+        request = store_pb.PutRequest(trace_id=trace_id, key=key, value=value, content_type=content_type)
+        if ttl is not None:
+            request.ttl.CopyFrom(_duration(ttl))
+        if expected_version is not None:
+            request.expected_version = expected_version
+        return await Orchestrator._unary(self._stub.Put, request, timeout)
+
+    async def get(self, trace_id: str, key: str, *, timeout: float | None = None) -> store_pb.GetResponse:
+        """A live slot: ``value`` and ``slot`` (version, content type, expiry)."""
+        return await Orchestrator._unary(self._stub.Get, store_pb.GetRequest(trace_id=trace_id, key=key), timeout)
+
+    async def list(self, trace_id: str, prefix: str = "", *, timeout: float | None = None) -> store_pb.ListResponse:
+        """The trace's live slots under ``prefix``, and its usage."""
+        return await Orchestrator._unary(
+            self._stub.List, store_pb.ListRequest(trace_id=trace_id, prefix=prefix), timeout
+        )
+
+    async def delete(
+        self, trace_id: str, key: str, *, expected_version: int | None = None, timeout: float | None = None
+    ) -> int:
+        """Deletes a slot (only at ``expected_version`` when given)."""
+        request = store_pb.DeleteRequest(trace_id=trace_id, key=key)
+        if expected_version is not None:
+            request.expected_version = expected_version
+        return (await Orchestrator._unary(self._stub.Delete, request, timeout)).version
+
+    async def watch(
+        self, trace_id: str, prefix: str = "", *, timeout: float | None = None
+    ) -> AsyncIterator[store_pb.WatchResponse]:
+        """The trace's changes from now on, as they happen."""
+        call = self._stub.Watch(store_pb.WatchRequest(trace_id=trace_id, prefix=prefix), timeout=timeout)
+        try:
+            async for change in call:
+                yield change
+        except grpc.aio.AioRpcError as e:
+            raise from_rpc_error(e) from None
+        finally:
+            call.cancel()

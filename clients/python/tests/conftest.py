@@ -1,0 +1,108 @@
+"""Starts the real `baton up` binary (orchestrator + in-memory context store)
+with a test agents file whose remote tools are served by a Python ToolServer
+in the test's own event loop. `BATON_BIN` names the binary (default: the
+workspace's target/debug/baton, which `cargo test` builds)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import tempfile
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from baton_client import Orchestrator, Store, ToolContext, ToolServer
+
+REPO = Path(__file__).resolve().parents[3]
+BIN = os.environ.get("BATON_BIN", str(REPO / "target" / "debug" / "baton"))
+
+AGENTS = """
+scripts:
+  outer:
+    - calls: [{{tool: inner, args: {{task: "find {{{{input}}}}"}}}}]
+    - text: "outer: {{{{results}}}}"
+  inner:
+    - calls: [{{tool: py_search, args: {{query: "{{{{input}}}}", limit: 2}}}}]
+    - text: "inner: {{{{results}}}}"
+  picker:
+    - calls: [{{tool: py_pick, args: {{}}}}]
+    - text: "picked {{{{results}}}}"
+  payer:
+    - calls: [{{tool: write_context, args: {{key: paid, value: "yes"}}}}]
+    - text: "paid: {{{{results}}}}"
+  slow: [{{delay: 30s, text: never}}]
+  echo: [{{text: "{{{{input}}}}"}}]
+agents:
+  outer: {{model: "scripted:outer", tools: [inner]}}
+  inner: {{model: "scripted:inner", tools: [py_search]}}
+  picker: {{model: "scripted:picker", tools: [py_pick]}}
+  payer: {{model: "scripted:payer", tools: [write_context], approvals: {{write_context: always}}}}
+  slow: {{model: "scripted:slow"}}
+  echo: {{model: "scripted:echo"}}
+tool_servers:
+  py:
+    endpoint: http://127.0.0.1:{port}
+    tools: [py_search, py_pick]
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_tools() -> ToolServer:
+    tools = ToolServer()
+
+    @tools.tool
+    async def py_search(ctx: ToolContext, query: str, limit: int = 3) -> str:
+        """Searches (in Python)."""
+        for i in range(1, 3):
+            await ctx.progress(50 * i, f"step {i}")
+        return f"{limit} results for {query} at depth {ctx.depth}"
+
+    @tools.tool
+    async def py_pick(ctx: ToolContext) -> str:
+        """Asks the person to pick a plan."""
+        return await ctx.ask("Which plan?", ["basic", "gold"])
+
+    return tools
+
+
+@dataclass
+class Baton:
+    orchestrator: Orchestrator
+    store: Store
+    tools: ToolServer
+
+
+@contextlib.asynccontextmanager
+async def running() -> AsyncIterator[Baton]:
+    tools = make_tools()
+    tool_port = await tools.start("127.0.0.1:0")
+    orch, store = free_port(), free_port()
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(AGENTS.format(port=tool_port))
+        agents = f.name
+    proc = await asyncio.create_subprocess_exec(
+        BIN, "up", "--listen", f"127.0.0.1:{orch}", "--store-listen", f"127.0.0.1:{store}", "--agents", agents,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        assert proc.stdout is not None
+        while True:
+            line = await asyncio.wait_for(proc.stdout.readline(), 30)
+            assert line, "baton up exited before it was up"
+            if b"Baton is up" in line:
+                break
+        async with Orchestrator(f"127.0.0.1:{orch}") as o, Store(f"127.0.0.1:{store}") as s:
+            yield Baton(o, s, tools)
+    finally:
+        proc.terminate()
+        await proc.wait()
+        await tools.stop()
+        os.unlink(agents)

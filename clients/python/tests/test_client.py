@@ -1,0 +1,211 @@
+"""The Python client and ToolServer against the real `baton up` binary."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from baton.v1 import orchestrator_pb2 as pb
+from baton_client import (
+    Aborted,
+    DeadlineExceeded,
+    InvalidArgument,
+    NotFound,
+    ToolContext,
+    ToolServer,
+    kind,
+)
+
+from conftest import running
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_nested_run_with_a_python_tool_and_its_progress():
+    async def main():
+        async with running() as b:
+            events = await b.orchestrator.run_agent("outer", "tides", max_depth=2).collect()
+            seq = [(kind(e), e.context_id, e.depth) for e in events]
+            assert seq[0] == ("run_started", "root", 0)
+            assert ("agent_started", "root.inner.1", 1) in seq
+            progress = [e.tool_progress for e in events if kind(e) == "tool_progress"]
+            assert [(p.percent, p.message) for p in progress] == [(50, "step 1"), (100, "step 2")]
+            assert all(e.context_id == "root.inner.1" for e in events if kind(e) == "tool_progress")
+            assert kind(events[-1]) == "run_completed"
+            assert events[-1].run_completed.output == "outer: inner: 2 results for find tides at depth 1"
+            assert [e.seq for e in events] == list(range(1, len(events) + 1))
+
+    run(main())
+
+
+def test_max_depth_filter_and_traceparent():
+    async def main():
+        async with running() as b:
+            trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+            stream = b.orchestrator.run_agent(
+                "outer", "x", max_depth=2, traceparent=f"00-{trace}-00f067aa0ba902b7-01"
+            )
+            events = await stream.collect()
+            assert stream.trace_id == trace
+            assert {e.trace_id for e in events} == {trace}
+            # max_depth 0: the nested agent is refused, which the model sees.
+            events = await b.orchestrator.run_agent("outer", "x", max_depth=0).collect()
+            assert max(e.depth for e in events) == 0
+            assert "over max_depth 0" in events[-1].run_completed.output
+
+    run(main())
+
+
+def test_input_asked_by_a_python_tool():
+    async def main():
+        async with running() as b:
+            stream = b.orchestrator.run_agent("picker", "go")
+            async for e in stream:
+                if kind(e) == "input_requested":
+                    assert e.input_requested.prompt == "Which plan?"
+                    assert list(e.input_requested.options) == ["basic", "gold"]
+                    await b.orchestrator.submit_input(e.run_id, e.input_requested.input_id, "gold")
+                if kind(e) == "run_completed":
+                    assert e.run_completed.output == "picked gold"
+                    return
+            raise AssertionError("no run_completed")
+
+    run(main())
+
+
+def test_approval_then_the_slot_is_in_the_store():
+    async def main():
+        async with running() as b:
+            stream = b.orchestrator.run_agent("payer", "order 7")
+            async for e in stream:
+                if kind(e) == "approval_requested":
+                    await b.orchestrator.resolve_approval(e.run_id, e.approval_requested.approval_id, True)
+                if kind(e) == "run_completed":
+                    break
+            slot = await b.store.get(stream.trace_id, "paid")
+            assert slot.value == b"yes"
+            run_info = await b.orchestrator.get_run(stream.run_id)
+            assert run_info.status == pb.RUN_STATUS_COMPLETED
+
+    run(main())
+
+
+def test_pipeline_dag():
+    async def main():
+        async with running() as b:
+            events = await b.orchestrator.run_pipeline(
+                [
+                    {"id": "a", "agent": "echo", "task": "alpha", "output_to": "x", "timeout": 10},
+                    {"id": "b", "agent": "echo", "task": "got {{x}}"},
+                ],
+                mode="dag",
+                name="py",
+            ).collect()
+            done = next(e.pipeline_completed for e in events if kind(e) == "pipeline_completed")
+            assert list(done.succeeded) == ["a", "b"]
+            assert events[-1].run_completed.output == "got alpha"
+            assert ("step_started", "root.a", 1) in [(kind(e), e.context_id, e.depth) for e in events]
+
+    run(main())
+
+
+def test_typed_errors_name_the_field():
+    async def main():
+        async with running() as b:
+            with pytest.raises(InvalidArgument) as bad:
+                await b.orchestrator.run_agent("nobody", "x").collect()
+            assert bad.value.field == "agent"
+            with pytest.raises(InvalidArgument) as bad:
+                await b.orchestrator.run_pipeline([{"id": "a", "agent": "nobody"}]).collect()
+            assert bad.value.field == "pipeline.steps[0].agent"
+            with pytest.raises(NotFound):
+                await b.orchestrator.get_run("no-such-run")
+            with pytest.raises(DeadlineExceeded):
+                await b.orchestrator.run_agent("slow", "x", timeout=0.3).collect()
+            trace = "0af7651916cd43dd8448eb211c80319c"
+            await b.store.put(trace, "k", "v1")
+            with pytest.raises(Aborted) as mismatch:
+                await b.store.put(trace, "k", "v2", expected_version=7)
+            assert mismatch.value.field == "expected_version"
+            assert mismatch.value.current_version == 1
+            with pytest.raises(InvalidArgument) as bad:
+                await b.store.get("not-a-trace", "k")
+            assert bad.value.field == "trace_id"
+
+    run(main())
+
+
+def test_leaving_the_stream_cancels_the_run():
+    async def main():
+        async with running() as b:
+            stream = b.orchestrator.run_agent("slow", "x")
+            first = await stream.__anext__()
+            assert kind(first) == "run_started"
+            stream.cancel()
+            for _ in range(100):
+                status = (await b.orchestrator.get_run(first.run_id)).status
+                if status == pb.RUN_STATUS_CANCELLED:
+                    return
+                await asyncio.sleep(0.05)
+            raise AssertionError(f"the run is still {status}")
+
+    run(main())
+
+
+def test_store_put_get_list_delete_watch():
+    async def main():
+        async with running() as b:
+            trace = "5bf92f3577b34da6a3ce929d0e0e4736"
+            changes = []
+
+            async def watch():
+                async for c in b.store.watch(trace, "notes/"):
+                    changes.append((c.kind, c.key))
+                    if len(changes) == 2:
+                        return
+
+            watcher = asyncio.create_task(watch())
+            await asyncio.sleep(0.2)
+            put = await b.store.put(trace, "notes/a", "hello", ttl=60)
+            got = await b.store.get(trace, "notes/a")
+            assert (got.value, got.slot.version) == (b"hello", put.version)
+            assert got.slot.content_type == "text/plain; charset=utf-8"
+            listing = await b.store.list(trace, "notes/")
+            assert [s.key for s in listing.slots] == ["notes/a"]
+            await b.store.delete(trace, "notes/a")
+            with pytest.raises(NotFound):
+                await b.store.get(trace, "notes/a")
+            await asyncio.wait_for(watcher, 5)
+            assert [k for _, k in changes] == ["notes/a", "notes/a"]
+
+    run(main())
+
+
+def test_tool_schemas_come_from_type_hints():
+    tools = ToolServer()
+
+    @tools.tool(name="find")
+    async def find(ctx: ToolContext, query: str, tags: list[str], limit: int = 3, exact: bool | None = None) -> dict:
+        """Finds things."""
+        return {}
+
+    async def main():
+        listed = await tools.ListTools(None, None)
+        (spec,) = listed.tools
+        assert (spec.name, spec.description) == ("find", "Finds things.")
+        assert json.loads(spec.parameters_json_schema) == {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string"},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "limit": {"type": "integer"},
+                "exact": {"type": "boolean"},
+            },
+            "required": ["query", "tags"],
+        }
+
+    run(main())
