@@ -1,0 +1,314 @@
+/**
+ * Clients of the orchestrator and the context store over @grpc/grpc-js.
+ * Events and responses are the generated `baton.v1` types; `kind(event)`
+ * names an event's payload. Every call takes `timeoutMs` (the gRPC deadline);
+ * run calls take `traceparent` (W3C) so the run joins the caller's trace.
+ */
+import {
+  CallOptions,
+  ClientReadableStream,
+  credentials,
+  Metadata,
+  ServiceError,
+} from "@grpc/grpc-js";
+import {
+  WatchResponse,
+  ContextStoreClient,
+  DeleteRequest,
+  DeleteResponse,
+  GetResponse,
+  ListResponse,
+  PutRequest,
+  PutResponse,
+} from "./gen/baton/v1/context_store";
+import { EventFilter, RunEvent } from "./gen/baton/v1/events";
+import {
+  ApprovalMode,
+  CancelRunResponse,
+  FailurePolicy,
+  GetRunResponse,
+  ListAgentsResponse,
+  OrchestratorClient,
+  PipelineMode,
+  PipelineStep,
+  RunStatus,
+} from "./gen/baton/v1/orchestrator";
+import { fromServiceError } from "./errors";
+
+export type { RunEvent };
+/** The name of an event's payload: `agentStarted`, `toolProgress`, `runCompleted`, … */
+export type EventKind = NonNullable<RunEvent["payload"]>["$case"];
+
+export function kind(event: RunEvent): EventKind | "" {
+  return event.payload?.$case ?? "";
+}
+
+const TERMINAL = new Set(["runCompleted", "runFailed", "runCancelled"]);
+export function isTerminal(event: RunEvent): boolean {
+  return TERMINAL.has(kind(event));
+}
+
+export interface CallOpts {
+  /** Deadline of the call, in milliseconds from now. */
+  timeoutMs?: number;
+}
+export interface RunOpts extends CallOpts {
+  maxDepth?: number;
+  maxTurns?: number;
+  approvalMode?: "ask" | "auto_approve" | "auto_deny";
+  filter?: EventFilter;
+  /** W3C trace context of the caller's span. */
+  traceparent?: string;
+}
+export interface AgentOpts extends RunOpts {
+  runContext?: Record<string, unknown>;
+  defaultModel?: string;
+}
+export interface StepSpec {
+  id: string;
+  agent: string;
+  task?: string;
+  inputFrom?: string[];
+  outputTo?: string;
+  dependsOn?: string[];
+  required?: boolean;
+  /** Per-attempt timeout in seconds. */
+  timeout?: number;
+  retries?: number;
+}
+export interface PipelineOpts extends RunOpts {
+  name?: string;
+  mode?: "sequential" | "parallel" | "dag";
+  policy?: "fail" | "continue" | "best_effort";
+  maxConcurrency?: number;
+  initialSlots?: Record<string, string>;
+  keepContext?: boolean;
+}
+
+const approvalModes = {
+  ask: ApprovalMode.APPROVAL_MODE_ASK,
+  auto_approve: ApprovalMode.APPROVAL_MODE_AUTO_APPROVE,
+  auto_deny: ApprovalMode.APPROVAL_MODE_AUTO_DENY,
+};
+const modes = {
+  sequential: PipelineMode.PIPELINE_MODE_SEQUENTIAL,
+  parallel: PipelineMode.PIPELINE_MODE_PARALLEL,
+  dag: PipelineMode.PIPELINE_MODE_DAG,
+};
+const policies = {
+  fail: FailurePolicy.FAILURE_POLICY_FAIL,
+  continue: FailurePolicy.FAILURE_POLICY_CONTINUE,
+  best_effort: FailurePolicy.FAILURE_POLICY_BEST_EFFORT,
+};
+
+function duration(seconds: number) {
+  const whole = Math.floor(seconds);
+  return { seconds: whole, nanos: Math.round((seconds - whole) * 1e9) };
+}
+
+function options(o: CallOpts): Partial<CallOptions> {
+  return o.timeoutMs === undefined ? {} : { deadline: Date.now() + o.timeoutMs };
+}
+
+function metadata(traceparent?: string): Metadata {
+  const md = new Metadata();
+  if (traceparent) md.set("traceparent", traceparent);
+  return md;
+}
+
+function target(endpoint: string): string {
+  return endpoint.replace(/^https?:\/\//, "");
+}
+
+/** The events of one run. Leaving the loop early (or `cancel()`)
+ * disconnects, which cancels the run on the server. */
+export class RunStream implements AsyncIterable<RunEvent> {
+  runId?: string;
+  traceId?: string;
+  constructor(private readonly call: ClientReadableStream<RunEvent>) {}
+
+  async *[Symbol.asyncIterator](): AsyncIterator<RunEvent> {
+    let done = false;
+    try {
+      for await (const event of this.call as AsyncIterable<RunEvent>) {
+        this.runId ??= event.runId;
+        this.traceId ??= event.traceId;
+        yield event;
+      }
+      done = true;
+    } catch (e) {
+      done = true;
+      throw fromServiceError(e);
+    } finally {
+      if (!done) this.call.cancel();
+    }
+  }
+
+  /** Disconnects; the server cancels the run. */
+  cancel(): void {
+    this.call.cancel();
+  }
+
+  /** Every remaining event, to the end of the run. */
+  async collect(): Promise<RunEvent[]> {
+    const out: RunEvent[] = [];
+    for await (const e of this) out.push(e);
+    return out;
+  }
+}
+
+function unary<Req, Res>(
+  fn: (req: Req, md: Metadata, opts: Partial<CallOptions>, cb: (e: ServiceError | null, r: Res) => void) => unknown,
+  req: Req,
+  o: CallOpts,
+): Promise<Res> {
+  return new Promise((resolve, reject) =>
+    fn(req, new Metadata(), options(o), (e, r) => (e ? reject(fromServiceError(e)) : resolve(r))),
+  );
+}
+
+/** A client of `baton.v1.Orchestrator`. */
+export class Orchestrator {
+  private readonly client: OrchestratorClient;
+
+  constructor(endpoint = "127.0.0.1:50051") {
+    this.client = new OrchestratorClient(target(endpoint), credentials.createInsecure());
+  }
+
+  close(): void {
+    this.client.close();
+  }
+
+  /** Starts `agent` (or a group) on `input`; returns its events. */
+  runAgent(agent: string, input: string, o: AgentOpts = {}): RunStream {
+    const request = {
+      agent,
+      input,
+      history: [],
+      runContextJson: o.runContext ? JSON.stringify(o.runContext) : "",
+      defaultModel: o.defaultModel ?? "",
+      limits: { maxDepth: o.maxDepth, maxTurns: o.maxTurns ?? 0 },
+      approvalMode: approvalModes[o.approvalMode ?? "ask"],
+      filter: o.filter,
+    };
+    return new RunStream(this.client.runAgent(request, metadata(o.traceparent), options(o)));
+  }
+
+  /** Starts a pipeline of steps. */
+  runPipeline(steps: StepSpec[], o: PipelineOpts = {}): RunStream {
+    const request = {
+      pipeline: {
+        name: o.name ?? "",
+        steps: steps.map(
+          (s): PipelineStep => ({
+            id: s.id,
+            agent: s.agent,
+            task: s.task ?? "",
+            inputFrom: s.inputFrom ?? [],
+            outputTo: s.outputTo ?? "",
+            dependsOn: s.dependsOn ?? [],
+            required: s.required,
+            timeout: s.timeout === undefined ? undefined : duration(s.timeout),
+            retries: s.retries ?? 0,
+          }),
+        ),
+        mode: modes[o.mode ?? "sequential"],
+        policy: policies[o.policy ?? "fail"],
+        maxConcurrency: o.maxConcurrency,
+      },
+      initialSlots: o.initialSlots ?? {},
+      keepContext: o.keepContext ?? false,
+      runContextJson: "",
+      defaultModel: "",
+      limits: { maxDepth: o.maxDepth, maxTurns: o.maxTurns ?? 0 },
+      approvalMode: approvalModes[o.approvalMode ?? "ask"],
+      filter: o.filter,
+    };
+    return new RunStream(this.client.runPipeline(request, metadata(o.traceparent), options(o)));
+  }
+
+  /** Re-attaches to a run's events after `afterSeq` (WatchRun). */
+  watch(runId: string, afterSeq = 0, o: CallOpts = {}): RunStream {
+    return new RunStream(this.client.watchRun({ runId, afterSeq }, new Metadata(), options(o)));
+  }
+
+  async resolveApproval(runId: string, approvalId: string, approved: boolean, reason = "", o: CallOpts = {}) {
+    await unary(this.client.resolveApproval.bind(this.client), { runId, approvalId, approved, reason }, o);
+  }
+
+  async submitInput(runId: string, inputId: string, input: string, o: CallOpts = {}) {
+    await unary(this.client.submitInput.bind(this.client), { runId, inputId, input }, o);
+  }
+
+  async cancel(runId: string, reason = "", o: CallOpts = {}): Promise<RunStatus> {
+    const response: CancelRunResponse = await unary(this.client.cancelRun.bind(this.client), { runId, reason }, o);
+    return response.status;
+  }
+
+  getRun(runId: string, o: CallOpts = {}): Promise<GetRunResponse> {
+    return unary(this.client.getRun.bind(this.client), { runId }, o);
+  }
+
+  listAgents(o: CallOpts = {}): Promise<ListAgentsResponse> {
+    return unary(this.client.listAgents.bind(this.client), {}, o);
+  }
+}
+
+/** A client of `baton.v1.ContextStore`: trace-scoped slots. */
+export class Store {
+  private readonly client: ContextStoreClient;
+
+  constructor(endpoint = "127.0.0.1:50052") {
+    this.client = new ContextStoreClient(target(endpoint), credentials.createInsecure());
+  }
+
+  close(): void {
+    this.client.close();
+  }
+
+  /** Writes a slot (strings as UTF-8 text); `expectedVersion` makes it a
+   * compare-and-swap (0: only if absent); `ttl` in seconds. */
+  put(
+    traceId: string,
+    key: string,
+    value: string | Uint8Array,
+    o: CallOpts & { contentType?: string; ttl?: number; expectedVersion?: number } = {},
+  ): Promise<PutResponse> {
+    const text = typeof value === "string";
+    const request: PutRequest = {
+      traceId,
+      key,
+      value: Buffer.from(value),
+      contentType: o.contentType ?? (text ? "text/plain; charset=utf-8" : ""),
+      ttl: o.ttl === undefined ? undefined : duration(o.ttl),
+      expectedVersion: o.expectedVersion,
+    };
+    return unary(this.client.put.bind(this.client), request, o);
+  }
+
+  get(traceId: string, key: string, o: CallOpts = {}): Promise<GetResponse> {
+    return unary(this.client.get.bind(this.client), { traceId, key }, o);
+  }
+
+  list(traceId: string, prefix = "", o: CallOpts = {}): Promise<ListResponse> {
+    return unary(this.client.list.bind(this.client), { traceId, prefix }, o);
+  }
+
+  async delete(traceId: string, key: string, o: CallOpts & { expectedVersion?: number } = {}): Promise<number> {
+    const request: DeleteRequest = { traceId, key, expectedVersion: o.expectedVersion };
+    const response: DeleteResponse = await unary(this.client.delete.bind(this.client), request, o);
+    return response.version;
+  }
+
+  /** The trace's changes from now on. */
+  async *watch(traceId: string, prefix = "", o: CallOpts = {}): AsyncGenerator<WatchResponse> {
+    const call = this.client.watch({ traceId, prefix }, new Metadata(), options(o));
+    try {
+      for await (const change of call as AsyncIterable<WatchResponse>) yield change;
+    } catch (e) {
+      throw fromServiceError(e);
+    } finally {
+      call.cancel();
+    }
+  }
+}

@@ -1,0 +1,115 @@
+/** Starts the real `baton up` binary with a test agents file whose remote
+ * tools are served by a TypeScript ToolServer in this process. BATON_BIN
+ * names the binary (default: the workspace's target/debug/baton). */
+import { spawn } from "node:child_process";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { createInterface } from "node:readline";
+import { Orchestrator, Store, ToolServer } from "../src";
+
+const BIN = process.env.BATON_BIN ?? resolve(__dirname, "../../../../target/debug/baton");
+
+const agents = (port: number) => `
+scripts:
+  outer:
+    - calls: [{tool: inner, args: {task: "find {{input}}"}}]
+    - text: "outer: {{results}}"
+  inner:
+    - calls: [{tool: ts_search, args: {query: "{{input}}", limit: 2}}]
+    - text: "inner: {{results}}"
+  picker:
+    - calls: [{tool: ts_pick, args: {}}]
+    - text: "picked {{results}}"
+  payer:
+    - calls: [{tool: write_context, args: {key: paid, value: "yes"}}]
+    - text: "paid: {{results}}"
+  slow: [{delay: 30s, text: never}]
+  echo: [{text: "{{input}}"}]
+agents:
+  outer: {model: "scripted:outer", tools: [inner]}
+  inner: {model: "scripted:inner", tools: [ts_search]}
+  picker: {model: "scripted:picker", tools: [ts_pick]}
+  payer: {model: "scripted:payer", tools: [write_context], approvals: {write_context: always}}
+  slow: {model: "scripted:slow"}
+  echo: {model: "scripted:echo"}
+tool_servers:
+  ts:
+    endpoint: http://127.0.0.1:${port}
+    tools: [ts_search, ts_pick]
+`;
+
+export function freePort(): Promise<number> {
+  return new Promise((ok, fail) => {
+    const s = createServer();
+    s.listen(0, "127.0.0.1", () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => ok(port));
+    });
+    s.on("error", fail);
+  });
+}
+
+export function makeTools(): ToolServer {
+  return new ToolServer()
+    .tool(
+      "ts_search",
+      {
+        description: "Searches (in TypeScript).",
+        parameters: {
+          type: "object",
+          properties: { query: { type: "string" }, limit: { type: "integer" } },
+          required: ["query"],
+        },
+      },
+      async (ctx, args: { query: string; limit?: number }) => {
+        for (const i of [1, 2]) await ctx.progress(50 * i, `step ${i}`);
+        return `${args.limit ?? 3} results for ${args.query} at depth ${ctx.depth}`;
+      },
+    )
+    .tool("ts_pick", { description: "Asks the person to pick a plan." }, async (ctx) =>
+      ctx.ask("Which plan?", ["basic", "gold"]),
+    );
+}
+
+export interface Running {
+  orchestrator: Orchestrator;
+  store: Store;
+  stop(): Promise<void>;
+}
+
+export async function startBaton(): Promise<Running> {
+  const tools = makeTools();
+  const toolPort = await tools.start("127.0.0.1:0");
+  const [orch, store] = [await freePort(), await freePort()];
+  const file = join(mkdtempSync(join(tmpdir(), "baton-ts-")), "agents.yaml");
+  writeFileSync(file, agents(toolPort));
+  const proc = spawn(BIN, ["up", "--listen", `127.0.0.1:${orch}`, "--store-listen", `127.0.0.1:${store}`, "--agents", file], {
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  await new Promise<void>((ok, fail) => {
+    const timer = setTimeout(() => fail(new Error("baton up did not come up")), 30_000);
+    proc.on("exit", (code) => fail(new Error(`baton up exited (${code})`)));
+    createInterface({ input: proc.stdout! }).on("line", (line) => {
+      if (line.includes("Baton is up")) {
+        clearTimeout(timer);
+        ok();
+      }
+    });
+  });
+  const o = new Orchestrator(`127.0.0.1:${orch}`);
+  const s = new Store(`127.0.0.1:${store}`);
+  return {
+    orchestrator: o,
+    store: s,
+    async stop() {
+      o.close();
+      s.close();
+      const exited = new Promise((ok) => proc.once("exit", ok));
+      proc.kill("SIGTERM");
+      await exited;
+      await tools.stop();
+    },
+  };
+}

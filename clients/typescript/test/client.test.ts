@@ -1,0 +1,152 @@
+/** The TypeScript client and ToolServer against the real `baton up` binary. */
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { Aborted, DeadlineExceeded, InvalidArgument, NotFound, kind, pb } from "../src";
+import { Running, startBaton } from "./baton";
+
+let b: Running;
+before(async () => {
+  b = await startBaton();
+});
+after(async () => {
+  await b.stop();
+});
+
+test("a nested run with a TypeScript tool and its progress", async () => {
+  const events = await b.orchestrator.runAgent("outer", "tides", { maxDepth: 2 }).collect();
+  const seq = events.map((e) => [kind(e), e.contextId, e.depth]);
+  assert.deepEqual(seq[0], ["runStarted", "root", 0]);
+  assert.ok(seq.some(([k, c, d]) => k === "agentStarted" && c === "root.inner.1" && d === 1));
+  const progress = events.flatMap((e) => (e.payload?.$case === "toolProgress" ? [e.payload.toolProgress] : []));
+  assert.deepEqual(
+    progress.map((p) => [p.percent, p.message]),
+    [
+      [50, "step 1"],
+      [100, "step 2"],
+    ],
+  );
+  const last = events[events.length - 1].payload;
+  assert.equal(last?.$case, "runCompleted");
+  assert.equal(
+    last?.$case === "runCompleted" && last.runCompleted.output,
+    "outer: inner: 2 results for find tides at depth 1",
+  );
+  assert.deepEqual(
+    events.map((e) => e.seq),
+    events.map((_, i) => i + 1),
+  );
+});
+
+test("traceparent joins the caller's trace", async () => {
+  const trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+  const stream = b.orchestrator.runAgent("echo", "x", { traceparent: `00-${trace}-00f067aa0ba902b7-01` });
+  const events = await stream.collect();
+  assert.equal(stream.traceId, trace);
+  assert.ok(events.every((e) => e.traceId === trace));
+});
+
+test("input asked by a TypeScript tool", async () => {
+  for await (const e of b.orchestrator.runAgent("picker", "go")) {
+    if (e.payload?.$case === "inputRequested") {
+      assert.equal(e.payload.inputRequested.prompt, "Which plan?");
+      assert.deepEqual(e.payload.inputRequested.options, ["basic", "gold"]);
+      await b.orchestrator.submitInput(e.runId, e.payload.inputRequested.inputId, "gold");
+    }
+    if (e.payload?.$case === "runCompleted") {
+      assert.equal(e.payload.runCompleted.output, "picked gold");
+      return;
+    }
+  }
+  assert.fail("no runCompleted");
+});
+
+test("an approval, then the slot is in the store", async () => {
+  const stream = b.orchestrator.runAgent("payer", "order 7");
+  for await (const e of stream) {
+    if (e.payload?.$case === "approvalRequested") {
+      await b.orchestrator.resolveApproval(e.runId, e.payload.approvalRequested.approvalId, true);
+    }
+  }
+  const slot = await b.store.get(stream.traceId!, "paid");
+  assert.equal(Buffer.from(slot.value).toString(), "yes");
+  const run = await b.orchestrator.getRun(stream.runId!);
+  assert.equal(run.status, pb.RunStatus.RUN_STATUS_COMPLETED);
+});
+
+test("a DAG pipeline", async () => {
+  const events = await b.orchestrator
+    .runPipeline(
+      [
+        { id: "a", agent: "echo", task: "alpha", outputTo: "x", timeout: 10 },
+        { id: "b", agent: "echo", task: "got {{x}}" },
+      ],
+      { mode: "dag", name: "ts" },
+    )
+    .collect();
+  const last = events[events.length - 1].payload;
+  assert.equal(last?.$case === "runCompleted" && last.runCompleted.output, "got alpha");
+  assert.ok(events.some((e) => kind(e) === "stepStarted" && e.contextId === "root.a" && e.depth === 1));
+});
+
+test("typed errors name the field", async () => {
+  await assert.rejects(b.orchestrator.runAgent("nobody", "x").collect(), (e: unknown) => {
+    assert.ok(e instanceof InvalidArgument);
+    assert.equal(e.field, "agent");
+    return true;
+  });
+  await assert.rejects(b.orchestrator.runPipeline([{ id: "a", agent: "nobody" }]).collect(), (e: unknown) => {
+    assert.ok(e instanceof InvalidArgument);
+    assert.equal(e.field, "pipeline.steps[0].agent");
+    return true;
+  });
+  await assert.rejects(b.orchestrator.getRun("no-such-run"), NotFound);
+  await assert.rejects(b.orchestrator.runAgent("slow", "x", { timeoutMs: 300 }).collect(), DeadlineExceeded);
+  const trace = "0af7651916cd43dd8448eb211c80319c";
+  await b.store.put(trace, "k", "v1");
+  await assert.rejects(b.store.put(trace, "k", "v2", { expectedVersion: 7 }), (e: unknown) => {
+    assert.ok(e instanceof Aborted);
+    assert.equal(e.field, "expected_version");
+    assert.equal(e.currentVersion, 1);
+    return true;
+  });
+  await assert.rejects(b.store.get("not-a-trace", "k"), (e: unknown) => e instanceof InvalidArgument && e.field === "trace_id");
+});
+
+test("leaving the stream cancels the run", async () => {
+  let runId = "";
+  for await (const e of b.orchestrator.runAgent("slow", "x")) {
+    runId = e.runId;
+    break; // disconnects
+  }
+  for (let i = 0; i < 100; i++) {
+    const run = await b.orchestrator.getRun(runId);
+    if (run.status === pb.RunStatus.RUN_STATUS_CANCELLED) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.fail("the run was not cancelled");
+});
+
+test("store put, get, list, delete and watch", async () => {
+  const trace = "6bf92f3577b34da6a3ce929d0e0e4736";
+  const seen: string[] = [];
+  const watching = (async () => {
+    for await (const c of b.store.watch(trace, "notes/")) {
+      seen.push(c.key);
+      if (seen.length === 2) return;
+    }
+  })();
+  await new Promise((r) => setTimeout(r, 200));
+  const put = await b.store.put(trace, "notes/a", "hello", { ttl: 60 });
+  const got = await b.store.get(trace, "notes/a");
+  assert.equal(Buffer.from(got.value).toString(), "hello");
+  assert.equal(got.slot?.version, put.version);
+  assert.equal(got.slot?.contentType, "text/plain; charset=utf-8");
+  assert.deepEqual(
+    (await b.store.list(trace, "notes/")).slots.map((s) => s.key),
+    ["notes/a"],
+  );
+  await b.store.delete(trace, "notes/a");
+  await assert.rejects(b.store.get(trace, "notes/a"), NotFound);
+  await watching;
+  assert.deepEqual(seen, ["notes/a", "notes/a"]);
+});
