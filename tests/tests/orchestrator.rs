@@ -1069,3 +1069,139 @@ agents:
         other => panic!("expected RunFailed, got {other:?}"),
     }
 }
+
+/// WatchRun: a second subscriber re-attaches to a live run from any seq,
+/// sees exactly what the run's own stream sees (filter applied on the
+/// server), and can replay a finished run; the replica keeps the last
+/// LOG_CAPACITY events of a run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_run_reattaches_from_any_seq() {
+    let (_server, client) = example().await;
+    let mut stream = client
+        .run_agent(pb::RunAgentRequest {
+            agent: "support".into(),
+            input: "refund order 9".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("run");
+    let mut seen = Vec::new();
+    let ask = wait_for(&mut stream, &mut seen, |e| {
+        matches!(e.payload, Some(Payload::ApprovalRequested(_)))
+    })
+    .await;
+    let run_id = ask.run_id.clone();
+    // Parked on the approval: a watcher from the start gets everything so
+    // far, then follows live.
+    let mut watch = client.watch_run(&run_id, 0, None).await.expect("watch");
+    let mut watched = Vec::new();
+    for _ in 0..seen.len() {
+        watched.push(watch.next().await.expect("open").expect("event"));
+    }
+    assert_eq!(watched, seen, "the same events, envelope and all");
+    let mut late = client.watch_run(&run_id, 3, None).await.expect("watch");
+    let Some(Payload::ApprovalRequested(a)) = &ask.payload else {
+        unreachable!()
+    };
+    client
+        .resolve_approval(&run_id, &a.approval_id, true, "")
+        .await
+        .expect("approve");
+    drain(&mut stream, &mut seen).await;
+    drain(&mut watch, &mut watched).await;
+    assert_eq!(watched, seen, "the live part too, up to the terminal event");
+    let mut from_four = Vec::new();
+    drain(&mut late, &mut from_four).await;
+    assert_eq!(from_four, seen[3..], "after_seq 3 starts at seq 4");
+
+    // A finished run replays, with the filter applied on the server.
+    let root_only = client
+        .watch_run(
+            &run_id,
+            0,
+            Some(pb::EventFilter {
+                max_depth: Some(0),
+                kinds: vec![pb::EventKind::Handoff as i32],
+                ..Default::default()
+            }),
+        )
+        .await
+        .expect("watch");
+    let replayed: Vec<pb::RunEvent> = root_only.map(|e| e.expect("event")).collect().await;
+    assert_eq!(
+        replayed.iter().map(kind).collect::<Vec<_>>(),
+        ["Handoff", "RunCompleted"],
+        "the terminal event always passes"
+    );
+    // Past the end: nothing more, the stream ends.
+    let last = seen.last().expect("events").seq;
+    let after_end: Vec<_> = client
+        .watch_run(&run_id, last, None)
+        .await
+        .expect("watch")
+        .collect()
+        .await;
+    assert!(after_end.is_empty());
+
+    // Bad requests.
+    let err = client
+        .watch_run("", 0, None)
+        .await
+        .err()
+        .expect("empty run_id");
+    assert_eq!(
+        (err.code(), err.field()),
+        (Code::InvalidArgument, Some("run_id"))
+    );
+    let err = client
+        .watch_run("no-such-run", 0, None)
+        .await
+        .err()
+        .expect("unknown run");
+    assert_eq!(err.code(), Code::NotFound);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_run_replays_the_last_log_capacity_events() {
+    use baton_orchestrator::runtime::registry::LOG_CAPACITY;
+    let deltas = LOG_CAPACITY + 5;
+    let agents = format!(
+        "scripts:\n  chatty: [{{text: 'word', deltas: {deltas}}}]\nagents:\n  chatty: {{model: 'scripted:chatty'}}\n"
+    );
+    let server = OrchestratorServer::start(&agents, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let client = OrchestratorClient::connect(server.endpoint())
+        .await
+        .expect("connect");
+    let events = client
+        .run_agent_to_end(pb::RunAgentRequest {
+            agent: "chatty".into(),
+            input: "go".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("run");
+    let total = events.len() as u64;
+    assert!(total > LOG_CAPACITY as u64);
+    let run_id = &events[0].run_id;
+    // Exactly the last LOG_CAPACITY events are kept: after_seq = total -
+    // LOG_CAPACITY replays them all, one earlier is refused.
+    let at = total - LOG_CAPACITY as u64;
+    let replayed: Vec<_> = client
+        .watch_run(run_id, at, None)
+        .await
+        .expect("at the limit")
+        .collect()
+        .await;
+    assert_eq!(replayed.len(), LOG_CAPACITY);
+    let err = client
+        .watch_run(run_id, at - 1, None)
+        .await
+        .err()
+        .expect("just over the limit");
+    assert_eq!(
+        (err.code(), err.field()),
+        (Code::FailedPrecondition, Some("after_seq"))
+    );
+}

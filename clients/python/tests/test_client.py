@@ -90,6 +90,10 @@ def test_approval_then_the_slot_is_in_the_store():
             assert slot.value == b"yes"
             run_info = await b.orchestrator.get_run(stream.run_id)
             assert run_info.status == pb.RUN_STATUS_COMPLETED
+            # Re-attach to the finished run: its events after seq 2.
+            replayed = await b.orchestrator.watch(stream.run_id, after_seq=2).collect()
+            assert replayed[0].seq == 3 and kind(replayed[-1]) == "run_completed"
+            assert [e.seq for e in replayed] == list(range(3, run_info.last_seq + 1))
 
     run(main())
 

@@ -71,6 +71,13 @@ test("an approval, then the slot is in the store", async () => {
   assert.equal(Buffer.from(slot.value).toString(), "yes");
   const run = await b.orchestrator.getRun(stream.runId!);
   assert.equal(run.status, pb.RunStatus.RUN_STATUS_COMPLETED);
+  // Re-attach to the finished run: its events after seq 2.
+  const replayed = await b.orchestrator.watch(stream.runId!, 2).collect();
+  assert.deepEqual(
+    replayed.map((e) => e.seq),
+    Array.from({ length: run.lastSeq - 2 }, (_, i) => i + 3),
+  );
+  assert.equal(kind(replayed[replayed.length - 1]), "runCompleted");
 });
 
 test("a DAG pipeline", async () => {

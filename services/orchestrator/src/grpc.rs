@@ -29,7 +29,7 @@ use crate::{
     runtime::{
         self, CallFrame, Limits, RunSetup, RuntimeConfig, check_target,
         events::{self, Filter},
-        registry::{ApprovalAnswer, RunRecord, Runs},
+        registry::{ApprovalAnswer, LOG_CAPACITY, LogRead, RunRecord, Runs},
     },
     tools::Toolbox,
 };
@@ -645,11 +645,67 @@ impl Orchestrator for OrchestratorService {
 
     async fn watch_run(
         &self,
-        _: Request<pb::WatchRunRequest>,
+        request: Request<pb::WatchRunRequest>,
     ) -> std::result::Result<Response<Self::WatchRunStream>, Status> {
-        Err(Status::unimplemented(
-            "WatchRun needs the durable run event log, which is not available yet",
-        ))
+        self.check_running()?;
+        let r = request.into_inner();
+        if r.run_id.is_empty() {
+            return Err(Error::invalid("run_id", "must not be empty").into());
+        }
+        let filter = filter(r.filter)?;
+        let run = self.runs.get(&r.run_id)?;
+        if let LogRead::Gone(oldest) = run.events_after(r.after_seq) {
+            return Err(Error::FailedPrecondition {
+                field: "after_seq",
+                message: format!(
+                    "this replica keeps the last {LOG_CAPACITY} events of a run; the oldest kept is {oldest}"
+                ),
+            }
+            .into());
+        }
+        let (tx, rx) = mpsc::channel(events::CLIENT_BUFFER);
+        let shutdown = self.shutdown.clone();
+        self.tasks.spawn(async move {
+            let mut cursor = r.after_seq;
+            loop {
+                let next = run.next_logged();
+                let (batch, ended) = match run.events_after(cursor) {
+                    LogRead::Events(batch, ended) => (batch, ended),
+                    LogRead::Gone(oldest) => {
+                        let status = Status::aborted(format!(
+                            "the watcher fell behind: events after {cursor} are gone (oldest kept: {oldest})"
+                        ));
+                        let _ = tx.send(Err(status)).await;
+                        return;
+                    }
+                };
+                for event in batch {
+                    cursor = event.seq;
+                    let terminal = event.payload.as_ref().is_some_and(events::is_terminal);
+                    let passes = event.payload.as_ref().is_some_and(|p| {
+                        filter.passes_at(&event.context_id, event.depth, p)
+                    });
+                    if passes && tx.send(Ok(event)).await.is_err() {
+                        return;
+                    }
+                    if terminal {
+                        return;
+                    }
+                }
+                if ended {
+                    return;
+                }
+                tokio::select! {
+                    _ = next => {}
+                    _ = tx.closed() => return,
+                    _ = shutdown.cancelled() => {
+                        let _ = tx.send(Err(Error::ShuttingDown.into())).await;
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
     }
 
     async fn get_run(

@@ -77,6 +77,23 @@ impl OrchestratorClient {
         Ok(Box::pin(stream.map(|e| e.map_err(Error::from))))
     }
 
+    /// Re-attaches to a run: its events after `after_seq` (0: from the
+    /// start), then live ones until its terminal event (WatchRun).
+    pub async fn watch_run(
+        &self,
+        run_id: &str,
+        after_seq: u64,
+        filter: Option<pb::EventFilter>,
+    ) -> Result<Events, Error> {
+        let request = pb::WatchRunRequest {
+            run_id: run_id.to_owned(),
+            after_seq,
+            filter,
+        };
+        let stream = self.inner.clone().watch_run(request).await?.into_inner();
+        Ok(Box::pin(stream.map(|e| e.map_err(Error::from))))
+    }
+
     /// Runs a pipeline to its end and returns every event received.
     pub async fn run_pipeline_to_end(
         &self,

@@ -176,17 +176,20 @@ pub fn is_terminal(p: &Payload) -> bool {
 impl Filter {
     /// Whether the client asked for this event. Terminal events always pass.
     pub fn passes(&self, ctx: &ContextInfo, payload: &Payload) -> bool {
+        self.passes_at(&ctx.id, ctx.depth, payload)
+    }
+
+    /// Whether an event of context `id` at `depth` passes.
+    pub fn passes_at(&self, id: &str, depth: u32, payload: &Payload) -> bool {
         if is_terminal(payload) {
             return true;
         }
-        if self.max_depth.is_some_and(|d| ctx.depth > d) {
+        if self.max_depth.is_some_and(|d| depth > d) {
             return false;
         }
         if !self.prefixes.is_empty()
             && !self.prefixes.iter().any(|p| {
-                ctx.id == *p
-                    || (ctx.id.starts_with(p.as_str())
-                        && ctx.id.as_bytes().get(p.len()) == Some(&b'.'))
+                id == p || (id.starts_with(p.as_str()) && id.as_bytes().get(p.len()) == Some(&b'.'))
             })
         {
             return false;
@@ -224,9 +227,6 @@ pub async fn sequence(
         if terminal {
             record.finish(&draft.payload, seq);
         }
-        if !forward {
-            continue;
-        }
         let event = pb::RunEvent {
             seq,
             trace_id: trace_id.clone(),
@@ -239,6 +239,11 @@ pub async fn sequence(
             time: Some(prost_types::Timestamp::from(SystemTime::now())),
             payload: Some(draft.payload),
         };
+        // Every event, filtered or not, client or not, is kept for WatchRun.
+        record.log_event(event.clone(), terminal);
+        if !forward {
+            continue;
+        }
         if out.send(Ok(event)).await.is_err() {
             client_gone = true;
             record.cancel("client disconnected");

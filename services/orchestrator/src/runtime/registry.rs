@@ -66,6 +66,26 @@ pub struct RunState {
     pub last_seq: u64,
 }
 
+/// How many of a run's latest events WatchRun can replay.
+pub const LOG_CAPACITY: usize = 10_000;
+
+/// The run's latest events, for WatchRun.
+#[derive(Default)]
+struct EventLog {
+    events: std::collections::VecDeque<pb::RunEvent>,
+    ended: bool,
+}
+
+/// What a watcher reads from the log.
+pub enum LogRead {
+    /// The events after the cursor (maybe none yet), and whether the run's
+    /// terminal event is among everything logged.
+    Events(Vec<pb::RunEvent>, bool),
+    /// Events after the cursor were dropped from the log already; the
+    /// oldest kept has this seq.
+    Gone(u64),
+}
+
 /// One run.
 pub struct RunRecord {
     /// The run's id.
@@ -89,6 +109,8 @@ pub struct RunRecord {
     pub live_tasks: AtomicUsize,
     /// Tool calls that were dropped before they finished (cancelled).
     pub cancelled_tool_calls: AtomicUsize,
+    log: Mutex<EventLog>,
+    logged: tokio::sync::Notify,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -127,7 +149,45 @@ impl RunRecord {
             inputs: Mutex::new(HashMap::new()),
             live_tasks: AtomicUsize::new(0),
             cancelled_tool_calls: AtomicUsize::new(0),
+            log: Mutex::new(EventLog::default()),
+            logged: tokio::sync::Notify::new(),
         })
+    }
+
+    /// Keeps an event (unfiltered) for WatchRun; the oldest go beyond
+    /// [`LOG_CAPACITY`].
+    pub(crate) fn log_event(&self, event: pb::RunEvent, terminal: bool) {
+        {
+            let mut log = lock(&self.log);
+            if log.events.len() == LOG_CAPACITY {
+                log.events.pop_front();
+            }
+            log.events.push_back(event);
+            log.ended |= terminal;
+        }
+        self.logged.notify_waiters();
+    }
+
+    /// The logged events after seq `after`.
+    pub fn events_after(&self, after: u64) -> LogRead {
+        let log = lock(&self.log);
+        let oldest = log.events.front().map_or(after + 1, |e| e.seq);
+        if oldest > after + 1 {
+            return LogRead::Gone(oldest);
+        }
+        let events = log
+            .events
+            .iter()
+            .skip((after + 1 - oldest) as usize)
+            .cloned()
+            .collect();
+        LogRead::Events(events, log.ended)
+    }
+
+    /// Resolves when the next event is logged (create it before reading the
+    /// log, then await it).
+    pub fn next_logged(&self) -> tokio::sync::futures::Notified<'_> {
+        self.logged.notified()
     }
 
     /// The run's cancellation token.
