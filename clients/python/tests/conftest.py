@@ -68,6 +68,7 @@ def make_tools() -> ToolServer:
     @tools.tool
     async def py_pick(ctx: ToolContext) -> str:
         """Asks the person to pick a plan."""
+        await ctx.options("Plans on offer", ["basic", "gold"])
         return await ctx.ask("Which plan?", ["basic", "gold"])
 
     return tools

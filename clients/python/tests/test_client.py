@@ -64,13 +64,18 @@ def test_input_asked_by_a_python_tool():
     async def main():
         async with running() as b:
             stream = b.orchestrator.run_agent("picker", "go")
+            offered = []
             async for e in stream:
+                if kind(e) == "tool_options":
+                    offered.append((e.tool_options.question, list(e.tool_options.options)))
                 if kind(e) == "input_requested":
                     assert e.input_requested.prompt == "Which plan?"
                     assert list(e.input_requested.options) == ["basic", "gold"]
                     await b.orchestrator.submit_input(e.run_id, e.input_requested.input_id, "gold")
                 if kind(e) == "run_completed":
                     assert e.run_completed.output == "picked gold"
+                    # Offered on the first call and again when resumed.
+                    assert offered == [("Plans on offer", ["basic", "gold"])] * 2
                     return
             raise AssertionError("no run_completed")
 
@@ -211,5 +216,20 @@ def test_tool_schemas_come_from_type_hints():
             },
             "required": ["query", "tags"],
         }
+
+    run(main())
+
+
+def test_cancel_run():
+    async def main():
+        async with running() as b:
+            stream = b.orchestrator.run_agent("slow", "x")
+            first = await stream.__anext__()
+            status = await b.orchestrator.cancel(first.run_id, "changed my mind")
+            assert status in (pb.RUN_STATUS_RUNNING, pb.RUN_STATUS_CANCELLED)
+            rest = await stream.collect()
+            assert kind(rest[-1]) == "run_cancelled"
+            assert rest[-1].run_cancelled.reason.endswith("changed my mind")
+            assert (await b.orchestrator.get_run(first.run_id)).status == pb.RUN_STATUS_CANCELLED
 
     run(main())

@@ -68,9 +68,10 @@ export function makeTools(): ToolServer {
         return `${args.limit ?? 3} results for ${args.query} at depth ${ctx.depth}`;
       },
     )
-    .tool("ts_pick", { description: "Asks the person to pick a plan." }, async (ctx) =>
-      ctx.ask("Which plan?", ["basic", "gold"]),
-    );
+    .tool("ts_pick", { description: "Asks the person to pick a plan." }, async (ctx) => {
+      await ctx.options("Plans on offer", ["basic", "gold"]);
+      return ctx.ask("Which plan?", ["basic", "gold"]);
+    });
 }
 
 export interface Running {

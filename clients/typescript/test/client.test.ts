@@ -46,7 +46,9 @@ test("traceparent joins the caller's trace", async () => {
 });
 
 test("input asked by a TypeScript tool", async () => {
+  const offered: [string, string[]][] = [];
   for await (const e of b.orchestrator.runAgent("picker", "go")) {
+    if (e.payload?.$case === "toolOptions") offered.push([e.payload.toolOptions.question, e.payload.toolOptions.options]);
     if (e.payload?.$case === "inputRequested") {
       assert.equal(e.payload.inputRequested.prompt, "Which plan?");
       assert.deepEqual(e.payload.inputRequested.options, ["basic", "gold"]);
@@ -54,6 +56,11 @@ test("input asked by a TypeScript tool", async () => {
     }
     if (e.payload?.$case === "runCompleted") {
       assert.equal(e.payload.runCompleted.output, "picked gold");
+      // Offered on the first call and again when resumed.
+      assert.deepEqual(offered, [
+        ["Plans on offer", ["basic", "gold"]],
+        ["Plans on offer", ["basic", "gold"]],
+      ]);
       return;
     }
   }
@@ -156,4 +163,15 @@ test("store put, get, list, delete and watch", async () => {
   await assert.rejects(b.store.get(trace, "notes/a"), NotFound);
   await watching;
   assert.deepEqual(seen, ["notes/a", "notes/a"]);
+});
+
+test("CancelRun ends the run with its reason", async () => {
+  const stream = b.orchestrator.runAgent("slow", "x");
+  const it = stream[Symbol.asyncIterator]();
+  const first = (await it.next()).value!;
+  await b.orchestrator.cancel(first.runId, "changed my mind");
+  let last = first;
+  for (let r = await it.next(); !r.done; r = await it.next()) last = r.value;
+  assert.ok(last.payload?.$case === "runCancelled" && last.payload.runCancelled.reason.endsWith("changed my mind"));
+  assert.equal((await b.orchestrator.getRun(first.runId)).status, pb.RunStatus.RUN_STATUS_CANCELLED);
 });
