@@ -29,7 +29,7 @@ use crate::{
     runtime::{
         self, CallFrame, Limits, RunSetup, RuntimeConfig, check_target,
         events::{self, Filter},
-        registry::{ApprovalAnswer, LOG_CAPACITY, LogRead, RunRecord, Runs},
+        registry::{ApprovalAnswer, LOG_CAPACITY, LOG_RETENTION, LogRead, RunRecord, Runs},
     },
     tools::Toolbox,
 };
@@ -654,14 +654,26 @@ impl Orchestrator for OrchestratorService {
         }
         let filter = filter(r.filter)?;
         let run = self.runs.get(&r.run_id)?;
-        if let LogRead::Gone(oldest) = run.events_after(r.after_seq) {
-            return Err(Error::FailedPrecondition {
-                field: "after_seq",
-                message: format!(
-                    "this replica keeps the last {LOG_CAPACITY} events of a run; the oldest kept is {oldest}"
-                ),
+        match run.events_after(r.after_seq) {
+            LogRead::Gone(oldest) => {
+                return Err(Error::FailedPrecondition {
+                    field: "after_seq",
+                    message: format!(
+                        "this replica keeps the last {LOG_CAPACITY} events of a run; the oldest kept is {oldest}"
+                    ),
+                }
+                .into());
             }
-            .into());
+            LogRead::Expired => {
+                return Err(Error::FailedPrecondition {
+                    field: "run_id",
+                    message: format!(
+                        "the run ended more than {LOG_RETENTION:?} ago; its events are no longer kept (GetRun has its result)"
+                    ),
+                }
+                .into());
+            }
+            LogRead::Events(..) => {}
         }
         let (tx, rx) = mpsc::channel(events::CLIENT_BUFFER);
         let shutdown = self.shutdown.clone();
@@ -671,6 +683,7 @@ impl Orchestrator for OrchestratorService {
                 let next = run.next_logged();
                 let (batch, ended) = match run.events_after(cursor) {
                     LogRead::Events(batch, ended) => (batch, ended),
+                    LogRead::Expired => return,
                     LogRead::Gone(oldest) => {
                         let status = Status::aborted(format!(
                             "the watcher fell behind: events after {cursor} are gone (oldest kept: {oldest})"

@@ -113,6 +113,39 @@ impl Drop for SpanEnd {
     }
 }
 
+/// An event as a run's log keeps it: numbered, its envelope shared with
+/// the context.
+pub struct Logged {
+    /// Its seq.
+    pub seq: u64,
+    /// When it happened.
+    pub time: prost_types::Timestamp,
+    /// Where.
+    pub ctx: Arc<ContextInfo>,
+    /// The active agent.
+    pub agent: Arc<str>,
+    /// What.
+    pub payload: Payload,
+}
+
+impl Logged {
+    /// The event as clients get it.
+    pub fn to_event(&self, trace_id: &str, run_id: &str) -> pb::RunEvent {
+        pb::RunEvent {
+            seq: self.seq,
+            trace_id: trace_id.to_owned(),
+            run_id: run_id.to_owned(),
+            context_id: self.ctx.id.clone(),
+            parent_context_id: self.ctx.parent.clone(),
+            depth: self.ctx.depth,
+            agent: self.agent.to_string(),
+            span_id: self.ctx.span_id.clone(),
+            time: Some(self.time),
+            payload: Some(self.payload.clone()),
+        }
+    }
+}
+
 /// An event before the sequencer numbers it.
 pub struct Draft {
     /// Where.
@@ -227,23 +260,18 @@ pub async fn sequence(
         if terminal {
             record.finish(&draft.payload, seq);
         }
-        let event = pb::RunEvent {
+        let logged = Logged {
             seq,
-            trace_id: trace_id.clone(),
-            run_id: run_id.clone(),
-            context_id: draft.ctx.id.clone(),
-            parent_context_id: draft.ctx.parent.clone(),
-            depth: draft.ctx.depth,
-            agent: draft.agent.to_string(),
-            span_id: draft.ctx.span_id.clone(),
-            time: Some(prost_types::Timestamp::from(SystemTime::now())),
-            payload: Some(draft.payload),
+            time: prost_types::Timestamp::from(SystemTime::now()),
+            ctx: draft.ctx,
+            agent: draft.agent,
+            payload: draft.payload,
         };
-        // Every event, filtered or not, client or not, is kept for WatchRun.
-        record.log_event(event.clone(), terminal);
-        if !forward {
-            continue;
-        }
+        let event = forward.then(|| logged.to_event(&trace_id, &run_id));
+        // Every event, filtered or not, client or not, is kept for WatchRun
+        // (compactly: the envelope's strings are shared).
+        record.log_event(logged, terminal);
+        let Some(event) = event else { continue };
         if out.send(Ok(event)).await.is_err() {
             client_gone = true;
             record.cancel("client disconnected");

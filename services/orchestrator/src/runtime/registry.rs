@@ -69,11 +69,17 @@ pub struct RunState {
 /// How many of a run's latest events WatchRun can replay.
 pub const LOG_CAPACITY: usize = 10_000;
 
+/// How long a finished run's events stay readable by WatchRun (its record
+/// stays for `GetRun` longer, without them).
+pub const LOG_RETENTION: Duration = Duration::from_secs(60);
+
 /// The run's latest events, for WatchRun.
 #[derive(Default)]
 struct EventLog {
-    events: std::collections::VecDeque<pb::RunEvent>,
+    events: std::collections::VecDeque<super::events::Logged>,
     ended: bool,
+    /// The events were dropped (LOG_RETENTION after the end).
+    dropped: bool,
 }
 
 /// What a watcher reads from the log.
@@ -84,6 +90,8 @@ pub enum LogRead {
     /// Events after the cursor were dropped from the log already; the
     /// oldest kept has this seq.
     Gone(u64),
+    /// The run ended more than LOG_RETENTION ago; its events are gone.
+    Expired,
 }
 
 /// One run.
@@ -156,7 +164,7 @@ impl RunRecord {
 
     /// Keeps an event (unfiltered) for WatchRun; the oldest go beyond
     /// [`LOG_CAPACITY`].
-    pub(crate) fn log_event(&self, event: pb::RunEvent, terminal: bool) {
+    pub(crate) fn log_event(&self, event: super::events::Logged, terminal: bool) {
         {
             let mut log = lock(&self.log);
             if log.events.len() == LOG_CAPACITY {
@@ -171,6 +179,9 @@ impl RunRecord {
     /// The logged events after seq `after`.
     pub fn events_after(&self, after: u64) -> LogRead {
         let log = lock(&self.log);
+        if log.dropped {
+            return LogRead::Expired;
+        }
         let oldest = log.events.front().map_or(after + 1, |e| e.seq);
         if oldest > after + 1 {
             return LogRead::Gone(oldest);
@@ -179,7 +190,7 @@ impl RunRecord {
             .events
             .iter()
             .skip((after + 1 - oldest) as usize)
-            .cloned()
+            .map(|e| e.to_event(self.trace_id.as_str(), &self.run_id))
             .collect();
         LogRead::Events(events, log.ended)
     }
@@ -317,6 +328,17 @@ impl RunRecord {
         }
     }
 
+    /// Drops the logged events once the run ended LOG_RETENTION ago.
+    fn drop_old_log(&self, now: Instant) {
+        if lock(&self.finished).is_some_and(|f| now.duration_since(f) > LOG_RETENTION) {
+            let mut log = lock(&self.log);
+            if !log.dropped {
+                log.events = Default::default();
+                log.dropped = true;
+            }
+        }
+    }
+
     fn expired(&self, now: Instant) -> bool {
         lock(&self.finished).is_some_and(|f| now.duration_since(f) > FINISHED_RETENTION)
     }
@@ -343,6 +365,9 @@ impl Drop for LiveGuard {
 #[derive(Default)]
 pub struct Runs {
     map: Mutex<HashMap<String, Arc<RunRecord>>>,
+    /// When finished runs were last swept (at most once a second, so a
+    /// busy server does not scan every run on every start).
+    swept: Mutex<Option<Instant>>,
 }
 
 impl Runs {
@@ -350,7 +375,14 @@ impl Runs {
     pub fn insert(&self, record: Arc<RunRecord>) {
         let now = Instant::now();
         let mut map = lock(&self.map);
-        map.retain(|_, r| !r.expired(now));
+        let mut swept = lock(&self.swept);
+        if swept.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
+            *swept = Some(now);
+            map.retain(|_, r| !r.expired(now));
+            for r in map.values() {
+                r.drop_old_log(now);
+            }
+        }
         map.insert(record.run_id.clone(), record);
     }
 
@@ -374,5 +406,64 @@ impl Runs {
             .values()
             .filter(|r| r.state().status == pb::RunStatus::Running)
             .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use baton_proto::v1::{self as pb, run_event::Payload};
+
+    use super::*;
+    use crate::runtime::events::{ContextInfo, Logged};
+
+    fn logged(seq: u64, payload: Payload) -> Logged {
+        Logged {
+            seq,
+            time: prost_types::Timestamp::default(),
+            ctx: Arc::new(ContextInfo {
+                id: "root".into(),
+                parent: String::new(),
+                depth: 0,
+                span_id: "0000000000000001".into(),
+                otel: opentelemetry::Context::new(),
+            }),
+            agent: Arc::from(""),
+            payload,
+        }
+    }
+
+    #[test]
+    fn a_finished_runs_events_are_kept_for_log_retention() {
+        let run = RunRecord::new(
+            TraceId::random(),
+            pb::RunKind::Agent,
+            "a".into(),
+            &CancellationToken::new(),
+        );
+        run.log_event(
+            logged(1, Payload::RunStarted(pb::RunStarted::default())),
+            false,
+        );
+        let done = Payload::RunCompleted(pb::RunCompleted::default());
+        run.finish(&done, 2);
+        run.log_event(logged(2, done), true);
+        let ended = lock(&run.finished).expect("finished");
+        run.drop_old_log(ended + LOG_RETENTION);
+        assert!(
+            matches!(run.events_after(0), LogRead::Events(ref e, true) if e.len() == 2),
+            "kept at the limit"
+        );
+        run.drop_old_log(ended + LOG_RETENTION + Duration::from_millis(1));
+        assert!(
+            matches!(run.events_after(0), LogRead::Expired),
+            "dropped just over it"
+        );
+        assert_eq!(
+            run.state().status,
+            pb::RunStatus::Completed,
+            "the result stays"
+        );
     }
 }
