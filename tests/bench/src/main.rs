@@ -9,6 +9,10 @@
 //! - `pipeline`: RunPipeline with no-op steps, in the shapes of the LangGraph
 //!   figures the pipeline issue quotes, on memory and on Redis.
 
+/// The allocator the service binaries use (see their main.rs).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod agent;
 mod pipeline;
 mod store;
