@@ -420,9 +420,23 @@ impl OrchestratorServer {
         format!("http://{}", self.addr)
     }
 
+    /// A client connected to it.
+    pub async fn client(&self) -> anyhow::Result<baton_client::OrchestratorClient> {
+        Ok(baton_client::OrchestratorClient::connect(self.endpoint()).await?)
+    }
+
     /// Begins shutdown and waits for the server to drain and return.
     pub async fn shutdown(self) -> anyhow::Result<()> {
         self.running.stop().await
+    }
+}
+
+/// A RunAgent request of `agent` on `input`, everything else default.
+pub fn agent_request(agent: &str, input: &str) -> baton_client::pb::RunAgentRequest {
+    baton_client::pb::RunAgentRequest {
+        agent: agent.into(),
+        input: input.into(),
+        ..Default::default()
     }
 }
 

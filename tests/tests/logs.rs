@@ -9,9 +9,8 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use baton_client::{OrchestratorClient, pb};
 use baton_common::telemetry::{LogConfig, LogFormat};
-use baton_e2e::OrchestratorServer;
+use baton_e2e::{OrchestratorServer, agent_request};
 use serde_json::Value;
 
 #[derive(Clone, Default)]
@@ -58,15 +57,9 @@ async fn every_line_logged_inside_a_run_carries_its_ids() {
     let server = OrchestratorServer::start(AGENTS, None, |_| {})
         .await
         .expect("orchestrator");
-    let client = OrchestratorClient::connect(server.endpoint())
-        .await
-        .expect("connect");
+    let client = server.client().await.expect("connect");
     let events = client
-        .run_agent_to_end(pb::RunAgentRequest {
-            agent: "outer".into(),
-            input: "x".into(),
-            ..Default::default()
-        })
+        .run_agent_to_end(agent_request("outer", "x"))
         .await
         .expect("run");
     server.shutdown().await.expect("shutdown");

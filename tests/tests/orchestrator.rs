@@ -9,7 +9,7 @@ use std::{
 };
 
 use baton_client::{OrchestratorClient, pb, pb::run_event::Payload};
-use baton_e2e::{EXAMPLE_AGENTS, OrchestratorServer};
+use baton_e2e::{EXAMPLE_AGENTS, OrchestratorServer, agent_request};
 use futures::StreamExt;
 use tonic::Code;
 
@@ -1171,15 +1171,9 @@ async fn watch_run_replays_the_last_log_capacity_events() {
     let server = OrchestratorServer::start(&agents, None, |_| {})
         .await
         .expect("orchestrator");
-    let client = OrchestratorClient::connect(server.endpoint())
-        .await
-        .expect("connect");
+    let client = server.client().await.expect("connect");
     let events = client
-        .run_agent_to_end(pb::RunAgentRequest {
-            agent: "chatty".into(),
-            input: "go".into(),
-            ..Default::default()
-        })
+        .run_agent_to_end(agent_request("chatty", "go"))
         .await
         .expect("run");
     let total = events.len() as u64;

@@ -12,7 +12,7 @@ use std::{
 use baton_client::{OrchestratorClient, pb, pb::run_event::Payload};
 use baton_context_store::config::Backend;
 use baton_e2e::{
-    OrchestratorServer, RedisServer, StoreServer,
+    OrchestratorServer, RedisServer, StoreServer, agent_request,
     otlp::{OtlpReceiver, ReceivedSpan},
 };
 use baton_orchestrator::config::StoreMode;
@@ -381,15 +381,9 @@ async fn both_services_serve_prometheus_metrics() {
     })
     .await
     .expect("orchestrator");
-    let client = OrchestratorClient::connect(server.endpoint())
-        .await
-        .expect("connect");
+    let client = server.client().await.expect("connect");
     let events = client
-        .run_agent_to_end(pb::RunAgentRequest {
-            agent: "outer".into(),
-            input: "tides".into(),
-            ..Default::default()
-        })
+        .run_agent_to_end(agent_request("outer", "tides"))
         .await
         .expect("run");
     assert!(matches!(

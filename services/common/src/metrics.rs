@@ -7,7 +7,10 @@ use std::{net::SocketAddr, sync::Arc};
 
 use axum::{Router, http::header, response::IntoResponse, routing::get};
 use prometheus_client::{
-    metrics::histogram::{Histogram, exponential_buckets},
+    metrics::{
+        family::Family,
+        histogram::{Histogram, exponential_buckets},
+    },
     registry::Registry,
 };
 use tokio::net::TcpListener;
@@ -17,9 +20,20 @@ use tokio_util::sync::CancellationToken;
 /// Prometheus scrapes natively).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// Label sets of the services' metric families.
+pub type Labels = Vec<(&'static str, String)>;
+
+/// A family of latency histograms.
+pub type Histograms = Family<Labels, Histogram, fn() -> Histogram>;
+
 /// Latency buckets in seconds: 100 µs to ~100 s, ×4 apart.
 pub fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 4.0, 11))
+}
+
+/// An empty family of latency histograms.
+pub fn latency_histograms() -> Histograms {
+    Histograms::new_with_constructor(latency_histogram)
 }
 
 /// The registry as exposition text.

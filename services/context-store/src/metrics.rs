@@ -12,12 +12,11 @@
 use std::sync::Arc;
 
 use prometheus_client::{
-    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
     registry::Registry,
 };
 
-type Labels = Vec<(&'static str, String)>;
-type Histograms = Family<Labels, Histogram, fn() -> Histogram>;
+use baton_common::metrics::{Histograms, Labels, latency_histograms};
 
 /// Every metric of one store instance.
 pub struct Metrics {
@@ -42,8 +41,7 @@ impl Metrics {
     pub fn new() -> Self {
         let mut r = Registry::default();
         let operations = Family::<Labels, Counter>::default();
-        let hist: fn() -> Histogram = baton_common::metrics::latency_histogram;
-        let latency = Histograms::new_with_constructor(hist);
+        let latency = latency_histograms();
         let quota_rejections = Family::<Labels, Counter>::default();
         let backend_errors = Family::<Labels, Counter>::default();
         let watches = Gauge::default();

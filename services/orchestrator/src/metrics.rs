@@ -14,12 +14,11 @@
 use std::sync::Arc;
 
 use prometheus_client::{
-    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
     registry::Registry,
 };
 
-type Labels = Vec<(&'static str, String)>;
-type Histograms = Family<Labels, Histogram, fn() -> Histogram>;
+use baton_common::metrics::{Histograms, Labels, latency_histograms};
 
 /// Every metric of one orchestrator instance.
 pub struct Metrics {
@@ -49,9 +48,8 @@ impl Metrics {
         let runs_finished = Family::<Labels, Counter>::default();
         let runs_active = Gauge::default();
         let events = Counter::default();
-        let hist: fn() -> Histogram = baton_common::metrics::latency_histogram;
-        let model_latency = Histograms::new_with_constructor(hist);
-        let tool_latency = Histograms::new_with_constructor(hist);
+        let model_latency = latency_histograms();
+        let tool_latency = latency_histograms();
         let tokens = Family::<Labels, Counter>::default();
         r.register(
             "baton_runs_started",
