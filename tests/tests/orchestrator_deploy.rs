@@ -27,7 +27,12 @@ async fn runs_write_through_a_remote_context_store_on_redis() {
         .await
         .expect("context store");
     let remote = Arc::new(
-        RemoteStore::new(&store.endpoint(), store_config.limits.clone()).expect("remote store"),
+        RemoteStore::new(
+            &store.endpoint(),
+            store_config.limits.clone(),
+            std::time::Duration::from_secs(5),
+        )
+        .expect("remote store"),
     );
     let server = OrchestratorServer::start(EXAMPLE_AGENTS, Some(remote.clone()), |_| {})
         .await

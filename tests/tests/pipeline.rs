@@ -76,8 +76,10 @@ async fn env_with_value_limits(server: Option<u64>, orchestrator: Option<u64>) -
     if let Some(limit) = orchestrator {
         limits.max_value_bytes = limit;
     }
-    let remote: Arc<dyn ContextStore> =
-        Arc::new(RemoteStore::new(&store_server.endpoint(), limits).expect("remote store"));
+    let remote: Arc<dyn ContextStore> = Arc::new(
+        RemoteStore::new(&store_server.endpoint(), limits, Duration::from_secs(5))
+            .expect("remote store"),
+    );
     let server = OrchestratorServer::start(AGENTS, Some(remote), |_| {})
         .await
         .expect("orchestrator");

@@ -7,6 +7,12 @@
 //! are read as JSON when they parse as JSON (numbers, booleans, arrays) and as
 //! strings otherwise; quote a string that looks like a number (`'"123"'`).
 //!
+//! A variable ending in `__FILE` names a file holding the value instead
+//! (a Kubernetes or Docker secret mounted as a file):
+//! `BATON_STORE_REDIS__URL__FILE=/var/run/secrets/baton/redis/url` sets
+//! `redis.url` to the file's content, taken as a string with its trailing
+//! newline removed. It wins over the plain variable of the same field.
+//!
 //! Every config struct uses `deny_unknown_fields`, so a typo in a file,
 //! variable or flag stops the service at start with the name in the error,
 //! instead of being ignored.
@@ -87,14 +93,25 @@ where
         .into_iter()
         .filter(|(k, _)| k.starts_with(env_prefix) && k.len() > env_prefix.len())
         .collect();
+    // Sorted, so `X__FILE` (which sorts after `X`) wins over `X`.
     env.sort();
     for (k, v) in env {
-        let path: Vec<String> = k[env_prefix.len()..]
+        let mut path: Vec<String> = k[env_prefix.len()..]
             .to_ascii_lowercase()
             .split("__")
             .map(str::to_owned)
             .collect();
-        set_path(&mut merged, &path, scalar(&v));
+        let value = if path.len() > 1 && path.last().is_some_and(|p| p == "file") {
+            path.pop();
+            let text = std::fs::read_to_string(&v).map_err(|source| ConfigError::Read {
+                path: format!("{v} (from {k})"),
+                source,
+            })?;
+            Value::String(text.trim_end_matches(['\n', '\r']).to_owned())
+        } else {
+            scalar(&v)
+        };
+        set_path(&mut merged, &path, value);
     }
 
     for s in sets {
@@ -287,6 +304,33 @@ mod tests {
                 },
             }
         );
+    }
+
+    #[test]
+    fn a_file_variable_reads_the_value_from_the_file() {
+        let dir = tempfile_dir();
+        let secret = dir.join("name");
+        // Digits stay a string: a secret is never parsed as JSON.
+        std::fs::write(&secret, "12345\n").expect("write");
+        let env = vec![
+            ("X_NESTED__NAME".to_owned(), "plain".to_owned()),
+            (
+                "X_NESTED__NAME__FILE".to_owned(),
+                secret.display().to_string(),
+            ),
+        ];
+        let cfg: Cfg = load(None, "X_", env, &[]).expect("load");
+        assert_eq!(cfg.nested.name, "12345");
+
+        let missing = dir.join("missing");
+        let env = vec![(
+            "X_NESTED__NAME__FILE".to_owned(),
+            missing.display().to_string(),
+        )];
+        let err = load::<Cfg>(None, "X_", env, &[]).expect_err("missing file");
+        let text = err.to_string();
+        assert!(text.contains("X_NESTED__NAME__FILE"), "{text}");
+        assert!(text.contains("missing"), "{text}");
     }
 
     #[test]

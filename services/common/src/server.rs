@@ -89,6 +89,10 @@ pub struct Readiness<R> {
     pub every: Duration,
 }
 
+/// The grpc.health.v1 service name a liveness probe asks for (see
+/// [`serve_with_health`]).
+pub const LIVENESS: &str = "liveness";
+
 /// Serves a service the way every Baton service runs: `routes` plus
 /// grpc.health.v1, reflection and gRPC-web (see [`serve`]).
 ///
@@ -96,6 +100,11 @@ pub struct Readiness<R> {
 /// readiness check answers true, follows it after that, and turns
 /// `NOT_SERVING` for good once `shutdown` is cancelled. When the server has
 /// stopped, the service's `tasks` are closed and awaited for up to `grace`.
+///
+/// A third name, [`LIVENESS`], is `SERVING` for as long as the server answers
+/// at all, ready or not, draining or not: it is what a liveness probe asks,
+/// so that a dependency outage (which only makes the service unready) never
+/// gets the process restarted.
 pub async fn serve_with_health<R, Fut>(
     listener: TcpListener,
     routes: Routes,
@@ -116,6 +125,9 @@ where
     } = readiness;
     let names = ["", service_name];
     let (reporter, health_service) = tonic_health::server::health_reporter();
+    reporter
+        .set_service_status(LIVENESS, ServingStatus::Serving)
+        .await;
     for name in names {
         reporter
             .set_service_status(name, ServingStatus::NotServing)

@@ -37,6 +37,13 @@ struct Args {
     /// Prints the effective config as TOML and exits.
     #[arg(long)]
     print_config: bool,
+    /// Asks the instance listening at this config's `listen` address for its
+    /// grpc.health.v1 status (the overall service, `""`) and exits 0 when it
+    /// is SERVING, 1 otherwise. For container health checks in images
+    /// without a shell (docker compose, `HEALTHCHECK`); Kubernetes uses its
+    /// native gRPC probes instead.
+    #[arg(long, conflicts_with = "print_config")]
+    health: bool,
 }
 
 /// Runs a service binary: `run(config, listener, shutdown)` is the service's
@@ -73,6 +80,9 @@ where
         print!("{text}");
         return Ok(());
     }
+    if args.health {
+        return check_health(config.listen());
+    }
     let runtime =
         crate::runtime::build(config.worker_threads()).context("cannot start the runtime")?;
     runtime.block_on(async move {
@@ -85,4 +95,61 @@ where
         let shutdown = crate::shutdown::on_signal();
         run(config, listener, shutdown).await
     })
+}
+
+/// The address to probe for a server listening on `listen`: an unspecified
+/// IP (`0.0.0.0`, `::`) is reached over loopback.
+pub fn probe_address(listen: SocketAddr) -> SocketAddr {
+    let ip = match listen.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+        ip => ip,
+    };
+    SocketAddr::new(ip, listen.port())
+}
+
+/// `--health`: one grpc.health.v1 Check of the local instance, 3 s deadline.
+fn check_health(listen: SocketAddr) -> anyhow::Result<()> {
+    use tonic_health::pb::{
+        HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+    };
+    let addr = probe_address(listen);
+    let runtime = crate::runtime::build(1).context("cannot start the runtime")?;
+    let status = runtime.block_on(async move {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
+            .connect_timeout(std::time::Duration::from_secs(3))
+            .timeout(std::time::Duration::from_secs(3))
+            .connect()
+            .await
+            .with_context(|| format!("cannot connect to {addr}"))?;
+        let response = HealthClient::new(channel)
+            .check(HealthCheckRequest {
+                service: String::new(),
+            })
+            .await
+            .with_context(|| format!("health check of {addr} failed"))?;
+        anyhow::Ok(response.into_inner().status)
+    })?;
+    if status == ServingStatus::Serving as i32 {
+        println!("{addr}: SERVING");
+        Ok(())
+    } else {
+        let name = ServingStatus::try_from(status)
+            .map(|s| s.as_str_name())
+            .unwrap_or("UNKNOWN");
+        anyhow::bail!("{addr}: {name}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::probe_address;
+
+    #[test]
+    fn an_unspecified_listen_address_is_probed_over_loopback() {
+        let p = |s: &str| probe_address(s.parse().expect("addr")).to_string();
+        assert_eq!(p("0.0.0.0:50051"), "127.0.0.1:50051");
+        assert_eq!(p("[::]:50052"), "[::1]:50052");
+        assert_eq!(p("10.1.2.3:7"), "10.1.2.3:7");
+    }
 }

@@ -59,6 +59,23 @@ fn spawn(redis_url: &str) -> Binary {
     Binary { child, addr }
 }
 
+/// Runs `baton-context-store --health` against the instance at `addr` (what
+/// docker compose's health check runs); returns success and what it printed.
+fn health_flag(addr: &str) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_baton-context-store"))
+        .arg("--health")
+        .env("BATON_STORE_LISTEN", addr)
+        .env("BATON_STORE_TELEMETRY__METRICS_LISTEN", "")
+        .output()
+        .expect("run --health");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
 async fn status(endpoint: &str, service: &str) -> i32 {
     let channel = baton_client::channel(endpoint.to_owned())
         .await
@@ -91,8 +108,19 @@ async fn binary_is_ready_only_with_redis_and_serves_reflection_web_and_drains() 
 
     // Redis is down: the process serves health, but is not ready.
     wait_for(&endpoint, ServingStatus::NotServing).await;
+    assert_eq!(
+        status(&endpoint, baton_common::server::LIVENESS).await,
+        ServingStatus::Serving as i32,
+        "alive while not ready, so a liveness probe does not restart it"
+    );
+    let (ok, out) = health_flag(&bin.addr);
+    assert!(!ok, "--health fails while not ready: {out}");
+    assert!(out.contains("NOT_SERVING"), "{out}");
     redis.restart().expect("start redis on its port");
     wait_for(&endpoint, ServingStatus::Serving).await;
+    let (ok, out) = health_flag(&bin.addr);
+    assert!(ok, "--health succeeds once ready: {out}");
+    assert!(out.contains("SERVING"), "{out}");
 
     reflection_lists_the_services(&endpoint).await;
     grpc_web_put_over_http1(&bin.addr).await;

@@ -29,8 +29,15 @@ pub enum StoreMode {
 pub struct StoreConfig {
     /// `remote` or `memory`.
     pub mode: StoreMode,
-    /// The store's address (mode `remote`).
+    /// The store's address (mode `remote`): `http://host:port` for one
+    /// connection, or `dns:///host:port` to balance calls over every address
+    /// the name resolves to (a Kubernetes headless Service), re-resolved
+    /// every 5 s.
     pub endpoint: String,
+    /// Deadline of one call to a remote store; a call that takes longer
+    /// fails with `UNAVAILABLE`.
+    #[serde(with = "baton_common::config::duration")]
+    pub timeout: Duration,
     /// The store's limits (enforced here in mode `memory`; used to validate
     /// keys before calling a remote store).
     pub limits: StoreLimits,
@@ -41,6 +48,7 @@ impl Default for StoreConfig {
         Self {
             mode: StoreMode::Remote,
             endpoint: "http://127.0.0.1:50052".into(),
+            timeout: Duration::from_secs(5),
             limits: StoreLimits::default(),
         }
     }
@@ -175,6 +183,13 @@ impl Config {
             .validate()
             .map_err(|e| format!("store.{e}"))?;
         self.telemetry.validate()?;
+        if self.store.timeout.is_zero() {
+            return Err("store.timeout must be positive".into());
+        }
+        if self.store.mode == StoreMode::Remote {
+            baton_client::balance::check_target(&self.store.endpoint)
+                .map_err(|e| format!("store.endpoint: {e}"))?;
+        }
         let r = &self.runs;
         if r.max_depth > r.max_depth_limit {
             return Err("runs.max_depth must be at most runs.max_depth_limit".into());

@@ -59,8 +59,12 @@ pub fn build_store(config: &Config, tracing: &Tracing) -> anyhow::Result<Arc<dyn
     Ok(match config.store.mode {
         StoreMode::Memory => Arc::new(MemoryStore::new(config.store.limits.clone())),
         StoreMode::Remote => Arc::new(
-            remote_store::RemoteStore::new(&config.store.endpoint, config.store.limits.clone())?
-                .with_tracer(tracing.tracer().clone()),
+            remote_store::RemoteStore::new(
+                &config.store.endpoint,
+                config.store.limits.clone(),
+                config.store.timeout,
+            )?
+            .with_tracer(tracing.tracer().clone()),
         ),
     })
 }
@@ -73,6 +77,24 @@ pub fn build_tracing(config: &Config) -> anyhow::Result<Tracing> {
 
 /// `service.name` unless configured otherwise.
 pub const SERVICE_NAME: &str = "baton-orchestrator";
+
+/// A model-provider key named `name` (the agents file's `api_key_env`): the
+/// variable `name` itself, or else the content of the file that
+/// `{name}_FILE` names (a Kubernetes or Docker secret mounted as a file;
+/// trailing newline removed). `env` reads one variable.
+pub fn secret_from_env(name: &str, env: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+    if let Some(value) = env(name).filter(|v| !v.is_empty()) {
+        return Some(value);
+    }
+    let file = env(&format!("{name}_FILE")).filter(|f| !f.is_empty())?;
+    match std::fs::read_to_string(&file) {
+        Ok(text) => Some(text.trim_end_matches(['\n', '\r']).to_owned()),
+        Err(e) => {
+            tracing::warn!(variable = %format!("{name}_FILE"), file, error = %e, "cannot read the secret file");
+            None
+        }
+    }
+}
 
 /// Runs the orchestrator on `listener` until `shutdown` is cancelled.
 pub async fn run(
@@ -105,7 +127,7 @@ pub async fn serve(
         tasks.clone(),
         // The one place the orchestrator reads the environment outside its
         // config: model-provider keys, by the variable the agents file names.
-        &|name| std::env::var(name).ok(),
+        &|name| secret_from_env(name, &|k| std::env::var(k).ok()),
     )
     .map_err(|e| anyhow::anyhow!(e))?
     .with_tracing(tracing);
@@ -157,4 +179,39 @@ pub async fn serve_service(
     .context("gRPC server failed");
     tracing.shutdown().await;
     served
+}
+
+#[cfg(test)]
+mod tests {
+    use super::secret_from_env;
+
+    #[test]
+    fn a_provider_key_comes_from_its_variable_or_the_file_its_file_variable_names() {
+        let dir = std::env::temp_dir().join(format!("baton-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let file = dir.join("OPENAI_API_KEY");
+        std::fs::write(&file, "sk-from-file\n").expect("write");
+        let path = file.display().to_string();
+        let missing = dir.join("nope").display().to_string();
+
+        let env = |vars: Vec<(&'static str, String)>| {
+            move |k: &str| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
+        };
+        let both = env(vec![
+            ("OPENAI_API_KEY", "sk-env".into()),
+            ("OPENAI_API_KEY_FILE", path.clone()),
+        ]);
+        assert_eq!(
+            secret_from_env("OPENAI_API_KEY", &both).as_deref(),
+            Some("sk-env")
+        );
+        let file_only = env(vec![("OPENAI_API_KEY_FILE", path)]);
+        assert_eq!(
+            secret_from_env("OPENAI_API_KEY", &file_only).as_deref(),
+            Some("sk-from-file")
+        );
+        let unreadable = env(vec![("OPENAI_API_KEY_FILE", missing)]);
+        assert_eq!(secret_from_env("OPENAI_API_KEY", &unreadable), None);
+        assert_eq!(secret_from_env("OPENAI_API_KEY", &env(vec![])), None);
+    }
 }

@@ -23,6 +23,8 @@ use opentelemetry::{
     trace::{SpanBuilder, SpanKind, Status, TraceContextExt, Tracer},
 };
 use opentelemetry_sdk::trace::SdkTracer;
+use std::time::Duration;
+
 use tonic::Code;
 
 /// A `baton-context-store` reached over gRPC.
@@ -31,16 +33,18 @@ pub struct RemoteStore {
     /// The same client without trace propagation, for health probes.
     probe: StoreClient,
     limits: Limits,
+    /// Deadline of every call.
+    timeout: Duration,
     tracer: Option<SdkTracer>,
 }
 
 impl RemoteStore {
-    /// A store at `endpoint`; the connection is made lazily and re-made by
-    /// itself, so the orchestrator starts while the store is away.
-    pub fn new(endpoint: &str, limits: Limits) -> anyhow::Result<Self> {
-        let channel = tonic::transport::Endpoint::from_shared(endpoint.to_owned())?
-            .tcp_nodelay(true)
-            .connect_lazy();
+    /// A store at `endpoint` (`http://host:port`, or `dns:///host:port` to
+    /// balance over every address of the name); the connection is made
+    /// lazily and re-made by itself, so the orchestrator starts while the
+    /// store is away. Every call must finish within `timeout`.
+    pub fn new(endpoint: &str, limits: Limits, timeout: Duration) -> anyhow::Result<Self> {
+        let channel = baton_client::lazy_channel(endpoint)?;
         let probe = StoreClient::new(channel);
         let client = probe.clone().with_metadata(std::sync::Arc::new(
             |md: &mut tonic::metadata::MetadataMap| {
@@ -51,6 +55,7 @@ impl RemoteStore {
             client,
             probe,
             limits,
+            timeout,
             tracer: None,
         })
     }
@@ -68,6 +73,17 @@ impl RemoteStore {
         trace_id: &TraceId,
         call: impl Future<Output = Result<T>>,
     ) -> Result<T> {
+        let timeout = self.timeout;
+        let call = async move {
+            tokio::time::timeout(timeout, call)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Error::Unavailable(format!(
+                        "the context store did not answer within {}",
+                        baton_common::config::duration::format(timeout)
+                    )))
+                })
+        };
         let Some(tracer) = &self.tracer else {
             return call.await;
         };

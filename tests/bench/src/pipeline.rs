@@ -147,6 +147,7 @@ pub fn run(o: Options) -> anyhow::Result<()> {
         let remote: Arc<dyn ContextStore> = Arc::new(RemoteStore::new(
             &store_server.endpoint(),
             Default::default(),
+            std::time::Duration::from_secs(5),
         )?);
 
         println!(

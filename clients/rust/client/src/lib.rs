@@ -14,18 +14,25 @@
 //! # let _ = v; Ok(()) }
 //! ```
 
+pub mod balance;
 mod error;
 mod orchestrator;
 mod store;
 
+pub use balance::lazy_channel;
 pub use baton_proto::v1 as pb;
 pub use error::Error;
 pub use orchestrator::{Events, OrchestratorClient};
 pub use store::{MetadataHook, PutOptions, StoreClient};
 
-/// Opens a channel to `endpoint` (`http://host:port`).
+/// Opens a channel to `endpoint` (`http://host:port`), connecting now; a
+/// `dns:///host:port` target is balanced over every address of the name and
+/// connects on first use (see [`balance`]).
 pub async fn channel(endpoint: impl Into<String>) -> Result<tonic::transport::Channel, Error> {
     let endpoint = endpoint.into();
+    if endpoint.starts_with(balance::DNS_SCHEME) {
+        return lazy_channel(&endpoint);
+    }
     tonic::transport::Endpoint::from_shared(endpoint.clone())
         .map_err(|e| Error::Connect {
             endpoint: endpoint.clone(),

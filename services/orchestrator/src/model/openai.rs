@@ -70,7 +70,7 @@ impl OpenAiProvider {
         } else {
             Some(env(&spec.api_key_env).filter(|k| !k.is_empty()).ok_or_else(|| {
                 format!(
-                    "providers.openai.api_key_env: {} is not set (set it, or set api_key_env to \"\" for a server without keys)",
+                    "providers.openai.api_key_env: {0} is not set (set it or {0}_FILE, or set api_key_env to \"\" for a server without keys)",
                     spec.api_key_env
                 )
             })?)

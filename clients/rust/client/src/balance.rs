@@ -1,0 +1,157 @@
+//! Channels to one address or to every address a DNS name resolves to.
+//!
+//! gRPC keeps one HTTP/2 connection open and sends every call over it, so a
+//! client of a Kubernetes ClusterIP Service talks to one pod for as long as
+//! the connection lives, however many replicas there are. A target written
+//! the way gRPC names it, `dns:///name:port`, gets one connection per
+//! address the name resolves to (a headless Service resolves to every ready
+//! pod) and spreads calls over them (tower's power-of-two-choices on
+//! in-flight calls). The name is resolved again every [`DNS_REFRESH`]:
+//! new addresses are added, vanished ones removed. When a lookup fails or
+//! returns nothing, the addresses already known are kept: a stale address
+//! fails its calls fast with `UNAVAILABLE`, while an empty set would make
+//! calls wait.
+
+use std::{collections::HashSet, future::Future, net::SocketAddr, pin::Pin, time::Duration};
+
+use tonic::transport::{Channel, Endpoint, channel::Change};
+
+use crate::Error;
+
+/// How often a `dns:///` target is resolved again.
+pub const DNS_REFRESH: Duration = Duration::from_secs(5);
+
+/// The prefix of a balanced target.
+pub const DNS_SCHEME: &str = "dns:///";
+
+/// Resolves `host`, `port` to addresses (see [`lazy_channel_with`]).
+pub type Resolve = dyn Fn(String, u16) -> Pin<Box<dyn Future<Output = std::io::Result<Vec<SocketAddr>>> + Send>>
+    + Send
+    + Sync;
+
+/// A channel to `target` that connects on first use and reconnects by
+/// itself: `http://host:port` (or `https://`) is one connection;
+/// `dns:///host:port` balances over every address of `host` (see the module
+/// docs). Needs a Tokio runtime for `dns:///` targets.
+pub fn lazy_channel(target: &str) -> Result<Channel, Error> {
+    lazy_channel_with(target, std::sync::Arc::new(system_resolve), DNS_REFRESH)
+}
+
+/// [`lazy_channel`] with a resolver and refresh interval of the caller's
+/// (tests use a resolver they can change).
+pub fn lazy_channel_with(
+    target: &str,
+    resolve: std::sync::Arc<Resolve>,
+    refresh: Duration,
+) -> Result<Channel, Error> {
+    let (host, port) = match parse(target).map_err(|message| Error::Connect {
+        endpoint: target.to_owned(),
+        message,
+    })? {
+        Target::One(endpoint) => return Ok(endpoint.tcp_nodelay(true).connect_lazy()),
+        Target::Dns { host, port } => (host, port),
+    };
+    let (channel, changes) = Channel::balance_channel::<SocketAddr>(64);
+    tokio::spawn(async move {
+        let mut known: HashSet<SocketAddr> = HashSet::new();
+        loop {
+            match resolve(host.clone(), port).await {
+                Ok(found) if !found.is_empty() => {
+                    let found: HashSet<SocketAddr> = found.into_iter().collect();
+                    for gone in known.difference(&found) {
+                        if changes.send(Change::Remove(*gone)).await.is_err() {
+                            return;
+                        }
+                    }
+                    for new in found.difference(&known) {
+                        let endpoint = Endpoint::from_shared(format!("http://{new}"))
+                            .expect("a socket address makes a valid URI")
+                            .tcp_nodelay(true);
+                        if changes.send(Change::Insert(*new, endpoint)).await.is_err() {
+                            return;
+                        }
+                    }
+                    known = found;
+                }
+                // Keep what is known (see the module docs).
+                Ok(_) | Err(_) => {}
+            }
+            tokio::select! {
+                // Every clone of the channel is gone.
+                _ = changes.closed() => return,
+                _ = tokio::time::sleep(refresh) => {}
+            }
+        }
+    });
+    Ok(channel)
+}
+
+/// Checks that `target` is a target [`lazy_channel`] takes; the error says
+/// what is wrong. Needs no runtime (for config validation).
+pub fn check_target(target: &str) -> Result<(), String> {
+    parse(target).map(|_| ())
+}
+
+enum Target {
+    One(Endpoint),
+    Dns { host: String, port: u16 },
+}
+
+fn parse(target: &str) -> Result<Target, String> {
+    let Some(name) = target.strip_prefix(DNS_SCHEME) else {
+        return Endpoint::from_shared(target.to_owned())
+            .map(Target::One)
+            .map_err(|e| format!("{target:?}: {e}"));
+    };
+    let (host, port) = name
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{target:?}: a dns:/// target needs a port: dns:///host:port"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("{target:?}: {port:?} is not a port"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(format!("{target:?}: a dns:/// target needs a host name"));
+    }
+    Ok(Target::Dns {
+        host: host.to_owned(),
+        port,
+    })
+}
+
+fn system_resolve(
+    host: String,
+    port: u16,
+) -> Pin<Box<dyn Future<Output = std::io::Result<Vec<SocketAddr>>> + Send>> {
+    Box::pin(async move {
+        Ok(tokio::net::lookup_host((host.as_str(), port))
+            .await?
+            .collect())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn bad_targets_are_refused_with_the_reason() {
+        for (target, why) in [
+            ("dns:///store", "needs a port"),
+            ("dns:///store:http", "is not a port"),
+            ("dns:///:50052", "needs a host"),
+            ("not a uri", "invalid"),
+        ] {
+            let err = lazy_channel(target).expect_err(target);
+            assert!(
+                err.message().to_lowercase().contains(why),
+                "{target}: {err}"
+            );
+        }
+        assert!(check_target("dns:///store").is_err());
+        assert!(check_target("dns:///store:50052").is_ok());
+        assert!(lazy_channel("http://127.0.0.1:1").is_ok());
+        assert!(lazy_channel("dns:///localhost:1").is_ok());
+        assert!(lazy_channel("dns:///[::1]:1").is_ok());
+    }
+}
