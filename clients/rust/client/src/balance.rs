@@ -93,14 +93,14 @@ pub fn check_target(target: &str) -> Result<(), String> {
 }
 
 enum Target {
-    One(Endpoint),
+    One(Box<Endpoint>),
     Dns { host: String, port: u16 },
 }
 
 fn parse(target: &str) -> Result<Target, String> {
     let Some(name) = target.strip_prefix(DNS_SCHEME) else {
         return Endpoint::from_shared(target.to_owned())
-            .map(Target::One)
+            .map(|e| Target::One(Box::new(e)))
             .map_err(|e| format!("{target:?}: {e}"));
     };
     let (host, port) = name
