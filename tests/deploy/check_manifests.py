@@ -111,6 +111,9 @@ def common(name, res):
         e = env(orch["spec"]["template"]["spec"]["containers"][0])
         expect(e.get("BATON_ORCH_STORE__ENDPOINT", "").startswith("dns:///baton-context-store-headless:"),
                f"{name}: the orchestrator balances over every store pod (dns:/// on the headless Service)")
+        expect(e.get("BATON_ORCH_PEERS__ENDPOINTS") == '["dns:///baton-orchestrator-peers:50051"]'
+               and res.get(("Service", "baton-orchestrator-peers"), {}).get("spec", {}).get("publishNotReadyAddresses") is True,
+               f"{name}: replicas forward run-scoped calls to every orchestrator pod, draining ones included")
         headless = res.get(("Service", "baton-context-store-headless"))
         expect(headless and headless["spec"].get("clusterIP") == "None", f"{name}: baton-context-store-headless is headless")
         vols = {v["name"]: v for v in orch["spec"]["template"]["spec"]["volumes"]}

@@ -380,7 +380,14 @@ impl OrchestratorServer {
             Some(s) => s,
             None => baton_orchestrator::build_store(&config, &tracing)?,
         };
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        // Loopback only: a port of the config's if it names a loopback one
+        // (tests that need to know the address up front), any port else.
+        let port = if config.listen.ip().is_loopback() {
+            config.listen.port()
+        } else {
+            0
+        };
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
         let addr = listener.local_addr()?;
         let shutdown = CancellationToken::new();
         let tasks = tokio_util::task::TaskTracker::new();

@@ -7,6 +7,8 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use baton_common::{otel::TelemetryConfig, telemetry::LogConfig};
 use baton_context_store::store::Limits as StoreLimits;
+
+use crate::peers::PeersConfig;
 use serde::{Deserialize, Serialize};
 
 /// Prefix of the environment variables the orchestrator reads.
@@ -135,6 +137,9 @@ pub struct Config {
     pub log: LogConfig,
     /// Traces (OTLP) and metrics (Prometheus).
     pub telemetry: TelemetryConfig,
+    /// The other replicas, for run-scoped calls that land on the wrong one
+    /// (see [`crate::peers`]).
+    pub peers: PeersConfig,
 }
 
 impl Default for Config {
@@ -151,6 +156,7 @@ impl Default for Config {
                 metrics_listen: "0.0.0.0:9464".into(),
                 ..TelemetryConfig::default()
             },
+            peers: PeersConfig::default(),
         }
     }
 }
@@ -183,6 +189,7 @@ impl Config {
             .validate()
             .map_err(|e| format!("store.{e}"))?;
         self.telemetry.validate()?;
+        self.peers.validate()?;
         if self.store.timeout.is_zero() {
             return Err("store.timeout must be positive".into());
         }

@@ -8,6 +8,7 @@ use std::{future::Future, sync::Arc, time::Duration};
 
 use baton_common::{ids::TraceId, otel::Tracing};
 use baton_context_store::store::ContextStore;
+use baton_proto::v1::orchestrator_client::OrchestratorClient;
 use baton_proto::v1::{self as pb, orchestrator_server::Orchestrator};
 use opentelemetry::{
     Context, KeyValue,
@@ -17,7 +18,7 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, transport::Channel};
 
 use crate::{
     agents::{Catalog, parse_model_ref, valid_name},
@@ -25,6 +26,7 @@ use crate::{
     error::{Error, Result},
     metrics::Metrics,
     model::{ChatMessage, Models, Role, ToolCallRequest},
+    peers::{Answer, Peers},
     pipeline::{self, PipelineLimits, Plan},
     runtime::{
         self, CallFrame, Limits, RunSetup, RuntimeConfig, check_target,
@@ -47,6 +49,8 @@ pub struct OrchestratorService {
     tasks: TaskTracker,
     tracing: Tracing,
     metrics: Arc<Metrics>,
+    /// The other replicas, for run-scoped calls of runs that are not here.
+    peers: Option<Arc<Peers>>,
 }
 
 impl OrchestratorService {
@@ -72,6 +76,7 @@ impl OrchestratorService {
             tasks,
             tracing: Tracing::with_env(&Default::default(), "baton-orchestrator", |_| None)?,
             metrics: Arc::new(Metrics::new()),
+            peers: None,
         })
     }
 
@@ -80,6 +85,80 @@ impl OrchestratorService {
     pub fn with_tracing(mut self, tracing: Tracing) -> Self {
         self.tracing = tracing;
         self
+    }
+
+    /// Forwards run-scoped calls of runs that are not here to `peers` (see
+    /// [`crate::peers`]).
+    pub fn with_peers(mut self, peers: Option<Arc<Peers>>) -> Self {
+        self.peers = peers;
+        self
+    }
+
+    /// Relays a peer's WatchRun stream to this replica's caller; ends when
+    /// either side does, or at shutdown.
+    fn relay(&self, mut remote: tonic::Streaming<pb::RunEvent>) -> EventStream {
+        use futures::StreamExt as _;
+        let (tx, rx) = mpsc::channel(events::CLIENT_BUFFER);
+        let shutdown = self.shutdown.clone();
+        self.tasks.spawn(async move {
+            loop {
+                tokio::select! {
+                    item = remote.next() => match item {
+                        Some(item) => {
+                            if tx.send(item).await.is_err() {
+                                return;
+                            }
+                        }
+                        None => return,
+                    },
+                    _ = tx.closed() => return,
+                    _ = shutdown.cancelled() => {
+                        let _ = tx.send(Err(Error::ShuttingDown.into())).await;
+                        return;
+                    }
+                }
+            }
+        });
+        ReceiverStream::new(rx)
+    }
+
+    /// Answers a run-scoped call whose run is not here (`missing`, from the
+    /// registry) by asking the other replicas, unless forwarding is off or
+    /// a peer sent this call.
+    async fn elsewhere<M, T, F, Fut>(
+        &self,
+        incoming: &tonic::metadata::MetadataMap,
+        missing: Error,
+        run_id: &str,
+        message: M,
+        call: F,
+    ) -> std::result::Result<Response<T>, Status>
+    where
+        M: Clone,
+        F: Fn(OrchestratorClient<Channel>, Request<M>) -> Fut,
+        Fut: Future<Output = std::result::Result<Response<T>, Status>>,
+    {
+        let Some(peers) = &self.peers else {
+            return Err(missing.into());
+        };
+        if !matches!(missing, Error::NotFound { .. }) || Peers::is_forwarded(incoming) {
+            return Err(missing.into());
+        }
+        match peers.ask(incoming, message, call).await {
+            Answer::Found(answer) => answer,
+            Answer::Missing { asked, unanswered } => {
+                let mut message =
+                    format!("no run {run_id:?} on any of the {asked} orchestrator replicas");
+                if unanswered > 0 {
+                    message.push_str(&format!(" ({unanswered} did not answer)"));
+                }
+                Err(Error::NotFound {
+                    field: "run_id",
+                    message,
+                }
+                .into())
+            }
+        }
     }
 
     /// The service's tracer provider.
@@ -590,11 +669,21 @@ impl Orchestrator for OrchestratorService {
         &self,
         request: Request<pb::ResolveApprovalRequest>,
     ) -> std::result::Result<Response<pb::ResolveApprovalResponse>, Status> {
-        let r = request.into_inner();
+        let (md, _, r) = request.into_parts();
         if r.approval_id.is_empty() {
             return Err(Error::invalid("approval_id", "must not be empty").into());
         }
-        let run = self.runs.get(&r.run_id)?;
+        let run = match self.runs.get(&r.run_id) {
+            Ok(run) => run,
+            Err(e) => {
+                let id = r.run_id.clone();
+                return self
+                    .elsewhere(&md, e, &id, r, |mut c, req| async move {
+                        c.resolve_approval(req).await
+                    })
+                    .await;
+            }
+        };
         run.resolve_approval(
             &r.approval_id,
             ApprovalAnswer {
@@ -609,11 +698,21 @@ impl Orchestrator for OrchestratorService {
         &self,
         request: Request<pb::SubmitInputRequest>,
     ) -> std::result::Result<Response<pb::SubmitInputResponse>, Status> {
-        let r = request.into_inner();
+        let (md, _, r) = request.into_parts();
         if r.input_id.is_empty() {
             return Err(Error::invalid("input_id", "must not be empty").into());
         }
-        let run = self.runs.get(&r.run_id)?;
+        let run = match self.runs.get(&r.run_id) {
+            Ok(run) => run,
+            Err(e) => {
+                let id = r.run_id.clone();
+                return self
+                    .elsewhere(&md, e, &id, r, |mut c, req| async move {
+                        c.submit_input(req).await
+                    })
+                    .await;
+            }
+        };
         run.submit_input(&r.input_id, r.input)?;
         Ok(Response::new(pb::SubmitInputResponse {}))
     }
@@ -622,8 +721,18 @@ impl Orchestrator for OrchestratorService {
         &self,
         request: Request<pb::CancelRunRequest>,
     ) -> std::result::Result<Response<pb::CancelRunResponse>, Status> {
-        let r = request.into_inner();
-        let run = self.runs.get(&r.run_id)?;
+        let (md, _, r) = request.into_parts();
+        let run = match self.runs.get(&r.run_id) {
+            Ok(run) => run,
+            Err(e) => {
+                let id = r.run_id.clone();
+                return self
+                    .elsewhere(&md, e, &id, r, |mut c, req| async move {
+                        c.cancel_run(req).await
+                    })
+                    .await;
+            }
+        };
         let status = run.state().status;
         if status != pb::RunStatus::Running {
             return Ok(Response::new(pb::CancelRunResponse {
@@ -648,12 +757,27 @@ impl Orchestrator for OrchestratorService {
         request: Request<pb::WatchRunRequest>,
     ) -> std::result::Result<Response<Self::WatchRunStream>, Status> {
         self.check_running()?;
-        let r = request.into_inner();
+        let (md, _, r) = request.into_parts();
         if r.run_id.is_empty() {
             return Err(Error::invalid("run_id", "must not be empty").into());
         }
+        let wanted = r.clone();
         let filter = filter(r.filter)?;
-        let run = self.runs.get(&r.run_id)?;
+        let run = match self.runs.get(&r.run_id) {
+            Ok(run) => run,
+            Err(e) => {
+                let remote = self
+                    .elsewhere(
+                        &md,
+                        e,
+                        &wanted.run_id.clone(),
+                        wanted,
+                        |mut c, req| async move { c.watch_run(req).await },
+                    )
+                    .await?;
+                return Ok(Response::new(self.relay(remote.into_inner())));
+            }
+        };
         match run.events_after(r.after_seq) {
             LogRead::Gone(oldest) => {
                 return Err(Error::FailedPrecondition {
@@ -725,7 +849,22 @@ impl Orchestrator for OrchestratorService {
         &self,
         request: Request<pb::GetRunRequest>,
     ) -> std::result::Result<Response<pb::GetRunResponse>, Status> {
-        let run = self.runs.get(&request.into_inner().run_id)?;
+        let (md, _, r) = request.into_parts();
+        let run = match self.runs.get(&r.run_id) {
+            Ok(run) => run,
+            Err(e) => {
+                let id = r.run_id.clone();
+                return self
+                    .elsewhere(
+                        &md,
+                        e,
+                        &id,
+                        r,
+                        |mut c, req| async move { c.get_run(req).await },
+                    )
+                    .await;
+            }
+        };
         let s = run.state();
         Ok(Response::new(pb::GetRunResponse {
             run_id: run.run_id.clone(),

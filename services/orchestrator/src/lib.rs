@@ -23,6 +23,7 @@ pub mod error;
 pub mod grpc;
 pub mod metrics;
 pub mod model;
+pub mod peers;
 pub mod pipeline;
 pub mod remote_store;
 pub mod runtime;
@@ -145,6 +146,7 @@ pub async fn serve_service(
     tasks: TaskTracker,
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr().context("listener has no address")?;
+    let service = service.with_peers(peers::Peers::new(&config.peers));
     baton_common::metrics::serve(
         &config.telemetry.metrics_listen,
         service.metrics().registry.clone(),

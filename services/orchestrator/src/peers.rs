@@ -1,0 +1,241 @@
+//! Run-scoped calls that land on the wrong replica.
+//!
+//! A run lives on the replica that started it (its stream, its questions,
+//! its event log). Behind a load balancer, `ResolveApproval`, `SubmitInput`,
+//! `CancelRun`, `GetRun` and `WatchRun` may reach any replica. When the run
+//! is not here and `peers.endpoints` is set, the call is asked of every
+//! other replica at once (the addresses the endpoints resolve to, e.g. a
+//! Kubernetes headless Service), marked with the `baton-forwarded` header so
+//! a peer answers from its own runs only and never forwards again. The first
+//! answer that is not `NOT_FOUND` is the answer; when every replica says
+//! `NOT_FOUND` (or does not answer within `peers.timeout`), so does this one.
+//!
+//! The fan-out costs one round trip per replica and only happens for runs
+//! that are not local; calls for local runs never leave the replica.
+
+use std::{
+    collections::HashMap,
+    future::Future,
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use baton_proto::v1::orchestrator_client::OrchestratorClient;
+use futures::{StreamExt, stream::FuturesUnordered};
+use serde::{Deserialize, Serialize};
+use tonic::{Code, Request, Response, Status, metadata::MetadataMap, transport::Channel};
+
+/// The header that marks a call forwarded by a peer.
+pub const FORWARDED: &str = "baton-forwarded";
+
+/// The `peers` section of the config.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PeersConfig {
+    /// The replicas of this orchestrator, this one included (it is asked
+    /// too, harmlessly): `host:port` or `dns:///host:port`, each resolved to
+    /// every address of the name at every forwarded call. Empty: off (one
+    /// replica, or a balancer that keeps a run's calls on its replica).
+    pub endpoints: Vec<String>,
+    /// How long a forwarded call may take.
+    #[serde(with = "baton_common::config::duration")]
+    pub timeout: Duration,
+}
+
+impl Default for PeersConfig {
+    fn default() -> Self {
+        Self {
+            endpoints: Vec::new(),
+            timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl PeersConfig {
+    /// Checks the section; names the field at fault.
+    pub fn validate(&self) -> Result<(), String> {
+        for (i, e) in self.endpoints.iter().enumerate() {
+            host_port(e).map_err(|m| format!("peers.endpoints[{i}]: {m}"))?;
+        }
+        if self.timeout.is_zero() {
+            return Err("peers.timeout must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+fn host_port(endpoint: &str) -> Result<(String, u16), String> {
+    let name = endpoint
+        .strip_prefix("dns:///")
+        .or_else(|| endpoint.strip_prefix("http://"))
+        .unwrap_or(endpoint);
+    let (host, port) = name
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{endpoint:?} needs a port: host:port or dns:///host:port"))?;
+    let port = port
+        .parse()
+        .map_err(|_| format!("{endpoint:?}: {port:?} is not a port"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(format!("{endpoint:?} needs a host"));
+    }
+    Ok((host.to_owned(), port))
+}
+
+/// The other replicas, as far as forwarding is concerned.
+pub struct Peers {
+    config: PeersConfig,
+    /// One lazily connected channel per address seen.
+    clients: Mutex<HashMap<SocketAddr, OrchestratorClient<Channel>>>,
+}
+
+impl Peers {
+    /// Forwarding as `config` says; `None` when it is off.
+    pub fn new(config: &PeersConfig) -> Option<Arc<Self>> {
+        (!config.endpoints.is_empty()).then(|| {
+            Arc::new(Self {
+                config: config.clone(),
+                clients: Mutex::new(HashMap::new()),
+            })
+        })
+    }
+
+    /// Whether `metadata` says a peer sent this call.
+    pub fn is_forwarded(metadata: &MetadataMap) -> bool {
+        metadata.contains_key(FORWARDED)
+    }
+
+    async fn clients(&self) -> Vec<OrchestratorClient<Channel>> {
+        let mut addresses = Vec::new();
+        for endpoint in &self.config.endpoints {
+            let Ok((host, port)) = host_port(endpoint) else {
+                continue;
+            };
+            match tokio::net::lookup_host((host.as_str(), port)).await {
+                Ok(found) => addresses.extend(found),
+                Err(e) => tracing::warn!(endpoint, error = %e, "cannot resolve a peer"),
+            }
+        }
+        addresses.sort();
+        addresses.dedup();
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        clients.retain(|a, _| addresses.contains(a));
+        addresses
+            .into_iter()
+            .map(|a| {
+                clients
+                    .entry(a)
+                    .or_insert_with(|| {
+                        let channel =
+                            tonic::transport::Endpoint::from_shared(format!("http://{a}"))
+                                .expect("a socket address makes a valid URI")
+                                .tcp_nodelay(true)
+                                .connect_timeout(self.config.timeout)
+                                .connect_lazy();
+                        OrchestratorClient::new(channel)
+                    })
+                    .clone()
+            })
+            .collect()
+    }
+
+    /// Asks every replica `call(client, request)` with `message`, marked as
+    /// forwarded and carrying the caller's `traceparent`: the first answer
+    /// that is not `NOT_FOUND` (nor a replica that cannot answer), or how
+    /// many were asked.
+    pub async fn ask<M, T, F, Fut>(&self, incoming: &MetadataMap, message: M, call: F) -> Answer<T>
+    where
+        M: Clone,
+        F: Fn(OrchestratorClient<Channel>, Request<M>) -> Fut,
+        Fut: Future<Output = Result<Response<T>, Status>>,
+    {
+        let clients = self.clients().await;
+        let asked = clients.len();
+        let timeout = self.config.timeout;
+        let mut calls: FuturesUnordered<_> = clients
+            .into_iter()
+            .map(|client| {
+                let mut request = Request::new(message.clone());
+                request.set_timeout(timeout);
+                let md = request.metadata_mut();
+                md.insert(FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
+                if let Some(tp) = incoming.get("traceparent") {
+                    md.insert("traceparent", tp.clone());
+                }
+                let call = call(client, request);
+                async move {
+                    tokio::time::timeout(timeout, call)
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(Status::deadline_exceeded("the peer did not answer"))
+                        })
+                }
+            })
+            .collect();
+        let mut unanswered = 0;
+        while let Some(answer) = calls.next().await {
+            match answer {
+                Err(s) if s.code() == Code::NotFound => {}
+                // That replica is unreachable or going away: ask the rest.
+                Err(s) if matches!(s.code(), Code::Unavailable | Code::DeadlineExceeded) => {
+                    tracing::debug!(error = %s, "a peer did not answer a forwarded call");
+                    unanswered += 1;
+                }
+                found => return Answer::Found(found),
+            }
+        }
+        Answer::Missing { asked, unanswered }
+    }
+}
+
+/// What the replicas said (see [`Peers::ask`]).
+pub enum Answer<T> {
+    /// A replica has the run; its answer.
+    Found(Result<Response<T>, Status>),
+    /// No replica has it.
+    Missing {
+        /// How many replicas were asked.
+        asked: usize,
+        /// How many of them could not answer.
+        unanswered: usize,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_are_checked() {
+        let ok = PeersConfig {
+            endpoints: vec![
+                "dns:///baton-orchestrator-headless:50051".into(),
+                "10.0.0.1:50051".into(),
+            ],
+            ..PeersConfig::default()
+        };
+        assert_eq!(ok.validate(), Ok(()));
+        for (bad, why) in [
+            ("dns:///orch", "needs a port"),
+            ("orch:http", "is not a port"),
+            (":1", "needs a host"),
+        ] {
+            let c = PeersConfig {
+                endpoints: vec![bad.into()],
+                ..PeersConfig::default()
+            };
+            let err = c.validate().expect_err(bad);
+            assert!(
+                err.starts_with("peers.endpoints[0]: ") && err.contains(why),
+                "{err}"
+            );
+        }
+        let zero = PeersConfig {
+            timeout: Duration::ZERO,
+            ..PeersConfig::default()
+        };
+        assert!(zero.validate().expect_err("zero").contains("peers.timeout"));
+        assert!(Peers::new(&PeersConfig::default()).is_none());
+    }
+}

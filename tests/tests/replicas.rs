@@ -1,0 +1,204 @@
+//! Several orchestrator replicas behind one address: a run lives on the
+//! replica that started it, and its run-scoped calls (ResolveApproval,
+//! SubmitInput, CancelRun, GetRun, WatchRun) work on any replica, which asks
+//! its peers (`peers.endpoints`).
+
+use std::time::Duration;
+
+use baton_client::pb::{self, run_event::Payload};
+use baton_e2e::{EXAMPLE_AGENTS, OrchestratorServer, agent_request, free_addr};
+use futures::StreamExt;
+
+const AGENTS: &str = r#"
+scripts:
+  slow:
+    - text: "working"
+      delay: 30s
+    - text: "done"
+  clerk:
+    - text: "filing"
+      calls:
+        - tool: write_context
+          args: {key: files/last, value: "{{input}}"}
+    - text: "Filed. {{results}}"
+agents:
+  slow:
+    model: scripted:slow
+  clerk:
+    model: scripted:clerk
+    tools: [write_context]
+    approvals:
+      write_context: always
+"#;
+
+/// Two replicas that know each other (each lists both addresses, itself
+/// included, as a headless Service would resolve).
+async fn pair(agents: &str) -> (OrchestratorServer, OrchestratorServer) {
+    let (a, b) = (free_addr().expect("port"), free_addr().expect("port"));
+    let peers = vec![a.to_string(), format!("dns:///localhost:{}", b.port())];
+    let start = |listen| {
+        let peers = peers.clone();
+        OrchestratorServer::start(agents, None, move |c| {
+            c.listen = listen;
+            c.peers.endpoints = peers;
+            c.peers.timeout = Duration::from_secs(2);
+        })
+    };
+    let first = start(a).await.expect("replica a");
+    let second = start(b).await.expect("replica b");
+    assert_eq!((first.addr, second.addr), (a, b));
+    (first, second)
+}
+
+async fn until(
+    events: &mut baton_client::Events,
+    seen: &mut Vec<pb::RunEvent>,
+    want: impl Fn(&pb::RunEvent) -> bool,
+) -> pb::RunEvent {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(e) = events.next().await {
+            let e = e.expect("event");
+            seen.push(e.clone());
+            if want(&e) {
+                return e;
+            }
+        }
+        panic!("the stream ended first: {seen:?}")
+    })
+    .await
+    .expect("in time")
+}
+
+#[tokio::test]
+async fn run_scoped_calls_reach_the_replica_running_the_run() {
+    let (a, b) = pair(AGENTS).await;
+    let on_a = a.client().await.expect("client a");
+    let on_b = b.client().await.expect("client b");
+
+    // An approval asked on A, answered through B.
+    let mut stream = on_a
+        .run_agent(agent_request("clerk", "invoice 9"))
+        .await
+        .expect("run");
+    let mut seen = Vec::new();
+    let asked = until(&mut stream, &mut seen, |e| {
+        matches!(e.payload, Some(Payload::ApprovalRequested(_)))
+    })
+    .await;
+    let Some(Payload::ApprovalRequested(q)) = &asked.payload else {
+        unreachable!()
+    };
+    let run_id = asked.run_id.clone();
+
+    let state = on_b.get_run(&run_id).await.expect("GetRun through b");
+    assert_eq!(state.status(), pb::RunStatus::Running);
+    assert_eq!(state.trace_id, asked.trace_id);
+
+    // WatchRun through B replays what A's stream has seen, then goes live.
+    let mut watch = on_b.watch_run(&run_id, 0, None).await.expect("watch via b");
+
+    on_b.resolve_approval(&run_id, &q.approval_id, true, "ok")
+        .await
+        .expect("ResolveApproval through b");
+    let done = until(&mut stream, &mut seen, |e| {
+        matches!(e.payload, Some(Payload::RunCompleted(_)))
+    })
+    .await;
+    let Some(Payload::RunCompleted(c)) = &done.payload else {
+        unreachable!()
+    };
+    assert_eq!(c.output, "Filed. wrote files/last at version 1");
+
+    let mut watched = Vec::new();
+    while let Some(e) = tokio::time::timeout(Duration::from_secs(10), watch.next())
+        .await
+        .expect("watch ends")
+    {
+        watched.push(e.expect("event"));
+    }
+    let seqs = |v: &[pb::RunEvent]| v.iter().map(|e| e.seq).collect::<Vec<_>>();
+    assert_eq!(
+        seqs(&watched),
+        seqs(&seen),
+        "WatchRun through b = A's own stream"
+    );
+
+    // Answering again through B: A's own refusal comes back, not NOT_FOUND.
+    let again = on_b
+        .resolve_approval(&run_id, &q.approval_id, true, "")
+        .await
+        .expect_err("twice");
+    assert_eq!(again.code(), tonic::Code::FailedPrecondition, "{again}");
+    let state = on_b.get_run(&run_id).await.expect("GetRun through b");
+    assert_eq!(state.status(), pb::RunStatus::Completed);
+
+    // CancelRun through A of a run on B.
+    let mut slow = on_b
+        .run_agent(agent_request("slow", "x"))
+        .await
+        .expect("slow run");
+    let first = until(&mut slow, &mut Vec::new(), |_| true).await;
+    let status = on_a
+        .cancel(&first.run_id, "enough")
+        .await
+        .expect("cancel via a");
+    assert_eq!(status, pb::RunStatus::Cancelled);
+    let end = until(&mut slow, &mut Vec::new(), |e| {
+        matches!(e.payload, Some(Payload::RunCancelled(_)))
+    })
+    .await;
+    assert_eq!(end.run_id, first.run_id);
+
+    // A run nobody has: NOT_FOUND naming run_id, after asking both.
+    let missing = on_b.get_run("no-such-run").await.expect_err("unknown");
+    assert_eq!(missing.code(), tonic::Code::NotFound);
+    assert_eq!(missing.field(), Some("run_id"));
+    // Exactly this: a forwarded call is never forwarded again (a loop would
+    // end in "did not answer").
+    assert_eq!(
+        missing.message(),
+        "run_id: no run \"no-such-run\" on any of the 2 orchestrator replicas"
+    );
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}
+
+#[tokio::test]
+async fn a_replica_that_is_gone_is_skipped_and_forwarding_is_off_by_default() {
+    let (a, b) = pair(EXAMPLE_AGENTS).await;
+    let on_a = a.client().await.expect("client a");
+    b.shutdown().await.expect("b gone");
+    let missing = on_a.get_run("no-such-run").await.expect_err("unknown");
+    assert_eq!(missing.code(), tonic::Code::NotFound);
+    assert!(
+        missing.message().contains("(1 did not answer)"),
+        "{missing}"
+    );
+
+    // Without peers, a replica answers from its own runs only.
+    let single = OrchestratorServer::start(EXAMPLE_AGENTS, None, |_| {})
+        .await
+        .expect("single");
+    let err = single
+        .client()
+        .await
+        .expect("client")
+        .get_run("no-such-run")
+        .await
+        .expect_err("unknown");
+    assert_eq!(err.code(), tonic::Code::NotFound);
+    assert!(err.message().contains("on this orchestrator"), "{err}");
+    a.shutdown().await.expect("a");
+    single.shutdown().await.expect("single");
+}
+
+#[tokio::test]
+async fn peers_are_checked_at_start() {
+    let err = OrchestratorServer::start(EXAMPLE_AGENTS, None, |c| {
+        c.peers.endpoints = vec!["dns:///orchestrator".into()];
+    })
+    .await
+    .err()
+    .expect("refused");
+    assert!(err.to_string().contains("peers.endpoints[0]"), "{err}");
+}
