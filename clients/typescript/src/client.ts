@@ -120,6 +120,14 @@ function target(endpoint: string): string {
   return endpoint.replace(/^https?:\/\//, "");
 }
 
+/** Calls are spread over every address the target's name resolves to
+ * (gRPC's round_robin; the default, pick_first, sends everything to one):
+ * with `dns:///baton-orchestrator-headless:50051` in Kubernetes, every
+ * replica gets calls. A single address behaves as before. */
+const channelOptions = {
+  "grpc.service_config": JSON.stringify({ loadBalancingConfig: [{ round_robin: {} }] }),
+};
+
 /** The events of one run. Leaving the loop early (or `cancel()`)
  * disconnects, which cancels the run on the server. */
 export class RunStream implements AsyncIterable<RunEvent> {
@@ -172,7 +180,7 @@ export class Orchestrator {
   private readonly client: OrchestratorClient;
 
   constructor(endpoint = "127.0.0.1:50051") {
-    this.client = new OrchestratorClient(target(endpoint), credentials.createInsecure());
+    this.client = new OrchestratorClient(target(endpoint), credentials.createInsecure(), channelOptions);
   }
 
   close(): void {
@@ -259,7 +267,7 @@ export class Store {
   private readonly client: ContextStoreClient;
 
   constructor(endpoint = "127.0.0.1:50052") {
-    this.client = new ContextStoreClient(target(endpoint), credentials.createInsecure());
+    this.client = new ContextStoreClient(target(endpoint), credentials.createInsecure(), channelOptions);
   }
 
   close(): void {

@@ -99,7 +99,8 @@ export async function startBaton(): Promise<Running> {
       }
     });
   });
-  const o = new Orchestrator(`127.0.0.1:${orch}`);
+  // A gRPC name target (what in-cluster clients use with a headless Service).
+  const o = new Orchestrator(`dns:///localhost:${orch}`);
   const s = new Store(`127.0.0.1:${store}`);
   return {
     orchestrator: o,

@@ -104,6 +104,21 @@ class RunStream:
         self.cancel()
 
 
+# Calls are spread over every address the target's name resolves to (gRPC's
+# round_robin; the default, pick_first, sends everything to one): with
+# ``dns:///baton-orchestrator-headless:50051`` in Kubernetes, every replica
+# gets calls. A single address behaves as before.
+_ROUND_ROBIN = json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})
+
+
+def _channel(target: str) -> grpc.aio.Channel:
+    """An insecure channel to ``host:port``, ``http://host:port`` or
+    ``dns:///host:port``, balanced round robin."""
+    return grpc.aio.insecure_channel(
+        target.removeprefix("http://"), options=[("grpc.service_config", _ROUND_ROBIN)]
+    )
+
+
 class Orchestrator:
     """A client of ``baton.v1.Orchestrator``.
 
@@ -113,7 +128,7 @@ class Orchestrator:
     """
 
     def __init__(self, target: str = "127.0.0.1:50051", *, channel: grpc.aio.Channel | None = None) -> None:
-        self._channel = channel or grpc.aio.insecure_channel(target.removeprefix("http://"))
+        self._channel = channel or _channel(target)
         self._stub = orch_grpc.OrchestratorStub(self._channel)
 
     async def __aenter__(self) -> Orchestrator:
@@ -263,7 +278,7 @@ class Store:
     """A client of ``baton.v1.ContextStore``: trace-scoped slots."""
 
     def __init__(self, target: str = "127.0.0.1:50052", *, channel: grpc.aio.Channel | None = None) -> None:
-        self._channel = channel or grpc.aio.insecure_channel(target.removeprefix("http://"))
+        self._channel = channel or _channel(target)
         self._stub = store_grpc.ContextStoreStub(self._channel)
 
     async def __aenter__(self) -> Store:
