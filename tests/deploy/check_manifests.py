@@ -121,6 +121,10 @@ def common(name, res):
         expect(agents.startswith("baton-agents-") and ("ConfigMap", agents) in res
                and "agents.yaml" in res[("ConfigMap", agents)]["data"],
                f"{name}: the orchestrator mounts the agents ConfigMap built from deploy/config/agents.yaml")
+        api = vols.get("api-keys", {}).get("secret", {})
+        expect(api.get("secretName", "").startswith("baton-api-keys") and not api.get("optional")
+               and e.get("BATON_ORCH_AUTH__API_KEYS_FILE") == "/var/run/secrets/baton/api-keys/keys",
+               f"{name}: clients authenticate with API keys from the Secret baton-api-keys (required)")
         keys = vols.get("model-keys", {}).get("secret", {})
         expect(keys.get("secretName") == "baton-model-keys" and keys.get("optional") is True,
                f"{name}: model-provider keys come from the Secret baton-model-keys (optional)")
@@ -158,6 +162,8 @@ def main(bin_dir, dev_path, prod_path):
     expect(rp and ingress_sources(rp) == {("baton-context-store", 6379)}, "dev: only the context store reaches Redis")
     secret = [n for (k, n) in dev if k == "Secret" and n.startswith("baton-redis-")]
     expect(secret, "dev: the Secret baton-redis is generated (redis://redis:6379)")
+    api = [d for (k, n), d in dev.items() if k == "Secret" and n.startswith("baton-api-keys-")]
+    expect(api and "keys" in api[0]["data"], "dev: the Secret baton-api-keys is generated (tenant dev)")
 
     p = common("prod", prod)
     for svc in ("baton-orchestrator", "baton-context-store"):

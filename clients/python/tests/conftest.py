@@ -79,18 +79,28 @@ class Baton:
     orchestrator: Orchestrator
     store: Store
     tools: ToolServer
+    orchestrator_target: str = ""
 
 
 @contextlib.asynccontextmanager
-async def running() -> AsyncIterator[Baton]:
+async def running(api_keys: str | None = None, api_key: str | None = None) -> AsyncIterator[Baton]:
+    """`baton up` with the test agents and a Python tool server; with
+    ``api_keys`` (the text of a keys file) it requires API keys, and the
+    yielded orchestrator client sends ``api_key``."""
     tools = make_tools()
     tool_port = await tools.start("127.0.0.1:0")
     orch, store = free_port(), free_port()
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(AGENTS.format(port=tool_port))
         agents = f.name
+    extra: list[str] = []
+    if api_keys is not None:
+        with tempfile.NamedTemporaryFile("w", suffix=".keys", delete=False) as f:
+            f.write(api_keys)
+            extra = ["--api-keys-file", f.name]
     proc = await asyncio.create_subprocess_exec(
         BIN, "up", "--listen", f"127.0.0.1:{orch}", "--store-listen", f"127.0.0.1:{store}", "--agents", agents,
+        *extra,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )
     try:
@@ -100,10 +110,12 @@ async def running() -> AsyncIterator[Baton]:
             assert line, "baton up exited before it was up"
             if b"Baton is up" in line:
                 break
-        async with Orchestrator(f"127.0.0.1:{orch}") as o, Store(f"127.0.0.1:{store}") as s:
-            yield Baton(o, s, tools)
+        async with Orchestrator(f"127.0.0.1:{orch}", api_key=api_key) as o, Store(f"127.0.0.1:{store}") as s:
+            yield Baton(o, s, tools, f"127.0.0.1:{orch}")
     finally:
         proc.terminate()
         await proc.wait()
         await tools.stop()
         os.unlink(agents)
+        if extra:
+            os.unlink(extra[1])

@@ -13,7 +13,9 @@ from baton_client import (
     DeadlineExceeded,
     InvalidArgument,
     NotFound,
+    Orchestrator,
     ToolContext,
+    Unauthenticated,
     ToolServer,
     kind,
 )
@@ -231,5 +233,36 @@ def test_cancel_run():
             assert kind(rest[-1]) == "run_cancelled"
             assert rest[-1].run_cancelled.reason.endswith("changed my mind")
             assert (await b.orchestrator.get_run(first.run_id)).status == pb.RUN_STATUS_CANCELLED
+
+    run(main())
+
+
+def test_api_keys_name_tenants():
+    acme, globex = "acme-key-0123456789", "globex-key-9876543210"
+
+    async def main():
+        async with running(api_keys=f"acme {acme}\nglobex {globex}\n", api_key=acme) as b:
+            assert (await b.orchestrator.list_agents()).agents
+            async with Orchestrator(b.orchestrator_target) as anonymous:
+                with pytest.raises(Unauthenticated) as e:
+                    await anonymous.list_agents()
+                assert "authorization: missing" in e.value.message
+            async with Orchestrator(b.orchestrator_target, api_key="not-a-known-key-at-all") as stranger:
+                with pytest.raises(Unauthenticated):
+                    await stranger.list_agents()
+            async with Orchestrator(b.orchestrator_target, api_key=globex) as other:
+                stream = b.orchestrator.run_agent("payer", "order 9")
+                async for e in stream:
+                    if kind(e) == "approval_requested":
+                        # Another tenant sees no such run, and changes nothing.
+                        with pytest.raises(NotFound) as nf:
+                            await other.resolve_approval(e.run_id, e.approval_requested.approval_id, True)
+                        assert nf.value.field == "run_id"
+                        with pytest.raises(NotFound):
+                            await other.get_run(e.run_id)
+                        await b.orchestrator.resolve_approval(e.run_id, e.approval_requested.approval_id, True)
+                    if kind(e) == "run_completed":
+                        break
+                assert (await b.orchestrator.get_run(stream.run_id)).status == pb.RUN_STATUS_COMPLETED
 
     run(main())

@@ -110,9 +110,10 @@ function options(o: CallOpts): Partial<CallOptions> {
   return o.timeoutMs === undefined ? {} : { deadline: Date.now() + o.timeoutMs };
 }
 
-function metadata(traceparent?: string): Metadata {
+function metadata(traceparent?: string, apiKey?: string): Metadata {
   const md = new Metadata();
   if (traceparent) md.set("traceparent", traceparent);
+  if (apiKey) md.set("authorization", `Bearer ${apiKey}`);
   return md;
 }
 
@@ -169,9 +170,10 @@ function unary<Req, Res>(
   fn: (req: Req, md: Metadata, opts: Partial<CallOptions>, cb: (e: ServiceError | null, r: Res) => void) => unknown,
   req: Req,
   o: CallOpts,
+  md: Metadata = new Metadata(),
 ): Promise<Res> {
   return new Promise((resolve, reject) =>
-    fn(req, new Metadata(), options(o), (e, r) => (e ? reject(fromServiceError(e)) : resolve(r))),
+    fn(req, md, options(o), (e, r) => (e ? reject(fromServiceError(e)) : resolve(r))),
   );
 }
 
@@ -179,8 +181,17 @@ function unary<Req, Res>(
 export class Orchestrator {
   private readonly client: OrchestratorClient;
 
-  constructor(endpoint = "127.0.0.1:50051") {
+  /** `apiKey` is sent as `authorization: Bearer <key>` with every call (an
+   * orchestrator with `auth.api_keys_file` requires a known key). */
+  constructor(
+    endpoint = "127.0.0.1:50051",
+    private readonly apiKey?: string,
+  ) {
     this.client = new OrchestratorClient(target(endpoint), credentials.createInsecure(), channelOptions);
+  }
+
+  private md(traceparent?: string): Metadata {
+    return metadata(traceparent, this.apiKey);
   }
 
   close(): void {
@@ -199,7 +210,7 @@ export class Orchestrator {
       approvalMode: approvalModes[o.approvalMode ?? "ask"],
       filter: o.filter,
     };
-    return new RunStream(this.client.runAgent(request, metadata(o.traceparent), options(o)));
+    return new RunStream(this.client.runAgent(request, this.md(o.traceparent), options(o)));
   }
 
   /** Starts a pipeline of steps. */
@@ -232,33 +243,33 @@ export class Orchestrator {
       approvalMode: approvalModes[o.approvalMode ?? "ask"],
       filter: o.filter,
     };
-    return new RunStream(this.client.runPipeline(request, metadata(o.traceparent), options(o)));
+    return new RunStream(this.client.runPipeline(request, this.md(o.traceparent), options(o)));
   }
 
   /** Re-attaches to a run's events after `afterSeq` (WatchRun). */
   watch(runId: string, afterSeq = 0, o: CallOpts = {}): RunStream {
-    return new RunStream(this.client.watchRun({ runId, afterSeq }, new Metadata(), options(o)));
+    return new RunStream(this.client.watchRun({ runId, afterSeq }, this.md(), options(o)));
   }
 
   async resolveApproval(runId: string, approvalId: string, approved: boolean, reason = "", o: CallOpts = {}) {
-    await unary(this.client.resolveApproval.bind(this.client), { runId, approvalId, approved, reason }, o);
+    await unary(this.client.resolveApproval.bind(this.client), { runId, approvalId, approved, reason }, o, this.md());
   }
 
   async submitInput(runId: string, inputId: string, input: string, o: CallOpts = {}) {
-    await unary(this.client.submitInput.bind(this.client), { runId, inputId, input }, o);
+    await unary(this.client.submitInput.bind(this.client), { runId, inputId, input }, o, this.md());
   }
 
   async cancel(runId: string, reason = "", o: CallOpts = {}): Promise<RunStatus> {
-    const response: CancelRunResponse = await unary(this.client.cancelRun.bind(this.client), { runId, reason }, o);
+    const response: CancelRunResponse = await unary(this.client.cancelRun.bind(this.client), { runId, reason }, o, this.md());
     return response.status;
   }
 
   getRun(runId: string, o: CallOpts = {}): Promise<GetRunResponse> {
-    return unary(this.client.getRun.bind(this.client), { runId }, o);
+    return unary(this.client.getRun.bind(this.client), { runId }, o, this.md());
   }
 
   listAgents(o: CallOpts = {}): Promise<ListAgentsResponse> {
-    return unary(this.client.listAgents.bind(this.client), {}, o);
+    return unary(this.client.listAgents.bind(this.client), {}, o, this.md());
   }
 }
 

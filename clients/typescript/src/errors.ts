@@ -36,6 +36,10 @@ export class Cancelled extends BatonError {}
 export class Unimplemented extends BatonError {}
 /** The server failed unexpectedly. */
 export class Internal extends BatonError {}
+/** The call carries no API key, or one the server does not know. */
+export class Unauthenticated extends BatonError {}
+/** The caller may not do this. */
+export class PermissionDenied extends BatonError {}
 
 const byCode: Partial<Record<status, typeof BatonError>> = {
   [status.INVALID_ARGUMENT]: InvalidArgument,
@@ -48,6 +52,8 @@ const byCode: Partial<Record<status, typeof BatonError>> = {
   [status.CANCELLED]: Cancelled,
   [status.UNIMPLEMENTED]: Unimplemented,
   [status.INTERNAL]: Internal,
+  [status.UNAUTHENTICATED]: Unauthenticated,
+  [status.PERMISSION_DENIED]: PermissionDenied,
 };
 
 function one(md: Metadata | undefined, key: string): string | undefined {

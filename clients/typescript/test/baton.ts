@@ -76,17 +76,29 @@ export function makeTools(): ToolServer {
 
 export interface Running {
   orchestrator: Orchestrator;
+  /** The orchestrator's address, for more clients. */
+  orchestratorTarget: string;
   store: Store;
   stop(): Promise<void>;
 }
 
-export async function startBaton(): Promise<Running> {
+/** `baton up` with the test agents and a TypeScript tool server. With
+ * `auth.apiKeys` (the text of a keys file) it requires API keys, and the
+ * returned orchestrator client sends `auth.apiKey`. */
+export async function startBaton(auth: { apiKeys?: string; apiKey?: string } = {}): Promise<Running> {
   const tools = makeTools();
   const toolPort = await tools.start("127.0.0.1:0");
   const [orch, store] = [await freePort(), await freePort()];
-  const file = join(mkdtempSync(join(tmpdir(), "baton-ts-")), "agents.yaml");
+  const dir = mkdtempSync(join(tmpdir(), "baton-ts-"));
+  const file = join(dir, "agents.yaml");
   writeFileSync(file, agents(toolPort));
-  const proc = spawn(BIN, ["up", "--listen", `127.0.0.1:${orch}`, "--store-listen", `127.0.0.1:${store}`, "--agents", file], {
+  const extra: string[] = [];
+  if (auth.apiKeys !== undefined) {
+    writeFileSync(join(dir, "api-keys"), auth.apiKeys);
+    extra.push("--api-keys-file", join(dir, "api-keys"));
+  }
+  const args = ["up", "--listen", `127.0.0.1:${orch}`, "--store-listen", `127.0.0.1:${store}`, "--agents", file];
+  const proc = spawn(BIN, [...args, ...extra], {
     stdio: ["ignore", "pipe", "inherit"],
   });
   await new Promise<void>((ok, fail) => {
@@ -100,10 +112,11 @@ export async function startBaton(): Promise<Running> {
     });
   });
   // A gRPC name target (what in-cluster clients use with a headless Service).
-  const o = new Orchestrator(`dns:///localhost:${orch}`);
+  const o = new Orchestrator(`dns:///localhost:${orch}`, auth.apiKey);
   const s = new Store(`127.0.0.1:${store}`);
   return {
     orchestrator: o,
+    orchestratorTarget: `127.0.0.1:${orch}`,
     store: s,
     async stop() {
       o.close();

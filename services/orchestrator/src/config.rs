@@ -8,7 +8,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use baton_common::{otel::TelemetryConfig, telemetry::LogConfig};
 use baton_context_store::store::Limits as StoreLimits;
 
-use crate::peers::PeersConfig;
+use crate::{auth::AuthConfig, peers::PeersConfig};
 use serde::{Deserialize, Serialize};
 
 /// Prefix of the environment variables the orchestrator reads.
@@ -140,6 +140,8 @@ pub struct Config {
     /// The other replicas, for run-scoped calls that land on the wrong one
     /// (see [`crate::peers`]).
     pub peers: PeersConfig,
+    /// Client authentication (see [`crate::auth`]).
+    pub auth: AuthConfig,
 }
 
 impl Default for Config {
@@ -157,6 +159,7 @@ impl Default for Config {
                 ..TelemetryConfig::default()
             },
             peers: PeersConfig::default(),
+            auth: AuthConfig::default(),
         }
     }
 }
@@ -190,6 +193,7 @@ impl Config {
             .map_err(|e| format!("store.{e}"))?;
         self.telemetry.validate()?;
         self.peers.validate()?;
+        self.auth.validate()?;
         if self.store.timeout.is_zero() {
             return Err("store.timeout must be positive".into());
         }

@@ -22,6 +22,7 @@ use tonic::{Request, Response, Status, transport::Channel};
 
 use crate::{
     agents::{Catalog, parse_model_ref, valid_name},
+    auth::tenant_of,
     config::RunDefaults,
     error::{Error, Result},
     metrics::Metrics,
@@ -92,6 +93,19 @@ impl OrchestratorService {
     pub fn with_peers(mut self, peers: Option<Arc<Peers>>) -> Self {
         self.peers = peers;
         self
+    }
+
+    /// The run `run_id` if it is here and belongs to the caller's tenant;
+    /// another tenant's run is `NOT_FOUND`, exactly like a missing one.
+    fn run_of(&self, ext: &tonic::Extensions, run_id: &str) -> Result<Arc<RunRecord>> {
+        let run = self.runs.get(run_id)?;
+        if run.tenant != tenant_of(ext) {
+            return Err(Error::NotFound {
+                field: "run_id",
+                message: format!("no run {run_id:?} on this orchestrator"),
+            });
+        }
+        Ok(run)
     }
 
     /// Relays a peer's WatchRun stream to this replica's caller; ends when
@@ -240,6 +254,7 @@ impl OrchestratorService {
         (run_span, trace_id): (Context, TraceId),
         kind: pb::RunKind,
         target: String,
+        tenant: String,
         options: RunOptions,
     ) -> (
         Arc<RunRecord>,
@@ -247,7 +262,7 @@ impl OrchestratorService {
         mpsc::Receiver<events::Draft>,
         Filter,
     ) {
-        let record = RunRecord::new(trace_id, kind, target, &self.shutdown);
+        let record = RunRecord::new(trace_id, kind, target, tenant, &self.shutdown);
         run_span
             .span()
             .set_attribute(KeyValue::new("baton.run.id", record.run_id.clone()));
@@ -552,6 +567,7 @@ impl Orchestrator for OrchestratorService {
     ) -> std::result::Result<Response<Self::RunAgentStream>, Status> {
         self.check_running()?;
         let parent = baton_common::otel::extract(request.metadata());
+        let tenant = tenant_of(request.extensions());
         let r = request.into_inner();
         if r.agent.is_empty() {
             return Err(Error::invalid("agent", "must name an agent or group").into());
@@ -584,7 +600,7 @@ impl Orchestrator for OrchestratorService {
         .map_err(|e| Status::from(Error::invalid("default_model", e)))?;
         let span = self.run_span(&parent, "RunAgent", pb::RunKind::Agent, &r.agent);
         let (record, rt, draft_rx, filter) =
-            self.prepare(span, pb::RunKind::Agent, r.agent.clone(), options);
+            self.prepare(span, pb::RunKind::Agent, r.agent.clone(), tenant, options);
         let root = CallFrame::root(&rt, &r.agent, history, r.input)
             .map_err(|f| Status::internal(f.message))?;
         let run_span = rt.run_span.clone();
@@ -605,6 +621,7 @@ impl Orchestrator for OrchestratorService {
     ) -> std::result::Result<Response<Self::RunPipelineStream>, Status> {
         self.check_running()?;
         let parent = baton_common::otel::extract(request.metadata());
+        let tenant = tenant_of(request.extensions());
         let r = request.into_inner();
         let key_max = self.store.limits().max_key_len;
         let mut initial: Vec<(String, String)> = r.initial_slots.into_iter().collect();
@@ -654,7 +671,7 @@ impl Orchestrator for OrchestratorService {
         }
         let span = self.run_span(&parent, "RunPipeline", pb::RunKind::Pipeline, &target);
         let (record, rt, draft_rx, filter) =
-            self.prepare(span, pb::RunKind::Pipeline, target, options);
+            self.prepare(span, pb::RunKind::Pipeline, target, tenant, options);
         let run_span = rt.run_span.clone();
         Ok(self.launch(
             record,
@@ -669,11 +686,11 @@ impl Orchestrator for OrchestratorService {
         &self,
         request: Request<pb::ResolveApprovalRequest>,
     ) -> std::result::Result<Response<pb::ResolveApprovalResponse>, Status> {
-        let (md, _, r) = request.into_parts();
+        let (md, ext, r) = request.into_parts();
         if r.approval_id.is_empty() {
             return Err(Error::invalid("approval_id", "must not be empty").into());
         }
-        let run = match self.runs.get(&r.run_id) {
+        let run = match self.run_of(&ext, &r.run_id) {
             Ok(run) => run,
             Err(e) => {
                 let id = r.run_id.clone();
@@ -698,11 +715,11 @@ impl Orchestrator for OrchestratorService {
         &self,
         request: Request<pb::SubmitInputRequest>,
     ) -> std::result::Result<Response<pb::SubmitInputResponse>, Status> {
-        let (md, _, r) = request.into_parts();
+        let (md, ext, r) = request.into_parts();
         if r.input_id.is_empty() {
             return Err(Error::invalid("input_id", "must not be empty").into());
         }
-        let run = match self.runs.get(&r.run_id) {
+        let run = match self.run_of(&ext, &r.run_id) {
             Ok(run) => run,
             Err(e) => {
                 let id = r.run_id.clone();
@@ -721,8 +738,8 @@ impl Orchestrator for OrchestratorService {
         &self,
         request: Request<pb::CancelRunRequest>,
     ) -> std::result::Result<Response<pb::CancelRunResponse>, Status> {
-        let (md, _, r) = request.into_parts();
-        let run = match self.runs.get(&r.run_id) {
+        let (md, ext, r) = request.into_parts();
+        let run = match self.run_of(&ext, &r.run_id) {
             Ok(run) => run,
             Err(e) => {
                 let id = r.run_id.clone();
@@ -757,13 +774,13 @@ impl Orchestrator for OrchestratorService {
         request: Request<pb::WatchRunRequest>,
     ) -> std::result::Result<Response<Self::WatchRunStream>, Status> {
         self.check_running()?;
-        let (md, _, r) = request.into_parts();
+        let (md, ext, r) = request.into_parts();
         if r.run_id.is_empty() {
             return Err(Error::invalid("run_id", "must not be empty").into());
         }
         let wanted = r.clone();
         let filter = filter(r.filter)?;
-        let run = match self.runs.get(&r.run_id) {
+        let run = match self.run_of(&ext, &r.run_id) {
             Ok(run) => run,
             Err(e) => {
                 let remote = self
@@ -849,8 +866,8 @@ impl Orchestrator for OrchestratorService {
         &self,
         request: Request<pb::GetRunRequest>,
     ) -> std::result::Result<Response<pb::GetRunResponse>, Status> {
-        let (md, _, r) = request.into_parts();
-        let run = match self.runs.get(&r.run_id) {
+        let (md, ext, r) = request.into_parts();
+        let run = match self.run_of(&ext, &r.run_id) {
             Ok(run) => run,
             Err(e) => {
                 let id = r.run_id.clone();

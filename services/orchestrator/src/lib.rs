@@ -18,6 +18,7 @@
 //! `RunCancelled` ("server shutting down").
 
 pub mod agents;
+pub mod auth;
 pub mod config;
 pub mod error;
 pub mod grpc;
@@ -147,6 +148,11 @@ pub async fn serve_service(
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr().context("listener has no address")?;
     let service = service.with_peers(peers::Peers::new(&config.peers));
+    let keys = auth::ApiKeys::load(&config.auth).map_err(|e| anyhow::anyhow!(e))?;
+    if let Some(keys) = &keys {
+        keys.watch(config.auth.reload, shutdown.clone(), &tasks);
+        tracing::info!(file = %config.auth.api_keys_file.display(), "clients authenticate with API keys");
+    }
     baton_common::metrics::serve(
         &config.telemetry.metrics_listen,
         service.metrics().registry.clone(),
@@ -158,7 +164,10 @@ pub async fn serve_service(
     }
     let tracing = service.tracing().clone();
     service.list_remote_tools();
-    let routes = Routes::new(OrchestratorServer::new(service));
+    let routes = Routes::new(OrchestratorServer::with_interceptor(
+        service,
+        auth::Authenticate(keys),
+    ));
     tracing::info!(%addr, "orchestrator listening");
     let ready = move || {
         let store = store.clone();

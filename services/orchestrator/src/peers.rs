@@ -160,8 +160,12 @@ impl Peers {
                 request.set_timeout(timeout);
                 let md = request.metadata_mut();
                 md.insert(FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
-                if let Some(tp) = incoming.get("traceparent") {
-                    md.insert("traceparent", tp.clone());
+                // The caller's trace, and its key: the peer authenticates the
+                // same tenant.
+                for header in ["traceparent", "authorization"] {
+                    if let Some(v) = incoming.get(header) {
+                        md.insert(header, v.clone());
+                    }
                 }
                 let call = call(client, request);
                 async move {

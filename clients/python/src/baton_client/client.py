@@ -62,6 +62,14 @@ def _duration(seconds: float) -> duration_pb2.Duration:
     return d
 
 
+async def _call(method: Any, request: Any, timeout: float | None, metadata: Any = None) -> Any:
+    """One unary call; gRPC errors become the typed errors."""
+    try:
+        return await method(request, timeout=timeout, metadata=metadata)
+    except grpc.aio.AioRpcError as e:
+        raise from_rpc_error(e) from None
+
+
 def _metadata(traceparent: str | None) -> tuple[tuple[str, str], ...] | None:
     return (("traceparent", traceparent),) if traceparent else None
 
@@ -127,8 +135,17 @@ class Orchestrator:
     ...         print(event.context_id, kind(event))
     """
 
-    def __init__(self, target: str = "127.0.0.1:50051", *, channel: grpc.aio.Channel | None = None) -> None:
+    def __init__(
+        self,
+        target: str = "127.0.0.1:50051",
+        *,
+        channel: grpc.aio.Channel | None = None,
+        api_key: str | None = None,
+    ) -> None:
+        """``api_key``: sent as ``authorization: Bearer <key>`` with every call
+        (an orchestrator with ``auth.api_keys_file`` requires a known key)."""
         self._channel = channel or _channel(target)
+        self._auth: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {api_key}"),) if api_key else ()
         self._stub = orch_grpc.OrchestratorStub(self._channel)
 
     async def __aenter__(self) -> Orchestrator:
@@ -167,7 +184,7 @@ class Orchestrator:
             approval_mode=self._approval_mode(approval_mode),
             filter=filter,
         )
-        return RunStream(self._stub.RunAgent(request, timeout=timeout, metadata=_metadata(traceparent)))
+        return RunStream(self._stub.RunAgent(request, timeout=timeout, metadata=self._md(traceparent)))
 
     def run_pipeline(
         self,
@@ -207,12 +224,12 @@ class Orchestrator:
             approval_mode=self._approval_mode(approval_mode),
             filter=filter,
         )
-        return RunStream(self._stub.RunPipeline(request, timeout=timeout, metadata=_metadata(traceparent)))
+        return RunStream(self._stub.RunPipeline(request, timeout=timeout, metadata=self._md(traceparent)))
 
     def watch(self, run_id: str, *, after_seq: int = 0, timeout: float | None = None) -> RunStream:
         """Re-attaches to a run's events after ``after_seq`` (WatchRun)."""
         request = pb.WatchRunRequest(run_id=run_id, after_seq=after_seq)
-        return RunStream(self._stub.WatchRun(request, timeout=timeout))
+        return RunStream(self._stub.WatchRun(request, timeout=timeout, metadata=self._md(None)))
 
     async def resolve_approval(
         self, run_id: str, approval_id: str, approved: bool, reason: str = "", *, timeout: float | None = None
@@ -240,12 +257,12 @@ class Orchestrator:
         """The agents and groups the server runs."""
         return await self._unary(self._stub.ListAgents, pb.ListAgentsRequest(), timeout)
 
-    @staticmethod
-    async def _unary(method: Any, request: Any, timeout: float | None) -> Any:
-        try:
-            return await method(request, timeout=timeout)
-        except grpc.aio.AioRpcError as e:
-            raise from_rpc_error(e) from None
+    def _md(self, traceparent: str | None) -> tuple[tuple[str, str], ...] | None:
+        md = self._auth + (_metadata(traceparent) or ())
+        return md or None
+
+    async def _unary(self, method: Any, request: Any, timeout: float | None) -> Any:
+        return await _call(method, request, timeout, self._md(None))
 
     @staticmethod
     def _limits(max_depth: int | None, max_turns: int, run_timeout: float | None) -> pb.RunLimits:
@@ -310,15 +327,15 @@ class Store:
             request.ttl.CopyFrom(_duration(ttl))
         if expected_version is not None:
             request.expected_version = expected_version
-        return await Orchestrator._unary(self._stub.Put, request, timeout)
+        return await _call(self._stub.Put, request, timeout)
 
     async def get(self, trace_id: str, key: str, *, timeout: float | None = None) -> store_pb.GetResponse:
         """A live slot: ``value`` and ``slot`` (version, content type, expiry)."""
-        return await Orchestrator._unary(self._stub.Get, store_pb.GetRequest(trace_id=trace_id, key=key), timeout)
+        return await _call(self._stub.Get, store_pb.GetRequest(trace_id=trace_id, key=key), timeout)
 
     async def list(self, trace_id: str, prefix: str = "", *, timeout: float | None = None) -> store_pb.ListResponse:
         """The trace's live slots under ``prefix``, and its usage."""
-        return await Orchestrator._unary(
+        return await _call(
             self._stub.List, store_pb.ListRequest(trace_id=trace_id, prefix=prefix), timeout
         )
 
@@ -329,7 +346,7 @@ class Store:
         request = store_pb.DeleteRequest(trace_id=trace_id, key=key)
         if expected_version is not None:
             request.expected_version = expected_version
-        return (await Orchestrator._unary(self._stub.Delete, request, timeout)).version
+        return (await _call(self._stub.Delete, request, timeout)).version
 
     async def watch(
         self, trace_id: str, prefix: str = "", *, timeout: float | None = None

@@ -68,6 +68,14 @@ class Internal(BatonError):
     """The server failed unexpectedly."""
 
 
+class Unauthenticated(BatonError):
+    """The call carries no API key, or one the server does not know."""
+
+
+class PermissionDenied(BatonError):
+    """The caller may not do this."""
+
+
 _BY_CODE: dict[grpc.StatusCode, type[BatonError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
     grpc.StatusCode.NOT_FOUND: NotFound,
@@ -79,6 +87,8 @@ _BY_CODE: dict[grpc.StatusCode, type[BatonError]] = {
     grpc.StatusCode.CANCELLED: Cancelled,
     grpc.StatusCode.UNIMPLEMENTED: Unimplemented,
     grpc.StatusCode.INTERNAL: Internal,
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
 }
 
 

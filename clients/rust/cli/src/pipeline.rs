@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use baton_client::{OrchestratorClient, pb};
+use baton_client::pb;
 use baton_orchestrator::pipeline::PipelineFile;
 use clap::Args;
 
@@ -13,9 +13,8 @@ use clap::Args;
 pub struct PipelineArgs {
     /// The pipeline file (YAML).
     file: PathBuf,
-    /// The orchestrator's address.
-    #[arg(long, env = "BATON_ENDPOINT", default_value = "http://127.0.0.1:50051")]
-    endpoint: String,
+    #[command(flatten)]
+    target: crate::run::Target,
     /// Print events as JSON lines.
     #[arg(long)]
     json: bool,
@@ -36,7 +35,7 @@ pub async fn run(args: PipelineArgs) -> anyhow::Result<()> {
     if args.approve {
         request.approval_mode = pb::ApprovalMode::AutoApprove as i32;
     }
-    let client = OrchestratorClient::connect(args.endpoint.clone()).await?;
+    let client = args.target.connect().await?;
     let events = client.run_pipeline(request).await?;
     crate::run::follow(&client, events, args.json).await
 }

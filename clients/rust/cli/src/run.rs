@@ -22,9 +22,8 @@ pub struct RunArgs {
     agent: String,
     /// The input.
     input: String,
-    /// The orchestrator's address.
-    #[arg(long, env = "BATON_ENDPOINT", default_value = "http://127.0.0.1:50051")]
-    endpoint: String,
+    #[command(flatten)]
+    pub(crate) target: Target,
     /// Print events as JSON lines.
     #[arg(long)]
     json: bool,
@@ -42,17 +41,41 @@ pub struct RunArgs {
     context: Option<String>,
 }
 
+/// Where the orchestrator is and how to authenticate (shared by the
+/// orchestrator commands).
+#[derive(Args)]
+pub struct Target {
+    /// The orchestrator's address (`http://host:port`, or `dns:///host:port`
+    /// to balance over every address of the name).
+    #[arg(long, env = "BATON_ENDPOINT", default_value = "http://127.0.0.1:50051")]
+    pub(crate) endpoint: String,
+    /// The API key, for an orchestrator that requires one (sent as
+    /// `authorization: Bearer <key>`).
+    #[arg(long, env = "BATON_API_KEY", hide_env_values = true)]
+    pub(crate) api_key: Option<String>,
+}
+
+impl Target {
+    /// A client of the orchestrator, with the API key if any.
+    pub(crate) async fn connect(&self) -> anyhow::Result<OrchestratorClient> {
+        let client = OrchestratorClient::connect(self.endpoint.clone()).await?;
+        Ok(match &self.api_key {
+            Some(key) => client.with_api_key(key)?,
+            None => client,
+        })
+    }
+}
+
 /// `baton agents` arguments.
 #[derive(Args)]
 pub struct AgentsArgs {
-    /// The orchestrator's address.
-    #[arg(long, env = "BATON_ENDPOINT", default_value = "http://127.0.0.1:50051")]
-    endpoint: String,
+    #[command(flatten)]
+    pub(crate) target: Target,
 }
 
 /// Lists agents and groups.
 pub async fn agents(args: AgentsArgs) -> anyhow::Result<()> {
-    let client = OrchestratorClient::connect(args.endpoint).await?;
+    let client = args.target.connect().await?;
     let list = client.list_agents().await?;
     crate::outln!("AGENTS")?;
     for a in &list.agents {
@@ -86,7 +109,7 @@ pub async fn agents(args: AgentsArgs) -> anyhow::Result<()> {
 
 /// Runs an agent, drawing its events; fails unless the run completes.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let client = OrchestratorClient::connect(args.endpoint.clone()).await?;
+    let client = args.target.connect().await?;
     let approval_mode = if args.approve {
         pb::ApprovalMode::AutoApprove
     } else if args.deny {

@@ -29,6 +29,10 @@ pub struct UpArgs {
     /// Serve the context store's Prometheus metrics here.
     #[arg(long, default_value = "")]
     store_metrics_listen: String,
+    /// Require API keys from this file (lines of `<tenant> <key>`; see the
+    /// orchestrator's `auth.api_keys_file`). Default: no authentication.
+    #[arg(long)]
+    api_keys_file: Option<PathBuf>,
 }
 
 /// Runs both services until Ctrl-C or SIGTERM.
@@ -67,6 +71,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     };
     orch_config.store.mode = baton_orchestrator::config::StoreMode::Memory;
     orch_config.telemetry.metrics_listen = args.metrics_listen;
+    if let Some(file) = args.api_keys_file {
+        orch_config.auth.api_keys_file = file;
+    }
     let mut store_config = baton_context_store::config::Config {
         listen: args.store_listen,
         backend: baton_context_store::config::Backend::Memory,

@@ -9,6 +9,8 @@ use crate::{Error, pb, pb::orchestrator_client::OrchestratorClient as Raw};
 #[derive(Debug, Clone)]
 pub struct OrchestratorClient {
     inner: Raw<Channel>,
+    /// `Bearer <key>`, sent with every call when set.
+    authorization: Option<tonic::metadata::AsciiMetadataValue>,
 }
 
 /// A run's event stream. Dropping it cancels the run.
@@ -24,10 +26,34 @@ impl OrchestratorClient {
     pub fn new(channel: Channel) -> Self {
         Self {
             inner: Raw::new(channel).max_decoding_message_size(64 << 20),
+            authorization: None,
         }
     }
 
-    /// The generated client, for calls this wrapper does not cover.
+    /// Sends `authorization: Bearer <key>` with every call (an orchestrator
+    /// with `auth.api_keys_file` refuses calls without a known key).
+    pub fn with_api_key(mut self, key: &str) -> Result<Self, Error> {
+        let value = format!("Bearer {key}")
+            .parse()
+            .map_err(|_| Error::Connect {
+                endpoint: String::new(),
+                message: "the API key must be printable ASCII".into(),
+            })?;
+        self.authorization = Some(value);
+        Ok(self)
+    }
+
+    /// `message` as a request carrying the API key, if any.
+    fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Some(auth) = &self.authorization {
+            request.metadata_mut().insert("authorization", auth.clone());
+        }
+        request
+    }
+
+    /// The generated client, for calls this wrapper does not cover (it sends
+    /// no API key by itself).
     pub fn raw(&self) -> Raw<Channel> {
         self.inner.clone()
     }
@@ -43,7 +69,7 @@ impl OrchestratorClient {
         request: pb::RunAgentRequest,
         traceparent: Option<&str>,
     ) -> Result<Events, Error> {
-        let request = traced(request, traceparent)?;
+        let request = self.traced(request, traceparent)?;
         let stream = self.inner.clone().run_agent(request).await?.into_inner();
         Ok(Box::pin(stream.map(|e| e.map_err(Error::from))))
     }
@@ -72,7 +98,7 @@ impl OrchestratorClient {
         request: pb::RunPipelineRequest,
         traceparent: Option<&str>,
     ) -> Result<Events, Error> {
-        let request = traced(request, traceparent)?;
+        let request = self.traced(request, traceparent)?;
         let stream = self.inner.clone().run_pipeline(request).await?.into_inner();
         Ok(Box::pin(stream.map(|e| e.map_err(Error::from))))
     }
@@ -90,7 +116,12 @@ impl OrchestratorClient {
             after_seq,
             filter,
         };
-        let stream = self.inner.clone().watch_run(request).await?.into_inner();
+        let stream = self
+            .inner
+            .clone()
+            .watch_run(self.request(request))
+            .await?
+            .into_inner();
         Ok(Box::pin(stream.map(|e| e.map_err(Error::from))))
     }
 
@@ -121,7 +152,10 @@ impl OrchestratorClient {
             approved,
             reason: reason.to_owned(),
         };
-        self.inner.clone().resolve_approval(request).await?;
+        self.inner
+            .clone()
+            .resolve_approval(self.request(request))
+            .await?;
         Ok(())
     }
 
@@ -137,7 +171,10 @@ impl OrchestratorClient {
             input_id: input_id.to_owned(),
             input: input.to_owned(),
         };
-        self.inner.clone().submit_input(request).await?;
+        self.inner
+            .clone()
+            .submit_input(self.request(request))
+            .await?;
         Ok(())
     }
 
@@ -147,7 +184,12 @@ impl OrchestratorClient {
             run_id: run_id.to_owned(),
             reason: reason.to_owned(),
         };
-        let r = self.inner.clone().cancel_run(request).await?.into_inner();
+        let r = self
+            .inner
+            .clone()
+            .cancel_run(self.request(request))
+            .await?
+            .into_inner();
         Ok(r.status())
     }
 
@@ -156,9 +198,9 @@ impl OrchestratorClient {
         Ok(self
             .inner
             .clone()
-            .get_run(pb::GetRunRequest {
+            .get_run(self.request(pb::GetRunRequest {
                 run_id: run_id.to_owned(),
-            })
+            }))
             .await?
             .into_inner())
     }
@@ -168,20 +210,22 @@ impl OrchestratorClient {
         Ok(self
             .inner
             .clone()
-            .list_agents(pb::ListAgentsRequest {})
+            .list_agents(self.request(pb::ListAgentsRequest {}))
             .await?
             .into_inner())
     }
 }
 
-/// A request carrying `traceparent` (W3C trace context) when given.
-fn traced<T>(message: T, traceparent: Option<&str>) -> Result<tonic::Request<T>, Error> {
-    let mut request = tonic::Request::new(message);
-    if let Some(tp) = traceparent {
-        let value = tp.parse().map_err(|_| {
-            Error::Status(tonic::Status::invalid_argument("traceparent: not ASCII"))
-        })?;
-        request.metadata_mut().insert("traceparent", value);
+impl OrchestratorClient {
+    /// A request carrying `traceparent` (W3C trace context) when given.
+    fn traced<T>(&self, message: T, traceparent: Option<&str>) -> Result<tonic::Request<T>, Error> {
+        let mut request = self.request(message);
+        if let Some(tp) = traceparent {
+            let value = tp.parse().map_err(|_| {
+                Error::Status(tonic::Status::invalid_argument("traceparent: not ASCII"))
+            })?;
+            request.metadata_mut().insert("traceparent", value);
+        }
+        Ok(request)
     }
-    Ok(request)
 }

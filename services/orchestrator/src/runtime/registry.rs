@@ -104,6 +104,9 @@ pub struct RunRecord {
     pub kind: pb::RunKind,
     /// Agent, group or pipeline name.
     pub target: String,
+    /// The tenant that started it (`""` without authentication); no other
+    /// tenant sees it.
+    pub tenant: String,
     /// When it started.
     pub started_at: SystemTime,
     cancel: CancellationToken,
@@ -131,6 +134,7 @@ impl RunRecord {
         trace_id: TraceId,
         kind: pb::RunKind,
         target: String,
+        tenant: String,
         parent: &CancellationToken,
     ) -> Arc<Self> {
         Arc::new(Self {
@@ -138,6 +142,7 @@ impl RunRecord {
             trace_id,
             kind,
             target,
+            tenant,
             started_at: SystemTime::now(),
             cancel: parent.child_token(),
             cancel_reason: Mutex::new(None),
@@ -440,6 +445,7 @@ mod tests {
             TraceId::random(),
             pb::RunKind::Agent,
             "a".into(),
+            String::new(),
             &CancellationToken::new(),
         );
         run.log_event(
