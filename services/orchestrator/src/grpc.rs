@@ -136,30 +136,35 @@ impl OrchestratorService {
         ReceiverStream::new(rx)
     }
 
-    /// Answers a run-scoped call whose run is not here (`missing`, from the
-    /// registry) by asking the other replicas, unless forwarding is off or
-    /// a peer sent this call.
-    async fn elsewhere<M, T, F, Fut>(
+    /// Where the run of a run-scoped call is: here (and the caller's
+    /// tenant's), or, when it is not and forwarding is on, the answer of the
+    /// replica that has it (see [`crate::peers`]). A call a peer forwarded is
+    /// answered from this replica's runs only.
+    async fn locate<M, T, F, Fut>(
         &self,
         incoming: &tonic::metadata::MetadataMap,
-        missing: Error,
+        ext: &tonic::Extensions,
         run_id: &str,
-        message: M,
+        message: &M,
         call: F,
-    ) -> std::result::Result<Response<T>, Status>
+    ) -> std::result::Result<Located<T>, Status>
     where
         M: Clone,
         F: Fn(OrchestratorClient<Channel>, Request<M>) -> Fut,
         Fut: Future<Output = std::result::Result<Response<T>, Status>>,
     {
+        let missing = match self.run_of(ext, run_id) {
+            Ok(run) => return Ok(Located::Here(run)),
+            Err(e) => e,
+        };
         let Some(peers) = &self.peers else {
             return Err(missing.into());
         };
         if !matches!(missing, Error::NotFound { .. }) || Peers::is_forwarded(incoming) {
             return Err(missing.into());
         }
-        match peers.ask(incoming, message, call).await {
-            Answer::Found(answer) => answer,
+        match peers.ask(incoming, message.clone(), call).await {
+            Answer::Found(answer) => answer.map(Located::There),
             Answer::Missing { asked, unanswered } => {
                 let mut message =
                     format!("no run {run_id:?} on any of the {asked} orchestrator replicas");
@@ -557,6 +562,14 @@ fn history(messages: Vec<pb::Message>) -> Result<Vec<ChatMessage>> {
 
 type EventStream = ReceiverStream<std::result::Result<pb::RunEvent, Status>>;
 
+/// Where a run-scoped call's run is (see [`OrchestratorService::locate`]).
+enum Located<T> {
+    /// On this replica.
+    Here(Arc<RunRecord>),
+    /// On a peer, which answered.
+    There(Response<T>),
+}
+
 #[tonic::async_trait]
 impl Orchestrator for OrchestratorService {
     type RunAgentStream = EventStream;
@@ -690,16 +703,14 @@ impl Orchestrator for OrchestratorService {
         if r.approval_id.is_empty() {
             return Err(Error::invalid("approval_id", "must not be empty").into());
         }
-        let run = match self.run_of(&ext, &r.run_id) {
-            Ok(run) => run,
-            Err(e) => {
-                let id = r.run_id.clone();
-                return self
-                    .elsewhere(&md, e, &id, r, |mut c, req| async move {
-                        c.resolve_approval(req).await
-                    })
-                    .await;
-            }
+        let located = self
+            .locate(&md, &ext, &r.run_id, &r, |mut c, req| async move {
+                c.resolve_approval(req).await
+            })
+            .await?;
+        let run = match located {
+            Located::Here(run) => run,
+            Located::There(answer) => return Ok(answer),
         };
         run.resolve_approval(
             &r.approval_id,
@@ -719,16 +730,14 @@ impl Orchestrator for OrchestratorService {
         if r.input_id.is_empty() {
             return Err(Error::invalid("input_id", "must not be empty").into());
         }
-        let run = match self.run_of(&ext, &r.run_id) {
-            Ok(run) => run,
-            Err(e) => {
-                let id = r.run_id.clone();
-                return self
-                    .elsewhere(&md, e, &id, r, |mut c, req| async move {
-                        c.submit_input(req).await
-                    })
-                    .await;
-            }
+        let located = self
+            .locate(&md, &ext, &r.run_id, &r, |mut c, req| async move {
+                c.submit_input(req).await
+            })
+            .await?;
+        let run = match located {
+            Located::Here(run) => run,
+            Located::There(answer) => return Ok(answer),
         };
         run.submit_input(&r.input_id, r.input)?;
         Ok(Response::new(pb::SubmitInputResponse {}))
@@ -739,16 +748,14 @@ impl Orchestrator for OrchestratorService {
         request: Request<pb::CancelRunRequest>,
     ) -> std::result::Result<Response<pb::CancelRunResponse>, Status> {
         let (md, ext, r) = request.into_parts();
-        let run = match self.run_of(&ext, &r.run_id) {
-            Ok(run) => run,
-            Err(e) => {
-                let id = r.run_id.clone();
-                return self
-                    .elsewhere(&md, e, &id, r, |mut c, req| async move {
-                        c.cancel_run(req).await
-                    })
-                    .await;
-            }
+        let located = self
+            .locate(&md, &ext, &r.run_id, &r, |mut c, req| async move {
+                c.cancel_run(req).await
+            })
+            .await?;
+        let run = match located {
+            Located::Here(run) => run,
+            Located::There(answer) => return Ok(answer),
         };
         let status = run.state().status;
         if status != pb::RunStatus::Running {
@@ -778,22 +785,15 @@ impl Orchestrator for OrchestratorService {
         if r.run_id.is_empty() {
             return Err(Error::invalid("run_id", "must not be empty").into());
         }
-        let wanted = r.clone();
-        let filter = filter(r.filter)?;
-        let run = match self.run_of(&ext, &r.run_id) {
-            Ok(run) => run,
-            Err(e) => {
-                let remote = self
-                    .elsewhere(
-                        &md,
-                        e,
-                        &wanted.run_id.clone(),
-                        wanted,
-                        |mut c, req| async move { c.watch_run(req).await },
-                    )
-                    .await?;
-                return Ok(Response::new(self.relay(remote.into_inner())));
-            }
+        let filter = filter(r.filter.clone())?;
+        let located = self
+            .locate(&md, &ext, &r.run_id, &r, |mut c, req| async move {
+                c.watch_run(req).await
+            })
+            .await?;
+        let run = match located {
+            Located::Here(run) => run,
+            Located::There(remote) => return Ok(Response::new(self.relay(remote.into_inner()))),
         };
         match run.events_after(r.after_seq) {
             LogRead::Gone(oldest) => {
@@ -867,20 +867,14 @@ impl Orchestrator for OrchestratorService {
         request: Request<pb::GetRunRequest>,
     ) -> std::result::Result<Response<pb::GetRunResponse>, Status> {
         let (md, ext, r) = request.into_parts();
-        let run = match self.run_of(&ext, &r.run_id) {
-            Ok(run) => run,
-            Err(e) => {
-                let id = r.run_id.clone();
-                return self
-                    .elsewhere(
-                        &md,
-                        e,
-                        &id,
-                        r,
-                        |mut c, req| async move { c.get_run(req).await },
-                    )
-                    .await;
-            }
+        let located = self
+            .locate(&md, &ext, &r.run_id, &r, |mut c, req| async move {
+                c.get_run(req).await
+            })
+            .await?;
+        let run = match located {
+            Located::Here(run) => run,
+            Located::There(answer) => return Ok(answer),
         };
         let s = run.state();
         Ok(Response::new(pb::GetRunResponse {
