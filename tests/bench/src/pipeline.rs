@@ -29,9 +29,12 @@ use futures::StreamExt;
 /// What to measure.
 #[derive(clap::Args)]
 pub struct Options {
-    /// Runs per shape and store.
-    #[arg(long, default_value_t = 20)]
+    /// Runs per shape and store (the table gives their median and mean).
+    #[arg(long, default_value_t = 50)]
     runs: usize,
+    /// Only this store: `memory`, `redis` or `service` (for profiling).
+    #[arg(long)]
+    only: Option<String>,
 }
 
 const AGENTS: &str = r#"
@@ -105,24 +108,49 @@ async fn run_once(client: &OrchestratorClient, req: pb::RunPipelineRequest) -> a
     Ok(())
 }
 
-async fn measure(store: Arc<dyn ContextStore>, runs: usize) -> anyhow::Result<(f64, f64)> {
+/// Per-run times of one shape: median and mean, in ms.
+#[derive(Clone, Copy, Default)]
+struct Times {
+    median: f64,
+    mean: f64,
+}
+
+impl Times {
+    fn of(mut ms: Vec<f64>) -> Self {
+        ms.sort_by(f64::total_cmp);
+        let n = ms.len();
+        let median = if n % 2 == 1 {
+            ms[n / 2]
+        } else {
+            (ms[n / 2 - 1] + ms[n / 2]) / 2.0
+        };
+        Self {
+            median,
+            mean: ms.iter().sum::<f64>() / n as f64,
+        }
+    }
+}
+
+async fn measure(store: Arc<dyn ContextStore>, runs: usize) -> anyhow::Result<(Times, Times)> {
     let server = OrchestratorServer::start(AGENTS, Some(store), |c| {
         c.runs.max_pipeline_steps = 2000;
         c.runs.max_pipeline_concurrency = 1000;
     })
     .await?;
     let client = OrchestratorClient::connect(server.endpoint()).await?;
-    let mut out = [0.0; 2];
+    let mut out = [Times::default(); 2];
     for (slot, make) in [chain as fn() -> pb::RunPipelineRequest, fan_out]
         .into_iter()
         .enumerate()
     {
         run_once(&client, make()).await?;
-        let t = Instant::now();
+        let mut ms = Vec::with_capacity(runs);
         for _ in 0..runs {
+            let t = Instant::now();
             run_once(&client, make()).await?;
+            ms.push(t.elapsed().as_secs_f64() * 1000.0);
         }
-        out[slot] = t.elapsed().as_secs_f64() * 1000.0 / runs as f64;
+        out[slot] = Times::of(ms);
     }
     server.shutdown().await?;
     Ok((out[0], out[1]))
@@ -151,23 +179,29 @@ pub fn run(o: Options) -> anyhow::Result<()> {
         )?);
 
         println!(
-            "\n{:<58} {:>12} {:>12}",
-            "per run (ms)", "(a) chain", "(b) fan-out"
+            "\n{:<50} {:>20} {:>20}",
+            format!("per run, ms: median (mean) of {}", o.runs),
+            "(a) chain",
+            "(b) fan-out"
         );
-        for (name, store) in [
-            ("memory store", memory),
-            ("Redis, directly", direct),
-            ("Redis through the context-store service", remote),
+        for (key, name, store) in [
+            ("memory", "memory store", memory),
+            ("redis", "Redis, directly", direct),
+            ("service", "Redis through the context-store service", remote),
         ] {
+            if o.only.as_deref().is_some_and(|only| only != key) {
+                continue;
+            }
             let (a, b) = measure(store, o.runs).await?;
-            println!("{name:<58} {a:>12.2} {b:>12.2}");
+            let cell = |t: Times| format!("{:.2} ({:.2})", t.median, t.mean);
+            println!("{name:<50} {:>20} {:>20}", cell(a), cell(b));
         }
         println!(
-            "{:<58} {:>12} {:>12}",
+            "{:<50} {:>20} {:>20}",
             "LangGraph 1.2.22 (quoted by the issue)", "49.8", "330"
         );
         println!(
-            "{:<58} {:>12} {:>12}",
+            "{:<50} {:>20} {:>20}",
             "targets: memory / Redis", "5 / 25", "30 / 60"
         );
         store_server.shutdown().await?;
