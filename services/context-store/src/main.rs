@@ -7,6 +7,7 @@
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
+    baton_common::runtime::disable_transparent_huge_pages();
     baton_common::service::main::<baton_context_store::config::Config, _, _>(
         "baton-context-store",
         env!("CARGO_PKG_VERSION"),

@@ -38,6 +38,8 @@ enum Bench {
 }
 
 fn main() -> anyhow::Result<()> {
+    // As the service binaries do.
+    baton_common::runtime::disable_transparent_huge_pages();
     match Args::parse().bench {
         Bench::Store(options) => store::run(options),
         Bench::Agent(options) => agent::run(options),

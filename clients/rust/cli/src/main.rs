@@ -55,6 +55,7 @@ pub(crate) use outln;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    baton_common::runtime::disable_transparent_huge_pages();
     let result = match Args::parse().command {
         Cmd::Up(args) => up::run(args).await,
         Cmd::Agents(args) => run::agents(args).await,
