@@ -80,6 +80,15 @@ async fn main() -> std::process::ExitCode {
             for cause in e.chain().skip(1) {
                 eprintln!("  caused by: {cause}");
             }
+            let unauthenticated = e.chain().any(|c| {
+                c.downcast_ref::<baton_client::Error>()
+                    .is_some_and(|b| b.code() == tonic::Code::Unauthenticated)
+            });
+            if unauthenticated {
+                eprintln!(
+                    "  (this orchestrator requires an API key: --api-key KEY or BATON_API_KEY)"
+                );
+            }
             std::process::ExitCode::FAILURE
         }
     }

@@ -294,3 +294,49 @@ fn up_then_agents_and_run() {
         "baton up exits cleanly on SIGTERM"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orchestrator_commands_send_the_api_key() {
+    let dir = std::env::temp_dir().join(format!("baton-cli-keys-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let keys = dir.join("keys");
+    std::fs::write(&keys, "acme acme-key-0123456789\n").expect("write keys");
+    let server = baton_e2e::OrchestratorServer::start(baton_e2e::EXAMPLE_AGENTS, None, |c| {
+        c.auth.api_keys_file = keys.clone();
+    })
+    .await
+    .expect("orchestrator");
+    let endpoint = server.endpoint();
+    let agents = |key: Option<&str>, env: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_baton"));
+        cmd.args(["agents", "--endpoint", &endpoint])
+            .env_remove("BATON_API_KEY");
+        if let Some(k) = key {
+            cmd.args(["--api-key", k]);
+        }
+        if let Some(k) = env {
+            cmd.env("BATON_API_KEY", k);
+        }
+        cmd.output().expect("run baton agents")
+    };
+    let out = agents(None, None);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("Unauthenticated") && err.contains("--api-key KEY or BATON_API_KEY"),
+        "{err}"
+    );
+    for (key, env) in [
+        (Some("acme-key-0123456789"), None),
+        (None, Some("acme-key-0123456789")),
+    ] {
+        let out = agents(key, env);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("researcher"));
+    }
+    server.shutdown().await.expect("shutdown");
+}
