@@ -56,3 +56,16 @@ fn bad_peers_and_store_endpoints_are_named() {
         "{err}"
     );
 }
+
+#[test]
+fn zero_deadlines_are_refused_by_name() {
+    for (var, field) in [
+        ("BATON_ORCH_STORE__TIMEOUT", "store.timeout"),
+        ("BATON_ORCH_PEERS__TIMEOUT", "peers.timeout"),
+        ("BATON_ORCH_AUTH__RELOAD", "auth.reload"),
+    ] {
+        let (ok, err) = start_with(&[(var, "0s")]);
+        assert!(!ok, "{var}=0s was accepted");
+        assert!(err.contains(field), "{var}: {err}");
+    }
+}
