@@ -34,6 +34,10 @@ agents:
 /// Two replicas that know each other (each lists both addresses, itself
 /// included, as a headless Service would resolve).
 async fn pair(agents: &str) -> (OrchestratorServer, OrchestratorServer) {
+    pair_with(agents, Duration::from_secs(2)).await
+}
+
+async fn pair_with(agents: &str, timeout: Duration) -> (OrchestratorServer, OrchestratorServer) {
     let (a, b) = (free_addr().expect("port"), free_addr().expect("port"));
     let peers = vec![a.to_string(), format!("dns:///localhost:{}", b.port())];
     let start = |listen| {
@@ -41,7 +45,7 @@ async fn pair(agents: &str) -> (OrchestratorServer, OrchestratorServer) {
         OrchestratorServer::start(agents, None, move |c| {
             c.listen = listen;
             c.peers.endpoints = peers;
-            c.peers.timeout = Duration::from_secs(2);
+            c.peers.timeout = timeout;
         })
     };
     let first = start(a).await.expect("replica a");
@@ -201,4 +205,36 @@ async fn peers_are_checked_at_start() {
     .err()
     .expect("refused");
     assert!(err.to_string().contains("peers.endpoints[0]"), "{err}");
+}
+
+#[tokio::test]
+async fn a_relayed_watch_outlives_the_forwarding_deadline() {
+    let (a, b) = pair_with(AGENTS, Duration::from_millis(300)).await;
+    let on_a = a.client().await.expect("client a");
+    let on_b = b.client().await.expect("client b");
+    let mut slow = on_a
+        .run_agent(agent_request("slow", "x"))
+        .await
+        .expect("slow run on a");
+    let first = until(&mut slow, &mut Vec::new(), |_| true).await;
+    let mut watch = on_b
+        .watch_run(&first.run_id, 0, None)
+        .await
+        .expect("watch via b");
+    // Four times the peers' deadline later, the relayed stream is still on.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    on_a.cancel(&first.run_id, "enough").await.expect("cancel");
+    let mut last = None;
+    while let Some(e) = tokio::time::timeout(Duration::from_secs(10), watch.next())
+        .await
+        .expect("watch ends")
+    {
+        last = Some(e.expect("no error on the relayed stream"));
+    }
+    assert!(
+        matches!(last.and_then(|e| e.payload), Some(Payload::RunCancelled(_))),
+        "the relayed stream ends with the run"
+    );
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
 }

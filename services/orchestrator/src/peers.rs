@@ -38,7 +38,8 @@ pub struct PeersConfig {
     /// every address of the name at every forwarded call. Empty: off (one
     /// replica, or a balancer that keeps a run's calls on its replica).
     pub endpoints: Vec<String>,
-    /// How long a forwarded call may take.
+    /// How long a peer may take to answer a forwarded call (for WatchRun,
+    /// to start the stream; the stream itself lasts as long as the run).
     #[serde(with = "baton_common::config::duration")]
     pub timeout: Duration,
 }
@@ -156,8 +157,10 @@ impl Peers {
         let mut calls: FuturesUnordered<_> = clients
             .into_iter()
             .map(|client| {
+                // No grpc-timeout on the request: it would bound a relayed
+                // WatchRun stream too. The deadline below covers the answer
+                // (for a stream, its start).
                 let mut request = Request::new(message.clone());
-                request.set_timeout(timeout);
                 let md = request.metadata_mut();
                 md.insert(FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
                 // The caller's trace, and its key: the peer authenticates the
