@@ -449,3 +449,33 @@ pub fn agent_request(agent: &str, input: &str) -> baton_client::pb::RunAgentRequ
 
 /// The example agents file (`deploy/config/agents.yaml`).
 pub const EXAMPLE_AGENTS: &str = include_str!("../../deploy/config/agents.yaml");
+
+/// Reads `stream` until an event matches `want` (10 s at most per event) and
+/// returns it; every event read is pushed to `seen`. Panics when the run
+/// ends first.
+pub async fn wait_for(
+    stream: &mut baton_client::Events,
+    seen: &mut Vec<baton_client::pb::RunEvent>,
+    want: impl Fn(&baton_client::pb::RunEvent) -> bool,
+) -> baton_client::pb::RunEvent {
+    use baton_client::pb::run_event::Payload;
+    use futures::StreamExt;
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .expect("event in time")
+            .expect("stream open")
+            .expect("event");
+        seen.push(e.clone());
+        if want(&e) {
+            return e;
+        }
+        assert!(
+            !matches!(
+                e.payload,
+                Some(Payload::RunCompleted(_) | Payload::RunFailed(_) | Payload::RunCancelled(_))
+            ),
+            "the run ended before the awaited event: {e:?}"
+        );
+    }
+}

@@ -9,7 +9,7 @@ use baton_client::{
     OrchestratorClient,
     pb::{self, run_event::Payload},
 };
-use baton_e2e::{EXAMPLE_AGENTS, OrchestratorServer, agent_request, free_addr};
+use baton_e2e::{EXAMPLE_AGENTS, OrchestratorServer, agent_request, free_addr, wait_for};
 use futures::StreamExt;
 use tonic::Code;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
@@ -35,17 +35,10 @@ async fn with_key(server: &OrchestratorServer, key: &str) -> OrchestratorClient 
 }
 
 async fn approval(events: &mut baton_client::Events) -> pb::RunEvent {
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while let Some(e) = events.next().await {
-            let e = e.expect("event");
-            if matches!(e.payload, Some(Payload::ApprovalRequested(_))) {
-                return e;
-            }
-        }
-        panic!("no approval asked")
+    wait_for(events, &mut Vec::new(), |e| {
+        matches!(e.payload, Some(Payload::ApprovalRequested(_)))
     })
     .await
-    .expect("in time")
 }
 
 #[tokio::test]

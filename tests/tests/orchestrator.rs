@@ -9,7 +9,7 @@ use std::{
 };
 
 use baton_client::{OrchestratorClient, pb, pb::run_event::Payload};
-use baton_e2e::{EXAMPLE_AGENTS, OrchestratorServer, agent_request};
+use baton_e2e::{EXAMPLE_AGENTS, OrchestratorServer, agent_request, wait_for};
 use futures::StreamExt;
 use tonic::Code;
 
@@ -121,28 +121,6 @@ fn completed(events: &[pb::RunEvent]) -> &pb::RunCompleted {
     match events.last().and_then(|e| e.payload.as_ref()) {
         Some(Payload::RunCompleted(c)) => c,
         other => panic!("the run did not complete: {other:?}"),
-    }
-}
-
-async fn wait_for<F: Fn(&pb::RunEvent) -> bool>(
-    stream: &mut baton_client::Events,
-    seen: &mut Vec<pb::RunEvent>,
-    f: F,
-) -> pb::RunEvent {
-    loop {
-        let e = tokio::time::timeout(Duration::from_secs(10), stream.next())
-            .await
-            .expect("event in time")
-            .expect("stream open")
-            .expect("event");
-        seen.push(e.clone());
-        if f(&e) {
-            return e;
-        }
-        assert!(
-            !is_terminal(&e),
-            "the run ended before the awaited event: {e:?}"
-        );
     }
 }
 

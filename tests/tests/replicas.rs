@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use baton_client::pb::{self, run_event::Payload};
-use baton_e2e::{EXAMPLE_AGENTS, OrchestratorServer, agent_request, free_addr};
+use baton_e2e::{EXAMPLE_AGENTS, OrchestratorServer, agent_request, free_addr, wait_for};
 use futures::StreamExt;
 
 const AGENTS: &str = r#"
@@ -54,25 +54,6 @@ async fn pair_with(agents: &str, timeout: Duration) -> (OrchestratorServer, Orch
     (first, second)
 }
 
-async fn until(
-    events: &mut baton_client::Events,
-    seen: &mut Vec<pb::RunEvent>,
-    want: impl Fn(&pb::RunEvent) -> bool,
-) -> pb::RunEvent {
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while let Some(e) = events.next().await {
-            let e = e.expect("event");
-            seen.push(e.clone());
-            if want(&e) {
-                return e;
-            }
-        }
-        panic!("the stream ended first: {seen:?}")
-    })
-    .await
-    .expect("in time")
-}
-
 #[tokio::test]
 async fn run_scoped_calls_reach_the_replica_running_the_run() {
     let (a, b) = pair(AGENTS).await;
@@ -85,7 +66,7 @@ async fn run_scoped_calls_reach_the_replica_running_the_run() {
         .await
         .expect("run");
     let mut seen = Vec::new();
-    let asked = until(&mut stream, &mut seen, |e| {
+    let asked = wait_for(&mut stream, &mut seen, |e| {
         matches!(e.payload, Some(Payload::ApprovalRequested(_)))
     })
     .await;
@@ -104,7 +85,7 @@ async fn run_scoped_calls_reach_the_replica_running_the_run() {
     on_b.resolve_approval(&run_id, &q.approval_id, true, "ok")
         .await
         .expect("ResolveApproval through b");
-    let done = until(&mut stream, &mut seen, |e| {
+    let done = wait_for(&mut stream, &mut seen, |e| {
         matches!(e.payload, Some(Payload::RunCompleted(_)))
     })
     .await;
@@ -141,13 +122,13 @@ async fn run_scoped_calls_reach_the_replica_running_the_run() {
         .run_agent(agent_request("slow", "x"))
         .await
         .expect("slow run");
-    let first = until(&mut slow, &mut Vec::new(), |_| true).await;
+    let first = wait_for(&mut slow, &mut Vec::new(), |_| true).await;
     let status = on_a
         .cancel(&first.run_id, "enough")
         .await
         .expect("cancel via a");
     assert_eq!(status, pb::RunStatus::Cancelled);
-    let end = until(&mut slow, &mut Vec::new(), |e| {
+    let end = wait_for(&mut slow, &mut Vec::new(), |e| {
         matches!(e.payload, Some(Payload::RunCancelled(_)))
     })
     .await;
@@ -216,7 +197,7 @@ async fn a_relayed_watch_outlives_the_forwarding_deadline() {
         .run_agent(agent_request("slow", "x"))
         .await
         .expect("slow run on a");
-    let first = until(&mut slow, &mut Vec::new(), |_| true).await;
+    let first = wait_for(&mut slow, &mut Vec::new(), |_| true).await;
     let mut watch = on_b
         .watch_run(&first.run_id, 0, None)
         .await
