@@ -103,11 +103,11 @@ where
             .collect();
         let value = if path.len() > 1 && path.last().is_some_and(|p| p == "file") {
             path.pop();
-            let text = std::fs::read_to_string(&v).map_err(|source| ConfigError::Read {
+            let text = read_secret_file(&v).map_err(|source| ConfigError::Read {
                 path: format!("{v} (from {k})"),
                 source,
             })?;
-            Value::String(text.trim_end_matches(['\n', '\r']).to_owned())
+            Value::String(text)
         } else {
             scalar(&v)
         };
@@ -129,6 +129,13 @@ where
         layer: "defaults + file + environment + flags",
         message: e.to_string(),
     })
+}
+
+/// Reads a secret mounted as a file (a Kubernetes or Docker secret): its
+/// content without the trailing newline.
+pub fn read_secret_file(path: impl AsRef<Path>) -> std::io::Result<String> {
+    let text = std::fs::read_to_string(path)?;
+    Ok(text.trim_end_matches(['\n', '\r']).to_owned())
 }
 
 /// Renders a config as TOML (for `--print-config`).

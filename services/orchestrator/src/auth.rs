@@ -68,11 +68,8 @@ pub struct Tenant(pub String);
 
 /// The tenant of `extensions`: the one the key named, or `""` when
 /// authentication is off.
-pub fn tenant_of(extensions: &tonic::Extensions) -> String {
-    extensions
-        .get::<Tenant>()
-        .map(|t| t.0.clone())
-        .unwrap_or_default()
+pub fn tenant_of(extensions: &tonic::Extensions) -> &str {
+    extensions.get::<Tenant>().map_or("", |t| t.0.as_str())
 }
 
 /// Parses a keys file: key → tenant. Errors name the line.

@@ -580,7 +580,7 @@ impl Orchestrator for OrchestratorService {
     ) -> std::result::Result<Response<Self::RunAgentStream>, Status> {
         self.check_running()?;
         let parent = baton_common::otel::extract(request.metadata());
-        let tenant = tenant_of(request.extensions());
+        let tenant = tenant_of(request.extensions()).to_owned();
         let r = request.into_inner();
         if r.agent.is_empty() {
             return Err(Error::invalid("agent", "must name an agent or group").into());
@@ -634,7 +634,7 @@ impl Orchestrator for OrchestratorService {
     ) -> std::result::Result<Response<Self::RunPipelineStream>, Status> {
         self.check_running()?;
         let parent = baton_common::otel::extract(request.metadata());
-        let tenant = tenant_of(request.extensions());
+        let tenant = tenant_of(request.extensions()).to_owned();
         let r = request.into_inner();
         let key_max = self.store.limits().max_key_len;
         let mut initial: Vec<(String, String)> = r.initial_slots.into_iter().collect();

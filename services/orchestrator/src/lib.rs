@@ -89,8 +89,8 @@ pub fn secret_from_env(name: &str, env: &dyn Fn(&str) -> Option<String>) -> Opti
         return Some(value);
     }
     let file = env(&format!("{name}_FILE")).filter(|f| !f.is_empty())?;
-    match std::fs::read_to_string(&file) {
-        Ok(text) => Some(text.trim_end_matches(['\n', '\r']).to_owned()),
+    match baton_common::config::read_secret_file(&file) {
+        Ok(text) => Some(text),
         Err(e) => {
             tracing::warn!(variable = %format!("{name}_FILE"), file, error = %e, "cannot read the secret file");
             None

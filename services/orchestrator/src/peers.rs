@@ -71,17 +71,7 @@ fn host_port(endpoint: &str) -> Result<(String, u16), String> {
         .strip_prefix("dns:///")
         .or_else(|| endpoint.strip_prefix("http://"))
         .unwrap_or(endpoint);
-    let (host, port) = name
-        .rsplit_once(':')
-        .ok_or_else(|| format!("{endpoint:?} needs a port: host:port or dns:///host:port"))?;
-    let port = port
-        .parse()
-        .map_err(|_| format!("{endpoint:?}: {port:?} is not a port"))?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    if host.is_empty() {
-        return Err(format!("{endpoint:?} needs a host"));
-    }
-    Ok((host.to_owned(), port))
+    baton_client::balance::host_port(name).map_err(|e| format!("{endpoint:?}: {e}"))
 }
 
 /// The other replicas, as far as forwarding is concerned.

@@ -103,20 +103,24 @@ fn parse(target: &str) -> Result<Target, String> {
             .map(|e| Target::One(Box::new(e)))
             .map_err(|e| format!("{target:?}: {e}"));
     };
+    let (host, port) = host_port(name).map_err(|e| format!("{target:?}: {e}"))?;
+    Ok(Target::Dns { host, port })
+}
+
+/// Splits `host:port` (`[v6]:port` too): what follows `dns:///` in a target,
+/// or an address list entry. The error says what is missing.
+pub fn host_port(name: &str) -> Result<(String, u16), String> {
     let (host, port) = name
         .rsplit_once(':')
-        .ok_or_else(|| format!("{target:?}: a dns:/// target needs a port: dns:///host:port"))?;
+        .ok_or("needs a port: host:port or dns:///host:port")?;
     let port: u16 = port
         .parse()
-        .map_err(|_| format!("{target:?}: {port:?} is not a port"))?;
+        .map_err(|_| format!("{port:?} is not a port"))?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     if host.is_empty() {
-        return Err(format!("{target:?}: a dns:/// target needs a host name"));
+        return Err("needs a host name".into());
     }
-    Ok(Target::Dns {
-        host: host.to_owned(),
-        port,
-    })
+    Ok((host.to_owned(), port))
 }
 
 fn system_resolve(
