@@ -16,7 +16,12 @@ use futures::StreamExt;
 use tonic::Code;
 
 const AGENTS: &str = r#"
+policies:
+  stop: {final: true, tools: [write_context]}
 scripts:
+  finisher:
+    - calls: [{tool: write_context, args: {key: done/x, value: "v"}}]
+    - text: "never reached"
   echo: [{text: "{{input}}"}]
   fail: [{fail: "step exploded"}]
   slow: [{delay: 300ms, text: "slow done"}]
@@ -40,6 +45,7 @@ scripts:
     - text: "read {{results}}"
 agents:
   reader: {model: "scripted:reader", tools: [read_context]}
+  finisher: {model: "scripted:finisher", tools: [write_context], policies: [stop]}
   echo: {model: "scripted:echo"}
   asker: {model: "scripted:asker", tools: [ask_user]}
   planner: {model: "scripted:planner", tools: [run_pipeline]}
@@ -359,6 +365,175 @@ async fn failure_policies_on_a_graph_whose_middle_step_fails() {
         (true, ids(&["a", "d"]), ids(&["b"]), ids(&["c"]))
     );
     assert!(matches!(terminal(&events), Payload::RunCompleted(_)));
+}
+
+/// A sequential pipeline whose second step fails: `c` needs it (depends_on),
+/// `d` is independent, `e` reads what `a` wrote.
+fn sequential_second_fails(policy: pb::FailurePolicy, b_required: bool) -> pb::RunPipelineRequest {
+    let mut a = step("a", "echo", "a");
+    a.output_to = "out/a".into();
+    let mut b = step("b", "fail", "b");
+    b.required = Some(b_required);
+    let mut c = step("c", "echo", "c");
+    c.depends_on = vec!["b".into()];
+    let d = step("d", "echo", "d");
+    let e = step("e", "echo", "e after {{out/a}}");
+    pipeline(pb::PipelineMode::Sequential, policy, vec![a, b, c, d, e])
+}
+
+/// The step ids in the order they started, and checks that each started
+/// after the one before it in the list ended (list order is the order of
+/// execution).
+fn started_in_list_order(events: &[pb::RunEvent]) -> Vec<String> {
+    let mut order = Vec::new();
+    let mut open: Option<String> = None;
+    for e in events {
+        match &e.payload {
+            Some(Payload::StepStarted(s)) => {
+                assert!(open.is_none(), "{} started while {open:?} ran", s.step_id);
+                open = Some(s.step_id.clone());
+                order.push(s.step_id.clone());
+            }
+            Some(Payload::StepCompleted(s)) => {
+                assert_eq!(open.take().as_deref(), Some(s.step_id.as_str()));
+            }
+            Some(Payload::StepFailed(s)) if !s.will_retry => {
+                assert_eq!(open.take().as_deref(), Some(s.step_id.as_str()));
+            }
+            _ => {}
+        }
+    }
+    order
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sequential_mode_skips_only_what_needs_a_failed_step() {
+    let env = env().await;
+    // continue: c needs b and is skipped; d and e still run, in list order.
+    let events = env
+        .client
+        .run_pipeline_to_end(sequential_second_fails(pb::FailurePolicy::Continue, true))
+        .await
+        .expect("run");
+    check_rules(&events);
+    assert_eq!(started_in_list_order(&events), ids(&["a", "b", "d", "e"]));
+    let p = summary(&events);
+    assert_eq!(
+        lists(&p),
+        (false, ids(&["a", "d", "e"]), ids(&["b"]), ids(&["c"]))
+    );
+    assert_eq!(p.outputs["e"], "e after a");
+    let c_skipped = events.iter().find_map(|e| match &e.payload {
+        Some(Payload::StepSkipped(s)) if s.step_id == "c" => Some(s.reason.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        c_skipped.as_deref(),
+        Some("needs step \"b\", which did not succeed")
+    );
+    assert!(matches!(terminal(&events), Payload::RunFailed(f) if f.code == Code::Aborted as i32));
+
+    // best_effort: the same steps, and the run succeeds with the last
+    // succeeded step's output.
+    let events = env
+        .client
+        .run_pipeline_to_end(sequential_second_fails(pb::FailurePolicy::BestEffort, true))
+        .await
+        .expect("run");
+    check_rules(&events);
+    assert_eq!(started_in_list_order(&events), ids(&["a", "b", "d", "e"]));
+    assert_eq!(
+        lists(&summary(&events)),
+        (true, ids(&["a", "d", "e"]), ids(&["b"]), ids(&["c"]))
+    );
+    assert!(matches!(terminal(&events), Payload::RunCompleted(c) if c.output == "e after a"));
+
+    // fail: a failed required step still ends everything.
+    let events = env
+        .client
+        .run_pipeline_to_end(sequential_second_fails(pb::FailurePolicy::Fail, true))
+        .await
+        .expect("run");
+    check_rules(&events);
+    assert_eq!(started_in_list_order(&events), ids(&["a", "b"]));
+    assert_eq!(
+        lists(&summary(&events)),
+        (false, ids(&["a"]), ids(&["b"]), ids(&["c", "d", "e"]))
+    );
+    assert!(matches!(terminal(&events), Payload::RunFailed(_)));
+
+    // required: false under fail: its dependent is skipped, the rest runs
+    // and the run succeeds (it ran something).
+    let events = env
+        .client
+        .run_pipeline_to_end(sequential_second_fails(pb::FailurePolicy::Fail, false))
+        .await
+        .expect("run");
+    check_rules(&events);
+    assert_eq!(started_in_list_order(&events), ids(&["a", "b", "d", "e"]));
+    assert_eq!(
+        lists(&summary(&events)),
+        (true, ids(&["a", "d", "e"]), ids(&["b"]), ids(&["c"]))
+    );
+    assert!(matches!(terminal(&events), Payload::RunCompleted(c) if c.output == "e after a"));
+
+    // A step cannot need a later one: in sequential mode that is a bad spec.
+    let mut first = step("first", "echo", "needs {{later/out}}");
+    first.depends_on = vec![];
+    let mut later = step("later", "echo", "x");
+    later.output_to = "later/out".into();
+    let err = env
+        .client
+        .run_pipeline_to_end(pipeline(
+            pb::PipelineMode::Sequential,
+            pb::FailurePolicy::Continue,
+            vec![first, later],
+        ))
+        .await
+        .expect_err("a forward dependency is refused");
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(err.to_string().contains("pipeline.steps[0]"), "{err}");
+    assert!(env.server.service.runs().running() == 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_tool_output_ends_its_step_successfully_without_retry() {
+    let env = env().await;
+    for mode in [pb::PipelineMode::Sequential, pb::PipelineMode::Dag] {
+        let mut f = step("f", "finisher", "finish");
+        f.retries = 2;
+        f.output_to = "out/f".into();
+        let mut next = step("next", "echo", "after {{out/f}}");
+        next.depends_on = vec!["f".into()];
+        let events = env
+            .client
+            .run_pipeline_to_end(pipeline(mode, pb::FailurePolicy::Fail, vec![f, next]))
+            .await
+            .expect("run");
+        check_rules(&events);
+        let p = summary(&events);
+        assert_eq!(lists(&p), (true, ids(&["f", "next"]), vec![], vec![]), "{mode:?}");
+        assert!(p.outputs["f"].starts_with("wrote done/x at version"), "{p:?}");
+        assert_eq!(p.outputs["next"], format!("after {}", p.outputs["f"]));
+        let attempts: Vec<u32> = events
+            .iter()
+            .filter_map(|e| match &e.payload {
+                Some(Payload::StepStarted(s)) if s.step_id == "f" => Some(s.attempt),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(attempts, vec![1], "no retry");
+        assert!(
+            !events
+                .iter()
+                .any(|e| matches!(&e.payload, Some(Payload::StepFailed(_)))),
+            "{mode:?}"
+        );
+        // The agent's second turn never ran.
+        assert!(!events.iter().any(|e| matches!(&e.payload,
+            Some(Payload::MessageCompleted(m)) if m.text == "never reached")));
+        assert!(matches!(terminal(&events), Payload::RunCompleted(_)));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

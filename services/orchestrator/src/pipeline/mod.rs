@@ -56,8 +56,13 @@ pub struct Step {
     pub input_from: Vec<String>,
     /// The slot receiving the output.
     pub output_to: Option<String>,
-    /// Indices of the steps that must succeed first.
+    /// Indices of the steps that must succeed first (`depends_on`, and the
+    /// steps writing a slot it reads); when one does not, this step is
+    /// skipped.
     pub deps: Vec<usize>,
+    /// In sequential mode, the step before it in the list: it starts only
+    /// after that one ended, whichever way. Order only, not a dependency.
+    pub after: Option<usize>,
     /// Whether its failure can fail the pipeline.
     pub required: bool,
     /// Deadline of one attempt.
@@ -218,6 +223,7 @@ impl Plan {
         }
 
         let mut steps = Vec::with_capacity(spec.steps.len());
+        let ids: Vec<String> = spec.steps.iter().map(|s| s.id.clone()).collect();
         for (i, s) in spec.steps.into_iter().enumerate() {
             let mut deps = BTreeSet::new();
             for d in &s.depends_on {
@@ -293,15 +299,22 @@ impl Plan {
                     ),
                 ));
             }
-            // Modes decide the edges: sequential chains in list order,
-            // parallel has none, dag uses depends_on and data flow.
-            let deps: Vec<usize> = match mode {
+            // Modes decide the edges. Sequential: list order is the order
+            // of execution (each step starts after the one before it ended)
+            // and only real dependencies, which must come earlier, skip a
+            // step. Parallel: none. DAG: depends_on and data flow.
+            let (deps, after): (Vec<usize>, Option<usize>) = match mode {
                 pb::PipelineMode::Unspecified | pb::PipelineMode::Sequential => {
-                    if i == 0 {
-                        Vec::new()
-                    } else {
-                        vec![i - 1]
+                    if let Some(&later) = deps.iter().find(|&&j| j > i) {
+                        return Err(invalid(
+                            field(i, "depends_on"),
+                            format!(
+                                "in sequential mode steps run in list order, and step {:?} comes after this one; reorder the steps or use mode dag",
+                                ids[later]
+                            ),
+                        ));
                     }
+                    (deps.into_iter().collect(), i.checked_sub(1))
                 }
                 pb::PipelineMode::Parallel => {
                     if !deps.is_empty() {
@@ -310,9 +323,9 @@ impl Plan {
                             "parallel steps cannot depend on each other; use mode dag".into(),
                         ));
                     }
-                    Vec::new()
+                    (Vec::new(), None)
                 }
-                pb::PipelineMode::Dag => deps.into_iter().collect(),
+                pb::PipelineMode::Dag => (deps.into_iter().collect(), None),
             };
             steps.push(Step {
                 id: s.id,
@@ -321,6 +334,7 @@ impl Plan {
                 input_from: s.input_from,
                 output_to: (!s.output_to.is_empty()).then_some(s.output_to),
                 deps,
+                after,
                 required: s.required.unwrap_or(true),
                 timeout,
                 retries: s.retries,

@@ -1,7 +1,9 @@
 //! Executing a [`Plan`].
 //!
-//! Steps start as soon as their dependencies succeeded, up to the plan's
-//! concurrency, in list order among the ready ones. A step runs its agent in
+//! Steps start as soon as their dependencies succeeded (and, in sequential
+//! mode, the step before them ended, whichever way: list order is the order
+//! of execution, not a dependency), up to the plan's concurrency, in list
+//! order among the ready ones. A step runs its agent in
 //! context `root.{step_id}` (depth 1; its agents' events nest below), with
 //! `{{key}}` in its task replaced by that slot's value and its `input_from`
 //! slots appended as named inputs (a slot written by an earlier step of this
@@ -26,14 +28,17 @@
 //! steps that need a failed step are skipped, the rest go on, and the run
 //! fails with the partial results. `best_effort` is like `continue` but the
 //! run succeeds if any step succeeded. A step with `required: false` never
-//! fails the run (its dependents are still skipped).
+//! fails the run (its dependents are still skipped). In every mode only the
+//! steps that need a failed step (`depends_on`, or reading a slot it
+//! writes) are skipped. A `final` tool output inside a step ends that
+//! attempt successfully with the tool's output (no retry).
 //!
 //! The whole pipeline is one future: cancelling the run drops every running
 //! step and nested agent at once. At the end the pipeline's slots (seeded and
 //! written) are deleted unless the request keeps them.
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::{BTreeMap, BTreeSet, VecDeque},
     pin::Pin,
     sync::Arc,
     time::Instant,
@@ -48,7 +53,9 @@ use super::{Plan, Policy, Step};
 use opentelemetry::{KeyValue, context::FutureExt as _, trace::TraceContextExt as _};
 use tracing::Instrument as _;
 
-use crate::runtime::{CallFrame, RuntimeConfig, check_target, events::ContextInfo, run_frame};
+use crate::runtime::{
+    CallFrame, FinalScope, RuntimeConfig, check_target, events::ContextInfo, run_frame,
+};
 
 #[derive(Debug, Clone, PartialEq)]
 enum State {
@@ -331,7 +338,7 @@ async fn execute(
             .store
             .put(put)
             .await
-            .map_err(|e| (Code::Unavailable, format!("cannot seed slot {k}: {e}")))?;
+            .map_err(|e| (e.code(), format!("cannot seed slot {k}: {e}")))?;
         let written = Payload::ContextWritten(pb::ContextWritten {
             key: k,
             version: w.version,
@@ -363,34 +370,73 @@ async fn execute(
     let mut notices: FuturesUnordered<Notice<'_>> = FuturesUnordered::new();
     let mut write_failure: Option<(Code, String)> = None;
     let mut aborted = false;
-    // Scheduling by in-degree: a step is ready when its last dependency
-    // succeeded, doomed when one did not; each edge is looked at once.
+    // Scheduling by in-degree: a step is ready when every dependency
+    // succeeded and (sequential mode) the step before it ended, whichever
+    // way. It is skipped when a dependency did not succeed: at once in DAG
+    // mode, at its turn in sequential mode. Each edge is looked at once.
     let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut follower: Vec<Option<usize>> = vec![None; n];
+    // Dependencies not yet succeeded, plus the predecessor not yet ended.
     let mut waiting: Vec<usize> = vec![0; n];
+    // A dependency that did not succeed.
+    let mut blocked: Vec<Option<usize>> = vec![None; n];
     for (i, s) in plan.steps.iter().enumerate() {
-        waiting[i] = s.deps.len();
+        waiting[i] = s.deps.len() + usize::from(s.after.is_some());
         for &d in &s.deps {
             dependents[d].push(i);
+        }
+        if let Some(a) = s.after {
+            follower[a] = Some(i);
         }
     }
     // Ready steps start in list order.
     let mut ready: BTreeSet<usize> = (0..n).filter(|&i| waiting[i] == 0).collect();
-    // Steps to skip, with the dependency that did not succeed.
-    let mut doomed: BTreeMap<usize, usize> = BTreeMap::new();
+    // Steps that ended (any way) whose dependents and follower are not yet
+    // told.
+    let mut ended: VecDeque<usize> = VecDeque::new();
     loop {
-        // Skip what can no longer run (and what needs it), start what can.
-        while let Some((i, d)) = doomed.pop_first() {
-            if state[i] != State::Pending {
-                continue;
-            }
-            state[i] = State::Skipped;
-            let reason = format!("needs step {:?}, which did not succeed", plan.steps[d].id);
-            // Not awaited here: while steps run, this loop must not wait on
-            // the event channel (see `notices`).
-            let (ctx, step) = (contexts[i].clone(), &plan.steps[i]);
-            notices.push(Box::pin(async move { skip(rt, &ctx, step, reason).await }));
+        // Tell what ended: skip what can no longer run, ready what can.
+        while let Some(i) = ended.pop_front() {
+            let ok = matches!(state[i], State::Succeeded(_));
+            let mut woken: Vec<usize> = Vec::new();
             for &j in &dependents[i] {
-                doomed.entry(j).or_insert(i);
+                if ok {
+                    waiting[j] -= 1;
+                } else {
+                    blocked[j].get_or_insert(i);
+                }
+                woken.push(j);
+            }
+            if let Some(j) = follower[i] {
+                waiting[j] -= 1;
+                woken.push(j);
+            }
+            for j in woken {
+                if state[j] != State::Pending {
+                    continue;
+                }
+                let turn_came = plan.steps[j].after.is_none_or(|a| {
+                    matches!(
+                        state[a],
+                        State::Succeeded(_) | State::Failed | State::Skipped
+                    )
+                });
+                match blocked[j] {
+                    Some(d) if turn_came => {
+                        state[j] = State::Skipped;
+                        let reason =
+                            format!("needs step {:?}, which did not succeed", plan.steps[d].id);
+                        // Not awaited here: while steps run, this loop must
+                        // not wait on the event channel (see `notices`).
+                        let (ctx, step) = (contexts[j].clone(), &plan.steps[j]);
+                        notices.push(Box::pin(async move { skip(rt, &ctx, step, reason).await }));
+                        ended.push_back(j);
+                    }
+                    None if waiting[j] == 0 => {
+                        ready.insert(j);
+                    }
+                    _ => {}
+                }
             }
         }
         if !aborted {
@@ -456,18 +502,11 @@ async fn execute(
                     ));
                 }
                 state[i] = State::Succeeded(output);
-                for &j in &dependents[i] {
-                    waiting[j] -= 1;
-                    if waiting[j] == 0 {
-                        ready.insert(j);
-                    }
-                }
+                ended.push_back(i);
             }
             Next::Step((i, Err(_))) => {
                 state[i] = State::Failed;
-                for &j in &dependents[i] {
-                    doomed.entry(j).or_insert(i);
-                }
+                ended.push_back(i);
                 if plan.policy == Policy::Fail && plan.steps[i].required && !aborted {
                     aborted = true;
                     let why = format!("required step {:?} failed", plan.steps[i].id);
@@ -699,11 +738,19 @@ async fn attempt_once(
             task.push_str(&format!("\n[{k}]\n{}", values[k]));
         }
     }
-    let frame =
-        CallFrame::new(rt, ctx.clone(), &step.agent, Vec::new(), task).map_err(|f| f.message)?;
-    let (output, _) = Box::pin(run_frame(rt, frame))
-        .await
+    // A final tool output ends this attempt successfully with that output.
+    let scope = Arc::new(FinalScope::default());
+    let frame = CallFrame::new(rt, ctx.clone(), &step.agent, Vec::new(), task, scope.clone())
         .map_err(|f| f.message)?;
+    let ran = tokio::select! {
+        biased;
+        () = scope.ended() => Ok(String::new()),
+        r = Box::pin(run_frame(rt, frame)) => r.map(|(output, _)| output),
+    };
+    let output = match (scope.output(), ran) {
+        (Some(final_output), _) => final_output,
+        (None, ran) => ran.map_err(|f| f.message)?,
+    };
     // Checked here, not at the (later) write: an output the store cannot
     // take fails the attempt like any other failure of the step.
     let limit = rt.store.limits().max_value_bytes;

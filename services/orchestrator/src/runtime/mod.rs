@@ -113,10 +113,6 @@ pub struct RuntimeConfig {
     /// Pipeline outputs being written behind (tools that may read the store
     /// wait for them).
     pub pending_writes: PendingWrites,
-    /// Fires when a tool-output policy decided `Final`.
-    finish: tokio_util::sync::CancellationToken,
-    /// The output a `Final` policy ended the run with.
-    final_output: Mutex<Option<String>>,
     events: mpsc::Sender<Draft>,
     usage: UsageCounters,
 }
@@ -153,6 +149,45 @@ impl PendingWrites {
             }
             idle.await;
         }
+    }
+}
+
+/// What a `final` tool-output policy ends: a whole RunAgent, or one attempt
+/// of a pipeline step. Agents called as tools share their caller's scope (a
+/// final output deep down ends the whole RunAgent, or the whole step); a
+/// step's attempt, and each step of a pipeline an agent starts, gets its own.
+#[derive(Default)]
+pub struct FinalScope {
+    ended: tokio_util::sync::CancellationToken,
+    output: Mutex<Option<String>>,
+}
+
+impl FinalScope {
+    /// Ends the scope with `output` (the first final output wins).
+    fn end_with(&self, output: String) {
+        self.output
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(output);
+        self.ended.cancel();
+    }
+
+    /// Whether a final output ended the scope.
+    pub fn is_ended(&self) -> bool {
+        self.ended.is_cancelled()
+    }
+
+    /// Resolves once a final output ended the scope.
+    pub async fn ended(&self) {
+        self.ended.cancelled().await;
+    }
+
+    /// The final output, once the scope ended.
+    pub fn output(&self) -> Option<String> {
+        self.output
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 
@@ -205,8 +240,6 @@ impl RuntimeConfig {
             run_span: setup.run_span,
             metrics: setup.metrics,
             pending_writes: PendingWrites::default(),
-            finish: tokio_util::sync::CancellationToken::new(),
-            final_output: Mutex::new(None),
             events,
             usage: UsageCounters::default(),
         })
@@ -327,6 +360,8 @@ pub struct CallFrame {
     usage: pb::Usage,
     /// The per-agent context; a new one when control changes agent.
     agent_context: Arc<Mutex<Map<String, Value>>>,
+    /// What a final tool output in this frame (or below) ends.
+    scope: Arc<FinalScope>,
 }
 
 impl CallFrame {
@@ -339,16 +374,23 @@ impl CallFrame {
         input: String,
     ) -> Result<Self, AgentFailure> {
         let ctx = rt.root_context(format!("agent {target}"));
-        Self::new(rt, ctx, target, history, input)
+        Self::new(rt, ctx, target, history, input, Arc::default())
     }
 
-    /// A frame running `target` (an agent or group) in `ctx` on `input`.
+    /// What a final tool output in this frame ends.
+    pub fn scope(&self) -> &Arc<FinalScope> {
+        &self.scope
+    }
+
+    /// A frame running `target` (an agent or group) in `ctx` on `input`; a
+    /// final tool output in it ends `scope`.
     pub(crate) fn new(
         rt: &RuntimeConfig,
         ctx: Arc<ContextInfo>,
         target: &str,
         history: Vec<ChatMessage>,
         input: String,
+        scope: Arc<FinalScope>,
     ) -> Result<Self, AgentFailure> {
         let agent = rt.catalog.entry(target).ok_or_else(|| AgentFailure {
             code: Code::InvalidArgument,
@@ -380,6 +422,7 @@ impl CallFrame {
             turns: 0,
             usage: pb::Usage::default(),
             agent_context: Arc::default(),
+            scope,
         })
     }
 
@@ -453,6 +496,7 @@ struct FrameView {
     agent: Arc<Agent>,
     agent_name: Arc<str>,
     agent_context: Arc<Mutex<Map<String, Value>>>,
+    scope: Arc<FinalScope>,
 }
 
 struct CallResult {
@@ -642,6 +686,7 @@ async fn run_frame_inner(
             agent: frame.agent.clone(),
             agent_name: frame.agent_name.clone(),
             agent_context: frame.agent_context.clone(),
+            scope: frame.scope.clone(),
         };
         let results = join_all(
             turn.calls
@@ -674,11 +719,11 @@ async fn run_frame_inner(
             frame.messages.push(msg);
             handoff = handoff.or(r.handoff);
         }
-        if rt.finish.is_cancelled() {
-            // A Final policy ended the run: no further turns, here or above.
+        if frame.scope.is_ended() {
+            // A Final policy ended the scope: no further turns, here or above.
             return Err(AgentFailure {
                 code: Code::Ok,
-                message: "the run was ended by a final tool output".into(),
+                message: "ended by a final tool output".into(),
             });
         }
         if let Some(to) = handoff {
@@ -911,7 +956,8 @@ async fn execute_call(
                     Some(t) => t.to_owned(),
                     None => call.arguments.to_string(),
                 };
-                match CallFrame::new(rt, child_ctx.clone(), &target, Vec::new(), task) {
+                let scope = view.scope.clone();
+                match CallFrame::new(rt, child_ctx.clone(), &target, Vec::new(), task, scope) {
                     Err(f) => Err(f.message),
                     Ok(child) => match Box::pin(run_frame(rt, child)).await {
                         Ok((output, usage)) => {
@@ -977,12 +1023,8 @@ async fn execute_call(
     });
     rt.emit(&view.ctx, &view.agent_name, done).await;
     if let Some(text) = final_text {
-        // The first Final wins; the run ends with its output.
-        rt.final_output
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_or_insert(text);
-        rt.finish.cancel();
+        // The first Final wins; the scope ends with its output.
+        view.scope.end_with(text);
     }
     result
 }
@@ -1189,6 +1231,7 @@ async fn approve(
 /// fires or its deadline passes).
 pub async fn run_agent(rt: Arc<RuntimeConfig>, root: CallFrame, target: String) {
     let root_ctx = root.ctx.clone();
+    let scope = root.scope.clone();
     let _end = root_ctx.end_on_drop();
     let no_agent: Arc<str> = Arc::from("");
     let started = Payload::RunStarted(pb::RunStarted {
@@ -1200,7 +1243,7 @@ pub async fn run_agent(rt: Arc<RuntimeConfig>, root: CallFrame, target: String) 
     let outcome = tokio::select! {
         biased;
         _ = token.cancelled() => None,
-        _ = rt.finish.cancelled() => Some(Ok((String::new(), pb::Usage::default()))),
+        _ = scope.ended() => Some(Ok((String::new(), pb::Usage::default()))),
         r = run_frame(&rt, root) => Some(r),
         _ = tokio::time::sleep(rt.limits.run_timeout) => Some(Err(AgentFailure {
             code: Code::DeadlineExceeded,
@@ -1209,12 +1252,7 @@ pub async fn run_agent(rt: Arc<RuntimeConfig>, root: CallFrame, target: String) 
     };
     // A Final tool output ends the run with that output, whichever branch
     // noticed first.
-    let outcome = match rt
-        .final_output
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone()
-    {
+    let outcome = match scope.output() {
         Some(output) if outcome.is_some() => Some(Ok((output, pb::Usage::default()))),
         _ => outcome,
     };
