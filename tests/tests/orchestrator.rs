@@ -953,7 +953,7 @@ agents:
         "run-scoped first, then the agent's; truncate only acts past 12 characters"
     );
     assert_eq!(
-        calls["list_context"].result, "[]",
+        calls["list_context"].result, r#"{"next_page_token":"","slots":[]}"#,
         "a failing policy forwards the output unchanged"
     );
     let failed = outcomes("list_context");

@@ -4,10 +4,40 @@
 
 use std::{net::SocketAddr, time::Duration};
 
-use baton_common::{otel::TelemetryConfig, telemetry::LogConfig};
+use baton_common::{otel::TelemetryConfig, server::ServerOptions, telemetry::LogConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::store::{Limits, redis::RedisConfig};
+
+/// Bounds on Watch streams (each holds a subscription and a buffer).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WatchLimits {
+    /// Most open watches of one trace; one more is `RESOURCE_EXHAUSTED`.
+    pub per_trace: usize,
+    /// Most open watches on one client connection; one more is
+    /// `RESOURCE_EXHAUSTED`.
+    pub per_connection: usize,
+}
+
+impl Default for WatchLimits {
+    fn default() -> Self {
+        Self {
+            per_trace: 64,
+            per_connection: 256,
+        }
+    }
+}
+
+impl WatchLimits {
+    /// Checks the limits are usable.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.per_trace == 0 || self.per_connection == 0 {
+            return Err("watches.per_trace and watches.per_connection must be at least 1".into());
+        }
+        Ok(())
+    }
+}
 
 /// Prefix of the environment variables the context store reads.
 pub const ENV_PREFIX: &str = "BATON_STORE_";
@@ -42,6 +72,11 @@ pub struct Config {
     /// How often readiness asks the backend whether it answers.
     #[serde(with = "baton_common::config::duration")]
     pub health_interval: Duration,
+    /// Connection limits of the gRPC server (concurrent streams, HTTP/2
+    /// keepalive).
+    pub server: ServerOptions,
+    /// Bounds on Watch streams.
+    pub watches: WatchLimits,
     /// Runtime worker threads: 1 (the default) runs everything on one
     /// thread, 0 means one per core. A store call is one Redis round trip, so
     /// one thread per replica serves most; on 2 cores it measured 40% more
@@ -63,6 +98,8 @@ impl Default for Config {
             limits: Limits::default(),
             shutdown_grace: Duration::from_secs(10),
             health_interval: Duration::from_secs(1),
+            server: ServerOptions::default(),
+            watches: WatchLimits::default(),
             worker_threads: 1,
             log: LogConfig::default(),
             telemetry: TelemetryConfig {
@@ -98,6 +135,8 @@ impl Config {
     pub fn validate(&self) -> Result<(), String> {
         self.limits.validate()?;
         self.telemetry.validate()?;
+        self.server.validate()?;
+        self.watches.validate()?;
         if self.backend == Backend::Redis {
             self.redis.validate()?;
         }

@@ -73,6 +73,21 @@ pub enum Error {
         /// How many changes it missed.
         missed: u64,
     },
+    /// A bound on what one client may hold open (watches per trace or per
+    /// connection).
+    #[error("{field}: {message}")]
+    Exhausted {
+        /// The request field the bound is about.
+        field: &'static str,
+        /// Which bound, and its value.
+        message: String,
+    },
+    /// Redis is out of memory (`maxmemory` reached under `noeviction`):
+    /// writes are refused until memory is freed.
+    #[error(
+        "store backend out of memory: Redis reached its maxmemory and evicts nothing; writes are refused until slots expire or are deleted, or maxmemory is raised"
+    )]
+    OutOfMemory,
     /// The backend cannot be reached; retry later.
     #[error("store backend unavailable: {0}")]
     Unavailable(String),
@@ -106,7 +121,7 @@ impl Error {
     /// The request field the error is about, if any.
     pub fn field(&self) -> Option<&'static str> {
         match self {
-            Self::InvalidArgument { field, .. } => Some(field),
+            Self::InvalidArgument { field, .. } | Self::Exhausted { field, .. } => Some(field),
             Self::NotFound { .. } | Self::TraceKeysQuota { .. } => Some("key"),
             Self::ValueTooLarge { .. } | Self::TraceBytesQuota { .. } => Some("value"),
             Self::VersionMismatch { .. } => Some("expected_version"),
@@ -128,7 +143,9 @@ impl Error {
             Error::NotFound { .. } => Code::NotFound,
             Error::ValueTooLarge { .. }
             | Error::TraceBytesQuota { .. }
-            | Error::TraceKeysQuota { .. } => Code::ResourceExhausted,
+            | Error::TraceKeysQuota { .. }
+            | Error::OutOfMemory
+            | Error::Exhausted { .. } => Code::ResourceExhausted,
             Error::VersionMismatch { .. } | Error::WatchLagged { .. } => Code::Aborted,
             Error::Unavailable(_) | Error::ShuttingDown => Code::Unavailable,
             Error::Internal(_) => Code::Internal,
@@ -160,9 +177,12 @@ impl From<Error> for Status {
 
 impl From<redis::RedisError> for Error {
     fn from(e: redis::RedisError) -> Self {
-        // Connection trouble is retryable; anything else is a bug on our side
-        // (a script error, an unexpected reply) and must not be retried blindly.
-        if e.is_io_error()
+        // Connection trouble is retryable; a full Redis is a resource limit;
+        // anything else is a bug on our side (a script error, an unexpected
+        // reply) and must not be retried blindly.
+        if e.code() == Some("OOM") {
+            Error::OutOfMemory
+        } else if e.is_io_error()
             || e.is_connection_dropped()
             || e.is_connection_refusal()
             || e.is_timeout()

@@ -4,9 +4,9 @@
 //! becomes `INVALID_ARGUMENT` naming it) and domain errors into `Status` by
 //! the one `From<Error> for Status` in [`crate::error`].
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashMap, net::SocketAddr, sync::Arc, time::Duration};
 
-use baton_common::otel::Tracing;
+use baton_common::{ids::TraceId, otel::Tracing};
 use baton_proto::v1::{
     self as pb,
     context_store_server::{ContextStore as ContextStoreRpc, ContextStoreServer},
@@ -23,9 +23,13 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tonic::{Request, Response, Status};
 
 use crate::{
+    config::WatchLimits,
     error::{Error, Result},
     metrics::Metrics,
-    store::{ChangeKind, ContextStore, Key, Put, SlotMeta, parse_trace_id, validate_key_chars},
+    store::{
+        ChangeKind, ContextStore, DEFAULT_PAGE_SIZE, Key, Limits, MAX_PAGE_SIZE, Page, PageToken, Put,
+        SlotMeta, parse_trace_id, validate_key_chars,
+    },
 };
 
 /// Room for gRPC framing and the other fields of a Put beside its value.
@@ -36,6 +40,7 @@ const WATCH_STREAM_BUFFER: usize = 64;
 /// The gRPC face of a [`ContextStore`].
 pub struct StoreService {
     store: Arc<dyn ContextStore>,
+    watches: Arc<WatchCounts>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
     tracing: Tracing,
@@ -54,12 +59,20 @@ impl StoreService {
     ) -> Self {
         Self {
             store,
+            watches: Arc::new(WatchCounts::new(WatchLimits::default())),
             shutdown,
             tasks,
             tracing: Tracing::with_env(&Default::default(), crate::SERVICE_NAME, |_| None)
                 .unwrap_or_else(|e| unreachable!("a provider without exporter: {e}")),
             metrics: Arc::new(Metrics::new()),
         }
+    }
+
+    /// Bounds open watches per trace and per connection (by default
+    /// [`WatchLimits::default`]).
+    pub fn with_watch_limits(mut self, limits: WatchLimits) -> Self {
+        self.watches = Arc::new(WatchCounts::new(limits));
+        self
     }
 
     /// Makes server spans with `tracing` (by default none are exported).
@@ -173,6 +186,124 @@ fn ttl(d: Option<prost_types::Duration>) -> Result<Option<Duration>> {
     Ok(Some(ttl))
 }
 
+/// The page a List asks for (AIP-158: 0 is the default size, larger sizes
+/// are lowered to the maximum, a token continues the listing it came from).
+fn page(trace_id: &TraceId, prefix: &str, size: i32, token: &str) -> Result<Page> {
+    let size = match size {
+        s if s < 0 => return Err(Error::invalid("page_size", "must not be negative")),
+        0 => DEFAULT_PAGE_SIZE,
+        s => (s as usize).min(MAX_PAGE_SIZE),
+    };
+    let after = if token.is_empty() {
+        None
+    } else {
+        Some(PageToken::decode("page_token", token, trace_id, prefix)?.after)
+    };
+    Ok(Page { after, size })
+}
+
+/// Open watches per trace and per client connection, against
+/// [`WatchLimits`].
+struct WatchCounts {
+    limits: WatchLimits,
+    open: std::sync::Mutex<WatchTally>,
+}
+
+#[derive(Default)]
+struct WatchTally {
+    traces: HashMap<TraceId, usize>,
+    connections: HashMap<SocketAddr, usize>,
+}
+
+/// One open watch, counted until dropped.
+struct CountedWatch {
+    counts: Arc<WatchCounts>,
+    trace_id: TraceId,
+    connection: Option<SocketAddr>,
+}
+
+impl WatchCounts {
+    fn new(limits: WatchLimits) -> Self {
+        Self {
+            limits,
+            open: Default::default(),
+        }
+    }
+
+    /// Counts a new watch of `trace_id` on `connection`, unless either is
+    /// at its limit (`RESOURCE_EXHAUSTED`, nothing counted).
+    fn open(
+        counts: &Arc<Self>,
+        trace_id: &TraceId,
+        connection: Option<SocketAddr>,
+    ) -> Result<CountedWatch> {
+        let mut open = counts.open.lock().unwrap_or_else(|p| p.into_inner());
+        let on_trace = open.traces.get(trace_id).copied().unwrap_or(0);
+        if on_trace >= counts.limits.per_trace {
+            return Err(Error::Exhausted {
+                field: "trace_id",
+                message: format!(
+                    "trace {trace_id} already has {on_trace} open watches, the limit (watches.per_trace)"
+                ),
+            });
+        }
+        if let Some(c) = connection {
+            let on_connection = open.connections.get(&c).copied().unwrap_or(0);
+            if on_connection >= counts.limits.per_connection {
+                return Err(Error::Exhausted {
+                    field: "trace_id",
+                    message: format!(
+                        "this connection already has {on_connection} open watches, the limit (watches.per_connection)"
+                    ),
+                });
+            }
+            *open.connections.entry(c).or_default() += 1;
+        }
+        *open.traces.entry(trace_id.clone()).or_default() += 1;
+        Ok(CountedWatch {
+            counts: counts.clone(),
+            trace_id: trace_id.clone(),
+            connection,
+        })
+    }
+}
+
+impl Drop for CountedWatch {
+    fn drop(&mut self) {
+        let mut open = self.counts.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.traces.get_mut(&self.trace_id) {
+            *n -= 1;
+            if *n == 0 {
+                open.traces.remove(&self.trace_id);
+            }
+        }
+        if let Some(c) = self.connection
+            && let Some(n) = open.connections.get_mut(&c)
+        {
+            *n -= 1;
+            if *n == 0 {
+                open.connections.remove(&c);
+            }
+        }
+    }
+}
+
+/// Turns a Put request into a write the store's limits allow (nothing is
+/// written); every problem names its field. The handler and the fuzz
+/// targets call it.
+pub fn put_of(r: pb::PutRequest, limits: &Limits) -> Result<Put> {
+    let put = Put {
+        trace_id: parse_trace_id(&r.trace_id)?,
+        key: Key::parse("key", &r.key, limits.max_key_len)?,
+        value: r.value.into(),
+        content_type: r.content_type,
+        ttl: ttl(r.ttl)?,
+        expected_version: r.expected_version,
+    };
+    limits.check_put(&put)?;
+    Ok(put)
+}
+
 fn slot_info(m: SlotMeta) -> pb::SlotInfo {
     pb::SlotInfo {
         key: m.key,
@@ -190,15 +321,7 @@ impl StoreService {
         request: Request<pb::PutRequest>,
     ) -> Result<Response<pb::PutResponse>, Status> {
         self.check_running()?;
-        let r = request.into_inner();
-        let put = Put {
-            trace_id: parse_trace_id(&r.trace_id)?,
-            key: self.key(&r.key)?,
-            value: r.value.into(),
-            content_type: r.content_type,
-            ttl: ttl(r.ttl)?,
-            expected_version: r.expected_version,
-        };
+        let put = put_of(request.into_inner(), self.store.limits())?;
         let written = self.store.put(put).await?;
         Ok(Response::new(pb::PutResponse {
             version: written.version,
@@ -229,11 +352,24 @@ impl StoreService {
         let r = request.into_inner();
         let trace_id = parse_trace_id(&r.trace_id)?;
         self.prefix(&r.prefix)?;
-        let listing = self.store.list(&trace_id, &r.prefix).await?;
+        let page = page(&trace_id, &r.prefix, r.page_size, &r.page_token)?;
+        let listing = self.store.list_page(&trace_id, &r.prefix, &page).await?;
+        let next_page_token = listing
+            .next_after
+            .map(|after| {
+                PageToken {
+                    trace_id: trace_id.to_string(),
+                    prefix: r.prefix.clone(),
+                    after,
+                }
+                .encode()
+            })
+            .unwrap_or_default();
         Ok(Response::new(pb::ListResponse {
             slots: listing.slots.into_iter().map(slot_info).collect(),
             used_bytes: listing.used_bytes,
             used_keys: listing.used_keys,
+            next_page_token,
         }))
     }
 
@@ -267,9 +403,12 @@ impl StoreService {
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<WatchStream>, Status> {
         self.check_running()?;
+        let connection = request.remote_addr();
         let r = request.into_inner();
         let trace_id = parse_trace_id(&r.trace_id)?;
         self.prefix(&r.prefix)?;
+        // Counted from here until the stream's task ends, however it ends.
+        let counted = WatchCounts::open(&self.watches, &trace_id, connection)?;
         // Subscribed before we answer: a change made after the client sees
         // the response headers is delivered.
         let mut changes = self.store.watch(&trace_id, &r.prefix).await?;
@@ -286,6 +425,7 @@ impl StoreService {
                 }
             }
             let _open = Open(watches);
+            let _counted = counted;
             loop {
                 let item = tokio::select! {
                     _ = shutdown.cancelled() => {

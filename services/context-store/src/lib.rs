@@ -75,7 +75,8 @@ pub async fn serve(
         tracing::info!(endpoint, "exporting spans over OTLP");
     }
     let service = StoreService::new(store.clone(), shutdown.clone(), tasks.clone())
-        .with_tracing(tracing.clone());
+        .with_tracing(tracing.clone())
+        .with_watch_limits(config.watches.clone());
     baton_common::metrics::serve(
         &config.telemetry.metrics_listen,
         service.metrics().registry.clone(),
@@ -96,6 +97,7 @@ pub async fn serve(
     let served = baton_common::server::serve_with_health(
         listener,
         routes,
+        &config.server,
         readiness,
         shutdown,
         tasks,

@@ -12,8 +12,8 @@ use baton_common::ids::TraceId;
 use baton_context_store::{
     error::{Error, Result},
     store::{
-        Change, ChangeKind, ChangeStream, ContextStore, Key, Limits, Listing, Put, Slot, SlotMeta,
-        Written,
+        Change, ChangeKind, ChangeStream, ContextStore, Key, Limits, Listing, Page, PageToken, Put,
+        Slot, SlotMeta, Written,
     },
 };
 use futures::{Future, StreamExt};
@@ -30,8 +30,8 @@ use tonic::Code;
 /// A `baton-context-store` reached over gRPC.
 pub struct RemoteStore {
     client: StoreClient,
-    /// The same client without trace propagation, for health probes.
-    probe: StoreClient,
+    /// The channel, for health probes (neither traced nor propagated).
+    channel: tonic::transport::Channel,
     limits: Limits,
     /// Deadline of every call.
     timeout: Duration,
@@ -45,15 +45,14 @@ impl RemoteStore {
     /// store is away. Every call must finish within `timeout`.
     pub fn new(endpoint: &str, limits: Limits, timeout: Duration) -> anyhow::Result<Self> {
         let channel = baton_client::lazy_channel(endpoint)?;
-        let probe = StoreClient::new(channel);
-        let client = probe.clone().with_metadata(std::sync::Arc::new(
+        let client = StoreClient::new(channel.clone()).with_metadata(std::sync::Arc::new(
             |md: &mut tonic::metadata::MetadataMap| {
                 baton_common::otel::inject(&Context::current(), md);
             },
         ));
         Ok(Self {
             client,
-            probe,
+            channel,
             limits,
             timeout,
             tracer: None,
@@ -196,18 +195,36 @@ impl ContextStore for RemoteStore {
         })
     }
 
-    async fn list(&self, trace_id: &TraceId, prefix: &str) -> Result<Listing> {
+    async fn list_page(&self, trace_id: &TraceId, prefix: &str, page: &Page) -> Result<Listing> {
+        let token = page
+            .after
+            .clone()
+            .map(|after| {
+                PageToken {
+                    trace_id: trace_id.to_string(),
+                    prefix: prefix.to_owned(),
+                    after,
+                }
+                .encode()
+            })
+            .unwrap_or_default();
+        let size = i32::try_from(page.size).unwrap_or(i32::MAX);
         let call = async {
             self.client
-                .list(trace_id.as_str(), prefix)
+                .list_page(trace_id.as_str(), prefix, size, &token)
                 .await
                 .map_err(|e| from_client(e, trace_id, prefix))
         };
         let r = self.traced("List", trace_id, call).await?;
+        let slots: Vec<SlotMeta> = r.slots.into_iter().map(meta).collect();
+        let next_after = (!r.next_page_token.is_empty())
+            .then(|| slots.last().map(|s| s.key.clone()))
+            .flatten();
         Ok(Listing {
-            slots: r.slots.into_iter().map(meta).collect(),
+            slots,
             used_bytes: r.used_bytes,
             used_keys: r.used_keys,
+            next_after,
         })
     }
 
@@ -265,13 +282,23 @@ impl ContextStore for RemoteStore {
     }
 
     async fn ping(&self) -> Result<()> {
-        // A List of a fixed trace is cheap and exercises the whole path.
-        let probe = TraceId::parse("00000000000000000000000000000001")
-            .map_err(|e| Error::Internal(e.to_string()))?;
-        self.probe
-            .list(probe.as_str(), "")
+        // The store's own readiness (grpc.health.v1, which follows its
+        // Redis): nothing a client writes can change the answer.
+        let mut health = tonic_health::pb::health_client::HealthClient::new(self.channel.clone());
+        let mut request = tonic::Request::new(tonic_health::pb::HealthCheckRequest {
+            service: "baton.v1.ContextStore".into(),
+        });
+        request.set_timeout(self.timeout);
+        let answer = tokio::time::timeout(self.timeout, health.check(request))
             .await
-            .map(|_| ())
-            .map_err(|e| from_client(e, &probe, ""))
+            .map_err(|_| Error::Unavailable("the context store's health did not answer".into()))?
+            .map_err(|s| Error::Unavailable(format!("the context store's health: {}", s.message())))?;
+        match answer.into_inner().status() {
+            tonic_health::pb::health_check_response::ServingStatus::Serving => Ok(()),
+            other => Err(Error::Unavailable(format!(
+                "the context store reports {}",
+                other.as_str_name()
+            ))),
+        }
     }
 }

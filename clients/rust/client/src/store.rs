@@ -127,11 +127,36 @@ impl StoreClient {
             .into_inner())
     }
 
-    /// Lists a trace's slots under `prefix` (empty: all).
+    /// Lists a trace's slots under `prefix` (empty: all), following every
+    /// page; the usage figures are those of the last page.
     pub async fn list(&self, trace_id: &str, prefix: &str) -> Result<pb::ListResponse, Error> {
+        let mut all = self.list_page(trace_id, prefix, 0, "").await?;
+        let mut token = std::mem::take(&mut all.next_page_token);
+        while !token.is_empty() {
+            let page = self.list_page(trace_id, prefix, 0, &token).await?;
+            all.slots.extend(page.slots);
+            all.used_bytes = page.used_bytes;
+            all.used_keys = page.used_keys;
+            token = page.next_page_token;
+        }
+        Ok(all)
+    }
+
+    /// Lists one page of a trace's slots under `prefix`: at most
+    /// `page_size` (0: the server's default), after the listing that
+    /// `page_token` continues (empty: from the first key).
+    pub async fn list_page(
+        &self,
+        trace_id: &str,
+        prefix: &str,
+        page_size: i32,
+        page_token: &str,
+    ) -> Result<pb::ListResponse, Error> {
         let request = pb::ListRequest {
             trace_id: trace_id.to_owned(),
             prefix: prefix.to_owned(),
+            page_size,
+            page_token: page_token.to_owned(),
         };
         Ok(self
             .inner

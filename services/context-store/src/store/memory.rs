@@ -20,8 +20,8 @@ use tokio::sync::broadcast;
 use tokio_stream::wrappers::{BroadcastStream, errors::BroadcastStreamRecvError};
 
 use super::{
-    Change, ChangeKind, ChangeStream, ContextStore, Key, Limits, Listing, Put, Slot, SlotMeta,
-    TRACE_RETENTION, Written, now_ms,
+    Change, ChangeKind, ChangeStream, ContextStore, Key, Limits, Listing, Page, Put, Slot,
+    SlotMeta, TRACE_RETENTION, Written, now_ms,
 };
 use crate::error::{Error, Result};
 
@@ -269,7 +269,7 @@ impl ContextStore for MemoryStore {
         })
     }
 
-    async fn list(&self, trace_id: &TraceId, prefix: &str) -> Result<Listing> {
+    async fn list_page(&self, trace_id: &TraceId, prefix: &str, page: &Page) -> Result<Listing> {
         let now = now_ms();
         let map = self.shards.lock(trace_id);
         let Some(state) = map.get(trace_id) else {
@@ -282,7 +282,12 @@ impl ContextStore for MemoryStore {
             }
             listing.used_bytes += slot.value.len() as u64;
             listing.used_keys += 1;
-            if key.starts_with(prefix) {
+            let after = page.after.as_deref().is_none_or(|a| key.as_str() > a);
+            if after && key.starts_with(prefix) {
+                if listing.slots.len() == page.size {
+                    listing.next_after = listing.slots.last().map(|s| s.key.clone());
+                    continue;
+                }
                 listing.slots.push(SlotMeta {
                     key: key.clone(),
                     content_type: slot.content_type.to_string(),

@@ -36,8 +36,8 @@ use tokio::sync::{OnceCell, broadcast};
 use tokio_stream::wrappers::{BroadcastStream, errors::BroadcastStreamRecvError};
 
 use super::{
-    Change, ChangeKind, ChangeStream, ContextStore, Key, Limits, Listing, Put, Slot, SlotMeta,
-    Written,
+    Change, ChangeKind, ChangeStream, ContextStore, Key, Limits, Listing, Page, Put, Slot,
+    SlotMeta, Written,
 };
 use crate::error::{Error, Result};
 
@@ -161,14 +161,52 @@ struct Scripts {
 impl Scripts {
     fn new() -> Self {
         let prelude = include_str!("lua/prelude.lua");
-        let with = |body: &str| Script::new(&format!("{prelude}\n{body}"));
+        // Flags (Redis 7): a put is refused whole, before it runs, while
+        // Redis is out of memory (`maxmemory` with `noeviction`); deletes
+        // and clears still run, since they are how a tenant frees memory.
+        let with = |flags: &str, body: &str| Script::new(&format!("{flags}\n{prelude}\n{body}"));
         Self {
-            put: with(include_str!("lua/put.lua")),
-            delete: with(include_str!("lua/delete.lua")),
-            clear: with(include_str!("lua/clear.lua")),
-            list: with(include_str!("lua/list.lua")),
+            put: with("#!lua", include_str!("lua/put.lua")),
+            delete: with("#!lua flags=allow-oom", include_str!("lua/delete.lua")),
+            clear: with("#!lua flags=allow-oom", include_str!("lua/clear.lua")),
+            list: with("#!lua flags=no-writes", include_str!("lua/list.lua")),
         }
     }
+}
+
+/// How far Redis's clock is from ours, learnt from `TIME` at every ping, so
+/// a write can carry its deadline in Redis's clock.
+#[derive(Default)]
+struct Clock {
+    /// Redis's clock minus ours, minus the measurement's uncertainty (half
+    /// the round trip), in ms: deadlines err on the early side.
+    offset_ms: std::sync::atomic::AtomicI64,
+}
+
+impl Clock {
+    fn learn(&self, sent_ms: i64, redis_ms: i64, received_ms: i64) {
+        let midpoint = (sent_ms + received_ms) / 2;
+        let uncertainty = (received_ms - sent_ms + 1) / 2;
+        self.offset_ms.store(
+            redis_ms - midpoint - uncertainty,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// The deadline, in Redis's clock, of a write sent now that the caller
+    /// gives up on after `timeout`: a script that starts later refuses to
+    /// act, so a write that answered `UNAVAILABLE` is never applied late.
+    /// A margin (a tenth of the timeout, 5 to 250 ms) leaves time for the
+    /// answer to travel back before the caller gives up.
+    fn deadline_ms(&self, timeout: Duration) -> i64 {
+        let margin = (timeout / 10).clamp(Duration::from_millis(5), Duration::from_millis(250));
+        let budget = timeout.saturating_sub(margin).as_millis() as i64;
+        local_ms() + self.offset_ms.load(std::sync::atomic::Ordering::Relaxed) + budget
+    }
+}
+
+fn local_ms() -> i64 {
+    super::now_ms() as i64
 }
 
 /// The names of one trace's keys.
@@ -204,6 +242,8 @@ pub struct RedisStore {
     conn: Conn,
     scripts: Scripts,
     hub: Arc<WatchHub>,
+    clock: Clock,
+    timeout: Duration,
 }
 
 impl RedisStore {
@@ -244,7 +284,11 @@ impl RedisStore {
             .clone()
             .set_protocol(ProtocolVersion::RESP3);
         let info = info.set_redis_settings(redis_settings);
-        let hub = WatchHub::new(redis::Client::open(info).map_err(bad)?, manager_config())?;
+        let hub = WatchHub::new(
+            redis::Client::open(info).map_err(bad)?,
+            manager_config(),
+            config.timeout,
+        )?;
 
         Ok(Self {
             limits,
@@ -252,6 +296,8 @@ impl RedisStore {
             conn,
             scripts: Scripts::new(),
             hub,
+            clock: Clock::default(),
+            timeout: config.timeout,
         })
     }
 }
@@ -273,6 +319,16 @@ fn text(v: &Value) -> Result<String> {
             "redis: expected a string, got {other:?}"
         ))),
     }
+}
+
+/// What a write script answers when it started after its deadline.
+const LATE: i64 = 9;
+
+fn late() -> Error {
+    Error::Unavailable(
+        "Redis ran the write only after redis.timeout had passed, so it refused it; nothing was written"
+            .into(),
+    )
 }
 
 fn reply_code(reply: &[Value]) -> Result<i64> {
@@ -321,9 +377,11 @@ impl ContextStore for RedisStore {
             .arg(&keys.slot_prefix)
             .arg(&keys.channel)
             .arg(super::TRACE_RETENTION.as_millis() as u64)
+            .arg(self.clock.deadline_ms(self.timeout))
             .invoke_async(&mut conn)
             .await?;
         match reply_code(&reply)? {
+            LATE => Err(late()),
             0 => Ok(Written {
                 version: field(&reply, 1)? as u64,
                 expires_at_ms: field(&reply, 2)? as u64,
@@ -384,7 +442,7 @@ impl ContextStore for RedisStore {
         }
     }
 
-    async fn list(&self, trace_id: &TraceId, prefix: &str) -> Result<Listing> {
+    async fn list_page(&self, trace_id: &TraceId, prefix: &str, page: &Page) -> Result<Listing> {
         let keys = TraceKeys::new(&self.prefix, trace_id);
         let mut conn = self.conn.get().await?;
         let reply: Vec<Value> = self
@@ -394,14 +452,18 @@ impl ContextStore for RedisStore {
             .key(&keys.info)
             .arg(prefix)
             .arg(&keys.slot_prefix)
+            .arg(page.after.as_deref().unwrap_or(""))
+            .arg(page.size.clamp(1, super::MAX_PAGE_SIZE))
             .invoke_async(&mut conn)
             .await?;
         let mut listing = Listing {
-            slots: Vec::with_capacity(reply.len().saturating_sub(2) / 5),
+            slots: Vec::with_capacity(reply.len().saturating_sub(3) / 5),
             used_bytes: field(&reply, 0)? as u64,
             used_keys: field(&reply, 1)? as u64,
+            next_after: None,
         };
-        for chunk in reply[2..].chunks(5) {
+        let more = field(&reply, 2)? == 1;
+        for chunk in reply[3..].chunks(5) {
             let [key, ct, ver, size, exp] = chunk else {
                 return Err(Error::Internal(
                     "redis: list script reply is not in fives".into(),
@@ -415,7 +477,9 @@ impl ContextStore for RedisStore {
                 expires_at_ms: int(exp)? as u64,
             });
         }
-        listing.slots.sort_by(|a, b| a.key.cmp(&b.key));
+        if more {
+            listing.next_after = listing.slots.last().map(|s| s.key.clone());
+        }
         Ok(listing)
     }
 
@@ -438,9 +502,11 @@ impl ContextStore for RedisStore {
             .arg(expected_version.map(|v| v.to_string()).unwrap_or_default())
             .arg(&keys.slot_prefix)
             .arg(&keys.channel)
+            .arg(self.clock.deadline_ms(self.timeout))
             .invoke_async(&mut conn)
             .await?;
         match reply_code(&reply)? {
+            LATE => Err(late()),
             0 => Ok(field(&reply, 1)? as u64),
             1 => Err(Error::VersionMismatch {
                 key: key.as_str().to_owned(),
@@ -468,9 +534,11 @@ impl ContextStore for RedisStore {
             .key(&keys.info)
             .arg(&keys.slot_prefix)
             .arg(&keys.channel)
+            .arg(self.clock.deadline_ms(self.timeout))
             .invoke_async(&mut conn)
             .await?;
         match reply_code(&reply)? {
+            LATE => Err(late()),
             0 => Ok(field(&reply, 2)? as u64),
             other => Err(Error::Internal(format!(
                 "redis: clear script answered {other}"
@@ -485,7 +553,12 @@ impl ContextStore for RedisStore {
 
     async fn ping(&self) -> Result<()> {
         let mut conn = self.conn.get().await?;
-        let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+        // TIME rather than PING: it also tells how far Redis's clock is from
+        // ours (for the deadlines of writes).
+        let sent = local_ms();
+        let (seconds, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await?;
+        self.clock
+            .learn(sent, seconds * 1000 + micros / 1000, local_ms());
         Ok(())
     }
 }
@@ -510,10 +583,17 @@ struct WatchHub {
     /// matches whether it has watchers.
     conn: tokio::sync::Mutex<ConnectionManager>,
     channels: Channels,
+    /// Bound on a new watch's wait for its subscription (its turn at the
+    /// lock included), so watches fail fast while Redis hangs.
+    timeout: Duration,
 }
 
 impl WatchHub {
-    fn new(client: redis::Client, config: ConnectionManagerConfig) -> Result<Arc<Self>> {
+    fn new(
+        client: redis::Client,
+        config: ConnectionManagerConfig,
+        timeout: Duration,
+    ) -> Result<Arc<Self>> {
         let channels: Channels = Arc::default();
         let dispatch = channels.clone();
         let config = config
@@ -527,32 +607,84 @@ impl WatchHub {
         Ok(Arc::new(Self {
             conn: tokio::sync::Mutex::new(conn),
             channels,
+            timeout,
         }))
     }
 
+    /// Subscribes (or joins the subscription of) `channel` within the
+    /// hub's timeout: `UNAVAILABLE` when Redis does not answer in time.
     async fn watch(self: &Arc<Self>, channel: String, prefix: String) -> Result<ChangeStream> {
+        match tokio::time::timeout(self.timeout, self.join(&channel)).await {
+            Ok(Ok(rx)) => Ok(self.stream(channel, prefix, rx)),
+            Ok(Err(e)) => Err(e),
+            Err(_) => {
+                // The SUBSCRIBE may still reach Redis later: undo it then
+                // unless somebody watches the channel by that time.
+                let hub = self.clone();
+                let stale = channel.clone();
+                tokio::spawn(async move { hub.unsubscribe_if_unwatched(stale).await });
+                Err(Error::Unavailable(format!(
+                    "Redis did not confirm the subscription within redis.timeout ({:?})",
+                    self.timeout
+                )))
+            }
+        }
+    }
+
+    /// Subscribes the channel in Redis unless it has watchers already. A
+    /// subscription on a connection that died with a Redis restart fails
+    /// once while the connection manager reconnects: it is tried once more.
+    async fn join(&self, channel: &str) -> Result<broadcast::Receiver<Signal>> {
         let mut conn = self.conn.lock().await;
         let existing = {
             let mut channels = lock(&self.channels);
-            channels.get_mut(&channel).map(|c| {
+            channels.get_mut(channel).map(|c| {
                 c.watchers += 1;
                 c.tx.subscribe()
             })
         };
-        let rx = match existing {
-            Some(rx) => rx,
-            None => {
-                let (tx, rx) = broadcast::channel(WATCH_BUFFER);
-                lock(&self.channels).insert(channel.clone(), Channel { tx, watchers: 1 });
-                if let Err(e) = conn.subscribe(&channel).await {
-                    lock(&self.channels).remove(&channel);
-                    return Err(e.into());
+        if let Some(rx) = existing {
+            return Ok(rx);
+        }
+        let (tx, rx) = broadcast::channel(WATCH_BUFFER);
+        lock(&self.channels).insert(channel.to_owned(), Channel { tx, watchers: 1 });
+        // Until Redis confirms, the entry is this call's alone (the lock is
+        // held): if the call is dropped (timed out), the entry goes too, so
+        // no later watcher joins a subscription that was never made.
+        struct Unconfirmed<'a>(&'a Channels, Option<&'a str>);
+        impl Drop for Unconfirmed<'_> {
+            fn drop(&mut self) {
+                if let Some(channel) = self.1 {
+                    lock(self.0).remove(channel);
                 }
-                rx
             }
-        };
-        drop(conn);
+        }
+        let mut unconfirmed = Unconfirmed(&self.channels, Some(channel));
+        let mut subscribed = conn.subscribe(channel).await;
+        if let Err(e) = &subscribed
+            && (e.is_connection_dropped() || e.is_io_error() || e.is_unrecoverable_error())
+        {
+            subscribed = conn.subscribe(channel).await;
+        }
+        subscribed?;
+        unconfirmed.1 = None;
+        Ok(rx)
+    }
 
+    async fn unsubscribe_if_unwatched(&self, channel: String) {
+        let mut conn = self.conn.lock().await;
+        let unwatched = !lock(&self.channels).contains_key(&channel);
+        if unwatched {
+            let _ = tokio::time::timeout(self.timeout, conn.unsubscribe(&channel)).await;
+        }
+    }
+
+    fn stream(
+        self: &Arc<Self>,
+        channel: String,
+        prefix: String,
+        rx: broadcast::Receiver<Signal>,
+    ) -> ChangeStream {
         let guard = WatchGuard {
             hub: Arc::downgrade(self),
             channel: Some(channel),
@@ -576,7 +708,7 @@ impl WatchHub {
                 *ended = item.is_err();
                 futures::future::ready(Some(item))
             });
-        Ok(Box::pin(stream))
+        Box::pin(stream)
     }
 
     async fn release(&self, channel: String) {

@@ -2,7 +2,7 @@
 
 use std::{sync::atomic::Ordering, time::Duration};
 
-use baton_context_store::store::{Key, Put};
+use baton_context_store::store::{DEFAULT_PAGE_SIZE, Key, MAX_PAGE_SIZE, Page, PageToken, Put};
 use baton_proto::v1::{self as pb, run_event::Payload};
 use serde_json::{Value, json};
 
@@ -103,15 +103,24 @@ impl Tool for WriteContext {
     }
 }
 
-/// `list_context {prefix?}`: the slots of the run's trace.
+/// `list_context {prefix?, page_size?, page_token?}`: one page of the slots
+/// of the run's trace (AIP-158 paging, as the store's List): `{"slots":
+/// [{key, version, size_bytes}], "next_page_token": "…"}`, the token empty
+/// on the last page.
 struct ListContext;
 
 #[async_trait::async_trait]
 impl Tool for ListContext {
     fn describe(&self) -> (String, Value) {
         (
-            "List the slots of the shared context of this request.".into(),
-            json!({"type": "object", "properties": {"prefix": {"type": "string"}}}),
+            "List the slots of the shared context of this request, a page at a time: pass the \
+             answer's next_page_token as page_token for the next page (empty on the last)."
+                .into(),
+            json!({"type": "object", "properties": {
+                "prefix": {"type": "string"},
+                "page_size": {"type": "integer", "minimum": 0, "maximum": MAX_PAGE_SIZE},
+                "page_token": {"type": "string"}
+            }}),
         )
     }
 
@@ -120,15 +129,49 @@ impl Tool for ListContext {
         if let Err(e) = baton_context_store::store::validate_key_chars("prefix", prefix, 256) {
             return ToolOutcome::Err(e.to_string());
         }
-        match ctx.rt.store.list(&ctx.rt.trace_id, prefix).await {
-            Ok(l) => ToolOutcome::Ok(
-                json!(l
+        let size = match args.get("page_size") {
+            None | Some(Value::Null) => DEFAULT_PAGE_SIZE,
+            Some(v) => match v.as_u64() {
+                Some(0) => DEFAULT_PAGE_SIZE,
+                Some(n) => (n as usize).min(MAX_PAGE_SIZE),
+                None => {
+                    return ToolOutcome::Err(
+                        "page_size: must be a whole number from 0 to 1000".into(),
+                    );
+                }
+            },
+        };
+        let trace = &ctx.rt.trace_id;
+        let after = match args.get("page_token").and_then(Value::as_str) {
+            None | Some("") => None,
+            Some(token) => match PageToken::decode("page_token", token, trace, prefix) {
+                Ok(t) => Some(t.after),
+                Err(e) => return ToolOutcome::Err(e.to_string()),
+            },
+        };
+        let page = Page { after, size };
+        match ctx.rt.store.list_page(trace, prefix, &page).await {
+            Ok(l) => {
+                let next_page_token = l
+                    .next_after
+                    .map(|after| {
+                        PageToken {
+                            trace_id: trace.to_string(),
+                            prefix: prefix.to_owned(),
+                            after,
+                        }
+                        .encode()
+                    })
+                    .unwrap_or_default();
+                let slots: Vec<Value> = l
                     .slots
                     .iter()
                     .map(|s| json!({"key": s.key, "version": s.version, "size_bytes": s.size_bytes}))
-                    .collect::<Vec<_>>())
-                .to_string(),
-            ),
+                    .collect();
+                ToolOutcome::Ok(
+                    json!({"slots": slots, "next_page_token": next_page_token}).to_string(),
+                )
+            }
             Err(e) => ToolOutcome::Err(e.to_string()),
         }
     }

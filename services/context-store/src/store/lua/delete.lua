@@ -1,9 +1,15 @@
 -- KEYS: meta, exp index, info, slot
--- ARGV: key, expected version ('' = none), slot prefix, channel
--- Returns {0, revision}, {1, current version} (mismatch) or {4} (not found).
+-- ARGV: key, expected version ('' = none), slot prefix, channel, deadline
+--       (Unix ms, Redis's clock)
+-- Returns {0, revision}, {1, current version} (mismatch), {4} (not found) or
+-- {9} (started after the deadline: nothing done).
 local meta, idx, info, slot = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local key = ARGV[1]
-purge(meta, idx, info, ARGV[3], ARGV[4], now_ms())
+local now = now_ms()
+if now > tonumber(ARGV[5]) then
+  return {9}
+end
+purge(meta, idx, info, ARGV[3], ARGV[4], now)
 
 local i = redis.call('HGET', info, key)
 if not i then

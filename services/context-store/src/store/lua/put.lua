@@ -1,13 +1,18 @@
 -- KEYS: meta, exp index, info, slot
 -- ARGV: key, value, content type, ttl ms, expected version ('' = none),
---       max trace bytes, max trace keys, slot prefix, channel, retention ms
+--       max trace bytes, max trace keys, slot prefix, channel, retention ms,
+--       deadline (Unix ms, Redis's clock)
 -- Returns {0, version, expires_at} or an error tuple:
+--   {9}                                 started after the deadline: nothing done
 --   {1, current version or -1}          version mismatch
 --   {2, bytes the trace would use}      byte quota
 --   {3, live keys}                      key quota
 local meta, idx, info, slot = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local key, value, ct = ARGV[1], ARGV[2], ARGV[3]
 local now = now_ms()
+if now > tonumber(ARGV[11]) then
+  return {9}
+end
 purge(meta, idx, info, ARGV[8], ARGV[9], now)
 
 local cur_size, cur_ver = 0, nil
