@@ -5,8 +5,25 @@
 //! grpcurl-style tools and Python's reflection client both work) and gRPC-web
 //! (browsers call the services without a proxy). Accepted sockets get
 //! TCP_NODELAY: without it a unary call costs tens of milliseconds.
+//!
+//! Reflection lists only the services the port serves (its own, health and
+//! reflection). Every connection is bounded ([`ServerOptions`]: concurrent
+//! streams, HTTP/2 keepalive pings so half-open clients are noticed and
+//! their streams freed). Statuses that tonic makes before a handler runs
+//! are made to tell the client whether to retry ([`StatusLayer`]): an
+//! undecodable message is `INVALID_ARGUMENT`, one over the size limit
+//! `RESOURCE_EXHAUSTED`, both naming the field `request`; a method the port
+//! does not serve is `UNIMPLEMENTED` saying what it serves.
 
-use std::{future::Future, time::Duration};
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use serde::{Deserialize, Serialize};
 
 use tokio::net::TcpListener;
 use tonic::{
@@ -25,34 +42,93 @@ pub enum ServeError {
     Transport(#[from] tonic::transport::Error),
 }
 
-/// Serves `routes` plus reflection and gRPC-web on `listener` until `shutdown`
-/// completes, then drains: open calls may finish for up to `grace`, after
-/// which the server returns regardless (open streams are dropped).
+/// Connection limits of a gRPC server (the `server` section of each
+/// service's config).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerOptions {
+    /// Most concurrent streams (calls) on one HTTP/2 connection; a client
+    /// opening more waits for one to end.
+    pub max_concurrent_streams: u32,
+    /// How often an idle connection is pinged (HTTP/2 keepalive).
+    #[serde(with = "crate::config::duration")]
+    pub keepalive_interval: Duration,
+    /// How long a ping may go unanswered before the connection (and every
+    /// stream on it) is closed: a half-open client is noticed within
+    /// `keepalive_interval + keepalive_timeout`.
+    #[serde(with = "crate::config::duration")]
+    pub keepalive_timeout: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        Self {
+            max_concurrent_streams: 1024,
+            keepalive_interval: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(20),
+        }
+    }
+}
+
+impl ServerOptions {
+    /// Checks the options are usable; returns what is wrong otherwise.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_concurrent_streams == 0 {
+            return Err("server.max_concurrent_streams must be at least 1".into());
+        }
+        if self.keepalive_interval.is_zero() || self.keepalive_timeout.is_zero() {
+            return Err(
+                "server.keepalive_interval and server.keepalive_timeout must be positive".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The services a port answers besides its own.
+const INFRASTRUCTURE: [&str; 3] = [
+    "grpc.health.v1.Health",
+    "grpc.reflection.v1.ServerReflection",
+    "grpc.reflection.v1alpha.ServerReflection",
+];
+
+/// Serves `routes` (the service `service_name`) plus reflection and
+/// gRPC-web on `listener` until `shutdown` completes, then drains: open
+/// calls may finish for up to `grace`, after which the server returns
+/// regardless (open streams are dropped).
 ///
 /// Services end their own long-lived streams when shutdown starts, so a drain
 /// normally finishes well within the grace period.
 pub async fn serve(
     listener: TcpListener,
     routes: Routes,
+    service_name: &'static str,
+    options: &ServerOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
     grace: Duration,
 ) -> Result<(), ServeError> {
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(baton_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(baton_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()?;
+    let reflection = || {
+        let mut builder = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(baton_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .with_service_name(service_name);
+        for name in INFRASTRUCTURE {
+            builder = builder.with_service_name(name);
+        }
+        builder
+    };
     let routes = routes
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha);
+        .add_service(reflection().build_v1()?)
+        .add_service(reflection().build_v1alpha()?);
 
     let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
     let server = Server::builder()
         .accept_http1(true)
+        .max_concurrent_streams(options.max_concurrent_streams)
+        .http2_keepalive_interval(Some(options.keepalive_interval))
+        .http2_keepalive_timeout(Some(options.keepalive_timeout))
         .layer(tonic_web::GrpcWebLayer::new())
+        .layer(StatusLayer::new(service_name))
         .add_routes(routes)
         .serve_with_incoming_shutdown(
             TcpIncoming::from(listener).with_nodelay(Some(true)),
@@ -108,6 +184,7 @@ pub const LIVENESS: &str = "liveness";
 pub async fn serve_with_health<R, Fut>(
     listener: TcpListener,
     routes: Routes,
+    options: &ServerOptions,
     readiness: Readiness<R>,
     shutdown: tokio_util::sync::CancellationToken,
     tasks: tokio_util::task::TaskTracker,
@@ -174,7 +251,15 @@ where
             }
         }
     };
-    let served = serve(listener, routes.add_service(health_service), drain, grace).await;
+    let served = serve(
+        listener,
+        routes.add_service(health_service),
+        service_name,
+        options,
+        drain,
+        grace,
+    )
+    .await;
     // Whatever ended the server, stop what the service started.
     shutdown.cancel();
     tasks.close();
@@ -186,4 +271,165 @@ where
     }
     tracing::info!(service = service_name, "stopped");
     served
+}
+
+/// Rewrites the statuses tonic answers before a handler runs, so their code
+/// tells the client whether retrying can help (see the module docs).
+#[derive(Clone)]
+pub struct StatusLayer {
+    served: Arc<str>,
+}
+
+impl StatusLayer {
+    /// For a port serving `service_name`.
+    pub fn new(service_name: &str) -> Self {
+        Self {
+            served: Arc::from(service_name),
+        }
+    }
+}
+
+impl<S> tower_layer::Layer<S> for StatusLayer {
+    type Service = StatusService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        StatusService {
+            inner,
+            served: self.served.clone(),
+        }
+    }
+}
+
+/// The service [`StatusLayer`] makes.
+#[derive(Clone)]
+pub struct StatusService<S> {
+    inner: S,
+    served: Arc<str>,
+}
+
+type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
+
+impl<S, B, RB> tower_service::Service<http::Request<B>> for StatusService<S>
+where
+    S: tower_service::Service<http::Request<B>, Response = http::Response<RB>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let path = request.uri().path().to_owned();
+        let served = self.served.clone();
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let mut response = answer.await?;
+            rewrite_status(response.headers_mut(), &path, &served);
+            Ok(response)
+        })
+    }
+}
+
+/// The status a trailers-only answer should carry instead of tonic's.
+fn rewrite_status(headers: &mut http::HeaderMap, path: &str, served: &str) {
+    use tonic::Code;
+    let Some(code) = headers
+        .get("grpc-status")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<i32>().ok())
+        .map(Code::from_i32)
+    else {
+        return;
+    };
+    let message = headers
+        .get("grpc-message")
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .unwrap_or_default();
+    let (code, field, message) = match code {
+        Code::Internal
+            if message.starts_with("failed to decode Protobuf message")
+                || message.starts_with("Missing request message") =>
+        {
+            (
+                Code::InvalidArgument,
+                Some("request"),
+                format!("request: not a valid protobuf message for {path} ({message})"),
+            )
+        }
+        Code::OutOfRange if message.starts_with("Error, decoded message length too large") => {
+            let detail = message.trim_start_matches("Error, decoded message length too large: ");
+            (
+                Code::ResourceExhausted,
+                Some("request"),
+                format!("request: the message is over this server's size limit ({detail})"),
+            )
+        }
+        Code::Unimplemented if message.is_empty() => (
+            Code::Unimplemented,
+            None,
+            format!("{path} is not served on this port, which serves {served}"),
+        ),
+        _ => return,
+    };
+    let _ = tonic::Status::new(code, message).add_header(headers);
+    if let Some(field) = field {
+        headers.insert("baton-field", http::HeaderValue::from_static(field));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(code: i32, message: &str) -> http::HeaderMap {
+        let mut h = http::HeaderMap::new();
+        h.insert("grpc-status", code.to_string().parse().expect("value"));
+        if !message.is_empty() {
+            h.insert("grpc-message", message.parse().expect("value"));
+        }
+        h
+    }
+
+    fn status(h: &http::HeaderMap) -> (String, String, Option<String>) {
+        let get = |k: &str| h.get(k).map(|v| v.to_str().expect("text").to_owned());
+        (
+            get("grpc-status").unwrap_or_default(),
+            get("grpc-message").unwrap_or_default(),
+            get("baton-field"),
+        )
+    }
+
+    #[test]
+    fn statuses_made_before_a_handler_tell_whether_to_retry() {
+        let mut h = answer(13, "failed to decode Protobuf message: invalid wire type");
+        rewrite_status(&mut h, "/baton.v1.ContextStore/Put", "baton.v1.ContextStore");
+        let (code, message, field) = status(&h);
+        assert_eq!((code.as_str(), field.as_deref()), ("3", Some("request")));
+        assert!(message.contains("%2Fbaton.v1.ContextStore%2FPut") || message.contains("/baton.v1.ContextStore/Put"), "{message}");
+
+        let mut h = answer(
+            11,
+            "Error, decoded message length too large: found 5 bytes, the limit is: 4 bytes",
+        );
+        rewrite_status(&mut h, "/p", "s");
+        assert_eq!(status(&h).0, "8");
+
+        let mut h = answer(12, "");
+        rewrite_status(&mut h, "/baton.v1.ToolHost/Execute", "baton.v1.Orchestrator");
+        let (code, message, _) = status(&h);
+        assert_eq!(code, "12");
+        assert!(message.contains("baton.v1.Orchestrator"), "{message}");
+
+        // Anything else is left alone.
+        let mut h = answer(13, "a handler's own internal error");
+        rewrite_status(&mut h, "/p", "s");
+        assert_eq!(status(&h).0, "13");
+        let mut h = answer(5, "");
+        rewrite_status(&mut h, "/p", "s");
+        assert_eq!(status(&h), ("5".into(), String::new(), None));
+    }
 }

@@ -5,7 +5,7 @@
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
-use baton_common::{otel::TelemetryConfig, telemetry::LogConfig};
+use baton_common::{otel::TelemetryConfig, server::ServerOptions, telemetry::LogConfig};
 use baton_context_store::store::Limits as StoreLimits;
 
 use crate::{auth::AuthConfig, peers::PeersConfig};
@@ -92,6 +92,23 @@ pub struct RunDefaults {
     pub max_pipeline_concurrency: usize,
     /// Most retries of one pipeline step.
     pub max_step_retries: u32,
+    /// Largest `run_context_json` a request may send, in bytes (it is held
+    /// for the whole run and, in the result, after it).
+    pub max_run_context_bytes: usize,
+    /// Most `filter.context_prefixes` (and `filter.kinds`) of one request.
+    pub max_filter_entries: usize,
+    /// Longest context prefix of a filter, in characters.
+    pub max_filter_prefix_len: usize,
+    /// Most WatchRun streams of one run open at once on a replica.
+    pub max_watchers_per_run: usize,
+    /// How long a finished run stays answerable by GetRun.
+    #[serde(with = "baton_common::config::duration")]
+    pub finished_retention: Duration,
+    /// Most finished runs kept for GetRun; the oldest go first.
+    pub max_finished_runs: usize,
+    /// Most bytes of finished runs' results (output, run context, error
+    /// message) kept for GetRun; the oldest go first.
+    pub max_finished_bytes: u64,
 }
 
 impl Default for RunDefaults {
@@ -110,6 +127,13 @@ impl Default for RunDefaults {
             pipeline_concurrency: 8,
             max_pipeline_concurrency: 256,
             max_step_retries: 10,
+            max_run_context_bytes: 1 << 20,
+            max_filter_entries: 64,
+            max_filter_prefix_len: 1024,
+            max_watchers_per_run: 64,
+            finished_retention: Duration::from_secs(3600),
+            max_finished_runs: 10_000,
+            max_finished_bytes: 256 << 20,
         }
     }
 }
@@ -142,6 +166,9 @@ pub struct Config {
     pub peers: PeersConfig,
     /// Client authentication (see [`crate::auth`]).
     pub auth: AuthConfig,
+    /// Connection limits of the gRPC server (concurrent streams, HTTP/2
+    /// keepalive).
+    pub server: ServerOptions,
 }
 
 impl Default for Config {
@@ -160,6 +187,7 @@ impl Default for Config {
             },
             peers: PeersConfig::default(),
             auth: AuthConfig::default(),
+            server: ServerOptions::default(),
         }
     }
 }
@@ -194,6 +222,7 @@ impl Config {
         self.telemetry.validate()?;
         self.peers.validate()?;
         self.auth.validate()?;
+        self.server.validate()?;
         if self.store.timeout.is_zero() {
             return Err("store.timeout must be positive".into());
         }
@@ -210,6 +239,14 @@ impl Config {
             || r.pipeline_concurrency > r.max_pipeline_concurrency
         {
             return Err("runs.max_pipeline_steps and runs.pipeline_concurrency must be positive, and pipeline_concurrency at most max_pipeline_concurrency".into());
+        }
+        if r.max_filter_entries == 0
+            || r.max_filter_prefix_len == 0
+            || r.max_watchers_per_run == 0
+            || r.max_finished_runs == 0
+            || r.finished_retention.is_zero()
+        {
+            return Err("runs.max_filter_entries, max_filter_prefix_len, max_watchers_per_run, max_finished_runs and finished_retention must be positive".into());
         }
         if r.max_turns == 0 || r.max_turns > r.max_turns_limit {
             return Err("runs.max_turns must be between 1 and runs.max_turns_limit".into());

@@ -37,6 +37,14 @@ pub enum Error {
         /// Why not.
         message: String,
     },
+    /// The request is over a size or count limit of this server.
+    #[error("{field}: {message}")]
+    Exhausted {
+        /// The request field.
+        field: Cow<'static, str>,
+        /// Which limit.
+        message: String,
+    },
     /// The server is draining.
     #[error("server is shutting down")]
     ShuttingDown,
@@ -57,6 +65,7 @@ impl From<Error> for Status {
         let (code, field) = match &e {
             Error::InvalidArgument { field, .. } => (Code::InvalidArgument, Some(field.as_ref())),
             Error::NotFound { field, .. } => (Code::NotFound, Some(*field)),
+            Error::Exhausted { field, .. } => (Code::ResourceExhausted, Some(field.as_ref())),
             Error::FailedPrecondition { field, .. } => (Code::FailedPrecondition, Some(*field)),
             Error::ShuttingDown => (Code::Unavailable, None),
         };

@@ -69,14 +69,14 @@ impl OrchestratorService {
         Ok(Self {
             models: Arc::new(Models::new(catalog.clone(), env)?),
             tools: Arc::new(Toolbox::new(&catalog)?),
+            metrics: Arc::new(Metrics::with_catalog(&catalog)),
             catalog,
             store,
-            runs: Arc::new(Runs::default()),
+            runs: Arc::new(Runs::new(&defaults)),
             defaults,
             shutdown,
             tasks,
             tracing: Tracing::with_env(&Default::default(), "baton-orchestrator", |_| None)?,
-            metrics: Arc::new(Metrics::new()),
             peers: None,
         })
     }
@@ -244,12 +244,22 @@ impl OrchestratorService {
         mode: i32,
         events: Option<pb::EventFilter>,
     ) -> Result<RunOptions> {
+        let max_context = self.defaults.max_run_context_bytes;
+        if run_context_json.len() > max_context {
+            return Err(Error::Exhausted {
+                field: "run_context_json".into(),
+                message: format!(
+                    "{} bytes is over this server's limit of {max_context} bytes (runs.max_run_context_bytes)",
+                    run_context_json.len()
+                ),
+            });
+        }
         Ok(RunOptions {
             run_context: run_context(run_context_json)?,
             default_model: self.default_model(default_model)?,
             limits: self.limits(limits)?,
             approval_mode: approval_mode(mode)?,
-            filter: filter(events)?,
+            filter: filter(events, &self.defaults)?,
         })
     }
 
@@ -347,6 +357,101 @@ impl OrchestratorService {
         Response::new(ReceiverStream::new(out_rx))
     }
 
+    /// Validates a RunAgent request (nothing starts): every problem is
+    /// `INVALID_ARGUMENT` (or `RESOURCE_EXHAUSTED` for a size) naming the
+    /// field. Pure: the handler and the fuzz targets call it.
+    pub fn validate_agent(&self, r: pb::RunAgentRequest) -> Result<AgentRun> {
+        if r.agent.is_empty() {
+            return Err(Error::invalid("agent", "must name an agent or group"));
+        }
+        if !self.catalog.is_callable(&r.agent) {
+            return Err(Error::invalid(
+                "agent",
+                format!("unknown agent or group {:?}", r.agent),
+            ));
+        }
+        if r.input.is_empty() && r.history.is_empty() {
+            return Err(Error::invalid(
+                "input",
+                "must not be empty when there is no history",
+            ));
+        }
+        let history = history(r.history)?;
+        let options = self.options(
+            &r.run_context_json,
+            &r.default_model,
+            r.limits,
+            r.approval_mode,
+            r.filter,
+        )?;
+        // An agent without any model is a bad request, not a failed run.
+        check_target(
+            &self.catalog,
+            &self.models,
+            &options.default_model,
+            &r.agent,
+        )
+        .map_err(|e| Error::invalid("default_model", e))?;
+        Ok(AgentRun {
+            agent: r.agent,
+            history,
+            input: r.input,
+            options,
+        })
+    }
+
+    /// Validates a RunPipeline request (nothing starts), as
+    /// [`Self::validate_agent`] does.
+    pub fn validate_pipeline(&self, r: pb::RunPipelineRequest) -> Result<PipelineRun> {
+        let key_max = self.store.limits().max_key_len;
+        let mut initial: Vec<(String, String)> = r.initial_slots.into_iter().collect();
+        initial.sort();
+        for (k, v) in &initial {
+            baton_context_store::store::Key::parse("initial_slots", k, key_max)
+                .map_err(|e| Error::invalid("initial_slots", e.to_string().trim_start_matches("initial_slots: ").to_owned()))?;
+            if v.len() as u64 > self.store.limits().max_value_bytes {
+                return Err(Error::invalid(
+                    "initial_slots",
+                    format!(
+                        "the value of {k:?} is over the store's limit of {} bytes",
+                        self.store.limits().max_value_bytes
+                    ),
+                ));
+            }
+        }
+        let seeded = initial.iter().map(|(k, _)| k.clone()).collect();
+        let plan = Plan::validate(
+            r.pipeline,
+            &seeded,
+            &self.catalog,
+            &self.pipeline_limits(),
+            key_max,
+        )?;
+        let options = self.options(
+            &r.run_context_json,
+            &r.default_model,
+            r.limits,
+            r.approval_mode,
+            r.filter,
+        )?;
+        // Every step's agent must have a model, checked before anything runs.
+        for (i, step) in plan.steps.iter().enumerate() {
+            check_target(
+                &self.catalog,
+                &self.models,
+                &options.default_model,
+                &step.agent,
+            )
+            .map_err(|e| Error::invalid(format!("pipeline.steps[{i}].agent"), e))?;
+        }
+        Ok(PipelineRun {
+            plan,
+            initial,
+            keep_context: r.keep_context,
+            options,
+        })
+    }
+
     fn pipeline_limits(&self) -> PipelineLimits {
         let d = &self.defaults;
         PipelineLimits {
@@ -435,6 +540,56 @@ impl OrchestratorService {
     }
 }
 
+/// Events a watcher takes from its run's log at a time: watchers share the
+/// log and hold at most this many (plus the stream's buffer) each.
+const WATCH_BATCH: usize = 128;
+
+/// One open WatchRun stream of a run, counted until dropped.
+struct Watching(Arc<RunRecord>);
+
+impl Watching {
+    /// Counts a watcher of `run` unless it has `max` already.
+    fn new(run: &Arc<RunRecord>, max: usize) -> Result<Self> {
+        let open = run.watchers.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if open >= max {
+            run.watchers
+                .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            return Err(Error::Exhausted {
+                field: "run_id".into(),
+                message: format!(
+                    "run {} already has {open} open WatchRun streams on this replica, the limit (runs.max_watchers_per_run)",
+                    run.run_id
+                ),
+            });
+        }
+        Ok(Self(run.clone()))
+    }
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        self.0
+            .watchers
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A validated RunAgent request.
+pub struct AgentRun {
+    agent: String,
+    history: Vec<ChatMessage>,
+    input: String,
+    options: RunOptions,
+}
+
+/// A validated RunPipeline request.
+pub struct PipelineRun {
+    plan: Plan,
+    initial: Vec<(String, String)>,
+    keep_context: bool,
+    options: RunOptions,
+}
+
 /// The options RunAgent and RunPipeline share, validated.
 struct RunOptions {
     run_context: Map<String, Value>,
@@ -477,10 +632,39 @@ fn valid_context_id(s: &str) -> bool {
     parts.next() == Some("root") && parts.all(valid_name)
 }
 
-fn filter(f: Option<pb::EventFilter>) -> Result<Filter> {
+/// Validates an event filter (the request's `filter`).
+pub fn filter(f: Option<pb::EventFilter>, limits: &RunDefaults) -> Result<Filter> {
     let Some(f) = f else {
         return Ok(Filter::default());
     };
+    for (field, n) in [
+        ("filter.context_prefixes", f.context_prefixes.len()),
+        ("filter.kinds", f.kinds.len()),
+    ] {
+        if n > limits.max_filter_entries {
+            return Err(Error::Exhausted {
+                field: field.into(),
+                message: format!(
+                    "{n} entries is over this server's limit of {} (runs.max_filter_entries)",
+                    limits.max_filter_entries
+                ),
+            });
+        }
+    }
+    if let Some(p) = f
+        .context_prefixes
+        .iter()
+        .find(|p| p.len() > limits.max_filter_prefix_len)
+    {
+        return Err(Error::Exhausted {
+            field: "filter.context_prefixes".into(),
+            message: format!(
+                "a prefix of {} characters is over this server's limit of {} (runs.max_filter_prefix_len)",
+                p.len(),
+                limits.max_filter_prefix_len
+            ),
+        });
+    }
     for p in &f.context_prefixes {
         if !valid_context_id(p) {
             return Err(Error::invalid(
@@ -581,40 +765,11 @@ impl Orchestrator for OrchestratorService {
         self.check_running()?;
         let parent = baton_common::otel::extract(request.metadata());
         let tenant = tenant_of(request.extensions()).to_owned();
-        let r = request.into_inner();
-        if r.agent.is_empty() {
-            return Err(Error::invalid("agent", "must name an agent or group").into());
-        }
-        if !self.catalog.is_callable(&r.agent) {
-            return Err(
-                Error::invalid("agent", format!("unknown agent or group {:?}", r.agent)).into(),
-            );
-        }
-        if r.input.is_empty() && r.history.is_empty() {
-            return Err(
-                Error::invalid("input", "must not be empty when there is no history").into(),
-            );
-        }
-        let history = history(r.history)?;
-        let options = self.options(
-            &r.run_context_json,
-            &r.default_model,
-            r.limits,
-            r.approval_mode,
-            r.filter,
-        )?;
-        // An agent without any model is a bad request, not a failed run.
-        check_target(
-            &self.catalog,
-            &self.models,
-            &options.default_model,
-            &r.agent,
-        )
-        .map_err(|e| Status::from(Error::invalid("default_model", e)))?;
-        let span = self.run_span(&parent, "RunAgent", pb::RunKind::Agent, &r.agent);
+        let run = self.validate_agent(request.into_inner())?;
+        let span = self.run_span(&parent, "RunAgent", pb::RunKind::Agent, &run.agent);
         let (record, rt, draft_rx, filter) =
-            self.prepare(span, pb::RunKind::Agent, r.agent.clone(), tenant, options);
-        let root = CallFrame::root(&rt, &r.agent, history, r.input)
+            self.prepare(span, pb::RunKind::Agent, run.agent.clone(), tenant, run.options);
+        let root = CallFrame::root(&rt, &run.agent, run.history, run.input)
             .map_err(|f| Status::internal(f.message))?;
         let run_span = rt.run_span.clone();
         Ok(self.launch(
@@ -622,7 +777,7 @@ impl Orchestrator for OrchestratorService {
             draft_rx,
             filter,
             run_span,
-            runtime::run_agent(rt, root, r.agent),
+            runtime::run_agent(rt, root, run.agent),
         ))
     }
 
@@ -635,63 +790,22 @@ impl Orchestrator for OrchestratorService {
         self.check_running()?;
         let parent = baton_common::otel::extract(request.metadata());
         let tenant = tenant_of(request.extensions()).to_owned();
-        let r = request.into_inner();
-        let key_max = self.store.limits().max_key_len;
-        let mut initial: Vec<(String, String)> = r.initial_slots.into_iter().collect();
-        initial.sort();
-        for (k, v) in &initial {
-            baton_context_store::store::Key::parse("initial_slots", k, key_max)?;
-            if v.len() as u64 > self.store.limits().max_value_bytes {
-                return Err(Error::invalid(
-                    "initial_slots",
-                    format!(
-                        "the value of {k:?} is over the store's limit of {} bytes",
-                        self.store.limits().max_value_bytes
-                    ),
-                )
-                .into());
-            }
-        }
-        let seeded = initial.iter().map(|(k, _)| k.clone()).collect();
-        let plan = Plan::validate(
-            r.pipeline,
-            &seeded,
-            &self.catalog,
-            &self.pipeline_limits(),
-            key_max,
-        )?;
-        let options = self.options(
-            &r.run_context_json,
-            &r.default_model,
-            r.limits,
-            r.approval_mode,
-            r.filter,
-        )?;
-        let target = if plan.name.is_empty() {
+        let run = self.validate_pipeline(request.into_inner())?;
+        let target = if run.plan.name.is_empty() {
             "pipeline".to_owned()
         } else {
-            plan.name.clone()
+            run.plan.name.clone()
         };
-        // Every step's agent must have a model, checked before anything runs.
-        for (i, step) in plan.steps.iter().enumerate() {
-            check_target(
-                &self.catalog,
-                &self.models,
-                &options.default_model,
-                &step.agent,
-            )
-            .map_err(|e| Status::from(Error::invalid(format!("pipeline.steps[{i}].agent"), e)))?;
-        }
         let span = self.run_span(&parent, "RunPipeline", pb::RunKind::Pipeline, &target);
         let (record, rt, draft_rx, filter) =
-            self.prepare(span, pb::RunKind::Pipeline, target, tenant, options);
+            self.prepare(span, pb::RunKind::Pipeline, target, tenant, run.options);
         let run_span = rt.run_span.clone();
         Ok(self.launch(
             record,
             draft_rx,
             filter,
             run_span,
-            pipeline::run_pipeline(rt, plan, initial, r.keep_context),
+            pipeline::run_pipeline(rt, run.plan, run.initial, run.keep_context),
         ))
     }
 
@@ -785,7 +899,7 @@ impl Orchestrator for OrchestratorService {
         if r.run_id.is_empty() {
             return Err(Error::invalid("run_id", "must not be empty").into());
         }
-        let filter = filter(r.filter.clone())?;
+        let filter = filter(r.filter.clone(), &self.defaults)?;
         let located = self
             .locate(&md, &ext, &r.run_id, &r, |mut c, req| async move {
                 c.watch_run(req).await
@@ -795,7 +909,7 @@ impl Orchestrator for OrchestratorService {
             Located::Here(run) => run,
             Located::There(remote) => return Ok(Response::new(self.relay(remote.into_inner()))),
         };
-        match run.events_after(r.after_seq) {
+        match run.events_after(r.after_seq, 0) {
             LogRead::Gone(oldest) => {
                 return Err(Error::FailedPrecondition {
                     field: "after_seq",
@@ -816,13 +930,15 @@ impl Orchestrator for OrchestratorService {
             }
             LogRead::Events(..) => {}
         }
+        let watching = Watching::new(&run, self.defaults.max_watchers_per_run)?;
         let (tx, rx) = mpsc::channel(events::CLIENT_BUFFER);
         let shutdown = self.shutdown.clone();
         self.tasks.spawn(async move {
+            let _watching = watching;
             let mut cursor = r.after_seq;
             loop {
                 let next = run.next_logged();
-                let (batch, ended) = match run.events_after(cursor) {
+                let (batch, ended) = match run.events_after(cursor, WATCH_BATCH) {
                     LogRead::Events(batch, ended) => (batch, ended),
                     LogRead::Expired => return,
                     LogRead::Gone(oldest) => {
@@ -833,6 +949,7 @@ impl Orchestrator for OrchestratorService {
                         return;
                     }
                 };
+                let full = batch.len() == WATCH_BATCH;
                 for event in batch {
                     cursor = event.seq;
                     let terminal = event.payload.as_ref().is_some_and(events::is_terminal);
@@ -848,6 +965,9 @@ impl Orchestrator for OrchestratorService {
                 }
                 if ended {
                     return;
+                }
+                if full {
+                    continue;
                 }
                 tokio::select! {
                     _ = next => {}

@@ -181,6 +181,7 @@ pub async fn serve_service(
     let served = baton_common::server::serve_with_health(
         listener,
         routes,
+        &config.server,
         readiness,
         shutdown,
         tasks,

@@ -18,6 +18,8 @@ use prometheus_client::{
     registry::Registry,
 };
 
+use std::collections::HashSet;
+
 use baton_common::metrics::{Histograms, Labels, latency_histograms};
 
 /// Every metric of one orchestrator instance.
@@ -32,7 +34,15 @@ pub struct Metrics {
     model_latency: Histograms,
     tool_latency: Histograms,
     tokens: Family<Labels, Counter>,
+    /// Model references and tool names that may be label values; anything
+    /// else (a request's own default_model, a tool name a model made up)
+    /// counts as `other`, so no client can grow the label sets.
+    known_models: HashSet<String>,
+    known_tools: HashSet<String>,
 }
+
+/// The label value of a model or tool not in the catalog.
+pub const OTHER: &str = "other";
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -41,7 +51,31 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Registers every metric in a fresh registry.
+    /// Metrics whose model and tool labels are the catalog's: its default
+    /// model, its agents' models, their tools and handoffs.
+    pub fn with_catalog(catalog: &crate::agents::Catalog) -> Self {
+        let mut m = Self::new();
+        m.known_models.insert(catalog.default_model.clone());
+        for agent in catalog.agents.values() {
+            m.known_models.insert(agent.spec.model.clone());
+            m.known_tools.extend(agent.spec.tools.iter().cloned());
+            m.known_tools
+                .extend(agent.spec.handoffs.iter().map(|h| format!("transfer_to_{h}")));
+        }
+        m.known_models.remove("");
+        m
+    }
+
+    fn model_label(&self, model: &str) -> String {
+        if self.known_models.contains(model) { model } else { OTHER }.to_owned()
+    }
+
+    fn tool_label(&self, tool: &str) -> String {
+        if self.known_tools.contains(tool) { tool } else { OTHER }.to_owned()
+    }
+
+    /// Registers every metric in a fresh registry (no model or tool names
+    /// known: every one is `other`).
     pub fn new() -> Self {
         let mut r = Registry::default();
         let runs_started = Family::<Labels, Counter>::default();
@@ -91,6 +125,8 @@ impl Metrics {
             model_latency,
             tool_latency,
             tokens,
+            known_models: HashSet::new(),
+            known_tools: HashSet::new(),
         }
     }
 
@@ -115,13 +151,14 @@ impl Metrics {
 
     /// One model turn took `seconds`.
     pub fn model_call(&self, model: &str, ok: bool, seconds: f64, input: u64, output: u64) {
+        let model = self.model_label(model);
         self.model_latency
-            .get_or_create(&vec![("model", model.to_owned()), ("outcome", outcome(ok))])
+            .get_or_create(&vec![("model", model.clone()), ("outcome", outcome(ok))])
             .observe(seconds);
         if input > 0 {
             self.tokens
                 .get_or_create(&vec![
-                    ("model", model.to_owned()),
+                    ("model", model.clone()),
                     ("direction", "input".into()),
                 ])
                 .inc_by(input);
@@ -129,7 +166,7 @@ impl Metrics {
         if output > 0 {
             self.tokens
                 .get_or_create(&vec![
-                    ("model", model.to_owned()),
+                    ("model", model.clone()),
                     ("direction", "output".into()),
                 ])
                 .inc_by(output);
@@ -139,7 +176,7 @@ impl Metrics {
     /// One tool call took `seconds`.
     pub fn tool_call(&self, tool: &str, ok: bool, seconds: f64) {
         self.tool_latency
-            .get_or_create(&vec![("tool", tool.to_owned()), ("outcome", outcome(ok))])
+            .get_or_create(&vec![("tool", self.tool_label(tool)), ("outcome", outcome(ok))])
             .observe(seconds);
     }
 }

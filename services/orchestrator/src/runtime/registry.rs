@@ -17,8 +17,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
 
-/// How long a finished run stays answerable by GetRun.
-pub const FINISHED_RETENTION: Duration = Duration::from_secs(3600);
 
 /// A person's answer to an approval.
 #[derive(Debug, Clone)]
@@ -146,8 +144,8 @@ impl Chunked {
 
 /// What a watcher reads from the log.
 pub enum LogRead {
-    /// The events after the cursor (maybe none yet), and whether the run's
-    /// terminal event is among everything logged.
+    /// Events after the cursor (maybe none yet, at most the batch asked
+    /// for), and whether the run ended with nothing logged after them.
     Events(Vec<pb::RunEvent>, bool),
     /// Events after the cursor were dropped from the log already; the
     /// oldest kept has this seq.
@@ -184,6 +182,25 @@ pub struct RunRecord {
     pub cancelled_tool_calls: AtomicUsize,
     log: Mutex<EventLog>,
     logged: tokio::sync::Notify,
+    /// WatchRun streams of this run open now.
+    pub watchers: AtomicUsize,
+}
+
+/// Longest approval or input id the runtime makes (context id, turn and
+/// call number); a longer one is malformed and is not echoed back.
+const MAX_ID_LEN: usize = 4096;
+
+fn check_id(field: &'static str, id: &str) -> Result<(), Error> {
+    if id.len() > MAX_ID_LEN {
+        return Err(Error::invalid(
+            field,
+            format!(
+                "{} bytes is longer than any id this server makes ({MAX_ID_LEN})",
+                id.len()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -226,6 +243,7 @@ impl RunRecord {
             cancelled_tool_calls: AtomicUsize::new(0),
             log: Mutex::new(EventLog::default()),
             logged: tokio::sync::Notify::new(),
+            watchers: AtomicUsize::new(0),
         })
     }
 
@@ -243,22 +261,31 @@ impl RunRecord {
         self.logged.notify_waiters();
     }
 
-    /// The logged events after seq `after`.
-    pub fn events_after(&self, after: u64) -> LogRead {
+    /// At most `max` of the logged events after seq `after` (watchers read
+    /// the shared log a batch at a time, so none holds a copy of it).
+    pub fn events_after(&self, after: u64, max: usize) -> LogRead {
         let log = lock(&self.log);
         if log.dropped {
             return LogRead::Expired;
         }
-        let oldest = log.events.front().map_or(after + 1, |e| e.seq);
-        if oldest > after + 1 {
+        // Saturating: an `after` near 2^64 reads nothing, never wraps.
+        let next = after.saturating_add(1);
+        let oldest = log.events.front().map_or(next, |e| e.seq);
+        if oldest > next {
             return LogRead::Gone(oldest);
         }
-        let events = log
-            .events
-            .iter_from((after + 1 - oldest) as usize)
-            .map(|e| e.to_event(self.trace_id.as_str(), &self.run_id))
-            .collect();
-        LogRead::Events(events, log.ended)
+        let skip = usize::try_from(next - oldest).unwrap_or(usize::MAX);
+        let events = if skip >= log.events.len() {
+            Vec::new()
+        } else {
+            log.events
+                .iter_from(skip)
+                .take(max)
+                .map(|e| e.to_event(self.trace_id.as_str(), &self.run_id))
+                .collect()
+        };
+        let ended = log.ended && skip.saturating_add(events.len()) >= log.events.len();
+        LogRead::Events(events, ended)
     }
 
     /// Resolves when the next event is logged (create it before reading the
@@ -348,6 +375,7 @@ impl RunRecord {
 
     /// A person's answer to an approval.
     pub fn resolve_approval(&self, id: &str, answer: ApprovalAnswer) -> Result<(), Error> {
+        check_id("approval_id", id)?;
         let mut approvals = lock(&self.approvals);
         let pending = approvals.get_mut(id).ok_or_else(|| Error::NotFound {
             field: "approval_id",
@@ -379,6 +407,7 @@ impl RunRecord {
 
     /// A person's answer to an input request.
     pub fn submit_input(&self, id: &str, input: String) -> Result<(), Error> {
+        check_id("input_id", id)?;
         let mut inputs = lock(&self.inputs);
         let pending = inputs.get_mut(id).ok_or_else(|| Error::NotFound {
             field: "input_id",
@@ -405,8 +434,15 @@ impl RunRecord {
         }
     }
 
-    fn expired(&self, now: Instant) -> bool {
-        lock(&self.finished).is_some_and(|f| now.duration_since(f) > FINISHED_RETENTION)
+    /// When the run finished.
+    fn finished_at(&self) -> Option<Instant> {
+        *lock(&self.finished)
+    }
+
+    /// Bytes its result holds (output, run context, error message).
+    fn result_bytes(&self) -> u64 {
+        let s = lock(&self.state);
+        (s.output.len() + s.run_context_json.len() + s.error_message.len()) as u64
     }
 }
 
@@ -427,35 +463,101 @@ impl Drop for LiveGuard {
     }
 }
 
-/// Every run this process started (finished ones for an hour).
-#[derive(Default)]
+/// Every run this process started, and finished runs for GetRun within
+/// the retention bounds (`runs.finished_retention`, `max_finished_runs`,
+/// `max_finished_bytes`; the oldest go first).
 pub struct Runs {
     map: Mutex<HashMap<String, Arc<RunRecord>>>,
     /// When finished runs were last swept (at most once a second, so a
     /// busy server does not scan every run on every start).
     swept: Mutex<Option<Instant>>,
+    retention: Duration,
+    max_finished: usize,
+    max_finished_bytes: u64,
+}
+
+impl Default for Runs {
+    fn default() -> Self {
+        Self::new(&crate::config::RunDefaults::default())
+    }
 }
 
 impl Runs {
-    /// Adds a run, forgetting finished runs past their retention.
+    /// An empty registry with the retention bounds of `defaults`.
+    pub fn new(defaults: &crate::config::RunDefaults) -> Self {
+        Self {
+            map: Mutex::default(),
+            swept: Mutex::default(),
+            retention: defaults.finished_retention,
+            max_finished: defaults.max_finished_runs,
+            max_finished_bytes: defaults.max_finished_bytes,
+        }
+    }
+
+    /// Adds a run, forgetting finished runs past the retention bounds.
     pub fn insert(&self, record: Arc<RunRecord>) {
         let now = Instant::now();
         let mut map = lock(&self.map);
         let mut swept = lock(&self.swept);
         if swept.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
             *swept = Some(now);
-            map.retain(|_, r| !r.expired(now));
-            for r in map.values() {
-                r.drop_old_log(now);
-            }
+            self.sweep(&mut map, now);
         }
         map.insert(record.run_id.clone(), record);
+    }
+
+    /// Drops finished runs older than the retention, then the oldest
+    /// finished ones while over the count or byte bound; drops the event
+    /// logs of runs that ended LOG_RETENTION ago.
+    fn sweep(&self, map: &mut HashMap<String, Arc<RunRecord>>, now: Instant) {
+        map.retain(|_, r| {
+            r.finished_at()
+                .is_none_or(|f| now.duration_since(f) <= self.retention)
+        });
+        let mut finished: Vec<(Instant, u64, String)> = map
+            .values()
+            .filter_map(|r| {
+                r.drop_old_log(now);
+                r.finished_at()
+                    .map(|f| (f, r.result_bytes(), r.run_id.clone()))
+            })
+            .collect();
+        let mut bytes: u64 = finished.iter().map(|(_, b, _)| b).sum();
+        if finished.len() <= self.max_finished && bytes <= self.max_finished_bytes {
+            return;
+        }
+        finished.sort();
+        let mut count = finished.len();
+        for (_, b, id) in finished {
+            if count <= self.max_finished && bytes <= self.max_finished_bytes {
+                break;
+            }
+            map.remove(&id);
+            count -= 1;
+            bytes -= b;
+        }
+    }
+
+    /// Applies the retention bounds now (tests).
+    pub fn sweep_now(&self) {
+        let mut map = lock(&self.map);
+        self.sweep(&mut map, Instant::now());
     }
 
     /// Finds a run; `NOT_FOUND` naming `run_id` otherwise.
     pub fn get(&self, run_id: &str) -> Result<Arc<RunRecord>, Error> {
         if run_id.is_empty() {
             return Err(Error::invalid("run_id", "must not be empty"));
+        }
+        if uuid::Uuid::try_parse(run_id).is_err() {
+            // Not echoed: the field may be any size.
+            return Err(Error::invalid(
+                "run_id",
+                format!(
+                    "is not a run id (a UUID such as 0190f5a2-7b3c-7d4e-8f10-1a2b3c4d5e6f; got {} bytes)",
+                    run_id.len()
+                ),
+            ));
         }
         lock(&self.map)
             .get(run_id)
@@ -575,12 +677,12 @@ mod tests {
         let ended = lock(&run.finished).expect("finished");
         run.drop_old_log(ended + LOG_RETENTION);
         assert!(
-            matches!(run.events_after(0), LogRead::Events(ref e, true) if e.len() == 2),
+            matches!(run.events_after(0, 10), LogRead::Events(ref e, true) if e.len() == 2),
             "kept at the limit"
         );
         run.drop_old_log(ended + LOG_RETENTION + Duration::from_millis(1));
         assert!(
-            matches!(run.events_after(0), LogRead::Expired),
+            matches!(run.events_after(0, 10), LogRead::Expired),
             "dropped just over it"
         );
         assert_eq!(
