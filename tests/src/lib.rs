@@ -165,6 +165,40 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// Freezes the server (SIGSTOP): connections stay open and nothing
+    /// answers, as a hung host looks.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a frozen server go on (SIGCONT).
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        if let Some(child) = &self.child {
+            let status = Command::new("kill")
+                .arg(sig)
+                .arg(child.id().to_string())
+                .status()
+                .expect("kill runs");
+            assert!(status.success(), "kill {sig} failed");
+        }
+    }
+
+    /// Runs one command with `redis-cli` against the server; its output.
+    pub fn cli(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = Command::new(redis_binary("redis-cli")?)
+            .arg("-p")
+            .arg(self.port.to_string())
+            .args(args)
+            .output()
+            .context("cannot run redis-cli")?;
+        anyhow::ensure!(out.status.success(), "redis-cli {args:?} failed");
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
     /// Kills the server (as a crash or a network cut would look).
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -13,7 +13,7 @@ use futures::StreamExt;
 
 use crate::{
     error::Error,
-    store::{ChangeKind, ChangeStream, ContextStore, Key, Limits, Put, now_ms},
+    store::{ChangeKind, ChangeStream, ContextStore, Key, Limits, Page, Put, now_ms},
 };
 
 /// The limits the suite's stores are built with: small, so every limit can be
@@ -46,6 +46,7 @@ macro_rules! conformance_cases {
             concurrent_cas_writers_one_wins_per_version,
             missing_slots_are_not_found,
             list_by_prefix_sorted_with_usage,
+            list_pages_in_byte_order,
             value_limit_at_and_over,
             byte_quota_at_and_over,
             key_quota_at_and_over,
@@ -311,6 +312,45 @@ pub async fn missing_slots_are_not_found(store: Arc<dyn ContextStore>) {
         Err(Error::NotFound { .. })
     ));
     assert_eq!(store.list(&t, "").await.expect("list").used_keys, 0);
+}
+
+/// Pages follow each other in byte order of the keys (upper case before
+/// lower, `.`/`/` before digits), without gaps or repeats, under a prefix
+/// too; a full last page says no more follows.
+pub async fn list_pages_in_byte_order(store: Arc<dyn ContextStore>) {
+    let t = TraceId::random();
+    let keys = ["b", "B", "a.z", "a/z", "a0", "A", "ab", "a"];
+    for k in keys {
+        store.put(put(&t, k, b"v")).await.expect("put");
+    }
+    let mut want: Vec<&str> = keys.to_vec();
+    want.sort();
+    assert_eq!(want, ["A", "B", "a", "a.z", "a/z", "a0", "ab", "b"]);
+    for size in [1, 3, 8, 100] {
+        let mut page = Page { after: None, size };
+        let mut got = Vec::new();
+        loop {
+            let l = store.list_page(&t, "", &page).await.expect("page");
+            assert!(l.slots.len() <= size);
+            assert_eq!(l.used_keys, 8);
+            got.extend(l.slots.iter().map(|s| s.key.clone()));
+            match l.next_after {
+                Some(after) => {
+                    assert_eq!(Some(&after), got.last(), "the token continues after the page");
+                    page.after = Some(after);
+                }
+                None => break,
+            }
+        }
+        assert_eq!(got, want, "page size {size}");
+    }
+    let l = store
+        .list_page(&t, "a", &Page { after: Some("a.z".into()), size: 2 })
+        .await
+        .expect("page");
+    let got: Vec<&str> = l.slots.iter().map(|s| s.key.as_str()).collect();
+    assert_eq!(got, ["a/z", "a0"]);
+    assert_eq!(l.next_after.as_deref(), Some("a0"));
 }
 
 /// List filters by prefix, sorts by key, and reports the whole trace's usage.
