@@ -314,7 +314,7 @@ where
     S: tower_service::Service<http::Request<B>, Response = http::Response<RB>>,
     S::Future: Send + 'static,
 {
-    type Response = S::Response;
+    type Response = http::Response<StatusBody<RB>>;
     type Error = S::Error;
     type Future = BoxFuture<Self::Response, Self::Error>;
 
@@ -328,9 +328,58 @@ where
         let answer = self.inner.call(request);
         Box::pin(async move {
             let mut response = answer.await?;
+            // A status is in the headers (trailers-only answers) or in the
+            // trailers at the end of the body.
             rewrite_status(response.headers_mut(), &path, &served);
-            Ok(response)
+            Ok(response.map(|inner| StatusBody {
+                inner,
+                path,
+                served,
+            }))
         })
+    }
+}
+
+/// A response body whose trailers get [`rewrite_status`].
+pub struct StatusBody<B> {
+    inner: B,
+    path: String,
+    served: Arc<str>,
+}
+
+impl<B> http_body::Body for StatusBody<B>
+where
+    B: http_body::Body + Unpin,
+{
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                let frame = match frame.into_trailers() {
+                    Ok(mut trailers) => {
+                        rewrite_status(&mut trailers, &this.path, &this.served);
+                        http_body::Frame::trailers(trailers)
+                    }
+                    Err(frame) => frame,
+                };
+                Poll::Ready(Some(Ok(frame)))
+            }
+            other => other,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -347,7 +396,7 @@ fn rewrite_status(headers: &mut http::HeaderMap, path: &str, served: &str) {
     };
     let message = headers
         .get("grpc-message")
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .map(|v| percent_decode(v.as_bytes()))
         .unwrap_or_default();
     let (code, field, message) = match code {
         Code::Internal
@@ -381,21 +430,41 @@ fn rewrite_status(headers: &mut http::HeaderMap, path: &str, served: &str) {
     }
 }
 
+/// A `grpc-message` header as text (it is percent-encoded on the wire).
+fn percent_decode(raw: &[u8]) -> String {
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (raw[i], raw.get(i + 1).copied().and_then(hex), raw.get(i + 2).copied().and_then(hex)) {
+            (b'%', Some(hi), Some(lo)) => {
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Headers as tonic writes them (message percent-encoded).
     fn answer(code: i32, message: &str) -> http::HeaderMap {
         let mut h = http::HeaderMap::new();
-        h.insert("grpc-status", code.to_string().parse().expect("value"));
-        if !message.is_empty() {
-            h.insert("grpc-message", message.parse().expect("value"));
-        }
+        tonic::Status::new(tonic::Code::from_i32(code), message)
+            .add_header(&mut h)
+            .expect("headers");
         h
     }
 
     fn status(h: &http::HeaderMap) -> (String, String, Option<String>) {
-        let get = |k: &str| h.get(k).map(|v| v.to_str().expect("text").to_owned());
+        let get = |k: &str| h.get(k).map(|v| percent_decode(v.as_bytes()));
         (
             get("grpc-status").unwrap_or_default(),
             get("grpc-message").unwrap_or_default(),
@@ -405,11 +474,15 @@ mod tests {
 
     #[test]
     fn statuses_made_before_a_handler_tell_whether_to_retry() {
-        let mut h = answer(13, "failed to decode Protobuf message: invalid wire type");
+        let mut h = answer(
+            13,
+            "failed to decode Protobuf message: PutRequest.trace_id: invalid wire type",
+        );
         rewrite_status(&mut h, "/baton.v1.ContextStore/Put", "baton.v1.ContextStore");
         let (code, message, field) = status(&h);
         assert_eq!((code.as_str(), field.as_deref()), ("3", Some("request")));
-        assert!(message.contains("%2Fbaton.v1.ContextStore%2FPut") || message.contains("/baton.v1.ContextStore/Put"), "{message}");
+        assert!(message.contains("/baton.v1.ContextStore/Put"), "{message}");
+        assert!(message.contains("invalid wire type"), "the cause is kept: {message}");
 
         let mut h = answer(
             11,

@@ -658,6 +658,115 @@ mod tests {
         }
     }
 
+    fn finished_run(output: &str) -> Arc<RunRecord> {
+        let run = RunRecord::new(
+            TraceId::random(),
+            pb::RunKind::Agent,
+            "a".into(),
+            String::new(),
+            &CancellationToken::new(),
+        );
+        let done = Payload::RunCompleted(pb::RunCompleted {
+            output: output.into(),
+            ..Default::default()
+        });
+        run.finish(&done, 1);
+        run
+    }
+
+    #[test]
+    fn finished_runs_are_kept_within_count_and_byte_bounds_oldest_first() {
+        let defaults = crate::config::RunDefaults {
+            max_finished_runs: 2,
+            max_finished_bytes: 1000,
+            ..Default::default()
+        };
+        let runs = Runs::new(&defaults);
+        let ids: Vec<String> = (0..3)
+            .map(|_| {
+                let r = finished_run("out");
+                std::thread::sleep(Duration::from_millis(2));
+                let id = r.run_id.clone();
+                runs.insert(r);
+                id
+            })
+            .collect();
+        runs.sweep_now();
+        assert!(runs.get(&ids[0]).is_err(), "the oldest went over the count");
+        assert!(runs.get(&ids[1]).is_ok() && runs.get(&ids[2]).is_ok(), "2 is the limit");
+
+        let defaults = crate::config::RunDefaults {
+            max_finished_bytes: 10,
+            ..Default::default()
+        };
+        let runs = Runs::new(&defaults);
+        let a = finished_run("12345");
+        std::thread::sleep(Duration::from_millis(2));
+        let b = finished_run("12345");
+        let (a_id, b_id) = (a.run_id.clone(), b.run_id.clone());
+        runs.insert(a);
+        runs.insert(b);
+        runs.sweep_now();
+        assert!(runs.get(&a_id).is_ok() && runs.get(&b_id).is_ok(), "10 bytes is the limit");
+        std::thread::sleep(Duration::from_millis(2));
+        let c = finished_run("1");
+        let c_id = c.run_id.clone();
+        runs.insert(c);
+        runs.sweep_now();
+        assert!(runs.get(&a_id).is_err(), "11 bytes: the oldest goes");
+        assert!(runs.get(&b_id).is_ok() && runs.get(&c_id).is_ok());
+
+        // A running run is never dropped, whatever the bounds.
+        let defaults = crate::config::RunDefaults {
+            max_finished_runs: 1,
+            max_finished_bytes: 0,
+            ..Default::default()
+        };
+        let runs = Runs::new(&defaults);
+        let running = RunRecord::new(
+            TraceId::random(),
+            pb::RunKind::Agent,
+            "a".into(),
+            String::new(),
+            &CancellationToken::new(),
+        );
+        let id = running.run_id.clone();
+        runs.insert(running);
+        runs.sweep_now();
+        assert!(runs.get(&id).is_ok());
+    }
+
+    #[test]
+    fn watchers_read_the_log_in_batches_and_never_wrap() {
+        let run = RunRecord::new(
+            TraceId::random(),
+            pb::RunKind::Agent,
+            "a".into(),
+            String::new(),
+            &CancellationToken::new(),
+        );
+        for seq in 1..=10 {
+            run.log_event(
+                logged(seq, Payload::TextDelta(pb::TextDelta::default())),
+                false,
+            );
+        }
+        let seqs = |r: LogRead| match r {
+            LogRead::Events(e, ended) => (e.iter().map(|e| e.seq).collect::<Vec<_>>(), ended),
+            _ => panic!("events"),
+        };
+        assert_eq!(seqs(run.events_after(0, 4)), (vec![1, 2, 3, 4], false));
+        assert_eq!(seqs(run.events_after(8, 4)), (vec![9, 10], false));
+        let done = Payload::RunCompleted(pb::RunCompleted::default());
+        run.finish(&done, 11);
+        run.log_event(logged(11, done), true);
+        assert_eq!(seqs(run.events_after(8, 2)), (vec![9, 10], false), "more follows");
+        assert_eq!(seqs(run.events_after(10, 2)), (vec![11], true));
+        for after in [11, u64::MAX - 1, u64::MAX] {
+            assert_eq!(seqs(run.events_after(after, 2)), (vec![], true), "{after}");
+        }
+    }
+
     #[test]
     fn a_finished_runs_events_are_kept_for_log_retention() {
         let run = RunRecord::new(
