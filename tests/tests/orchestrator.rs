@@ -885,8 +885,13 @@ async fn bad_requests_name_the_field_and_start_nothing() {
         .await
         .expect_err("unknown input");
     assert_eq!((e.code(), e.field()), (Code::NotFound, Some("input_id")));
-    let e = client.get_run("nope").await.expect_err("unknown run");
+    let e = client
+        .get_run("0190f5a2-7b3c-7d4e-8f10-1a2b3c4d5e6f")
+        .await
+        .expect_err("unknown run");
     assert_eq!(e.code(), Code::NotFound);
+    let e = client.get_run("nope").await.expect_err("not a run id");
+    assert_eq!((e.code(), e.field()), (Code::InvalidArgument, Some("run_id")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1132,7 +1137,7 @@ async fn watch_run_reattaches_from_any_seq() {
         (Code::InvalidArgument, Some("run_id"))
     );
     let err = client
-        .watch_run("no-such-run", 0, None)
+        .watch_run("0190f5a2-7b3c-7d4e-8f10-1a2b3c4d5e6f", 0, None)
         .await
         .err()
         .expect("unknown run");

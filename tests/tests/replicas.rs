@@ -135,14 +135,17 @@ async fn run_scoped_calls_reach_the_replica_running_the_run() {
     assert_eq!(end.run_id, first.run_id);
 
     // A run nobody has: NOT_FOUND naming run_id, after asking both.
-    let missing = on_b.get_run("no-such-run").await.expect_err("unknown");
+    let missing = on_b
+        .get_run("0190f5a2-7b3c-7d4e-8f10-1a2b3c4d5e6f")
+        .await
+        .expect_err("unknown");
     assert_eq!(missing.code(), tonic::Code::NotFound);
     assert_eq!(missing.field(), Some("run_id"));
     // Exactly this: a forwarded call is never forwarded again (a loop would
     // end in "did not answer").
     assert_eq!(
         missing.message(),
-        "run_id: no run \"no-such-run\" on any of the 2 orchestrator replicas"
+        "run_id: no run \"0190f5a2-7b3c-7d4e-8f10-1a2b3c4d5e6f\" on any of the 2 orchestrator replicas"
     );
     a.shutdown().await.expect("a");
     b.shutdown().await.expect("b");
@@ -153,7 +156,10 @@ async fn a_replica_that_is_gone_is_skipped_and_forwarding_is_off_by_default() {
     let (a, b) = pair(EXAMPLE_AGENTS).await;
     let on_a = a.client().await.expect("client a");
     b.shutdown().await.expect("b gone");
-    let missing = on_a.get_run("no-such-run").await.expect_err("unknown");
+    let missing = on_a
+        .get_run("0190f5a2-7b3c-7d4e-8f10-1a2b3c4d5e6f")
+        .await
+        .expect_err("unknown");
     assert_eq!(missing.code(), tonic::Code::NotFound);
     assert!(
         missing.message().contains("(1 did not answer)"),
@@ -168,7 +174,7 @@ async fn a_replica_that_is_gone_is_skipped_and_forwarding_is_off_by_default() {
         .client()
         .await
         .expect("client")
-        .get_run("no-such-run")
+        .get_run("0190f5a2-7b3c-7d4e-8f10-1a2b3c4d5e6f")
         .await
         .expect_err("unknown");
     assert_eq!(err.code(), tonic::Code::NotFound);

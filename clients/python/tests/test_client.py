@@ -134,7 +134,10 @@ def test_typed_errors_name_the_field():
                 await b.orchestrator.run_pipeline([{"id": "a", "agent": "nobody"}]).collect()
             assert bad.value.field == "pipeline.steps[0].agent"
             with pytest.raises(NotFound):
+                await b.orchestrator.get_run("0190f5a2-7b3c-7d4e-8f10-1a2b3c4d5e6f")
+            with pytest.raises(InvalidArgument) as bad:
                 await b.orchestrator.get_run("no-such-run")
+            assert bad.value.field == "run_id"
             with pytest.raises(DeadlineExceeded):
                 await b.orchestrator.run_agent("slow", "x", timeout=0.3).collect()
             trace = "0af7651916cd43dd8448eb211c80319c"
@@ -192,6 +195,27 @@ def test_store_put_get_list_delete_watch():
                 await b.store.get(trace, "notes/a")
             await asyncio.wait_for(watcher, 5)
             assert [k for _, k in changes] == ["notes/a", "notes/a"]
+
+    run(main())
+
+
+def test_store_list_follows_every_page():
+    async def main():
+        async with running() as b:
+            trace = "7bf92f3577b34da6a3ce929d0e0e4736"
+            keys = [f"k/{i:04}" for i in range(2500)]
+            for start in range(0, len(keys), 250):
+                await asyncio.gather(*(b.store.put(trace, k, "v") for k in keys[start : start + 250]))
+            listing = await b.store.list(trace, "k/")
+            assert [s.key for s in listing.slots] == keys, "three pages of 1000, followed"
+            assert (listing.used_keys, listing.next_page_token) == (2500, "")
+            first = await b.store.list_page(trace, "k/", page_size=2)
+            assert [s.key for s in first.slots] == keys[:2] and first.next_page_token
+            second = await b.store.list_page(trace, "k/", page_size=2, page_token=first.next_page_token)
+            assert [s.key for s in second.slots] == keys[2:4]
+            with pytest.raises(InvalidArgument) as bad:
+                await b.store.list_page(trace, "k/", page_token="garbage")
+            assert bad.value.field == "page_token"
 
     run(main())
 

@@ -309,8 +309,33 @@ export class Store {
     return unary(this.client.get.bind(this.client), { traceId, key }, o);
   }
 
-  list(traceId: string, prefix = "", o: CallOpts = {}): Promise<ListResponse> {
-    return unary(this.client.list.bind(this.client), { traceId, prefix }, o);
+  /** The trace's live slots under `prefix` (every page, followed), and its
+   * usage as of the last page. A deadline in `o` bounds each page. */
+  async list(traceId: string, prefix = "", o: CallOpts = {}): Promise<ListResponse> {
+    const listing = await this.listPage(traceId, prefix, {}, o);
+    let token = listing.nextPageToken;
+    while (token) {
+      const page = await this.listPage(traceId, prefix, { pageToken: token }, o);
+      listing.slots.push(...page.slots);
+      listing.usedBytes = page.usedBytes;
+      listing.usedKeys = page.usedKeys;
+      token = page.nextPageToken;
+    }
+    listing.nextPageToken = "";
+    return listing;
+  }
+
+  /** One page of the trace's slots under `prefix`: at most `pageSize` (0: the
+   * server's default), continuing the listing `pageToken` came from;
+   * `nextPageToken` is empty on the last page. */
+  listPage(
+    traceId: string,
+    prefix = "",
+    page: { pageSize?: number; pageToken?: string } = {},
+    o: CallOpts = {},
+  ): Promise<ListResponse> {
+    const request = { traceId, prefix, pageSize: page.pageSize ?? 0, pageToken: page.pageToken ?? "" };
+    return unary(this.client.list.bind(this.client), request, o);
   }
 
   async delete(traceId: string, key: string, o: CallOpts & { expectedVersion?: number } = {}): Promise<number> {

@@ -113,7 +113,11 @@ test("typed errors name the field", async () => {
     assert.equal(e.field, "pipeline.steps[0].agent");
     return true;
   });
-  await assert.rejects(b.orchestrator.getRun("no-such-run"), NotFound);
+  await assert.rejects(b.orchestrator.getRun("0190f5a2-7b3c-7d4e-8f10-1a2b3c4d5e6f"), NotFound);
+  await assert.rejects(
+    b.orchestrator.getRun("no-such-run"),
+    (e: unknown) => e instanceof InvalidArgument && e.field === "run_id",
+  );
   await assert.rejects(b.orchestrator.runAgent("slow", "x", { timeoutMs: 300 }).collect(), DeadlineExceeded);
   const trace = "0af7651916cd43dd8448eb211c80319c";
   await b.store.put(trace, "k", "v1");
@@ -163,6 +167,26 @@ test("store put, get, list, delete and watch", async () => {
   await assert.rejects(b.store.get(trace, "notes/a"), NotFound);
   await watching;
   assert.deepEqual(seen, ["notes/a", "notes/a"]);
+});
+
+test("store list follows every page", async () => {
+  const trace = "8bf92f3577b34da6a3ce929d0e0e4736";
+  const keys = Array.from({ length: 2500 }, (_, i) => `k/${String(i).padStart(4, "0")}`);
+  for (let i = 0; i < keys.length; i += 250) {
+    await Promise.all(keys.slice(i, i + 250).map((k) => b.store.put(trace, k, "v")));
+  }
+  const listing = await b.store.list(trace, "k/");
+  assert.deepEqual(listing.slots.map((s) => s.key), keys);
+  assert.equal(Number(listing.usedKeys), 2500);
+  assert.equal(listing.nextPageToken, "");
+  const first = await b.store.listPage(trace, "k/", { pageSize: 2 });
+  assert.deepEqual(first.slots.map((s) => s.key), keys.slice(0, 2));
+  const second = await b.store.listPage(trace, "k/", { pageSize: 2, pageToken: first.nextPageToken });
+  assert.deepEqual(second.slots.map((s) => s.key), keys.slice(2, 4));
+  await assert.rejects(
+    b.store.listPage(trace, "k/", { pageToken: "garbage" }),
+    (e: unknown) => e instanceof InvalidArgument && e.field === "page_token",
+  );
 });
 
 test("CancelRun ends the run with its reason", async () => {

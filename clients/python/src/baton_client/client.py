@@ -334,10 +334,34 @@ class Store:
         return await _call(self._stub.Get, store_pb.GetRequest(trace_id=trace_id, key=key), timeout)
 
     async def list(self, trace_id: str, prefix: str = "", *, timeout: float | None = None) -> store_pb.ListResponse:
-        """The trace's live slots under ``prefix``, and its usage."""
-        return await _call(
-            self._stub.List, store_pb.ListRequest(trace_id=trace_id, prefix=prefix), timeout
+        """The trace's live slots under ``prefix`` (every page, followed), and
+        its usage as of the last page. ``timeout`` bounds each page."""
+        listing = await self.list_page(trace_id, prefix, timeout=timeout)
+        token = listing.next_page_token
+        while token:
+            page = await self.list_page(trace_id, prefix, page_token=token, timeout=timeout)
+            listing.slots.extend(page.slots)
+            listing.used_bytes, listing.used_keys = page.used_bytes, page.used_keys
+            token = page.next_page_token
+        listing.next_page_token = ""
+        return listing
+
+    async def list_page(
+        self,
+        trace_id: str,
+        prefix: str = "",
+        *,
+        page_size: int = 0,
+        page_token: str = "",
+        timeout: float | None = None,
+    ) -> store_pb.ListResponse:
+        """One page of the trace's slots under ``prefix``: at most ``page_size``
+        (0: the server's default), continuing the listing ``page_token`` came
+        from; ``next_page_token`` is empty on the last page."""
+        request = store_pb.ListRequest(
+            trace_id=trace_id, prefix=prefix, page_size=page_size, page_token=page_token
         )
+        return await _call(self._stub.List, request, timeout)
 
     async def delete(
         self, trace_id: str, key: str, *, expected_version: int | None = None, timeout: float | None = None
