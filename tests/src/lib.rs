@@ -21,6 +21,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+pub mod fuzz;
 pub mod openai;
 pub mod otlp;
 pub mod toolhost;

@@ -1,0 +1,3 @@
+#![no_main]
+//! See `baton_e2e::fuzz::keys_file`.
+libfuzzer_sys::fuzz_target!(|data: &[u8]| baton_e2e::fuzz::keys_file(data));
