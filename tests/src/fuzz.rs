@@ -26,9 +26,12 @@ groups:
   desk: {root: reviewer, members: [writer, reviewer]}
 "#;
 
+/// A target's body.
+pub type Target = fn(&[u8]);
+
 /// The targets, by name (the fuzz crate's binaries and the folders of
 /// seeds and regressions).
-pub const TARGETS: [(&str, fn(&[u8])); 7] = [
+pub const TARGETS: [(&str, Target); 7] = [
     ("run_agent_request", run_agent_request),
     ("run_pipeline_request", run_pipeline_request),
     ("put_request", put_request),
@@ -118,7 +121,12 @@ pub fn event_filter(data: &[u8]) {
         return;
     };
     let delta = pb::run_event::Payload::TextDelta(pb::TextDelta { text: "x".into() });
-    for (id, depth) in [("root", 0), ("root.a.1", 1), ("root.a.1.b.2", 2), ("root.a", 1)] {
+    for (id, depth) in [
+        ("root", 0),
+        ("root.a.1", 1),
+        ("root.a.1.b.2", 2),
+        ("root.a", 1),
+    ] {
         let _ = filter.passes_at(id, depth, &delta);
     }
 }

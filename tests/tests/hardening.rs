@@ -216,7 +216,9 @@ where
 }
 
 fn field_of(s: &tonic::Status) -> Option<&str> {
-    s.metadata().get("baton-field").and_then(|v| v.to_str().ok())
+    s.metadata()
+        .get("baton-field")
+        .and_then(|v| v.to_str().ok())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -230,19 +232,21 @@ async fn statuses_made_before_a_handler_tell_whether_to_retry() {
     let (s, o) = (store.endpoint(), orchestrator.endpoint());
 
     // Undecodable protobuf: INVALID_ARGUMENT naming `request` (was INTERNAL).
-    let st = raw_call::<_, pb::PutResponse>(
-        &s,
-        "/baton.v1.ContextStore/Put",
-        Undecodable { one: 7 },
-    )
-    .await;
+    let st =
+        raw_call::<_, pb::PutResponse>(&s, "/baton.v1.ContextStore/Put", Undecodable { one: 7 })
+            .await;
     assert_eq!(
         (st.code(), field_of(&st)),
         (Code::InvalidArgument, Some("request")),
         "{st:?}"
     );
     assert!(st.message().starts_with("request: "), "{st:?}");
-    let st = raw_stream_call(&o, "/baton.v1.Orchestrator/RunAgent", Undecodable { one: 7 }).await;
+    let st = raw_stream_call(
+        &o,
+        "/baton.v1.Orchestrator/RunAgent",
+        Undecodable { one: 7 },
+    )
+    .await;
     assert_eq!(
         (st.code(), field_of(&st)),
         (Code::InvalidArgument, Some("request")),
@@ -283,12 +287,9 @@ async fn statuses_made_before_a_handler_tell_whether_to_retry() {
         st.message().contains("baton.v1.Orchestrator") && st.message().contains("ContextStore"),
         "{st:?}"
     );
-    let st = raw_call::<_, pb::PutResponse>(
-        &s,
-        "/baton.v1.ToolHost/Execute",
-        pb::PutRequest::default(),
-    )
-    .await;
+    let st =
+        raw_call::<_, pb::PutResponse>(&s, "/baton.v1.ToolHost/Execute", pb::PutRequest::default())
+            .await;
     assert_eq!(st.code(), Code::Unimplemented, "{st:?}");
     assert!(st.message().contains("baton.v1.ContextStore"), "{st:?}");
     orchestrator.shutdown().await.expect("shutdown");
@@ -317,14 +318,19 @@ async fn run_errors_carry_the_code_of_their_cause() {
             }],
             ..Default::default()
         }),
-        initial_slots: (0..seeds).map(|i| (format!("seed{i}"), "v".into())).collect(),
+        initial_slots: (0..seeds)
+            .map(|i| (format!("seed{i}"), "v".into()))
+            .collect(),
         ..Default::default()
     };
     let events = client
         .run_pipeline_to_end(request(2))
         .await
         .expect("at the quota");
-    assert!(matches!(events.last().and_then(|e| e.payload.as_ref()), Some(Payload::RunCompleted(_))));
+    assert!(matches!(
+        events.last().and_then(|e| e.payload.as_ref()),
+        Some(Payload::RunCompleted(_))
+    ));
     let events = client
         .run_pipeline_to_end(request(3))
         .await
@@ -348,8 +354,16 @@ async fn run_ids_and_sequence_numbers_cannot_hurt() {
     // A malformed run id of 100 KB: INVALID_ARGUMENT, not echoed back.
     let long = "r".repeat(100 * 1024);
     let check = |e: Error| {
-        assert_eq!((e.code(), e.field()), (Code::InvalidArgument, Some("run_id")), "{e}");
-        assert!(e.message().len() < 300, "not echoed: {} bytes", e.message().len());
+        assert_eq!(
+            (e.code(), e.field()),
+            (Code::InvalidArgument, Some("run_id")),
+            "{e}"
+        );
+        assert!(
+            e.message().len() < 300,
+            "not echoed: {} bytes",
+            e.message().len()
+        );
     };
     check(refused(client.get_run(&long).await));
     check(refused(client.cancel(&long, "x").await));
@@ -425,12 +439,18 @@ async fn request_sizes_filters_and_watchers_are_bounded() {
         client.run_agent_to_end(r).await.expect("at the limit");
     }
     for (r, field) in [
-        (filtered(vec!["root".into(); 65], vec![]), "filter.context_prefixes"),
+        (
+            filtered(vec!["root".into(); 65], vec![]),
+            "filter.context_prefixes",
+        ),
         (
             filtered(vec![], vec![pb::EventKind::TextDelta as i32; 65]),
             "filter.kinds",
         ),
-        (filtered(vec![prefix(1026)], vec![]), "filter.context_prefixes"),
+        (
+            filtered(vec![prefix(1026)], vec![]),
+            "filter.context_prefixes",
+        ),
     ] {
         assert_refused(client.run_agent(r).await, Code::ResourceExhausted, field);
     }
@@ -543,7 +563,10 @@ async fn reflection_lists_only_what_the_port_serves() {
         services(orchestrator.endpoint()).await,
         with("baton.v1.Orchestrator")
     );
-    assert_eq!(services(store.endpoint()).await, with("baton.v1.ContextStore"));
+    assert_eq!(
+        services(store.endpoint()).await,
+        with("baton.v1.ContextStore")
+    );
     orchestrator.shutdown().await.expect("shutdown");
     store.shutdown().await.expect("shutdown");
 }

@@ -891,7 +891,10 @@ async fn bad_requests_name_the_field_and_start_nothing() {
         .expect_err("unknown run");
     assert_eq!(e.code(), Code::NotFound);
     let e = client.get_run("nope").await.expect_err("not a run id");
-    assert_eq!((e.code(), e.field()), (Code::InvalidArgument, Some("run_id")));
+    assert_eq!(
+        (e.code(), e.field()),
+        (Code::InvalidArgument, Some("run_id"))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

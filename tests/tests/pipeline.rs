@@ -512,8 +512,15 @@ async fn a_final_tool_output_ends_its_step_successfully_without_retry() {
             .expect("run");
         check_rules(&events);
         let p = summary(&events);
-        assert_eq!(lists(&p), (true, ids(&["f", "next"]), vec![], vec![]), "{mode:?}");
-        assert!(p.outputs["f"].starts_with("wrote done/x at version"), "{p:?}");
+        assert_eq!(
+            lists(&p),
+            (true, ids(&["f", "next"]), vec![], vec![]),
+            "{mode:?}"
+        );
+        assert!(
+            p.outputs["f"].starts_with("wrote done/x at version"),
+            "{p:?}"
+        );
         assert_eq!(p.outputs["next"], format!("after {}", p.outputs["f"]));
         let attempts: Vec<u32> = events
             .iter()

@@ -112,10 +112,7 @@ async fn a_write_that_answered_unavailable_is_never_applied_later() {
             let (c, t, other, cas) = (&c, &t, &other, cas.clone());
             async move {
                 match i % 5 {
-                    0 => c
-                        .put_with(t, "cas", b"v2".to_vec(), cas)
-                        .await
-                        .map(|_| ()),
+                    0 => c.put_with(t, "cas", b"v2".to_vec(), cas).await.map(|_| ()),
                     1 => c
                         .put(t, &format!("new{i}"), b"n".to_vec())
                         .await
@@ -241,7 +238,11 @@ async fn a_trace_at_its_key_quota_with_the_longest_keys_lists_page_by_page() {
     assert_eq!(first.slots.len(), 1000);
     assert!(!first.next_page_token.is_empty());
     let coerced = c.list_page(&t, "", 5000, "").await.expect("page");
-    assert_eq!(coerced.slots.len(), 1000, "over the maximum is lowered to it");
+    assert_eq!(
+        coerced.slots.len(),
+        1000,
+        "over the maximum is lowered to it"
+    );
     let (mut token, mut keys, mut pages) = (String::new(), Vec::new(), 0);
     loop {
         let page = c.list_page(&t, "", 999, &token).await.expect("page");
@@ -265,26 +266,41 @@ async fn a_trace_at_its_key_quota_with_the_longest_keys_lists_page_by_page() {
 
     // Bad paging input is INVALID_ARGUMENT naming the field.
     let e = c.list_page(&t, "", -1, "").await.expect_err("negative");
-    assert_eq!((e.code(), e.field()), (Code::InvalidArgument, Some("page_size")));
-    let e = c.list_page(&t, "", 0, "garbage").await.expect_err("bad token");
-    assert_eq!((e.code(), e.field()), (Code::InvalidArgument, Some("page_token")));
+    assert_eq!(
+        (e.code(), e.field()),
+        (Code::InvalidArgument, Some("page_size"))
+    );
+    let e = c
+        .list_page(&t, "", 0, "garbage")
+        .await
+        .expect_err("bad token");
+    assert_eq!(
+        (e.code(), e.field()),
+        (Code::InvalidArgument, Some("page_token"))
+    );
     let e = c
         .list_page(&t, "0", 0, &first.next_page_token)
         .await
         .expect_err("a token of another listing");
-    assert_eq!((e.code(), e.field()), (Code::InvalidArgument, Some("page_token")));
+    assert_eq!(
+        (e.code(), e.field()),
+        (Code::InvalidArgument, Some("page_token"))
+    );
     let e = c
         .list_page(&random_trace(), "", 0, &first.next_page_token)
         .await
         .expect_err("a token of another trace");
-    assert_eq!((e.code(), e.field()), (Code::InvalidArgument, Some("page_token")));
+    assert_eq!(
+        (e.code(), e.field()),
+        (Code::InvalidArgument, Some("page_token"))
+    );
     server.shutdown().await.expect("shutdown");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_redis_is_resource_exhausted_and_deletes_still_work() {
-    let redis = RedisServer::start_with(&["--maxmemory-policy", "noeviction"])
-        .expect("redis-server");
+    let redis =
+        RedisServer::start_with(&["--maxmemory-policy", "noeviction"]).expect("redis-server");
     let (server, c) = start(&redis).await;
     let t = random_trace();
     c.put(&t, "small", b"x".to_vec()).await.expect("put");
@@ -296,7 +312,12 @@ async fn a_full_redis_is_resource_exhausted_and_deletes_still_work() {
         .and_then(|v| v.trim().parse().ok())
         .expect("used_memory");
     redis
-        .cli(&["CONFIG", "SET", "maxmemory", &(used + 64 * 1024).to_string()])
+        .cli(&[
+            "CONFIG",
+            "SET",
+            "maxmemory",
+            &(used + 64 * 1024).to_string(),
+        ])
         .expect("maxmemory");
     let before = snapshot(&c, &t).await;
     let mut refused = None;
@@ -323,7 +344,9 @@ async fn a_full_redis_is_resource_exhausted_and_deletes_still_work() {
     redis
         .cli(&["CONFIG", "SET", "maxmemory", "0"])
         .expect("maxmemory off");
-    c.put(&t, "again", b"y".to_vec()).await.expect("writes again");
+    c.put(&t, "again", b"y".to_vec())
+        .await
+        .expect("writes again");
     server.shutdown().await.expect("shutdown");
 }
 
@@ -345,7 +368,10 @@ async fn watches_are_bounded_per_trace_and_per_connection() {
         on_t.push(c.watch(&t, "").await.expect("at the limit"));
     }
     let e = refused(c.watch(&t, "").await);
-    assert_eq!((e.code(), e.field()), (Code::ResourceExhausted, Some("trace_id")));
+    assert_eq!(
+        (e.code(), e.field()),
+        (Code::ResourceExhausted, Some("trace_id"))
+    );
     assert!(e.message().contains("watches.per_trace"), "{e}");
     // Another connection is still bounded by the trace.
     let other = StoreClient::connect(server.endpoint())

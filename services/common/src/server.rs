@@ -436,7 +436,11 @@ fn percent_decode(raw: &[u8]) -> String {
     let mut i = 0;
     while i < raw.len() {
         let hex = |b: u8| (b as char).to_digit(16);
-        match (raw[i], raw.get(i + 1).copied().and_then(hex), raw.get(i + 2).copied().and_then(hex)) {
+        match (
+            raw[i],
+            raw.get(i + 1).copied().and_then(hex),
+            raw.get(i + 2).copied().and_then(hex),
+        ) {
             (b'%', Some(hi), Some(lo)) => {
                 out.push((hi * 16 + lo) as u8);
                 i += 3;
@@ -478,11 +482,18 @@ mod tests {
             13,
             "failed to decode Protobuf message: PutRequest.trace_id: invalid wire type",
         );
-        rewrite_status(&mut h, "/baton.v1.ContextStore/Put", "baton.v1.ContextStore");
+        rewrite_status(
+            &mut h,
+            "/baton.v1.ContextStore/Put",
+            "baton.v1.ContextStore",
+        );
         let (code, message, field) = status(&h);
         assert_eq!((code.as_str(), field.as_deref()), ("3", Some("request")));
         assert!(message.contains("/baton.v1.ContextStore/Put"), "{message}");
-        assert!(message.contains("invalid wire type"), "the cause is kept: {message}");
+        assert!(
+            message.contains("invalid wire type"),
+            "the cause is kept: {message}"
+        );
 
         let mut h = answer(
             11,
@@ -492,7 +503,11 @@ mod tests {
         assert_eq!(status(&h).0, "8");
 
         let mut h = answer(12, "");
-        rewrite_status(&mut h, "/baton.v1.ToolHost/Execute", "baton.v1.Orchestrator");
+        rewrite_status(
+            &mut h,
+            "/baton.v1.ToolHost/Execute",
+            "baton.v1.Orchestrator",
+        );
         let (code, message, _) = status(&h);
         assert_eq!(code, "12");
         assert!(message.contains("baton.v1.Orchestrator"), "{message}");

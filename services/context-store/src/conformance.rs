@@ -336,7 +336,11 @@ pub async fn list_pages_in_byte_order(store: Arc<dyn ContextStore>) {
             got.extend(l.slots.iter().map(|s| s.key.clone()));
             match l.next_after {
                 Some(after) => {
-                    assert_eq!(Some(&after), got.last(), "the token continues after the page");
+                    assert_eq!(
+                        Some(&after),
+                        got.last(),
+                        "the token continues after the page"
+                    );
                     page.after = Some(after);
                 }
                 None => break,
@@ -345,7 +349,14 @@ pub async fn list_pages_in_byte_order(store: Arc<dyn ContextStore>) {
         assert_eq!(got, want, "page size {size}");
     }
     let l = store
-        .list_page(&t, "a", &Page { after: Some("a.z".into()), size: 2 })
+        .list_page(
+            &t,
+            "a",
+            &Page {
+                after: Some("a.z".into()),
+                size: 2,
+            },
+        )
         .await
         .expect("page");
     let got: Vec<&str> = l.slots.iter().map(|s| s.key.as_str()).collect();

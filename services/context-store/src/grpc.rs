@@ -27,8 +27,8 @@ use crate::{
     error::{Error, Result},
     metrics::Metrics,
     store::{
-        ChangeKind, ContextStore, DEFAULT_PAGE_SIZE, Key, Limits, MAX_PAGE_SIZE, Page, PageToken, Put,
-        SlotMeta, parse_trace_id, validate_key_chars,
+        ChangeKind, ContextStore, DEFAULT_PAGE_SIZE, Key, Limits, MAX_PAGE_SIZE, Page, PageToken,
+        Put, SlotMeta, parse_trace_id, validate_key_chars,
     },
 };
 

@@ -407,8 +407,14 @@ impl OrchestratorService {
         let mut initial: Vec<(String, String)> = r.initial_slots.into_iter().collect();
         initial.sort();
         for (k, v) in &initial {
-            baton_context_store::store::Key::parse("initial_slots", k, key_max)
-                .map_err(|e| Error::invalid("initial_slots", e.to_string().trim_start_matches("initial_slots: ").to_owned()))?;
+            baton_context_store::store::Key::parse("initial_slots", k, key_max).map_err(|e| {
+                Error::invalid(
+                    "initial_slots",
+                    e.to_string()
+                        .trim_start_matches("initial_slots: ")
+                        .to_owned(),
+                )
+            })?;
             if v.len() as u64 > self.store.limits().max_value_bytes {
                 return Err(Error::invalid(
                     "initial_slots",
@@ -550,7 +556,9 @@ struct Watching(Arc<RunRecord>);
 impl Watching {
     /// Counts a watcher of `run` unless it has `max` already.
     fn new(run: &Arc<RunRecord>, max: usize) -> Result<Self> {
-        let open = run.watchers.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let open = run
+            .watchers
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         if open >= max {
             run.watchers
                 .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
@@ -767,8 +775,13 @@ impl Orchestrator for OrchestratorService {
         let tenant = tenant_of(request.extensions()).to_owned();
         let run = self.validate_agent(request.into_inner())?;
         let span = self.run_span(&parent, "RunAgent", pb::RunKind::Agent, &run.agent);
-        let (record, rt, draft_rx, filter) =
-            self.prepare(span, pb::RunKind::Agent, run.agent.clone(), tenant, run.options);
+        let (record, rt, draft_rx, filter) = self.prepare(
+            span,
+            pb::RunKind::Agent,
+            run.agent.clone(),
+            tenant,
+            run.options,
+        );
         let root = CallFrame::root(&rt, &run.agent, run.history, run.input)
             .map_err(|f| Status::internal(f.message))?;
         let run_span = rt.run_span.clone();

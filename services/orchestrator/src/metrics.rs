@@ -59,19 +59,34 @@ impl Metrics {
         for agent in catalog.agents.values() {
             m.known_models.insert(agent.spec.model.clone());
             m.known_tools.extend(agent.spec.tools.iter().cloned());
-            m.known_tools
-                .extend(agent.spec.handoffs.iter().map(|h| format!("transfer_to_{h}")));
+            m.known_tools.extend(
+                agent
+                    .spec
+                    .handoffs
+                    .iter()
+                    .map(|h| format!("transfer_to_{h}")),
+            );
         }
         m.known_models.remove("");
         m
     }
 
     fn model_label(&self, model: &str) -> String {
-        if self.known_models.contains(model) { model } else { OTHER }.to_owned()
+        if self.known_models.contains(model) {
+            model
+        } else {
+            OTHER
+        }
+        .to_owned()
     }
 
     fn tool_label(&self, tool: &str) -> String {
-        if self.known_tools.contains(tool) { tool } else { OTHER }.to_owned()
+        if self.known_tools.contains(tool) {
+            tool
+        } else {
+            OTHER
+        }
+        .to_owned()
     }
 
     /// Registers every metric in a fresh registry (no model or tool names
@@ -176,7 +191,10 @@ impl Metrics {
     /// One tool call took `seconds`.
     pub fn tool_call(&self, tool: &str, ok: bool, seconds: f64) {
         self.tool_latency
-            .get_or_create(&vec![("tool", self.tool_label(tool)), ("outcome", outcome(ok))])
+            .get_or_create(&vec![
+                ("tool", self.tool_label(tool)),
+                ("outcome", outcome(ok)),
+            ])
             .observe(seconds);
     }
 }

@@ -292,7 +292,9 @@ impl ContextStore for RemoteStore {
         let answer = tokio::time::timeout(self.timeout, health.check(request))
             .await
             .map_err(|_| Error::Unavailable("the context store's health did not answer".into()))?
-            .map_err(|s| Error::Unavailable(format!("the context store's health: {}", s.message())))?;
+            .map_err(|s| {
+                Error::Unavailable(format!("the context store's health: {}", s.message()))
+            })?;
         match answer.into_inner().status() {
             tonic_health::pb::health_check_response::ServingStatus::Serving => Ok(()),
             other => Err(Error::Unavailable(format!(

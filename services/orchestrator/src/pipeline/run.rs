@@ -740,8 +740,15 @@ async fn attempt_once(
     }
     // A final tool output ends this attempt successfully with that output.
     let scope = Arc::new(FinalScope::default());
-    let frame = CallFrame::new(rt, ctx.clone(), &step.agent, Vec::new(), task, scope.clone())
-        .map_err(|f| f.message)?;
+    let frame = CallFrame::new(
+        rt,
+        ctx.clone(),
+        &step.agent,
+        Vec::new(),
+        task,
+        scope.clone(),
+    )
+    .map_err(|f| f.message)?;
     let ran = tokio::select! {
         biased;
         () = scope.ended() => Ok(String::new()),

@@ -17,7 +17,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
 
-
 /// A person's answer to an approval.
 #[derive(Debug, Clone)]
 pub struct ApprovalAnswer {
@@ -693,7 +692,10 @@ mod tests {
             .collect();
         runs.sweep_now();
         assert!(runs.get(&ids[0]).is_err(), "the oldest went over the count");
-        assert!(runs.get(&ids[1]).is_ok() && runs.get(&ids[2]).is_ok(), "2 is the limit");
+        assert!(
+            runs.get(&ids[1]).is_ok() && runs.get(&ids[2]).is_ok(),
+            "2 is the limit"
+        );
 
         let defaults = crate::config::RunDefaults {
             max_finished_bytes: 10,
@@ -707,7 +709,10 @@ mod tests {
         runs.insert(a);
         runs.insert(b);
         runs.sweep_now();
-        assert!(runs.get(&a_id).is_ok() && runs.get(&b_id).is_ok(), "10 bytes is the limit");
+        assert!(
+            runs.get(&a_id).is_ok() && runs.get(&b_id).is_ok(),
+            "10 bytes is the limit"
+        );
         std::thread::sleep(Duration::from_millis(2));
         let c = finished_run("1");
         let c_id = c.run_id.clone();
@@ -760,7 +765,11 @@ mod tests {
         let done = Payload::RunCompleted(pb::RunCompleted::default());
         run.finish(&done, 11);
         run.log_event(logged(11, done), true);
-        assert_eq!(seqs(run.events_after(8, 2)), (vec![9, 10], false), "more follows");
+        assert_eq!(
+            seqs(run.events_after(8, 2)),
+            (vec![9, 10], false),
+            "more follows"
+        );
         assert_eq!(seqs(run.events_after(10, 2)), (vec![11], true));
         for after in [11, u64::MAX - 1, u64::MAX] {
             assert_eq!(seqs(run.events_after(after, 2)), (vec![], true), "{after}");

@@ -166,7 +166,9 @@ impl Tool for ListContext {
                 let slots: Vec<Value> = l
                     .slots
                     .iter()
-                    .map(|s| json!({"key": s.key, "version": s.version, "size_bytes": s.size_bytes}))
+                    .map(
+                        |s| json!({"key": s.key, "version": s.version, "size_bytes": s.size_bytes}),
+                    )
                     .collect();
                 ToolOutcome::Ok(
                     json!({"slots": slots, "next_page_token": next_page_token}).to_string(),
