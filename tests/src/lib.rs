@@ -514,3 +514,32 @@ pub async fn wait_for(
         );
     }
 }
+
+/// Polls `f` every 50 ms until it answers true; panics after 20 s naming
+/// `what`.
+pub async fn eventually<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !f().await {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The grpc.health.v1 status of `service` at `endpoint` (a
+/// `ServingStatus` as i32), or -1 when nothing answers.
+pub async fn health(endpoint: &str, service: &str) -> i32 {
+    let Ok(channel) = baton_client::channel(endpoint.to_owned()).await else {
+        return -1;
+    };
+    let mut h = tonic_health::pb::health_client::HealthClient::new(channel);
+    h.check(tonic_health::pb::HealthCheckRequest {
+        service: service.into(),
+    })
+    .await
+    .map(|r| r.into_inner().status)
+    .unwrap_or(-1)
+}

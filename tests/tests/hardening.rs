@@ -17,7 +17,7 @@ use baton_context_store::{
     config::Backend,
     store::{ContextStore, Limits, memory::MemoryStore},
 };
-use baton_e2e::{OrchestratorServer, RedisServer, StoreServer, agent_request};
+use baton_e2e::{OrchestratorServer, RedisServer, StoreServer, agent_request, eventually, health};
 use futures::StreamExt;
 use tonic::Code;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -33,7 +33,15 @@ scripts:
   waiter:
     - calls: [{tool: write_context, args: {key: k, value: v}}]
     - text: "approved"
+  lister:
+    - calls: [{tool: list_context, args: {page_size: 1000}}]
+    - text: "listed"
+  planner:
+    - calls: [{tool: run_pipeline, args: {steps: [{id: a, agent: hello, task: "hi"}]}}]
+    - text: "planned"
 agents:
+  lister: {model: "scripted:lister", tools: [list_context]}
+  planner: {model: "scripted:planner", tools: [run_pipeline]}
   hello: {}
   inventor: {model: "scripted:inventor"}
   waiter: {model: "scripted:waiter", tools: [write_context], approvals: {write_context: always}}
@@ -53,31 +61,6 @@ fn assert_refused<T>(r: Result<T, Error>, code: Code, field: &str) -> Error {
     let e = refused(r);
     assert_eq!((e.code(), e.field()), (code, Some(field)), "{e}");
     e
-}
-
-async fn health(endpoint: &str, service: &str) -> i32 {
-    let Ok(channel) = baton_client::channel(endpoint.to_owned()).await else {
-        return -1;
-    };
-    let mut h = tonic_health::pb::health_client::HealthClient::new(channel);
-    h.check(tonic_health::pb::HealthCheckRequest {
-        service: service.into(),
-    })
-    .await
-    .map(|r| r.into_inner().status)
-    .unwrap_or(-1)
-}
-
-async fn eventually<F, Fut>(what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !f().await {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 async fn scrape(addr: SocketAddr) -> String {
@@ -150,6 +133,79 @@ async fn readiness_depends_on_nothing_a_client_writes() {
         health(&orch, "baton.v1.Orchestrator").await == ServingStatus::Serving as i32
     })
     .await;
+    orchestrator.shutdown().await.expect("shutdown");
+    store.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_list_and_plan_over_a_trace_at_its_key_quota() {
+    let redis = RedisServer::start().expect("redis-server");
+    let store = StoreServer::start(StoreServer::config(Backend::Redis, Some(redis.url())))
+        .await
+        .expect("store");
+    let endpoint = store.endpoint();
+    let orchestrator = OrchestratorServer::start(AGENTS, None, |c| {
+        c.store.mode = baton_orchestrator::config::StoreMode::Remote;
+        c.store.endpoint = endpoint.clone();
+    })
+    .await
+    .expect("orchestrator");
+    let trace = "5ef92f3577b34da6a3ce929d0e0e4736";
+    let c = StoreClient::connect(endpoint.clone())
+        .await
+        .expect("store client");
+    for chunk in (0..4096).collect::<Vec<_>>().chunks(256) {
+        futures::future::try_join_all(chunk.iter().map(|&i| {
+            let (c, k) = (&c, format!("{i:05}/{}", "k".repeat(250)));
+            async move { c.put(trace, &k, b"v".to_vec()).await }
+        }))
+        .await
+        .expect("within the quotas");
+    }
+    let client = orchestrator.client().await.expect("client");
+    let traceparent = format!("00-{trace}-00f067aa0ba902b7-01");
+    let result_of = |events: &[pb::RunEvent], tool: &str| {
+        events
+            .iter()
+            .find_map(|e| match &e.payload {
+                Some(Payload::ToolCallCompleted(t)) if t.tool == tool => Some(t.clone()),
+                _ => None,
+            })
+            .expect("the tool ran")
+    };
+    let run = |agent: &'static str| {
+        let (client, traceparent) = (client.clone(), traceparent.clone());
+        async move {
+            let mut stream = client
+                .run_agent_traced(agent_request(agent, "go"), Some(&traceparent))
+                .await
+                .expect("run");
+            let mut events = Vec::new();
+            while let Some(e) = stream.next().await {
+                events.push(e.expect("event"));
+            }
+            events
+        }
+    };
+    // list_context answers a page of the full trace (one answer of all of
+    // it would be over the message limit).
+    let events = run("lister").await;
+    assert_eq!(events[0].trace_id, trace);
+    let listed = result_of(&events, "list_context");
+    assert_eq!(listed.error, "");
+    let page: serde_json::Value = serde_json::from_str(&listed.result).expect("JSON");
+    assert_eq!(page["slots"].as_array().map(Vec::len), Some(1000));
+    assert!(!page["next_page_token"].as_str().unwrap_or("").is_empty());
+    // The run_pipeline tool reads every slot of the trace (they count as
+    // seeded) before it runs.
+    let events = run("planner").await;
+    let planned = result_of(&events, "run_pipeline");
+    assert_eq!(planned.error, "", "{planned:?}");
+    assert!(planned.result.contains(r#""success":true"#), "{planned:?}");
+    assert!(matches!(
+        events.last().and_then(|e| e.payload.as_ref()),
+        Some(Payload::RunCompleted(_))
+    ));
     orchestrator.shutdown().await.expect("shutdown");
     store.shutdown().await.expect("shutdown");
 }

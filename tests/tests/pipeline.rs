@@ -409,14 +409,22 @@ fn started_in_list_order(events: &[pb::RunEvent]) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sequential_mode_skips_only_what_needs_a_failed_step() {
     let env = env().await;
+    // Runs the pipeline whose second step fails under `policy`; checks the
+    // stream rules and that steps ran one after another in list order.
+    let run = |policy, b_required, started: &'static [&'static str]| {
+        let client = env.client.clone();
+        async move {
+            let events = client
+                .run_pipeline_to_end(sequential_second_fails(policy, b_required))
+                .await
+                .expect("run");
+            check_rules(&events);
+            assert_eq!(started_in_list_order(&events), ids(started), "{policy:?}");
+            events
+        }
+    };
     // continue: c needs b and is skipped; d and e still run, in list order.
-    let events = env
-        .client
-        .run_pipeline_to_end(sequential_second_fails(pb::FailurePolicy::Continue, true))
-        .await
-        .expect("run");
-    check_rules(&events);
-    assert_eq!(started_in_list_order(&events), ids(&["a", "b", "d", "e"]));
+    let events = run(pb::FailurePolicy::Continue, true, &["a", "b", "d", "e"]).await;
     let p = summary(&events);
     assert_eq!(
         lists(&p),
@@ -435,13 +443,7 @@ async fn sequential_mode_skips_only_what_needs_a_failed_step() {
 
     // best_effort: the same steps, and the run succeeds with the last
     // succeeded step's output.
-    let events = env
-        .client
-        .run_pipeline_to_end(sequential_second_fails(pb::FailurePolicy::BestEffort, true))
-        .await
-        .expect("run");
-    check_rules(&events);
-    assert_eq!(started_in_list_order(&events), ids(&["a", "b", "d", "e"]));
+    let events = run(pb::FailurePolicy::BestEffort, true, &["a", "b", "d", "e"]).await;
     assert_eq!(
         lists(&summary(&events)),
         (true, ids(&["a", "d", "e"]), ids(&["b"]), ids(&["c"]))
@@ -449,13 +451,7 @@ async fn sequential_mode_skips_only_what_needs_a_failed_step() {
     assert!(matches!(terminal(&events), Payload::RunCompleted(c) if c.output == "e after a"));
 
     // fail: a failed required step still ends everything.
-    let events = env
-        .client
-        .run_pipeline_to_end(sequential_second_fails(pb::FailurePolicy::Fail, true))
-        .await
-        .expect("run");
-    check_rules(&events);
-    assert_eq!(started_in_list_order(&events), ids(&["a", "b"]));
+    let events = run(pb::FailurePolicy::Fail, true, &["a", "b"]).await;
     assert_eq!(
         lists(&summary(&events)),
         (false, ids(&["a"]), ids(&["b"]), ids(&["c", "d", "e"]))
@@ -464,13 +460,7 @@ async fn sequential_mode_skips_only_what_needs_a_failed_step() {
 
     // required: false under fail: its dependent is skipped, the rest runs
     // and the run succeeds (it ran something).
-    let events = env
-        .client
-        .run_pipeline_to_end(sequential_second_fails(pb::FailurePolicy::Fail, false))
-        .await
-        .expect("run");
-    check_rules(&events);
-    assert_eq!(started_in_list_order(&events), ids(&["a", "b", "d", "e"]));
+    let events = run(pb::FailurePolicy::Fail, false, &["a", "b", "d", "e"]).await;
     assert_eq!(
         lists(&summary(&events)),
         (true, ids(&["a", "d", "e"]), ids(&["b"]), ids(&["c"]))

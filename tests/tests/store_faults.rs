@@ -34,25 +34,10 @@ async fn start(redis: &RedisServer) -> (StoreServer, StoreClient) {
 }
 
 async fn wait_ready(endpoint: &str) {
-    let channel = baton_client::channel(endpoint.to_owned())
-        .await
-        .expect("channel");
-    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let status = health
-            .check(tonic_health::pb::HealthCheckRequest {
-                service: "baton.v1.ContextStore".into(),
-            })
-            .await
-            .map(|r| r.into_inner().status)
-            .unwrap_or(-1);
-        if status == ServingStatus::Serving as i32 {
-            return;
-        }
-        assert!(Instant::now() < deadline, "the store never became ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    baton_e2e::eventually("the store is ready", || async {
+        baton_e2e::health(endpoint, "baton.v1.ContextStore").await == ServingStatus::Serving as i32
+    })
+    .await;
 }
 
 /// Every slot of `trace`: key, version and value.

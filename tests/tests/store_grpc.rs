@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use baton_client::{Error, PutOptions, StoreClient, pb};
 use baton_context_store::config::Backend;
-use baton_e2e::{RedisServer, StoreServer};
+use baton_e2e::{RedisServer, StoreServer, eventually};
 use futures::StreamExt;
 use tonic::Code;
 
@@ -445,31 +445,7 @@ async fn memory_backend_serves_the_same_api() {
 }
 
 async fn health(endpoint: &str) -> i32 {
-    let channel = baton_client::channel(endpoint.to_owned())
-        .await
-        .expect("channel");
-    let mut h = tonic_health::pb::health_client::HealthClient::new(channel);
-    match h
-        .check(tonic_health::pb::HealthCheckRequest {
-            service: "baton.v1.ContextStore".into(),
-        })
-        .await
-    {
-        Ok(r) => r.into_inner().status,
-        Err(_) => -1,
-    }
-}
-
-async fn eventually<F, Fut>(what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !f().await {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    baton_e2e::health(endpoint, "baton.v1.ContextStore").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -657,14 +657,18 @@ mod tests {
         }
     }
 
-    fn finished_run(output: &str) -> Arc<RunRecord> {
-        let run = RunRecord::new(
+    fn new_run() -> Arc<RunRecord> {
+        RunRecord::new(
             TraceId::random(),
             pb::RunKind::Agent,
             "a".into(),
             String::new(),
             &CancellationToken::new(),
-        );
+        )
+    }
+
+    fn finished_run(output: &str) -> Arc<RunRecord> {
+        let run = new_run();
         let done = Payload::RunCompleted(pb::RunCompleted {
             output: output.into(),
             ..Default::default()
@@ -728,13 +732,7 @@ mod tests {
             ..Default::default()
         };
         let runs = Runs::new(&defaults);
-        let running = RunRecord::new(
-            TraceId::random(),
-            pb::RunKind::Agent,
-            "a".into(),
-            String::new(),
-            &CancellationToken::new(),
-        );
+        let running = new_run();
         let id = running.run_id.clone();
         runs.insert(running);
         runs.sweep_now();
@@ -743,13 +741,7 @@ mod tests {
 
     #[test]
     fn watchers_read_the_log_in_batches_and_never_wrap() {
-        let run = RunRecord::new(
-            TraceId::random(),
-            pb::RunKind::Agent,
-            "a".into(),
-            String::new(),
-            &CancellationToken::new(),
-        );
+        let run = new_run();
         for seq in 1..=10 {
             run.log_event(
                 logged(seq, Payload::TextDelta(pb::TextDelta::default())),
@@ -778,13 +770,7 @@ mod tests {
 
     #[test]
     fn a_finished_runs_events_are_kept_for_log_retention() {
-        let run = RunRecord::new(
-            TraceId::random(),
-            pb::RunKind::Agent,
-            "a".into(),
-            String::new(),
-            &CancellationToken::new(),
-        );
+        let run = new_run();
         run.log_event(
             logged(1, Payload::RunStarted(pb::RunStarted::default())),
             false,
