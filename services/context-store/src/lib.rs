@@ -3,7 +3,8 @@
 //!
 //! - [`store`]: the [`store::ContextStore`] trait and its Redis and in-memory
 //!   backends.
-//! - [`conformance`]: the one suite both backends must pass.
+//! - `conformance` (feature `testsuite`): the one suite both backends must
+//!   pass; test crates enable it, the services are built without it.
 //! - [`grpc`]: the `baton.v1.ContextStore` service: wire types in, domain
 //!   types out, errors mapped once ([`error`]).
 //! - [`config`]: the service's config.
@@ -15,6 +16,7 @@
 //! it stops answering, and for good once shutdown begins.
 
 pub mod config;
+#[cfg(feature = "testsuite")]
 pub mod conformance;
 pub mod error;
 pub mod grpc;

@@ -15,15 +15,8 @@ use crate::{
     runtime::policy::{Policy, PolicySpec},
 };
 
-/// Names of the built-in tools every agent may list.
-pub const BUILTIN_TOOLS: [&str; 6] = [
-    "read_context",
-    "write_context",
-    "list_context",
-    "ask_user",
-    "sleep",
-    crate::pipeline::TOOL_NAME,
-];
+/// Names of the built-in tools every agent may list (owned by the tools).
+pub use crate::tools::names::BUILTIN as BUILTIN_TOOLS;
 
 /// When a tool call needs a person's approval.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]

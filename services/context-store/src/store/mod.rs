@@ -2,7 +2,7 @@
 //!
 //! [`ContextStore`] is implemented by [`redis::RedisStore`] (production) and
 //! [`memory::MemoryStore`] (the embedded default). Both pass the same
-//! conformance suite ([`crate::conformance`]), so code written against one
+//! conformance suite (`crate::conformance`, feature `testsuite`), so code written against one
 //! behaves the same on the other.
 //!
 //! Semantics both backends share:

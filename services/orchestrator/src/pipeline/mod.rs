@@ -21,7 +21,7 @@ pub use file::{PipelineFile, StepFile};
 pub use run::{run_as_tool, run_pipeline};
 
 /// The built-in tool through which an agent starts a pipeline.
-pub const TOOL_NAME: &str = "run_pipeline";
+pub const TOOL_NAME: &str = crate::tools::names::RUN_PIPELINE;
 
 use crate::{
     agents::{Catalog, valid_name},

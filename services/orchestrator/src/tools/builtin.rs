@@ -6,16 +6,17 @@ use baton_context_store::store::{DEFAULT_PAGE_SIZE, Key, MAX_PAGE_SIZE, Page, Pa
 use baton_proto::v1::{self as pb, run_event::Payload};
 use serde_json::{Value, json};
 
-use super::{Resume, Tool, ToolCtx, ToolOutcome};
+use super::{Resume, Tool, ToolCtx, ToolOutcome, names};
 
-/// Every built-in tool, by name (the names are `agents::BUILTIN_TOOLS`).
+/// Every built-in tool the toolbox runs, by name ([`names::BUILTIN`] but
+/// `run_pipeline`, which the runtime runs).
 pub fn all() -> Vec<(&'static str, std::sync::Arc<dyn Tool>)> {
     vec![
-        ("read_context", std::sync::Arc::new(ReadContext)),
-        ("write_context", std::sync::Arc::new(WriteContext)),
-        ("list_context", std::sync::Arc::new(ListContext)),
-        ("ask_user", std::sync::Arc::new(AskUser)),
-        ("sleep", std::sync::Arc::new(Sleep)),
+        (names::READ_CONTEXT, std::sync::Arc::new(ReadContext)),
+        (names::WRITE_CONTEXT, std::sync::Arc::new(WriteContext)),
+        (names::LIST_CONTEXT, std::sync::Arc::new(ListContext)),
+        (names::ASK_USER, std::sync::Arc::new(AskUser)),
+        (names::SLEEP, std::sync::Arc::new(Sleep)),
     ]
 }
 
@@ -276,5 +277,20 @@ impl Tool for Sleep {
         }
         recorder.done = true;
         ToolOutcome::Ok(format!("slept {ms} ms"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{all, names};
+
+    #[test]
+    fn the_toolbox_runs_every_builtin_but_run_pipeline() {
+        let mut ran: Vec<&str> = all().into_iter().map(|(n, _)| n).collect();
+        ran.push(names::RUN_PIPELINE);
+        ran.sort_unstable();
+        let mut listed = names::BUILTIN.to_vec();
+        listed.sort_unstable();
+        assert_eq!(ran, listed);
     }
 }

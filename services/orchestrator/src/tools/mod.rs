@@ -11,6 +11,7 @@
 //! those in child contexts.
 
 pub mod builtin;
+pub mod names;
 pub mod remote;
 
 use std::{collections::HashMap, sync::Arc};

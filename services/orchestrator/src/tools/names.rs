@@ -1,0 +1,27 @@
+//! The names of the built-in tools: the one list the agents file is checked
+//! against and the toolbox is built from. A leaf: it uses nothing of the
+//! crate, so the catalog can depend on it without depending on the tools.
+
+/// `read_context`: a slot of the run's trace.
+pub const READ_CONTEXT: &str = "read_context";
+/// `write_context`: writes a slot of the run's trace.
+pub const WRITE_CONTEXT: &str = "write_context";
+/// `list_context`: a page of the run's trace's slots.
+pub const LIST_CONTEXT: &str = "list_context";
+/// `ask_user`: asks a person.
+pub const ASK_USER: &str = "ask_user";
+/// `sleep`: waits, with progress.
+pub const SLEEP: &str = "sleep";
+/// `run_pipeline`: runs a pipeline in the caller's child context (run by
+/// the runtime, not the toolbox).
+pub const RUN_PIPELINE: &str = "run_pipeline";
+
+/// Every built-in tool an agent may list.
+pub const BUILTIN: [&str; 6] = [
+    READ_CONTEXT,
+    WRITE_CONTEXT,
+    LIST_CONTEXT,
+    ASK_USER,
+    SLEEP,
+    RUN_PIPELINE,
+];
