@@ -1,10 +1,16 @@
-//! The `baton.v1.Orchestrator` gRPC service.
-//!
-//! Requests are validated here, before anything starts: a bad field is
-//! `INVALID_ARGUMENT` naming it, and no run, event or store write happens.
-//! Domain code below this module sees validated values only.
+//! The `baton.v1.Orchestrator` gRPC service: a thin edge. Each handler
+//! validates and converts its request once ([`convert`]), then launches or
+//! looks up a run; errors map to `Status` in one place (`crate::error`).
+//! Run-scoped calls of runs on another replica are asked of the peers
+//! ([`crate::peers`]); [`watch`] is the WatchRun producer.
 
-use std::{future::Future, sync::Arc, time::Duration};
+mod convert;
+mod watch;
+
+use convert::RunOptions;
+pub use convert::{AgentRun, PipelineRun, filter};
+
+use std::{future::Future, sync::Arc};
 
 use baton_common::{ids::TraceId, otel::Tracing};
 use baton_context_store::store::ContextStore;
@@ -14,23 +20,22 @@ use opentelemetry::{
     Context, KeyValue,
     trace::{Span as _, SpanBuilder, SpanKind, Status as SpanStatus, TraceContextExt, Tracer},
 };
-use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tonic::{Request, Response, Status, transport::Channel};
 
 use crate::{
-    agents::{Catalog, parse_model_ref, valid_name},
+    agents::Catalog,
     auth::tenant_of,
     config::RunDefaults,
     error::{Error, Result},
     metrics::Metrics,
-    model::{ChatMessage, Models, Role, ToolCallRequest},
+    model::Models,
     peers::{Answer, Peers},
-    pipeline::{self, PipelineLimits, Plan},
+    pipeline,
     runtime::{
-        self, CallFrame, Limits, RunSetup, RuntimeConfig, check_target,
+        self, CallFrame, RunSetup, RuntimeConfig,
         events::{self, Filter},
         registry::{ApprovalAnswer, LOG_CAPACITY, LOG_RETENTION, LogRead, RunRecord, Runs},
     },
@@ -235,34 +240,6 @@ impl OrchestratorService {
         &self.runs
     }
 
-    /// Validates the options RunAgent and RunPipeline share.
-    fn options(
-        &self,
-        run_context_json: &str,
-        default_model: &str,
-        limits: Option<pb::RunLimits>,
-        mode: i32,
-        events: Option<pb::EventFilter>,
-    ) -> Result<RunOptions> {
-        let max_context = self.defaults.max_run_context_bytes;
-        if run_context_json.len() > max_context {
-            return Err(Error::Exhausted {
-                field: "run_context_json".into(),
-                message: format!(
-                    "{} bytes is over this server's limit of {max_context} bytes (runs.max_run_context_bytes)",
-                    run_context_json.len()
-                ),
-            });
-        }
-        Ok(RunOptions {
-            run_context: run_context(run_context_json)?,
-            default_model: self.default_model(default_model)?,
-            limits: self.limits(limits)?,
-            approval_mode: approval_mode(mode)?,
-            filter: filter(events, &self.defaults)?,
-        })
-    }
-
     /// Builds a run's record and shared config (nothing runs yet).
     fn prepare(
         &self,
@@ -357,118 +334,6 @@ impl OrchestratorService {
         Response::new(ReceiverStream::new(out_rx))
     }
 
-    /// Validates a RunAgent request (nothing starts): every problem is
-    /// `INVALID_ARGUMENT` (or `RESOURCE_EXHAUSTED` for a size) naming the
-    /// field. Pure: the handler and the fuzz targets call it.
-    pub fn validate_agent(&self, r: pb::RunAgentRequest) -> Result<AgentRun> {
-        if r.agent.is_empty() {
-            return Err(Error::invalid("agent", "must name an agent or group"));
-        }
-        if !self.catalog.is_callable(&r.agent) {
-            return Err(Error::invalid(
-                "agent",
-                format!("unknown agent or group {:?}", r.agent),
-            ));
-        }
-        if r.input.is_empty() && r.history.is_empty() {
-            return Err(Error::invalid(
-                "input",
-                "must not be empty when there is no history",
-            ));
-        }
-        let history = history(r.history)?;
-        let options = self.options(
-            &r.run_context_json,
-            &r.default_model,
-            r.limits,
-            r.approval_mode,
-            r.filter,
-        )?;
-        // An agent without any model is a bad request, not a failed run.
-        check_target(
-            &self.catalog,
-            &self.models,
-            &options.default_model,
-            &r.agent,
-        )
-        .map_err(|e| Error::invalid("default_model", e))?;
-        Ok(AgentRun {
-            agent: r.agent,
-            history,
-            input: r.input,
-            options,
-        })
-    }
-
-    /// Validates a RunPipeline request (nothing starts), as
-    /// [`Self::validate_agent`] does.
-    pub fn validate_pipeline(&self, r: pb::RunPipelineRequest) -> Result<PipelineRun> {
-        let key_max = self.store.limits().max_key_len;
-        let mut initial: Vec<(String, String)> = r.initial_slots.into_iter().collect();
-        initial.sort();
-        for (k, v) in &initial {
-            baton_context_store::store::Key::parse("initial_slots", k, key_max).map_err(|e| {
-                Error::invalid(
-                    "initial_slots",
-                    e.to_string()
-                        .trim_start_matches("initial_slots: ")
-                        .to_owned(),
-                )
-            })?;
-            if v.len() as u64 > self.store.limits().max_value_bytes {
-                return Err(Error::invalid(
-                    "initial_slots",
-                    format!(
-                        "the value of {k:?} is over the store's limit of {} bytes",
-                        self.store.limits().max_value_bytes
-                    ),
-                ));
-            }
-        }
-        let seeded = initial.iter().map(|(k, _)| k.clone()).collect();
-        let plan = Plan::validate(
-            r.pipeline,
-            &seeded,
-            &self.catalog,
-            &self.pipeline_limits(),
-            key_max,
-        )?;
-        let options = self.options(
-            &r.run_context_json,
-            &r.default_model,
-            r.limits,
-            r.approval_mode,
-            r.filter,
-        )?;
-        // Every step's agent must have a model, checked before anything runs.
-        for (i, step) in plan.steps.iter().enumerate() {
-            check_target(
-                &self.catalog,
-                &self.models,
-                &options.default_model,
-                &step.agent,
-            )
-            .map_err(|e| Error::invalid(format!("pipeline.steps[{i}].agent"), e))?;
-        }
-        Ok(PipelineRun {
-            plan,
-            initial,
-            keep_context: r.keep_context,
-            options,
-        })
-    }
-
-    fn pipeline_limits(&self) -> PipelineLimits {
-        let d = &self.defaults;
-        PipelineLimits {
-            max_steps: d.max_pipeline_steps,
-            default_concurrency: d.pipeline_concurrency,
-            max_concurrency: d.max_pipeline_concurrency,
-            max_retries: d.max_step_retries,
-            max_step_timeout: d.max_timeout,
-        }
-    }
-
     fn check_running(&self) -> Result<()> {
         if self.shutdown.is_cancelled() {
             Err(Error::ShuttingDown)
@@ -476,280 +341,6 @@ impl OrchestratorService {
             Ok(())
         }
     }
-
-    fn limits(&self, l: Option<pb::RunLimits>) -> Result<Limits> {
-        let d = &self.defaults;
-        let l = l.unwrap_or_default();
-        let max_depth = match l.max_depth {
-            None => d.max_depth,
-            Some(v) if v > d.max_depth_limit => {
-                return Err(Error::invalid(
-                    "limits.max_depth",
-                    format!("{v} is over this server's maximum of {}", d.max_depth_limit),
-                ));
-            }
-            Some(v) => v,
-        };
-        let max_turns = match l.max_turns {
-            0 => d.max_turns,
-            v if v > d.max_turns_limit => {
-                return Err(Error::invalid(
-                    "limits.max_turns",
-                    format!("{v} is over this server's maximum of {}", d.max_turns_limit),
-                ));
-            }
-            v => v,
-        };
-        let timeout = |field: &'static str,
-                       v: Option<prost_types::Duration>,
-                       default: Duration|
-         -> Result<Duration> {
-            let Some(v) = v else { return Ok(default) };
-            if v.seconds < 0 || v.nanos < 0 || v.nanos >= 1_000_000_000 {
-                return Err(Error::invalid(field, "must be a positive duration"));
-            }
-            let t = Duration::new(v.seconds as u64, v.nanos as u32);
-            if t.is_zero() {
-                return Ok(default);
-            }
-            if t > d.max_timeout {
-                return Err(Error::invalid(
-                    field,
-                    format!("{t:?} is over this server's maximum of {:?}", d.max_timeout),
-                ));
-            }
-            Ok(t)
-        };
-        Ok(Limits {
-            max_depth,
-            max_turns,
-            run_timeout: timeout("limits.run_timeout", l.run_timeout, d.run_timeout)?,
-            tool_timeout: timeout("limits.tool_timeout", l.tool_timeout, d.tool_timeout)?,
-            model_timeout: timeout("limits.model_timeout", l.model_timeout, d.model_timeout)?,
-            approval_timeout: timeout(
-                "limits.approval_timeout",
-                l.approval_timeout,
-                d.approval_timeout,
-            )?,
-        })
-    }
-
-    fn default_model(&self, requested: &str) -> Result<String> {
-        if requested.is_empty() {
-            return Ok(self.catalog.default_model.clone());
-        }
-        parse_model_ref(requested).map_err(|e| Error::invalid("default_model", e))?;
-        self.models
-            .resolve(requested)
-            .map_err(|e| Error::invalid("default_model", e))?;
-        Ok(requested.to_owned())
-    }
-}
-
-/// Events a watcher takes from its run's log at a time: watchers share the
-/// log and hold at most this many (plus the stream's buffer) each.
-const WATCH_BATCH: usize = 128;
-
-/// One open WatchRun stream of a run, counted until dropped.
-struct Watching(Arc<RunRecord>);
-
-impl Watching {
-    /// Counts a watcher of `run` unless it has `max` already.
-    fn new(run: &Arc<RunRecord>, max: usize) -> Result<Self> {
-        let open = run
-            .watchers
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        if open >= max {
-            run.watchers
-                .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-            return Err(Error::Exhausted {
-                field: "run_id".into(),
-                message: format!(
-                    "run {} already has {open} open WatchRun streams on this replica, the limit (runs.max_watchers_per_run)",
-                    run.run_id
-                ),
-            });
-        }
-        Ok(Self(run.clone()))
-    }
-}
-
-impl Drop for Watching {
-    fn drop(&mut self) {
-        self.0
-            .watchers
-            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
-/// A validated RunAgent request.
-pub struct AgentRun {
-    agent: String,
-    history: Vec<ChatMessage>,
-    input: String,
-    options: RunOptions,
-}
-
-/// A validated RunPipeline request.
-pub struct PipelineRun {
-    plan: Plan,
-    initial: Vec<(String, String)>,
-    keep_context: bool,
-    options: RunOptions,
-}
-
-/// The options RunAgent and RunPipeline share, validated.
-struct RunOptions {
-    run_context: Map<String, Value>,
-    default_model: String,
-    limits: Limits,
-    approval_mode: pb::ApprovalMode,
-    filter: Filter,
-}
-
-/// Parses the request's run context: empty is `{}`, otherwise a JSON object.
-fn run_context(s: &str) -> Result<Map<String, Value>> {
-    if s.trim().is_empty() {
-        return Ok(Map::new());
-    }
-    match serde_json::from_str::<Value>(s) {
-        Ok(Value::Object(m)) => Ok(m),
-        Ok(other) => Err(Error::invalid(
-            "run_context_json",
-            format!(
-                "must be a JSON object, got {}",
-                match other {
-                    Value::Array(_) => "an array",
-                    Value::String(_) => "a string",
-                    Value::Number(_) => "a number",
-                    Value::Bool(_) => "a boolean",
-                    _ => "null",
-                }
-            ),
-        )),
-        Err(e) => Err(Error::invalid(
-            "run_context_json",
-            format!("is not valid JSON: {e}"),
-        )),
-    }
-}
-
-/// Whether `s` is a context id: `root` then `.`-separated name segments.
-fn valid_context_id(s: &str) -> bool {
-    let mut parts = s.split('.');
-    parts.next() == Some("root") && parts.all(valid_name)
-}
-
-/// Validates an event filter (the request's `filter`).
-pub fn filter(f: Option<pb::EventFilter>, limits: &RunDefaults) -> Result<Filter> {
-    let Some(f) = f else {
-        return Ok(Filter::default());
-    };
-    for (field, n) in [
-        ("filter.context_prefixes", f.context_prefixes.len()),
-        ("filter.kinds", f.kinds.len()),
-    ] {
-        if n > limits.max_filter_entries {
-            return Err(Error::Exhausted {
-                field: field.into(),
-                message: format!(
-                    "{n} entries is over this server's limit of {} (runs.max_filter_entries)",
-                    limits.max_filter_entries
-                ),
-            });
-        }
-    }
-    if let Some(p) = f
-        .context_prefixes
-        .iter()
-        .find(|p| p.len() > limits.max_filter_prefix_len)
-    {
-        return Err(Error::Exhausted {
-            field: "filter.context_prefixes".into(),
-            message: format!(
-                "a prefix of {} characters is over this server's limit of {} (runs.max_filter_prefix_len)",
-                p.len(),
-                limits.max_filter_prefix_len
-            ),
-        });
-    }
-    for p in &f.context_prefixes {
-        if !valid_context_id(p) {
-            return Err(Error::invalid(
-                "filter.context_prefixes",
-                format!("{p:?} is not a context id (root, root.agent.1, …)"),
-            ));
-        }
-    }
-    let mut kinds = std::collections::HashSet::new();
-    for k in &f.kinds {
-        match pb::EventKind::try_from(*k) {
-            Ok(pb::EventKind::Unspecified) => {}
-            Ok(kind) => {
-                kinds.insert(kind as i32);
-            }
-            Err(_) => {
-                return Err(Error::invalid(
-                    "filter.kinds",
-                    format!("{k} is not an EventKind"),
-                ));
-            }
-        }
-    }
-    Ok(Filter {
-        max_depth: f.max_depth,
-        prefixes: f.context_prefixes,
-        kinds,
-    })
-}
-
-fn approval_mode(v: i32) -> Result<pb::ApprovalMode> {
-    pb::ApprovalMode::try_from(v)
-        .map_err(|_| Error::invalid("approval_mode", format!("{v} is not an ApprovalMode")))
-}
-
-fn history(messages: Vec<pb::Message>) -> Result<Vec<ChatMessage>> {
-    messages
-        .into_iter()
-        .enumerate()
-        .map(|(i, m)| {
-            let role = match pb::Role::try_from(m.role) {
-                Ok(pb::Role::System) => Role::System,
-                Ok(pb::Role::User) => Role::User,
-                Ok(pb::Role::Assistant) => Role::Assistant,
-                Ok(pb::Role::Tool) => Role::Tool,
-                _ => {
-                    return Err(Error::invalid(
-                        "history",
-                        format!("message {i} has no valid role"),
-                    ));
-                }
-            };
-            let tool_calls = m
-                .tool_calls
-                .into_iter()
-                .map(|c| {
-                    let arguments = serde_json::from_str(&c.arguments_json).map_err(|e| {
-                        Error::invalid(
-                            "history",
-                            format!("message {i}: arguments of {} are not JSON: {e}", c.call_id),
-                        )
-                    })?;
-                    Ok(ToolCallRequest {
-                        id: c.call_id,
-                        name: c.tool,
-                        arguments,
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
-            Ok(ChatMessage {
-                role,
-                content: m.content,
-                tool_calls,
-                tool_call_id: (!m.tool_call_id.is_empty()).then_some(m.tool_call_id),
-            })
-        })
-        .collect()
 }
 
 type EventStream = ReceiverStream<std::result::Result<pb::RunEvent, Status>>;
@@ -912,7 +503,7 @@ impl Orchestrator for OrchestratorService {
         if r.run_id.is_empty() {
             return Err(Error::invalid("run_id", "must not be empty").into());
         }
-        let filter = filter(r.filter.clone(), &self.defaults)?;
+        let filter = convert::filter(r.filter.clone(), &self.defaults)?;
         let located = self
             .locate(&md, &ext, &r.run_id, &r, |mut c, req| async move {
                 c.watch_run(req).await
@@ -943,56 +534,15 @@ impl Orchestrator for OrchestratorService {
             }
             LogRead::Events(..) => {}
         }
-        let watching = Watching::new(&run, self.defaults.max_watchers_per_run)?;
-        let (tx, rx) = mpsc::channel(events::CLIENT_BUFFER);
-        let shutdown = self.shutdown.clone();
-        self.tasks.spawn(async move {
-            let _watching = watching;
-            let mut cursor = r.after_seq;
-            loop {
-                let next = run.next_logged();
-                let (batch, ended) = match run.events_after(cursor, WATCH_BATCH) {
-                    LogRead::Events(batch, ended) => (batch, ended),
-                    LogRead::Expired => return,
-                    LogRead::Gone(oldest) => {
-                        let status = Status::aborted(format!(
-                            "the watcher fell behind: events after {cursor} are gone (oldest kept: {oldest})"
-                        ));
-                        let _ = tx.send(Err(status)).await;
-                        return;
-                    }
-                };
-                let full = batch.len() == WATCH_BATCH;
-                for event in batch {
-                    cursor = event.seq;
-                    let terminal = event.payload.as_ref().is_some_and(events::is_terminal);
-                    let passes = event.payload.as_ref().is_some_and(|p| {
-                        filter.passes_at(&event.context_id, event.depth, p)
-                    });
-                    if passes && tx.send(Ok(event)).await.is_err() {
-                        return;
-                    }
-                    if terminal {
-                        return;
-                    }
-                }
-                if ended {
-                    return;
-                }
-                if full {
-                    continue;
-                }
-                tokio::select! {
-                    _ = next => {}
-                    _ = tx.closed() => return,
-                    _ = shutdown.cancelled() => {
-                        let _ = tx.send(Err(Error::ShuttingDown.into())).await;
-                        return;
-                    }
-                }
-            }
-        });
-        Ok(Response::new(ReceiverStream::new(rx)))
+        let stream = watch::stream(
+            run,
+            r.after_seq,
+            filter,
+            self.defaults.max_watchers_per_run,
+            &self.shutdown,
+            &self.tasks,
+        )?;
+        Ok(Response::new(stream))
     }
 
     async fn get_run(
@@ -1055,34 +605,5 @@ impl Orchestrator for OrchestratorService {
             })
             .collect();
         Ok(Response::new(pb::ListAgentsResponse { agents, groups }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn context_ids_and_run_contexts() {
-        assert!(valid_context_id("root"));
-        assert!(valid_context_id("root.researcher.1"));
-        assert!(!valid_context_id("root."));
-        assert!(!valid_context_id("Root"));
-        assert!(!valid_context_id("root.a b"));
-        assert!(!valid_context_id(""));
-        assert!(run_context("").expect("empty").is_empty());
-        assert_eq!(run_context(r#"{"a":1}"#).expect("object").len(), 1);
-        assert!(
-            run_context("[1]")
-                .expect_err("array")
-                .to_string()
-                .contains("an array")
-        );
-        assert!(
-            run_context("{")
-                .expect_err("bad")
-                .to_string()
-                .starts_with("run_context_json")
-        );
     }
 }

@@ -1,0 +1,118 @@
+//! The WatchRun producer: a run's logged events after a seq, then live ones
+//! until the terminal event, filtered on the server. Watchers share the
+//! run's one log and read it a batch at a time; how many may watch one run
+//! is bounded.
+
+use std::sync::Arc;
+
+use baton_proto::v1 as pb;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tonic::Status;
+
+use crate::{
+    error::{Error, Result},
+    runtime::{
+        events::{self, Filter},
+        registry::{LogRead, RunRecord},
+    },
+};
+
+/// The stream of a run's events after `after_seq` (see the module docs);
+/// `RESOURCE_EXHAUSTED` when the run has `max_watchers` watchers already.
+pub(super) fn stream(
+    run: Arc<RunRecord>,
+    after_seq: u64,
+    filter: Filter,
+    max_watchers: usize,
+    shutdown: &CancellationToken,
+    tasks: &TaskTracker,
+) -> Result<ReceiverStream<std::result::Result<pb::RunEvent, Status>>> {
+    let watching = Watching::new(&run, max_watchers)?;
+    let (tx, rx) = mpsc::channel(events::CLIENT_BUFFER);
+    let shutdown = shutdown.clone();
+    tasks.spawn(async move {
+            let _watching = watching;
+            let mut cursor = after_seq;
+            loop {
+                let next = run.next_logged();
+                let (batch, ended) = match run.events_after(cursor, WATCH_BATCH) {
+                    LogRead::Events(batch, ended) => (batch, ended),
+                    LogRead::Expired => return,
+                    LogRead::Gone(oldest) => {
+                        let status = Status::aborted(format!(
+                            "the watcher fell behind: events after {cursor} are gone (oldest kept: {oldest})"
+                        ));
+                        let _ = tx.send(Err(status)).await;
+                        return;
+                    }
+                };
+                let full = batch.len() == WATCH_BATCH;
+                for event in batch {
+                    cursor = event.seq;
+                    let terminal = event.payload.as_ref().is_some_and(events::is_terminal);
+                    let passes = event.payload.as_ref().is_some_and(|p| {
+                        filter.passes_at(&event.context_id, event.depth, p)
+                    });
+                    if passes && tx.send(Ok(event)).await.is_err() {
+                        return;
+                    }
+                    if terminal {
+                        return;
+                    }
+                }
+                if ended {
+                    return;
+                }
+                if full {
+                    continue;
+                }
+                tokio::select! {
+                    _ = next => {}
+                    _ = tx.closed() => return,
+                    _ = shutdown.cancelled() => {
+                        let _ = tx.send(Err(Error::ShuttingDown.into())).await;
+                        return;
+                    }
+                }
+            }
+        });
+    Ok(ReceiverStream::new(rx))
+}
+
+/// Events a watcher takes from its run's log at a time: watchers share the
+/// log and hold at most this many (plus the stream's buffer) each.
+const WATCH_BATCH: usize = 128;
+
+/// One open WatchRun stream of a run, counted until dropped.
+struct Watching(Arc<RunRecord>);
+
+impl Watching {
+    /// Counts a watcher of `run` unless it has `max` already.
+    fn new(run: &Arc<RunRecord>, max: usize) -> Result<Self> {
+        let open = run
+            .watchers
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if open >= max {
+            run.watchers
+                .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            return Err(Error::Exhausted {
+                field: "run_id".into(),
+                message: format!(
+                    "run {} already has {open} open WatchRun streams on this replica, the limit (runs.max_watchers_per_run)",
+                    run.run_id
+                ),
+            });
+        }
+        Ok(Self(run.clone()))
+    }
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        self.0
+            .watchers
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
