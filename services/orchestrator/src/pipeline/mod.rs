@@ -9,6 +9,7 @@
 
 mod file;
 mod run;
+pub mod schedule;
 
 use std::{
     collections::{BTreeSet, HashMap},

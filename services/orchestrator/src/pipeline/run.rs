@@ -38,7 +38,7 @@
 //! written) are deleted unless the request keeps them.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, VecDeque},
+    collections::{BTreeMap, BTreeSet},
     pin::Pin,
     sync::Arc,
     time::Instant,
@@ -49,22 +49,16 @@ use baton_proto::v1::{self as pb, run_event::Payload};
 use futures::{StreamExt, stream::FuturesUnordered};
 use tonic::Code;
 
-use super::{Plan, Policy, Step};
+use super::{
+    Plan, Policy, Step,
+    schedule::{self, Scheduler, Skip, Status},
+};
 use opentelemetry::{KeyValue, context::FutureExt as _, trace::TraceContextExt as _};
 use tracing::Instrument as _;
 
 use crate::runtime::{
     CallFrame, FinalScope, RuntimeConfig, check_target, events::ContextInfo, run_frame,
 };
-
-#[derive(Debug, Clone, PartialEq)]
-enum State {
-    Pending,
-    Running,
-    Succeeded(String),
-    Failed,
-    Skipped,
-}
 
 fn no_agent() -> Arc<str> {
     Arc::from("")
@@ -297,21 +291,15 @@ fn abort<'a>(
     rt: &'a RuntimeConfig,
     plan: &'a Plan,
     contexts: &[Arc<ContextInfo>],
-    state: &mut [State],
+    schedule: &mut Scheduler,
     running: &mut FuturesUnordered<StepFuture<'_>>,
     notices: &mut FuturesUnordered<Notice<'a>>,
     why: &str,
 ) {
     *running = FuturesUnordered::new();
-    for (was, what) in [
-        (State::Running, "cancelled"),
-        (State::Pending, "not started"),
-    ] {
-        for j in 0..state.len() {
-            if state[j] != was {
-                continue;
-            }
-            state[j] = State::Skipped;
+    let (cancelled, not_started) = schedule.abort();
+    for (steps, what) in [(cancelled, "cancelled"), (not_started, "not started")] {
+        for j in steps {
             let reason = format!("{what}: {why}");
             let (ctx, step) = (contexts[j].clone(), &plan.steps[j]);
             notices.push(Box::pin(async move { skip(rt, &ctx, step, reason).await }));
@@ -360,7 +348,9 @@ async fn execute(
         .collect();
     // Every step's span ends when its step ends, at the latest here.
     let _ends: Vec<_> = contexts.iter().map(|c| c.end_on_drop()).collect();
-    let mut state = vec![State::Pending; n];
+    let mut schedule = Scheduler::new(&plan.steps);
+    // Each succeeded step's output.
+    let mut outputs: Vec<Option<String>> = vec![None; n];
     let mut running: FuturesUnordered<StepFuture<'_>> = FuturesUnordered::new();
     let mut writes: FuturesUnordered<WriteFuture<'_>> = FuturesUnordered::new();
     // Events this loop has to send while steps run. They are polled with
@@ -370,80 +360,23 @@ async fn execute(
     let mut notices: FuturesUnordered<Notice<'_>> = FuturesUnordered::new();
     let mut write_failure: Option<(Code, String)> = None;
     let mut aborted = false;
-    // Scheduling by in-degree: a step is ready when every dependency
-    // succeeded and (sequential mode) the step before it ended, whichever
-    // way. It is skipped when a dependency did not succeed: at once in DAG
-    // mode, at its turn in sequential mode. Each edge is looked at once.
-    let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut follower: Vec<Option<usize>> = vec![None; n];
-    // Dependencies not yet succeeded, plus the predecessor not yet ended.
-    let mut waiting: Vec<usize> = vec![0; n];
-    // A dependency that did not succeed.
-    let mut blocked: Vec<Option<usize>> = vec![None; n];
-    for (i, s) in plan.steps.iter().enumerate() {
-        waiting[i] = s.deps.len() + usize::from(s.after.is_some());
-        for &d in &s.deps {
-            dependents[d].push(i);
-        }
-        if let Some(a) = s.after {
-            follower[a] = Some(i);
-        }
-    }
-    // Ready steps start in list order.
-    let mut ready: BTreeSet<usize> = (0..n).filter(|&i| waiting[i] == 0).collect();
-    // Steps that ended (any way) whose dependents and follower are not yet
-    // told.
-    let mut ended: VecDeque<usize> = VecDeque::new();
+    // Steps the scheduler skipped since the loop last looked.
+    let mut skips: Vec<Skip> = Vec::new();
     loop {
-        // Tell what ended: skip what can no longer run, ready what can.
-        while let Some(i) = ended.pop_front() {
-            let ok = matches!(state[i], State::Succeeded(_));
-            let mut woken: Vec<usize> = Vec::new();
-            for &j in &dependents[i] {
-                if ok {
-                    waiting[j] -= 1;
-                } else {
-                    blocked[j].get_or_insert(i);
-                }
-                woken.push(j);
-            }
-            if let Some(j) = follower[i] {
-                waiting[j] -= 1;
-                woken.push(j);
-            }
-            for j in woken {
-                if state[j] != State::Pending {
-                    continue;
-                }
-                let turn_came = plan.steps[j].after.is_none_or(|a| {
-                    matches!(
-                        state[a],
-                        State::Succeeded(_) | State::Failed | State::Skipped
-                    )
-                });
-                match blocked[j] {
-                    Some(d) if turn_came => {
-                        state[j] = State::Skipped;
-                        let reason =
-                            format!("needs step {:?}, which did not succeed", plan.steps[d].id);
-                        // Not awaited here: while steps run, this loop must
-                        // not wait on the event channel (see `notices`).
-                        let (ctx, step) = (contexts[j].clone(), &plan.steps[j]);
-                        notices.push(Box::pin(async move { skip(rt, &ctx, step, reason).await }));
-                        ended.push_back(j);
-                    }
-                    None if waiting[j] == 0 => {
-                        ready.insert(j);
-                    }
-                    _ => {}
-                }
-            }
+        for Skip { step: j, because } in skips.drain(..) {
+            let reason = format!(
+                "needs step {:?}, which did not succeed",
+                plan.steps[because].id
+            );
+            let (ctx, step) = (contexts[j].clone(), &plan.steps[j]);
+            notices.push(Box::pin(async move { skip(rt, &ctx, step, reason).await }));
         }
         if !aborted {
             while running.len() < plan.concurrency {
-                let Some(i) = ready.pop_first() else { break };
-                if state[i] == State::Pending {
-                    state[i] = State::Running;
+                let Some(i) = schedule.start_next() else {
+                    break;
+                };
+                {
                     let ctx = contexts[i].clone();
                     let step = &plan.steps[i];
                     // What the step's predecessors wrote, handed over
@@ -451,8 +384,8 @@ async fn execute(
                     let known: BTreeMap<String, String> = step
                         .deps
                         .iter()
-                        .filter_map(|&d| match (&plan.steps[d].output_to, &state[d]) {
-                            (Some(key), State::Succeeded(out)) => Some((key.clone(), out.clone())),
+                        .filter_map(|&d| match (&plan.steps[d].output_to, &outputs[d]) {
+                            (Some(key), Some(out)) => Some((key.clone(), out.clone())),
                             _ => None,
                         })
                         .collect();
@@ -501,24 +434,26 @@ async fn execute(
                         .with_context(otel),
                     ));
                 }
-                state[i] = State::Succeeded(output);
-                ended.push_back(i);
+                outputs[i] = Some(output);
+                skips = schedule.succeeded(i);
             }
             Next::Step((i, Err(_))) => {
-                state[i] = State::Failed;
-                ended.push_back(i);
                 if plan.policy == Policy::Fail && plan.steps[i].required && !aborted {
+                    // Everything else ends now, its dependents included.
+                    schedule.failed_alone(i);
                     aborted = true;
                     let why = format!("required step {:?} failed", plan.steps[i].id);
                     abort(
                         rt,
                         plan,
                         &contexts,
-                        &mut state,
+                        &mut schedule,
                         &mut running,
                         &mut notices,
                         &why,
                     );
+                } else {
+                    skips = schedule.failed(i);
                 }
             }
             Next::Written((i, result)) => {
@@ -539,7 +474,7 @@ async fn execute(
                                 rt,
                                 plan,
                                 &contexts,
-                                &mut state,
+                                &mut schedule,
                                 &mut running,
                                 &mut notices,
                                 &why,
@@ -555,49 +490,27 @@ async fn execute(
         return Err(failure);
     }
 
-    let ids = |pred: &dyn Fn(&State) -> bool| -> Vec<String> {
+    let status = schedule.statuses();
+    let ids = |want: Status| -> Vec<String> {
         plan.steps
             .iter()
-            .zip(&state)
-            .filter(|(_, s)| pred(s))
+            .zip(status)
+            .filter(|(_, s)| **s == want)
             .map(|(st, _)| st.id.clone())
             .collect()
     };
-    let succeeded = ids(&|s| matches!(s, State::Succeeded(_)));
-    let failed = ids(&|s| *s == State::Failed);
-    let skipped = ids(&|s| *s == State::Skipped);
+    let succeeded = ids(Status::Succeeded);
+    let failed = ids(Status::Failed);
+    let skipped = ids(Status::Skipped);
     let outputs: BTreeMap<String, String> = plan
         .steps
         .iter()
-        .zip(&state)
-        .filter_map(|(st, s)| match s {
-            State::Succeeded(o) => Some((st.id.clone(), o.clone())),
-            _ => None,
-        })
+        .zip(&outputs)
+        .filter_map(|(st, o)| o.as_ref().map(|o| (st.id.clone(), o.clone())))
         .collect();
-    // Dependents skipped because a non-required step failed do not count:
-    // such a failure never fails the run.
-    let required_failed = plan
-        .steps
-        .iter()
-        .zip(&state)
-        .any(|(st, s)| st.required && *s == State::Failed);
-    let success = match plan.policy {
-        Policy::BestEffort => !succeeded.is_empty(),
-        Policy::Fail | Policy::Continue => !required_failed,
-    };
-    // The run's output: the last succeeded sink (a step nothing depends on),
-    // else the last succeeded step, in list order.
-    let is_sink = |i: usize| plan.steps.iter().all(|st| !st.deps.contains(&i));
-    let succeeded_output = |i: usize| match &state[i] {
-        State::Succeeded(o) => Some(o.clone()),
-        _ => None,
-    };
-    let last_output = (0..n)
-        .rev()
-        .filter(|&i| is_sink(i))
-        .find_map(succeeded_output)
-        .or_else(|| (0..n).rev().find_map(succeeded_output));
+    let success = schedule::success(plan.policy, &plan.steps, status);
+    let last_output = schedule::output_step(&plan.steps, status)
+        .and_then(|i| outputs.get(&plan.steps[i].id).cloned());
     let completed = Payload::PipelineCompleted(pb::PipelineCompleted {
         success,
         succeeded: succeeded.clone(),
