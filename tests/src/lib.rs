@@ -21,6 +21,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+pub mod events;
 pub mod fuzz;
 pub mod openai;
 pub mod otlp;
@@ -493,7 +494,6 @@ pub async fn wait_for(
     seen: &mut Vec<baton_client::pb::RunEvent>,
     want: impl Fn(&baton_client::pb::RunEvent) -> bool,
 ) -> baton_client::pb::RunEvent {
-    use baton_client::pb::run_event::Payload;
     use futures::StreamExt;
     loop {
         let e = tokio::time::timeout(Duration::from_secs(10), stream.next())
@@ -506,10 +506,7 @@ pub async fn wait_for(
             return e;
         }
         assert!(
-            !matches!(
-                e.payload,
-                Some(Payload::RunCompleted(_) | Payload::RunFailed(_) | Payload::RunCancelled(_))
-            ),
+            !events::is_terminal(&e),
             "the run ended before the awaited event: {e:?}"
         );
     }

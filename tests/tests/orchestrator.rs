@@ -9,7 +9,11 @@ use std::{
 };
 
 use baton_client::{OrchestratorClient, pb, pb::run_event::Payload};
-use baton_e2e::{EXAMPLE_AGENTS, OrchestratorServer, agent_request, wait_for};
+use baton_e2e::{
+    EXAMPLE_AGENTS, OrchestratorServer, agent_request,
+    events::{self, kind},
+    wait_for,
+};
 use futures::StreamExt;
 use tonic::Code;
 
@@ -31,66 +35,12 @@ async fn example() -> (OrchestratorServer, OrchestratorClient) {
     (server, client)
 }
 
-fn kind(e: &pb::RunEvent) -> &'static str {
-    match e.payload.as_ref().expect("payload") {
-        Payload::RunStarted(_) => "RunStarted",
-        Payload::RunCompleted(_) => "RunCompleted",
-        Payload::RunFailed(_) => "RunFailed",
-        Payload::RunCancelled(_) => "RunCancelled",
-        Payload::AgentStarted(_) => "AgentStarted",
-        Payload::TextDelta(_) => "TextDelta",
-        Payload::MessageCompleted(_) => "MessageCompleted",
-        Payload::AgentCompleted(_) => "AgentCompleted",
-        Payload::Handoff(_) => "Handoff",
-        Payload::ToolCallStarted(_) => "ToolCallStarted",
-        Payload::ToolProgress(_) => "ToolProgress",
-        Payload::ToolOptions(_) => "ToolOptions",
-        Payload::ToolCallCompleted(_) => "ToolCallCompleted",
-        Payload::ToolBatchCompleted(_) => "ToolBatchCompleted",
-        Payload::ApprovalRequested(_) => "ApprovalRequested",
-        Payload::ApprovalResolved(_) => "ApprovalResolved",
-        Payload::InputRequested(_) => "InputRequested",
-        Payload::InputReceived(_) => "InputReceived",
-        Payload::ContextWritten(_) => "ContextWritten",
-        _ => "Pipeline",
-    }
-}
-
-fn is_terminal(e: &pb::RunEvent) -> bool {
-    matches!(
-        e.payload,
-        Some(Payload::RunCompleted(_) | Payload::RunFailed(_) | Payload::RunCancelled(_))
-    )
-}
-
-/// Checks the stream rules every run must keep.
+/// Checks the rules every run keeps ([`events::check_stream_rules`]) and
+/// those of agent contexts (depth and parent from the id, the agent's
+/// start first and its completion last).
 fn check_stream_rules(events: &[pb::RunEvent]) {
-    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
-    assert_eq!(
-        seqs,
-        (1..=events.len() as u64).collect::<Vec<_>>(),
-        "gap-free seq from 1"
-    );
-    assert_eq!(
-        events.iter().filter(|e| is_terminal(e)).count(),
-        1,
-        "exactly one terminal event"
-    );
-    assert!(
-        is_terminal(events.last().expect("events")),
-        "the terminal event is last"
-    );
-    let run_id = &events[0].run_id;
-    let trace_id = &events[0].trace_id;
-    assert_eq!(trace_id.len(), 32);
-    let mut spans: HashMap<&str, &str> = HashMap::new();
+    events::check_stream_rules(events);
     for e in events {
-        assert_eq!((&e.run_id, &e.trace_id), (run_id, trace_id));
-        assert_eq!(e.span_id.len(), 16);
-        let span = spans
-            .entry(e.context_id.as_str())
-            .or_insert(e.span_id.as_str());
-        assert_eq!(*span, e.span_id, "one span per context");
         let depth = e.context_id.matches('.').count() as u32 / 2;
         assert_eq!(e.depth, depth, "{} is at depth {depth}", e.context_id);
         let parent = e.context_id.rsplitn(3, '.').nth(2).unwrap_or("");

@@ -10,7 +10,10 @@ use baton_context_store::{
     config::Backend,
     store::{ContextStore, redis::RedisStore},
 };
-use baton_e2e::{OrchestratorServer, RedisServer, StoreServer};
+use baton_e2e::{
+    OrchestratorServer, RedisServer, StoreServer,
+    events::{check_stream_rules, terminal},
+};
 use baton_orchestrator::remote_store::RemoteStore;
 use futures::StreamExt;
 use tonic::Code;
@@ -154,30 +157,10 @@ fn ids(names: &[&str]) -> Vec<String> {
     names.iter().map(|n| (*n).to_owned()).collect()
 }
 
-fn terminal(events: &[pb::RunEvent]) -> &Payload {
-    events
-        .last()
-        .and_then(|e| e.payload.as_ref())
-        .expect("terminal")
-}
-
+/// The rules of every run's stream, and a step's context: `{pipeline's
+/// context}.{step_id}`.
 fn check_rules(events: &[pb::RunEvent]) {
-    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
-    assert_eq!(
-        seqs,
-        (1..=events.len() as u64).collect::<Vec<_>>(),
-        "gap-free seq"
-    );
-    let terminals = events
-        .iter()
-        .filter(|e| {
-            matches!(
-                e.payload,
-                Some(Payload::RunCompleted(_) | Payload::RunFailed(_) | Payload::RunCancelled(_))
-            )
-        })
-        .count();
-    assert_eq!(terminals, 1);
+    check_stream_rules(events);
     for e in events {
         // A step runs in `{pipeline's context}.{step_id}`: root.{id} at
         // depth 1 for RunPipeline, deeper when an agent started it.
