@@ -1,19 +1,25 @@
-//! Baton's orchestrator: runs agents (and, next, pipelines) and streams
-//! their events, each tagged with its place in the tree of nested contexts.
+//! Baton's orchestrator: runs agents and pipelines and streams their
+//! events, each tagged with its place in the tree of nested contexts.
 //!
 //! - [`agents`]: the agent catalog, loaded from YAML and validated at start.
-//! - [`model`]: model providers (`scripted` today).
+//! - [`model`]: model providers (`scripted`, `openai`).
 //! - [`runtime`]: `RuntimeConfig` (what a run shares) and `CallFrame` (what a
 //!   branch owns), the tool-call loop, the event sequencer and run registry.
-//! - [`pipeline`]: RunPipeline's validation and TaskGraph executor.
-//! - [`tools`]: the tool interface and the built-in tools.
-//! - [`grpc`]: the `baton.v1.Orchestrator` service; requests are validated
-//!   there and errors mapped once ([`error`]).
+//! - [`pipeline`]: RunPipeline's validation (`Plan`), the pure scheduler
+//!   (`schedule`), the executor and the file form.
+//! - [`tools`]: the tool interface, the built-in tools and their names
+//!   (`tools::names`, the one list), remote ToolHost tools.
+//! - [`grpc`]: the `baton.v1.Orchestrator` service: requests validated and
+//!   converted once (`grpc::convert`), the WatchRun producer
+//!   (`grpc::watch`), errors mapped once ([`error`]).
+//! - [`peers`]: run-scoped calls of runs on another replica; [`auth`]: API
+//!   keys and tenants.
 //! - [`remote_store`]: the context store over gRPC behind the store trait.
 //! - [`config`]: the service config.
 //!
 //! Readiness: grpc.health.v1 reports `SERVING` (for `""` and
-//! `baton.v1.Orchestrator`) while the context store answers, and
+//! `baton.v1.Orchestrator`) while the context store's own health says
+//! `SERVING` (it reads no slot, so nothing a client writes changes it), and
 //! `NOT_SERVING` once shutdown begins; running streams then end with
 //! `RunCancelled` ("server shutting down").
 
