@@ -1,8 +1,8 @@
 //! The `baton.v1.Orchestrator` gRPC service: a thin edge. Each handler
-//! validates and converts its request once ([`convert`]), then launches or
+//! validates and converts its request once (`convert`), then launches or
 //! looks up a run; errors map to `Status` in one place (`crate::error`).
 //! Run-scoped calls of runs on another replica are asked of the peers
-//! ([`crate::peers`]); [`watch`] is the WatchRun producer.
+//! ([`crate::peers`]); `watch` is the WatchRun producer.
 
 mod convert;
 mod watch;
