@@ -4,7 +4,7 @@
 //!
 //! [`Plan::validate`] checks the whole spec before anything runs and turns it
 //! into a graph: every problem is `INVALID_ARGUMENT` naming the field
-//! (`pipeline.steps[2].agent`, …). [`run`] executes a plan (see its docs for
+//! (`pipeline.steps[2].agent`, …). `run` executes a plan (see its docs for
 //! the failure policies).
 
 mod file;

@@ -1,7 +1,7 @@
 //! The pure part of executing a [`Plan`](super::Plan): which step starts
 //! next, which are skipped when a step fails, how the pipeline ends and
 //! which output is the run's. No I/O, no clock: the executor
-//! ([`super::run`]) calls it as steps end, and its unit tests below pin the
+//! (`super::run`) calls it as steps end, and its unit tests below pin the
 //! semantics of every mode and policy.
 //!
 //! A step is ready when every dependency succeeded and (sequential mode) the
