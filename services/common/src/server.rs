@@ -340,7 +340,8 @@ where
     }
 }
 
-/// A response body whose trailers get [`rewrite_status`].
+/// A response body whose trailers get their status rewritten, as the
+/// headers are ([`StatusLayer`]).
 pub struct StatusBody<B> {
     inner: B,
     path: String,
