@@ -484,8 +484,23 @@ async fn request_sizes_filters_and_watchers_are_bounded() {
         });
         r
     };
-    let prefix = |len: usize| format!("root{}", ".a".repeat((len - 4) / 2));
-    assert_eq!(prefix(1024).len(), 1024);
+    // A context id of exactly `len` characters: root, then segments of at
+    // most 64 characters.
+    let prefix = |len: usize| {
+        let mut p = String::from("root");
+        while p.len() < len {
+            let room = len - p.len() - 1;
+            let seg = if room > 64 && room - 64 < 2 {
+                62
+            } else {
+                room.min(64)
+            };
+            p.push('.');
+            p.push_str(&"a".repeat(seg));
+        }
+        p
+    };
+    assert_eq!((prefix(1024).len(), prefix(1025).len()), (1024, 1025));
     let ok = [
         filtered(vec!["root".into(); 64], vec![]),
         filtered(vec![], vec![pb::EventKind::TextDelta as i32; 64]),
