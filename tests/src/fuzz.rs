@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 
 use baton_context_store::store::{ContextStore, Limits, memory::MemoryStore};
 use baton_orchestrator::{
-    agents::Catalog, config::RunDefaults, grpc::OrchestratorService, pipeline::PipelineFile,
+    catalog::Catalog, config::RunDefaults, grpc::OrchestratorService, pipeline::PipelineFile,
 };
 use baton_proto::v1 as pb;
 use prost::Message;

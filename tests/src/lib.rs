@@ -401,7 +401,7 @@ impl OrchestratorServer {
         configure(&mut config);
         config.validate().map_err(|e| anyhow::anyhow!(e))?;
         let catalog = std::sync::Arc::new(
-            baton_orchestrator::agents::Catalog::from_yaml(agents_yaml)
+            baton_orchestrator::catalog::Catalog::from_yaml(agents_yaml)
                 .map_err(|e| anyhow::anyhow!(e))?,
         );
         // The config's telemetry only: tests never export because the

@@ -1,7 +1,9 @@
 //! Baton's orchestrator: runs agents and pipelines and streams their
 //! events, each tagged with its place in the tree of nested contexts.
 //!
-//! - [`agents`]: the agent catalog, loaded from YAML and validated at start.
+//! - [`catalog`]: the agents file (agents, groups, scripts, tool servers),
+//!   loaded from YAML and validated at start; `catalog::names` is the leaf of
+//!   names, model references and durations that everyone uses.
 //! - [`model`]: model providers (`scripted`, `openai`).
 //! - [`runtime`]: `RuntimeConfig` (what a run shares) and `CallFrame` (what a
 //!   branch owns), the tool-call loop, the event sequencer and run registry.
@@ -23,8 +25,8 @@
 //! `NOT_SERVING` once shutdown begins; running streams then end with
 //! `RunCancelled` ("server shutting down").
 
-pub mod agents;
 pub mod auth;
+pub mod catalog;
 pub mod config;
 pub mod error;
 pub mod grpc;
@@ -47,7 +49,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tonic::service::Routes;
 
 use crate::{
-    agents::Catalog,
+    catalog::Catalog,
     config::{Config, StoreMode},
     grpc::OrchestratorService,
 };

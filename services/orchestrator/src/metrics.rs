@@ -53,7 +53,7 @@ impl Default for Metrics {
 impl Metrics {
     /// Metrics whose model and tool labels are the catalog's: its default
     /// model, its agents' models, their tools and handoffs.
-    pub fn with_catalog(catalog: &crate::agents::Catalog) -> Self {
+    pub fn with_catalog(catalog: &crate::catalog::Catalog) -> Self {
         let mut m = Self::new();
         m.known_models.insert(catalog.default_model.clone());
         for agent in catalog.agents.values() {

@@ -61,7 +61,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         ),
     };
     let catalog = Arc::new(
-        baton_orchestrator::agents::Catalog::from_yaml(&yaml)
+        baton_orchestrator::catalog::Catalog::from_yaml(&yaml)
             .map_err(|e| anyhow::anyhow!("{source}: {e}"))?,
     );
 

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::OrchestratorService;
 use crate::{
-    agents::{parse_model_ref, valid_name},
+    catalog::names::{parse_model_ref, valid_name},
     config::RunDefaults,
     error::{Error, Result},
     model::{ChatMessage, Role, ToolCallRequest},

@@ -26,8 +26,8 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tonic::{Request, Response, Status, transport::Channel};
 
 use crate::{
-    agents::Catalog,
     auth::tenant_of,
+    catalog::Catalog,
     config::RunDefaults,
     error::{Error, Result},
     metrics::Metrics,

@@ -66,7 +66,7 @@ pub struct ScriptTurn {
 
 fn opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     let s: Option<String> = Option::deserialize(d)?;
-    s.map(|s| crate::agents::parse_delay(&s).map_err(serde::de::Error::custom))
+    s.map(|s| crate::catalog::names::parse_delay(&s).map_err(serde::de::Error::custom))
         .transpose()
 }
 

@@ -25,7 +25,7 @@ pub use run::{run_as_tool, run_pipeline};
 pub const TOOL_NAME: &str = crate::tools::names::RUN_PIPELINE;
 
 use crate::{
-    agents::{Catalog, valid_name},
+    catalog::{Catalog, valid_name},
     error::{Error, Result},
 };
 

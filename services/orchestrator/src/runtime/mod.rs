@@ -42,7 +42,7 @@ use tonic::Code;
 use tracing::Instrument as _;
 
 use crate::{
-    agents::{Agent, ApprovalPolicy, Catalog},
+    catalog::{Agent, ApprovalPolicy, Catalog},
     metrics::Metrics,
     model::{
         ChatMessage, DeltaSink, Model, ModelRequest, ModelTurn, Models, Role, ToolCallRequest,

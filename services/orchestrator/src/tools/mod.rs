@@ -106,7 +106,7 @@ pub struct Toolbox {
 
 impl Toolbox {
     /// The built-ins plus the remote tools the catalog declares.
-    pub fn new(catalog: &crate::agents::Catalog) -> Result<Self, String> {
+    pub fn new(catalog: &crate::catalog::Catalog) -> Result<Self, String> {
         let mut tools: HashMap<String, Arc<dyn Tool>> = builtin::all()
             .into_iter()
             .map(|(n, t)| (n.to_owned(), t))

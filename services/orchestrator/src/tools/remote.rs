@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use tonic::transport::Channel;
 
 use super::{Resume, Tool, ToolCtx, ToolOutcome};
-use crate::agents::ToolServerSpec;
+use crate::catalog::ToolServerSpec;
 
 /// One configured ToolHost server.
 pub struct ToolServer {

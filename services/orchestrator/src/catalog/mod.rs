@@ -2,10 +2,13 @@
 //! agents file (YAML, `deploy/config/agents.yaml` is the commented example)
 //! and validated once at start, so a run never meets a dangling reference.
 
+pub mod names;
+
+pub use names::{parse_model_ref, valid_name};
+
 use std::{
     collections::{BTreeMap, BTreeSet},
     sync::Arc,
-    time::Duration,
 };
 
 use serde::Deserialize;
@@ -134,31 +137,6 @@ pub struct Catalog {
     pub run_policies: Vec<Policy>,
     /// Provider settings.
     pub providers: Providers,
-}
-
-/// Whether `s` is a valid agent, group or step name: `[a-z0-9_-]{1,64}`.
-pub fn valid_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 64
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
-}
-
-/// Whether `s` is a model reference this server can resolve: `provider:model`
-/// with a known provider.
-pub fn parse_model_ref(s: &str) -> Result<(&str, &str), String> {
-    let (provider, model) = s
-        .split_once(':')
-        .ok_or_else(|| format!("{s:?} is not provider:model"))?;
-    if model.is_empty() {
-        return Err(format!("{s:?} names no model"));
-    }
-    match provider {
-        "scripted" | "openai" => Ok((provider, model)),
-        other => Err(format!(
-            "{s:?}: unknown provider {other:?} (known: scripted, openai)"
-        )),
-    }
 }
 
 impl Catalog {
@@ -354,11 +332,6 @@ impl Catalog {
     pub fn is_callable(&self, name: &str) -> bool {
         self.agents.contains_key(name) || self.groups.contains_key(name)
     }
-}
-
-/// How long a scripted turn waits before answering, parsed from `500ms` etc.
-pub(crate) fn parse_delay(s: &str) -> Result<Duration, String> {
-    baton_common::config::duration::parse(s)
 }
 
 #[cfg(test)]
