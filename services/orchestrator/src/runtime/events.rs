@@ -9,142 +9,19 @@
 use std::{collections::HashSet, sync::Arc, time::SystemTime};
 
 use baton_proto::v1::{self as pb, run_event::Payload};
-use opentelemetry::{
-    Context, KeyValue,
-    trace::{Span as _, SpanBuilder, Status as SpanStatus, TraceContextExt, Tracer},
-};
-use opentelemetry_sdk::trace::SdkTracer;
 use tokio::sync::mpsc;
 use tonic::Status;
 
 use super::registry::RunRecord;
+pub use super::{
+    context::{ContextInfo, SpanEnd},
+    log::Logged,
+};
 
 /// Events buffered between a run's frames and its sequencer.
 pub const DRAFT_BUFFER: usize = 256;
 /// Events buffered between the sequencer and the client.
 pub const CLIENT_BUFFER: usize = 256;
-
-/// Where in the tree of contexts something happens. Every context is an
-/// OpenTelemetry span, a child of its parent context's span; events carry
-/// its span id. Whoever creates a context ends its span
-/// ([`ContextInfo::end_on_drop`]).
-#[derive(Debug)]
-pub struct ContextInfo {
-    /// `root`, `root.researcher.1`, …
-    pub id: String,
-    /// The parent's id; empty at the root.
-    pub parent: String,
-    /// 0 at the root.
-    pub depth: u32,
-    /// The context's span id (16 hex).
-    pub span_id: String,
-    /// The context's span, as the OpenTelemetry parent of what runs in it.
-    pub otel: Context,
-}
-
-impl ContextInfo {
-    /// The root context of a run: a span named `name` under the run's span.
-    pub fn root(tracer: &SdkTracer, run: &Context, name: String) -> Arc<Self> {
-        Self::new(tracer, run, "root".into(), String::new(), 0, name)
-    }
-
-    /// A child context `{self}.{segment}`, its span named `name`.
-    pub fn child(&self, tracer: &SdkTracer, segment: &str, name: String) -> Arc<Self> {
-        Self::new(
-            tracer,
-            &self.otel,
-            format!("{}.{segment}", self.id),
-            self.id.clone(),
-            self.depth + 1,
-            name,
-        )
-    }
-
-    fn new(
-        tracer: &SdkTracer,
-        parent_cx: &Context,
-        id: String,
-        parent: String,
-        depth: u32,
-        name: String,
-    ) -> Arc<Self> {
-        let span = tracer.build_with_context(
-            SpanBuilder::from_name(name).with_attributes([
-                KeyValue::new("baton.context.id", id.clone()),
-                KeyValue::new("baton.context.depth", i64::from(depth)),
-            ]),
-            parent_cx,
-        );
-        let span_id = span.span_context().span_id().to_string();
-        Arc::new(Self {
-            id,
-            parent,
-            depth,
-            span_id,
-            otel: parent_cx.with_span(span),
-        })
-    }
-
-    /// Sets an attribute of the context's span.
-    pub fn set_attribute(&self, kv: KeyValue) {
-        self.otel.span().set_attribute(kv);
-    }
-
-    /// Marks the context's span failed.
-    pub fn set_error(&self, message: impl Into<String>) {
-        self.otel
-            .span()
-            .set_status(SpanStatus::error(message.into()));
-    }
-
-    /// Ends the context's span when the guard drops (also when the run is
-    /// cancelled and the future holding it is dropped).
-    pub fn end_on_drop(self: &Arc<Self>) -> SpanEnd {
-        SpanEnd(self.clone())
-    }
-}
-
-/// Ends a context's span when dropped.
-pub struct SpanEnd(Arc<ContextInfo>);
-
-impl Drop for SpanEnd {
-    fn drop(&mut self) {
-        self.0.otel.span().end();
-    }
-}
-
-/// An event as a run's log keeps it: numbered, its envelope shared with
-/// the context.
-pub struct Logged {
-    /// Its seq.
-    pub seq: u64,
-    /// When it happened.
-    pub time: prost_types::Timestamp,
-    /// Where.
-    pub ctx: Arc<ContextInfo>,
-    /// The active agent.
-    pub agent: Arc<str>,
-    /// What.
-    pub payload: Payload,
-}
-
-impl Logged {
-    /// The event as clients get it.
-    pub fn to_event(&self, trace_id: &str, run_id: &str) -> pb::RunEvent {
-        pb::RunEvent {
-            seq: self.seq,
-            trace_id: trace_id.to_owned(),
-            run_id: run_id.to_owned(),
-            context_id: self.ctx.id.clone(),
-            parent_context_id: self.ctx.parent.clone(),
-            depth: self.ctx.depth,
-            agent: self.agent.to_string(),
-            span_id: self.ctx.span_id.clone(),
-            time: Some(self.time),
-            payload: Some(self.payload.clone()),
-        }
-    }
-}
 
 /// An event before the sequencer numbers it.
 pub struct Draft {
@@ -294,7 +171,7 @@ mod tests {
             parent: String::new(),
             depth: 1,
             span_id: String::new(),
-            otel: Context::new(),
+            otel: opentelemetry::Context::new(),
         };
         let p = Payload::TextDelta(pb::TextDelta {
             text: String::new(),

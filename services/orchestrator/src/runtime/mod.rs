@@ -13,7 +13,9 @@
 //! Cancelling the run drops that future, which drops every nested agent and
 //! tool call at once; nothing of a run can outlive it.
 
+pub mod context;
 pub mod events;
+pub mod log;
 pub mod policy;
 pub mod registry;
 

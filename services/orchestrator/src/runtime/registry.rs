@@ -15,6 +15,8 @@ use baton_proto::v1::{self as pb, run_event::Payload};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+use super::log::{EventLog, Logged};
+pub use super::log::{LOG_CAPACITY, LOG_RETENTION, LogRead};
 use crate::error::Error;
 
 /// A person's answer to an approval.
@@ -61,96 +63,6 @@ pub struct RunState {
     pub error_message: String,
     /// The last seq emitted.
     pub last_seq: u64,
-}
-
-/// How many of a run's latest events WatchRun can replay.
-pub const LOG_CAPACITY: usize = 10_000;
-
-/// How long a finished run's events stay readable by WatchRun (its record
-/// stays for `GetRun` longer, without them).
-pub const LOG_RETENTION: Duration = Duration::from_secs(60);
-
-/// The run's latest events, for WatchRun.
-#[derive(Default)]
-struct EventLog {
-    events: Chunked,
-    ended: bool,
-    /// The events were dropped (LOG_RETENTION after the end).
-    dropped: bool,
-}
-
-/// Events per chunk of a run's log.
-const LOG_CHUNK: usize = 256;
-
-/// A queue of events in fixed chunks of [`LOG_CHUNK`]: a growing log never
-/// moves what it holds. (A `VecDeque` doubles its buffer, copying the whole
-/// log onto fresh pages each time: a tenth of the pipeline benchmark's
-/// time.) Popping the front only advances a cursor; a chunk is freed when
-/// the cursor leaves it, so at most `LOG_CHUNK - 1` popped events linger.
-#[derive(Default)]
-struct Chunked {
-    chunks: std::collections::VecDeque<Vec<super::events::Logged>>,
-    /// Live events.
-    len: usize,
-    /// Where the live events start in the first chunk.
-    head: usize,
-}
-
-impl Chunked {
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    fn push_back(&mut self, event: super::events::Logged) {
-        if self.chunks.back().is_none_or(|c| c.len() == LOG_CHUNK) {
-            self.chunks.push_back(Vec::with_capacity(LOG_CHUNK));
-        }
-        if let Some(last) = self.chunks.back_mut() {
-            last.push(event);
-            self.len += 1;
-        }
-    }
-
-    fn pop_front(&mut self) {
-        if self.len == 0 {
-            return;
-        }
-        self.len -= 1;
-        self.head += 1;
-        if self.head == LOG_CHUNK || self.len == 0 {
-            self.chunks.pop_front();
-            self.head = 0;
-            if self.len == 0 {
-                self.chunks.clear();
-            }
-        }
-    }
-
-    fn front(&self) -> Option<&super::events::Logged> {
-        (self.len > 0).then(|| &self.chunks[0][self.head])
-    }
-
-    /// The live events from the `skip`-th on.
-    fn iter_from(&self, skip: usize) -> impl Iterator<Item = &super::events::Logged> {
-        let at = self.head + skip;
-        self.chunks
-            .iter()
-            .skip(at / LOG_CHUNK)
-            .enumerate()
-            .flat_map(move |(i, c)| c[if i == 0 { at % LOG_CHUNK } else { 0 }..].iter())
-    }
-}
-
-/// What a watcher reads from the log.
-pub enum LogRead {
-    /// Events after the cursor (maybe none yet, at most the batch asked
-    /// for), and whether the run ended with nothing logged after them.
-    Events(Vec<pb::RunEvent>, bool),
-    /// Events after the cursor were dropped from the log already; the
-    /// oldest kept has this seq.
-    Gone(u64),
-    /// The run ended more than LOG_RETENTION ago; its events are gone.
-    Expired,
 }
 
 /// One run.
@@ -248,7 +160,7 @@ impl RunRecord {
 
     /// Keeps an event (unfiltered) for WatchRun; the oldest go beyond
     /// [`LOG_CAPACITY`].
-    pub(crate) fn log_event(&self, event: super::events::Logged, terminal: bool) {
+    pub(crate) fn log_event(&self, event: Logged, terminal: bool) {
         {
             let mut log = lock(&self.log);
             if log.events.len() == LOG_CAPACITY {
@@ -577,69 +489,13 @@ impl Runs {
 }
 
 #[cfg(test)]
-mod chunked_tests {
-    use super::{Chunked, LOG_CHUNK};
-    use crate::runtime::events::Logged;
-    use baton_proto::v1::{self as pb, run_event::Payload};
-
-    fn ev(seq: u64) -> Logged {
-        Logged {
-            seq,
-            time: Default::default(),
-            ctx: std::sync::Arc::new(crate::runtime::events::ContextInfo {
-                id: "root".into(),
-                parent: String::new(),
-                depth: 0,
-                span_id: "0000000000000001".into(),
-                otel: opentelemetry::Context::new(),
-            }),
-            agent: std::sync::Arc::from(""),
-            payload: Payload::RunStarted(pb::RunStarted::default()),
-        }
-    }
-
-    #[test]
-    fn a_chunked_queue_is_a_queue() {
-        let mut q = Chunked::default();
-        let mut model = std::collections::VecDeque::new();
-        let mut next = 1;
-        // Push past several chunks, pop across chunk borders, drain, refill.
-        for round in 0..3 {
-            for _ in 0..(LOG_CHUNK * 2 + 17) {
-                q.push_back(ev(next));
-                model.push_back(next);
-                next += 1;
-            }
-            for _ in 0..(LOG_CHUNK + 5 + round * 100) {
-                q.pop_front();
-                model.pop_front();
-            }
-            assert_eq!(q.len(), model.len());
-            assert_eq!(q.front().map(|e| e.seq), model.front().copied());
-            for skip in [0, 1, LOG_CHUNK - 1, LOG_CHUNK, model.len() - 1, model.len()] {
-                let got: Vec<u64> = q.iter_from(skip).map(|e| e.seq).collect();
-                let want: Vec<u64> = model.iter().skip(skip).copied().collect();
-                assert_eq!(got, want, "round {round}, skip {skip}");
-            }
-        }
-        while q.len() > 0 {
-            q.pop_front();
-            model.pop_front();
-        }
-        assert!(q.front().is_none() && q.chunks.is_empty() && model.is_empty());
-        q.push_back(ev(7));
-        assert_eq!(q.iter_from(0).map(|e| e.seq).collect::<Vec<_>>(), vec![7]);
-    }
-}
-
-#[cfg(test)]
 mod tests {
     use std::sync::Arc;
 
     use baton_proto::v1::{self as pb, run_event::Payload};
 
     use super::*;
-    use crate::runtime::events::{ContextInfo, Logged};
+    use crate::runtime::{context::ContextInfo, log::Logged};
 
     fn logged(seq: u64, payload: Payload) -> Logged {
         Logged {
