@@ -1,0 +1,321 @@
+//! The calls of one turn: planned in the model's order (so child context
+//! ids are deterministic), then run concurrently, each in its `tool` span,
+//! with tool-output policies applied to what they return.
+
+use std::{sync::Arc, time::Instant};
+
+use baton_proto::v1::{self as pb, run_event::Payload};
+use opentelemetry::{
+    KeyValue,
+    context::FutureExt as _,
+    trace::{Span as _, SpanBuilder, Status, TraceContextExt, Tracer},
+};
+use serde_json::Value;
+
+use super::events::ContextInfo;
+use super::frame::{CallFrame, CallResult, FrameView, deadline, duration};
+use super::people::{approve, wait_span};
+use super::registry::LiveGuard;
+use super::shared::RuntimeConfig;
+use super::turn::run_frame;
+use crate::{
+    model::ToolCallRequest,
+    pipeline::{self},
+    tools::{Resume, Tool, ToolCtx, ToolOutcome},
+};
+
+/// What one call of a turn is, decided before the calls run so that child
+/// context ids follow the order of the calls in the model's answer.
+pub(super) enum CallPlan {
+    Handoff(String),
+    Agent(Arc<ContextInfo>, String),
+    Pipeline(Arc<ContextInfo>),
+    Tool(Arc<dyn Tool>),
+    Refused(String),
+}
+
+pub(super) fn plan(rt: &RuntimeConfig, frame: &mut CallFrame, call: &ToolCallRequest) -> CallPlan {
+    let name = call.name.as_str();
+    if let Some(target) = name.strip_prefix("transfer_to_") {
+        return if frame.handoffs().any(|h| h == target) {
+            CallPlan::Handoff(target.to_owned())
+        } else {
+            CallPlan::Refused(format!(
+                "{} cannot hand off to {target:?}",
+                frame.agent.name
+            ))
+        };
+    }
+    if !frame.agent.spec.tools.iter().any(|t| t == name) {
+        return CallPlan::Refused(format!("{} has no tool {name:?}", frame.agent.name));
+    }
+    if name == pipeline::TOOL_NAME {
+        // The pipeline gets a child context; its steps run one level below.
+        let n = frame.children.entry(name.to_owned()).or_insert(0);
+        *n += 1;
+        let segment = format!("{name}.{n}");
+        let steps_depth = frame.ctx.depth + 2;
+        if steps_depth > rt.limits.max_depth {
+            return CallPlan::Refused(format!(
+                "cannot run a pipeline in context {}.{segment}: its steps would be at depth {steps_depth}, over max_depth {}",
+                frame.ctx.id, rt.limits.max_depth
+            ));
+        }
+        return CallPlan::Pipeline(frame.ctx.child(&rt.tracer, &segment, "pipeline".into()));
+    }
+    if let Some(tool) = rt.tools.get(name) {
+        return CallPlan::Tool(tool.clone());
+    }
+    if rt.catalog.is_callable(name) {
+        let n = frame.children.entry(name.to_owned()).or_insert(0);
+        *n += 1;
+        let segment = format!("{name}.{n}");
+        let depth = frame.ctx.depth + 1;
+        if depth > rt.limits.max_depth {
+            return CallPlan::Refused(format!(
+                "cannot call agent {name}: context {}.{segment} would be at depth {depth}, over max_depth {}",
+                frame.ctx.id, rt.limits.max_depth
+            ));
+        }
+        let child = frame
+            .ctx
+            .child(&rt.tracer, &segment, format!("agent {name}"));
+        return CallPlan::Agent(child, name.to_owned());
+    }
+    CallPlan::Refused(format!("unknown tool {name:?}"))
+}
+
+/// Runs one call of a turn in its `tool <name>` span (the current
+/// OpenTelemetry context while it runs, so store and ToolHost calls are its
+/// children).
+pub(super) async fn execute(
+    rt: &Arc<RuntimeConfig>,
+    view: &FrameView,
+    call: &ToolCallRequest,
+    plan: CallPlan,
+) -> CallResult {
+    let span = rt.tracer.build_with_context(
+        SpanBuilder::from_name(format!("tool {}", call.name)).with_attributes([
+            KeyValue::new("gen_ai.operation.name", "execute_tool"),
+            KeyValue::new("gen_ai.tool.name", call.name.clone()),
+            KeyValue::new("gen_ai.tool.call.id", call.id.clone()),
+        ]),
+        &view.ctx.otel,
+    );
+    let cx = view.ctx.otel.with_span(span);
+    let began = Instant::now();
+    let result = execute_call(rt, view, call, plan)
+        .with_context(cx.clone())
+        .await;
+    let seconds = began.elapsed().as_secs_f64();
+    rt.metrics
+        .tool_call(&call.name, result.output.is_ok(), seconds);
+    tracing::debug!(
+        tool = %call.name,
+        call_id = %call.id,
+        ok = result.output.is_ok(),
+        ms = seconds * 1000.0,
+        "tool call finished"
+    );
+    if let Err(e) = &result.output {
+        cx.span().set_status(Status::error(e.clone()));
+    }
+    cx.span().end();
+    result
+}
+
+pub(super) async fn execute_call(
+    rt: &Arc<RuntimeConfig>,
+    view: &FrameView,
+    call: &ToolCallRequest,
+    plan: CallPlan,
+) -> CallResult {
+    let _live = LiveGuard::new(&rt.record);
+    let started = Instant::now();
+    let begin = Payload::ToolCallStarted(pb::ToolCallStarted {
+        call_id: call.id.clone(),
+        tool: call.name.clone(),
+        arguments_json: call.arguments.to_string(),
+    });
+    rt.emit(&view.ctx, &view.agent_name, begin).await;
+
+    let mut result = CallResult {
+        output: Ok(String::new()),
+        handoff: None,
+        child_usage: None,
+    };
+    result.output = match approve(rt, view, call).await {
+        Err(denied) => Err(denied),
+        Ok(()) => match plan {
+            CallPlan::Refused(why) => Err(why),
+            CallPlan::Handoff(to) => {
+                result.handoff = Some(to.clone());
+                Ok(format!("transferred to {to}"))
+            }
+            CallPlan::Tool(tool) => {
+                // Any tool may read the store (remote ones through the
+                // store service): let written-behind outputs land first.
+                rt.pending_writes.settled().await;
+                run_tool(rt, view, call, tool.as_ref()).await
+            }
+            CallPlan::Pipeline(child_ctx) => {
+                pipeline::run_as_tool(rt, &child_ctx, &call.arguments).await
+            }
+            CallPlan::Agent(child_ctx, target) => {
+                let _end = child_ctx.end_on_drop();
+                let task = match call.arguments.get("task").and_then(Value::as_str) {
+                    Some(t) => t.to_owned(),
+                    None => call.arguments.to_string(),
+                };
+                let scope = view.scope.clone();
+                match CallFrame::new(rt, child_ctx.clone(), &target, Vec::new(), task, scope) {
+                    Err(f) => Err(f.message),
+                    Ok(child) => match Box::pin(run_frame(rt, child)).await {
+                        Ok((output, usage)) => {
+                            result.child_usage = Some(usage);
+                            Ok(output)
+                        }
+                        Err(f) => {
+                            child_ctx.set_error(f.message.clone());
+                            Err(format!("agent {target} failed: {}", f.message))
+                        }
+                    },
+                }
+            }
+        },
+    };
+    // Tool-output policies: run-scoped first, then the agent's.
+    let mut policies = Vec::new();
+    let (mut text, is_error) = match &result.output {
+        Ok(s) => (s.clone(), false),
+        Err(e) => (e.clone(), true),
+    };
+    let mut ends_run = {
+        let mut run_context = rt.run_context.lock().unwrap_or_else(|p| p.into_inner());
+        super::policy::apply_all(
+            &rt.catalog.run_policies,
+            "run",
+            &call.name,
+            &mut text,
+            &mut run_context,
+            &mut policies,
+        )
+    };
+    if !ends_run {
+        let mut agent_context = view.agent_context.lock().unwrap_or_else(|p| p.into_inner());
+        ends_run = super::policy::apply_all(
+            &view.agent.policies,
+            "agent",
+            &call.name,
+            &mut text,
+            &mut agent_context,
+            &mut policies,
+        );
+    }
+    result.output = if is_error { Err(text) } else { Ok(text) };
+    let (output, error) = match &result.output {
+        Ok(s) => (s.clone(), String::new()),
+        Err(e) => (String::new(), e.clone()),
+    };
+    let final_text = ends_run.then(|| {
+        if is_error {
+            error.clone()
+        } else {
+            output.clone()
+        }
+    });
+    let done = Payload::ToolCallCompleted(pb::ToolCallCompleted {
+        call_id: call.id.clone(),
+        tool: call.name.clone(),
+        result: output,
+        error,
+        duration: Some(duration(started.elapsed())),
+        policies,
+    });
+    rt.emit(&view.ctx, &view.agent_name, done).await;
+    if let Some(text) = final_text {
+        // The first Final wins; the scope ends with its output.
+        view.scope.end_with(text);
+    }
+    result
+}
+
+/// Runs a tool until it ends, asking a person whenever it needs input.
+pub(super) async fn run_tool(
+    rt: &Arc<RuntimeConfig>,
+    view: &FrameView,
+    call: &ToolCallRequest,
+    tool: &dyn Tool,
+) -> Result<String, String> {
+    let ctx = ToolCtx {
+        rt,
+        ctx: &view.ctx,
+        agent: &view.agent_name,
+        call_id: &call.id,
+        tool: &call.name,
+    };
+    let mut resume = None;
+    let mut asked = 0u32;
+    loop {
+        let outcome = tokio::time::timeout(
+            rt.limits.tool_timeout,
+            tool.call(&ctx, &call.arguments, resume.take()),
+        )
+        .await
+        .map_err(|_| {
+            format!(
+                "tool {} timed out after {:?}",
+                call.name, rt.limits.tool_timeout
+            )
+        })?;
+        match outcome {
+            ToolOutcome::Ok(s) => return Ok(s),
+            ToolOutcome::Err(e) => return Err(e),
+            ToolOutcome::NeedInput {
+                prompt,
+                options,
+                resume_token,
+            } => {
+                asked += 1;
+                let input_id = format!("input:{}:{asked}", call.id);
+                let rx = rt.record.await_input(&input_id);
+                let requested = Payload::InputRequested(pb::InputRequested {
+                    input_id: input_id.clone(),
+                    call_id: call.id.clone(),
+                    tool: call.name.clone(),
+                    prompt,
+                    options,
+                    deadline: Some(deadline(rt.limits.approval_timeout)),
+                });
+                rt.emit(&view.ctx, &view.agent_name, requested).await;
+                let mut wait = wait_span(rt, "wait input", "baton.input.id", &input_id);
+                let answered = tokio::time::timeout(rt.limits.approval_timeout, rx).await;
+                wait.set_attribute(KeyValue::new(
+                    "baton.wait.answered",
+                    matches!(answered, Ok(Ok(_))),
+                ));
+                wait.end();
+                match answered {
+                    Ok(Ok(input)) => {
+                        let received = Payload::InputReceived(pb::InputReceived {
+                            input_id,
+                            input: input.clone(),
+                        });
+                        rt.emit(&view.ctx, &view.agent_name, received).await;
+                        resume = Some(Resume {
+                            token: resume_token,
+                            input,
+                        });
+                    }
+                    _ => {
+                        rt.record.close_input(&input_id);
+                        return Err(format!(
+                            "no input arrived within {:?}",
+                            rt.limits.approval_timeout
+                        ));
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! A branch of a run: the `CallFrame` (context, agent, model, messages,
+//! child counters) and the helpers its turns and calls share.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::{Duration, SystemTime},
+};
+
+use baton_proto::v1::{self as pb, run_event::Payload};
+use serde_json::{Map, Value, json};
+use tonic::Code;
+
+use super::events::ContextInfo;
+use super::shared::{FinalScope, RuntimeConfig};
+use crate::{
+    catalog::{Agent, Catalog},
+    model::{ChatMessage, DeltaSink, Model, Role, ToolCallRequest, ToolDef},
+    pipeline::{self, PipelineFile},
+    tools::Toolbox,
+};
+
+/// Why an agent's context failed.
+#[derive(Debug, Clone)]
+pub struct AgentFailure {
+    /// The gRPC code a root failure is reported with.
+    pub code: Code,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// One branch of a run: a context and the agent active in it.
+pub struct CallFrame {
+    pub(super) ctx: Arc<ContextInfo>,
+    pub(super) agent: Arc<Agent>,
+    pub(super) agent_name: Arc<str>,
+    pub(super) model: Arc<dyn Model>,
+    pub(super) messages: Vec<ChatMessage>,
+    pub(super) input: String,
+    /// When the frame runs an agent group: the agents it may hand off to.
+    pub(super) group_members: Option<Vec<String>>,
+    /// Calls of each agent made from this context, for child ids.
+    pub(super) children: HashMap<String, u32>,
+    /// The active agent's turns in this context (resets on handoff).
+    pub(super) agent_turns: usize,
+    /// Every turn in this context.
+    pub(super) turns: u32,
+    /// What this context consumed, its children included.
+    pub(super) usage: pb::Usage,
+    /// The per-agent context; a new one when control changes agent.
+    pub(super) agent_context: Arc<Mutex<Map<String, Value>>>,
+    /// What a final tool output in this frame (or below) ends.
+    pub(super) scope: Arc<FinalScope>,
+}
+
+impl CallFrame {
+    /// The root frame of a RunAgent: the target agent (or group root), the
+    /// request's history, then the input.
+    pub fn root(
+        rt: &RuntimeConfig,
+        target: &str,
+        history: Vec<ChatMessage>,
+        input: String,
+    ) -> Result<Self, AgentFailure> {
+        let ctx = rt.root_context(format!("agent {target}"));
+        Self::new(rt, ctx, target, history, input, Arc::default())
+    }
+
+    /// What a final tool output in this frame ends.
+    pub fn scope(&self) -> &Arc<FinalScope> {
+        &self.scope
+    }
+
+    /// A frame running `target` (an agent or group) in `ctx` on `input`; a
+    /// final tool output in it ends `scope`.
+    pub(crate) fn new(
+        rt: &RuntimeConfig,
+        ctx: Arc<ContextInfo>,
+        target: &str,
+        history: Vec<ChatMessage>,
+        input: String,
+        scope: Arc<FinalScope>,
+    ) -> Result<Self, AgentFailure> {
+        let agent = rt.catalog.entry(target).ok_or_else(|| AgentFailure {
+            code: Code::InvalidArgument,
+            message: format!("unknown agent {target:?}"),
+        })?;
+        let model = rt.model_for(&agent).map_err(|message| AgentFailure {
+            code: Code::InvalidArgument,
+            message,
+        })?;
+        let mut messages = Vec::with_capacity(history.len() + 2);
+        messages.push(ChatMessage::new(
+            Role::System,
+            agent.spec.instructions.clone(),
+        ));
+        messages.extend(history);
+        if !input.is_empty() {
+            messages.push(ChatMessage::new(Role::User, input.clone()));
+        }
+        Ok(Self {
+            ctx,
+            agent_name: Arc::from(agent.name.as_str()),
+            agent,
+            model,
+            messages,
+            input,
+            group_members: rt.catalog.groups.get(target).map(|g| g.members.clone()),
+            children: HashMap::new(),
+            agent_turns: 0,
+            turns: 0,
+            usage: pb::Usage::default(),
+            agent_context: Arc::default(),
+            scope,
+        })
+    }
+
+    /// The agents this frame's agent may hand off to.
+    pub(super) fn handoffs(&self) -> impl Iterator<Item = &String> {
+        self.agent
+            .spec
+            .handoffs
+            .iter()
+            .filter(|h| self.group_members.as_ref().is_none_or(|m| m.contains(h)))
+    }
+
+    pub(super) fn tool_defs(&self, catalog: &Catalog, toolbox: &Toolbox) -> Vec<ToolDef> {
+        let mut defs = Vec::new();
+        for t in &self.agent.spec.tools {
+            if t == pipeline::TOOL_NAME {
+                defs.push(ToolDef {
+                    name: t.clone(),
+                    description: "Run a pipeline of agent steps (sequential, parallel or a DAG) \
+                                  sharing this request's context; returns each step's output."
+                        .into(),
+                    parameters: PipelineFile::json_schema(),
+                });
+            } else if let Some(tool) = toolbox.get(t) {
+                let (description, parameters) = tool.describe();
+                defs.push(ToolDef {
+                    name: t.clone(),
+                    description,
+                    parameters,
+                });
+            } else {
+                let description = match catalog.agents.get(t) {
+                    Some(a) => a.spec.description.clone(),
+                    None => catalog
+                        .groups
+                        .get(t)
+                        .map(|g| g.description.clone())
+                        .unwrap_or_default(),
+                };
+                defs.push(ToolDef {
+                    name: t.clone(),
+                    description,
+                    parameters: json!({"type": "object", "properties": {"task": {"type": "string"}}, "required": ["task"]}),
+                });
+            }
+        }
+        for h in self.handoffs() {
+            defs.push(ToolDef {
+                name: format!("transfer_to_{h}"),
+                description: format!("Hand the conversation over to {h}."),
+                parameters: json!({"type": "object", "properties": {}}),
+            });
+        }
+        defs
+    }
+}
+
+/// The part of a frame a call reads while the turn's calls run.
+pub(super) struct FrameView {
+    pub(super) ctx: Arc<ContextInfo>,
+    pub(super) agent: Arc<Agent>,
+    pub(super) agent_name: Arc<str>,
+    pub(super) agent_context: Arc<Mutex<Map<String, Value>>>,
+    pub(super) scope: Arc<FinalScope>,
+}
+
+pub(super) struct CallResult {
+    pub(super) output: Result<String, String>,
+    pub(super) handoff: Option<String>,
+    pub(super) child_usage: Option<pb::Usage>,
+}
+
+pub(super) struct FrameSink<'a> {
+    pub(super) rt: &'a RuntimeConfig,
+    pub(super) ctx: &'a Arc<ContextInfo>,
+    pub(super) agent: &'a Arc<str>,
+}
+
+#[async_trait::async_trait]
+impl DeltaSink for FrameSink<'_> {
+    async fn delta(&self, text: String) {
+        self.rt
+            .emit(
+                self.ctx,
+                self.agent,
+                Payload::TextDelta(pb::TextDelta { text }),
+            )
+            .await;
+    }
+}
+
+pub(super) fn add_usage(into: &mut pb::Usage, other: &pb::Usage) {
+    into.input_tokens += other.input_tokens;
+    into.output_tokens += other.output_tokens;
+    into.model_calls += other.model_calls;
+    into.tool_calls += other.tool_calls;
+}
+
+pub(super) fn pb_call(c: &ToolCallRequest) -> pb::ToolCall {
+    pb::ToolCall {
+        call_id: c.id.clone(),
+        tool: c.name.clone(),
+        arguments_json: c.arguments.to_string(),
+    }
+}
+
+pub(super) fn duration(d: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
+pub(super) fn deadline(after: Duration) -> prost_types::Timestamp {
+    prost_types::Timestamp::from(SystemTime::now() + after)
+}

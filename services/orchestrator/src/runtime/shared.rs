@@ -1,0 +1,310 @@
+//! What a run shares: limits, the `RuntimeConfig` (catalog, models, tools,
+//! store, event sink, usage), pending writes and the scope a `final` tool
+//! output ends.
+
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use baton_common::ids::TraceId;
+use baton_context_store::store::ContextStore;
+use baton_proto::v1::{self as pb, run_event::Payload};
+use opentelemetry::Context;
+use opentelemetry_sdk::trace::SdkTracer;
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+
+use super::events::{ContextInfo, Draft};
+use super::registry::RunRecord;
+use crate::{
+    catalog::{Agent, Catalog},
+    metrics::Metrics,
+    model::{Model, Models},
+    pipeline::PipelineLimits,
+    tools::Toolbox,
+};
+
+/// The limits of one run, after request values and server defaults merged.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Deepest context (root is 0).
+    pub max_depth: u32,
+    /// Most model turns per context.
+    pub max_turns: u32,
+    /// Deadline of the whole run.
+    pub run_timeout: Duration,
+    /// Deadline of one tool call attempt (waits for people excluded).
+    pub tool_timeout: Duration,
+    /// Deadline of one model call.
+    pub model_timeout: Duration,
+    /// How long approvals and input requests wait for a person.
+    pub approval_timeout: Duration,
+}
+
+#[derive(Default)]
+pub(super) struct UsageCounters {
+    pub(super) input_tokens: AtomicU64,
+    pub(super) output_tokens: AtomicU64,
+    pub(super) model_calls: AtomicU64,
+    pub(super) tool_calls: AtomicU64,
+}
+
+/// What every branch of a run shares. Immutable but for the run context and
+/// the counters, which are synchronised.
+pub struct RuntimeConfig {
+    /// The run's record (status, cancellation, pending questions).
+    pub record: Arc<RunRecord>,
+    /// The run's trace.
+    pub trace_id: TraceId,
+    /// Agents, groups, scripts.
+    pub catalog: Arc<Catalog>,
+    /// Model resolution.
+    pub models: Arc<Models>,
+    /// Built-in and remote tools by name.
+    pub tools: Arc<Toolbox>,
+    /// The context store of the trace's slots.
+    pub store: Arc<dyn ContextStore>,
+    /// Limits.
+    pub limits: Limits,
+    /// Limits on pipelines agents start with `run_pipeline`.
+    pub pipeline_limits: PipelineLimits,
+    /// How approvals are answered.
+    pub approval_mode: pb::ApprovalMode,
+    /// The model of agents that name none: the request's, else the server's.
+    pub default_model: String,
+    /// The run-scoped context (a JSON object), persisting across handoffs.
+    pub run_context: Mutex<Map<String, Value>>,
+    /// Makes the run's spans.
+    pub tracer: SdkTracer,
+    /// The run's span: the parent of its root context.
+    pub run_span: Context,
+    /// The service's metrics.
+    pub metrics: Arc<Metrics>,
+    /// Pipeline outputs being written behind (tools that may read the store
+    /// wait for them).
+    pub pending_writes: PendingWrites,
+    pub(super) events: mpsc::Sender<Draft>,
+    pub(super) usage: UsageCounters,
+}
+
+/// Store writes of a run that are in flight: a pipeline writes each step's
+/// output behind (its dependents get it from memory), and whatever may read
+/// the store waits until none is pending, so reads inside the run always
+/// see earlier steps' outputs.
+#[derive(Default)]
+pub struct PendingWrites {
+    pub(super) count: AtomicU64,
+    pub(super) idle: tokio::sync::Notify,
+}
+
+impl PendingWrites {
+    /// A write started.
+    pub fn begin(&self) {
+        self.count.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A write ended (either way).
+    pub fn end(&self) {
+        if self.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Returns once no write is pending.
+    pub async fn settled(&self) {
+        loop {
+            let idle = self.idle.notified();
+            if self.count.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
+/// What a `final` tool-output policy ends: a whole RunAgent, or one attempt
+/// of a pipeline step. Agents called as tools share their caller's scope (a
+/// final output deep down ends the whole RunAgent, or the whole step); a
+/// step's attempt, and each step of a pipeline an agent starts, gets its own.
+#[derive(Default)]
+pub struct FinalScope {
+    pub(super) ended: tokio_util::sync::CancellationToken,
+    pub(super) output: Mutex<Option<String>>,
+}
+
+impl FinalScope {
+    /// Ends the scope with `output` (the first final output wins).
+    pub(super) fn end_with(&self, output: String) {
+        self.output
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(output);
+        self.ended.cancel();
+    }
+
+    /// Whether a final output ended the scope.
+    pub fn is_ended(&self) -> bool {
+        self.ended.is_cancelled()
+    }
+
+    /// Resolves once a final output ended the scope.
+    pub async fn ended(&self) {
+        self.ended.cancelled().await;
+    }
+
+    /// The final output, once the scope ended.
+    pub fn output(&self) -> Option<String> {
+        self.output
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// Everything a [`RuntimeConfig`] is built from.
+pub struct RunSetup {
+    /// The run's record.
+    pub record: Arc<RunRecord>,
+    /// Agents, groups, scripts.
+    pub catalog: Arc<Catalog>,
+    /// Model resolution.
+    pub models: Arc<Models>,
+    /// Built-in and remote tools.
+    pub tools: Arc<Toolbox>,
+    /// The store.
+    pub store: Arc<dyn ContextStore>,
+    /// Limits.
+    pub limits: Limits,
+    /// Limits on pipelines agents start.
+    pub pipeline_limits: PipelineLimits,
+    /// Approval mode.
+    pub approval_mode: pb::ApprovalMode,
+    /// Default model.
+    pub default_model: String,
+    /// Initial run context.
+    pub run_context: Map<String, Value>,
+    /// Makes the run's spans.
+    pub tracer: SdkTracer,
+    /// The run's span.
+    pub run_span: Context,
+    /// The service's metrics.
+    pub metrics: Arc<Metrics>,
+}
+
+impl RuntimeConfig {
+    /// Builds the shared config of a run whose events go to `events`.
+    pub fn new(setup: RunSetup, events: mpsc::Sender<Draft>) -> Arc<Self> {
+        Arc::new(Self {
+            trace_id: setup.record.trace_id.clone(),
+            record: setup.record,
+            catalog: setup.catalog,
+            models: setup.models,
+            tools: setup.tools,
+            store: setup.store,
+            limits: setup.limits,
+            pipeline_limits: setup.pipeline_limits,
+            approval_mode: setup.approval_mode,
+            default_model: setup.default_model,
+            run_context: Mutex::new(setup.run_context),
+            tracer: setup.tracer,
+            run_span: setup.run_span,
+            metrics: setup.metrics,
+            pending_writes: PendingWrites::default(),
+            events,
+            usage: UsageCounters::default(),
+        })
+    }
+
+    /// Sends an event of `agent` in `ctx` (waits while the client is slow).
+    pub async fn emit(&self, ctx: &Arc<ContextInfo>, agent: &Arc<str>, payload: Payload) {
+        // The sequencer outlives every sender; a failed send means the run is
+        // being torn down, when events no longer matter.
+        let _ = self
+            .events
+            .send(Draft {
+                ctx: ctx.clone(),
+                agent: agent.clone(),
+                payload,
+            })
+            .await;
+    }
+
+    /// Usage totals so far.
+    pub fn usage(&self) -> pb::Usage {
+        pb::Usage {
+            input_tokens: self.usage.input_tokens.load(Ordering::Relaxed),
+            output_tokens: self.usage.output_tokens.load(Ordering::Relaxed),
+            model_calls: self.usage.model_calls.load(Ordering::Relaxed),
+            tool_calls: self.usage.tool_calls.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The run context as JSON text.
+    pub fn run_context_json(&self) -> String {
+        Value::Object(
+            self.run_context
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+        )
+        .to_string()
+    }
+
+    pub(super) fn model_for(&self, agent: &Agent) -> Result<Arc<dyn Model>, String> {
+        model_of(&self.models, &self.default_model, agent)
+    }
+
+    /// The root context of the run: a span named `name` under the run's.
+    pub fn root_context(&self, name: String) -> Arc<ContextInfo> {
+        ContextInfo::root(&self.tracer, &self.run_span, name)
+    }
+
+    /// A tracing span for log lines inside `ctx`: they carry the run id,
+    /// trace id and the context's span id.
+    pub fn log_span(&self, ctx: &ContextInfo) -> tracing::Span {
+        tracing::info_span!(
+            "context",
+            run_id = %self.record.run_id,
+            trace_id = %self.trace_id,
+            span_id = %ctx.span_id,
+            context = %ctx.id,
+        )
+    }
+}
+
+/// Checks that `target` (an agent or group) exists and has a model, without
+/// starting anything: a request naming one that does not is a bad request.
+pub fn check_target(
+    catalog: &Catalog,
+    models: &Models,
+    default_model: &str,
+    target: &str,
+) -> Result<(), String> {
+    let agent = catalog
+        .entry(target)
+        .ok_or_else(|| format!("unknown agent {target:?}"))?;
+    model_of(models, default_model, &agent).map(|_| ())
+}
+
+pub(super) fn model_of(
+    models: &Models,
+    default_model: &str,
+    agent: &Agent,
+) -> Result<Arc<dyn Model>, String> {
+    let reference = if agent.spec.model.is_empty() {
+        default_model
+    } else {
+        &agent.spec.model
+    };
+    if reference.is_empty() {
+        return Err(format!(
+            "agent {} has no model, and neither the request nor the server names a default",
+            agent.name
+        ));
+    }
+    models.resolve(reference)
+}

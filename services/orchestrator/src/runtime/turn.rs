@@ -1,0 +1,300 @@
+//! The turn loop: a frame's model turns until a final answer, handoffs,
+//! and each turn's `chat` span.
+
+use std::{
+    sync::{Arc, atomic::Ordering},
+    time::Instant,
+};
+
+use baton_proto::v1::{self as pb, run_event::Payload};
+use futures::future::join_all;
+use opentelemetry::{
+    KeyValue,
+    trace::{Span as _, SpanBuilder, SpanKind, Status, Tracer},
+};
+use tonic::Code;
+use tracing::Instrument as _;
+
+use super::dispatch::{CallPlan, execute, plan};
+use super::events::ContextInfo;
+use super::frame::{AgentFailure, CallFrame, FrameSink, FrameView, add_usage, pb_call};
+use super::registry::LiveGuard;
+use super::shared::RuntimeConfig;
+use crate::model::{ChatMessage, ModelRequest, ModelTurn, Role};
+
+/// Runs the frame's agent (and whoever it hands off to) until a final
+/// answer. Log lines inside carry the run, trace and span ids.
+pub async fn run_frame(
+    rt: &Arc<RuntimeConfig>,
+    frame: CallFrame,
+) -> Result<(String, pb::Usage), AgentFailure> {
+    let span = rt.log_span(&frame.ctx);
+    run_frame_inner(rt, frame).instrument(span).await
+}
+
+pub(super) async fn run_frame_inner(
+    rt: &Arc<RuntimeConfig>,
+    mut frame: CallFrame,
+) -> Result<(String, pb::Usage), AgentFailure> {
+    let _live = LiveGuard::new(&rt.record);
+    let started = Payload::AgentStarted(pb::AgentStarted {
+        agent: frame.agent.name.clone(),
+        model: frame.model.reference().to_owned(),
+    });
+    rt.emit(&frame.ctx, &frame.agent_name, started).await;
+    loop {
+        if frame.turns >= rt.limits.max_turns {
+            return Err(AgentFailure {
+                code: Code::ResourceExhausted,
+                message: format!(
+                    "context {} reached max_turns ({})",
+                    frame.ctx.id, rt.limits.max_turns
+                ),
+            });
+        }
+        frame.turns += 1;
+        let tools = frame.tool_defs(&rt.catalog, &rt.tools);
+        let prefix = format!("{}/{}/", frame.ctx.id, frame.turns);
+        let sink = FrameSink {
+            rt,
+            ctx: &frame.ctx,
+            agent: &frame.agent_name,
+        };
+        let request = ModelRequest {
+            messages: &frame.messages,
+            tools: &tools,
+            turn: frame.agent_turns,
+            input: &frame.input,
+            call_id_prefix: &prefix,
+        };
+        let mut chat = chat_span(rt, &frame.ctx, frame.model.reference());
+        let began = Instant::now();
+        let answered =
+            tokio::time::timeout(rt.limits.model_timeout, frame.model.turn(request, &sink)).await;
+        let seconds = began.elapsed().as_secs_f64();
+        let turn = match answered {
+            Ok(Ok(t)) => t,
+            Ok(Err(e)) => {
+                let message = e.to_string();
+                rt.metrics
+                    .model_call(frame.model.reference(), false, seconds, 0, 0);
+                chat.set_status(Status::error(message.clone()));
+                chat.end();
+                return Err(AgentFailure {
+                    code: Code::Unavailable,
+                    message,
+                });
+            }
+            Err(_) => {
+                let message = format!(
+                    "model {} did not answer within {:?}",
+                    frame.model.reference(),
+                    rt.limits.model_timeout
+                );
+                rt.metrics
+                    .model_call(frame.model.reference(), false, seconds, 0, 0);
+                chat.set_status(Status::error(message.clone()));
+                chat.end();
+                return Err(AgentFailure {
+                    code: Code::DeadlineExceeded,
+                    message,
+                });
+            }
+        };
+        rt.metrics.model_call(
+            frame.model.reference(),
+            true,
+            seconds,
+            turn.usage.input_tokens,
+            turn.usage.output_tokens,
+        );
+        tracing::debug!(
+            model = frame.model.reference(),
+            input_tokens = turn.usage.input_tokens,
+            output_tokens = turn.usage.output_tokens,
+            calls = turn.calls.len(),
+            ms = seconds * 1000.0,
+            "model turn"
+        );
+        end_chat_span(chat, frame.model.reference(), &turn);
+        frame.agent_turns += 1;
+        let turn_usage = pb::Usage {
+            input_tokens: turn.usage.input_tokens,
+            output_tokens: turn.usage.output_tokens,
+            model_calls: 1,
+            tool_calls: turn.calls.len() as u64,
+        };
+        rt.usage
+            .input_tokens
+            .fetch_add(turn_usage.input_tokens, Ordering::Relaxed);
+        rt.usage
+            .output_tokens
+            .fetch_add(turn_usage.output_tokens, Ordering::Relaxed);
+        rt.usage.model_calls.fetch_add(1, Ordering::Relaxed);
+        rt.usage
+            .tool_calls
+            .fetch_add(turn_usage.tool_calls, Ordering::Relaxed);
+        add_usage(&mut frame.usage, &turn_usage);
+        let completed = Payload::MessageCompleted(pb::MessageCompleted {
+            text: turn.text.clone(),
+            tool_calls: turn.calls.iter().map(pb_call).collect(),
+            usage: Some(turn_usage),
+            finish_reason: turn.finish_reason.clone(),
+        });
+        rt.emit(&frame.ctx, &frame.agent_name, completed).await;
+
+        if turn.calls.is_empty() {
+            let done = Payload::AgentCompleted(pb::AgentCompleted {
+                output: turn.text.clone(),
+                usage: Some(frame.usage),
+            });
+            rt.emit(&frame.ctx, &frame.agent_name, done).await;
+            return Ok((turn.text, frame.usage));
+        }
+
+        let plans: Vec<CallPlan> = turn.calls.iter().map(|c| plan(rt, &mut frame, c)).collect();
+        let view = FrameView {
+            ctx: frame.ctx.clone(),
+            agent: frame.agent.clone(),
+            agent_name: frame.agent_name.clone(),
+            agent_context: frame.agent_context.clone(),
+            scope: frame.scope.clone(),
+        };
+        let results = join_all(
+            turn.calls
+                .iter()
+                .zip(plans)
+                .map(|(call, plan)| execute(rt, &view, call, plan)),
+        )
+        .await;
+        let failed = results.iter().filter(|r| r.output.is_err()).count() as u32;
+        let batch = Payload::ToolBatchCompleted(pb::ToolBatchCompleted {
+            calls: results.len() as u32,
+            failed,
+        });
+        rt.emit(&frame.ctx, &frame.agent_name, batch).await;
+
+        let mut assistant = ChatMessage::new(Role::Assistant, turn.text);
+        assistant.tool_calls = turn.calls.clone();
+        frame.messages.push(assistant);
+        let mut handoff = None;
+        for (call, r) in turn.calls.iter().zip(results) {
+            if let Some(u) = &r.child_usage {
+                add_usage(&mut frame.usage, u);
+            }
+            let content = match r.output {
+                Ok(s) => s,
+                Err(e) => format!("error: {e}"),
+            };
+            let mut msg = ChatMessage::new(Role::Tool, content);
+            msg.tool_call_id = Some(call.id.clone());
+            frame.messages.push(msg);
+            handoff = handoff.or(r.handoff);
+        }
+        if frame.scope.is_ended() {
+            // A Final policy ended the scope: no further turns, here or above.
+            return Err(AgentFailure {
+                code: Code::Ok,
+                message: "ended by a final tool output".into(),
+            });
+        }
+        if let Some(to) = handoff {
+            switch_agent(rt, &mut frame, &to).await?;
+        }
+    }
+}
+
+/// The `chat <model>` span of one model call, with the GenAI semantic
+/// conventions' request attributes.
+pub(super) fn chat_span(
+    rt: &RuntimeConfig,
+    ctx: &ContextInfo,
+    reference: &str,
+) -> opentelemetry_sdk::trace::Span {
+    let (provider, model) = reference.split_once(':').unwrap_or(("", reference));
+    rt.tracer.build_with_context(
+        SpanBuilder::from_name(format!("chat {model}"))
+            .with_kind(SpanKind::Client)
+            .with_attributes([
+                KeyValue::new("gen_ai.operation.name", "chat"),
+                KeyValue::new("gen_ai.provider.name", provider.to_owned()),
+                KeyValue::new("gen_ai.system", provider.to_owned()),
+                KeyValue::new("gen_ai.request.model", model.to_owned()),
+            ]),
+        &ctx.otel,
+    )
+}
+
+/// Ends a chat span with the response attributes.
+pub(super) fn end_chat_span(
+    mut span: opentelemetry_sdk::trace::Span,
+    reference: &str,
+    turn: &ModelTurn,
+) {
+    let requested = reference.split_once(':').map_or(reference, |(_, m)| m);
+    let model = if turn.model.is_empty() {
+        requested.to_owned()
+    } else {
+        turn.model.clone()
+    };
+    span.set_attributes([
+        KeyValue::new("gen_ai.response.model", model),
+        KeyValue::new("gen_ai.usage.input_tokens", turn.usage.input_tokens as i64),
+        KeyValue::new(
+            "gen_ai.usage.output_tokens",
+            turn.usage.output_tokens as i64,
+        ),
+        KeyValue::new(
+            "gen_ai.response.finish_reasons",
+            opentelemetry::Value::Array(
+                vec![opentelemetry::StringValue::from(turn.finish_reason.clone())].into(),
+            ),
+        ),
+    ]);
+    span.end();
+}
+
+/// Hands the frame over to `to`: same context and messages, new agent, new
+/// model, per-agent state reset.
+pub(super) async fn switch_agent(
+    rt: &Arc<RuntimeConfig>,
+    frame: &mut CallFrame,
+    to: &str,
+) -> Result<(), AgentFailure> {
+    let next = rt
+        .catalog
+        .agents
+        .get(to)
+        .cloned()
+        .ok_or_else(|| AgentFailure {
+            code: Code::Internal,
+            message: format!("handoff to unknown agent {to:?}"),
+        })?;
+    let model = rt.model_for(&next).map_err(|message| AgentFailure {
+        code: Code::InvalidArgument,
+        message,
+    })?;
+    let from = std::mem::replace(&mut frame.agent, next);
+    frame.agent_name = Arc::from(frame.agent.name.as_str());
+    frame.model = model;
+    frame.agent_turns = 0;
+    frame.agent_context = Arc::default();
+    if let Some(system) = frame
+        .messages
+        .first_mut()
+        .filter(|m| m.role == Role::System)
+    {
+        system.content = frame.agent.spec.instructions.clone();
+    }
+    let payload = Payload::Handoff(pb::Handoff {
+        from_agent: from.name.clone(),
+        to_agent: frame.agent.name.clone(),
+    });
+    rt.emit(&frame.ctx, &frame.agent_name, payload).await;
+    let started = Payload::AgentStarted(pb::AgentStarted {
+        agent: frame.agent.name.clone(),
+        model: frame.model.reference().to_owned(),
+    });
+    rt.emit(&frame.ctx, &frame.agent_name, started).await;
+    Ok(())
+}
