@@ -1,7 +1,7 @@
 //! The orchestrator's service config: defaults → TOML file →
 //! `BATON_ORCH_*` environment → `--set` flags (see `baton_common::config`),
 //! then [`Config::validate`]. Agents live in their own YAML file
-//! (`agents_file`, see [`crate::agents`]).
+//! (`agents_file`, see [`crate::catalog`]).
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
