@@ -42,6 +42,10 @@ pub(super) async fn run_frame_inner(
         model: frame.model.reference().to_owned(),
     });
     rt.emit(&frame.ctx, &frame.agent_name, started).await;
+    // The agent's tool definitions, made once per agent (again after a
+    // handoff), not per turn: a turn loop of a hundred calls would rebuild
+    // every JSON schema a hundred times.
+    let mut tools = frame.tool_defs(&rt.catalog, &rt.tools);
     loop {
         if frame.turns >= rt.limits.max_turns {
             return Err(AgentFailure {
@@ -53,7 +57,6 @@ pub(super) async fn run_frame_inner(
             });
         }
         frame.turns += 1;
-        let tools = frame.tool_defs(&rt.catalog, &rt.tools);
         let prefix = format!("{}/{}/", frame.ctx.id, frame.turns);
         let sink = FrameSink {
             rt,
@@ -200,6 +203,7 @@ pub(super) async fn run_frame_inner(
         }
         if let Some(to) = handoff {
             switch_agent(rt, &mut frame, &to).await?;
+            tools = frame.tool_defs(&rt.catalog, &rt.tools);
         }
     }
 }
