@@ -426,4 +426,110 @@ mod tests {
                 .starts_with("run_context_json")
         );
     }
+
+    fn field_of(e: &Error) -> String {
+        match e {
+            Error::InvalidArgument { field, .. } | Error::Exhausted { field, .. } => {
+                field.to_string()
+            }
+            other => panic!("not a field error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn filters_convert_with_their_bounds_and_name_the_field() {
+        let limits = RunDefaults::default();
+        assert!(filter(None, &limits).expect("none").prefixes.is_empty());
+        let f = filter(
+            Some(pb::EventFilter {
+                max_depth: Some(2),
+                context_prefixes: vec!["root.a.1".into()],
+                kinds: vec![
+                    pb::EventKind::Unspecified as i32,
+                    pb::EventKind::TextDelta as i32,
+                    pb::EventKind::TextDelta as i32,
+                ],
+            }),
+            &limits,
+        )
+        .expect("valid");
+        assert_eq!(
+            (f.max_depth, f.kinds.len()),
+            (Some(2), 1),
+            "unspecified dropped, deduplicated"
+        );
+        let bad = |f: pb::EventFilter| field_of(&filter(Some(f), &limits).expect_err("bad"));
+        assert_eq!(
+            bad(pb::EventFilter {
+                context_prefixes: vec!["nope".into()],
+                ..Default::default()
+            }),
+            "filter.context_prefixes"
+        );
+        assert_eq!(
+            bad(pb::EventFilter {
+                kinds: vec![9999],
+                ..Default::default()
+            }),
+            "filter.kinds"
+        );
+        assert!(matches!(
+            filter(
+                Some(pb::EventFilter {
+                    kinds: vec![1; limits.max_filter_entries + 1],
+                    ..Default::default()
+                }),
+                &limits
+            ),
+            Err(Error::Exhausted { .. })
+        ));
+    }
+
+    #[test]
+    fn history_converts_roles_and_tool_calls() {
+        let call = pb::ToolCall {
+            call_id: "c1".into(),
+            tool: "t".into(),
+            arguments_json: r#"{"x":1}"#.into(),
+        };
+        let h = history(vec![
+            pb::Message {
+                role: pb::Role::User as i32,
+                content: "hi".into(),
+                ..Default::default()
+            },
+            pb::Message {
+                role: pb::Role::Assistant as i32,
+                tool_calls: vec![call.clone()],
+                ..Default::default()
+            },
+            pb::Message {
+                role: pb::Role::Tool as i32,
+                content: "out".into(),
+                tool_call_id: "c1".into(),
+                ..Default::default()
+            },
+        ])
+        .expect("valid");
+        assert_eq!(h[0].role, Role::User);
+        assert_eq!(h[1].tool_calls[0].arguments["x"], 1);
+        assert_eq!(h[2].tool_call_id.as_deref(), Some("c1"));
+        assert_eq!(h[0].tool_call_id, None);
+        let no_role = history(vec![pb::Message::default()]).expect_err("no role");
+        assert!(no_role.to_string().contains("message 0"), "{no_role}");
+        let bad_args = history(vec![pb::Message {
+            role: pb::Role::Assistant as i32,
+            tool_calls: vec![pb::ToolCall {
+                arguments_json: "{".into(),
+                ..call
+            }],
+            ..Default::default()
+        }])
+        .expect_err("bad JSON");
+        assert_eq!(field_of(&bad_args), "history");
+        assert_eq!(
+            approval_mode(99).map_err(|e| field_of(&e)),
+            Err("approval_mode".into())
+        );
+    }
 }

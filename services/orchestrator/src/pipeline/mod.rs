@@ -10,6 +10,7 @@
 mod file;
 mod run;
 pub mod schedule;
+mod tool;
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -19,7 +20,8 @@ use std::{
 use baton_proto::v1 as pb;
 
 pub use file::{PipelineFile, StepFile};
-pub use run::{run_as_tool, run_pipeline};
+pub use run::run_pipeline;
+pub use tool::run_as_tool;
 
 /// The built-in tool through which an agent starts a pipeline.
 pub const TOOL_NAME: &str = crate::tools::names::RUN_PIPELINE;

@@ -56,9 +56,7 @@ use super::{
 use opentelemetry::{KeyValue, context::FutureExt as _, trace::TraceContextExt as _};
 use tracing::Instrument as _;
 
-use crate::runtime::{
-    CallFrame, FinalScope, RuntimeConfig, check_target, events::ContextInfo, run_frame,
-};
+use crate::runtime::{CallFrame, FinalScope, RuntimeConfig, events::ContextInfo, run_frame};
 
 fn no_agent() -> Arc<str> {
     Arc::from("")
@@ -127,99 +125,8 @@ pub async fn run_pipeline(
     rt.emit(&root, &no_agent(), terminal).await;
 }
 
-/// The `run_pipeline` tool: validates the agent's pipeline (its arguments
-/// are a [`PipelineFile`](super::PipelineFile) as JSON) and runs it in
-/// `ctx`, the calling agent's child context, so its steps run one level
-/// further down (`{ctx}.{step_id}`). Slots already in the trace count as
-/// seeded. Returns the summary as JSON; an error (the summary too, or what
-/// is wrong with the pipeline, naming the field) when it did not succeed.
-/// Its slots are cleared at the end unless it keeps them, as for
-/// RunPipeline; a cancelled nested pipeline leaves them to their TTL.
-///
-/// Boxed as `Send`: the tool runs agents which may call it again, and the
-/// compiler cannot infer `Send` through that cycle.
-pub fn run_as_tool<'a>(
-    rt: &'a Arc<RuntimeConfig>,
-    ctx: &'a Arc<ContextInfo>,
-    arguments: &'a serde_json::Value,
-) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send + 'a>> {
-    Box::pin(tool_body(rt, ctx, arguments))
-}
-
-async fn tool_body(
-    rt: &Arc<RuntimeConfig>,
-    ctx: &Arc<ContextInfo>,
-    arguments: &serde_json::Value,
-) -> Result<String, String> {
-    let _end = ctx.end_on_drop();
-    let result = tool_run(rt, ctx, arguments)
-        .with_context(ctx.otel.clone())
-        .instrument(rt.log_span(ctx))
-        .await;
-    if let Err(e) = &result {
-        ctx.set_error(e.clone());
-    }
-    result
-}
-
-async fn tool_run(
-    rt: &Arc<RuntimeConfig>,
-    ctx: &Arc<ContextInfo>,
-    arguments: &serde_json::Value,
-) -> Result<String, String> {
-    let file: super::PipelineFile = serde_json::from_value(arguments.clone())
-        .map_err(|e| format!("the arguments are not a pipeline: {e}"))?;
-    let request = file.into_request()?;
-    let max_key = rt.store.limits().max_key_len;
-    let mut initial: Vec<(String, String)> = request.initial_slots.into_iter().collect();
-    initial.sort();
-    rt.pending_writes.settled().await;
-    let existing = rt
-        .store
-        .list(&rt.trace_id, "")
-        .await
-        .map_err(|e| format!("cannot list the trace's slots: {e}"))?;
-    let seeded: BTreeSet<String> = existing
-        .slots
-        .into_iter()
-        .map(|s| s.key)
-        .chain(initial.iter().map(|(k, _)| k.clone()))
-        .collect();
-    let plan = Plan::validate(
-        request.pipeline,
-        &seeded,
-        &rt.catalog,
-        &rt.pipeline_limits,
-        max_key,
-    )
-    .map_err(|e| e.to_string())?;
-    if !plan.name.is_empty() {
-        ctx.set_attribute(KeyValue::new("baton.pipeline.name", plan.name.clone()));
-    }
-    for (i, step) in plan.steps.iter().enumerate() {
-        check_target(&rt.catalog, &rt.models, &rt.default_model, &step.agent)
-            .map_err(|e| format!("pipeline.steps[{i}].agent: {e}"))?;
-    }
-    let owned = owned_keys(&plan, &initial);
-    let outcome = execute(rt, ctx, &plan, initial).await;
-    if !request.keep_context {
-        clear(rt, &owned).await;
-    }
-    let summary = outcome.map_err(|(_, message)| message)?;
-    let text = serde_json::json!({
-        "success": summary.success,
-        "output": summary.output,
-        "outputs": summary.outputs,
-        "succeeded": summary.succeeded,
-        "failed": summary.failed,
-        "skipped": summary.skipped,
-    })
-    .to_string();
-    if summary.success { Ok(text) } else { Err(text) }
-}
-
 /// The slots a pipeline owns: those it seeds and those its steps write.
-fn owned_keys(plan: &Plan, initial: &[(String, String)]) -> BTreeSet<String> {
+pub(super) fn owned_keys(plan: &Plan, initial: &[(String, String)]) -> BTreeSet<String> {
     let mut owned: BTreeSet<String> = initial.iter().map(|(k, _)| k.clone()).collect();
     owned.extend(plan.steps.iter().filter_map(|s| s.output_to.clone()));
     owned
@@ -227,7 +134,7 @@ fn owned_keys(plan: &Plan, initial: &[(String, String)]) -> BTreeSet<String> {
 
 /// Deletes the slots; concurrent deletes share the store connection as one
 /// pipeline. Absent keys (never written, or expired) are fine.
-async fn clear(rt: &Arc<RuntimeConfig>, keys: &BTreeSet<String>) {
+pub(super) async fn clear(rt: &Arc<RuntimeConfig>, keys: &BTreeSet<String>) {
     let max_key = rt.store.limits().max_key_len;
     let deletes = keys
         .iter()
@@ -239,15 +146,15 @@ async fn clear(rt: &Arc<RuntimeConfig>, keys: &BTreeSet<String>) {
 }
 
 /// How a pipeline ended (what PipelineCompleted says, and the output).
-struct Summary {
-    success: bool,
-    succeeded: Vec<String>,
-    failed: Vec<String>,
-    skipped: Vec<String>,
-    outputs: BTreeMap<String, String>,
+pub(super) struct Summary {
+    pub(super) success: bool,
+    pub(super) succeeded: Vec<String>,
+    pub(super) failed: Vec<String>,
+    pub(super) skipped: Vec<String>,
+    pub(super) outputs: BTreeMap<String, String>,
     /// The last succeeded sink step's output (else the last succeeded
     /// step's).
-    output: String,
+    pub(super) output: String,
 }
 
 impl Summary {
@@ -310,7 +217,7 @@ fn abort<'a>(
 /// Seeds the slots, runs the steps in `root`'s child contexts, emits
 /// PipelineCompleted in `root`; returns how it ended, or why it could not
 /// run.
-async fn execute(
+pub(super) async fn execute(
     rt: &Arc<RuntimeConfig>,
     root: &Arc<ContextInfo>,
     plan: &Plan,
