@@ -56,7 +56,9 @@ use super::{
 use opentelemetry::{KeyValue, context::FutureExt as _, trace::TraceContextExt as _};
 use tracing::Instrument as _;
 
-use crate::runtime::{CallFrame, FinalScope, RuntimeConfig, events::ContextInfo, run_frame};
+use crate::runtime::{
+    CallFrame, Failure, FinalScope, RuntimeConfig, drive, events::ContextInfo, run_frame,
+};
 
 fn no_agent() -> Arc<str> {
     Arc::from("")
@@ -76,53 +78,32 @@ pub async fn run_pipeline(
         format!("pipeline {}", plan.name)
     });
     let _end = root.end_on_drop();
-    let started = Payload::RunStarted(pb::RunStarted {
-        kind: pb::RunKind::Pipeline as i32,
-        target: plan.name.clone(),
-    });
-    rt.emit(&root, &no_agent(), started).await;
-
     let owned = owned_keys(&plan, &initial);
-    let token = rt.record.token().clone();
-    let outcome = tokio::select! {
-        biased;
-        _ = token.cancelled() => None,
-        r = execute(&rt, &root, &plan, initial).with_context(root.otel.clone()).instrument(rt.log_span(&root)) => Some(r),
-        _ = tokio::time::sleep(rt.limits.run_timeout) => Some(Err((Code::DeadlineExceeded, format!(
-            "the pipeline did not finish within run_timeout ({:?})", rt.limits.run_timeout)))),
-    };
-    if !keep_context {
-        clear(&rt, &owned).with_context(root.otel.clone()).await;
-    }
-
-    let terminal = match outcome {
-        Some(Ok(summary)) if summary.success => Payload::RunCompleted(pb::RunCompleted {
-            output: summary.output,
-            run_context_json: rt.run_context_json(),
-            usage: Some(rt.usage()),
-        }),
-        Some(Ok(summary)) => {
-            root.set_error(summary.failure_message());
-            Payload::RunFailed(pb::RunFailed {
-                code: Code::Aborted as i32,
-                message: summary.failure_message(),
-                usage: Some(rt.usage()),
-            })
+    let body = async {
+        let summary = execute(&rt, &root, &plan, initial)
+            .with_context(root.otel.clone())
+            .instrument(rt.log_span(&root))
+            .await?;
+        if summary.success {
+            Ok(summary.output)
+        } else {
+            Err(Failure::new(Code::Aborted, summary.failure_message()))
         }
-        Some(Err((code, message))) => {
-            root.set_error(message.clone());
-            Payload::RunFailed(pb::RunFailed {
-                code: code as i32,
-                message,
-                usage: Some(rt.usage()),
-            })
-        }
-        None => Payload::RunCancelled(pb::RunCancelled {
-            reason: rt.record.cancel_reason(),
-            usage: Some(rt.usage()),
-        }),
     };
-    rt.emit(&root, &no_agent(), terminal).await;
+    let cleanup = async {
+        if !keep_context {
+            clear(&rt, &owned).with_context(root.otel.clone()).await;
+        }
+    };
+    drive(
+        &rt,
+        &root,
+        pb::RunKind::Pipeline,
+        plan.name.clone(),
+        body,
+        cleanup,
+    )
+    .await;
 }
 
 /// The slots a pipeline owns: those it seeds and those its steps write.
@@ -222,10 +203,10 @@ pub(super) async fn execute(
     root: &Arc<ContextInfo>,
     plan: &Plan,
     initial: Vec<(String, String)>,
-) -> Result<Summary, (Code, String)> {
+) -> Result<Summary, Failure> {
     for (k, v) in initial {
         let key = Key::parse("key", &k, rt.store.limits().max_key_len)
-            .map_err(|e| (Code::InvalidArgument, e.to_string()))?;
+            .map_err(|e| Failure::new(Code::InvalidArgument, e.to_string()))?;
         let mut put = Put::new(rt.trace_id.clone(), key, v.into_bytes());
         put.content_type = "text/plain; charset=utf-8".into();
         let size = put.value.len() as u64;
@@ -233,7 +214,7 @@ pub(super) async fn execute(
             .store
             .put(put)
             .await
-            .map_err(|e| (e.code(), format!("cannot seed slot {k}: {e}")))?;
+            .map_err(|e| Failure::new(e.code(), format!("cannot seed slot {k}: {e}")))?;
         let written = Payload::ContextWritten(pb::ContextWritten {
             key: k,
             version: w.version,
@@ -265,7 +246,7 @@ pub(super) async fn execute(
     // awaited here would queue behind sends of steps that only this loop
     // polls, and wait forever.
     let mut notices: FuturesUnordered<Notice<'_>> = FuturesUnordered::new();
-    let mut write_failure: Option<(Code, String)> = None;
+    let mut write_failure: Option<Failure> = None;
     let mut aborted = false;
     // Steps the scheduler skipped since the loop last looked.
     let mut skips: Vec<Skip> = Vec::new();
@@ -373,7 +354,7 @@ pub(super) async fn execute(
                             plan.steps[i].id
                         );
                         contexts[i].set_error(message.clone());
-                        write_failure = Some((e.code(), message));
+                        write_failure = Some(Failure::new(e.code(), message));
                         if !aborted {
                             aborted = true;
                             let why = format!("the output of step {:?} was lost", plan.steps[i].id);

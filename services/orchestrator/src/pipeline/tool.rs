@@ -90,7 +90,7 @@ async fn tool_run(
     if !request.keep_context {
         clear(rt, &owned).await;
     }
-    let summary = outcome.map_err(|(_, message)| message)?;
+    let summary = outcome.map_err(|f| f.message)?;
     let text = serde_json::json!({
         "success": summary.success,
         "output": summary.output,

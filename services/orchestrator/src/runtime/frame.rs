@@ -11,6 +11,7 @@ use baton_proto::v1::{self as pb, run_event::Payload};
 use serde_json::{Map, Value, json};
 use tonic::Code;
 
+use super::drive::Failure;
 use super::events::ContextInfo;
 use super::shared::{FinalScope, RuntimeConfig};
 use crate::{
@@ -19,15 +20,6 @@ use crate::{
     pipeline::{self, PipelineFile},
     tools::Toolbox,
 };
-
-/// Why an agent's context failed.
-#[derive(Debug, Clone)]
-pub struct AgentFailure {
-    /// The gRPC code a root failure is reported with.
-    pub code: Code,
-    /// What went wrong.
-    pub message: String,
-}
 
 /// One branch of a run: a context and the agent active in it.
 pub struct CallFrame {
@@ -61,7 +53,7 @@ impl CallFrame {
         target: &str,
         history: Vec<ChatMessage>,
         input: String,
-    ) -> Result<Self, AgentFailure> {
+    ) -> Result<Self, Failure> {
         let ctx = rt.root_context(format!("agent {target}"));
         Self::new(rt, ctx, target, history, input, Arc::default())
     }
@@ -80,12 +72,12 @@ impl CallFrame {
         history: Vec<ChatMessage>,
         input: String,
         scope: Arc<FinalScope>,
-    ) -> Result<Self, AgentFailure> {
-        let agent = rt.catalog.entry(target).ok_or_else(|| AgentFailure {
+    ) -> Result<Self, Failure> {
+        let agent = rt.catalog.entry(target).ok_or_else(|| Failure {
             code: Code::InvalidArgument,
             message: format!("unknown agent {target:?}"),
         })?;
-        let model = rt.model_for(&agent).map_err(|message| AgentFailure {
+        let model = rt.model_for(&agent).map_err(|message| Failure {
             code: Code::InvalidArgument,
             message,
         })?;

@@ -24,6 +24,7 @@
 
 pub mod context;
 mod dispatch;
+mod drive;
 pub mod events;
 mod frame;
 pub mod log;
@@ -35,10 +36,10 @@ mod turn;
 
 use std::sync::Arc;
 
-use baton_proto::v1::{self as pb, run_event::Payload};
-use tonic::Code;
+use baton_proto::v1 as pb;
 
-pub use frame::{AgentFailure, CallFrame};
+pub use drive::{Failure, drive};
+pub use frame::CallFrame;
 pub use shared::{FinalScope, Limits, PendingWrites, RunSetup, RuntimeConfig, check_target};
 pub use turn::run_frame;
 
@@ -49,47 +50,18 @@ pub async fn run_agent(rt: Arc<RuntimeConfig>, root: CallFrame, target: String) 
     let root_ctx = root.ctx.clone();
     let scope = root.scope.clone();
     let _end = root_ctx.end_on_drop();
-    let no_agent: Arc<str> = Arc::from("");
-    let started = Payload::RunStarted(pb::RunStarted {
-        kind: pb::RunKind::Agent as i32,
-        target,
-    });
-    rt.emit(&root_ctx, &no_agent, started).await;
-    let token = rt.record.token().clone();
-    let outcome = tokio::select! {
-        biased;
-        _ = token.cancelled() => None,
-        _ = scope.ended() => Some(Ok((String::new(), pb::Usage::default()))),
-        r = run_frame(&rt, root) => Some(r),
-        _ = tokio::time::sleep(rt.limits.run_timeout) => Some(Err(AgentFailure {
-            code: Code::DeadlineExceeded,
-            message: format!("the run did not finish within run_timeout ({:?})", rt.limits.run_timeout),
-        })),
-    };
-    // A Final tool output ends the run with that output, whichever branch
-    // noticed first.
-    let outcome = match scope.output() {
-        Some(output) if outcome.is_some() => Some(Ok((output, pb::Usage::default()))),
-        _ => outcome,
-    };
-    let terminal = match outcome {
-        Some(Ok((output, _))) => Payload::RunCompleted(pb::RunCompleted {
-            output,
-            run_context_json: rt.run_context_json(),
-            usage: Some(rt.usage()),
-        }),
-        Some(Err(f)) => {
-            root_ctx.set_error(f.message.clone());
-            Payload::RunFailed(pb::RunFailed {
-                code: f.code as i32,
-                message: f.message,
-                usage: Some(rt.usage()),
-            })
+    let body = async {
+        let ran = tokio::select! {
+            biased;
+            () = scope.ended() => Ok(String::new()),
+            r = run_frame(&rt, root) => r.map(|(output, _)| output),
+        };
+        // A final tool output ends the run with that output, whichever
+        // branch noticed first.
+        match scope.output() {
+            Some(output) => Ok(output),
+            None => ran,
         }
-        None => Payload::RunCancelled(pb::RunCancelled {
-            reason: rt.record.cancel_reason(),
-            usage: Some(rt.usage()),
-        }),
     };
-    rt.emit(&root_ctx, &no_agent, terminal).await;
+    drive(&rt, &root_ctx, pb::RunKind::Agent, target, body, async {}).await;
 }

@@ -16,8 +16,9 @@ use tonic::Code;
 use tracing::Instrument as _;
 
 use super::dispatch::{CallPlan, execute, plan};
+use super::drive::Failure;
 use super::events::ContextInfo;
-use super::frame::{AgentFailure, CallFrame, FrameSink, FrameView, add_usage, pb_call};
+use super::frame::{CallFrame, FrameSink, FrameView, add_usage, pb_call};
 use super::registry::LiveGuard;
 use super::shared::RuntimeConfig;
 use crate::model::{ChatMessage, ModelRequest, ModelTurn, Role};
@@ -27,7 +28,7 @@ use crate::model::{ChatMessage, ModelRequest, ModelTurn, Role};
 pub async fn run_frame(
     rt: &Arc<RuntimeConfig>,
     frame: CallFrame,
-) -> Result<(String, pb::Usage), AgentFailure> {
+) -> Result<(String, pb::Usage), Failure> {
     let span = rt.log_span(&frame.ctx);
     run_frame_inner(rt, frame).instrument(span).await
 }
@@ -35,7 +36,7 @@ pub async fn run_frame(
 pub(super) async fn run_frame_inner(
     rt: &Arc<RuntimeConfig>,
     mut frame: CallFrame,
-) -> Result<(String, pb::Usage), AgentFailure> {
+) -> Result<(String, pb::Usage), Failure> {
     let _live = LiveGuard::new(&rt.record);
     let started = Payload::AgentStarted(pb::AgentStarted {
         agent: frame.agent.name.clone(),
@@ -48,7 +49,7 @@ pub(super) async fn run_frame_inner(
     let mut tools = frame.tool_defs(&rt.catalog, &rt.tools);
     loop {
         if frame.turns >= rt.limits.max_turns {
-            return Err(AgentFailure {
+            return Err(Failure {
                 code: Code::ResourceExhausted,
                 message: format!(
                     "context {} reached max_turns ({})",
@@ -83,7 +84,7 @@ pub(super) async fn run_frame_inner(
                     .model_call(frame.model.reference(), false, seconds, 0, 0);
                 chat.set_status(Status::error(message.clone()));
                 chat.end();
-                return Err(AgentFailure {
+                return Err(Failure {
                     code: Code::Unavailable,
                     message,
                 });
@@ -98,7 +99,7 @@ pub(super) async fn run_frame_inner(
                     .model_call(frame.model.reference(), false, seconds, 0, 0);
                 chat.set_status(Status::error(message.clone()));
                 chat.end();
-                return Err(AgentFailure {
+                return Err(Failure {
                     code: Code::DeadlineExceeded,
                     message,
                 });
@@ -196,7 +197,7 @@ pub(super) async fn run_frame_inner(
         }
         if frame.scope.is_ended() {
             // A Final policy ended the scope: no further turns, here or above.
-            return Err(AgentFailure {
+            return Err(Failure {
                 code: Code::Ok,
                 message: "ended by a final tool output".into(),
             });
@@ -264,17 +265,12 @@ pub(super) async fn switch_agent(
     rt: &Arc<RuntimeConfig>,
     frame: &mut CallFrame,
     to: &str,
-) -> Result<(), AgentFailure> {
-    let next = rt
-        .catalog
-        .agents
-        .get(to)
-        .cloned()
-        .ok_or_else(|| AgentFailure {
-            code: Code::Internal,
-            message: format!("handoff to unknown agent {to:?}"),
-        })?;
-    let model = rt.model_for(&next).map_err(|message| AgentFailure {
+) -> Result<(), Failure> {
+    let next = rt.catalog.agents.get(to).cloned().ok_or_else(|| Failure {
+        code: Code::Internal,
+        message: format!("handoff to unknown agent {to:?}"),
+    })?;
+    let model = rt.model_for(&next).map_err(|message| Failure {
         code: Code::InvalidArgument,
         message,
     })?;
