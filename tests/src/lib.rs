@@ -540,3 +540,33 @@ pub async fn health(endpoint: &str, service: &str) -> i32 {
     .map(|r| r.into_inner().status)
     .unwrap_or(-1)
 }
+
+/// The services `endpoint` lists through server reflection v1, sorted.
+pub async fn reflected_services(endpoint: &str) -> Vec<String> {
+    use futures::StreamExt;
+    use tonic_reflection::pb::v1;
+    let channel = baton_client::channel(endpoint.to_owned())
+        .await
+        .expect("channel");
+    let mut client = v1::server_reflection_client::ServerReflectionClient::new(channel);
+    let req = v1::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(v1::server_reflection_request::MessageRequest::ListServices(
+            String::new(),
+        )),
+    };
+    let mut resp = client
+        .server_reflection_info(futures::stream::iter([req]))
+        .await
+        .expect("v1")
+        .into_inner();
+    let msg = resp.next().await.expect("a reply").expect("ok");
+    let Some(v1::server_reflection_response::MessageResponse::ListServicesResponse(list)) =
+        msg.message_response
+    else {
+        panic!("unexpected reflection reply");
+    };
+    let mut names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    names.sort();
+    names
+}

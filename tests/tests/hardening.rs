@@ -594,31 +594,6 @@ async fn reflection_lists_only_what_the_port_serves() {
     let orchestrator = OrchestratorServer::start(AGENTS, None, |_| {})
         .await
         .expect("orchestrator");
-    let services = |endpoint: String| async move {
-        use tonic_reflection::pb::v1;
-        let channel = baton_client::channel(endpoint).await.expect("channel");
-        let mut client = v1::server_reflection_client::ServerReflectionClient::new(channel);
-        let req = v1::ServerReflectionRequest {
-            host: String::new(),
-            message_request: Some(v1::server_reflection_request::MessageRequest::ListServices(
-                String::new(),
-            )),
-        };
-        let mut resp = client
-            .server_reflection_info(futures::stream::iter([req]))
-            .await
-            .expect("v1")
-            .into_inner();
-        let msg = resp.next().await.expect("a reply").expect("ok");
-        let Some(v1::server_reflection_response::MessageResponse::ListServicesResponse(list)) =
-            msg.message_response
-        else {
-            panic!("unexpected reflection reply");
-        };
-        let mut names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
-        names.sort();
-        names
-    };
     let infrastructure = [
         "grpc.health.v1.Health",
         "grpc.reflection.v1.ServerReflection",
@@ -631,11 +606,11 @@ async fn reflection_lists_only_what_the_port_serves() {
         v
     };
     assert_eq!(
-        services(orchestrator.endpoint()).await,
+        baton_e2e::reflected_services(&orchestrator.endpoint()).await,
         with("baton.v1.Orchestrator")
     );
     assert_eq!(
-        services(store.endpoint()).await,
+        baton_e2e::reflected_services(&store.endpoint()).await,
         with("baton.v1.ContextStore")
     );
     orchestrator.shutdown().await.expect("shutdown");

@@ -163,30 +163,12 @@ async fn binary_is_ready_only_with_redis_and_serves_reflection_web_and_drains() 
 }
 
 async fn reflection_lists_the_services(endpoint: &str) {
-    use tonic_reflection::pb::{v1, v1alpha};
+    use tonic_reflection::pb::v1alpha;
     let channel = baton_client::channel(endpoint.to_owned())
         .await
         .expect("channel");
 
-    let mut client = v1::server_reflection_client::ServerReflectionClient::new(channel.clone());
-    let req = v1::ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(v1::server_reflection_request::MessageRequest::ListServices(
-            String::new(),
-        )),
-    };
-    let mut resp = client
-        .server_reflection_info(futures::stream::iter([req]))
-        .await
-        .expect("v1")
-        .into_inner();
-    let msg = resp.next().await.expect("a reply").expect("ok");
-    let Some(v1::server_reflection_response::MessageResponse::ListServicesResponse(list)) =
-        msg.message_response
-    else {
-        panic!("unexpected reflection reply");
-    };
-    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    let names = baton_e2e::reflected_services(endpoint).await;
     for want in ["baton.v1.ContextStore", "grpc.health.v1.Health"] {
         assert!(
             names.iter().any(|n| n == want),
