@@ -10,6 +10,7 @@ use std::sync::{Arc, OnceLock};
 use baton_context_store::store::{ContextStore, Limits, memory::MemoryStore};
 use baton_orchestrator::{
     catalog::Catalog, config::RunDefaults, grpc::OrchestratorService, pipeline::PipelineFile,
+    services::Services,
 };
 use baton_proto::v1 as pb;
 use prost::Message;
@@ -55,15 +56,19 @@ fn service() -> &'static OrchestratorService {
             let _inside = runtime.enter();
             let catalog = Arc::new(Catalog::from_yaml(AGENTS).expect("the fuzz catalog is valid"));
             let store: Arc<dyn ContextStore> = Arc::new(MemoryStore::new(Limits::default()));
-            OrchestratorService::new(
+            let services = Services::new(
                 catalog,
                 store,
                 RunDefaults::default(),
-                tokio_util::sync::CancellationToken::new(),
-                tokio_util::task::TaskTracker::new(),
+                Services::untraced(),
                 &|_| None,
             )
-            .expect("the fuzz service builds")
+            .expect("the fuzz services build");
+            OrchestratorService::new(
+                services,
+                tokio_util::sync::CancellationToken::new(),
+                tokio_util::task::TaskTracker::new(),
+            )
         };
         (runtime, service)
     });

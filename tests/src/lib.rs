@@ -427,20 +427,23 @@ impl OrchestratorServer {
         let addr = listener.local_addr()?;
         let shutdown = CancellationToken::new();
         let tasks = tokio_util::task::TaskTracker::new();
-        let service = baton_orchestrator::grpc::OrchestratorService::new(
+        let services = baton_orchestrator::services::Services::new(
             catalog,
             store.clone(),
             config.runs.clone(),
-            shutdown.clone(),
-            tasks.clone(),
+            tracing,
             &|name| {
                 env.iter()
                     .find(|(k, _)| *k == name)
                     .map(|(_, v)| (*v).to_owned())
             },
         )
-        .map_err(|e| anyhow::anyhow!(e))?
-        .with_tracing(tracing);
+        .map_err(|e| anyhow::anyhow!(e))?;
+        let service = baton_orchestrator::grpc::OrchestratorService::new(
+            services,
+            shutdown.clone(),
+            tasks.clone(),
+        );
         let handle = tokio::spawn({
             let service = service.clone();
             let shutdown = shutdown.clone();

@@ -548,7 +548,7 @@ async fn slow_run_started() -> (
     OrchestratorClient,
     baton_client::Events,
     Vec<pb::RunEvent>,
-    std::sync::Arc<baton_orchestrator::runtime::registry::RunRecord>,
+    std::sync::Arc<baton_orchestrator::run::record::RunRecord>,
 ) {
     let server = OrchestratorServer::start(SLOW, None, |_| {})
         .await
@@ -1099,7 +1099,7 @@ async fn watch_run_reattaches_from_any_seq() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_run_replays_the_last_log_capacity_events() {
-    use baton_orchestrator::runtime::registry::LOG_CAPACITY;
+    use baton_orchestrator::run::log::LOG_CAPACITY;
     let deltas = LOG_CAPACITY + 5;
     let agents = format!(
         "scripts:\n  chatty: [{{text: 'word', deltas: {deltas}}}]\nagents:\n  chatty: {{model: 'scripted:chatty'}}\n"

@@ -5,7 +5,7 @@
 //!   loaded from YAML and validated at start; `catalog::names` is the leaf of
 //!   names, model references and durations that everyone uses.
 //! - [`model`]: model providers (`scripted`, `openai`).
-//! - [`runtime`]: `RuntimeConfig` (what a run shares) and `CallFrame` (what a
+//! - [`runtime`]: `Run` (what a run shares) and `CallFrame` (what a
 //!   branch owns), the tool-call loop, the event sequencer and run registry.
 //! - [`pipeline`]: RunPipeline's validation (`Plan`), the pure scheduler
 //!   (`schedule`), the executor and the file form.
@@ -25,6 +25,7 @@
 //! `NOT_SERVING` once shutdown begins; running streams then end with
 //! `RunCancelled` ("server shutting down").
 
+pub mod agent;
 pub mod auth;
 pub mod catalog;
 pub mod config;
@@ -35,7 +36,8 @@ pub mod model;
 pub mod peers;
 pub mod pipeline;
 pub mod remote_store;
-pub mod runtime;
+pub mod run;
+pub mod services;
 pub mod tools;
 
 use std::{sync::Arc, time::Duration};
@@ -52,6 +54,7 @@ use crate::{
     catalog::Catalog,
     config::{Config, StoreMode},
     grpc::OrchestratorService,
+    services::Services,
 };
 
 /// Loads and validates the agents file the config names.
@@ -129,18 +132,17 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let tasks = TaskTracker::new();
-    let service = OrchestratorService::new(
+    let services = Services::new(
         catalog,
         store.clone(),
         config.runs.clone(),
-        shutdown.clone(),
-        tasks.clone(),
+        tracing,
         // The one place the orchestrator reads the environment outside its
         // config: model-provider keys, by the variable the agents file names.
         &|name| secret_from_env(name, &|k| std::env::var(k).ok()),
     )
-    .map_err(|e| anyhow::anyhow!(e))?
-    .with_tracing(tracing);
+    .map_err(|e| anyhow::anyhow!(e))?;
+    let service = OrchestratorService::new(services, shutdown.clone(), tasks.clone());
     serve_service(service, store, config, listener, shutdown, tasks).await
 }
 

@@ -16,7 +16,7 @@ fn kind(e: &pb::RunEvent) -> String {
     e.payload
         .as_ref()
         .map(|p| {
-            baton_orchestrator::runtime::events::kind_of(p)
+            baton_orchestrator::run::events::kind_of(p)
                 .as_str_name()
                 .trim_start_matches("EVENT_KIND_")
                 .to_ascii_lowercase()

@@ -2,6 +2,7 @@
 //! agents file (YAML, `deploy/config/agents.yaml` is the commented example)
 //! and validated once at start, so a run never meets a dangling reference.
 
+pub mod models;
 pub mod names;
 
 pub use names::{parse_model_ref, valid_name};
@@ -13,10 +14,8 @@ use std::{
 
 use serde::Deserialize;
 
-use crate::{
-    model::{openai::OpenAiSpec, scripted::ScriptTurn},
-    runtime::policy::{Policy, PolicySpec},
-};
+use crate::agent::policy::{Policy, PolicySpec};
+use models::{OpenAiSpec, ScriptTurn};
 
 /// Names of the built-in tools every agent may list (owned by the tools).
 pub use crate::tools::names::BUILTIN as BUILTIN_TOOLS;

@@ -1,232 +1,213 @@
 //! Requests into domain values, validated once, before anything starts:
 //! a bad field is `INVALID_ARGUMENT` (or `RESOURCE_EXHAUSTED` for a size or
 //! count over a limit) naming it, and no run, event or store write happens.
-//! The handlers and the fuzz targets call [`OrchestratorService::validate_agent`]
-//! and [`OrchestratorService::validate_pipeline`].
+//! The handlers and the fuzz targets call [`agent_run`] and
+//! [`pipeline_run`]; the `run_pipeline` tool shares their pipeline checks
+//! (`Plan::validate`).
 
 use std::time::Duration;
 
 use baton_proto::v1 as pb;
 use serde_json::{Map, Value};
 
-use super::OrchestratorService;
 use crate::{
-    catalog::names::{parse_model_ref, valid_name},
+    catalog::{
+        Catalog,
+        names::{parse_model_ref, valid_name},
+    },
     config::RunDefaults,
     error::{Error, Result},
     model::{ChatMessage, Role, ToolCallRequest},
-    pipeline::{PipelineLimits, Plan},
-    runtime::{Limits, check_target, events::Filter},
+    pipeline::Plan,
+    run::{
+        events::Filter,
+        record::RunRecord,
+        state::{Limits, RunOptions, check_target},
+    },
+    services::Services,
 };
 
-impl OrchestratorService {
-    /// Validates a RunAgent request (nothing starts): every problem is
-    /// `INVALID_ARGUMENT` (or `RESOURCE_EXHAUSTED` for a size) naming the
-    /// field. Pure: the handler and the fuzz targets call it.
-    pub fn validate_agent(&self, r: pb::RunAgentRequest) -> Result<AgentRun> {
-        if r.agent.is_empty() {
-            return Err(Error::invalid("agent", "must name an agent or group"));
-        }
-        if !self.catalog.is_callable(&r.agent) {
-            return Err(Error::invalid(
-                "agent",
-                format!("unknown agent or group {:?}", r.agent),
-            ));
-        }
-        if r.input.is_empty() && r.history.is_empty() {
-            return Err(Error::invalid(
-                "input",
-                "must not be empty when there is no history",
-            ));
-        }
-        let history = history(r.history)?;
-        let options = self.options(
-            &r.run_context_json,
-            &r.default_model,
-            r.limits,
-            r.approval_mode,
-            r.filter,
-        )?;
-        // An agent without any model is a bad request, not a failed run.
-        check_target(
-            &self.catalog,
-            &self.models,
-            &options.default_model,
-            &r.agent,
-        )
+/// Validates a RunAgent request (nothing starts): every problem is
+/// `INVALID_ARGUMENT` (or `RESOURCE_EXHAUSTED` for a size) naming the
+/// field. Pure: the handler and the fuzz targets call it.
+pub fn agent_run(s: &Services, r: pb::RunAgentRequest) -> Result<AgentRun> {
+    if r.agent.is_empty() {
+        return Err(Error::invalid("agent", "must name an agent or group"));
+    }
+    if !s.catalog.is_callable(&r.agent) {
+        return Err(Error::invalid(
+            "agent",
+            format!("unknown agent or group {:?}", r.agent),
+        ));
+    }
+    if r.input.is_empty() && r.history.is_empty() {
+        return Err(Error::invalid(
+            "input",
+            "must not be empty when there is no history",
+        ));
+    }
+    let history = history(r.history)?;
+    let options = options(
+        s,
+        &r.run_context_json,
+        &r.default_model,
+        r.limits,
+        r.approval_mode,
+        r.filter,
+    )?;
+    // An agent without any model is a bad request, not a failed run.
+    check_target(&s.catalog, &s.models, &options.default_model, &r.agent)
         .map_err(|e| Error::invalid("default_model", e))?;
-        Ok(AgentRun {
-            agent: r.agent,
-            history,
-            input: r.input,
-            options,
-        })
-    }
+    Ok(AgentRun {
+        agent: r.agent,
+        history,
+        input: r.input,
+        options,
+    })
+}
 
-    /// Validates a RunPipeline request (nothing starts), as
-    /// [`Self::validate_agent`] does.
-    pub fn validate_pipeline(&self, r: pb::RunPipelineRequest) -> Result<PipelineRun> {
-        let key_max = self.store.limits().max_key_len;
-        let mut initial: Vec<(String, String)> = r.initial_slots.into_iter().collect();
-        initial.sort();
-        for (k, v) in &initial {
-            baton_context_store::store::Key::parse("initial_slots", k, key_max).map_err(|e| {
-                Error::invalid(
-                    "initial_slots",
-                    e.to_string()
-                        .trim_start_matches("initial_slots: ")
-                        .to_owned(),
-                )
-            })?;
-            if v.len() as u64 > self.store.limits().max_value_bytes {
-                return Err(Error::invalid(
-                    "initial_slots",
-                    format!(
-                        "the value of {k:?} is over the store's limit of {} bytes",
-                        self.store.limits().max_value_bytes
-                    ),
-                ));
-            }
-        }
-        let seeded = initial.iter().map(|(k, _)| k.clone()).collect();
-        let plan = Plan::validate(
-            r.pipeline,
-            &seeded,
-            &self.catalog,
-            &self.pipeline_limits(),
-            key_max,
-        )?;
-        let options = self.options(
-            &r.run_context_json,
-            &r.default_model,
-            r.limits,
-            r.approval_mode,
-            r.filter,
-        )?;
-        // Every step's agent must have a model, checked before anything runs.
-        for (i, step) in plan.steps.iter().enumerate() {
-            check_target(
-                &self.catalog,
-                &self.models,
-                &options.default_model,
-                &step.agent,
+/// Validates a RunPipeline request (nothing starts), as
+/// [`agent_run`] does.
+pub fn pipeline_run(s: &Services, r: pb::RunPipelineRequest) -> Result<PipelineRun> {
+    let key_max = s.store.limits().max_key_len;
+    let mut initial: Vec<(String, String)> = r.initial_slots.into_iter().collect();
+    initial.sort();
+    for (k, v) in &initial {
+        baton_context_store::store::Key::parse("initial_slots", k, key_max).map_err(|e| {
+            Error::invalid(
+                "initial_slots",
+                e.to_string()
+                    .trim_start_matches("initial_slots: ")
+                    .to_owned(),
             )
-            .map_err(|e| Error::invalid(format!("pipeline.steps[{i}].agent"), e))?;
-        }
-        Ok(PipelineRun {
-            plan,
-            initial,
-            keep_context: r.keep_context,
-            options,
-        })
-    }
-
-    pub(super) fn pipeline_limits(&self) -> PipelineLimits {
-        let d = &self.defaults;
-        PipelineLimits {
-            max_steps: d.max_pipeline_steps,
-            default_concurrency: d.pipeline_concurrency,
-            max_concurrency: d.max_pipeline_concurrency,
-            max_retries: d.max_step_retries,
-            max_step_timeout: d.max_timeout,
-        }
-    }
-
-    /// Validates the options RunAgent and RunPipeline share.
-    fn options(
-        &self,
-        run_context_json: &str,
-        default_model: &str,
-        limits: Option<pb::RunLimits>,
-        mode: i32,
-        events: Option<pb::EventFilter>,
-    ) -> Result<RunOptions> {
-        let max_context = self.defaults.max_run_context_bytes;
-        if run_context_json.len() > max_context {
-            return Err(Error::Exhausted {
-                field: "run_context_json".into(),
-                message: format!(
-                    "{} bytes is over this server's limit of {max_context} bytes (runs.max_run_context_bytes)",
-                    run_context_json.len()
+        })?;
+        if v.len() as u64 > s.store.limits().max_value_bytes {
+            return Err(Error::invalid(
+                "initial_slots",
+                format!(
+                    "the value of {k:?} is over the store's limit of {} bytes",
+                    s.store.limits().max_value_bytes
                 ),
-            });
+            ));
         }
-        Ok(RunOptions {
-            run_context: run_context(run_context_json)?,
-            default_model: self.default_model(default_model)?,
-            limits: self.limits(limits)?,
-            approval_mode: approval_mode(mode)?,
-            filter: filter(events, &self.defaults)?,
-        })
     }
-
-    fn limits(&self, l: Option<pb::RunLimits>) -> Result<Limits> {
-        let d = &self.defaults;
-        let l = l.unwrap_or_default();
-        let max_depth = match l.max_depth {
-            None => d.max_depth,
-            Some(v) if v > d.max_depth_limit => {
-                return Err(Error::invalid(
-                    "limits.max_depth",
-                    format!("{v} is over this server's maximum of {}", d.max_depth_limit),
-                ));
-            }
-            Some(v) => v,
-        };
-        let max_turns = match l.max_turns {
-            0 => d.max_turns,
-            v if v > d.max_turns_limit => {
-                return Err(Error::invalid(
-                    "limits.max_turns",
-                    format!("{v} is over this server's maximum of {}", d.max_turns_limit),
-                ));
-            }
-            v => v,
-        };
-        let timeout = |field: &'static str,
-                       v: Option<prost_types::Duration>,
-                       default: Duration|
-         -> Result<Duration> {
-            let Some(v) = v else { return Ok(default) };
-            if v.seconds < 0 || v.nanos < 0 || v.nanos >= 1_000_000_000 {
-                return Err(Error::invalid(field, "must be a positive duration"));
-            }
-            let t = Duration::new(v.seconds as u64, v.nanos as u32);
-            if t.is_zero() {
-                return Ok(default);
-            }
-            if t > d.max_timeout {
-                return Err(Error::invalid(
-                    field,
-                    format!("{t:?} is over this server's maximum of {:?}", d.max_timeout),
-                ));
-            }
-            Ok(t)
-        };
-        Ok(Limits {
-            max_depth,
-            max_turns,
-            run_timeout: timeout("limits.run_timeout", l.run_timeout, d.run_timeout)?,
-            tool_timeout: timeout("limits.tool_timeout", l.tool_timeout, d.tool_timeout)?,
-            model_timeout: timeout("limits.model_timeout", l.model_timeout, d.model_timeout)?,
-            approval_timeout: timeout(
-                "limits.approval_timeout",
-                l.approval_timeout,
-                d.approval_timeout,
-            )?,
-        })
+    let seeded = initial.iter().map(|(k, _)| k.clone()).collect();
+    let plan = Plan::validate(r.pipeline, &seeded, &s.catalog, &s.pipeline_limits, key_max)?;
+    let options = options(
+        s,
+        &r.run_context_json,
+        &r.default_model,
+        r.limits,
+        r.approval_mode,
+        r.filter,
+    )?;
+    // Every step's agent must have a model, checked before anything runs.
+    for (i, step) in plan.steps.iter().enumerate() {
+        check_target(&s.catalog, &s.models, &options.default_model, &step.agent)
+            .map_err(|e| Error::invalid(format!("pipeline.steps[{i}].agent"), e))?;
     }
+    Ok(PipelineRun {
+        plan,
+        initial,
+        keep_context: r.keep_context,
+        options,
+    })
+}
 
-    fn default_model(&self, requested: &str) -> Result<String> {
-        if requested.is_empty() {
-            return Ok(self.catalog.default_model.clone());
+/// Validates the options RunAgent and RunPipeline share.
+fn options(
+    s: &Services,
+    run_context_json: &str,
+    default_model: &str,
+    limits: Option<pb::RunLimits>,
+    mode: i32,
+    events: Option<pb::EventFilter>,
+) -> Result<RunOptions> {
+    let max_context = s.defaults.max_run_context_bytes;
+    if run_context_json.len() > max_context {
+        return Err(Error::Exhausted {
+            field: "run_context_json".into(),
+            message: format!(
+                "{} bytes is over this server's limit of {max_context} bytes (runs.max_run_context_bytes)",
+                run_context_json.len()
+            ),
+        });
+    }
+    Ok(RunOptions {
+        run_context: run_context(run_context_json)?,
+        default_model: model_or_default(s, default_model)?,
+        limits: run_limits(s, limits)?,
+        approval_mode: approval_mode(mode)?,
+        filter: filter(events, &s.defaults)?,
+    })
+}
+
+fn run_limits(s: &Services, l: Option<pb::RunLimits>) -> Result<Limits> {
+    let d = &s.defaults;
+    let l = l.unwrap_or_default();
+    let max_depth = match l.max_depth {
+        None => d.max_depth,
+        Some(v) if v > d.max_depth_limit => {
+            return Err(Error::invalid(
+                "limits.max_depth",
+                format!("{v} is over this server's maximum of {}", d.max_depth_limit),
+            ));
         }
-        parse_model_ref(requested).map_err(|e| Error::invalid("default_model", e))?;
-        self.models
-            .resolve(requested)
-            .map_err(|e| Error::invalid("default_model", e))?;
-        Ok(requested.to_owned())
+        Some(v) => v,
+    };
+    let max_turns = match l.max_turns {
+        0 => d.max_turns,
+        v if v > d.max_turns_limit => {
+            return Err(Error::invalid(
+                "limits.max_turns",
+                format!("{v} is over this server's maximum of {}", d.max_turns_limit),
+            ));
+        }
+        v => v,
+    };
+    let timeout = |field: &'static str,
+                   v: Option<prost_types::Duration>,
+                   default: Duration|
+     -> Result<Duration> {
+        let Some(v) = v else { return Ok(default) };
+        if v.seconds < 0 || v.nanos < 0 || v.nanos >= 1_000_000_000 {
+            return Err(Error::invalid(field, "must be a positive duration"));
+        }
+        let t = Duration::new(v.seconds as u64, v.nanos as u32);
+        if t.is_zero() {
+            return Ok(default);
+        }
+        if t > d.max_timeout {
+            return Err(Error::invalid(
+                field,
+                format!("{t:?} is over this server's maximum of {:?}", d.max_timeout),
+            ));
+        }
+        Ok(t)
+    };
+    Ok(Limits {
+        max_depth,
+        max_turns,
+        run_timeout: timeout("limits.run_timeout", l.run_timeout, d.run_timeout)?,
+        tool_timeout: timeout("limits.tool_timeout", l.tool_timeout, d.tool_timeout)?,
+        model_timeout: timeout("limits.model_timeout", l.model_timeout, d.model_timeout)?,
+        approval_timeout: timeout(
+            "limits.approval_timeout",
+            l.approval_timeout,
+            d.approval_timeout,
+        )?,
+    })
+}
+
+fn model_or_default(s: &Services, requested: &str) -> Result<String> {
+    if requested.is_empty() {
+        return Ok(s.catalog.default_model.clone());
     }
+    parse_model_ref(requested).map_err(|e| Error::invalid("default_model", e))?;
+    s.models
+        .resolve(requested)
+        .map_err(|e| Error::invalid("default_model", e))?;
+    Ok(requested.to_owned())
 }
 
 /// A validated RunAgent request.
@@ -245,13 +226,50 @@ pub struct PipelineRun {
     pub(super) options: RunOptions,
 }
 
-/// The options RunAgent and RunPipeline share, validated.
-pub(super) struct RunOptions {
-    pub(super) run_context: Map<String, Value>,
-    pub(super) default_model: String,
-    pub(super) limits: Limits,
-    pub(super) approval_mode: pb::ApprovalMode,
-    pub(super) filter: Filter,
+/// What GetRun answers about `run`.
+pub(super) fn get_run_response(run: &RunRecord) -> pb::GetRunResponse {
+    let s = run.state();
+    pb::GetRunResponse {
+        run_id: run.run_id.clone(),
+        trace_id: run.trace_id.to_string(),
+        kind: run.kind as i32,
+        target: run.target.clone(),
+        status: s.status as i32,
+        started_at: Some(run.started_at.into()),
+        ended_at: s.ended_at.map(Into::into),
+        output: s.output,
+        run_context_json: s.run_context_json,
+        usage: Some(s.usage),
+        error_code: s.error_code,
+        error_message: s.error_message,
+        last_seq: s.last_seq,
+    }
+}
+
+/// What ListAgents answers: the catalog's agents and groups.
+pub(super) fn list_agents_response(catalog: &Catalog) -> pb::ListAgentsResponse {
+    let agents = catalog
+        .agents
+        .values()
+        .map(|a| pb::AgentInfo {
+            name: a.name.clone(),
+            description: a.spec.description.clone(),
+            model: a.spec.model.clone(),
+            tools: a.spec.tools.clone(),
+            handoffs: a.spec.handoffs.clone(),
+        })
+        .collect();
+    let groups = catalog
+        .groups
+        .iter()
+        .map(|(name, g)| pb::AgentGroupInfo {
+            name: name.clone(),
+            description: g.description.clone(),
+            root: g.root.clone(),
+            members: g.members.clone(),
+        })
+        .collect();
+    pb::ListAgentsResponse { agents, groups }
 }
 
 /// Parses the request's run context: empty is `{}`, otherwise a JSON object.

@@ -7,18 +7,16 @@
 mod convert;
 mod watch;
 
-use convert::RunOptions;
-pub use convert::{AgentRun, PipelineRun, filter};
+pub use convert::{AgentRun, PipelineRun, agent_run, filter, pipeline_run};
 
 use std::{future::Future, sync::Arc};
 
 use baton_common::{ids::TraceId, otel::Tracing};
-use baton_context_store::store::ContextStore;
 use baton_proto::v1::orchestrator_client::OrchestratorClient;
 use baton_proto::v1::{self as pb, orchestrator_server::Orchestrator};
 use opentelemetry::{
     Context, KeyValue,
-    trace::{Span as _, SpanBuilder, SpanKind, Status as SpanStatus, TraceContextExt, Tracer},
+    trace::{Span as _, SpanBuilder, SpanKind, TraceContextExt, Tracer},
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -26,71 +24,45 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tonic::{Request, Response, Status, transport::Channel};
 
 use crate::{
+    agent::{self, frame::CallFrame},
     auth::tenant_of,
-    catalog::Catalog,
-    config::RunDefaults,
     error::{Error, Result},
     metrics::Metrics,
-    model::Models,
     peers::{Answer, Peers},
     pipeline,
-    runtime::{
-        self, CallFrame, RunSetup, RuntimeConfig,
-        events::{self, Filter},
-        registry::{ApprovalAnswer, LOG_CAPACITY, LOG_RETENTION, LogRead, RunRecord, Runs},
+    run::{
+        events,
+        launch::{self, EventStream, Prepared},
+        record::{ApprovalAnswer, RunRecord},
+        registry::Runs,
+        state::RunOptions,
     },
-    tools::Toolbox,
+    services::Services,
 };
 
-/// The orchestrator's shared state and its gRPC face.
+/// The orchestrator's gRPC face: the [`Services`] every run shares, the
+/// runs of this replica, and its peers.
 #[derive(Clone)]
 pub struct OrchestratorService {
-    catalog: Arc<Catalog>,
-    models: Arc<Models>,
-    tools: Arc<Toolbox>,
-    store: Arc<dyn ContextStore>,
+    services: Arc<Services>,
     runs: Arc<Runs>,
-    defaults: RunDefaults,
     shutdown: CancellationToken,
     tasks: TaskTracker,
-    tracing: Tracing,
-    metrics: Arc<Metrics>,
     /// The other replicas, for run-scoped calls of runs that are not here.
     peers: Option<Arc<Peers>>,
 }
 
 impl OrchestratorService {
-    /// A service running `catalog`'s agents on `store`. Runs are cancelled
-    /// when `shutdown` is, and tracked by `tasks`. Provider keys are read
-    /// through `env`.
-    pub fn new(
-        catalog: Arc<Catalog>,
-        store: Arc<dyn ContextStore>,
-        defaults: RunDefaults,
-        shutdown: CancellationToken,
-        tasks: TaskTracker,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Self, String> {
-        Ok(Self {
-            models: Arc::new(Models::new(catalog.clone(), env)?),
-            tools: Arc::new(Toolbox::new(&catalog)?),
-            metrics: Arc::new(Metrics::with_catalog(&catalog)),
-            catalog,
-            store,
-            runs: Arc::new(Runs::new(&defaults)),
-            defaults,
+    /// A service running `services`' agents. Runs are cancelled when
+    /// `shutdown` is, and tracked by `tasks`.
+    pub fn new(services: Services, shutdown: CancellationToken, tasks: TaskTracker) -> Self {
+        Self {
+            runs: Arc::new(Runs::new(&services.defaults)),
+            services: Arc::new(services),
             shutdown,
             tasks,
-            tracing: Tracing::with_env(&Default::default(), "baton-orchestrator", |_| None)?,
             peers: None,
-        })
-    }
-
-    /// Makes spans with `tracing` (by default spans are made but not
-    /// exported).
-    pub fn with_tracing(mut self, tracing: Tracing) -> Self {
-        self.tracing = tracing;
-        self
+        }
     }
 
     /// Forwards run-scoped calls of runs that are not here to `peers` (see
@@ -98,6 +70,16 @@ impl OrchestratorService {
     pub fn with_peers(mut self, peers: Option<Arc<Peers>>) -> Self {
         self.peers = peers;
         self
+    }
+
+    /// Validates a RunAgent request (see [`agent_run`]).
+    pub fn validate_agent(&self, r: pb::RunAgentRequest) -> Result<AgentRun> {
+        agent_run(&self.services, r)
+    }
+
+    /// Validates a RunPipeline request (see [`pipeline_run`]).
+    pub fn validate_pipeline(&self, r: pb::RunPipelineRequest) -> Result<PipelineRun> {
+        pipeline_run(&self.services, r)
     }
 
     /// The run `run_id` if it is here and belongs to the caller's tenant;
@@ -187,16 +169,65 @@ impl OrchestratorService {
 
     /// The service's tracer provider.
     pub fn tracing(&self) -> &Tracing {
-        &self.tracing
+        &self.services.tracing
     }
 
     /// The service's metrics.
     pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
+        &self.services.metrics
     }
 
-    /// Starts a run's span, a child of the caller's `traceparent` when the
-    /// request carries one; the run's trace id is that span's.
+    /// Fetches every tool server's tool descriptions in the background
+    /// (retrying until each answers or shutdown).
+    pub fn list_remote_tools(&self) {
+        for server in self.services.tools.servers() {
+            let server = server.clone();
+            let stop = self.shutdown.clone();
+            self.tasks
+                .spawn(async move { server.refresh_until_ok(stop).await });
+        }
+    }
+
+    /// The runs this service started (for tests and metrics).
+    pub fn runs(&self) -> &Arc<Runs> {
+        &self.runs
+    }
+
+    /// Builds a run of the caller (the `traceparent` in `md`, the tenant in
+    /// `ext`) whose span is a child of the caller's; nothing runs yet.
+    fn prepare(
+        &self,
+        (md, ext): (&tonic::metadata::MetadataMap, &tonic::Extensions),
+        method: &'static str,
+        kind: pb::RunKind,
+        target: &str,
+        options: RunOptions,
+    ) -> Prepared {
+        let parent = baton_common::otel::extract(md);
+        let tenant = tenant_of(ext).to_owned();
+        let span = self.run_span(&parent, method, kind, target);
+        launch::prepare(
+            &self.services,
+            span,
+            kind,
+            target.to_owned(),
+            tenant,
+            options,
+            &self.shutdown,
+        )
+    }
+
+    /// Starts a prepared run; the caller's stream.
+    fn launch(
+        &self,
+        prepared: Prepared,
+        body: impl Future<Output = ()> + Send + 'static,
+    ) -> Response<EventStream> {
+        Response::new(launch::launch(prepared, &self.runs, &self.tasks, body))
+    }
+
+    /// A run's span, a child of the caller's `traceparent` when the request
+    /// carries one; the run's trace id is that span's.
     fn run_span(
         &self,
         parent: &Context,
@@ -204,7 +235,7 @@ impl OrchestratorService {
         kind: pb::RunKind,
         target: &str,
     ) -> (Context, TraceId) {
-        let span = self.tracing.tracer().build_with_context(
+        let span = self.services.tracing.tracer().build_with_context(
             SpanBuilder::from_name(format!("run {target}"))
                 .with_kind(SpanKind::Server)
                 .with_attributes([
@@ -224,116 +255,6 @@ impl OrchestratorService {
         (cx, trace_id)
     }
 
-    /// Fetches every tool server's tool descriptions in the background
-    /// (retrying until each answers or shutdown).
-    pub fn list_remote_tools(&self) {
-        for server in self.tools.servers() {
-            let server = server.clone();
-            let stop = self.shutdown.clone();
-            self.tasks
-                .spawn(async move { server.refresh_until_ok(stop).await });
-        }
-    }
-
-    /// The runs this service started (for tests and metrics).
-    pub fn runs(&self) -> &Arc<Runs> {
-        &self.runs
-    }
-
-    /// Builds a run's record and shared config (nothing runs yet).
-    fn prepare(
-        &self,
-        (run_span, trace_id): (Context, TraceId),
-        kind: pb::RunKind,
-        target: String,
-        tenant: String,
-        options: RunOptions,
-    ) -> (
-        Arc<RunRecord>,
-        Arc<RuntimeConfig>,
-        mpsc::Receiver<events::Draft>,
-        Filter,
-    ) {
-        let record = RunRecord::new(trace_id, kind, target, tenant, &self.shutdown);
-        run_span
-            .span()
-            .set_attribute(KeyValue::new("baton.run.id", record.run_id.clone()));
-        let (draft_tx, draft_rx) = mpsc::channel(events::DRAFT_BUFFER);
-        let setup = RunSetup {
-            record: record.clone(),
-            catalog: self.catalog.clone(),
-            models: self.models.clone(),
-            tools: self.tools.clone(),
-            store: self.store.clone(),
-            limits: options.limits,
-            pipeline_limits: self.pipeline_limits(),
-            approval_mode: options.approval_mode,
-            default_model: options.default_model,
-            run_context: options.run_context,
-            tracer: self.tracing.tracer().clone(),
-            run_span,
-            metrics: self.metrics.clone(),
-        };
-        (
-            record,
-            RuntimeConfig::new(setup, draft_tx),
-            draft_rx,
-            options.filter,
-        )
-    }
-
-    /// Registers a prepared run and starts it with its sequencer, as one
-    /// tracked task; returns the client's stream.
-    fn launch(
-        &self,
-        record: Arc<RunRecord>,
-        draft_rx: mpsc::Receiver<events::Draft>,
-        filter: Filter,
-        run_span: Context,
-        body: impl Future<Output = ()> + Send + 'static,
-    ) -> Response<EventStream> {
-        self.runs.insert(record.clone());
-        let kind = match record.kind {
-            pb::RunKind::Pipeline => "pipeline",
-            _ => "agent",
-        };
-        self.metrics.run_started(kind);
-        let span_id = run_span.span().span_context().span_id().to_string();
-        tracing::info!(run_id = %record.run_id, trace_id = %record.trace_id, span_id, target = %record.target, kind, "run started");
-        let (out_tx, out_rx) = mpsc::channel(events::CLIENT_BUFFER);
-        let metrics = self.metrics.clone();
-        self.tasks.spawn(async move {
-            let sequencer = events::sequence(
-                draft_rx,
-                out_tx,
-                filter,
-                record.clone(),
-                metrics.events.clone(),
-            );
-            tokio::join!(sequencer, body);
-            let state = record.state();
-            let status = match state.status {
-                pb::RunStatus::Completed => "completed",
-                pb::RunStatus::Failed => "failed",
-                pb::RunStatus::Cancelled => "cancelled",
-                _ => "unknown",
-            };
-            metrics.run_finished(kind, status);
-            let span = run_span.span();
-            span.set_attribute(KeyValue::new("baton.run.status", status));
-            if state.status != pb::RunStatus::Completed {
-                span.set_status(SpanStatus::error(if state.error_message.is_empty() {
-                    status.to_owned()
-                } else {
-                    state.error_message.clone()
-                }));
-            }
-            span.end();
-            tracing::info!(run_id = %record.run_id, trace_id = %record.trace_id, span_id, status, "run ended");
-        });
-        Response::new(ReceiverStream::new(out_rx))
-    }
-
     fn check_running(&self) -> Result<()> {
         if self.shutdown.is_cancelled() {
             Err(Error::ShuttingDown)
@@ -342,8 +263,6 @@ impl OrchestratorService {
         }
     }
 }
-
-type EventStream = ReceiverStream<std::result::Result<pb::RunEvent, Status>>;
 
 /// Where a run-scoped call's run is (see [`OrchestratorService::locate`]).
 enum Located<T> {
@@ -362,27 +281,19 @@ impl Orchestrator for OrchestratorService {
         request: Request<pb::RunAgentRequest>,
     ) -> std::result::Result<Response<Self::RunAgentStream>, Status> {
         self.check_running()?;
-        let parent = baton_common::otel::extract(request.metadata());
-        let tenant = tenant_of(request.extensions()).to_owned();
-        let run = self.validate_agent(request.into_inner())?;
-        let span = self.run_span(&parent, "RunAgent", pb::RunKind::Agent, &run.agent);
-        let (record, rt, draft_rx, filter) = self.prepare(
-            span,
+        let (md, ext, r) = request.into_parts();
+        let run = agent_run(&self.services, r)?;
+        let prepared = self.prepare(
+            (&md, &ext),
+            "RunAgent",
             pb::RunKind::Agent,
-            run.agent.clone(),
-            tenant,
+            &run.agent,
             run.options,
         );
-        let root = CallFrame::root(&rt, &run.agent, run.history, run.input)
+        let root = CallFrame::root(&prepared.run, &run.agent, run.history, run.input)
             .map_err(|f| Status::internal(f.message))?;
-        let run_span = rt.run_span.clone();
-        Ok(self.launch(
-            record,
-            draft_rx,
-            filter,
-            run_span,
-            runtime::run_agent(rt, root, run.agent),
-        ))
+        let body = agent::run_agent(prepared.run.clone(), root, run.agent);
+        Ok(self.launch(prepared, body))
     }
 
     type RunPipelineStream = EventStream;
@@ -392,25 +303,24 @@ impl Orchestrator for OrchestratorService {
         request: Request<pb::RunPipelineRequest>,
     ) -> std::result::Result<Response<Self::RunPipelineStream>, Status> {
         self.check_running()?;
-        let parent = baton_common::otel::extract(request.metadata());
-        let tenant = tenant_of(request.extensions()).to_owned();
-        let run = self.validate_pipeline(request.into_inner())?;
-        let target = if run.plan.name.is_empty() {
-            "pipeline".to_owned()
-        } else {
-            run.plan.name.clone()
-        };
-        let span = self.run_span(&parent, "RunPipeline", pb::RunKind::Pipeline, &target);
-        let (record, rt, draft_rx, filter) =
-            self.prepare(span, pb::RunKind::Pipeline, target, tenant, run.options);
-        let run_span = rt.run_span.clone();
-        Ok(self.launch(
-            record,
-            draft_rx,
-            filter,
-            run_span,
-            pipeline::run_pipeline(rt, run.plan, run.initial, run.keep_context),
-        ))
+        let (md, ext, r) = request.into_parts();
+        let run = pipeline_run(&self.services, r)?;
+        let target = run.plan.target().to_owned();
+        let prepared = self.prepare(
+            (&md, &ext),
+            "RunPipeline",
+            pb::RunKind::Pipeline,
+            &target,
+            run.options,
+        );
+        let body = pipeline::run::run_pipeline(
+            prepared.run.clone(),
+            run.plan,
+            run.initial,
+            run.keep_context,
+            agent::run_frame_boxed,
+        );
+        Ok(self.launch(prepared, body))
     }
 
     async fn resolve_approval(
@@ -475,20 +385,9 @@ impl Orchestrator for OrchestratorService {
             Located::Here(run) => run,
             Located::There(answer) => return Ok(answer),
         };
-        let status = run.state().status;
-        if status != pb::RunStatus::Running {
-            return Ok(Response::new(pb::CancelRunResponse {
-                status: status as i32,
-            }));
-        }
-        let reason = if r.reason.is_empty() {
-            "cancelled by request".to_owned()
-        } else {
-            format!("cancelled by request: {}", r.reason)
-        };
-        run.cancel(&reason);
+        let status = run.cancel_by_request(&r.reason);
         Ok(Response::new(pb::CancelRunResponse {
-            status: pb::RunStatus::Cancelled as i32,
+            status: status as i32,
         }))
     }
 
@@ -503,7 +402,7 @@ impl Orchestrator for OrchestratorService {
         if r.run_id.is_empty() {
             return Err(Error::invalid("run_id", "must not be empty").into());
         }
-        let filter = convert::filter(r.filter.clone(), &self.defaults)?;
+        let filter = convert::filter(r.filter.clone(), &self.services.defaults)?;
         let located = self
             .locate(&md, &ext, &r.run_id, &r, |mut c, req| async move {
                 c.watch_run(req).await
@@ -513,32 +412,11 @@ impl Orchestrator for OrchestratorService {
             Located::Here(run) => run,
             Located::There(remote) => return Ok(Response::new(self.relay(remote.into_inner()))),
         };
-        match run.events_after(r.after_seq, 0) {
-            LogRead::Gone(oldest) => {
-                return Err(Error::FailedPrecondition {
-                    field: "after_seq",
-                    message: format!(
-                        "this replica keeps the last {LOG_CAPACITY} events of a run; the oldest kept is {oldest}"
-                    ),
-                }
-                .into());
-            }
-            LogRead::Expired => {
-                return Err(Error::FailedPrecondition {
-                    field: "run_id",
-                    message: format!(
-                        "the run ended more than {LOG_RETENTION:?} ago; its events are no longer kept (GetRun has its result)"
-                    ),
-                }
-                .into());
-            }
-            LogRead::Events(..) => {}
-        }
         let stream = watch::stream(
             run,
             r.after_seq,
             filter,
-            self.defaults.max_watchers_per_run,
+            self.services.defaults.max_watchers_per_run,
             &self.shutdown,
             &self.tasks,
         )?;
@@ -559,51 +437,15 @@ impl Orchestrator for OrchestratorService {
             Located::Here(run) => run,
             Located::There(answer) => return Ok(answer),
         };
-        let s = run.state();
-        Ok(Response::new(pb::GetRunResponse {
-            run_id: run.run_id.clone(),
-            trace_id: run.trace_id.to_string(),
-            kind: run.kind as i32,
-            target: run.target.clone(),
-            status: s.status as i32,
-            started_at: Some(run.started_at.into()),
-            ended_at: s.ended_at.map(Into::into),
-            output: s.output,
-            run_context_json: s.run_context_json,
-            usage: Some(s.usage),
-            error_code: s.error_code,
-            error_message: s.error_message,
-            last_seq: s.last_seq,
-        }))
+        Ok(Response::new(convert::get_run_response(&run)))
     }
 
     async fn list_agents(
         &self,
         _: Request<pb::ListAgentsRequest>,
     ) -> std::result::Result<Response<pb::ListAgentsResponse>, Status> {
-        let agents = self
-            .catalog
-            .agents
-            .values()
-            .map(|a| pb::AgentInfo {
-                name: a.name.clone(),
-                description: a.spec.description.clone(),
-                model: a.spec.model.clone(),
-                tools: a.spec.tools.clone(),
-                handoffs: a.spec.handoffs.clone(),
-            })
-            .collect();
-        let groups = self
-            .catalog
-            .groups
-            .iter()
-            .map(|(name, g)| pb::AgentGroupInfo {
-                name: name.clone(),
-                description: g.description.clone(),
-                root: g.root.clone(),
-                members: g.members.clone(),
-            })
-            .collect();
-        Ok(Response::new(pb::ListAgentsResponse { agents, groups }))
+        Ok(Response::new(convert::list_agents_response(
+            &self.services.catalog,
+        )))
     }
 }

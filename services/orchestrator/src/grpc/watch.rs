@@ -13,14 +13,17 @@ use tonic::Status;
 
 use crate::{
     error::{Error, Result},
-    runtime::{
+    run::{
         events::{self, Filter},
-        registry::{LogRead, RunRecord},
+        log::{LOG_CAPACITY, LOG_RETENTION},
+        record::{LogRead, RunRecord},
     },
 };
 
 /// The stream of a run's events after `after_seq` (see the module docs);
-/// `RESOURCE_EXHAUSTED` when the run has `max_watchers` watchers already.
+/// `RESOURCE_EXHAUSTED` when the run has `max_watchers` watchers already,
+/// `FAILED_PRECONDITION` when the events after `after_seq` are no longer
+/// kept.
 pub(super) fn stream(
     run: Arc<RunRecord>,
     after_seq: u64,
@@ -29,6 +32,25 @@ pub(super) fn stream(
     shutdown: &CancellationToken,
     tasks: &TaskTracker,
 ) -> Result<ReceiverStream<std::result::Result<pb::RunEvent, Status>>> {
+    match run.events_after(after_seq, 0) {
+        LogRead::Gone(oldest) => {
+            return Err(Error::FailedPrecondition {
+                field: "after_seq",
+                message: format!(
+                    "this replica keeps the last {LOG_CAPACITY} events of a run; the oldest kept is {oldest}"
+                ),
+            });
+        }
+        LogRead::Expired => {
+            return Err(Error::FailedPrecondition {
+                field: "run_id",
+                message: format!(
+                    "the run ended more than {LOG_RETENTION:?} ago; its events are no longer kept (GetRun has its result)"
+                ),
+            });
+        }
+        LogRead::Events(..) => {}
+    }
     let watching = Watching::new(&run, max_watchers)?;
     let (tx, rx) = mpsc::channel(events::CLIENT_BUFFER);
     let shutdown = shutdown.clone();

@@ -14,44 +14,13 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
-use serde::Deserialize;
 use serde_json::{Value, json};
+
+use crate::catalog::models::OpenAiSpec;
 
 use super::{
     ChatMessage, DeltaSink, ModelError, ModelRequest, ModelTurn, Role, TokenUsage, ToolCallRequest,
 };
-
-/// The `providers.openai` section of the agents file.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct OpenAiSpec {
-    /// The API's base URL, up to and including `/v1`.
-    pub base_url: String,
-    /// The environment variable holding the API key; empty sends no key
-    /// (local servers).
-    pub api_key_env: String,
-    /// Deadline of the connection and of each wait for the next chunk.
-    #[serde(with = "baton_common::config::duration")]
-    pub timeout: Duration,
-    /// Retries of a 429, a 5xx or a connection failure.
-    pub max_retries: u32,
-    /// The first retry's wait when the server gives no Retry-After; doubled
-    /// per retry.
-    #[serde(with = "baton_common::config::duration")]
-    pub backoff: Duration,
-}
-
-impl Default for OpenAiSpec {
-    fn default() -> Self {
-        Self {
-            base_url: "https://api.openai.com/v1".into(),
-            api_key_env: "OPENAI_API_KEY".into(),
-            timeout: Duration::from_secs(60),
-            max_retries: 3,
-            backoff: Duration::from_millis(500),
-        }
-    }
-}
 
 /// A configured OpenAI-compatible endpoint.
 pub struct OpenAiProvider {

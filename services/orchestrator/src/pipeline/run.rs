@@ -56,8 +56,12 @@ use super::{
 use opentelemetry::{KeyValue, context::FutureExt as _, trace::TraceContextExt as _};
 use tracing::Instrument as _;
 
-use crate::runtime::{
-    CallFrame, Failure, FinalScope, RuntimeConfig, drive, events::ContextInfo, run_frame,
+use crate::agent::frame::{CallFrame, RunFrame};
+use crate::run::{
+    context::ContextInfo,
+    drive::drive,
+    failure::Failure,
+    state::{FinalScope, Run},
 };
 
 fn no_agent() -> Arc<str> {
@@ -67,10 +71,11 @@ fn no_agent() -> Arc<str> {
 /// Runs a pipeline: RunStarted, the seeded slots, the steps,
 /// PipelineCompleted, then exactly one terminal event.
 pub async fn run_pipeline(
-    rt: Arc<RuntimeConfig>,
+    rt: Arc<Run>,
     plan: Plan,
     initial: Vec<(String, String)>,
     keep_context: bool,
+    run_frame: RunFrame,
 ) {
     let root = rt.root_context(if plan.name.is_empty() {
         "pipeline".to_owned()
@@ -80,7 +85,7 @@ pub async fn run_pipeline(
     let _end = root.end_on_drop();
     let owned = owned_keys(&plan, &initial);
     let body = async {
-        let summary = execute(&rt, &root, &plan, initial)
+        let summary = execute(&rt, &root, &plan, initial, run_frame)
             .with_context(root.otel.clone())
             .instrument(rt.log_span(&root))
             .await?;
@@ -115,13 +120,13 @@ pub(super) fn owned_keys(plan: &Plan, initial: &[(String, String)]) -> BTreeSet<
 
 /// Deletes the slots; concurrent deletes share the store connection as one
 /// pipeline. Absent keys (never written, or expired) are fine.
-pub(super) async fn clear(rt: &Arc<RuntimeConfig>, keys: &BTreeSet<String>) {
-    let max_key = rt.store.limits().max_key_len;
+pub(super) async fn clear(rt: &Arc<Run>, keys: &BTreeSet<String>) {
+    let max_key = rt.services.store.limits().max_key_len;
     let deletes = keys
         .iter()
         .filter_map(|k| Key::parse("key", k, max_key).ok())
         .map(|key| async move {
-            let _ = rt.store.delete(&rt.trace_id, &key, None).await;
+            let _ = rt.services.store.delete(&rt.trace_id, &key, None).await;
         });
     futures::future::join_all(deletes).await;
 }
@@ -149,18 +154,18 @@ impl Summary {
     }
 }
 
-type StepFuture<'a> = Pin<Box<dyn Future<Output = (usize, Result<String, String>)> + Send + 'a>>;
+type StepFuture<'a> = Pin<Box<dyn Future<Output = (usize, Result<String, Failure>)> + Send + 'a>>;
 type WriteFuture<'a> =
     Pin<Box<dyn Future<Output = (usize, baton_context_store::error::Result<Written>)> + Send + 'a>>;
 
 /// What the executor waits for next.
 enum Next {
-    Step((usize, Result<String, String>)),
+    Step((usize, Result<String, Failure>)),
     Written((usize, baton_context_store::error::Result<Written>)),
 }
 
 /// The write of a step's output to its slot.
-fn output_put(rt: &RuntimeConfig, key: &str, output: &str) -> Put {
+fn output_put(rt: &Run, key: &str, output: &str) -> Put {
     // Keys were validated with the plan.
     let key = Key::parse("output_to", key, usize::MAX).unwrap_or_else(|_| {
         unreachable!("output_to {key:?} was validated before the pipeline started")
@@ -176,7 +181,7 @@ type Notice<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 /// and skips everything not started, because of `why`; the StepSkipped
 /// events (the cancelled steps first) go to `notices`.
 fn abort<'a>(
-    rt: &'a RuntimeConfig,
+    rt: &'a Run,
     plan: &'a Plan,
     contexts: &[Arc<ContextInfo>],
     schedule: &mut Scheduler,
@@ -199,18 +204,20 @@ fn abort<'a>(
 /// PipelineCompleted in `root`; returns how it ended, or why it could not
 /// run.
 pub(super) async fn execute(
-    rt: &Arc<RuntimeConfig>,
+    rt: &Arc<Run>,
     root: &Arc<ContextInfo>,
     plan: &Plan,
     initial: Vec<(String, String)>,
+    run_frame: RunFrame,
 ) -> Result<Summary, Failure> {
     for (k, v) in initial {
-        let key = Key::parse("key", &k, rt.store.limits().max_key_len)
+        let key = Key::parse("key", &k, rt.services.store.limits().max_key_len)
             .map_err(|e| Failure::new(Code::InvalidArgument, e.to_string()))?;
         let mut put = Put::new(rt.trace_id.clone(), key, v.into_bytes());
         put.content_type = "text/plain; charset=utf-8".into();
         let size = put.value.len() as u64;
         let w = rt
+            .services
             .store
             .put(put)
             .await
@@ -228,7 +235,7 @@ pub(super) async fn execute(
         .steps
         .iter()
         .map(|s| {
-            let ctx = root.child(&rt.tracer, &s.id, format!("step {}", s.id));
+            let ctx = root.child(&rt.tracer(), &s.id, format!("step {}", s.id));
             ctx.set_attribute(KeyValue::new("baton.step.id", s.id.clone()));
             ctx.set_attribute(KeyValue::new("baton.step.agent", s.agent.clone()));
             ctx
@@ -280,7 +287,7 @@ pub(super) async fn execute(
                     let otel = ctx.otel.clone();
                     let log = rt.log_span(&ctx);
                     running.push(Box::pin(
-                        async move { (i, run_step(rt, ctx, step, known).await) }
+                        async move { (i, run_step(rt, ctx, step, known, run_frame).await) }
                             .with_context(otel)
                             .instrument(log),
                     ));
@@ -307,7 +314,7 @@ pub(super) async fn execute(
                     let (key, size) = (key.clone(), output.len() as u64);
                     writes.push(Box::pin(
                         async move {
-                            let result = rt.store.put(put).await;
+                            let result = rt.services.store.put(put).await;
                             rt.pending_writes.end();
                             if let Ok(w) = &result {
                                 let written = Payload::ContextWritten(pb::ContextWritten {
@@ -417,7 +424,7 @@ pub(super) async fn execute(
     })
 }
 
-async fn skip(rt: &RuntimeConfig, ctx: &Arc<ContextInfo>, step: &Step, reason: String) {
+async fn skip(rt: &Run, ctx: &Arc<ContextInfo>, step: &Step, reason: String) {
     ctx.set_attribute(KeyValue::new("baton.step.skipped", reason.clone()));
     drop(ctx.end_on_drop());
     rt.emit(
@@ -433,14 +440,15 @@ async fn skip(rt: &RuntimeConfig, ctx: &Arc<ContextInfo>, step: &Step, reason: S
 
 /// Runs one step with its retries; returns its output or the last error.
 async fn run_step(
-    rt: &Arc<RuntimeConfig>,
+    rt: &Arc<Run>,
     ctx: Arc<ContextInfo>,
     step: &Step,
     known: BTreeMap<String, String>,
-) -> Result<String, String> {
+    run_frame: RunFrame,
+) -> Result<String, Failure> {
     let _end = ctx.end_on_drop();
     let attempts = step.retries + 1;
-    let mut last_error = String::new();
+    let mut last_error = Failure::new(Code::Internal, "the step made no attempt");
     for attempt in 1..=attempts {
         ctx.set_attribute(KeyValue::new("baton.step.attempt", i64::from(attempt)));
         ctx.otel.span().add_event(
@@ -454,11 +462,18 @@ async fn run_step(
         });
         rt.emit(&ctx, &no_agent(), started).await;
         let began = Instant::now();
-        let result =
-            match tokio::time::timeout(step.timeout, attempt_once(rt, &ctx, step, &known)).await {
-                Ok(r) => r,
-                Err(_) => Err(format!("attempt timed out after {:?}", step.timeout)),
-            };
+        let result = match tokio::time::timeout(
+            step.timeout,
+            attempt_once(rt, &ctx, step, &known, run_frame),
+        )
+        .await
+        {
+            Ok(r) => r,
+            Err(_) => Err(Failure::new(
+                Code::DeadlineExceeded,
+                format!("attempt timed out after {:?}", step.timeout),
+            )),
+        };
         match result {
             Ok(output) => {
                 let done = Payload::StepCompleted(pb::StepCompleted {
@@ -478,12 +493,12 @@ async fn run_step(
                 let failed = Payload::StepFailed(pb::StepFailed {
                     step_id: step.id.clone(),
                     attempt,
-                    error: error.clone(),
+                    error: error.message.clone(),
                     will_retry,
                 });
                 rt.emit(&ctx, &no_agent(), failed).await;
                 if !will_retry {
-                    ctx.set_error(error.clone());
+                    ctx.set_error(error.message.clone());
                 }
                 last_error = error;
             }
@@ -495,20 +510,23 @@ async fn run_step(
 /// One attempt: fill in the task, run the agent in the step's context,
 /// write the output.
 async fn attempt_once(
-    rt: &Arc<RuntimeConfig>,
+    rt: &Arc<Run>,
     ctx: &Arc<ContextInfo>,
     step: &Step,
     known: &BTreeMap<String, String>,
-) -> Result<String, String> {
-    let max_key = rt.store.limits().max_key_len;
+    run_frame: RunFrame,
+) -> Result<String, Failure> {
+    let max_key = rt.services.store.limits().max_key_len;
     let read = |k: String| async move {
-        let key = Key::parse("key", &k, max_key).map_err(|e| e.to_string())?;
+        let key = Key::parse("key", &k, max_key)
+            .map_err(|e| Failure::new(Code::InvalidArgument, e.to_string()))?;
         let slot = rt
+            .services
             .store
             .get(&rt.trace_id, &key)
             .await
-            .map_err(|e| format!("cannot read slot {k}: {e}"))?;
-        Ok::<_, String>((k, String::from_utf8_lossy(&slot.value).into_owned()))
+            .map_err(|e| Failure::new(e.code(), format!("cannot read slot {k}: {e}")))?;
+        Ok::<_, Failure>((k, String::from_utf8_lossy(&slot.value).into_owned()))
     };
     // Every slot the step needs, read concurrently (one pipeline on Redis).
     let template = super::template_keys(&step.task);
@@ -548,24 +566,26 @@ async fn attempt_once(
         Vec::new(),
         task,
         scope.clone(),
-    )
-    .map_err(|f| f.message)?;
+    )?;
     let ran = tokio::select! {
         biased;
         () = scope.ended() => Ok(String::new()),
-        r = Box::pin(run_frame(rt, frame)) => r.map(|(output, _)| output),
+        r = run_frame(rt, frame) => r.map(|(output, _)| output),
     };
     let output = match (scope.output(), ran) {
         (Some(final_output), _) => final_output,
-        (None, ran) => ran.map_err(|f| f.message)?,
+        (None, ran) => ran?,
     };
     // Checked here, not at the (later) write: an output the store cannot
     // take fails the attempt like any other failure of the step.
-    let limit = rt.store.limits().max_value_bytes;
+    let limit = rt.services.store.limits().max_value_bytes;
     if step.output_to.is_some() && output.len() as u64 > limit {
-        return Err(format!(
-            "the output is {} bytes, over the store's value limit of {limit} bytes",
-            output.len()
+        return Err(Failure::new(
+            Code::ResourceExhausted,
+            format!(
+                "the output is {} bytes, over the store's value limit of {limit} bytes",
+                output.len()
+            ),
         ));
     }
     Ok(output)

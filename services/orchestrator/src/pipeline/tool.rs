@@ -10,7 +10,13 @@ use super::{
     Plan,
     run::{clear, execute, owned_keys},
 };
-use crate::runtime::{RuntimeConfig, check_target, events::ContextInfo};
+use crate::{
+    agent::frame::{CallOutput, RunFrame},
+    run::{
+        context::ContextInfo,
+        state::{Run, check_target},
+    },
+};
 
 /// The `run_pipeline` tool: validates the agent's pipeline (its arguments
 /// are a [`PipelineFile`](super::PipelineFile) as JSON) and runs it in
@@ -24,20 +30,22 @@ use crate::runtime::{RuntimeConfig, check_target, events::ContextInfo};
 /// Boxed as `Send`: the tool runs agents which may call it again, and the
 /// compiler cannot infer `Send` through that cycle.
 pub fn run_as_tool<'a>(
-    rt: &'a Arc<RuntimeConfig>,
+    rt: &'a Arc<Run>,
     ctx: &'a Arc<ContextInfo>,
     arguments: &'a serde_json::Value,
-) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send + 'a>> {
-    Box::pin(tool_body(rt, ctx, arguments))
+    run_frame: RunFrame,
+) -> Pin<Box<dyn Future<Output = CallOutput> + Send + 'a>> {
+    Box::pin(tool_body(rt, ctx, arguments, run_frame))
 }
 
 async fn tool_body(
-    rt: &Arc<RuntimeConfig>,
+    rt: &Arc<Run>,
     ctx: &Arc<ContextInfo>,
     arguments: &serde_json::Value,
-) -> Result<String, String> {
+    run_frame: RunFrame,
+) -> CallOutput {
     let _end = ctx.end_on_drop();
-    let result = tool_run(rt, ctx, arguments)
+    let result = tool_run(rt, ctx, arguments, run_frame)
         .with_context(ctx.otel.clone())
         .instrument(rt.log_span(ctx))
         .await;
@@ -48,18 +56,20 @@ async fn tool_body(
 }
 
 async fn tool_run(
-    rt: &Arc<RuntimeConfig>,
+    rt: &Arc<Run>,
     ctx: &Arc<ContextInfo>,
     arguments: &serde_json::Value,
-) -> Result<String, String> {
+    run_frame: RunFrame,
+) -> CallOutput {
     let file: super::PipelineFile = serde_json::from_value(arguments.clone())
         .map_err(|e| format!("the arguments are not a pipeline: {e}"))?;
     let request = file.into_request()?;
-    let max_key = rt.store.limits().max_key_len;
+    let max_key = rt.services.store.limits().max_key_len;
     let mut initial: Vec<(String, String)> = request.initial_slots.into_iter().collect();
     initial.sort();
     rt.pending_writes.settled().await;
     let existing = rt
+        .services
         .store
         .list(&rt.trace_id, "")
         .await
@@ -73,8 +83,8 @@ async fn tool_run(
     let plan = Plan::validate(
         request.pipeline,
         &seeded,
-        &rt.catalog,
-        &rt.pipeline_limits,
+        &rt.services.catalog,
+        &rt.services.pipeline_limits,
         max_key,
     )
     .map_err(|e| e.to_string())?;
@@ -82,11 +92,16 @@ async fn tool_run(
         ctx.set_attribute(KeyValue::new("baton.pipeline.name", plan.name.clone()));
     }
     for (i, step) in plan.steps.iter().enumerate() {
-        check_target(&rt.catalog, &rt.models, &rt.default_model, &step.agent)
-            .map_err(|e| format!("pipeline.steps[{i}].agent: {e}"))?;
+        check_target(
+            &rt.services.catalog,
+            &rt.services.models,
+            &rt.default_model,
+            &step.agent,
+        )
+        .map_err(|e| format!("pipeline.steps[{i}].agent: {e}"))?;
     }
     let owned = owned_keys(&plan, &initial);
-    let outcome = execute(rt, ctx, &plan, initial).await;
+    let outcome = execute(rt, ctx, &plan, initial, run_frame).await;
     if !request.keep_context {
         clear(rt, &owned).await;
     }

@@ -28,7 +28,7 @@ fn str_arg<'a>(args: &'a Value, name: &str) -> Result<&'a str, String> {
 
 fn key_arg(ctx: &ToolCtx<'_>, args: &Value) -> Result<Key, String> {
     let key = str_arg(args, "key")?;
-    Key::parse("key", key, ctx.rt.store.limits().max_key_len).map_err(|e| e.to_string())
+    Key::parse("key", key, ctx.store.limits().max_key_len).map_err(|e| e.to_string())
 }
 
 /// `read_context {key}`: a slot of the run's trace, as text.
@@ -48,7 +48,7 @@ impl Tool for ReadContext {
             Ok(k) => k,
             Err(e) => return ToolOutcome::Err(e),
         };
-        match ctx.rt.store.get(&ctx.rt.trace_id, &key).await {
+        match ctx.store.get(&ctx.trace_id, &key).await {
             Ok(slot) => ToolOutcome::Ok(String::from_utf8_lossy(&slot.value).into_owned()),
             Err(e) => ToolOutcome::Err(e.to_string()),
         }
@@ -82,21 +82,21 @@ impl Tool for WriteContext {
             Some(v) => (v.to_string().into_bytes(), "application/json"),
             None => return ToolOutcome::Err("argument \"value\" is required".into()),
         };
-        let mut put = Put::new(ctx.rt.trace_id.clone(), key.clone(), value);
+        let mut put = Put::new(ctx.trace_id.clone(), key.clone(), value);
         put.content_type = content_type.into();
         put.ttl = args
             .get("ttl_seconds")
             .and_then(Value::as_u64)
             .map(Duration::from_secs);
         let size = put.value.len() as u64;
-        match ctx.rt.store.put(put).await {
+        match ctx.store.put(put).await {
             Ok(w) => {
                 let payload = Payload::ContextWritten(pb::ContextWritten {
                     key: key.as_str().to_owned(),
                     version: w.version,
                     size_bytes: size,
                 });
-                ctx.rt.emit(ctx.ctx, ctx.agent, payload).await;
+                ctx.emit(payload).await;
                 ToolOutcome::Ok(format!("wrote {} at version {}", key.as_str(), w.version))
             }
             Err(e) => ToolOutcome::Err(e.to_string()),
@@ -142,7 +142,7 @@ impl Tool for ListContext {
                 }
             },
         };
-        let trace = &ctx.rt.trace_id;
+        let trace = &ctx.trace_id;
         let after = match args.get("page_token").and_then(Value::as_str) {
             None | Some("") => None,
             Some(token) => match PageToken::decode("page_token", token, trace, prefix) {
@@ -151,7 +151,7 @@ impl Tool for ListContext {
             },
         };
         let page = Page { after, size };
-        match ctx.rt.store.list_page(trace, prefix, &page).await {
+        match ctx.store.list_page(trace, prefix, &page).await {
             Ok(l) => {
                 let next_page_token = l
                     .next_after
@@ -234,11 +234,7 @@ struct CancelRecorder<'a> {
 impl Drop for CancelRecorder<'_> {
     fn drop(&mut self) {
         if !self.done {
-            self.ctx
-                .rt
-                .record
-                .cancelled_tool_calls
-                .fetch_add(1, Ordering::SeqCst);
+            self.ctx.cancelled_calls.fetch_add(1, Ordering::SeqCst);
             tracing::debug!(call_id = self.ctx.call_id, "sleep cancelled");
         }
     }

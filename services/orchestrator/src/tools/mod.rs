@@ -1,5 +1,5 @@
-//! Tools agents call. A tool gets a [`ToolCtx`] to report progress and
-//! options while it runs, and ends with a [`ToolOutcome`]: a result, an error
+//! Tools agents call. A tool gets a narrow [`ToolCtx`] (the store, the
+//! run's ids, its events) to do its work and report progress and options, and ends with a [`ToolOutcome`]: a result, an error
 //! the model sees, or a request for a person's input with a resume token
 //! (the runtime asks, then calls the tool again with the token and answer).
 //!
@@ -14,12 +14,16 @@ pub mod builtin;
 pub mod names;
 pub mod remote;
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::HashMap,
+    sync::{Arc, atomic::AtomicUsize},
+};
 
 use baton_proto::v1::{self as pb, run_event::Payload};
 use serde_json::Value;
 
-use crate::runtime::{RuntimeConfig, events::ContextInfo};
+use baton_common::ids::TraceId;
+use baton_context_store::store::ContextStore;
 
 /// How a tool call ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,21 +52,46 @@ pub struct Resume {
     pub input: String,
 }
 
-/// What a running tool can see and do.
+/// Where a running tool's events go: into the run's stream, tagged with
+/// the calling agent's context (the runtime implements it).
+#[async_trait::async_trait]
+pub trait ToolEvents: Send + Sync {
+    /// Sends an event of the call.
+    async fn emit(&self, payload: Payload);
+}
+
+/// What a running tool can see and do: the run's store and ids, and its
+/// events. Narrow on purpose: a tool cannot reach the run's other parts.
 pub struct ToolCtx<'a> {
-    /// The run.
-    pub rt: &'a Arc<RuntimeConfig>,
-    /// The calling agent's context.
-    pub ctx: &'a Arc<ContextInfo>,
+    /// The context store.
+    pub store: &'a Arc<dyn ContextStore>,
+    /// The run's trace (the tool's slots are this trace's).
+    pub trace_id: &'a TraceId,
+    /// The run's id.
+    pub run_id: &'a str,
+    /// The calling agent's context id.
+    pub context_id: &'a str,
+    /// That context's depth (root is 0).
+    pub depth: u32,
     /// The calling agent.
-    pub agent: &'a Arc<str>,
+    pub agent: &'a str,
     /// The call's id.
     pub call_id: &'a str,
     /// The tool's name.
     pub tool: &'a str,
+    /// Where the call's events go.
+    pub events: &'a dyn ToolEvents,
+    /// The run's count of tool calls cancelled while they ran (`sleep`
+    /// counts itself; the cancellation tests read it).
+    pub cancelled_calls: &'a AtomicUsize,
 }
 
 impl ToolCtx<'_> {
+    /// Sends an event of the call (waits while the client is slow).
+    pub async fn emit(&self, payload: Payload) {
+        self.events.emit(payload).await;
+    }
+
     /// Reports progress (percent is clamped to 0–100).
     pub async fn progress(&self, percent: u32, message: impl Into<String>) {
         let payload = Payload::ToolProgress(pb::ToolProgress {
@@ -71,7 +100,7 @@ impl ToolCtx<'_> {
             percent: percent.min(100),
             message: message.into(),
         });
-        self.rt.emit(self.ctx, self.agent, payload).await;
+        self.emit(payload).await;
     }
 
     /// Offers options.
@@ -82,7 +111,7 @@ impl ToolCtx<'_> {
             question: question.into(),
             options,
         });
-        self.rt.emit(self.ctx, self.agent, payload).await;
+        self.emit(payload).await;
     }
 }
 

@@ -8,16 +8,15 @@ use baton_proto::v1::{self as pb, run_event::Payload};
 use opentelemetry::{
     KeyValue,
     context::FutureExt as _,
-    trace::{Span as _, SpanBuilder, Status, TraceContextExt, Tracer},
+    trace::{SpanBuilder, Status, TraceContextExt, Tracer},
 };
 use serde_json::Value;
 
-use super::events::ContextInfo;
-use super::frame::{CallFrame, CallResult, FrameView, deadline, duration};
-use super::people::{approve, wait_span};
-use super::registry::LiveGuard;
-use super::shared::RuntimeConfig;
-use super::turn::run_frame;
+use super::frame::{CallFrame, CallOutput, CallResult, FrameSink, FrameView, RunFrame, duration};
+use super::people::{self, approve};
+use crate::run::context::ContextInfo;
+use crate::run::record::LiveGuard;
+use crate::run::state::Run;
 use crate::{
     model::ToolCallRequest,
     pipeline::{self},
@@ -34,7 +33,7 @@ pub(super) enum CallPlan {
     Refused(String),
 }
 
-pub(super) fn plan(rt: &RuntimeConfig, frame: &mut CallFrame, call: &ToolCallRequest) -> CallPlan {
+pub(super) fn plan(rt: &Run, frame: &mut CallFrame, call: &ToolCallRequest) -> CallPlan {
     let name = call.name.as_str();
     if let Some(target) = name.strip_prefix("transfer_to_") {
         return if frame.handoffs().any(|h| h == target) {
@@ -61,12 +60,12 @@ pub(super) fn plan(rt: &RuntimeConfig, frame: &mut CallFrame, call: &ToolCallReq
                 frame.ctx.id, rt.limits.max_depth
             ));
         }
-        return CallPlan::Pipeline(frame.ctx.child(&rt.tracer, &segment, "pipeline".into()));
+        return CallPlan::Pipeline(frame.ctx.child(&rt.tracer(), &segment, "pipeline".into()));
     }
-    if let Some(tool) = rt.tools.get(name) {
+    if let Some(tool) = rt.services.tools.get(name) {
         return CallPlan::Tool(tool.clone());
     }
-    if rt.catalog.is_callable(name) {
+    if rt.services.catalog.is_callable(name) {
         let n = frame.children.entry(name.to_owned()).or_insert(0);
         *n += 1;
         let segment = format!("{name}.{n}");
@@ -79,7 +78,7 @@ pub(super) fn plan(rt: &RuntimeConfig, frame: &mut CallFrame, call: &ToolCallReq
         }
         let child = frame
             .ctx
-            .child(&rt.tracer, &segment, format!("agent {name}"));
+            .child(&rt.tracer(), &segment, format!("agent {name}"));
         return CallPlan::Agent(child, name.to_owned());
     }
     CallPlan::Refused(format!("unknown tool {name:?}"))
@@ -89,12 +88,13 @@ pub(super) fn plan(rt: &RuntimeConfig, frame: &mut CallFrame, call: &ToolCallReq
 /// OpenTelemetry context while it runs, so store and ToolHost calls are its
 /// children).
 pub(super) async fn execute(
-    rt: &Arc<RuntimeConfig>,
+    rt: &Arc<Run>,
     view: &FrameView,
     call: &ToolCallRequest,
     plan: CallPlan,
+    run_frame: RunFrame,
 ) -> CallResult {
-    let span = rt.tracer.build_with_context(
+    let span = rt.tracer().build_with_context(
         SpanBuilder::from_name(format!("tool {}", call.name)).with_attributes([
             KeyValue::new("gen_ai.operation.name", "execute_tool"),
             KeyValue::new("gen_ai.tool.name", call.name.clone()),
@@ -104,11 +104,12 @@ pub(super) async fn execute(
     );
     let cx = view.ctx.otel.with_span(span);
     let began = Instant::now();
-    let result = execute_call(rt, view, call, plan)
+    let result = execute_call(rt, view, call, plan, run_frame)
         .with_context(cx.clone())
         .await;
     let seconds = began.elapsed().as_secs_f64();
-    rt.metrics
+    rt.services
+        .metrics
         .tool_call(&call.name, result.output.is_ok(), seconds);
     tracing::debug!(
         tool = %call.name,
@@ -125,10 +126,11 @@ pub(super) async fn execute(
 }
 
 pub(super) async fn execute_call(
-    rt: &Arc<RuntimeConfig>,
+    rt: &Arc<Run>,
     view: &FrameView,
     call: &ToolCallRequest,
     plan: CallPlan,
+    run_frame: RunFrame,
 ) -> CallResult {
     let _live = LiveGuard::new(&rt.record);
     let started = Instant::now();
@@ -159,7 +161,7 @@ pub(super) async fn execute_call(
                 run_tool(rt, view, call, tool.as_ref()).await
             }
             CallPlan::Pipeline(child_ctx) => {
-                pipeline::run_as_tool(rt, &child_ctx, &call.arguments).await
+                pipeline::tool::run_as_tool(rt, &child_ctx, &call.arguments, run_frame).await
             }
             CallPlan::Agent(child_ctx, target) => {
                 let _end = child_ctx.end_on_drop();
@@ -170,7 +172,7 @@ pub(super) async fn execute_call(
                 let scope = view.scope.clone();
                 match CallFrame::new(rt, child_ctx.clone(), &target, Vec::new(), task, scope) {
                     Err(f) => Err(f.message),
-                    Ok(child) => match Box::pin(run_frame(rt, child)).await {
+                    Ok(child) => match run_frame(rt, child).await {
                         Ok((output, usage)) => {
                             result.child_usage = Some(usage);
                             Ok(output)
@@ -193,7 +195,7 @@ pub(super) async fn execute_call(
     let mut ends_run = {
         let mut run_context = rt.run_context.lock().unwrap_or_else(|p| p.into_inner());
         super::policy::apply_all(
-            &rt.catalog.run_policies,
+            &rt.services.catalog.run_policies,
             "run",
             &call.name,
             &mut text,
@@ -242,17 +244,27 @@ pub(super) async fn execute_call(
 
 /// Runs a tool until it ends, asking a person whenever it needs input.
 pub(super) async fn run_tool(
-    rt: &Arc<RuntimeConfig>,
+    rt: &Arc<Run>,
     view: &FrameView,
     call: &ToolCallRequest,
     tool: &dyn Tool,
-) -> Result<String, String> {
-    let ctx = ToolCtx {
+) -> CallOutput {
+    let events = FrameSink {
         rt,
         ctx: &view.ctx,
         agent: &view.agent_name,
+    };
+    let ctx = ToolCtx {
+        store: &rt.services.store,
+        trace_id: &rt.trace_id,
+        run_id: &rt.record.run_id,
+        context_id: &view.ctx.id,
+        depth: view.ctx.depth,
+        agent: &view.agent_name,
         call_id: &call.id,
         tool: &call.name,
+        events: &events,
+        cancelled_calls: &rt.record.cancelled_tool_calls,
     };
     let mut resume = None;
     let mut asked = 0u32;
@@ -277,44 +289,11 @@ pub(super) async fn run_tool(
                 resume_token,
             } => {
                 asked += 1;
-                let input_id = format!("input:{}:{asked}", call.id);
-                let rx = rt.record.await_input(&input_id);
-                let requested = Payload::InputRequested(pb::InputRequested {
-                    input_id: input_id.clone(),
-                    call_id: call.id.clone(),
-                    tool: call.name.clone(),
-                    prompt,
-                    options,
-                    deadline: Some(deadline(rt.limits.approval_timeout)),
+                let input = people::input(rt, view, call, asked, prompt, options).await?;
+                resume = Some(Resume {
+                    token: resume_token,
+                    input,
                 });
-                rt.emit(&view.ctx, &view.agent_name, requested).await;
-                let mut wait = wait_span(rt, "wait input", "baton.input.id", &input_id);
-                let answered = tokio::time::timeout(rt.limits.approval_timeout, rx).await;
-                wait.set_attribute(KeyValue::new(
-                    "baton.wait.answered",
-                    matches!(answered, Ok(Ok(_))),
-                ));
-                wait.end();
-                match answered {
-                    Ok(Ok(input)) => {
-                        let received = Payload::InputReceived(pb::InputReceived {
-                            input_id,
-                            input: input.clone(),
-                        });
-                        rt.emit(&view.ctx, &view.agent_name, received).await;
-                        resume = Some(Resume {
-                            token: resume_token,
-                            input,
-                        });
-                    }
-                    _ => {
-                        rt.record.close_input(&input_id);
-                        return Err(format!(
-                            "no input arrived within {:?}",
-                            rt.limits.approval_timeout
-                        ));
-                    }
-                }
             }
         }
     }

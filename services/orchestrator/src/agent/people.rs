@@ -1,4 +1,8 @@
-//! People: approvals before a tool runs (asked, answered, or timed out).
+//! People: approvals before a tool runs, and input a tool asks for. Both
+//! are questions through one [`ask`]: registered with the run's record (so
+//! ResolveApproval/SubmitInput find them), announced as an event, waited for
+//! in a `wait …` span until `approval_timeout`, and closed when nobody
+//! answered in time.
 
 use std::sync::Arc;
 
@@ -8,18 +12,23 @@ use opentelemetry::{
     trace::{Span as _, SpanBuilder, Tracer},
 };
 
-use super::frame::{FrameView, deadline};
-use super::shared::RuntimeConfig;
-use crate::{catalog::ApprovalPolicy, model::ToolCallRequest};
+use tokio::sync::oneshot;
+
+use super::frame::{CallOutput, FrameView, deadline};
+use crate::{
+    catalog::ApprovalPolicy,
+    model::ToolCallRequest,
+    run::{record::ApprovalAnswer, state::Run},
+};
 
 /// A span around a wait for a person, under the current tool call's span.
-pub(super) fn wait_span(
-    rt: &RuntimeConfig,
+fn wait_span(
+    rt: &Run,
     name: &'static str,
     id_key: &'static str,
     id: &str,
 ) -> opentelemetry_sdk::trace::Span {
-    rt.tracer.build_with_context(
+    rt.tracer().build_with_context(
         SpanBuilder::from_name(name).with_attributes([KeyValue::new(id_key, id.to_owned())]),
         &Context::current(),
     )
@@ -27,7 +36,7 @@ pub(super) fn wait_span(
 
 /// Asks for approval when the agent's policy for this tool wants it.
 pub(super) async fn approve(
-    rt: &Arc<RuntimeConfig>,
+    rt: &Arc<Run>,
     view: &FrameView,
     call: &ToolCallRequest,
 ) -> Result<(), String> {
@@ -86,19 +95,17 @@ pub(super) async fn approve(
                 arguments_json: call.arguments.to_string(),
                 deadline: Some(deadline(rt.limits.approval_timeout)),
             });
-            rt.emit(&view.ctx, &view.agent_name, requested).await;
-            let mut wait = wait_span(rt, "wait approval", "baton.approval.id", &approval_id);
-            let answered = tokio::time::timeout(rt.limits.approval_timeout, rx).await;
-            if let Ok(Ok(answer)) = &answered {
-                wait.set_attribute(KeyValue::new("baton.approval.approved", answer.approved));
-            }
-            wait.set_attribute(KeyValue::new(
-                "baton.wait.answered",
-                matches!(answered, Ok(Ok(_))),
-            ));
-            wait.end();
+            let wait = Wait {
+                span: "wait approval",
+                id_key: "baton.approval.id",
+                id: &approval_id,
+            };
+            let answered = ask(rt, view, rx, requested, wait, |answer: &ApprovalAnswer| {
+                Some(KeyValue::new("baton.approval.approved", answer.approved))
+            })
+            .await;
             match answered {
-                Ok(Ok(answer)) => {
+                Some(answer) => {
                     rt.emit(
                         &view.ctx,
                         &view.agent_name,
@@ -113,7 +120,7 @@ pub(super) async fn approve(
                         Err(format!("{} was denied: {}", call.name, answer.reason))
                     }
                 }
-                _ => {
+                None => {
                     rt.record.close_approval(&approval_id);
                     let reason = "no answer before the deadline";
                     rt.emit(
@@ -127,4 +134,81 @@ pub(super) async fn approve(
             }
         }
     }
+}
+
+/// Asks a person for the input a tool needs (the `n`-th question of the
+/// call); the answer, or why there is none.
+pub(super) async fn input(
+    rt: &Arc<Run>,
+    view: &FrameView,
+    call: &ToolCallRequest,
+    n: u32,
+    prompt: String,
+    options: Vec<String>,
+) -> CallOutput {
+    let input_id = format!("input:{}:{n}", call.id);
+    let rx = rt.record.await_input(&input_id);
+    let requested = Payload::InputRequested(pb::InputRequested {
+        input_id: input_id.clone(),
+        call_id: call.id.clone(),
+        tool: call.name.clone(),
+        prompt,
+        options,
+        deadline: Some(deadline(rt.limits.approval_timeout)),
+    });
+    let wait = Wait {
+        span: "wait input",
+        id_key: "baton.input.id",
+        id: &input_id,
+    };
+    match ask(rt, view, rx, requested, wait, |_: &String| None).await {
+        Some(input) => {
+            let received = Payload::InputReceived(pb::InputReceived {
+                input_id,
+                input: input.clone(),
+            });
+            rt.emit(&view.ctx, &view.agent_name, received).await;
+            Ok(input)
+        }
+        None => {
+            rt.record.close_input(&input_id);
+            Err(format!(
+                "no input arrived within {:?}",
+                rt.limits.approval_timeout
+            ))
+        }
+    }
+}
+
+/// The span a wait for a person is recorded in.
+struct Wait<'a> {
+    span: &'static str,
+    id_key: &'static str,
+    id: &'a str,
+}
+
+/// Announces a question (`requested`, registered with the run's record as
+/// `rx`) and waits for its answer until `approval_timeout`, in its `wait`
+/// span (with what `describe` says of the answer); `None` when nobody
+/// answered in time (the caller closes the question).
+async fn ask<T>(
+    rt: &Run,
+    view: &FrameView,
+    rx: oneshot::Receiver<T>,
+    requested: Payload,
+    wait: Wait<'_>,
+    describe: impl Fn(&T) -> Option<KeyValue>,
+) -> Option<T> {
+    rt.emit(&view.ctx, &view.agent_name, requested).await;
+    let mut span = wait_span(rt, wait.span, wait.id_key, wait.id);
+    let answered = tokio::time::timeout(rt.limits.approval_timeout, rx)
+        .await
+        .ok()
+        .and_then(Result::ok);
+    if let Some(kv) = answered.as_ref().and_then(&describe) {
+        span.set_attribute(kv);
+    }
+    span.set_attribute(KeyValue::new("baton.wait.answered", answered.is_some()));
+    span.end();
+    answered
 }

@@ -1,6 +1,6 @@
-//! What a run shares: limits, the `RuntimeConfig` (catalog, models, tools,
-//! store, event sink, usage), pending writes and the scope a `final` tool
-//! output ends.
+//! What a run shares: the [`Run`] (the service's [`Services`], the run's
+//! record, limits, event sink, usage, run context), pending writes and the
+//! scope a `final` tool output ends.
 
 use std::{
     sync::{
@@ -11,21 +11,19 @@ use std::{
 };
 
 use baton_common::ids::TraceId;
-use baton_context_store::store::ContextStore;
 use baton_proto::v1::{self as pb, run_event::Payload};
 use opentelemetry::Context;
 use opentelemetry_sdk::trace::SdkTracer;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
-use super::events::{ContextInfo, Draft};
-use super::registry::RunRecord;
+use super::context::ContextInfo;
+use super::events::{Draft, Filter};
+use super::record::RunRecord;
 use crate::{
     catalog::{Agent, Catalog},
-    metrics::Metrics,
     model::{Model, Models},
-    pipeline::PipelineLimits,
-    tools::Toolbox,
+    services::Services,
 };
 
 /// The limits of one run, after request values and server defaults merged.
@@ -53,42 +51,46 @@ pub(super) struct UsageCounters {
     pub(super) tool_calls: AtomicU64,
 }
 
-/// What every branch of a run shares. Immutable but for the run context and
-/// the counters, which are synchronised.
-pub struct RuntimeConfig {
+/// What every branch of a run shares: the service's [`Services`] and what
+/// is the run's own. Immutable but for the run context and the counters,
+/// which are synchronised.
+pub struct Run {
+    /// The service's catalog, models, tools, store, tracer and metrics.
+    pub services: Arc<Services>,
     /// The run's record (status, cancellation, pending questions).
     pub record: Arc<RunRecord>,
     /// The run's trace.
     pub trace_id: TraceId,
-    /// Agents, groups, scripts.
-    pub catalog: Arc<Catalog>,
-    /// Model resolution.
-    pub models: Arc<Models>,
-    /// Built-in and remote tools by name.
-    pub tools: Arc<Toolbox>,
-    /// The context store of the trace's slots.
-    pub store: Arc<dyn ContextStore>,
     /// Limits.
     pub limits: Limits,
-    /// Limits on pipelines agents start with `run_pipeline`.
-    pub pipeline_limits: PipelineLimits,
     /// How approvals are answered.
     pub approval_mode: pb::ApprovalMode,
     /// The model of agents that name none: the request's, else the server's.
     pub default_model: String,
     /// The run-scoped context (a JSON object), persisting across handoffs.
     pub run_context: Mutex<Map<String, Value>>,
-    /// Makes the run's spans.
-    pub tracer: SdkTracer,
     /// The run's span: the parent of its root context.
     pub run_span: Context,
-    /// The service's metrics.
-    pub metrics: Arc<Metrics>,
     /// Pipeline outputs being written behind (tools that may read the store
     /// wait for them).
     pub pending_writes: PendingWrites,
     pub(super) events: mpsc::Sender<Draft>,
     pub(super) usage: UsageCounters,
+}
+
+/// What a run is started with, besides the service's [`Services`]: its
+/// record, span, limits and options (the request's, converted).
+pub struct RunOptions {
+    /// Limits after request values and server defaults merged.
+    pub limits: Limits,
+    /// How approvals are answered.
+    pub approval_mode: pb::ApprovalMode,
+    /// The model of agents that name none.
+    pub default_model: String,
+    /// The initial run context.
+    pub run_context: Map<String, Value>,
+    /// Which events the caller's stream carries.
+    pub filter: Filter,
 }
 
 /// Store writes of a run that are in flight: a pipeline writes each step's
@@ -138,7 +140,7 @@ pub struct FinalScope {
 
 impl FinalScope {
     /// Ends the scope with `output` (the first final output wins).
-    pub(super) fn end_with(&self, output: String) {
+    pub fn end_with(&self, output: String) {
         self.output
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -165,58 +167,33 @@ impl FinalScope {
     }
 }
 
-/// Everything a [`RuntimeConfig`] is built from.
-pub struct RunSetup {
-    /// The run's record.
-    pub record: Arc<RunRecord>,
-    /// Agents, groups, scripts.
-    pub catalog: Arc<Catalog>,
-    /// Model resolution.
-    pub models: Arc<Models>,
-    /// Built-in and remote tools.
-    pub tools: Arc<Toolbox>,
-    /// The store.
-    pub store: Arc<dyn ContextStore>,
-    /// Limits.
-    pub limits: Limits,
-    /// Limits on pipelines agents start.
-    pub pipeline_limits: PipelineLimits,
-    /// Approval mode.
-    pub approval_mode: pb::ApprovalMode,
-    /// Default model.
-    pub default_model: String,
-    /// Initial run context.
-    pub run_context: Map<String, Value>,
-    /// Makes the run's spans.
-    pub tracer: SdkTracer,
-    /// The run's span.
-    pub run_span: Context,
-    /// The service's metrics.
-    pub metrics: Arc<Metrics>,
-}
-
-impl RuntimeConfig {
-    /// Builds the shared config of a run whose events go to `events`.
-    pub fn new(setup: RunSetup, events: mpsc::Sender<Draft>) -> Arc<Self> {
+impl Run {
+    /// A run of `services` whose events go to `events`.
+    pub fn new(
+        services: Arc<Services>,
+        record: Arc<RunRecord>,
+        run_span: Context,
+        options: RunOptions,
+        events: mpsc::Sender<Draft>,
+    ) -> Arc<Self> {
         Arc::new(Self {
-            trace_id: setup.record.trace_id.clone(),
-            record: setup.record,
-            catalog: setup.catalog,
-            models: setup.models,
-            tools: setup.tools,
-            store: setup.store,
-            limits: setup.limits,
-            pipeline_limits: setup.pipeline_limits,
-            approval_mode: setup.approval_mode,
-            default_model: setup.default_model,
-            run_context: Mutex::new(setup.run_context),
-            tracer: setup.tracer,
-            run_span: setup.run_span,
-            metrics: setup.metrics,
+            services,
+            trace_id: record.trace_id.clone(),
+            record,
+            limits: options.limits,
+            approval_mode: options.approval_mode,
+            default_model: options.default_model,
+            run_context: Mutex::new(options.run_context),
+            run_span,
             pending_writes: PendingWrites::default(),
             events,
             usage: UsageCounters::default(),
         })
+    }
+
+    /// Makes the run's spans.
+    pub fn tracer(&self) -> &SdkTracer {
+        self.services.tracing.tracer()
     }
 
     /// Sends an event of `agent` in `ctx` (waits while the client is slow).
@@ -231,6 +208,18 @@ impl RuntimeConfig {
                 payload,
             })
             .await;
+    }
+
+    /// Adds what a model turn consumed to the run's totals.
+    pub fn add_usage(&self, usage: &pb::Usage) {
+        let u = &self.usage;
+        u.input_tokens
+            .fetch_add(usage.input_tokens, Ordering::Relaxed);
+        u.output_tokens
+            .fetch_add(usage.output_tokens, Ordering::Relaxed);
+        u.model_calls
+            .fetch_add(usage.model_calls, Ordering::Relaxed);
+        u.tool_calls.fetch_add(usage.tool_calls, Ordering::Relaxed);
     }
 
     /// Usage totals so far.
@@ -254,13 +243,14 @@ impl RuntimeConfig {
         .to_string()
     }
 
-    pub(super) fn model_for(&self, agent: &Agent) -> Result<Arc<dyn Model>, String> {
-        model_of(&self.models, &self.default_model, agent)
+    /// The model `agent` runs on: its own, else the run's default.
+    pub fn model_for(&self, agent: &Agent) -> Result<Arc<dyn Model>, String> {
+        model_of(&self.services.models, &self.default_model, agent)
     }
 
     /// The root context of the run: a span named `name` under the run's.
     pub fn root_context(&self, name: String) -> Arc<ContextInfo> {
-        ContextInfo::root(&self.tracer, &self.run_span, name)
+        ContextInfo::root(self.tracer(), &self.run_span, name)
     }
 
     /// A tracing span for log lines inside `ctx`: they carry the run id,

@@ -1,13 +1,10 @@
 //! The turn loop: a frame's model turns until a final answer, handoffs,
 //! and each turn's `chat` span.
 
-use std::{
-    sync::{Arc, atomic::Ordering},
-    time::Instant,
-};
+use std::{sync::Arc, time::Instant};
 
 use baton_proto::v1::{self as pb, run_event::Payload};
-use futures::future::join_all;
+use futures::future::{BoxFuture, join_all};
 use opentelemetry::{
     KeyValue,
     trace::{Span as _, SpanBuilder, SpanKind, Status, Tracer},
@@ -16,25 +13,30 @@ use tonic::Code;
 use tracing::Instrument as _;
 
 use super::dispatch::{CallPlan, execute, plan};
-use super::drive::Failure;
-use super::events::ContextInfo;
 use super::frame::{CallFrame, FrameSink, FrameView, add_usage, pb_call};
-use super::registry::LiveGuard;
-use super::shared::RuntimeConfig;
 use crate::model::{ChatMessage, ModelRequest, ModelTurn, Role};
+use crate::run::context::ContextInfo;
+use crate::run::failure::Failure;
+use crate::run::record::LiveGuard;
+use crate::run::state::Run;
+
+/// [`run_frame`] boxed, as a [`RunFrame`](super::frame::RunFrame) value.
+pub fn run_frame_boxed(
+    rt: &Arc<Run>,
+    frame: CallFrame,
+) -> BoxFuture<'_, Result<(String, pb::Usage), Failure>> {
+    Box::pin(run_frame(rt, frame))
+}
 
 /// Runs the frame's agent (and whoever it hands off to) until a final
 /// answer. Log lines inside carry the run, trace and span ids.
-pub async fn run_frame(
-    rt: &Arc<RuntimeConfig>,
-    frame: CallFrame,
-) -> Result<(String, pb::Usage), Failure> {
+pub async fn run_frame(rt: &Arc<Run>, frame: CallFrame) -> Result<(String, pb::Usage), Failure> {
     let span = rt.log_span(&frame.ctx);
     run_frame_inner(rt, frame).instrument(span).await
 }
 
 pub(super) async fn run_frame_inner(
-    rt: &Arc<RuntimeConfig>,
+    rt: &Arc<Run>,
     mut frame: CallFrame,
 ) -> Result<(String, pb::Usage), Failure> {
     let _live = LiveGuard::new(&rt.record);
@@ -46,7 +48,7 @@ pub(super) async fn run_frame_inner(
     // The agent's tool definitions, made once per agent (again after a
     // handoff), not per turn: a turn loop of a hundred calls would rebuild
     // every JSON schema a hundred times.
-    let mut tools = frame.tool_defs(&rt.catalog, &rt.tools);
+    let mut tools = frame.tool_defs(&rt.services.catalog, &rt.services.tools);
     loop {
         if frame.turns >= rt.limits.max_turns {
             return Err(Failure {
@@ -80,7 +82,8 @@ pub(super) async fn run_frame_inner(
             Ok(Ok(t)) => t,
             Ok(Err(e)) => {
                 let message = e.to_string();
-                rt.metrics
+                rt.services
+                    .metrics
                     .model_call(frame.model.reference(), false, seconds, 0, 0);
                 chat.set_status(Status::error(message.clone()));
                 chat.end();
@@ -95,7 +98,8 @@ pub(super) async fn run_frame_inner(
                     frame.model.reference(),
                     rt.limits.model_timeout
                 );
-                rt.metrics
+                rt.services
+                    .metrics
                     .model_call(frame.model.reference(), false, seconds, 0, 0);
                 chat.set_status(Status::error(message.clone()));
                 chat.end();
@@ -105,7 +109,7 @@ pub(super) async fn run_frame_inner(
                 });
             }
         };
-        rt.metrics.model_call(
+        rt.services.metrics.model_call(
             frame.model.reference(),
             true,
             seconds,
@@ -128,16 +132,7 @@ pub(super) async fn run_frame_inner(
             model_calls: 1,
             tool_calls: turn.calls.len() as u64,
         };
-        rt.usage
-            .input_tokens
-            .fetch_add(turn_usage.input_tokens, Ordering::Relaxed);
-        rt.usage
-            .output_tokens
-            .fetch_add(turn_usage.output_tokens, Ordering::Relaxed);
-        rt.usage.model_calls.fetch_add(1, Ordering::Relaxed);
-        rt.usage
-            .tool_calls
-            .fetch_add(turn_usage.tool_calls, Ordering::Relaxed);
+        rt.add_usage(&turn_usage);
         add_usage(&mut frame.usage, &turn_usage);
         let completed = Payload::MessageCompleted(pb::MessageCompleted {
             text: turn.text.clone(),
@@ -168,7 +163,7 @@ pub(super) async fn run_frame_inner(
             turn.calls
                 .iter()
                 .zip(plans)
-                .map(|(call, plan)| execute(rt, &view, call, plan)),
+                .map(|(call, plan)| execute(rt, &view, call, plan, run_frame_boxed)),
         )
         .await;
         let failed = results.iter().filter(|r| r.output.is_err()).count() as u32;
@@ -204,7 +199,7 @@ pub(super) async fn run_frame_inner(
         }
         if let Some(to) = handoff {
             switch_agent(rt, &mut frame, &to).await?;
-            tools = frame.tool_defs(&rt.catalog, &rt.tools);
+            tools = frame.tool_defs(&rt.services.catalog, &rt.services.tools);
         }
     }
 }
@@ -212,12 +207,12 @@ pub(super) async fn run_frame_inner(
 /// The `chat <model>` span of one model call, with the GenAI semantic
 /// conventions' request attributes.
 pub(super) fn chat_span(
-    rt: &RuntimeConfig,
+    rt: &Run,
     ctx: &ContextInfo,
     reference: &str,
 ) -> opentelemetry_sdk::trace::Span {
     let (provider, model) = reference.split_once(':').unwrap_or(("", reference));
-    rt.tracer.build_with_context(
+    rt.tracer().build_with_context(
         SpanBuilder::from_name(format!("chat {model}"))
             .with_kind(SpanKind::Client)
             .with_attributes([
@@ -262,14 +257,20 @@ pub(super) fn end_chat_span(
 /// Hands the frame over to `to`: same context and messages, new agent, new
 /// model, per-agent state reset.
 pub(super) async fn switch_agent(
-    rt: &Arc<RuntimeConfig>,
+    rt: &Arc<Run>,
     frame: &mut CallFrame,
     to: &str,
 ) -> Result<(), Failure> {
-    let next = rt.catalog.agents.get(to).cloned().ok_or_else(|| Failure {
-        code: Code::Internal,
-        message: format!("handoff to unknown agent {to:?}"),
-    })?;
+    let next = rt
+        .services
+        .catalog
+        .agents
+        .get(to)
+        .cloned()
+        .ok_or_else(|| Failure {
+            code: Code::Internal,
+            message: format!("handoff to unknown agent {to:?}"),
+        })?;
     let model = rt.model_for(&next).map_err(|message| Failure {
         code: Code::InvalidArgument,
         message,

@@ -8,18 +8,31 @@ use std::{
 };
 
 use baton_proto::v1::{self as pb, run_event::Payload};
+use futures::future::BoxFuture;
 use serde_json::{Map, Value, json};
 use tonic::Code;
 
-use super::drive::Failure;
-use super::events::ContextInfo;
-use super::shared::{FinalScope, RuntimeConfig};
+use crate::run::context::ContextInfo;
+use crate::run::failure::Failure;
+use crate::run::state::{FinalScope, Run};
 use crate::{
     catalog::{Agent, Catalog},
     model::{ChatMessage, DeltaSink, Model, Role, ToolCallRequest, ToolDef},
     pipeline::{self, PipelineFile},
-    tools::Toolbox,
+    tools::{ToolEvents, Toolbox},
 };
+
+/// Runs a frame until its final answer (the answer and what the frame
+/// consumed): `agent::run_frame_boxed`, handed as a value to the code that
+/// runs frames — an agent called as a tool, a pipeline step — so that code
+/// need not import the turn loop that calls it.
+pub type RunFrame =
+    for<'a> fn(&'a Arc<Run>, CallFrame) -> BoxFuture<'a, Result<(String, pb::Usage), Failure>>;
+
+/// What a call gives the model: its output, or the error the model reads.
+/// A failed call is not a failed run — the model sees the error and goes
+/// on — so it is text, not a [`Failure`].
+pub type CallOutput = Result<String, String>;
 
 /// One branch of a run: a context and the agent active in it.
 pub struct CallFrame {
@@ -49,7 +62,7 @@ impl CallFrame {
     /// The root frame of a RunAgent: the target agent (or group root), the
     /// request's history, then the input.
     pub fn root(
-        rt: &RuntimeConfig,
+        rt: &Run,
         target: &str,
         history: Vec<ChatMessage>,
         input: String,
@@ -66,14 +79,14 @@ impl CallFrame {
     /// A frame running `target` (an agent or group) in `ctx` on `input`; a
     /// final tool output in it ends `scope`.
     pub(crate) fn new(
-        rt: &RuntimeConfig,
+        rt: &Run,
         ctx: Arc<ContextInfo>,
         target: &str,
         history: Vec<ChatMessage>,
         input: String,
         scope: Arc<FinalScope>,
     ) -> Result<Self, Failure> {
-        let agent = rt.catalog.entry(target).ok_or_else(|| Failure {
+        let agent = rt.services.catalog.entry(target).ok_or_else(|| Failure {
             code: Code::InvalidArgument,
             message: format!("unknown agent {target:?}"),
         })?;
@@ -97,7 +110,12 @@ impl CallFrame {
             model,
             messages,
             input,
-            group_members: rt.catalog.groups.get(target).map(|g| g.members.clone()),
+            group_members: rt
+                .services
+                .catalog
+                .groups
+                .get(target)
+                .map(|g| g.members.clone()),
             children: HashMap::new(),
             agent_turns: 0,
             turns: 0,
@@ -171,13 +189,13 @@ pub(super) struct FrameView {
 }
 
 pub(super) struct CallResult {
-    pub(super) output: Result<String, String>,
+    pub(super) output: CallOutput,
     pub(super) handoff: Option<String>,
     pub(super) child_usage: Option<pb::Usage>,
 }
 
 pub(super) struct FrameSink<'a> {
-    pub(super) rt: &'a RuntimeConfig,
+    pub(super) rt: &'a Run,
     pub(super) ctx: &'a Arc<ContextInfo>,
     pub(super) agent: &'a Arc<str>,
 }
@@ -192,6 +210,13 @@ impl DeltaSink for FrameSink<'_> {
                 Payload::TextDelta(pb::TextDelta { text }),
             )
             .await;
+    }
+}
+
+#[async_trait::async_trait]
+impl ToolEvents for FrameSink<'_> {
+    async fn emit(&self, payload: Payload) {
+        self.rt.emit(self.ctx, self.agent, payload).await;
     }
 }
 

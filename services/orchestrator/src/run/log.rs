@@ -141,7 +141,7 @@ mod chunked_tests {
         Logged {
             seq,
             time: Default::default(),
-            ctx: std::sync::Arc::new(crate::runtime::context::ContextInfo {
+            ctx: std::sync::Arc::new(crate::run::context::ContextInfo {
                 id: "root".into(),
                 parent: String::new(),
                 depth: 0,

@@ -7,27 +7,7 @@ use std::sync::Arc;
 use baton_proto::v1::{self as pb, run_event::Payload};
 use tonic::Code;
 
-use super::{events::ContextInfo, shared::RuntimeConfig};
-
-/// Why something inside a run failed: the gRPC code a root failure is
-/// reported with (`RunFailed.code`) and what went wrong.
-#[derive(Debug, Clone)]
-pub struct Failure {
-    /// The code.
-    pub code: Code,
-    /// What went wrong.
-    pub message: String,
-}
-
-impl Failure {
-    /// A failure with `code`.
-    pub fn new(code: Code, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-        }
-    }
-}
+use super::{context::ContextInfo, failure::Failure, state::Run};
 
 /// Runs `body` as a whole run in `root`: `RunStarted` (of `kind`, naming
 /// `target`), then the body until it ends, the run's token is cancelled or
@@ -35,7 +15,7 @@ impl Failure {
 /// terminal event: `RunCompleted` with the body's output, `RunFailed` with
 /// its failure (or the deadline), `RunCancelled` with the reason.
 pub async fn drive(
-    rt: &Arc<RuntimeConfig>,
+    rt: &Arc<Run>,
     root: &Arc<ContextInfo>,
     kind: pb::RunKind,
     target: String,

@@ -12,7 +12,7 @@ use baton_proto::v1::{self as pb, run_event::Payload};
 use tokio::sync::mpsc;
 use tonic::Status;
 
-use super::registry::RunRecord;
+use super::record::RunRecord;
 pub use super::{
     context::{ContextInfo, SpanEnd},
     log::Logged,

@@ -1,0 +1,129 @@
+//! Starting a run: its record and span attributes ([`prepare`]), then
+//! registering it and running its body beside its sequencer as one tracked
+//! task ([`launch`]), which ends the run's span and counts it when both end.
+
+use std::{future::Future, sync::Arc};
+
+use baton_common::ids::TraceId;
+use baton_proto::v1 as pb;
+use opentelemetry::{
+    Context, KeyValue,
+    trace::{Status as SpanStatus, TraceContextExt as _},
+};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tonic::Status;
+
+use super::{
+    events::{self, Draft, Filter},
+    record::RunRecord,
+    registry::Runs,
+    state::{Run, RunOptions},
+};
+use crate::services::Services;
+
+/// The stream of a run's events its caller reads.
+pub type EventStream = ReceiverStream<Result<pb::RunEvent, Status>>;
+
+/// A run built but not started: its record, what its branches share, where
+/// its events go before the sequencer numbers them, and the caller's filter.
+pub struct Prepared {
+    /// The run's record.
+    pub record: Arc<RunRecord>,
+    /// What the run's branches share.
+    pub run: Arc<Run>,
+    /// The run's span.
+    pub span: Context,
+    drafts: mpsc::Receiver<Draft>,
+    filter: Filter,
+}
+
+/// Builds a run of `kind` on `target` for `tenant` in the span `run_span`
+/// of trace `trace_id` (nothing runs yet). The run is cancelled when
+/// `shutdown` is.
+pub fn prepare(
+    services: &Arc<Services>,
+    (run_span, trace_id): (Context, TraceId),
+    kind: pb::RunKind,
+    target: String,
+    tenant: String,
+    mut options: RunOptions,
+    shutdown: &CancellationToken,
+) -> Prepared {
+    let record = RunRecord::new(trace_id, kind, target, tenant, shutdown);
+    run_span
+        .span()
+        .set_attribute(KeyValue::new("baton.run.id", record.run_id.clone()));
+    let (draft_tx, drafts) = mpsc::channel(events::DRAFT_BUFFER);
+    let filter = std::mem::take(&mut options.filter);
+    let run = Run::new(
+        services.clone(),
+        record.clone(),
+        run_span.clone(),
+        options,
+        draft_tx,
+    );
+    Prepared {
+        record,
+        run,
+        span: run_span,
+        drafts,
+        filter,
+    }
+}
+
+/// Registers a prepared run in `runs` and starts `body` with the run's
+/// sequencer, as one task of `tasks`; returns the caller's stream.
+pub fn launch(
+    prepared: Prepared,
+    runs: &Runs,
+    tasks: &TaskTracker,
+    body: impl Future<Output = ()> + Send + 'static,
+) -> EventStream {
+    let Prepared {
+        record,
+        run,
+        span: run_span,
+        drafts,
+        filter,
+    } = prepared;
+    runs.insert(record.clone());
+    let kind = match record.kind {
+        pb::RunKind::Pipeline => "pipeline",
+        _ => "agent",
+    };
+    let metrics = run.services.metrics.clone();
+    // The body holds its own `Arc<Run>`; this one must not keep the draft
+    // sender alive past the body, or the sequencer would never end.
+    drop(run);
+    metrics.run_started(kind);
+    let span_id = run_span.span().span_context().span_id().to_string();
+    tracing::info!(run_id = %record.run_id, trace_id = %record.trace_id, span_id, target = %record.target, kind, "run started");
+    let (out_tx, out_rx) = mpsc::channel(events::CLIENT_BUFFER);
+    tasks.spawn(async move {
+        let sequencer =
+            events::sequence(drafts, out_tx, filter, record.clone(), metrics.events.clone());
+        tokio::join!(sequencer, body);
+        let state = record.state();
+        let status = match state.status {
+            pb::RunStatus::Completed => "completed",
+            pb::RunStatus::Failed => "failed",
+            pb::RunStatus::Cancelled => "cancelled",
+            _ => "unknown",
+        };
+        metrics.run_finished(kind, status);
+        let span = run_span.span();
+        span.set_attribute(KeyValue::new("baton.run.status", status));
+        if state.status != pb::RunStatus::Completed {
+            span.set_status(SpanStatus::error(if state.error_message.is_empty() {
+                status.to_owned()
+            } else {
+                state.error_message.clone()
+            }));
+        }
+        span.end();
+        tracing::info!(run_id = %record.run_id, trace_id = %record.trace_id, span_id, status, "run ended");
+    });
+    ReceiverStream::new(out_rx)
+}

@@ -1,0 +1,298 @@
+//! The runs of this replica: every run it started, and finished runs for
+//! GetRun within the retention bounds.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use baton_proto::v1 as pb;
+
+use super::record::{RunRecord, lock};
+use crate::{config::RunDefaults, error::Error};
+
+/// Every run this process started, and finished runs for GetRun within
+/// the retention bounds (`runs.finished_retention`, `max_finished_runs`,
+/// `max_finished_bytes`; the oldest go first).
+pub struct Runs {
+    map: Mutex<HashMap<String, Arc<RunRecord>>>,
+    /// When finished runs were last swept (at most once a second, so a
+    /// busy server does not scan every run on every start).
+    swept: Mutex<Option<Instant>>,
+    retention: Duration,
+    max_finished: usize,
+    max_finished_bytes: u64,
+}
+
+impl Default for Runs {
+    fn default() -> Self {
+        Self::new(&RunDefaults::default())
+    }
+}
+
+impl Runs {
+    /// An empty registry with the retention bounds of `defaults`.
+    pub fn new(defaults: &RunDefaults) -> Self {
+        Self {
+            map: Mutex::default(),
+            swept: Mutex::default(),
+            retention: defaults.finished_retention,
+            max_finished: defaults.max_finished_runs,
+            max_finished_bytes: defaults.max_finished_bytes,
+        }
+    }
+
+    /// Adds a run, forgetting finished runs past the retention bounds.
+    pub fn insert(&self, record: Arc<RunRecord>) {
+        let now = Instant::now();
+        let mut map = lock(&self.map);
+        let mut swept = lock(&self.swept);
+        if swept.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
+            *swept = Some(now);
+            self.sweep(&mut map, now);
+        }
+        map.insert(record.run_id.clone(), record);
+    }
+
+    /// Drops finished runs older than the retention, then the oldest
+    /// finished ones while over the count or byte bound; drops the event
+    /// logs of runs that ended LOG_RETENTION ago.
+    fn sweep(&self, map: &mut HashMap<String, Arc<RunRecord>>, now: Instant) {
+        map.retain(|_, r| {
+            r.finished_at()
+                .is_none_or(|f| now.duration_since(f) <= self.retention)
+        });
+        let mut finished: Vec<(Instant, u64, String)> = map
+            .values()
+            .filter_map(|r| {
+                r.drop_old_log(now);
+                r.finished_at()
+                    .map(|f| (f, r.result_bytes(), r.run_id.clone()))
+            })
+            .collect();
+        let mut bytes: u64 = finished.iter().map(|(_, b, _)| b).sum();
+        if finished.len() <= self.max_finished && bytes <= self.max_finished_bytes {
+            return;
+        }
+        finished.sort();
+        let mut count = finished.len();
+        for (_, b, id) in finished {
+            if count <= self.max_finished && bytes <= self.max_finished_bytes {
+                break;
+            }
+            map.remove(&id);
+            count -= 1;
+            bytes -= b;
+        }
+    }
+
+    /// Applies the retention bounds now (tests).
+    pub fn sweep_now(&self) {
+        let mut map = lock(&self.map);
+        self.sweep(&mut map, Instant::now());
+    }
+
+    /// Finds a run; `NOT_FOUND` naming `run_id` otherwise.
+    pub fn get(&self, run_id: &str) -> Result<Arc<RunRecord>, Error> {
+        if run_id.is_empty() {
+            return Err(Error::invalid("run_id", "must not be empty"));
+        }
+        if uuid::Uuid::try_parse(run_id).is_err() {
+            // Not echoed: the field may be any size.
+            return Err(Error::invalid(
+                "run_id",
+                format!(
+                    "is not a run id (a UUID such as 0190f5a2-7b3c-7d4e-8f10-1a2b3c4d5e6f; got {} bytes)",
+                    run_id.len()
+                ),
+            ));
+        }
+        lock(&self.map)
+            .get(run_id)
+            .cloned()
+            .ok_or_else(|| Error::NotFound {
+                field: "run_id",
+                message: format!("no run {run_id:?} on this orchestrator"),
+            })
+    }
+
+    /// How many runs are still running.
+    pub fn running(&self) -> usize {
+        lock(&self.map)
+            .values()
+            .filter(|r| r.state().status == pb::RunStatus::Running)
+            .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use baton_proto::v1::{self as pb, run_event::Payload};
+
+    use baton_common::ids::TraceId;
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::run::{
+        context::ContextInfo,
+        log::{LOG_RETENTION, LogRead, Logged},
+    };
+
+    fn logged(seq: u64, payload: Payload) -> Logged {
+        Logged {
+            seq,
+            time: prost_types::Timestamp::default(),
+            ctx: Arc::new(ContextInfo {
+                id: "root".into(),
+                parent: String::new(),
+                depth: 0,
+                span_id: "0000000000000001".into(),
+                otel: opentelemetry::Context::new(),
+            }),
+            agent: Arc::from(""),
+            payload,
+        }
+    }
+
+    fn new_run() -> Arc<RunRecord> {
+        RunRecord::new(
+            TraceId::random(),
+            pb::RunKind::Agent,
+            "a".into(),
+            String::new(),
+            &CancellationToken::new(),
+        )
+    }
+
+    fn finished_run(output: &str) -> Arc<RunRecord> {
+        let run = new_run();
+        let done = Payload::RunCompleted(pb::RunCompleted {
+            output: output.into(),
+            ..Default::default()
+        });
+        run.finish(&done, 1);
+        run
+    }
+
+    #[test]
+    fn finished_runs_are_kept_within_count_and_byte_bounds_oldest_first() {
+        let defaults = RunDefaults {
+            max_finished_runs: 2,
+            max_finished_bytes: 1000,
+            ..Default::default()
+        };
+        let runs = Runs::new(&defaults);
+        let ids: Vec<String> = (0..3)
+            .map(|_| {
+                let r = finished_run("out");
+                std::thread::sleep(Duration::from_millis(2));
+                let id = r.run_id.clone();
+                runs.insert(r);
+                id
+            })
+            .collect();
+        runs.sweep_now();
+        assert!(runs.get(&ids[0]).is_err(), "the oldest went over the count");
+        assert!(
+            runs.get(&ids[1]).is_ok() && runs.get(&ids[2]).is_ok(),
+            "2 is the limit"
+        );
+
+        let defaults = RunDefaults {
+            max_finished_bytes: 10,
+            ..Default::default()
+        };
+        let runs = Runs::new(&defaults);
+        let a = finished_run("12345");
+        std::thread::sleep(Duration::from_millis(2));
+        let b = finished_run("12345");
+        let (a_id, b_id) = (a.run_id.clone(), b.run_id.clone());
+        runs.insert(a);
+        runs.insert(b);
+        runs.sweep_now();
+        assert!(
+            runs.get(&a_id).is_ok() && runs.get(&b_id).is_ok(),
+            "10 bytes is the limit"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+        let c = finished_run("1");
+        let c_id = c.run_id.clone();
+        runs.insert(c);
+        runs.sweep_now();
+        assert!(runs.get(&a_id).is_err(), "11 bytes: the oldest goes");
+        assert!(runs.get(&b_id).is_ok() && runs.get(&c_id).is_ok());
+
+        // A running run is never dropped, whatever the bounds.
+        let defaults = RunDefaults {
+            max_finished_runs: 1,
+            max_finished_bytes: 0,
+            ..Default::default()
+        };
+        let runs = Runs::new(&defaults);
+        let running = new_run();
+        let id = running.run_id.clone();
+        runs.insert(running);
+        runs.sweep_now();
+        assert!(runs.get(&id).is_ok());
+    }
+
+    #[test]
+    fn watchers_read_the_log_in_batches_and_never_wrap() {
+        let run = new_run();
+        for seq in 1..=10 {
+            run.log_event(
+                logged(seq, Payload::TextDelta(pb::TextDelta::default())),
+                false,
+            );
+        }
+        let seqs = |r: LogRead| match r {
+            LogRead::Events(e, ended) => (e.iter().map(|e| e.seq).collect::<Vec<_>>(), ended),
+            _ => panic!("events"),
+        };
+        assert_eq!(seqs(run.events_after(0, 4)), (vec![1, 2, 3, 4], false));
+        assert_eq!(seqs(run.events_after(8, 4)), (vec![9, 10], false));
+        let done = Payload::RunCompleted(pb::RunCompleted::default());
+        run.finish(&done, 11);
+        run.log_event(logged(11, done), true);
+        assert_eq!(
+            seqs(run.events_after(8, 2)),
+            (vec![9, 10], false),
+            "more follows"
+        );
+        assert_eq!(seqs(run.events_after(10, 2)), (vec![11], true));
+        for after in [11, u64::MAX - 1, u64::MAX] {
+            assert_eq!(seqs(run.events_after(after, 2)), (vec![], true), "{after}");
+        }
+    }
+
+    #[test]
+    fn a_finished_runs_events_are_kept_for_log_retention() {
+        let run = new_run();
+        run.log_event(
+            logged(1, Payload::RunStarted(pb::RunStarted::default())),
+            false,
+        );
+        let done = Payload::RunCompleted(pb::RunCompleted::default());
+        run.finish(&done, 2);
+        run.log_event(logged(2, done), true);
+        let ended = run.finished_at().expect("finished");
+        run.drop_old_log(ended + LOG_RETENTION);
+        assert!(
+            matches!(run.events_after(0, 10), LogRead::Events(ref e, true) if e.len() == 2),
+            "kept at the limit"
+        );
+        run.drop_old_log(ended + LOG_RETENTION + Duration::from_millis(1));
+        assert!(
+            matches!(run.events_after(0, 10), LogRead::Expired),
+            "dropped just over it"
+        );
+        assert_eq!(
+            run.state().status,
+            pb::RunStatus::Completed,
+            "the result stays"
+        );
+    }
+}
