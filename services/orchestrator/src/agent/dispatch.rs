@@ -298,3 +298,119 @@ pub(super) async fn run_tool(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use baton_proto::v1 as pb;
+    use serde_json::json;
+
+    use super::*;
+    use crate::run::testing;
+
+    const AGENTS: &str = r#"
+default_model: scripted:quiet
+scripts:
+  quiet:
+    - text: ok
+agents:
+  lead:
+    tools: [helper, run_pipeline, sleep]
+    handoffs: [other]
+  helper: {}
+  other: {}
+"#;
+
+    fn call(name: &str) -> ToolCallRequest {
+        ToolCallRequest {
+            id: format!("call-{name}"),
+            name: name.into(),
+            arguments: json!({}),
+        }
+    }
+
+    /// What a plan is, as text: `agent <context id>`, `pipeline <id>`, …
+    fn describe(plan: &CallPlan) -> String {
+        match plan {
+            CallPlan::Handoff(to) => format!("handoff {to}"),
+            CallPlan::Agent(ctx, name) => format!("agent {name} {} d{}", ctx.id, ctx.depth),
+            CallPlan::Pipeline(ctx) => format!("pipeline {} d{}", ctx.id, ctx.depth),
+            CallPlan::Tool(_) => "tool".into(),
+            CallPlan::Refused(why) => format!("refused: {why}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn calls_are_planned_in_the_models_order_with_numbered_child_contexts() {
+        let (rt, _events) = testing::run(AGENTS, testing::limits(), pb::ApprovalMode::Ask);
+        let mut frame = CallFrame::root(&rt, "lead", Vec::new(), "go".into()).expect("frame");
+        let names = [
+            "helper",
+            "sleep",
+            "helper",
+            "run_pipeline",
+            "run_pipeline",
+            "transfer_to_other",
+            "transfer_to_helper",
+            "read_context",
+            "nobody",
+        ];
+        let plans: Vec<String> = names
+            .iter()
+            .map(|n| describe(&plan(&rt, &mut frame, &call(n))))
+            .collect();
+        assert_eq!(
+            plans,
+            [
+                "agent helper root.helper.1 d1",
+                "tool",
+                "agent helper root.helper.2 d1",
+                "pipeline root.run_pipeline.1 d1",
+                "pipeline root.run_pipeline.2 d1",
+                "handoff other",
+                "refused: lead cannot hand off to \"helper\"",
+                "refused: lead has no tool \"read_context\"",
+                "refused: lead has no tool \"nobody\"",
+            ]
+        );
+        // A second turn of the same frame goes on numbering.
+        assert_eq!(
+            describe(&plan(&rt, &mut frame, &call("helper"))),
+            "agent helper root.helper.3 d1"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_call_past_max_depth_is_refused_and_numbered_all_the_same() {
+        let limits = crate::run::state::Limits {
+            max_depth: 1,
+            ..testing::limits()
+        };
+        let (rt, _events) = testing::run(AGENTS, limits, pb::ApprovalMode::Ask);
+        let mut frame = CallFrame::root(&rt, "lead", Vec::new(), "go".into()).expect("frame");
+        // An agent at depth 1 is within the limit; a pipeline's steps would
+        // be at depth 2.
+        assert_eq!(
+            describe(&plan(&rt, &mut frame, &call("helper"))),
+            "agent helper root.helper.1 d1"
+        );
+        assert_eq!(
+            describe(&plan(&rt, &mut frame, &call("run_pipeline"))),
+            "refused: cannot run a pipeline in context root.run_pipeline.1: its steps would be at depth 2, over max_depth 1"
+        );
+        let limits = crate::run::state::Limits {
+            max_depth: 0,
+            ..testing::limits()
+        };
+        let (rt, _events) = testing::run(AGENTS, limits, pb::ApprovalMode::Ask);
+        let mut frame = CallFrame::root(&rt, "lead", Vec::new(), "go".into()).expect("frame");
+        assert_eq!(
+            describe(&plan(&rt, &mut frame, &call("helper"))),
+            "refused: cannot call agent helper: context root.helper.1 would be at depth 1, over max_depth 0"
+        );
+        // The refused call still took its number: the next is .2.
+        assert_eq!(
+            describe(&plan(&rt, &mut frame, &call("helper"))),
+            "refused: cannot call agent helper: context root.helper.2 would be at depth 1, over max_depth 0"
+        );
+    }
+}

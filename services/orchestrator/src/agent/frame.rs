@@ -125,6 +125,17 @@ impl CallFrame {
         })
     }
 
+    /// The part of the frame a turn's calls read while they run.
+    pub(super) fn view(&self) -> FrameView {
+        FrameView {
+            ctx: self.ctx.clone(),
+            agent: self.agent.clone(),
+            agent_name: self.agent_name.clone(),
+            agent_context: self.agent_context.clone(),
+            scope: self.scope.clone(),
+        }
+    }
+
     /// The agents this frame's agent may hand off to.
     pub(super) fn handoffs(&self) -> impl Iterator<Item = &String> {
         self.agent

@@ -212,3 +212,135 @@ async fn ask<T>(
     span.end();
     answered
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::{
+        agent::frame::CallFrame,
+        run::{record::ApprovalAnswer, testing},
+    };
+
+    const AGENTS: &str = r#"
+default_model: scripted:quiet
+scripts:
+  quiet:
+    - text: ok
+agents:
+  careful:
+    tools: [sleep, read_context]
+    approvals:
+      sleep: always
+      read_context: nested
+"#;
+
+    fn call(name: &str) -> ToolCallRequest {
+        ToolCallRequest {
+            id: "c1".into(),
+            name: name.into(),
+            arguments: json!({}),
+        }
+    }
+
+    async fn approve_in(mode: pb::ApprovalMode, tool: &str) -> (Result<(), String>, Vec<String>) {
+        let (rt, mut events) = testing::run(AGENTS, testing::limits(), mode);
+        let frame = CallFrame::root(&rt, "careful", Vec::new(), "go".into()).expect("frame");
+        let answer = approve(&rt, &frame.view(), &call(tool)).await;
+        (answer, testing::kinds(&mut events))
+    }
+
+    #[tokio::test]
+    async fn the_run_mode_answers_without_asking_anyone() {
+        let (answer, kinds) = approve_in(pb::ApprovalMode::AutoApprove, "sleep").await;
+        assert_eq!(answer, Ok(()));
+        assert_eq!(kinds, ["APPROVAL_RESOLVED"]);
+        let (answer, kinds) = approve_in(pb::ApprovalMode::AutoDeny, "sleep").await;
+        assert_eq!(
+            answer,
+            Err("sleep was denied by the run's approval mode".into())
+        );
+        assert_eq!(kinds, ["APPROVAL_RESOLVED"]);
+    }
+
+    #[tokio::test]
+    async fn tools_without_a_policy_and_nested_ones_at_the_root_need_nobody() {
+        let (answer, kinds) = approve_in(pb::ApprovalMode::Ask, "read_context").await;
+        assert_eq!(answer, Ok(()));
+        assert!(kinds.is_empty(), "{kinds:?}");
+    }
+
+    #[tokio::test]
+    async fn nobody_answering_before_the_deadline_denies_and_closes_the_question() {
+        let (answer, kinds) = approve_in(pb::ApprovalMode::Ask, "sleep").await;
+        assert_eq!(
+            answer,
+            Err("sleep was denied: no answer before the deadline".into())
+        );
+        assert_eq!(kinds, ["APPROVAL_REQUESTED", "APPROVAL_RESOLVED"]);
+    }
+
+    #[tokio::test]
+    async fn a_persons_answer_is_the_answer() {
+        let (rt, mut events) = testing::run(AGENTS, testing::limits(), pb::ApprovalMode::Ask);
+        let frame = CallFrame::root(&rt, "careful", Vec::new(), "go".into()).expect("frame");
+        let view = frame.view();
+        let call = call("sleep");
+        let asking = approve(&rt, &view, &call);
+        let answering = async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            rt.record.resolve_approval(
+                "approval:c1",
+                ApprovalAnswer {
+                    approved: false,
+                    reason: "not now".into(),
+                },
+            )
+        };
+        let (answer, resolved) = tokio::join!(asking, answering);
+        resolved.expect("the question was open");
+        assert_eq!(answer, Err("sleep was denied: not now".into()));
+        assert_eq!(
+            testing::kinds(&mut events),
+            ["APPROVAL_REQUESTED", "APPROVAL_RESOLVED"]
+        );
+        // Answered once: a second answer finds nothing to answer.
+        assert!(
+            rt.record
+                .resolve_approval(
+                    "approval:c1",
+                    ApprovalAnswer {
+                        approved: true,
+                        reason: String::new(),
+                    },
+                )
+                .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn input_is_asked_and_received_or_times_out() {
+        let (rt, mut events) = testing::run(AGENTS, testing::limits(), pb::ApprovalMode::Ask);
+        let frame = CallFrame::root(&rt, "careful", Vec::new(), "go".into()).expect("frame");
+        let view = frame.view();
+        let call = call("sleep");
+        let asking = input(&rt, &view, &call, 1, "city?".into(), vec!["Paris".into()]);
+        let answering = async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            rt.record.submit_input("input:c1:1", "Paris".into())
+        };
+        let (answer, submitted) = tokio::join!(asking, answering);
+        submitted.expect("the question was open");
+        assert_eq!(answer, Ok("Paris".into()));
+        assert_eq!(
+            testing::kinds(&mut events),
+            ["INPUT_REQUESTED", "INPUT_RECEIVED"]
+        );
+        let late = input(&rt, &view, &call, 2, "again?".into(), Vec::new()).await;
+        assert_eq!(late, Err("no input arrived within 200ms".into()));
+        assert!(rt.record.submit_input("input:c1:2", "x".into()).is_err());
+    }
+}

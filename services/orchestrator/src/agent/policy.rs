@@ -245,4 +245,57 @@ mod tests {
         assert!(bad("json_pointer: a").contains("json_pointer"));
         assert!(bad("replacement: x\ntruncate: 1").contains("replacement"));
     }
+
+    #[test]
+    fn a_chain_applies_in_order_to_its_tools_and_stops_at_final() {
+        let named = |name: &str, yaml: &str| {
+            Policy::new(name, &serde_norway::from_str(yaml).expect("yaml")).expect("valid")
+        };
+        let chain = [
+            named("only_search", "tools: [search]\ntruncate: 2"),
+            named("pointer", "json_pointer: /answer"),
+            named("keep", "record: last"),
+            named("stop", "final: true"),
+            named("never", "truncate: 1"),
+        ];
+        let mut ctx = Map::new();
+        let mut outcomes = Vec::new();
+        let mut out = String::from(r#"{"answer":"forty-two"}"#);
+        let ends = apply_all(&chain, "agent", "lookup", &mut out, &mut ctx, &mut outcomes);
+        assert!(ends, "the final policy ends the run");
+        assert_eq!(out, "forty-two", "rewritten, not truncated (not a search)");
+        assert_eq!(ctx["last"], serde_json::json!("forty-two"));
+        let seen: Vec<(String, i32, bool)> = outcomes
+            .iter()
+            .map(|o| (o.policy.clone(), o.decision, o.error.is_empty()))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("pointer".into(), pb::PolicyDecision::Rewrite as i32, true),
+                ("keep".into(), pb::PolicyDecision::Forward as i32, true),
+                ("stop".into(), pb::PolicyDecision::Final as i32, true),
+            ],
+            "only the policies that apply, up to the final one"
+        );
+        assert!(outcomes.iter().all(|o| o.scope == "agent"));
+
+        // A failing policy forwards, reports its error, and the chain goes on.
+        let mut outcomes = Vec::new();
+        let mut out = String::from("plain text");
+        let ends = apply_all(
+            &chain[..3],
+            "run",
+            "search",
+            &mut out,
+            &mut ctx,
+            &mut outcomes,
+        );
+        assert!(!ends);
+        assert_eq!(out, "pl…[truncated]");
+        assert_eq!(outcomes.len(), 3);
+        assert_eq!(outcomes[1].decision, pb::PolicyDecision::Forward as i32);
+        assert!(!outcomes[1].error.is_empty(), "{:?}", outcomes[1]);
+        assert_eq!(ctx["last"], serde_json::json!("pl…[truncated]"));
+    }
 }

@@ -13,7 +13,7 @@ use tonic::Code;
 use tracing::Instrument as _;
 
 use super::dispatch::{CallPlan, execute, plan};
-use super::frame::{CallFrame, FrameSink, FrameView, add_usage, pb_call};
+use super::frame::{CallFrame, FrameSink, add_usage, pb_call};
 use crate::model::{ChatMessage, ModelRequest, ModelTurn, Role};
 use crate::run::context::ContextInfo;
 use crate::run::failure::Failure;
@@ -152,13 +152,7 @@ pub(super) async fn run_frame_inner(
         }
 
         let plans: Vec<CallPlan> = turn.calls.iter().map(|c| plan(rt, &mut frame, c)).collect();
-        let view = FrameView {
-            ctx: frame.ctx.clone(),
-            agent: frame.agent.clone(),
-            agent_name: frame.agent_name.clone(),
-            agent_context: frame.agent_context.clone(),
-            scope: frame.scope.clone(),
-        };
+        let view = frame.view();
         let results = join_all(
             turn.calls
                 .iter()

@@ -60,3 +60,87 @@ pub async fn drive(
     };
     rt.emit(root, &no_agent, terminal).await;
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use baton_proto::v1 as pb;
+
+    use super::*;
+    use crate::run::{state::Limits, testing};
+
+    const AGENTS: &str =
+        "default_model: scripted:quiet\nscripts:\n  quiet:\n    - text: ok\nagents:\n  a: {}\n";
+
+    async fn drive_with(
+        limits: Limits,
+        body: impl Future<Output = Result<String, Failure>>,
+        cancel: bool,
+    ) -> (Vec<String>, Payload, bool) {
+        let (rt, mut events) = testing::run(AGENTS, limits, pb::ApprovalMode::Ask);
+        let root = rt.root_context("agent a".into());
+        if cancel {
+            rt.record.cancel("stop");
+        }
+        let cleaned = std::sync::atomic::AtomicBool::new(false);
+        drive(&rt, &root, pb::RunKind::Agent, "a".into(), body, async {
+            cleaned.store(true, std::sync::atomic::Ordering::SeqCst);
+        })
+        .await;
+        let mut drafts = Vec::new();
+        while let Ok(d) = events.try_recv() {
+            drafts.push(d.payload);
+        }
+        let kinds = drafts
+            .iter()
+            .map(|p| {
+                let name = crate::run::events::kind_of(p).as_str_name();
+                name.trim_start_matches("EVENT_KIND_").to_owned()
+            })
+            .collect();
+        let last = drafts.pop().expect("a terminal event");
+        (kinds, last, cleaned.into_inner())
+    }
+
+    #[tokio::test]
+    async fn a_body_that_ends_completes_the_run_with_its_output() {
+        let (kinds, last, cleaned) =
+            drive_with(testing::limits(), async { Ok("done".into()) }, false).await;
+        assert_eq!(kinds, ["RUN_STARTED", "RUN_COMPLETED"]);
+        assert!(matches!(last, Payload::RunCompleted(c) if c.output == "done"));
+        assert!(cleaned);
+    }
+
+    #[tokio::test]
+    async fn a_failing_body_fails_the_run_with_its_code() {
+        let body = async { Err(Failure::new(Code::ResourceExhausted, "too many turns")) };
+        let (kinds, last, cleaned) = drive_with(testing::limits(), body, false).await;
+        assert_eq!(kinds, ["RUN_STARTED", "RUN_FAILED"]);
+        assert!(matches!(last, Payload::RunFailed(f)
+            if f.code == Code::ResourceExhausted as i32 && f.message == "too many turns"));
+        assert!(cleaned);
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_run_ends_cancelled_and_still_cleans_up() {
+        let body = std::future::pending();
+        let (kinds, last, cleaned) = drive_with(testing::limits(), body, true).await;
+        assert_eq!(kinds, ["RUN_STARTED", "RUN_CANCELLED"]);
+        assert!(matches!(last, Payload::RunCancelled(c) if c.reason == "stop"));
+        assert!(cleaned);
+    }
+
+    #[tokio::test]
+    async fn run_timeout_fails_the_run_as_deadline_exceeded() {
+        let limits = Limits {
+            run_timeout: Duration::from_millis(30),
+            ..testing::limits()
+        };
+        let (kinds, last, cleaned) = drive_with(limits, std::future::pending(), false).await;
+        assert_eq!(kinds, ["RUN_STARTED", "RUN_FAILED"]);
+        assert!(matches!(last, Payload::RunFailed(f)
+            if f.code == Code::DeadlineExceeded as i32 && f.message.contains("run_timeout")));
+        assert!(cleaned);
+    }
+}

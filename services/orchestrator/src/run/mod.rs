@@ -30,3 +30,86 @@ pub mod log;
 pub mod record;
 pub mod registry;
 pub mod state;
+
+/// Runs built without a gRPC server, for the unit tests of the parts that
+/// run inside one (planning, people, drive).
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::{sync::Arc, time::Duration};
+
+    use baton_common::ids::TraceId;
+    use baton_context_store::store::{Limits as StoreLimits, memory::MemoryStore};
+    use baton_proto::v1 as pb;
+    use tokio::sync::mpsc;
+    use tokio_util::sync::CancellationToken;
+
+    use super::{
+        events::Draft,
+        record::RunRecord,
+        state::{Limits, Run, RunOptions},
+    };
+    use crate::{catalog::Catalog, config::RunDefaults, services::Services};
+
+    /// Limits of a test run: `max_depth` 3, short deadlines.
+    pub fn limits() -> Limits {
+        Limits {
+            max_depth: 3,
+            max_turns: 10,
+            run_timeout: Duration::from_secs(5),
+            tool_timeout: Duration::from_secs(1),
+            model_timeout: Duration::from_secs(1),
+            approval_timeout: Duration::from_millis(200),
+        }
+    }
+
+    /// A run of the agents file `yaml` (in memory), and where its events go.
+    pub fn run(
+        yaml: &str,
+        limits: Limits,
+        approval_mode: pb::ApprovalMode,
+    ) -> (Arc<Run>, mpsc::Receiver<Draft>) {
+        let catalog = Arc::new(Catalog::from_yaml(yaml).expect("the test catalog is valid"));
+        let store = Arc::new(MemoryStore::new(StoreLimits::default()));
+        let services = Services::new(
+            catalog,
+            store,
+            RunDefaults::default(),
+            Services::untraced(),
+            &|_| None,
+        )
+        .expect("services");
+        let record = RunRecord::new(
+            TraceId::random(),
+            pb::RunKind::Agent,
+            "test".into(),
+            String::new(),
+            &CancellationToken::new(),
+        );
+        let (tx, rx) = mpsc::channel(1024);
+        let options = RunOptions {
+            limits,
+            approval_mode,
+            default_model: services.catalog.default_model.clone(),
+            run_context: Default::default(),
+            filter: Default::default(),
+        };
+        let run = Run::new(
+            Arc::new(services),
+            record,
+            opentelemetry::Context::new(),
+            options,
+            tx,
+        );
+        (run, rx)
+    }
+
+    /// The events sent so far, by kind name.
+    pub fn kinds(rx: &mut mpsc::Receiver<Draft>) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Ok(d) = rx.try_recv() {
+            let name = super::events::kind_of(&d.payload).as_str_name();
+            out.push(name.trim_start_matches("EVENT_KIND_").to_owned());
+        }
+        out
+    }
+}
