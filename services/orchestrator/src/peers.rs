@@ -21,6 +21,7 @@ use std::{
     time::Duration,
 };
 
+use baton_client::balance::{DNS_SCHEME, Target};
 use baton_proto::v1::orchestrator_client::OrchestratorClient;
 use futures::{StreamExt, stream::FuturesUnordered};
 use serde::{Deserialize, Serialize};
@@ -66,12 +67,15 @@ impl PeersConfig {
     }
 }
 
+/// The name and port of a peers endpoint, parsed as the client parses
+/// targets; a bare `host:port` is a name to resolve (as `dns:///`).
 fn host_port(endpoint: &str) -> Result<(String, u16), String> {
-    let name = endpoint
-        .strip_prefix("dns:///")
-        .or_else(|| endpoint.strip_prefix("http://"))
-        .unwrap_or(endpoint);
-    baton_client::balance::host_port(name).map_err(|e| format!("{endpoint:?}: {e}"))
+    let target = if endpoint.contains("://") {
+        Target::parse(endpoint)?
+    } else {
+        Target::parse(&format!("{DNS_SCHEME}{endpoint}"))?
+    };
+    target.host_port().map_err(|e| format!("{endpoint:?}: {e}"))
 }
 
 /// The other replicas, as far as forwarding is concerned.
@@ -209,12 +213,14 @@ mod tests {
             endpoints: vec![
                 "dns:///baton-orchestrator-headless:50051".into(),
                 "10.0.0.1:50051".into(),
+                "http://orch-0.orch:50051".into(),
             ],
             ..PeersConfig::default()
         };
         assert_eq!(ok.validate(), Ok(()));
         for (bad, why) in [
             ("dns:///orch", "needs a port"),
+            ("http://orch", "needs a port"),
             ("orch:http", "is not a port"),
             (":1", "needs a host"),
         ] {

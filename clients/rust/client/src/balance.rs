@@ -24,6 +24,10 @@ pub const DNS_REFRESH: Duration = Duration::from_secs(5);
 /// The prefix of a balanced target.
 pub const DNS_SCHEME: &str = "dns:///";
 
+/// How long connecting to one address may take: a black-holed address fails
+/// its calls with `UNAVAILABLE` after this, instead of the kernel's minutes.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Resolves `host`, `port` to addresses (see [`lazy_channel_with`]).
 pub type Resolve = dyn Fn(String, u16) -> Pin<Box<dyn Future<Output = std::io::Result<Vec<SocketAddr>>> + Send>>
     + Send
@@ -44,11 +48,16 @@ pub fn lazy_channel_with(
     resolve: std::sync::Arc<Resolve>,
     refresh: Duration,
 ) -> Result<Channel, Error> {
-    let (host, port) = match parse(target).map_err(|message| Error::Connect {
+    let (host, port) = match Target::parse(target).map_err(|message| Error::Connect {
         endpoint: target.to_owned(),
         message,
     })? {
-        Target::One(endpoint) => return Ok(endpoint.tcp_nodelay(true).connect_lazy()),
+        Target::One(endpoint) => {
+            return Ok(endpoint
+                .tcp_nodelay(true)
+                .connect_timeout(CONNECT_TIMEOUT)
+                .connect_lazy());
+        }
         Target::Dns { host, port } => (host, port),
     };
     let (channel, changes) = Channel::balance_channel::<SocketAddr>(64);
@@ -66,7 +75,8 @@ pub fn lazy_channel_with(
                     for new in found.difference(&known) {
                         let endpoint = Endpoint::from_shared(format!("http://{new}"))
                             .expect("a socket address makes a valid URI")
-                            .tcp_nodelay(true);
+                            .tcp_nodelay(true)
+                            .connect_timeout(CONNECT_TIMEOUT);
                         if changes.send(Change::Insert(*new, endpoint)).await.is_err() {
                             return;
                         }
@@ -89,22 +99,59 @@ pub fn lazy_channel_with(
 /// Checks that `target` is a target [`lazy_channel`] takes; the error says
 /// what is wrong. Needs no runtime (for config validation).
 pub fn check_target(target: &str) -> Result<(), String> {
-    parse(target).map(|_| ())
+    Target::parse(target).map(|_| ())
 }
 
-enum Target {
+/// A target, parsed: one endpoint, or a name whose every address is one.
+#[derive(Debug)]
+pub enum Target {
+    /// `http://host:port` or `https://host:port`: one connection.
     One(Box<Endpoint>),
-    Dns { host: String, port: u16 },
+    /// `dns:///host:port`: every address `host` resolves to.
+    Dns {
+        /// The name to resolve.
+        host: String,
+        /// The port of every address.
+        port: u16,
+    },
 }
 
-fn parse(target: &str) -> Result<Target, String> {
-    let Some(name) = target.strip_prefix(DNS_SCHEME) else {
-        return Endpoint::from_shared(target.to_owned())
-            .map(|e| Target::One(Box::new(e)))
-            .map_err(|e| format!("{target:?}: {e}"));
-    };
-    let (host, port) = host_port(name).map_err(|e| format!("{target:?}: {e}"))?;
-    Ok(Target::Dns { host, port })
+impl Target {
+    /// Parses a target as [`lazy_channel`] takes it; the error names the
+    /// target and what is wrong.
+    pub fn parse(target: &str) -> Result<Self, String> {
+        let Some(name) = target.strip_prefix(DNS_SCHEME) else {
+            return Endpoint::from_shared(target.to_owned())
+                .map(|e| Target::One(Box::new(e)))
+                .map_err(|e| format!("{target:?}: {e}"));
+        };
+        let (host, port) = host_port(name).map_err(|e| format!("{target:?}: {e}"))?;
+        Ok(Target::Dns { host, port })
+    }
+
+    /// The host and port the target names (of the name to resolve, or of
+    /// the endpoint's URI); an error when the URI has no explicit port.
+    pub fn host_port(&self) -> Result<(String, u16), String> {
+        match self {
+            Target::Dns { host, port } => Ok((host.clone(), *port)),
+            Target::One(endpoint) => {
+                let uri = endpoint.uri();
+                let host = uri
+                    .host()
+                    .filter(|h| !h.is_empty())
+                    .ok_or("needs a host name")?;
+                let port = uri
+                    .port_u16()
+                    .ok_or("needs a port: http://host:port or dns:///host:port")?;
+                Ok((
+                    host.trim_start_matches('[')
+                        .trim_end_matches(']')
+                        .to_owned(),
+                    port,
+                ))
+            }
+        }
+    }
 }
 
 /// Splits `host:port` (`[v6]:port` too): what follows `dns:///` in a target,

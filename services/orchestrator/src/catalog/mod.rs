@@ -72,7 +72,9 @@ pub struct GroupSpec {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ToolServerSpec {
-    /// Its address, `http://host:port`.
+    /// Its address: `http://host:port` (or `https://`), or
+    /// `dns:///host:port` to spread calls over every address of the name
+    /// (every replica behind a headless Service).
     pub endpoint: String,
     /// The names of the tools agents may call on it.
     pub tools: Vec<String>,
@@ -189,12 +191,19 @@ impl Catalog {
                     "tool_servers.{server}: server names match [a-z0-9_-]{{1,64}}"
                 ));
             }
-            if !(spec.endpoint.starts_with("http://") || spec.endpoint.starts_with("https://")) {
+            // Parsed as every Baton client parses targets: one endpoint,
+            // or `dns:///` to spread calls over every replica.
+            let endpoint = &spec.endpoint;
+            if !["http://", "https://", baton_client::balance::DNS_SCHEME]
+                .iter()
+                .any(|scheme| endpoint.starts_with(scheme))
+            {
                 return Err(format!(
-                    "tool_servers.{server}.endpoint: {:?} is not http(s)://host:port",
-                    spec.endpoint
+                    "tool_servers.{server}.endpoint: {endpoint:?} is not http(s)://host:port or dns:///host:port"
                 ));
             }
+            baton_client::balance::check_target(endpoint)
+                .map_err(|e| format!("tool_servers.{server}.endpoint: {e}"))?;
             for t in &spec.tools {
                 let taken = BUILTIN_TOOLS.contains(&t.as_str())
                     || file.agents.contains_key(t)
@@ -351,6 +360,37 @@ mod tests {
         );
         assert!(err("agents: {a: {approvals: {sleep: always}}}").contains("approvals"));
         assert!(err("agents: {a: {unknown_field: 1}}").contains("unknown_field"));
+    }
+
+    #[test]
+    fn tool_server_endpoints_are_targets_as_clients_take_them() {
+        let with = |endpoint: &str| {
+            Catalog::from_yaml(&format!(
+                "tool_servers: {{t: {{endpoint: \"{endpoint}\", tools: [remote]}}}}\nagents: {{a: {{tools: [remote]}}}}"
+            ))
+        };
+        for ok in [
+            "http://tools:50061",
+            "https://tools:443",
+            "dns:///tools-headless:50061",
+        ] {
+            assert!(with(ok).is_ok(), "{ok}: {:?}", with(ok).err());
+        }
+        for (bad, why) in [
+            (
+                "tools:50061",
+                "is not http(s)://host:port or dns:///host:port",
+            ),
+            ("dns:///tools", "needs a port"),
+            ("dns:///tools:http", "is not a port"),
+            ("http://", "tool_servers.t.endpoint"),
+        ] {
+            let err = with(bad).expect_err(bad);
+            assert!(
+                err.starts_with("tool_servers.t.endpoint: ") && err.contains(why),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

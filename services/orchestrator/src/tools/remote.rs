@@ -36,11 +36,10 @@ pub struct ToolServer {
 impl ToolServer {
     /// A server connected lazily (and re-connected by itself).
     pub fn new(name: &str, spec: &ToolServerSpec) -> Result<Self, String> {
-        let channel = tonic::transport::Endpoint::from_shared(spec.endpoint.clone())
-            .map_err(|e| format!("tool_servers.{name}.endpoint: {e}"))?
-            .tcp_nodelay(true)
-            .connect_timeout(Duration::from_secs(5))
-            .connect_lazy();
+        // `http://host:port`, or `dns:///host:port` to spread calls over
+        // every replica of a tool server.
+        let channel = baton_client::lazy_channel(&spec.endpoint)
+            .map_err(|e| format!("tool_servers.{name}.endpoint: {e}"))?;
         Ok(Self {
             name: name.to_owned(),
             endpoint: spec.endpoint.clone(),
