@@ -3,14 +3,21 @@
 //! metrics and the server's limits. The gRPC service holds one `Arc` of it
 //! and each run another; nothing in it changes while the process runs.
 
-use std::sync::Arc;
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
 
 use baton_common::otel::Tracing;
 use baton_context_store::store::ContextStore;
 
 use crate::{
-    catalog::Catalog, config::RunDefaults, metrics::Metrics, model::Models,
-    pipeline::PipelineLimits, tools::Toolbox,
+    catalog::Catalog,
+    config::RunDefaults,
+    metrics::Metrics,
+    model::{Models, ToolDef},
+    pipeline::PipelineLimits,
+    tools::Toolbox,
 };
 
 /// What every run shares, built once.
@@ -31,6 +38,9 @@ pub struct Services {
     pub defaults: RunDefaults,
     /// Limits on pipelines, from `defaults`.
     pub pipeline_limits: PipelineLimits,
+    /// What each agent's model is told about its tools, by agent (and
+    /// group), with the toolbox generation it was built at.
+    tool_defs: Mutex<HashMap<String, (u64, Arc<[ToolDef]>)>>,
 }
 
 impl Services {
@@ -58,7 +68,25 @@ impl Services {
             store,
             tracing,
             defaults,
+            tool_defs: Mutex::default(),
         })
+    }
+
+    /// The tool definitions of `key` (an agent, in a group or not), built by
+    /// `build` once and shared by every run until a tool server lists its
+    /// tools again: a run holds them for as long as an agent runs — parked
+    /// on a person too — so they must not be a copy per run.
+    pub fn tool_defs(&self, key: &str, build: impl FnOnce() -> Vec<ToolDef>) -> Arc<[ToolDef]> {
+        let generation = self.tools.generation();
+        let mut cache = self.tool_defs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((built_at, defs)) = cache.get(key)
+            && *built_at == generation
+        {
+            return defs.clone();
+        }
+        let defs: Arc<[ToolDef]> = build().into();
+        cache.insert(key.to_owned(), (generation, defs.clone()));
+        defs
     }
 
     /// Spans made but not exported (tests, fuzzing).

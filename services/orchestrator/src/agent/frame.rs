@@ -19,6 +19,7 @@ use crate::{
     catalog::{Agent, Catalog},
     model::{ChatMessage, DeltaSink, Model, Role, ToolCallRequest, ToolDef},
     pipeline::{self, PipelineFile},
+    services::Services,
     tools::{ToolEvents, Toolbox},
 };
 
@@ -145,7 +146,17 @@ impl CallFrame {
             .filter(|h| self.group_members.as_ref().is_none_or(|m| m.contains(h)))
     }
 
-    pub(super) fn tool_defs(&self, catalog: &Catalog, toolbox: &Toolbox) -> Vec<ToolDef> {
+    /// What the model is told about the frame's tools and handoffs, shared
+    /// by every frame of the same agent (in the same group).
+    pub(super) fn tools(&self, services: &Services) -> Arc<[ToolDef]> {
+        let key = match &self.group_members {
+            Some(members) => format!("{}@{}", self.agent.name, members.join(",")),
+            None => self.agent.name.clone(),
+        };
+        services.tool_defs(&key, || self.tool_defs(&services.catalog, &services.tools))
+    }
+
+    fn tool_defs(&self, catalog: &Catalog, toolbox: &Toolbox) -> Vec<ToolDef> {
         let mut defs = Vec::new();
         for t in &self.agent.spec.tools {
             if t == pipeline::TOOL_NAME {

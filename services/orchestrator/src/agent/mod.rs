@@ -61,5 +61,13 @@ pub async fn run_agent(rt: Arc<Run>, root: CallFrame, target: String) {
             None => ran,
         }
     };
-    drive(&rt, &root_ctx, pb::RunKind::Agent, target, body, async {}).await;
+    drive(
+        &rt,
+        &root_ctx,
+        pb::RunKind::Agent,
+        target,
+        Box::pin(body),
+        async {},
+    )
+    .await;
 }

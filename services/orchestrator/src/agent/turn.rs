@@ -45,10 +45,11 @@ pub(super) async fn run_frame_inner(
         model: frame.model.reference().to_owned(),
     });
     rt.emit(&frame.ctx, &frame.agent_name, started).await;
-    // The agent's tool definitions, made once per agent (again after a
-    // handoff), not per turn: a turn loop of a hundred calls would rebuild
-    // every JSON schema a hundred times.
-    let mut tools = frame.tool_defs(&rt.services.catalog, &rt.services.tools);
+    // The agent's tool definitions, made once per agent for the whole
+    // process (see `Services::tool_defs`), not per turn or per run: a turn
+    // loop of a hundred calls would rebuild every JSON schema a hundred
+    // times, and a run parked on a person would hold its own copy.
+    let mut tools = frame.tools(&rt.services);
     loop {
         if frame.turns >= rt.limits.max_turns {
             return Err(Failure {
@@ -193,7 +194,7 @@ pub(super) async fn run_frame_inner(
         }
         if let Some(to) = handoff {
             switch_agent(rt, &mut frame, &to).await?;
-            tools = frame.tool_defs(&rt.services.catalog, &rt.services.tools);
+            tools = frame.tools(&rt.services);
         }
     }
 }

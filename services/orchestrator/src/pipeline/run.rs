@@ -105,7 +105,7 @@ pub async fn run_pipeline(
         &root,
         pb::RunKind::Pipeline,
         plan.name.clone(),
-        body,
+        Box::pin(body),
         cleanup,
     )
     .await;

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use baton_proto::v1::{self as pb, run_event::Payload};
+use futures::future::BoxFuture;
 use tonic::Code;
 
 use super::{context::ContextInfo, failure::Failure, state::Run};
@@ -14,12 +15,17 @@ use super::{context::ContextInfo, failure::Failure, state::Run};
 /// `run_timeout` passes; then `cleanup` (whatever happened); then the one
 /// terminal event: `RunCompleted` with the body's output, `RunFailed` with
 /// its failure (or the deadline), `RunCancelled` with the reason.
+///
+/// The body comes boxed: it is the whole tree of the run's futures, and an
+/// async fn keeps a by-value argument in its state beside the copy its
+/// `select!` moves it into — twice the memory of every running and parked
+/// run.
 pub async fn drive(
     rt: &Arc<Run>,
     root: &Arc<ContextInfo>,
     kind: pb::RunKind,
     target: String,
-    body: impl Future<Output = Result<String, Failure>>,
+    body: BoxFuture<'_, Result<String, Failure>>,
     cleanup: impl Future<Output = ()>,
 ) {
     let no_agent: Arc<str> = Arc::from("");
@@ -75,7 +81,7 @@ mod tests {
 
     async fn drive_with(
         limits: Limits,
-        body: impl Future<Output = Result<String, Failure>>,
+        body: impl Future<Output = Result<String, Failure>> + Send,
         cancel: bool,
     ) -> (Vec<String>, Payload, bool) {
         let (rt, mut events) = testing::run(AGENTS, limits, pb::ApprovalMode::Ask);
@@ -84,9 +90,16 @@ mod tests {
             rt.record.cancel("stop");
         }
         let cleaned = std::sync::atomic::AtomicBool::new(false);
-        drive(&rt, &root, pb::RunKind::Agent, "a".into(), body, async {
-            cleaned.store(true, std::sync::atomic::Ordering::SeqCst);
-        })
+        drive(
+            &rt,
+            &root,
+            pb::RunKind::Agent,
+            "a".into(),
+            Box::pin(body),
+            async {
+                cleaned.store(true, std::sync::atomic::Ordering::SeqCst);
+            },
+        )
         .await;
         let mut drafts = Vec::new();
         while let Ok(d) = events.try_recv() {

@@ -159,6 +159,13 @@ impl Toolbox {
         self.tools.get(name)
     }
 
+    /// Changes whenever a tool's description may have (a tool server
+    /// listed its tools again); descriptions built from the toolbox are
+    /// current while it stays the same.
+    pub fn generation(&self) -> u64 {
+        self.servers.iter().map(|s| s.generation()).sum()
+    }
+
     /// The configured tool servers.
     pub fn servers(&self) -> &[Arc<remote::ToolServer>] {
         &self.servers

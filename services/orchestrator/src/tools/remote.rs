@@ -31,6 +31,8 @@ pub struct ToolServer {
     endpoint: String,
     client: ToolHostClient<Channel>,
     specs: RwLock<HashMap<String, (String, Value)>>,
+    /// Bumped whenever the descriptions are fetched again.
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl ToolServer {
@@ -45,6 +47,7 @@ impl ToolServer {
             endpoint: spec.endpoint.clone(),
             client: ToolHostClient::new(channel),
             specs: RwLock::new(HashMap::new()),
+            generation: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -77,7 +80,15 @@ impl ToolServer {
         }
         let n = specs.len();
         *self.specs.write().unwrap_or_else(|p| p.into_inner()) = specs;
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
         Ok(n)
+    }
+
+    /// How many times the descriptions were fetched (what the model is told
+    /// about this server's tools changes only then).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
     fn spec(&self, tool: &str) -> Option<(String, Value)> {
