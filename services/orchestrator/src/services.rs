@@ -20,6 +20,9 @@ use crate::{
     tools::Toolbox,
 };
 
+/// An agent's tool definitions and the toolbox generation they were built at.
+type ToolDefs = (u64, Arc<[ToolDef]>);
+
 /// What every run shares, built once.
 pub struct Services {
     /// Agents, groups, scripts, tool servers.
@@ -40,7 +43,7 @@ pub struct Services {
     pub pipeline_limits: PipelineLimits,
     /// What each agent's model is told about its tools, by agent (and
     /// group), with the toolbox generation it was built at.
-    tool_defs: Mutex<HashMap<String, (u64, Arc<[ToolDef]>)>>,
+    tool_defs: Mutex<HashMap<String, ToolDefs>>,
 }
 
 impl Services {

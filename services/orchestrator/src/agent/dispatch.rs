@@ -60,7 +60,7 @@ pub(super) fn plan(rt: &Run, frame: &mut CallFrame, call: &ToolCallRequest) -> C
                 frame.ctx.id, rt.limits.max_depth
             ));
         }
-        return CallPlan::Pipeline(frame.ctx.child(&rt.tracer(), &segment, "pipeline".into()));
+        return CallPlan::Pipeline(frame.ctx.child(rt.tracer(), &segment, "pipeline".into()));
     }
     if let Some(tool) = rt.services.tools.get(name) {
         return CallPlan::Tool(tool.clone());
@@ -78,7 +78,7 @@ pub(super) fn plan(rt: &Run, frame: &mut CallFrame, call: &ToolCallRequest) -> C
         }
         let child = frame
             .ctx
-            .child(&rt.tracer(), &segment, format!("agent {name}"));
+            .child(rt.tracer(), &segment, format!("agent {name}"));
         return CallPlan::Agent(child, name.to_owned());
     }
     CallPlan::Refused(format!("unknown tool {name:?}"))

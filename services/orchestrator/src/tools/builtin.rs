@@ -48,7 +48,7 @@ impl Tool for ReadContext {
             Ok(k) => k,
             Err(e) => return ToolOutcome::Err(e),
         };
-        match ctx.store.get(&ctx.trace_id, &key).await {
+        match ctx.store.get(ctx.trace_id, &key).await {
             Ok(slot) => ToolOutcome::Ok(String::from_utf8_lossy(&slot.value).into_owned()),
             Err(e) => ToolOutcome::Err(e.to_string()),
         }
@@ -142,7 +142,7 @@ impl Tool for ListContext {
                 }
             },
         };
-        let trace = &ctx.trace_id;
+        let trace = ctx.trace_id;
         let after = match args.get("page_token").and_then(Value::as_str) {
             None | Some("") => None,
             Some(token) => match PageToken::decode("page_token", token, trace, prefix) {
