@@ -60,8 +60,10 @@ def ingress_sources(policy):
 
 def common(name, res):
     deployments = {n: d for (k, n), d in res.items() if k == "Deployment"}
-    for svc, grace_var, prefix in (("baton-orchestrator", "BATON_ORCH_SHUTDOWN_GRACE", "orchestrator"),
-                                   ("baton-context-store", "BATON_STORE_SHUTDOWN_GRACE", "context-store")):
+    # The orchestrator's drain is its grace plus 5 s for cancelled runs'
+    # terminal events to reach their clients (RUN_FLUSH).
+    for svc, grace_var, flush in (("baton-orchestrator", "BATON_ORCH_SHUTDOWN_GRACE", 5),
+                                  ("baton-context-store", "BATON_STORE_SHUTDOWN_GRACE", 0)):
         d = deployments.get(svc)
         expect(d is not None, f"{name}: Deployment {svc}")
         if d is None:
@@ -82,11 +84,11 @@ def common(name, res):
         r = c.get("resources", {})
         expect(all(r.get(k, {}).get(x) for k in ("requests", "limits") for x in ("cpu", "memory")),
                f"{name}: {svc} has CPU and memory requests and limits")
-        # The drain: preStop sleep + shutdown grace for open calls + as long
-        # again for background tasks + 5 s span flush.
+        # The drain: preStop sleep + shutdown grace (+ flush) for open calls
+        # + as long again for background tasks + 5 s span flush.
         pre = c.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
         grace = duration_s(e.get(grace_var, "30s"))
-        drain = pre + 2 * grace + 5
+        drain = pre + 2 * (grace + flush) + 5
         tgp = pod.get("terminationGracePeriodSeconds", 30)
         expect(tgp > drain, f"{name}: {svc} terminationGracePeriodSeconds {tgp} > worst drain {drain:g} s")
         expect(pod.get("automountServiceAccountToken") is False, f"{name}: {svc} mounts no service-account token")

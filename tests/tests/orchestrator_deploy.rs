@@ -147,39 +147,69 @@ async fn a_group_is_a_tool_of_another_agent() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutdown_cancels_running_streams_and_refuses_new_runs() {
+async fn shutdown_lets_runs_finish_within_the_grace_then_cancels_the_rest() {
     let yaml = r#"
 scripts:
   slow: [{calls: [{tool: sleep, args: {ms: 30000}}]}, {text: never}]
+  quick: [{calls: [{tool: sleep, args: {ms: 400}}]}, {text: "finished anyway"}]
 agents:
   slow: {model: "scripted:slow", tools: [sleep]}
+  quick: {model: "scripted:quick", tools: [sleep]}
 "#;
-    let server = OrchestratorServer::start(yaml, None, |_| {})
+    let grace = Duration::from_millis(1500);
+    let server = OrchestratorServer::start(yaml, None, |c| c.shutdown_grace = grace)
         .await
         .expect("orchestrator");
     let client = OrchestratorClient::connect(server.endpoint())
         .await
         .expect("connect");
-    let mut stream = client.run_agent(req("slow", "x")).await.expect("run");
-    loop {
-        let e = stream.next().await.expect("open").expect("event");
-        if matches!(e.payload, Some(Payload::ToolCallStarted(_))) {
-            break;
+    let mut slow = client.run_agent(req("slow", "x")).await.expect("run");
+    let mut quick = client.run_agent(req("quick", "x")).await.expect("run");
+    for stream in [&mut slow, &mut quick] {
+        loop {
+            let e = stream.next().await.expect("open").expect("event");
+            if matches!(e.payload, Some(Payload::ToolCallStarted(_))) {
+                break;
+            }
         }
     }
+    let began = std::time::Instant::now();
     let stopping = tokio::spawn(server.shutdown());
-    let mut last = None;
-    while let Some(e) = tokio::time::timeout(Duration::from_secs(5), stream.next())
-        .await
-        .expect("ends in time")
-    {
-        last = Some(e.expect("event"));
+    // New runs are refused at once, while running runs go on (the server
+    // sends GOAWAY: a new call on this connection is refused by HTTP/2,
+    // one that got through is UNAVAILABLE).
+    tokio::time::timeout(Duration::from_secs(2), async {
+        while client.run_agent(req("quick", "x")).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("new runs are refused soon after shutdown begins");
+    let last = |mut stream: baton_client::Events| async move {
+        let mut last = None;
+        while let Some(e) = tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .expect("ends in time")
+        {
+            last = Some(e.expect("event"));
+        }
+        (last.and_then(|e| e.payload), began.elapsed())
+    };
+    let ((quick_end, quick_at), (slow_end, slow_at)) = tokio::join!(last(quick), last(slow));
+    match quick_end {
+        Some(Payload::RunCompleted(c)) => assert_eq!(c.output, "finished anyway"),
+        other => panic!("the quick run finishes within the grace period: {other:?}"),
     }
-    match last.and_then(|e| e.payload) {
+    assert!(quick_at < grace, "{quick_at:?}");
+    match slow_end {
         Some(Payload::RunCancelled(c)) => assert_eq!(c.reason, "server shutting down"),
         other => panic!("expected RunCancelled, got {other:?}"),
     }
-    tokio::time::timeout(Duration::from_secs(5), stopping)
+    assert!(
+        slow_at >= grace && slow_at < grace + Duration::from_secs(3),
+        "the slow run is cancelled when the grace period ends: {slow_at:?}"
+    );
+    tokio::time::timeout(Duration::from_secs(10), stopping)
         .await
         .expect("drains in time")
         .expect("task")

@@ -150,8 +150,9 @@ pub struct Config {
     pub store: StoreConfig,
     /// Run limits.
     pub runs: RunDefaults,
-    /// How long running streams may take to finish once shutdown begins;
-    /// runs still going then are cancelled.
+    /// How long running runs may take to finish once shutdown begins (new
+    /// runs are refused from the start); runs still going then are
+    /// cancelled, and their streams get `RUN_FLUSH` more.
     #[serde(with = "baton_common::config::duration")]
     pub shutdown_grace: Duration,
     /// Runtime worker threads: 0 means one per core, 1 a current-thread

@@ -22,8 +22,10 @@
 //! Readiness: grpc.health.v1 reports `SERVING` (for `""` and
 //! `baton.v1.Orchestrator`) while the context store's own health says
 //! `SERVING` (it reads no slot, so nothing a client writes changes it), and
-//! `NOT_SERVING` once shutdown begins; running streams then end with
-//! `RunCancelled` ("server shutting down").
+//! `NOT_SERVING` once shutdown begins. Shutdown refuses new runs at once
+//! (`UNAVAILABLE`), lets running runs finish within `shutdown_grace`, then
+//! cancels the rest (`RunCancelled`, "server shutting down") and gives their
+//! streams [`RUN_FLUSH`] to carry the terminal events out.
 
 pub mod agent;
 pub mod auth;
@@ -87,6 +89,10 @@ pub fn build_store(config: &Config, tracing: &Tracing) -> anyhow::Result<Arc<dyn
 pub fn build_tracing(config: &Config) -> anyhow::Result<Tracing> {
     Tracing::new(&config.telemetry, SERVICE_NAME).map_err(|e| anyhow::anyhow!(e))
 }
+
+/// How long, after runs are cancelled at the end of `shutdown_grace`, their
+/// streams may take to carry the terminal events to the clients.
+pub const RUN_FLUSH: Duration = Duration::from_secs(5);
 
 /// `service.name` unless configured otherwise.
 pub const SERVICE_NAME: &str = "baton-orchestrator";
@@ -158,6 +164,12 @@ pub async fn serve_service(
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr().context("listener has no address")?;
     let service = service.with_peers(peers::Peers::new(&config.peers));
+    // Running runs get `shutdown_grace` to finish once shutdown begins.
+    tasks.spawn({
+        let service = service.clone();
+        let grace = config.shutdown_grace;
+        async move { service.finish_runs(grace).await }
+    });
     let keys = auth::ApiKeys::load(&config.auth).map_err(|e| anyhow::anyhow!(e))?;
     if let Some(keys) = &keys {
         keys.watch(config.auth.reload, shutdown.clone(), &tasks);
@@ -195,7 +207,9 @@ pub async fn serve_service(
         readiness,
         shutdown,
         tasks,
-        config.shutdown_grace,
+        // Runs may take the grace period, then their terminal events need
+        // a moment to reach the clients.
+        config.shutdown_grace + RUN_FLUSH,
     )
     .await
     .context("gRPC server failed");

@@ -47,19 +47,24 @@ pub struct OrchestratorService {
     services: Arc<Services>,
     runs: Arc<Runs>,
     shutdown: CancellationToken,
+    /// Cancels every run of this replica: `shutdown_grace` after shutdown
+    /// began (see [`Self::finish_runs`]).
+    runs_stop: CancellationToken,
     tasks: TaskTracker,
     /// The other replicas, for run-scoped calls of runs that are not here.
     peers: Option<Arc<Peers>>,
 }
 
 impl OrchestratorService {
-    /// A service running `services`' agents. Runs are cancelled when
-    /// `shutdown` is, and tracked by `tasks`.
+    /// A service running `services`' agents, tracked by `tasks`. Once
+    /// `shutdown` is cancelled no run starts; running runs are cancelled by
+    /// [`Self::finish_runs`].
     pub fn new(services: Services, shutdown: CancellationToken, tasks: TaskTracker) -> Self {
         Self {
             runs: Arc::new(Runs::new(&services.defaults)),
             services: Arc::new(services),
             shutdown,
+            runs_stop: CancellationToken::new(),
             tasks,
             peers: None,
         }
@@ -100,7 +105,7 @@ impl OrchestratorService {
     fn relay(&self, mut remote: tonic::Streaming<pb::RunEvent>) -> EventStream {
         use futures::StreamExt as _;
         let (tx, rx) = mpsc::channel(events::CLIENT_BUFFER);
-        let shutdown = self.shutdown.clone();
+        let shutdown = self.runs_stop.clone();
         self.tasks.spawn(async move {
             loop {
                 tokio::select! {
@@ -213,8 +218,36 @@ impl OrchestratorService {
             target.to_owned(),
             tenant,
             options,
-            &self.shutdown,
+            &self.runs_stop,
         )
+    }
+
+    /// Once shutdown begins, lets running runs finish for up to `grace`,
+    /// then cancels those still running ("server shutting down"); returns
+    /// when every run has ended or been cancelled. New runs are refused from
+    /// the first moment (the service is `NOT_SERVING`).
+    pub async fn finish_runs(&self, grace: std::time::Duration) {
+        self.shutdown.cancelled().await;
+        let running = self.runs.running();
+        if running > 0 {
+            tracing::info!(
+                running,
+                grace_ms = grace.as_millis() as u64,
+                "shutting down: running runs may finish within the grace period"
+            );
+        }
+        let deadline = tokio::time::Instant::now() + grace;
+        while self.runs.running() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let left = self.runs.running();
+        if left > 0 {
+            tracing::warn!(
+                runs = left,
+                "grace period over, cancelling the runs still running"
+            );
+        }
+        self.runs_stop.cancel();
     }
 
     /// Starts a prepared run; the caller's stream.
@@ -417,7 +450,7 @@ impl Orchestrator for OrchestratorService {
             r.after_seq,
             filter,
             self.services.defaults.max_watchers_per_run,
-            &self.shutdown,
+            &self.runs_stop,
             &self.tasks,
         )?;
         Ok(Response::new(stream))
