@@ -13,6 +13,7 @@ pub fn kind(e: &pb::RunEvent) -> &'static str {
         Some(Payload::RunCompleted(_)) => "RunCompleted",
         Some(Payload::RunFailed(_)) => "RunFailed",
         Some(Payload::RunCancelled(_)) => "RunCancelled",
+        Some(Payload::RunResumed(_)) => "RunResumed",
         Some(Payload::AgentStarted(_)) => "AgentStarted",
         Some(Payload::TextDelta(_)) => "TextDelta",
         Some(Payload::MessageCompleted(_)) => "MessageCompleted",

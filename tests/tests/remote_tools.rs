@@ -145,7 +145,22 @@ async fn remote_tools_stream_progress_ask_for_input_and_fail_visibly() {
             (c.context_id.as_str(), c.depth, c.agent.as_str()),
             ("root.scout.1", 1, "scout")
         );
+        // The same key for every execution of one call (book_flight is
+        // executed twice: before and after the person's input).
+        assert_eq!(
+            r.idempotency_key,
+            format!("{}/{}/{}", c.run_id, c.context_id, r.call_id)
+        );
     }
+    let keys: std::collections::BTreeSet<&str> = requests
+        .iter()
+        .map(|r| r.idempotency_key.as_str())
+        .collect();
+    assert_eq!(
+        keys.len(),
+        4,
+        "one key per call, the resumed call keeps its key"
+    );
     // Each call carried its tool span as W3C traceparent, in the run's
     // trace, so the tool server's own spans join it.
     let traceparents = host.seen.traceparents.lock().expect("lock").clone();

@@ -15,6 +15,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod pipeline;
 mod run;
+mod runs;
 mod store;
 mod up;
 
@@ -37,6 +38,8 @@ enum Cmd {
     Agents(run::AgentsArgs),
     /// Run an agent and draw its event tree live.
     Run(run::RunArgs),
+    /// List, inspect, follow and cancel runs (detached ones too).
+    Runs(runs::RunsArgs),
     /// Run a pipeline from a YAML file and draw its steps live.
     Pipeline(pipeline::PipelineArgs),
     /// Read, write and watch a context store's slots.
@@ -61,6 +64,7 @@ async fn main() -> std::process::ExitCode {
         Cmd::Agents(args) => run::agents(args).await,
         Cmd::Run(args) => run::run(args).await,
         Cmd::Pipeline(args) => pipeline::run(args).await,
+        Cmd::Runs(args) => runs::run(args).await,
         Cmd::Store(args) => store::run(args).await,
     };
     match result {

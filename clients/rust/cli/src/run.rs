@@ -39,6 +39,10 @@ pub struct RunArgs {
     /// The initial run context, a JSON object.
     #[arg(long)]
     context: Option<String>,
+    /// Start the run detached (it outlives this command), print its id and
+    /// return; follow it with `baton runs watch`.
+    #[arg(long, conflicts_with_all = ["approve", "deny", "max_depth"])]
+    detach: bool,
 }
 
 /// Where the orchestrator is and how to authenticate (shared by the
@@ -47,11 +51,16 @@ pub struct RunArgs {
 pub struct Target {
     /// The orchestrator's address (`http://host:port`, or `dns:///host:port`
     /// to balance over every address of the name).
-    #[arg(long, env = "BATON_ENDPOINT", default_value = "http://127.0.0.1:50051")]
+    #[arg(
+        long,
+        env = "BATON_ENDPOINT",
+        default_value = "http://127.0.0.1:50051",
+        global = true
+    )]
     pub(crate) endpoint: String,
     /// The API key, for an orchestrator that requires one (sent as
     /// `authorization: Bearer <key>`).
-    #[arg(long, env = "BATON_API_KEY", hide_env_values = true)]
+    #[arg(long, env = "BATON_API_KEY", hide_env_values = true, global = true)]
     pub(crate) api_key: Option<String>,
 }
 
@@ -126,9 +135,31 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             max_depth: Some(d),
             ..Default::default()
         }),
+        detach: args.detach,
         ..Default::default()
     };
-    let events = client.run_agent(request).await?;
+    let mut events = client.run_agent(request).await?;
+    if args.detach {
+        // The first event is RunStarted: the run exists and goes on alone.
+        let first = events
+            .next()
+            .await
+            .ok_or_else(|| anyhow::anyhow!("the stream ended before the run started"))??;
+        if args.json {
+            crate::outln!(
+                "{}",
+                json!({"run_id": first.run_id, "trace_id": first.trace_id})
+            )?;
+        } else {
+            crate::outln!(
+                "run {} started, detached (trace {}): baton runs watch {}",
+                first.run_id,
+                first.trace_id,
+                first.run_id
+            )?;
+        }
+        return Ok(());
+    }
     follow(&client, events, args.json).await
 }
 
@@ -298,6 +329,9 @@ fn draw(e: &pb::RunEvent) -> std::io::Result<()> {
         Some(Payload::RunCompleted(r)) => format!("✅ completed: {}", short(&r.output)),
         Some(Payload::RunFailed(f)) => format!("❌ failed ({}): {}", f.code, f.message),
         Some(Payload::RunCancelled(c)) => format!("⏹ cancelled: {}", c.reason),
+        Some(Payload::RunResumed(r)) => {
+            format!("↻ resumed on {} from seq {}", r.replica, r.checkpoint_seq)
+        }
         _ => return Ok(()),
     };
     crate::outln!("{indent}{line}")
@@ -333,6 +367,10 @@ pub fn event_json(e: &pb::RunEvent) -> Value {
         Some(Payload::RunCancelled(r)) => (
             "run_cancelled",
             json!({"reason": r.reason, "usage": usage(&r.usage)}),
+        ),
+        Some(Payload::RunResumed(r)) => (
+            "run_resumed",
+            json!({"replica": r.replica, "checkpoint_seq": r.checkpoint_seq}),
         ),
         Some(Payload::AgentStarted(a)) => ("agent_started", json!({"model": a.model})),
         Some(Payload::TextDelta(d)) => ("text_delta", json!({"text": d.text})),

@@ -340,3 +340,88 @@ async fn orchestrator_commands_send_the_api_key() {
     }
     server.shutdown().await.expect("shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detached_run_is_listed_watched_and_cancelled_from_the_cli() {
+    let agents = r#"
+scripts:
+  slow: [{calls: [{tool: sleep, args: {ms: 500}}]}, {text: "slept on {{input}}"}]
+  forever: [{calls: [{tool: sleep, args: {ms: 60000}}]}, {text: never}]
+agents:
+  slow: {model: "scripted:slow", tools: [sleep]}
+  forever: {model: "scripted:forever", tools: [sleep]}
+"#;
+    let server = baton_e2e::OrchestratorServer::start(agents, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let endpoint = server.endpoint();
+    tokio::task::spawn_blocking(move || {
+        let cli = |args: &[&str]| {
+            Command::new(env!("CARGO_BIN_EXE_baton"))
+                .args(args)
+                .args(["--endpoint", &endpoint])
+                .env_remove("BATON_API_KEY")
+                .output()
+                .expect("run baton")
+        };
+        let started = json(&cli(&["run", "slow", "plans", "--detach", "--json"]));
+        let id = started["run_id"].as_str().expect("run id").to_owned();
+        assert_eq!(started["trace_id"].as_str().map(str::len), Some(32));
+
+        // The command returned; the run goes on and is listed.
+        let listed = cli(&["runs", "list", "--json"]);
+        let line = json(&listed);
+        assert_eq!(line["run_id"], id.as_str());
+        assert_eq!(line["detached"], true);
+        assert_eq!(line["target"], "slow");
+
+        // Watching follows it to its end.
+        let watched = cli(&["runs", "watch", &id, "--json"]);
+        assert!(
+            watched.status.success(),
+            "{}",
+            String::from_utf8_lossy(&watched.stderr)
+        );
+        let last: serde_json::Value = serde_json::from_str(
+            String::from_utf8_lossy(&watched.stdout)
+                .lines()
+                .last()
+                .expect("events"),
+        )
+        .expect("json");
+        assert_eq!(last["kind"], "run_completed");
+        assert_eq!(last["output"], "slept on plans");
+        let got = json(&cli(&["runs", "get", &id, "--json"]));
+        assert_eq!(got["status"], "completed");
+        assert_eq!(got["output"], "slept on plans");
+
+        // A run that would never end is cancelled from another command.
+        let forever = json(&cli(&["run", "forever", "x", "--detach", "--json"]));
+        let forever = forever["run_id"].as_str().expect("id").to_owned();
+        let running =
+            String::from_utf8_lossy(&cli(&["runs", "list", "--status", "running"]).stdout)
+                .into_owned();
+        assert!(
+            running.contains(&forever) && !running.contains(&id),
+            "{running}"
+        );
+        let cancelled = json(&cli(&[
+            "runs", "cancel", &forever, "--reason", "enough", "--json",
+        ]));
+        assert_eq!(cancelled["status"], "cancelled");
+        let out = cli(&["runs", "watch", &forever]);
+        assert!(!out.status.success(), "a cancelled run's watch fails");
+        assert!(
+            String::from_utf8_lossy(&out.stderr)
+                .contains("run cancelled: cancelled by request: enough"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = cli(&["runs", "get", "not-a-run"]);
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("run_id"));
+    })
+    .await
+    .expect("cli");
+    server.shutdown().await.expect("shutdown");
+}

@@ -205,6 +205,27 @@ impl OrchestratorClient {
             .into_inner())
     }
 
+    /// A page of the caller's runs, newest first (ListRuns): `status`
+    /// `Unspecified` lists every status; follow `next_page_token` with
+    /// `page_token` until it is empty.
+    pub async fn list_runs(
+        &self,
+        status: pb::RunStatus,
+        page_size: i32,
+        page_token: &str,
+    ) -> Result<pb::ListRunsResponse, Error> {
+        Ok(self
+            .inner
+            .clone()
+            .list_runs(self.request(pb::ListRunsRequest {
+                status: status as i32,
+                page_size,
+                page_token: page_token.to_owned(),
+            }))
+            .await?
+            .into_inner())
+    }
+
     /// The configured agents and groups.
     pub async fn list_agents(&self) -> Result<pb::ListAgentsResponse, Error> {
         Ok(self

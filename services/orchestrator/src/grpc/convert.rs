@@ -54,6 +54,7 @@ pub fn agent_run(s: &Services, r: pb::RunAgentRequest) -> Result<AgentRun> {
         r.limits,
         r.approval_mode,
         r.filter,
+        r.detach,
     )?;
     // An agent without any model is a bad request, not a failed run.
     check_target(&s.catalog, &s.models, &options.default_model, &r.agent)
@@ -100,6 +101,7 @@ pub fn pipeline_run(s: &Services, r: pb::RunPipelineRequest) -> Result<PipelineR
         r.limits,
         r.approval_mode,
         r.filter,
+        r.detach,
     )?;
     // Every step's agent must have a model, checked before anything runs.
     for (i, step) in plan.steps.iter().enumerate() {
@@ -122,6 +124,7 @@ fn options(
     limits: Option<pb::RunLimits>,
     mode: i32,
     events: Option<pb::EventFilter>,
+    detach: bool,
 ) -> Result<RunOptions> {
     let max_context = s.defaults.max_run_context_bytes;
     if run_context_json.len() > max_context {
@@ -139,6 +142,7 @@ fn options(
         limits: run_limits(s, limits)?,
         approval_mode: approval_mode(mode)?,
         filter: filter(events, &s.defaults)?,
+        detach,
     })
 }
 
@@ -224,6 +228,71 @@ pub struct PipelineRun {
     pub(super) initial: Vec<(String, String)>,
     pub(super) keep_context: bool,
     pub(super) options: RunOptions,
+}
+
+/// Most runs in a ListRuns page when the request names no size.
+pub const DEFAULT_RUNS_PAGE: usize = 100;
+/// Most runs in a ListRuns page.
+pub const MAX_RUNS_PAGE: usize = 1000;
+
+/// What a ListRuns request asks for: the status (none: any), the run after
+/// which the page starts, and the page size (AIP-158: 0 is the default,
+/// larger sizes are lowered to the maximum).
+pub(super) fn list_runs_page(
+    r: &pb::ListRunsRequest,
+) -> Result<(Option<pb::RunStatus>, Option<String>, usize)> {
+    let status = match pb::RunStatus::try_from(r.status) {
+        Ok(pb::RunStatus::Unspecified) => None,
+        Ok(s) => Some(s),
+        Err(_) => {
+            return Err(Error::invalid(
+                "status",
+                format!("{} is not a RunStatus", r.status),
+            ));
+        }
+    };
+    let size = match r.page_size {
+        s if s < 0 => return Err(Error::invalid("page_size", "must not be negative")),
+        0 => DEFAULT_RUNS_PAGE,
+        s => (s as usize).min(MAX_RUNS_PAGE),
+    };
+    let after = if r.page_token.is_empty() {
+        None
+    } else {
+        let id = r
+            .page_token
+            .strip_prefix("v1.")
+            .filter(|id| uuid::Uuid::try_parse(id).is_ok())
+            .ok_or_else(|| {
+                Error::invalid(
+                    "page_token",
+                    "is not a token of a previous ListRuns page (use its next_page_token)",
+                )
+            })?;
+        Some(id.to_owned())
+    };
+    Ok((status, after, size))
+}
+
+/// The token of the page after the one ending with `last`.
+pub(super) fn runs_page_token(last: &RunRecord) -> String {
+    format!("v1.{}", last.run_id)
+}
+
+/// How ListRuns shows a run.
+pub(super) fn run_summary(run: &RunRecord) -> pb::RunSummary {
+    let s = run.state();
+    pb::RunSummary {
+        run_id: run.run_id.clone(),
+        trace_id: run.trace_id.to_string(),
+        kind: run.kind as i32,
+        target: run.target.clone(),
+        status: s.status as i32,
+        started_at: Some(run.started_at.into()),
+        ended_at: s.ended_at.map(Into::into),
+        last_seq: s.last_seq,
+        detached: run.detached,
+    }
 }
 
 /// What GetRun answers about `run`.

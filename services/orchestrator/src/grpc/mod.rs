@@ -473,6 +473,23 @@ impl Orchestrator for OrchestratorService {
         Ok(Response::new(convert::get_run_response(&run)))
     }
 
+    async fn list_runs(
+        &self,
+        request: Request<pb::ListRunsRequest>,
+    ) -> std::result::Result<Response<pb::ListRunsResponse>, Status> {
+        let (status, after, size) = convert::list_runs_page(request.get_ref())?;
+        let tenant = tenant_of(request.extensions());
+        let (runs, more) = self.runs.list(tenant, status, after.as_deref(), size);
+        let next_page_token = match runs.last() {
+            Some(last) if more => convert::runs_page_token(last),
+            _ => String::new(),
+        };
+        Ok(Response::new(pb::ListRunsResponse {
+            runs: runs.iter().map(|r| convert::run_summary(r)).collect(),
+            next_page_token,
+        }))
+    }
+
     async fn list_agents(
         &self,
         _: Request<pb::ListAgentsRequest>,

@@ -52,6 +52,7 @@ pub fn kind_of(p: &Payload) -> pb::EventKind {
         Payload::RunCompleted(_) => K::RunCompleted,
         Payload::RunFailed(_) => K::RunFailed,
         Payload::RunCancelled(_) => K::RunCancelled,
+        Payload::RunResumed(_) => K::RunResumed,
         Payload::AgentStarted(_) => K::AgentStarted,
         Payload::TextDelta(_) => K::TextDelta,
         Payload::MessageCompleted(_) => K::MessageCompleted,
@@ -126,7 +127,9 @@ pub async fn sequence(
             d = drafts.recv() => match d { Some(d) => d, None => return },
             _ = out.closed(), if !client_gone => {
                 client_gone = true;
-                record.cancel("client disconnected");
+                if !record.detached {
+                    record.cancel("client disconnected");
+                }
                 continue;
             }
         };
@@ -151,7 +154,9 @@ pub async fn sequence(
         let Some(event) = event else { continue };
         if out.send(Ok(event)).await.is_err() {
             client_gone = true;
-            record.cancel("client disconnected");
+            if !record.detached {
+                record.cancel("client disconnected");
+            }
         }
     }
 }

@@ -51,7 +51,7 @@ pub fn prepare(
     mut options: RunOptions,
     shutdown: &CancellationToken,
 ) -> Prepared {
-    let record = RunRecord::new(trace_id, kind, target, tenant, shutdown);
+    let record = RunRecord::new(trace_id, kind, target, tenant, options.detach, shutdown);
     run_span
         .span()
         .set_attribute(KeyValue::new("baton.run.id", record.run_id.clone()));

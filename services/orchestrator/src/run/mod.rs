@@ -83,6 +83,7 @@ pub(crate) mod testing {
             pb::RunKind::Agent,
             "test".into(),
             String::new(),
+            false,
             &CancellationToken::new(),
         );
         let (tx, rx) = mpsc::channel(1024);
@@ -92,6 +93,7 @@ pub(crate) mod testing {
             default_model: services.catalog.default_model.clone(),
             run_context: Default::default(),
             filter: Default::default(),
+            detach: false,
         };
         let run = Run::new(
             Arc::new(services),

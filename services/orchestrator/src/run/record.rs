@@ -80,6 +80,8 @@ pub struct RunRecord {
     pub tenant: String,
     /// When it started.
     pub started_at: SystemTime,
+    /// Whether it outlives its caller (a closed stream does not cancel it).
+    pub detached: bool,
     cancel: CancellationToken,
     cancel_reason: Mutex<Option<String>>,
     seq: AtomicU64,
@@ -141,6 +143,7 @@ impl RunRecord {
         kind: pb::RunKind,
         target: String,
         tenant: String,
+        detached: bool,
         parent: &CancellationToken,
     ) -> Arc<Self> {
         Arc::new(Self {
@@ -150,6 +153,7 @@ impl RunRecord {
             target,
             tenant,
             started_at: SystemTime::now(),
+            detached,
             cancel: parent.child_token(),
             cancel_reason: Mutex::new(None),
             seq: AtomicU64::new(0),

@@ -118,6 +118,31 @@ impl Runs {
     }
 
     /// How many runs are still running.
+    /// A page of `tenant`'s runs (only those with `status`, when set),
+    /// newest first, starting after the run `after` (the last of the
+    /// previous page), at most `size`; and whether more follow. Run ids are
+    /// UUIDv7, so their order is the order the runs started in.
+    pub fn list(
+        &self,
+        tenant: &str,
+        status: Option<pb::RunStatus>,
+        after: Option<&str>,
+        size: usize,
+    ) -> (Vec<Arc<RunRecord>>, bool) {
+        let mut runs: Vec<Arc<RunRecord>> = lock(&self.map)
+            .values()
+            .filter(|r| r.tenant == tenant)
+            .filter(|r| after.is_none_or(|a| r.run_id.as_str() < a))
+            .filter(|r| status.is_none_or(|s| r.state().status == s))
+            .cloned()
+            .collect();
+        runs.sort_unstable_by(|a, b| b.run_id.cmp(&a.run_id));
+        let more = runs.len() > size;
+        runs.truncate(size);
+        (runs, more)
+    }
+
+    /// How many runs are running.
     pub fn running(&self) -> usize {
         lock(&self.map)
             .values()
@@ -163,6 +188,7 @@ mod tests {
             pb::RunKind::Agent,
             "a".into(),
             String::new(),
+            false,
             &CancellationToken::new(),
         )
     }

@@ -91,6 +91,8 @@ pub struct RunOptions {
     pub run_context: Map<String, Value>,
     /// Which events the caller's stream carries.
     pub filter: Filter,
+    /// Whether the run outlives its caller's stream.
+    pub detach: bool,
 }
 
 /// Store writes of a run that are in flight: a pipeline writes each step's

@@ -149,6 +149,7 @@ impl Tool for RemoteTool {
         }
         let (resume_token, input) = resume.map(|r| (r.token, r.input)).unwrap_or_default();
         let request = pb::ExecuteRequest {
+            idempotency_key: format!("{}/{}/{}", ctx.run_id, ctx.context_id, ctx.call_id),
             tool: self.name.clone(),
             call_id: ctx.call_id.to_owned(),
             arguments_json: args.to_string(),
