@@ -8,6 +8,7 @@ import json
 import pytest
 
 from baton.v1 import orchestrator_pb2 as pb
+from baton.v1 import tool_host_pb2 as tool_pb
 from baton_client import (
     Aborted,
     DeadlineExceeded,
@@ -242,6 +243,48 @@ def test_tool_schemas_come_from_type_hints():
             },
             "required": ["query", "tags"],
         }
+
+    run(main())
+
+
+def test_a_tool_sees_its_calls_idempotency_key():
+    tools = ToolServer()
+
+    @tools.tool(name="charge")
+    async def charge(ctx: ToolContext, amount: int) -> str:
+        """Charges once per call, however often it is executed."""
+        return f"{ctx.idempotency_key} {amount}"
+
+    class Context:
+        def invocation_metadata(self):
+            return ()
+
+    async def main():
+        request = tool_pb.ExecuteRequest(
+            tool="charge",
+            call_id="c1",
+            arguments_json='{"amount": 5}',
+            context=tool_pb.ToolCallContext(run_id="r", context_id="root.payer.1"),
+            idempotency_key="r/root.payer.1/c1",
+        )
+        answers = [r async for r in tools.Execute(request, Context())]
+        assert answers[-1].result.output == "r/root.payer.1/c1 5"
+
+    run(main())
+
+
+def test_a_detached_run_outlives_its_stream_and_is_listed():
+    async def main():
+        async with running() as b:
+            stream = b.orchestrator.run_agent("slow", "x", detach=True)
+            first = await stream.__anext__()
+            stream.cancel()
+            await asyncio.sleep(0.1)
+            assert (await b.orchestrator.get_run(first.run_id)).status == pb.RUN_STATUS_RUNNING
+            page = await b.orchestrator.list_runs(pb.RUN_STATUS_RUNNING, page_size=1000)
+            (mine,) = [r for r in page.runs if r.run_id == first.run_id]
+            assert mine.detached and mine.target == "slow"
+            assert await b.orchestrator.cancel(first.run_id, "done") == pb.RUN_STATUS_CANCELLED
 
     run(main())
 

@@ -28,6 +28,7 @@ import {
   FailurePolicy,
   GetRunResponse,
   ListAgentsResponse,
+  ListRunsResponse,
   OrchestratorClient,
   PipelineMode,
   PipelineStep,
@@ -59,6 +60,9 @@ export interface RunOpts extends CallOpts {
   filter?: EventFilter;
   /** W3C trace context of the caller's span. */
   traceparent?: string;
+  /** The run outlives this stream: leaving it does not cancel the run
+   * (follow it with `watch`, find it with `listRuns`, end it with `cancel`). */
+  detach?: boolean;
 }
 export interface AgentOpts extends RunOpts {
   runContext?: Record<string, unknown>;
@@ -209,6 +213,7 @@ export class Orchestrator {
       limits: { maxDepth: o.maxDepth, maxTurns: o.maxTurns ?? 0 },
       approvalMode: approvalModes[o.approvalMode ?? "ask"],
       filter: o.filter,
+      detach: o.detach ?? false,
     };
     return new RunStream(this.client.runAgent(request, this.md(o.traceparent), options(o)));
   }
@@ -242,6 +247,7 @@ export class Orchestrator {
       limits: { maxDepth: o.maxDepth, maxTurns: o.maxTurns ?? 0 },
       approvalMode: approvalModes[o.approvalMode ?? "ask"],
       filter: o.filter,
+      detach: o.detach ?? false,
     };
     return new RunStream(this.client.runPipeline(request, this.md(o.traceparent), options(o)));
   }
@@ -266,6 +272,18 @@ export class Orchestrator {
 
   getRun(runId: string, o: CallOpts = {}): Promise<GetRunResponse> {
     return unary(this.client.getRun.bind(this.client), { runId }, o, this.md());
+  }
+
+  /** A page of the caller's runs, newest first (ListRuns); `status`
+   * RUN_STATUS_UNSPECIFIED lists every status. Pass `nextPageToken` back as
+   * `pageToken` until it is empty. */
+  listRuns(
+    status: RunStatus = RunStatus.RUN_STATUS_UNSPECIFIED,
+    pageSize = 0,
+    pageToken = "",
+    o: CallOpts = {},
+  ): Promise<ListRunsResponse> {
+    return unary(this.client.listRuns.bind(this.client), { status, pageSize, pageToken }, o, this.md());
   }
 
   listAgents(o: CallOpts = {}): Promise<ListAgentsResponse> {

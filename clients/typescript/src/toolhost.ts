@@ -56,6 +56,12 @@ export class ToolContext {
   readonly contextId: string;
   readonly depth: number;
   readonly agent: string;
+  /**
+   * `{runId}/{contextId}/{callId}`: the same for every execution of this
+   * call, also when the run is resumed elsewhere and the call is done again
+   * (calls are at least once): key effects that must happen once on it.
+   */
+  readonly idempotencyKey: string;
   private readonly answers: string[];
   private asked = 0;
 
@@ -73,6 +79,7 @@ export class ToolContext {
     this.contextId = c?.contextId ?? "";
     this.depth = c?.depth ?? 0;
     this.agent = c?.agent ?? "";
+    this.idempotencyKey = request.idempotencyKey;
     this.answers = request.resumeToken ? [...JSON.parse(request.resumeToken), request.input] : [];
   }
 

@@ -1,7 +1,7 @@
 /** The TypeScript client and ToolServer against the real `baton up` binary. */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { Aborted, DeadlineExceeded, InvalidArgument, NotFound, kind, pb } from "../src";
+import { Aborted, DeadlineExceeded, InvalidArgument, NotFound, ToolContext, kind, pb } from "../src";
 import { Running, startBaton } from "./baton";
 
 let b: Running;
@@ -198,4 +198,38 @@ test("CancelRun ends the run with its reason", async () => {
   for (let r = await it.next(); !r.done; r = await it.next()) last = r.value;
   assert.ok(last.payload?.$case === "runCancelled" && last.payload.runCancelled.reason.endsWith("changed my mind"));
   assert.equal((await b.orchestrator.getRun(first.runId)).status, pb.RunStatus.RUN_STATUS_CANCELLED);
+});
+
+test("a tool sees its call's idempotency key", () => {
+  const ctx = new ToolContext(
+    {
+      tool: "charge",
+      callId: "c1",
+      argumentsJson: "{}",
+      context: { traceId: "", runId: "r", contextId: "root.payer.1", depth: 1, agent: "payer" },
+      resumeToken: "",
+      input: "",
+      idempotencyKey: "r/root.payer.1/c1",
+    },
+    () => {},
+  );
+  assert.equal(ctx.idempotencyKey, "r/root.payer.1/c1");
+  assert.equal(ctx.idempotencyKey, `${ctx.runId}/${ctx.contextId}/${ctx.callId}`);
+});
+
+test("a detached run outlives its stream and is listed", async () => {
+  let runId = "";
+  for await (const e of b.orchestrator.runAgent("slow", "x", { detach: true })) {
+    runId = e.runId;
+    break; // leaves the stream; the run goes on
+  }
+  await new Promise((r) => setTimeout(r, 100));
+  assert.equal((await b.orchestrator.getRun(runId)).status, pb.RunStatus.RUN_STATUS_RUNNING);
+  const running = await b.orchestrator.listRuns(pb.RunStatus.RUN_STATUS_RUNNING, 1000);
+  const mine = running.runs.find((r) => r.runId === runId);
+  assert.ok(mine?.detached, JSON.stringify(running.runs));
+  const page = await b.orchestrator.listRuns(pb.RunStatus.RUN_STATUS_UNSPECIFIED, 1);
+  assert.equal(page.runs.length, 1);
+  assert.ok(page.nextPageToken !== "");
+  assert.equal(await b.orchestrator.cancel(runId, "done"), pb.RunStatus.RUN_STATUS_CANCELLED);
 });

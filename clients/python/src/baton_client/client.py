@@ -76,7 +76,8 @@ def _metadata(traceparent: str | None) -> tuple[tuple[str, str], ...] | None:
 
 class RunStream:
     """The events of one run, as an async iterator. Leaving it early (or
-    :meth:`cancel`) disconnects, which cancels the run on the server."""
+    :meth:`cancel`) disconnects, which cancels the run on the server unless
+    it was started detached."""
 
     def __init__(self, call: grpc.aio.UnaryStreamCall) -> None:
         self._call = call
@@ -172,8 +173,11 @@ class Orchestrator:
         filter: events_pb.EventFilter | None = None,
         traceparent: str | None = None,
         timeout: float | None = None,
+        detach: bool = False,
     ) -> RunStream:
-        """Starts ``agent`` (or a group) on ``input``; returns its events."""
+        """Starts ``agent`` (or a group) on ``input``; returns its events.
+        A ``detach``\ ed run outlives the stream: leaving it does not cancel
+        the run (follow it with ``watch``, find it with ``list_runs``)."""
         request = pb.RunAgentRequest(
             agent=agent,
             input=input,
@@ -183,6 +187,7 @@ class Orchestrator:
             limits=self._limits(max_depth, max_turns, run_timeout),
             approval_mode=self._approval_mode(approval_mode),
             filter=filter,
+            detach=detach,
         )
         return RunStream(self._stub.RunAgent(request, timeout=timeout, metadata=self._md(traceparent)))
 
@@ -201,6 +206,7 @@ class Orchestrator:
         filter: events_pb.EventFilter | None = None,
         traceparent: str | None = None,
         timeout: float | None = None,
+        detach: bool = False,
     ) -> RunStream:
         """Starts a pipeline. Steps are dicts with the fields of
         ``PipelineStep`` (``timeout`` in seconds) or the messages themselves."""
@@ -223,6 +229,7 @@ class Orchestrator:
             limits=self._limits(max_depth, 0, None),
             approval_mode=self._approval_mode(approval_mode),
             filter=filter,
+            detach=detach,
         )
         return RunStream(self._stub.RunPipeline(request, timeout=timeout, metadata=self._md(traceparent)))
 
@@ -252,6 +259,15 @@ class Orchestrator:
     async def get_run(self, run_id: str, *, timeout: float | None = None) -> pb.GetRunResponse:
         """A run's status and result."""
         return await self._unary(self._stub.GetRun, pb.GetRunRequest(run_id=run_id), timeout)
+
+    async def list_runs(
+        self, status: int = 0, *, page_size: int = 0, page_token: str = "", timeout: float | None = None
+    ) -> pb.ListRunsResponse:
+        """A page of the caller's runs, newest first (``status`` 0: every
+        status); pass ``next_page_token`` back as ``page_token`` until it is
+        empty."""
+        request = pb.ListRunsRequest(status=status, page_size=page_size, page_token=page_token)
+        return await self._unary(self._stub.ListRuns, request, timeout)
 
     async def list_agents(self, *, timeout: float | None = None) -> pb.ListAgentsResponse:
         """The agents and groups the server runs."""

@@ -55,6 +55,11 @@ class ToolContext:
         self.context_id: str = c.context_id
         self.depth: int = c.depth
         self.agent: str = c.agent
+        #: ``{run_id}/{context_id}/{call_id}``: the same for every execution of
+        #: this call, also when the run is resumed elsewhere and the call is
+        #: done again (calls are at least once): key effects that must happen
+        #: once on it.
+        self.idempotency_key: str = request.idempotency_key
         #: The caller's W3C trace context (the orchestrator's tool span).
         self.traceparent: str | None = traceparent
         self._events = events
