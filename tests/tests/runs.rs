@@ -123,7 +123,7 @@ async fn list_runs_is_per_tenant_newest_first_by_status_and_paged() {
     let (ids, _) = all_pages(&acme, pb::RunStatus::Completed, 2).await;
     assert_eq!(ids, newest_first[1..]);
     let (ids, _) = all_pages(&acme, pb::RunStatus::Running, 2).await;
-    assert_eq!(ids, [running_id.clone()]);
+    assert_eq!(ids, std::slice::from_ref(&running_id));
     let (ids, _) = all_pages(&acme, pb::RunStatus::Failed, 2).await;
     assert!(ids.is_empty());
     // Another tenant sees only its own run.

@@ -48,6 +48,12 @@ pub enum Error {
     /// The server is draining.
     #[error("server is shutting down")]
     ShuttingDown,
+    /// A dependency (the run store's Redis) did not answer; retry.
+    #[error("{0}")]
+    Unavailable(String),
+    /// Something that cannot happen did (a corrupt record).
+    #[error("{0}")]
+    Internal(String),
 }
 
 impl Error {
@@ -67,7 +73,8 @@ impl From<Error> for Status {
             Error::NotFound { field, .. } => (Code::NotFound, Some(*field)),
             Error::Exhausted { field, .. } => (Code::ResourceExhausted, Some(field.as_ref())),
             Error::FailedPrecondition { field, .. } => (Code::FailedPrecondition, Some(*field)),
-            Error::ShuttingDown => (Code::Unavailable, None),
+            Error::ShuttingDown | Error::Unavailable(_) => (Code::Unavailable, None),
+            Error::Internal(_) => (Code::Internal, None),
         };
         let mut status = Status::new(code, e.to_string());
         if let Some(value) = field.and_then(|f| MetadataValue::try_from(f).ok()) {

@@ -20,6 +20,7 @@
 
 pub mod memory;
 pub mod redis;
+pub mod redis_conn;
 
 use std::{pin::Pin, time::Duration};
 

@@ -26,15 +26,14 @@ use baton_common::ids::TraceId;
 use bytes::Bytes;
 use futures::StreamExt;
 use redis::{
-    Cmd, IntoConnectionInfo, ProtocolVersion, PushKind, RedisFuture, Script, Value,
-    aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig},
-    cluster::ClusterClient,
-    cluster_async::ClusterConnection,
+    IntoConnectionInfo, ProtocolVersion, PushKind, Script, Value,
+    aio::{ConnectionManager, ConnectionManagerConfig},
 };
 use serde::{Deserialize, Serialize};
-use tokio::sync::{OnceCell, broadcast};
+use tokio::sync::broadcast;
 use tokio_stream::wrappers::{BroadcastStream, errors::BroadcastStreamRecvError};
 
+use super::redis_conn::{Connection, connection_config};
 use super::{
     Change, ChangeKind, ChangeStream, ContextStore, Key, Limits, Listing, Page, Put, Slot,
     SlotMeta, Written,
@@ -91,63 +90,6 @@ impl RedisConfig {
             return Err("redis.timeout must be positive".into());
         }
         Ok(())
-    }
-}
-
-/// A command connection: one node or a cluster.
-#[derive(Clone)]
-enum Conn {
-    Single(ConnectionManager),
-    /// Connected on first use, so the service starts while Redis is away.
-    Cluster(Arc<(ClusterClient, OnceCell<ClusterConnection>)>),
-}
-
-impl Conn {
-    async fn get(&self) -> Result<ConnRef> {
-        match self {
-            Conn::Single(c) => Ok(ConnRef::Single(c.clone())),
-            Conn::Cluster(cluster) => {
-                let (client, cell) = &**cluster;
-                let c = cell
-                    .get_or_try_init(|| client.get_async_connection())
-                    .await?;
-                Ok(ConnRef::Cluster(c.clone()))
-            }
-        }
-    }
-}
-
-/// A ready connection of either kind, usable wherever redis-rs wants one.
-enum ConnRef {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-}
-
-impl ConnectionLike for ConnRef {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            ConnRef::Single(c) => c.req_packed_command(cmd),
-            ConnRef::Cluster(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a redis::Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            ConnRef::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            ConnRef::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            ConnRef::Single(c) => c.get_db(),
-            ConnRef::Cluster(c) => c.get_db(),
-        }
     }
 }
 
@@ -239,7 +181,7 @@ impl TraceKeys {
 pub struct RedisStore {
     limits: Limits,
     prefix: String,
-    conn: Conn,
+    conn: Connection,
     scripts: Scripts,
     hub: Arc<WatchHub>,
     clock: Clock,
@@ -252,28 +194,8 @@ impl RedisStore {
     /// tells when it answers.
     pub fn new(config: &RedisConfig, limits: Limits) -> Result<Self> {
         let bad = |e: redis::RedisError| Error::Internal(format!("redis config: {e}"));
-        let manager_config = || {
-            ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(config.timeout))
-                .set_response_timeout(Some(config.timeout))
-                // Fail calls fast while Redis is away; the next call reconnects.
-                .set_number_of_retries(1)
-                .set_max_delay(Duration::from_millis(500))
-        };
-        let conn = if config.cluster_urls.is_empty() {
-            let client = redis::Client::open(config.url.as_str()).map_err(bad)?;
-            Conn::Single(
-                ConnectionManager::new_lazy_with_config(client, manager_config()).map_err(bad)?,
-            )
-        } else {
-            let client = ClusterClient::builder(config.cluster_urls.clone())
-                .connection_timeout(config.timeout)
-                .response_timeout(config.timeout)
-                .retries(2)
-                .build()
-                .map_err(bad)?;
-            Conn::Cluster(Arc::new((client, OnceCell::new())))
-        };
+        let conn = Connection::open(config)?;
+        let manager_config = || connection_config(config.timeout);
 
         // Pub/sub always uses one node: in a cluster, PUBLISH reaches every
         // node's subscribers, so the first seed node is enough.

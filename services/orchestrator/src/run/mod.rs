@@ -23,6 +23,7 @@
 
 pub mod context;
 pub mod drive;
+pub mod durable;
 pub mod events;
 pub mod failure;
 pub mod launch;

@@ -1,0 +1,296 @@
+//! The run store in Redis (`run::durable`): a run's log and metadata on a
+//! real `redis-server` (and a real Redis Cluster), appends fenced by the
+//! run's epoch, range reads and blocking tails, the tenant's list, and
+//! retention.
+
+use std::time::Duration;
+
+use baton_context_store::store::redis::RedisConfig;
+use baton_e2e::{RedisCluster, RedisServer};
+use baton_orchestrator::run::durable::{Append, RedisRuns, RunEnd, RunMeta, now_ms};
+use baton_proto::v1::{self as pb, run_event::Payload};
+
+fn config(url: &str) -> RedisConfig {
+    RedisConfig {
+        url: url.to_owned(),
+        ..RedisConfig::default()
+    }
+}
+
+fn meta(tenant: &str) -> RunMeta {
+    RunMeta {
+        run_id: uuid::Uuid::now_v7().to_string(),
+        trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
+        tenant: tenant.into(),
+        kind: pb::RunKind::Agent,
+        target: "researcher".into(),
+        started_ms: now_ms(),
+        detached: false,
+        status: pb::RunStatus::Running,
+        ended_ms: None,
+        output: String::new(),
+        run_context_json: String::new(),
+        usage: pb::Usage::default(),
+        error_code: 0,
+        error_message: String::new(),
+        last_seq: 0,
+    }
+}
+
+fn event(run_id: &str, seq: u64, text: &str) -> pb::RunEvent {
+    pb::RunEvent {
+        seq,
+        run_id: run_id.into(),
+        context_id: "root".into(),
+        payload: Some(Payload::TextDelta(pb::TextDelta { text: text.into() })),
+        ..Default::default()
+    }
+}
+
+fn ended(output: &str) -> RunEnd {
+    RunEnd {
+        status: pb::RunStatus::Completed,
+        ended_ms: now_ms(),
+        output: output.into(),
+        run_context_json: "{}".into(),
+        usage: pb::Usage {
+            model_calls: 2,
+            ..Default::default()
+        },
+        error_code: 0,
+        error_message: String::new(),
+    }
+}
+
+/// A log, its metadata and a fenced writer, on `runs`.
+async fn log_and_fencing(runs: &RedisRuns, bump_epoch: impl AsyncFnOnce(&str)) {
+    let m = meta("acme");
+    let id = m.run_id.clone();
+    let epoch = runs
+        .create(&m, Duration::from_secs(60))
+        .await
+        .expect("create");
+    let batch: Vec<pb::RunEvent> = (1..=3).map(|s| event(&id, s, &format!("t{s}"))).collect();
+    assert_eq!(
+        runs.append(&id, epoch, &batch, None).await.expect("append"),
+        Append::Done
+    );
+    let got = runs.events_after(&id, 0, 100).await.expect("read");
+    assert_eq!(got, batch);
+    let after_one = runs.events_after(&id, 1, 1).await.expect("read");
+    assert_eq!(after_one, batch[1..2]);
+    let running = runs.meta(&id).await.expect("meta").expect("known");
+    assert_eq!(
+        (running.status, running.last_seq, running.target.as_str()),
+        (pb::RunStatus::Running, 3, "researcher")
+    );
+
+    // Another owner took the run: the old epoch writes nothing, not even
+    // its terminal event.
+    bump_epoch(&id).await;
+    let late = [event(&id, 4, "late")];
+    assert_eq!(
+        runs.append(&id, epoch, &late, Some(&ended("stale")))
+            .await
+            .expect("append"),
+        Append::Fenced
+    );
+    assert_eq!(runs.events_after(&id, 0, 100).await.expect("read"), batch);
+    let still = runs.meta(&id).await.expect("meta").expect("known");
+    assert_eq!((still.status, still.last_seq), (pb::RunStatus::Running, 3));
+    // The new epoch writes.
+    assert_eq!(
+        runs.append(&id, epoch + 1, &late, Some(&ended("fresh")))
+            .await
+            .expect("append"),
+        Append::Done
+    );
+    let done = runs.meta(&id).await.expect("meta").expect("known");
+    assert_eq!(
+        (
+            done.status,
+            done.last_seq,
+            done.output.as_str(),
+            done.usage.model_calls
+        ),
+        (pb::RunStatus::Completed, 4, "fresh", 2)
+    );
+    assert!(done.ended_ms.is_some());
+    assert!(
+        runs.meta("0190f5a2-7b3c-7d4e-8f10-1a2b3c4d5e6f")
+            .await
+            .expect("meta")
+            .is_none()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_log_is_appended_in_order_and_fenced_by_its_epoch() {
+    let redis = RedisServer::start().expect("redis-server");
+    let runs = RedisRuns::new(&config(&redis.url()), Duration::from_secs(3600)).expect("runs");
+    assert!(runs.ping().await);
+    log_and_fencing(&runs, async |id| {
+        redis
+            .cli(&["HINCRBY", &format!("baton:run:{{{id}}}:meta"), "epoch", "1"])
+            .expect("bump");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_run_store_works_on_a_redis_cluster() {
+    let cluster = RedisCluster::start().expect("redis cluster");
+    let config = RedisConfig {
+        cluster_urls: cluster.urls(),
+        ..RedisConfig::default()
+    };
+    let runs = RedisRuns::new(&config, Duration::from_secs(3600)).expect("runs");
+    let client = redis::cluster::ClusterClient::new(cluster.urls()).expect("client");
+    let mut conn = client.get_async_connection().await.expect("conn");
+    log_and_fencing(&runs, async |id| {
+        redis::cmd("HINCRBY")
+            .arg(format!("baton:run:{{{id}}}:meta"))
+            .arg("epoch")
+            .arg(1)
+            .query_async::<i64>(&mut conn)
+            .await
+            .expect("bump");
+    })
+    .await;
+    let (listed, _) = runs.list("acme", None, None, 10).await.expect("list");
+    assert_eq!(listed.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tail_waits_for_the_next_events() {
+    let redis = RedisServer::start().expect("redis-server");
+    let runs = std::sync::Arc::new(
+        RedisRuns::new(&config(&redis.url()), Duration::from_secs(3600)).expect("runs"),
+    );
+    let m = meta("acme");
+    let id = m.run_id.clone();
+    let epoch = runs
+        .create(&m, Duration::from_secs(60))
+        .await
+        .expect("create");
+    let mut conn = runs
+        .tail_connection(Duration::from_secs(2))
+        .await
+        .expect("tail connection");
+    // Nothing yet: the tail waits its time and comes back empty.
+    let began = std::time::Instant::now();
+    let none = runs
+        .tail(&mut conn, &id, 0, Duration::from_millis(200), 10)
+        .await
+        .expect("tail");
+    assert!(none.is_empty());
+    assert!(
+        began.elapsed() >= Duration::from_millis(180),
+        "{:?}",
+        began.elapsed()
+    );
+    // An append while it waits wakes it with exactly the new events.
+    let writer = {
+        let runs = runs.clone();
+        let id = id.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let batch = [event(&id, 1, "a"), event(&id, 2, "b")];
+            runs.append(&id, epoch, &batch, None).await.expect("append");
+        })
+    };
+    let began = std::time::Instant::now();
+    let got = runs
+        .tail(&mut conn, &id, 0, Duration::from_secs(2), 10)
+        .await
+        .expect("tail");
+    assert_eq!(got.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
+    assert!(began.elapsed() < Duration::from_secs(1));
+    writer.await.expect("writer");
+    let after = runs
+        .tail(&mut conn, &id, 1, Duration::from_millis(50), 10)
+        .await
+        .expect("tail");
+    assert_eq!(after.iter().map(|e| e.seq).collect::<Vec<_>>(), [2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_runs_are_listed_newest_first_and_ended_ones_expire() {
+    let redis = RedisServer::start().expect("redis-server");
+    let runs = RedisRuns::new(&config(&redis.url()), Duration::from_millis(300)).expect("runs");
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let m = meta("acme");
+        let epoch = runs
+            .create(&m, Duration::from_secs(60))
+            .await
+            .expect("create");
+        if i % 2 == 0 {
+            runs.append(
+                &m.run_id,
+                epoch,
+                &[event(&m.run_id, 1, "x")],
+                Some(&ended("ok")),
+            )
+            .await
+            .expect("end");
+        }
+        ids.push(m.run_id);
+    }
+    let theirs = meta("globex");
+    runs.create(&theirs, Duration::from_secs(60))
+        .await
+        .expect("create");
+    let newest_first: Vec<String> = ids.iter().rev().cloned().collect();
+
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let (page, more) = runs
+            .list("acme", None, after.as_deref(), 2)
+            .await
+            .expect("list");
+        seen.extend(page.iter().map(|m| m.run_id.clone()));
+        if !more {
+            break;
+        }
+        after = page.last().map(|m| m.run_id.clone());
+    }
+    assert_eq!(seen, newest_first);
+    let (running, _) = runs
+        .list("acme", Some(pb::RunStatus::Running), None, 10)
+        .await
+        .expect("list");
+    assert_eq!(
+        running
+            .iter()
+            .map(|m| m.run_id.as_str())
+            .collect::<Vec<_>>(),
+        [ids[3].as_str(), ids[1].as_str()]
+    );
+    let (other, _) = runs.list("globex", None, None, 10).await.expect("list");
+    assert_eq!(other.len(), 1);
+
+    // Ended runs live `retention`, then are gone from GetRun and the list.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(runs.meta(&ids[0]).await.expect("meta").is_none());
+    assert!(
+        runs.events_after(&ids[0], 0, 10)
+            .await
+            .expect("read")
+            .is_empty()
+    );
+    let (left, _) = runs.list("acme", None, None, 10).await.expect("list");
+    assert_eq!(
+        left.iter().map(|m| m.run_id.as_str()).collect::<Vec<_>>(),
+        [ids[3].as_str(), ids[1].as_str()]
+    );
+    let index: String = redis
+        .cli(&["ZCARD", &format!("baton:runs:{}", hex("acme"))])
+        .expect("zcard");
+    assert_eq!(index.trim(), "2", "expired runs leave the index");
+}
+
+fn hex(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02x}")).collect()
+}
