@@ -294,3 +294,165 @@ async fn a_tenants_runs_are_listed_newest_first_and_ended_ones_expire() {
 fn hex(s: &str) -> String {
     s.bytes().map(|b| format!("{b:02x}")).collect()
 }
+
+const AGENTS: &str = r#"
+scripts:
+  chatty: [{text: "one two three four five six seven eight", deltas: 8}]
+  slow: [{calls: [{tool: sleep, args: {ms: 700}}]}, {text: "slept on {{input}}"}]
+agents:
+  chatty: {model: "scripted:chatty"}
+  slow: {model: "scripted:slow", tools: [sleep]}
+"#;
+
+/// An orchestrator keeping runs in `redis` (no peers: replicas share
+/// nothing but Redis).
+async fn durable_replica(redis: &RedisServer) -> baton_e2e::OrchestratorServer {
+    let url = redis.url();
+    baton_e2e::OrchestratorServer::start(AGENTS, None, move |c| {
+        c.runs.store = baton_orchestrator::config::RunStoreMode::Redis;
+        c.runs.redis.url = url;
+        c.runs.redis.timeout = Duration::from_millis(500);
+    })
+    .await
+    .expect("orchestrator")
+}
+
+fn agent(agent: &str, input: &str) -> pb::RunAgentRequest {
+    pb::RunAgentRequest {
+        agent: agent.into(),
+        input: input.into(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_replica_serves_a_durable_runs_events_status_and_list() {
+    use futures::StreamExt;
+    let redis = RedisServer::start().expect("redis-server");
+    let a = durable_replica(&redis).await;
+    let b = durable_replica(&redis).await;
+    let on_a = a.client().await.expect("client");
+    let on_b = b.client().await.expect("client");
+    let store = RedisRuns::new(&config(&redis.url()), Duration::from_secs(60)).expect("runs");
+
+    // Every event a client sees is in Redis already.
+    let mut stream = on_a.run_agent(agent("chatty", "x")).await.expect("run");
+    let mut seen = Vec::new();
+    while let Some(e) = stream.next().await {
+        let e = e.expect("event");
+        let logged = store
+            .events_after(&e.run_id, e.seq - 1, 1)
+            .await
+            .expect("read");
+        assert_eq!(
+            logged.first(),
+            Some(&e),
+            "event {} was logged before it was sent",
+            e.seq
+        );
+        seen.push(e);
+    }
+    baton_e2e::events::check_stream_rules(&seen);
+    let id = seen[0].run_id.clone();
+    // Replica B never ran it, has no peers, and knows it all.
+    let got = on_b.get_run(&id).await.expect("get on b");
+    assert_eq!(
+        (got.status(), got.last_seq, got.target.as_str()),
+        (pb::RunStatus::Completed, seen.len() as u64, "chatty")
+    );
+    assert_eq!(got.output, "one two three four five six seven eight");
+    let replay: Vec<pb::RunEvent> = on_b
+        .watch_run(&id, 0, None)
+        .await
+        .expect("watch on b")
+        .map(|e| e.expect("event"))
+        .collect()
+        .await;
+    assert_eq!(replay, seen, "the same events, byte for byte");
+    let tail: Vec<u64> = on_b
+        .watch_run(&id, 5, None)
+        .await
+        .expect("watch on b")
+        .map(|e| e.expect("event").seq)
+        .collect()
+        .await;
+    assert_eq!(tail, (6..=seen.len() as u64).collect::<Vec<_>>());
+
+    // A run in progress on A is followed live from B.
+    let mut slow = on_a.run_agent(agent("slow", "tides")).await.expect("run");
+    let first = slow.next().await.expect("open").expect("event");
+    let live: Vec<pb::RunEvent> = on_b
+        .watch_run(&first.run_id, 0, None)
+        .await
+        .expect("watch on b")
+        .map(|e| e.expect("event"))
+        .collect()
+        .await;
+    baton_e2e::events::check_stream_rules(&live);
+    match live.last().and_then(|e| e.payload.as_ref()) {
+        Some(Payload::RunCompleted(c)) => assert_eq!(c.output, "slept on tides"),
+        other => panic!("{other:?}"),
+    }
+    // Both runs are listed by either replica, newest first.
+    for client in [&on_a, &on_b] {
+        let page = client
+            .list_runs(pb::RunStatus::Unspecified, 10, "")
+            .await
+            .expect("list");
+        let ids: Vec<&str> = page.runs.iter().map(|r| r.run_id.as_str()).collect();
+        assert_eq!(ids, [first.run_id.as_str(), id.as_str()]);
+    }
+    let missing = on_b
+        .get_run("0190f5a2-7b3c-7d4e-8f10-1a2b3c4d5e6f")
+        .await
+        .expect_err("unknown");
+    assert_eq!(missing.code(), tonic::Code::NotFound);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_redis_a_durable_run_does_not_start_or_ends_unavailable() {
+    use futures::StreamExt;
+    let redis = RedisServer::start().expect("redis-server");
+    let server = durable_replica(&redis).await;
+    let client = server.client().await.expect("client");
+
+    // Redis hangs mid-run: the stream ends UNAVAILABLE within a few
+    // timeouts, and the run is cancelled, never left hanging.
+    let mut stream = client.run_agent(agent("slow", "x")).await.expect("run");
+    let first = stream.next().await.expect("open").expect("event");
+    redis.freeze();
+    let began = std::time::Instant::now();
+    let mut ended = None;
+    while let Some(e) = tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .expect("the stream ends")
+    {
+        if let Err(e) = e {
+            ended = Some(e);
+        }
+    }
+    let err = ended.expect("an error ends the stream");
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    assert!(
+        began.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        began.elapsed()
+    );
+    // A new run cannot be recorded: UNAVAILABLE, and nothing starts.
+    let refused = client
+        .run_agent(agent("chatty", "x"))
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    redis.thaw();
+    let local = server.service.runs().get(&first.run_id).expect("record");
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while local.state().status == pb::RunStatus::Running {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the run was cancelled");
+    assert_eq!(server.service.runs().running(), 0);
+}

@@ -8,6 +8,8 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use baton_common::{otel::TelemetryConfig, server::ServerOptions, telemetry::LogConfig};
 use baton_context_store::store::Limits as StoreLimits;
 
+use baton_context_store::store::redis::RedisConfig;
+
 use crate::{auth::AuthConfig, peers::PeersConfig};
 use serde::{Deserialize, Serialize};
 
@@ -109,6 +111,27 @@ pub struct RunDefaults {
     /// Most bytes of finished runs' results (output, run context, error
     /// message) kept for GetRun; the oldest go first.
     pub max_finished_bytes: u64,
+    /// Where runs are kept: `memory` (in this process) or `redis` (their
+    /// event logs and records in `runs.redis`, served by every replica).
+    pub store: RunStoreMode,
+    /// The Redis of `store = "redis"` (the orchestrator's own connection;
+    /// it may be the context store's Redis).
+    pub redis: RedisConfig,
+    /// How long an ended run stays in Redis (GetRun, WatchRun, ListRuns).
+    #[serde(with = "baton_common::config::duration")]
+    pub retention: Duration,
+}
+
+/// Where runs are kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStoreMode {
+    /// In this process: a run and its events live and die with it.
+    #[default]
+    Memory,
+    /// In Redis: every event is logged there before a client sees it, and
+    /// any replica answers GetRun, ListRuns and WatchRun of any run.
+    Redis,
 }
 
 impl Default for RunDefaults {
@@ -134,6 +157,9 @@ impl Default for RunDefaults {
             finished_retention: Duration::from_secs(3600),
             max_finished_runs: 10_000,
             max_finished_bytes: 256 << 20,
+            store: RunStoreMode::Memory,
+            redis: RedisConfig::default(),
+            retention: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -232,6 +258,12 @@ impl Config {
                 .map_err(|e| format!("store.endpoint: {e}"))?;
         }
         let r = &self.runs;
+        if r.store == RunStoreMode::Redis {
+            r.redis.validate().map_err(|e| format!("runs.{e}"))?;
+            if r.retention.is_zero() {
+                return Err("runs.retention must be positive".into());
+            }
+        }
         if r.max_depth > r.max_depth_limit {
             return Err("runs.max_depth must be at most runs.max_depth_limit".into());
         }

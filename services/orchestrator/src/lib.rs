@@ -185,15 +185,25 @@ pub async fn serve_service(
         tracing::info!(endpoint, "exporting spans over OTLP");
     }
     let tracing = service.tracing().clone();
+    let durable = service.durable();
     service.list_remote_tools();
     let routes = Routes::new(OrchestratorServer::with_interceptor(
         service,
         auth::Authenticate(keys),
     ));
     tracing::info!(%addr, "orchestrator listening");
+    // Ready while the context store answers, and, when runs are durable,
+    // the run store's Redis too (no run can start without it).
     let ready = move || {
         let store = store.clone();
-        async move { store.ping().await.is_ok() }
+        let durable = durable.clone();
+        async move {
+            let runs_ok = match &durable {
+                Some(runs) => runs.ping().await,
+                None => true,
+            };
+            runs_ok && store.ping().await.is_ok()
+        }
     };
     let readiness = baton_common::server::Readiness {
         service_name: "baton.v1.Orchestrator",

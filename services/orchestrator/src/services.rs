@@ -13,10 +13,11 @@ use baton_context_store::store::ContextStore;
 
 use crate::{
     catalog::Catalog,
-    config::RunDefaults,
+    config::{RunDefaults, RunStoreMode},
     metrics::Metrics,
     model::{Models, ToolDef},
     pipeline::PipelineLimits,
+    run::durable::RedisRuns,
     tools::Toolbox,
 };
 
@@ -41,6 +42,8 @@ pub struct Services {
     pub defaults: RunDefaults,
     /// Limits on pipelines, from `defaults`.
     pub pipeline_limits: PipelineLimits,
+    /// The run store in Redis when `runs.store = "redis"`.
+    pub durable: Option<Arc<RedisRuns>>,
     /// What each agent's model is told about its tools, by agent (and
     /// group), with the toolbox generation it was built at.
     tool_defs: Mutex<HashMap<String, ToolDefs>>,
@@ -66,6 +69,13 @@ impl Services {
                 max_concurrency: defaults.max_pipeline_concurrency,
                 max_retries: defaults.max_step_retries,
                 max_step_timeout: defaults.max_timeout,
+            },
+            durable: match defaults.store {
+                RunStoreMode::Memory => None,
+                RunStoreMode::Redis => Some(Arc::new(RedisRuns::new(
+                    &defaults.redis,
+                    defaults.retention,
+                )?)),
             },
             catalog,
             store,

@@ -31,6 +31,7 @@ use crate::{
     peers::{Answer, Peers},
     pipeline,
     run::{
+        durable::RunMeta,
         events,
         launch::{self, EventStream, Prepared},
         record::{ApprovalAnswer, RunRecord},
@@ -193,6 +194,11 @@ impl OrchestratorService {
         }
     }
 
+    /// The run store in Redis, when runs are durable.
+    pub fn durable(&self) -> Option<Arc<crate::run::durable::RedisRuns>> {
+        self.services.durable.clone()
+    }
+
     /// The runs this service started (for tests and metrics).
     pub fn runs(&self) -> &Arc<Runs> {
         &self.runs
@@ -250,13 +256,42 @@ impl OrchestratorService {
         self.runs_stop.cancel();
     }
 
-    /// Starts a prepared run; the caller's stream.
-    fn launch(
+    /// Records a prepared run where runs are kept, then starts it; the
+    /// caller's stream.
+    async fn launch(
         &self,
         prepared: Prepared,
         body: impl Future<Output = ()> + Send + 'static,
-    ) -> Response<EventStream> {
-        Response::new(launch::launch(prepared, &self.runs, &self.tasks, body))
+    ) -> Result<Response<EventStream>> {
+        let journal = launch::register(&self.services, &prepared).await?;
+        Ok(Response::new(launch::launch(
+            prepared,
+            journal,
+            &self.runs,
+            &self.tasks,
+            body,
+        )))
+    }
+
+    /// A run that is not on this replica, from the run store when runs are
+    /// durable: `None` when it is here (or runs are not durable);
+    /// `NOT_FOUND` when no replica has it for the caller's tenant.
+    async fn stored_run(&self, ext: &tonic::Extensions, run_id: &str) -> Result<Option<RunMeta>> {
+        let Some(durable) = &self.services.durable else {
+            return Ok(None);
+        };
+        match self.runs.get(run_id) {
+            Ok(_) => return Ok(None),
+            Err(Error::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        match durable.meta(run_id).await? {
+            Some(meta) if meta.tenant == tenant_of(ext) => Ok(Some(meta)),
+            _ => Err(Error::NotFound {
+                field: "run_id",
+                message: format!("no run {run_id:?}"),
+            }),
+        }
     }
 
     /// A run's span, a child of the caller's `traceparent` when the request
@@ -326,7 +361,7 @@ impl Orchestrator for OrchestratorService {
         let root = CallFrame::root(&prepared.run, &run.agent, run.history, run.input)
             .map_err(|f| Status::internal(f.message))?;
         let body = agent::run_agent(prepared.run.clone(), root, run.agent);
-        Ok(self.launch(prepared, body))
+        Ok(self.launch(prepared, body).await?)
     }
 
     type RunPipelineStream = EventStream;
@@ -353,7 +388,7 @@ impl Orchestrator for OrchestratorService {
             run.keep_context,
             agent::run_frame_boxed,
         );
-        Ok(self.launch(prepared, body))
+        Ok(self.launch(prepared, body).await?)
     }
 
     async fn resolve_approval(
@@ -436,6 +471,20 @@ impl Orchestrator for OrchestratorService {
             return Err(Error::invalid("run_id", "must not be empty").into());
         }
         let filter = convert::filter(r.filter.clone(), &self.services.defaults)?;
+        if let (Some(_), Some(durable)) = (
+            self.stored_run(&ext, &r.run_id).await?,
+            &self.services.durable,
+        ) {
+            let stream = watch::stored(
+                durable.clone(),
+                r.run_id,
+                r.after_seq,
+                filter,
+                &self.runs_stop,
+                &self.tasks,
+            );
+            return Ok(Response::new(stream));
+        }
         let located = self
             .locate(&md, &ext, &r.run_id, &r, |mut c, req| async move {
                 c.watch_run(req).await
@@ -461,6 +510,9 @@ impl Orchestrator for OrchestratorService {
         request: Request<pb::GetRunRequest>,
     ) -> std::result::Result<Response<pb::GetRunResponse>, Status> {
         let (md, ext, r) = request.into_parts();
+        if let Some(stored) = self.stored_run(&ext, &r.run_id).await? {
+            return Ok(Response::new(stored.to_response()));
+        }
         let located = self
             .locate(&md, &ext, &r.run_id, &r, |mut c, req| async move {
                 c.get_run(req).await
@@ -479,6 +531,17 @@ impl Orchestrator for OrchestratorService {
     ) -> std::result::Result<Response<pb::ListRunsResponse>, Status> {
         let (status, after, size) = convert::list_runs_page(request.get_ref())?;
         let tenant = tenant_of(request.extensions());
+        if let Some(durable) = &self.services.durable {
+            let (runs, more) = durable.list(tenant, status, after.as_deref(), size).await?;
+            let next_page_token = match runs.last() {
+                Some(last) if more => format!("v1.{}", last.run_id),
+                _ => String::new(),
+            };
+            return Ok(Response::new(pb::ListRunsResponse {
+                runs: runs.iter().map(RunMeta::to_summary).collect(),
+                next_page_token,
+            }));
+        }
         let (runs, more) = self.runs.list(tenant, status, after.as_deref(), size);
         let next_page_token = match runs.last() {
             Some(last) if more => convert::runs_page_token(last),

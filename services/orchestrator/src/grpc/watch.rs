@@ -14,6 +14,7 @@ use tonic::Status;
 use crate::{
     error::{Error, Result},
     run::{
+        durable::RedisRuns,
         events::{self, Filter},
         log::{LOG_CAPACITY, LOG_RETENTION},
         record::{LogRead, RunRecord},
@@ -137,4 +138,90 @@ impl Drop for Watching {
             .watchers
             .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
+}
+
+/// How long one blocking read of a stored run's log waits before the
+/// watcher looks whether its client or the server is still there.
+const TAIL_BLOCK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The stream of a run kept in Redis that is not on this replica: its
+/// logged events after `after_seq`, read a batch at a time, then its new
+/// ones as they are logged (a blocking read on a connection of the
+/// watcher's own), until its terminal event. `UNAVAILABLE` when Redis stops
+/// answering or the server shuts down.
+pub(super) fn stored(
+    runs: Arc<RedisRuns>,
+    run_id: String,
+    after_seq: u64,
+    filter: Filter,
+    shutdown: &CancellationToken,
+    tasks: &TaskTracker,
+) -> ReceiverStream<std::result::Result<pb::RunEvent, Status>> {
+    let (tx, rx) = mpsc::channel(events::CLIENT_BUFFER);
+    let shutdown = shutdown.clone();
+    tasks.spawn(async move {
+        let send_all = async |events: Vec<pb::RunEvent>, cursor: &mut u64| -> Option<bool> {
+            for e in events {
+                *cursor = e.seq;
+                let Some(payload) = e.payload.as_ref() else {
+                    continue;
+                };
+                let terminal = events::is_terminal(payload);
+                if filter.passes_at(&e.context_id, e.depth, payload)
+                    && tx.send(Ok(e)).await.is_err()
+                {
+                    return None;
+                }
+                if terminal {
+                    return Some(true);
+                }
+            }
+            Some(false)
+        };
+        let mut cursor = after_seq;
+        // What is logged already.
+        loop {
+            let batch = tokio::select! {
+                _ = shutdown.cancelled() => Err(Error::ShuttingDown),
+                r = runs.events_after(&run_id, cursor, WATCH_BATCH) => r,
+            };
+            match batch {
+                Err(e) => {
+                    let _ = tx.send(Err(e.into())).await;
+                    return;
+                }
+                Ok(batch) if batch.is_empty() => break,
+                Ok(batch) => match send_all(batch, &mut cursor).await {
+                    None | Some(true) => return,
+                    Some(false) => {}
+                },
+            }
+        }
+        // Then what comes.
+        let mut conn = match runs.tail_connection(TAIL_BLOCK).await {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = tx.send(Err(e.into())).await;
+                return;
+            }
+        };
+        loop {
+            let batch = tokio::select! {
+                _ = tx.closed() => return,
+                _ = shutdown.cancelled() => Err(Error::ShuttingDown),
+                r = runs.tail(&mut conn, &run_id, cursor, TAIL_BLOCK, WATCH_BATCH) => r,
+            };
+            match batch {
+                Err(e) => {
+                    let _ = tx.send(Err(e.into())).await;
+                    return;
+                }
+                Ok(batch) => match send_all(batch, &mut cursor).await {
+                    None | Some(true) => return,
+                    Some(false) => {}
+                },
+            }
+        }
+    });
+    ReceiverStream::new(rx)
 }

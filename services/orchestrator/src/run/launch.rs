@@ -16,12 +16,14 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tonic::Status;
 
 use super::{
+    durable::{RunMeta, now_ms},
     events::{self, Draft, Filter},
+    journal::{self, Journal},
     record::RunRecord,
     registry::Runs,
     state::{Run, RunOptions},
 };
-use crate::services::Services;
+use crate::{error::Error, services::Services};
 
 /// The stream of a run's events its caller reads.
 pub type EventStream = ReceiverStream<Result<pb::RunEvent, Status>>;
@@ -73,10 +75,44 @@ pub fn prepare(
     }
 }
 
+/// Records a prepared run in the run store when runs are durable (its
+/// journal: where its events go, with the epoch this replica owns it with);
+/// `UNAVAILABLE` when Redis does not answer, and nothing starts.
+pub async fn register(services: &Services, prepared: &Prepared) -> Result<Option<Journal>, Error> {
+    let Some(runs) = &services.durable else {
+        return Ok(None);
+    };
+    let r = &prepared.record;
+    let meta = RunMeta {
+        run_id: r.run_id.clone(),
+        trace_id: r.trace_id.to_string(),
+        tenant: r.tenant.clone(),
+        kind: r.kind,
+        target: r.target.clone(),
+        started_ms: now_ms(),
+        detached: r.detached,
+        status: pb::RunStatus::Running,
+        ended_ms: None,
+        output: String::new(),
+        run_context_json: String::new(),
+        usage: pb::Usage::default(),
+        error_code: 0,
+        error_message: String::new(),
+        last_seq: 0,
+    };
+    let epoch = runs.create(&meta, prepared.run.limits.run_timeout).await?;
+    Ok(Some(Journal {
+        runs: runs.clone(),
+        epoch,
+    }))
+}
+
 /// Registers a prepared run in `runs` and starts `body` with the run's
-/// sequencer, as one task of `tasks`; returns the caller's stream.
+/// sequencer (the durable one with a `journal`), as one task of `tasks`;
+/// returns the caller's stream.
 pub fn launch(
     prepared: Prepared,
+    journal: Option<Journal>,
     runs: &Runs,
     tasks: &TaskTracker,
     body: impl Future<Output = ()> + Send + 'static,
@@ -102,9 +138,18 @@ pub fn launch(
     tracing::info!(run_id = %record.run_id, trace_id = %record.trace_id, span_id, target = %record.target, kind, "run started");
     let (out_tx, out_rx) = mpsc::channel(events::CLIENT_BUFFER);
     tasks.spawn(async move {
-        let sequencer =
-            events::sequence(drafts, out_tx, filter, record.clone(), metrics.events.clone());
-        tokio::join!(sequencer, body);
+        let emitted = metrics.events.clone();
+        match journal {
+            None => {
+                let sequencer = events::sequence(drafts, out_tx, filter, record.clone(), emitted);
+                tokio::join!(sequencer, body);
+            }
+            Some(journal) => {
+                let sequencer =
+                    journal::sequence(drafts, out_tx, filter, record.clone(), journal, emitted);
+                tokio::join!(sequencer, body);
+            }
+        }
         let state = record.state();
         let status = match state.status {
             pb::RunStatus::Completed => "completed",

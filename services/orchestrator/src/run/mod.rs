@@ -26,6 +26,7 @@ pub mod drive;
 pub mod durable;
 pub mod events;
 pub mod failure;
+pub mod journal;
 pub mod launch;
 pub mod log;
 pub mod record;

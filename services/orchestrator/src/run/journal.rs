@@ -1,0 +1,178 @@
+//! The sequencer of a durable run (`runs.store = "redis"`): numbers a run's
+//! events as [`super::events::sequence`] does, but writes every batch to
+//! the run's log in Redis (with the run's end, when the batch holds it)
+//! before any client sees one of its events — so an event a client has
+//! seen is never lost or rewritten.
+//!
+//! Batches are whatever the run produced while the previous batch was
+//! being written (up to [`MAX_BATCH`]): one script call carries many
+//! events when the run is fast, one when it is slow.
+//!
+//! When the log cannot be written (Redis does not answer, after one retry)
+//! or another replica's epoch fences this one out, the run is cancelled
+//! here and the caller's stream ends with `UNAVAILABLE`: nothing more is
+//! shown that the log does not have.
+
+use std::{sync::Arc, time::SystemTime};
+
+use baton_proto::v1::{self as pb, run_event::Payload};
+use tokio::sync::mpsc;
+use tonic::Status;
+
+use super::{
+    durable::{Append, RedisRuns, RunEnd, now_ms},
+    events::{Draft, Filter, is_terminal},
+    log::Logged,
+    record::RunRecord,
+};
+use crate::error::Error;
+
+/// Most events written to Redis in one script call.
+pub const MAX_BATCH: usize = 512;
+
+/// Where a durable run's events go, and with which epoch.
+pub struct Journal {
+    /// The run store.
+    pub runs: Arc<RedisRuns>,
+    /// The epoch this replica owns the run with.
+    pub epoch: u64,
+}
+
+/// How a terminal payload ends the run, as the run store records it.
+fn run_end(payload: &Payload) -> Option<RunEnd> {
+    let base = |status: pb::RunStatus, usage: &Option<pb::Usage>| RunEnd {
+        status,
+        ended_ms: now_ms(),
+        output: String::new(),
+        run_context_json: String::new(),
+        usage: usage.unwrap_or_default(),
+        error_code: 0,
+        error_message: String::new(),
+    };
+    Some(match payload {
+        Payload::RunCompleted(c) => RunEnd {
+            output: c.output.clone(),
+            run_context_json: c.run_context_json.clone(),
+            ..base(pb::RunStatus::Completed, &c.usage)
+        },
+        Payload::RunFailed(f) => RunEnd {
+            error_code: f.code,
+            error_message: f.message.clone(),
+            ..base(pb::RunStatus::Failed, &f.usage)
+        },
+        Payload::RunCancelled(c) => RunEnd {
+            error_message: c.reason.clone(),
+            ..base(pb::RunStatus::Cancelled, &c.usage)
+        },
+        _ => return None,
+    })
+}
+
+/// Numbers, logs in Redis, records, filters and forwards a run's events
+/// until every frame has dropped its sender (see the module docs).
+pub async fn sequence(
+    mut drafts: mpsc::Receiver<Draft>,
+    out: mpsc::Sender<Result<pb::RunEvent, Status>>,
+    filter: Filter,
+    record: Arc<RunRecord>,
+    journal: Journal,
+    emitted: prometheus_client::metrics::counter::Counter,
+) {
+    let trace_id = record.trace_id.to_string();
+    let run_id = record.run_id.clone();
+    let mut client_gone = false;
+    // Once the log cannot be written, the run is cancelled and its last
+    // events are kept here only.
+    let mut broken = false;
+    let mut batch: Vec<Draft> = Vec::with_capacity(MAX_BATCH);
+    loop {
+        let first = tokio::select! {
+            biased;
+            d = drafts.recv() => match d { Some(d) => d, None => return },
+            _ = out.closed(), if !client_gone => {
+                client_gone = true;
+                if !record.detached {
+                    record.cancel("client disconnected");
+                }
+                continue;
+            }
+        };
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match drafts.try_recv() {
+                Ok(d) => batch.push(d),
+                Err(_) => break,
+            }
+        }
+        let now = prost_types::Timestamp::from(SystemTime::now());
+        let logged: Vec<Logged> = batch
+            .drain(..)
+            .map(|d| Logged {
+                seq: record.next_seq(),
+                time: now,
+                ctx: d.ctx,
+                agent: d.agent,
+                payload: d.payload,
+            })
+            .collect();
+        emitted.inc_by(logged.len() as u64);
+        let events: Vec<pb::RunEvent> = logged
+            .iter()
+            .map(|l| l.to_event(&trace_id, &run_id))
+            .collect();
+        if !broken {
+            let end = logged.iter().find_map(|l| run_end(&l.payload));
+            if let Err(e) = write(&journal, &run_id, &events, end.as_ref()).await {
+                broken = true;
+                tracing::warn!(run_id = %run_id, error = %e, "cannot log the run's events; cancelling it");
+                record.cancel(&format!("the run's log cannot be written: {e}"));
+                if !client_gone {
+                    let _ = out.send(Err(e.into())).await;
+                    client_gone = true;
+                }
+            }
+        }
+        for (logged, event) in logged.into_iter().zip(events) {
+            let terminal = is_terminal(&logged.payload);
+            if terminal {
+                record.finish(&logged.payload, logged.seq);
+            }
+            let forward = !client_gone && filter.passes(&logged.ctx, &logged.payload);
+            record.log_event(logged, terminal);
+            if forward && out.send(Ok(event)).await.is_err() {
+                client_gone = true;
+                if !record.detached {
+                    record.cancel("client disconnected");
+                }
+            }
+        }
+    }
+}
+
+/// Appends a batch, retrying once (a reconnecting connection fails its
+/// first command); fenced or still failing is an error.
+async fn write(
+    journal: &Journal,
+    run_id: &str,
+    events: &[pb::RunEvent],
+    end: Option<&RunEnd>,
+) -> Result<(), Error> {
+    let mut tried = 0;
+    loop {
+        tried += 1;
+        match journal
+            .runs
+            .append(run_id, journal.epoch, events, end)
+            .await
+        {
+            Ok(Append::Done) => return Ok(()),
+            Ok(Append::Fenced) => {
+                return Err(Error::Unavailable(
+                    "another replica owns this run now".into(),
+                ));
+            }
+            Err(e) if tried >= 2 => return Err(e),
+            Err(_) => {}
+        }
+    }
+}
