@@ -31,7 +31,7 @@ pub struct Options {
     parked: usize,
 }
 
-const AGENTS: &str = r#"
+pub(crate) const AGENTS: &str = r#"
 scripts:
   looper:
     - {calls: [{tool: list_context, args: {}}], repeat: 100, usage: {input_tokens: 1, output_tokens: 1}}
@@ -60,7 +60,7 @@ fn req(agent: &str) -> pb::RunAgentRequest {
 
 /// Runs one agent run to its end; returns the number of events and whether
 /// it completed.
-async fn run_once(client: &OrchestratorClient, agent: &str) -> anyhow::Result<usize> {
+pub(crate) async fn run_once(client: &OrchestratorClient, agent: &str) -> anyhow::Result<usize> {
     let mut events = client.run_agent(req(agent)).await?;
     let mut n = 0;
     let mut completed = false;

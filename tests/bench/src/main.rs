@@ -6,6 +6,8 @@
 //!   handler doing one Redis GET (the floor any gRPC-over-Redis service pays).
 //! - `agent`: RunAgent with an instant scripted model through gRPC, in the
 //!   shapes of the OpenAI Agents SDK figures the orchestrator issue quotes.
+//! - `durable`: shapes (a)–(c) of `agent` with runs kept in Redis
+//!   (`runs.store = "redis"`) against memory mode, in one invocation.
 //! - `pipeline`: RunPipeline with no-op steps, in the shapes of the LangGraph
 //!   figures the pipeline issue quotes, on memory and on Redis.
 
@@ -14,6 +16,7 @@
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod agent;
+mod durable;
 mod pipeline;
 mod store;
 
@@ -33,6 +36,8 @@ enum Bench {
     Store(store::Options),
     /// RunAgent: tool-call loop, nesting, event rate, parked runs' memory.
     Agent(agent::Options),
+    /// RunAgent with durable runs (Redis) against memory mode: (a)–(c).
+    Durable(durable::Options),
     /// RunPipeline: a 200-step chain and a 1000-step fan-out with a join.
     Pipeline(pipeline::Options),
 }
@@ -43,6 +48,7 @@ fn main() -> anyhow::Result<()> {
     match Args::parse().bench {
         Bench::Store(options) => store::run(options),
         Bench::Agent(options) => agent::run(options),
+        Bench::Durable(options) => durable::run(options),
         Bench::Pipeline(options) => pipeline::run(options),
     }
 }
