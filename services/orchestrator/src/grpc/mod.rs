@@ -2,8 +2,11 @@
 //! validates and converts its request once (`convert`), then launches or
 //! looks up a run; errors map to `Status` in one place (`crate::error`).
 //! Run-scoped calls of runs on another replica are asked of the peers
-//! ([`crate::peers`]); `watch` is the WatchRun producer.
+//! ([`crate::peers`]) — or, when runs are durable, read from Redis;
+//! `convert` turns requests into domain values, `answer` domain values into
+//! answers, `watch` is the WatchRun producer.
 
+mod answer;
 mod convert;
 mod watch;
 
@@ -522,7 +525,7 @@ impl Orchestrator for OrchestratorService {
             Located::Here(run) => run,
             Located::There(answer) => return Ok(answer),
         };
-        Ok(Response::new(convert::get_run_response(&run)))
+        Ok(Response::new(answer::get_run_response(&run)))
     }
 
     async fn list_runs(
@@ -544,11 +547,11 @@ impl Orchestrator for OrchestratorService {
         }
         let (runs, more) = self.runs.list(tenant, status, after.as_deref(), size);
         let next_page_token = match runs.last() {
-            Some(last) if more => convert::runs_page_token(last),
+            Some(last) if more => answer::runs_page_token(last),
             _ => String::new(),
         };
         Ok(Response::new(pb::ListRunsResponse {
-            runs: runs.iter().map(|r| convert::run_summary(r)).collect(),
+            runs: runs.iter().map(|r| answer::run_summary(r)).collect(),
             next_page_token,
         }))
     }
@@ -557,7 +560,7 @@ impl Orchestrator for OrchestratorService {
         &self,
         _: Request<pb::ListAgentsRequest>,
     ) -> std::result::Result<Response<pb::ListAgentsResponse>, Status> {
-        Ok(Response::new(convert::list_agents_response(
+        Ok(Response::new(answer::list_agents_response(
             &self.services.catalog,
         )))
     }

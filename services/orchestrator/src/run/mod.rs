@@ -12,7 +12,10 @@
 //! - [`failure`]: [`failure::Failure`], the one error type inside a run
 //!   (a gRPC code and a message).
 //! - [`events`]: the sequencer (numbers, times, records and filters events)
-//!   and [`events::Filter`].
+//!   and [`events::Filter`]; [`journal`]: the sequencer of a durable run,
+//!   which writes each batch to Redis before anyone sees it.
+//! - [`durable`]: runs kept in Redis (`runs.store = "redis"`): event logs,
+//!   records, the tenants' lists, fenced appends.
 //! - [`context`]: a context of the tree and its span (a leaf).
 //! - [`log`]: a run's event log, in fixed chunks (a leaf).
 //! - [`record`]: a run's record (status, cancellation, log, pending
