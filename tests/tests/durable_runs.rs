@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use baton_context_store::store::redis::RedisConfig;
 use baton_e2e::{RedisCluster, RedisServer};
-use baton_orchestrator::run::durable::{Append, RedisRuns, RunEnd, RunMeta, now_ms};
+use baton_orchestrator::run::durable::{Append, Claim, RedisRuns, RunEnd, RunMeta, now_ms};
 use baton_proto::v1::{self as pb, run_event::Payload};
 
 fn config(url: &str) -> RedisConfig {
@@ -127,7 +127,13 @@ async fn log_and_fencing(runs: &RedisRuns, bump_epoch: impl AsyncFnOnce(&str)) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runs_log_is_appended_in_order_and_fenced_by_its_epoch() {
     let redis = RedisServer::start().expect("redis-server");
-    let runs = RedisRuns::new(&config(&redis.url()), Duration::from_secs(3600)).expect("runs");
+    let runs = RedisRuns::new(
+        &config(&redis.url()),
+        Duration::from_secs(3600),
+        "test-replica",
+        Duration::from_secs(5),
+    )
+    .expect("runs");
     assert!(runs.ping().await);
     log_and_fencing(&runs, async |id| {
         redis
@@ -144,7 +150,13 @@ async fn the_run_store_works_on_a_redis_cluster() {
         cluster_urls: cluster.urls(),
         ..RedisConfig::default()
     };
-    let runs = RedisRuns::new(&config, Duration::from_secs(3600)).expect("runs");
+    let runs = RedisRuns::new(
+        &config,
+        Duration::from_secs(3600),
+        "test-replica",
+        Duration::from_secs(5),
+    )
+    .expect("runs");
     let client = redis::cluster::ClusterClient::new(cluster.urls()).expect("client");
     let mut conn = client.get_async_connection().await.expect("conn");
     log_and_fencing(&runs, async |id| {
@@ -157,15 +169,29 @@ async fn the_run_store_works_on_a_redis_cluster() {
             .expect("bump");
     })
     .await;
-    let (listed, _) = runs.list("acme", None, None, 10).await.expect("list");
-    assert_eq!(listed.len(), 1);
+    // More runs, in other slots: listing reads each run's record.
+    for _ in 0..5 {
+        runs.create(&meta("acme"), Duration::from_secs(60))
+            .await
+            .expect("create");
+    }
+    let (listed, more) = runs.list("acme", None, None, 4).await.expect("list");
+    assert_eq!((listed.len(), more), (4, true));
+    let (all, more) = runs.list("acme", None, None, 10).await.expect("list");
+    assert_eq!((all.len(), more), (6, false));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tail_waits_for_the_next_events() {
     let redis = RedisServer::start().expect("redis-server");
     let runs = std::sync::Arc::new(
-        RedisRuns::new(&config(&redis.url()), Duration::from_secs(3600)).expect("runs"),
+        RedisRuns::new(
+            &config(&redis.url()),
+            Duration::from_secs(3600),
+            "test-replica",
+            Duration::from_secs(5),
+        )
+        .expect("runs"),
     );
     let m = meta("acme");
     let id = m.run_id.clone();
@@ -217,7 +243,13 @@ async fn a_tail_waits_for_the_next_events() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenants_runs_are_listed_newest_first_and_ended_ones_expire() {
     let redis = RedisServer::start().expect("redis-server");
-    let runs = RedisRuns::new(&config(&redis.url()), Duration::from_millis(300)).expect("runs");
+    let runs = RedisRuns::new(
+        &config(&redis.url()),
+        Duration::from_millis(300),
+        "test-replica",
+        Duration::from_secs(5),
+    )
+    .expect("runs");
     let mut ids = Vec::new();
     for i in 0..5 {
         let m = meta("acme");
@@ -333,7 +365,13 @@ async fn every_replica_serves_a_durable_runs_events_status_and_list() {
     let b = durable_replica(&redis).await;
     let on_a = a.client().await.expect("client");
     let on_b = b.client().await.expect("client");
-    let store = RedisRuns::new(&config(&redis.url()), Duration::from_secs(60)).expect("runs");
+    let store = RedisRuns::new(
+        &config(&redis.url()),
+        Duration::from_secs(60),
+        "test-replica",
+        Duration::from_secs(5),
+    )
+    .expect("runs");
 
     // Every event a client sees is in Redis already.
     let mut stream = on_a.run_agent(agent("chatty", "x")).await.expect("run");
@@ -455,4 +493,63 @@ async fn without_redis_a_durable_run_does_not_start_or_ends_unavailable() {
     .await
     .expect("the run was cancelled");
     assert_eq!(server.service.runs().running(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lapsed_lease_is_claimed_once_and_fences_the_former_owner() {
+    let redis = RedisServer::start().expect("redis-server");
+    let lease = Duration::from_millis(400);
+    let a = RedisRuns::new(&config(&redis.url()), Duration::from_secs(60), "a", lease).expect("a");
+    let b = RedisRuns::new(&config(&redis.url()), Duration::from_secs(60), "b", lease).expect("b");
+    let m = meta("acme");
+    let id = m.run_id.clone();
+    let epoch = a.create(&m, Duration::from_secs(60)).await.expect("create");
+    a.append(&id, epoch, &[event(&id, 1, "x")], None)
+        .await
+        .expect("append");
+
+    // While a renews, nothing lapses and b cannot take the run.
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(a.renew(&id, epoch).await.expect("renew"));
+        assert!(b.lapsed(10).await.expect("lapsed").is_empty());
+        assert_eq!(b.claim(&id).await.expect("claim"), Claim::Owned);
+    }
+    // a stops renewing: the lease lapses, b claims it (once).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(b.lapsed(10).await.expect("lapsed"), [id.clone()]);
+    let claimed = b.claim(&id).await.expect("claim");
+    let Claim::Claimed {
+        epoch: new_epoch,
+        previous_owner,
+        last_seq,
+        trace_id,
+    } = claimed
+    else {
+        panic!("{claimed:?}");
+    };
+    assert_eq!((new_epoch, previous_owner.as_str(), last_seq), (2, "a", 1));
+    assert_eq!(trace_id, m.trace_id);
+    assert_eq!(
+        b.claim(&id).await.expect("again"),
+        Claim::Owned,
+        "claimed once"
+    );
+    // The former owner is fenced: no renewal, no append.
+    assert!(!a.renew(&id, epoch).await.expect("renew"));
+    assert_eq!(
+        a.append(&id, epoch, &[event(&id, 2, "late")], None)
+            .await
+            .expect("append"),
+        Append::Fenced
+    );
+    assert!(b.renew(&id, new_epoch).await.expect("renew"));
+    // Ended runs leave the lease set when met.
+    b.append(&id, new_epoch, &[event(&id, 2, "end")], Some(&ended("x")))
+        .await
+        .expect("end");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(b.lapsed(10).await.expect("lapsed"), [id.clone()]);
+    assert_eq!(b.claim(&id).await.expect("claim"), Claim::Ended);
+    assert!(b.lapsed(10).await.expect("lapsed").is_empty());
 }

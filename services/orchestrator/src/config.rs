@@ -120,6 +120,31 @@ pub struct RunDefaults {
     /// How long an ended run stays in Redis (GetRun, WatchRun, ListRuns).
     #[serde(with = "baton_common::config::duration")]
     pub retention: Duration,
+    /// How long a replica owns a durable run without renewing its lease
+    /// (renewed every third of it); a run whose lease lapsed is taken over
+    /// by another replica.
+    #[serde(with = "baton_common::config::duration")]
+    pub lease: Duration,
+    /// This replica's name in the runs it owns; empty: the host name (the
+    /// pod's, in Kubernetes) and a random suffix.
+    pub replica: String,
+}
+
+impl RunDefaults {
+    /// This replica's name in the runs it owns (see `replica`).
+    pub fn replica_name(&self) -> String {
+        if !self.replica.is_empty() {
+            return self.replica.clone();
+        }
+        let host = std::env::var("HOSTNAME")
+            .ok()
+            .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+            .map(|h| h.trim().to_owned())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "orchestrator".into());
+        let suffix = uuid::Uuid::new_v4().simple().to_string();
+        format!("{host}-{}", &suffix[..8])
+    }
 }
 
 /// Where runs are kept.
@@ -160,6 +185,8 @@ impl Default for RunDefaults {
             store: RunStoreMode::Memory,
             redis: RedisConfig::default(),
             retention: Duration::from_secs(24 * 3600),
+            lease: Duration::from_secs(5),
+            replica: String::new(),
         }
     }
 }
@@ -262,6 +289,12 @@ impl Config {
             r.redis.validate().map_err(|e| format!("runs.{e}"))?;
             if r.retention.is_zero() {
                 return Err("runs.retention must be positive".into());
+            }
+            if r.lease <= r.redis.timeout {
+                return Err(format!(
+                    "runs.lease ({:?}) must be longer than runs.redis.timeout ({:?}): a renewal may take that long",
+                    r.lease, r.redis.timeout
+                ));
             }
         }
         if r.max_depth > r.max_depth_limit {

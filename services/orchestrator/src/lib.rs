@@ -164,6 +164,14 @@ pub async fn serve_service(
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr().context("listener has no address")?;
     let service = service.with_peers(peers::Peers::new(&config.peers));
+    // Durable runs: renew this replica's leases, claim lapsed ones.
+    if let Some(durable) = service.durable() {
+        tasks.spawn(run::leases::keep(
+            durable,
+            service.runs().clone(),
+            shutdown.clone(),
+        ));
+    }
     // Running runs get `shutdown_grace` to finish once shutdown begins.
     tasks.spawn({
         let service = service.clone();

@@ -75,6 +75,8 @@ impl Services {
                 RunStoreMode::Redis => Some(Arc::new(RedisRuns::new(
                     &defaults.redis,
                     defaults.retention,
+                    &defaults.replica_name(),
+                    defaults.lease,
                 )?)),
             },
             catalog,

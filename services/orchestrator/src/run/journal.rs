@@ -122,7 +122,12 @@ pub async fn sequence(
             .collect();
         if !broken {
             let end = logged.iter().find_map(|l| run_end(&l.payload));
-            if let Err(e) = write(&journal, &run_id, &events, end.as_ref()).await {
+            let ended = end.is_some();
+            let written = write(&journal, &run_id, &events, end.as_ref()).await;
+            if written.is_ok() && ended {
+                journal.runs.forget_lease(&run_id).await;
+            }
+            if let Err(e) = written {
                 broken = true;
                 tracing::warn!(run_id = %run_id, error = %e, "cannot log the run's events; cancelling it");
                 record.cancel(&format!("the run's log cannot be written: {e}"));

@@ -101,6 +101,7 @@ pub async fn register(services: &Services, prepared: &Prepared) -> Result<Option
         last_seq: 0,
     };
     let epoch = runs.create(&meta, prepared.run.limits.run_timeout).await?;
+    r.epoch.store(epoch, std::sync::atomic::Ordering::Relaxed);
     Ok(Some(Journal {
         runs: runs.clone(),
         epoch,

@@ -15,7 +15,8 @@
 //!   and [`events::Filter`]; [`journal`]: the sequencer of a durable run,
 //!   which writes each batch to Redis before anyone sees it.
 //! - [`durable`]: runs kept in Redis (`runs.store = "redis"`): event logs,
-//!   records, the tenants' lists, fenced appends.
+//!   records, the tenants' lists, fenced appends, leases and claims;
+//!   [`leases`]: the background renewal and claiming every replica does.
 //! - [`context`]: a context of the tree and its span (a leaf).
 //! - [`log`]: a run's event log, in fixed chunks (a leaf).
 //! - [`record`]: a run's record (status, cancellation, log, pending
@@ -31,6 +32,7 @@ pub mod events;
 pub mod failure;
 pub mod journal;
 pub mod launch;
+pub mod leases;
 pub mod log;
 pub mod record;
 pub mod registry;

@@ -82,6 +82,9 @@ pub struct RunRecord {
     pub started_at: SystemTime,
     /// Whether it outlives its caller (a closed stream does not cancel it).
     pub detached: bool,
+    /// The epoch this replica owns the run with in the run store (0: runs
+    /// are not durable).
+    pub epoch: AtomicU64,
     cancel: CancellationToken,
     cancel_reason: Mutex<Option<String>>,
     seq: AtomicU64,
@@ -154,6 +157,7 @@ impl RunRecord {
             tenant,
             started_at: SystemTime::now(),
             detached,
+            epoch: AtomicU64::new(0),
             cancel: parent.child_token(),
             cancel_reason: Mutex::new(None),
             seq: AtomicU64::new(0),

@@ -142,6 +142,15 @@ impl Runs {
         (runs, more)
     }
 
+    /// The runs running here.
+    pub fn running_runs(&self) -> Vec<Arc<RunRecord>> {
+        lock(&self.map)
+            .values()
+            .filter(|r| r.state().status == pb::RunStatus::Running)
+            .cloned()
+            .collect()
+    }
+
     /// How many runs are running.
     pub fn running(&self) -> usize {
         lock(&self.map)

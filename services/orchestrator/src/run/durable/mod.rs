@@ -15,14 +15,27 @@
 //!   ids (UUIDv7, so lexical order is start order) for `ListRuns`; entries
 //!   whose run has expired are dropped when a listing meets them.
 //!
+//! - `{prefix}:leases` — every running run's lease end (Redis's clock, ms),
+//!   where replicas look for runs whose owner stopped renewing.
+//!
 //! Appends go through one script that checks the run's `epoch` first: a
 //! writer whose epoch is not the run's current one writes nothing
-//! ([`Append::Fenced`]). A run's keys live `run_timeout` plus
+//! ([`Append::Fenced`]). A run is owned by one replica through a lease
+//! (`owner`, `lease_until` in its hash): the owner renews it; once it
+//! lapses any replica may [`RedisRuns::claim`] the run, which raises the
+//! epoch — from then on the former owner, paused or partitioned, cannot
+//! write a byte of the run. A run's keys live `run_timeout` plus
 //! `runs.retention` from its start, and `runs.retention` from its end.
+
+mod lease;
+mod meta;
 
 use std::{collections::HashMap, time::Duration};
 
-use baton_common::ids::TraceId;
+pub use lease::Claim;
+pub use meta::{RunEnd, RunMeta};
+use meta::{decode_entries, decode_meta};
+
 use baton_context_store::{
     error::Error as StoreError,
     store::{
@@ -35,84 +48,6 @@ use prost::Message as _;
 use redis::{Script, Value};
 
 use crate::error::Error;
-
-/// How a run started, as its metadata keeps it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunMeta {
-    /// The run's id.
-    pub run_id: String,
-    /// Its trace.
-    pub trace_id: String,
-    /// The tenant that started it.
-    pub tenant: String,
-    /// What started it.
-    pub kind: pb::RunKind,
-    /// Agent, group or pipeline name.
-    pub target: String,
-    /// When it started (ms since the epoch).
-    pub started_ms: i64,
-    /// Whether it outlives its caller.
-    pub detached: bool,
-    /// Where it is.
-    pub status: pb::RunStatus,
-    /// When it ended (ms since the epoch), once ended.
-    pub ended_ms: Option<i64>,
-    /// The final output, once completed.
-    pub output: String,
-    /// The run context, once ended.
-    pub run_context_json: String,
-    /// Totals, once ended.
-    pub usage: pb::Usage,
-    /// The failure's code, once failed.
-    pub error_code: i32,
-    /// The failure's or cancellation's message.
-    pub error_message: String,
-    /// The seq of its last logged event.
-    pub last_seq: u64,
-}
-
-impl RunMeta {
-    /// What GetRun answers.
-    pub fn to_response(&self) -> pb::GetRunResponse {
-        pb::GetRunResponse {
-            run_id: self.run_id.clone(),
-            trace_id: self.trace_id.clone(),
-            kind: self.kind as i32,
-            target: self.target.clone(),
-            status: self.status as i32,
-            started_at: Some(timestamp(self.started_ms)),
-            ended_at: self.ended_ms.map(timestamp),
-            output: self.output.clone(),
-            run_context_json: self.run_context_json.clone(),
-            usage: Some(self.usage),
-            error_code: self.error_code,
-            error_message: self.error_message.clone(),
-            last_seq: self.last_seq,
-        }
-    }
-
-    /// What ListRuns shows.
-    pub fn to_summary(&self) -> pb::RunSummary {
-        pb::RunSummary {
-            run_id: self.run_id.clone(),
-            trace_id: self.trace_id.clone(),
-            kind: self.kind as i32,
-            target: self.target.clone(),
-            status: self.status as i32,
-            started_at: Some(timestamp(self.started_ms)),
-            ended_at: self.ended_ms.map(timestamp),
-            last_seq: self.last_seq,
-            detached: self.detached,
-        }
-    }
-}
-
-fn timestamp(ms: i64) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: ms.div_euclid(1000),
-        nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
-    }
-}
 
 /// Milliseconds since the Unix epoch, now.
 pub fn now_ms() -> i64 {
@@ -137,6 +72,13 @@ pub struct RedisRuns {
     config: RedisConfig,
     retention: Duration,
     append: Script,
+    /// This replica, as the runs it owns name it.
+    owner: String,
+    /// How long a lease lasts unless renewed.
+    lease: Duration,
+    create: Script,
+    renew: Script,
+    claim: Script,
 }
 
 const APPEND: &str = r"
@@ -175,21 +117,42 @@ fn store_error(e: StoreError) -> Error {
     }
 }
 
-fn redis_error(e: redis::RedisError) -> Error {
+pub(super) fn redis_error(e: redis::RedisError) -> Error {
     Error::Unavailable(format!("run store: redis: {e}"))
 }
 
 impl RedisRuns {
-    /// Runs in the Redis `config` names, kept `retention` after they end.
-    /// Connects lazily: this succeeds while Redis is away.
-    pub fn new(config: &RedisConfig, retention: Duration) -> Result<Self, String> {
+    /// Runs in the Redis `config` names, kept `retention` after they end,
+    /// owned by this replica (`owner`) through leases of `lease`. Connects
+    /// lazily: this succeeds while Redis is away.
+    pub fn new(
+        config: &RedisConfig,
+        retention: Duration,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Self, String> {
         config.validate()?;
         Ok(Self {
             conn: Connection::open(config).map_err(|e| e.to_string())?,
             config: config.clone(),
             retention,
             append: Script::new(APPEND),
+            owner: owner.to_owned(),
+            lease,
+            create: Script::new(&format!("{}{}", lease::NOW, lease::CREATE)),
+            renew: Script::new(&format!("{}{}", lease::NOW, lease::RENEW)),
+            claim: Script::new(&format!("{}{}", lease::NOW, lease::CLAIM)),
         })
+    }
+
+    /// This replica's name in the runs it owns.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// How long a lease lasts unless renewed.
+    pub fn lease(&self) -> Duration {
+        self.lease
     }
 
     fn meta_key(&self, run_id: &str) -> String {
@@ -198,6 +161,10 @@ impl RedisRuns {
 
     fn log_key(&self, run_id: &str) -> String {
         format!("{}:run:{{{run_id}}}:log", self.config.key_prefix)
+    }
+
+    fn leases_key(&self) -> String {
+        format!("{}:leases", self.config.key_prefix)
     }
 
     fn index_key(&self, tenant: &str) -> String {
@@ -218,52 +185,6 @@ impl RedisRuns {
             .query_async::<String>(&mut c)
             .await
             .is_ok()
-    }
-
-    /// Records a new run (epoch 1) and lists it under its tenant; its keys
-    /// live `live_for` (its deadline) plus the retention, until it ends.
-    pub async fn create(&self, meta: &RunMeta, live_for: Duration) -> Result<u64, Error> {
-        let mut c = self.conn().await?;
-        let key = self.meta_key(&meta.run_id);
-        let ttl = (live_for + self.retention).as_millis() as i64;
-        redis::pipe()
-            .atomic()
-            .cmd("HSET")
-            .arg(&key)
-            .arg("epoch")
-            .arg(1)
-            .arg("tenant")
-            .arg(&meta.tenant)
-            .arg("kind")
-            .arg(meta.kind as i32)
-            .arg("target")
-            .arg(&meta.target)
-            .arg("trace_id")
-            .arg(&meta.trace_id)
-            .arg("started_ms")
-            .arg(meta.started_ms)
-            .arg("detached")
-            .arg(u8::from(meta.detached))
-            .arg("status")
-            .arg(pb::RunStatus::Running as i32)
-            .arg("last_seq")
-            .arg(0)
-            .ignore()
-            .cmd("PEXPIRE")
-            .arg(&key)
-            .arg(ttl)
-            .ignore()
-            .query_async::<()>(&mut c)
-            .await
-            .map_err(redis_error)?;
-        redis::cmd("ZADD")
-            .arg(self.index_key(&meta.tenant))
-            .arg(0)
-            .arg(&meta.run_id)
-            .query_async::<()>(&mut c)
-            .await
-            .map_err(redis_error)?;
-        Ok(1)
     }
 
     /// Appends events (each with its `seq`) to the run's log, and, with
@@ -417,15 +338,18 @@ impl RedisRuns {
                 .query_async(&mut c)
                 .await
                 .map_err(redis_error)?;
-            let mut pipe = redis::pipe();
-            for id in &ids {
-                pipe.cmd("HGETALL").arg(self.meta_key(id));
-            }
-            let metas: Vec<HashMap<String, Vec<u8>>> = if ids.is_empty() {
-                Vec::new()
-            } else {
-                pipe.query_async(&mut c).await.map_err(redis_error)?
-            };
+            // One command per run, concurrently: the runs' keys are in
+            // different slots of a Cluster, which a pipeline cannot span.
+            let metas: Vec<HashMap<String, Vec<u8>>> =
+                futures::future::try_join_all(ids.iter().map(|id| async move {
+                    let mut c = self.conn().await?;
+                    redis::cmd("HGETALL")
+                        .arg(self.meta_key(id))
+                        .query_async::<HashMap<String, Vec<u8>>>(&mut c)
+                        .await
+                        .map_err(redis_error)
+                }))
+                .await?;
             let mut expired = Vec::new();
             for (id, fields) in ids.iter().zip(&metas) {
                 match decode_meta(id, fields) {
@@ -452,97 +376,4 @@ impl RedisRuns {
         found.truncate(size);
         Ok((found, more))
     }
-}
-
-/// How a run ended, written with its terminal event.
-#[derive(Debug, Clone)]
-pub struct RunEnd {
-    /// Completed, failed or cancelled.
-    pub status: pb::RunStatus,
-    /// When (ms since the epoch).
-    pub ended_ms: i64,
-    /// The final output.
-    pub output: String,
-    /// The run context.
-    pub run_context_json: String,
-    /// Totals.
-    pub usage: pb::Usage,
-    /// The failure's code.
-    pub error_code: i32,
-    /// The failure's or cancellation's message.
-    pub error_message: String,
-}
-
-impl RunEnd {
-    fn fields(&self) -> Vec<(&'static str, Vec<u8>)> {
-        vec![
-            ("status", (self.status as i32).to_string().into_bytes()),
-            ("ended_ms", self.ended_ms.to_string().into_bytes()),
-            ("output", self.output.clone().into_bytes()),
-            (
-                "run_context_json",
-                self.run_context_json.clone().into_bytes(),
-            ),
-            ("usage", self.usage.encode_to_vec()),
-            ("error_code", self.error_code.to_string().into_bytes()),
-            ("error_message", self.error_message.clone().into_bytes()),
-        ]
-    }
-}
-
-fn decode_meta(run_id: &str, f: &HashMap<String, Vec<u8>>) -> Option<RunMeta> {
-    if !f.contains_key("epoch") {
-        return None;
-    }
-    let text = |k: &str| {
-        f.get(k)
-            .map(|v| String::from_utf8_lossy(v).into_owned())
-            .unwrap_or_default()
-    };
-    let num = |k: &str| text(k).parse::<i64>().unwrap_or(0);
-    Some(RunMeta {
-        run_id: run_id.to_owned(),
-        trace_id: text("trace_id"),
-        tenant: text("tenant"),
-        kind: pb::RunKind::try_from(num("kind") as i32).unwrap_or(pb::RunKind::Unspecified),
-        target: text("target"),
-        started_ms: num("started_ms"),
-        detached: num("detached") == 1,
-        status: pb::RunStatus::try_from(num("status") as i32).unwrap_or(pb::RunStatus::Unspecified),
-        ended_ms: f.contains_key("ended_ms").then(|| num("ended_ms")),
-        output: text("output"),
-        run_context_json: text("run_context_json"),
-        usage: f
-            .get("usage")
-            .and_then(|u| pb::Usage::decode(u.as_slice()).ok())
-            .unwrap_or_default(),
-        error_code: num("error_code") as i32,
-        error_message: text("error_message"),
-        last_seq: num("last_seq").max(0) as u64,
-    })
-}
-
-/// Events of `XRANGE`/`XREAD` entries: `[[id, [field, value, …]], …]`.
-fn decode_entries(reply: &Value) -> Result<Vec<pb::RunEvent>, Error> {
-    let Value::Array(entries) = reply else {
-        return Ok(Vec::new());
-    };
-    let mut out = Vec::with_capacity(entries.len());
-    for entry in entries {
-        let Value::Array(parts) = entry else { continue };
-        let Some(Value::Array(fields)) = parts.get(1) else {
-            continue;
-        };
-        if let Some(Value::BulkString(bytes)) = fields.get(1) {
-            let event = pb::RunEvent::decode(bytes.as_slice())
-                .map_err(|e| Error::Internal(format!("run store: a logged event: {e}")))?;
-            out.push(event);
-        }
-    }
-    Ok(out)
-}
-
-/// A trace id as the metadata keeps it.
-pub fn trace_text(trace: &TraceId) -> String {
-    trace.to_string()
 }

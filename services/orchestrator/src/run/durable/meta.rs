@@ -1,0 +1,177 @@
+//! A durable run's record as Redis keeps it: how it started
+//! ([`RunMeta`]), how it ended ([`RunEnd`]), and the decoding of hashes and
+//! stream entries.
+
+use std::collections::HashMap;
+
+use baton_proto::v1 as pb;
+use prost::Message as _;
+use redis::Value;
+
+use crate::error::Error;
+
+/// How a run started, as its metadata keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunMeta {
+    /// The run's id.
+    pub run_id: String,
+    /// Its trace.
+    pub trace_id: String,
+    /// The tenant that started it.
+    pub tenant: String,
+    /// What started it.
+    pub kind: pb::RunKind,
+    /// Agent, group or pipeline name.
+    pub target: String,
+    /// When it started (ms since the epoch).
+    pub started_ms: i64,
+    /// Whether it outlives its caller.
+    pub detached: bool,
+    /// Where it is.
+    pub status: pb::RunStatus,
+    /// When it ended (ms since the epoch), once ended.
+    pub ended_ms: Option<i64>,
+    /// The final output, once completed.
+    pub output: String,
+    /// The run context, once ended.
+    pub run_context_json: String,
+    /// Totals, once ended.
+    pub usage: pb::Usage,
+    /// The failure's code, once failed.
+    pub error_code: i32,
+    /// The failure's or cancellation's message.
+    pub error_message: String,
+    /// The seq of its last logged event.
+    pub last_seq: u64,
+}
+
+impl RunMeta {
+    /// What GetRun answers.
+    pub fn to_response(&self) -> pb::GetRunResponse {
+        pb::GetRunResponse {
+            run_id: self.run_id.clone(),
+            trace_id: self.trace_id.clone(),
+            kind: self.kind as i32,
+            target: self.target.clone(),
+            status: self.status as i32,
+            started_at: Some(timestamp(self.started_ms)),
+            ended_at: self.ended_ms.map(timestamp),
+            output: self.output.clone(),
+            run_context_json: self.run_context_json.clone(),
+            usage: Some(self.usage),
+            error_code: self.error_code,
+            error_message: self.error_message.clone(),
+            last_seq: self.last_seq,
+        }
+    }
+
+    /// What ListRuns shows.
+    pub fn to_summary(&self) -> pb::RunSummary {
+        pb::RunSummary {
+            run_id: self.run_id.clone(),
+            trace_id: self.trace_id.clone(),
+            kind: self.kind as i32,
+            target: self.target.clone(),
+            status: self.status as i32,
+            started_at: Some(timestamp(self.started_ms)),
+            ended_at: self.ended_ms.map(timestamp),
+            last_seq: self.last_seq,
+            detached: self.detached,
+        }
+    }
+}
+
+fn timestamp(ms: i64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: ms.div_euclid(1000),
+        nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
+    }
+}
+
+/// How a run ended, written with its terminal event.
+#[derive(Debug, Clone)]
+pub struct RunEnd {
+    /// Completed, failed or cancelled.
+    pub status: pb::RunStatus,
+    /// When (ms since the epoch).
+    pub ended_ms: i64,
+    /// The final output.
+    pub output: String,
+    /// The run context.
+    pub run_context_json: String,
+    /// Totals.
+    pub usage: pb::Usage,
+    /// The failure's code.
+    pub error_code: i32,
+    /// The failure's or cancellation's message.
+    pub error_message: String,
+}
+
+impl RunEnd {
+    pub(super) fn fields(&self) -> Vec<(&'static str, Vec<u8>)> {
+        vec![
+            ("status", (self.status as i32).to_string().into_bytes()),
+            ("ended_ms", self.ended_ms.to_string().into_bytes()),
+            ("output", self.output.clone().into_bytes()),
+            (
+                "run_context_json",
+                self.run_context_json.clone().into_bytes(),
+            ),
+            ("usage", self.usage.encode_to_vec()),
+            ("error_code", self.error_code.to_string().into_bytes()),
+            ("error_message", self.error_message.clone().into_bytes()),
+        ]
+    }
+}
+
+pub(super) fn decode_meta(run_id: &str, f: &HashMap<String, Vec<u8>>) -> Option<RunMeta> {
+    if !f.contains_key("epoch") {
+        return None;
+    }
+    let text = |k: &str| {
+        f.get(k)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .unwrap_or_default()
+    };
+    let num = |k: &str| text(k).parse::<i64>().unwrap_or(0);
+    Some(RunMeta {
+        run_id: run_id.to_owned(),
+        trace_id: text("trace_id"),
+        tenant: text("tenant"),
+        kind: pb::RunKind::try_from(num("kind") as i32).unwrap_or(pb::RunKind::Unspecified),
+        target: text("target"),
+        started_ms: num("started_ms"),
+        detached: num("detached") == 1,
+        status: pb::RunStatus::try_from(num("status") as i32).unwrap_or(pb::RunStatus::Unspecified),
+        ended_ms: f.contains_key("ended_ms").then(|| num("ended_ms")),
+        output: text("output"),
+        run_context_json: text("run_context_json"),
+        usage: f
+            .get("usage")
+            .and_then(|u| pb::Usage::decode(u.as_slice()).ok())
+            .unwrap_or_default(),
+        error_code: num("error_code") as i32,
+        error_message: text("error_message"),
+        last_seq: num("last_seq").max(0) as u64,
+    })
+}
+
+/// Events of `XRANGE`/`XREAD` entries: `[[id, [field, value, …]], …]`.
+pub(super) fn decode_entries(reply: &Value) -> Result<Vec<pb::RunEvent>, Error> {
+    let Value::Array(entries) = reply else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let Value::Array(parts) = entry else { continue };
+        let Some(Value::Array(fields)) = parts.get(1) else {
+            continue;
+        };
+        if let Some(Value::BulkString(bytes)) = fields.get(1) {
+            let event = pb::RunEvent::decode(bytes.as_slice())
+                .map_err(|e| Error::Internal(format!("run store: a logged event: {e}")))?;
+            out.push(event);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,164 @@
+//! The leases of durable runs, kept by every replica in the background:
+//! every third of `runs.lease` it renews the lease of each run it owns (a
+//! run whose epoch moved on — another replica claimed it while this one was
+//! paused or cut off — is cancelled here at once, and its writes were
+//! fenced already), and it claims runs whose lease lapsed because their
+//! replica stopped.
+//!
+//! A claimed run cannot be resumed yet (that needs checkpoints): the
+//! claimant ends it, so it still ends with exactly one terminal event and
+//! no seq gap — `RunResumed` (this replica, the last logged seq) then
+//! `RunFailed` `UNAVAILABLE` naming the replica that stopped.
+
+use std::sync::{Arc, atomic::Ordering};
+
+use baton_proto::v1::{self as pb, run_event::Payload};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    durable::{Append, Claim, RedisRuns, RunEnd, now_ms},
+    registry::Runs,
+};
+
+/// Most lapsed runs claimed in one round.
+const CLAIMS_PER_ROUND: usize = 16;
+
+/// Renews and claims until `stop` and no run is running here any more
+/// (runs finishing within the shutdown grace keep their leases; a
+/// replica that is stopping claims nothing).
+pub async fn keep(durable: Arc<RedisRuns>, runs: Arc<Runs>, stop: CancellationToken) {
+    let every = durable.lease() / 3;
+    loop {
+        tokio::time::sleep(every).await;
+        renew(&durable, &runs).await;
+        if stop.is_cancelled() {
+            if runs.running() == 0 {
+                return;
+            }
+            continue;
+        }
+        claim(&durable).await;
+    }
+}
+
+async fn renew(durable: &RedisRuns, runs: &Runs) {
+    for run in runs.running_runs() {
+        let epoch = run.epoch.load(Ordering::Relaxed);
+        if epoch == 0 {
+            continue;
+        }
+        match durable.renew(&run.run_id, epoch).await {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(run_id = %run.run_id, "another replica owns this run now; stopping it here");
+                run.cancel("another replica owns this run now");
+            }
+            // Tried again next round; if the lease lapses meanwhile, another
+            // replica claims the run and this one's writes are fenced.
+            Err(e) => {
+                tracing::warn!(run_id = %run.run_id, error = %e, "cannot renew a run's lease")
+            }
+        }
+    }
+}
+
+async fn claim(durable: &RedisRuns) {
+    let lapsed = match durable.lapsed(CLAIMS_PER_ROUND).await {
+        Ok(ids) => ids,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot look for lapsed leases");
+            return;
+        }
+    };
+    for run_id in lapsed {
+        match durable.claim(&run_id).await {
+            Ok(Claim::Claimed {
+                epoch,
+                previous_owner,
+                last_seq,
+                trace_id,
+            }) => {
+                tracing::warn!(
+                    run_id,
+                    previous_owner,
+                    last_seq,
+                    "claimed a run whose replica stopped"
+                );
+                end_orphan(
+                    durable,
+                    &run_id,
+                    epoch,
+                    &previous_owner,
+                    last_seq,
+                    &trace_id,
+                )
+                .await;
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(run_id, error = %e, "cannot claim a lapsed run"),
+        }
+    }
+}
+
+/// Ends a claimed run: `RunResumed`, then `RunFailed` `UNAVAILABLE`.
+async fn end_orphan(
+    durable: &RedisRuns,
+    run_id: &str,
+    epoch: u64,
+    previous_owner: &str,
+    last_seq: u64,
+    trace_id: &str,
+) {
+    let message = format!(
+        "the replica running this run ({previous_owner}) stopped; resuming runs on another replica is not built yet"
+    );
+    // The events are the root context's, in its span (the run's first
+    // event, RunStarted, carries it).
+    let root_span = match durable.events_after(run_id, 0, 1).await {
+        Ok(first) => first.first().map(|e| e.span_id.clone()).unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+    let envelope = |seq: u64, payload: Payload| pb::RunEvent {
+        seq,
+        trace_id: trace_id.to_owned(),
+        run_id: run_id.to_owned(),
+        context_id: "root".into(),
+        span_id: root_span.clone(),
+        time: Some(prost_types::Timestamp::from(std::time::SystemTime::now())),
+        payload: Some(payload),
+        ..Default::default()
+    };
+    let events = [
+        envelope(
+            last_seq + 1,
+            Payload::RunResumed(pb::RunResumed {
+                replica: durable.owner().to_owned(),
+                checkpoint_seq: last_seq,
+            }),
+        ),
+        envelope(
+            last_seq + 2,
+            Payload::RunFailed(pb::RunFailed {
+                code: tonic::Code::Unavailable as i32,
+                message: message.clone(),
+                usage: None,
+            }),
+        ),
+    ];
+    let end = RunEnd {
+        status: pb::RunStatus::Failed,
+        ended_ms: now_ms(),
+        output: String::new(),
+        run_context_json: String::new(),
+        usage: pb::Usage::default(),
+        error_code: tonic::Code::Unavailable as i32,
+        error_message: message,
+    };
+    match durable.append(run_id, epoch, &events, Some(&end)).await {
+        Ok(Append::Done) => durable.forget_lease(run_id).await,
+        Ok(Append::Fenced) => tracing::warn!(run_id, "another replica claimed the run first"),
+        Err(e) => {
+            tracing::warn!(run_id, error = %e, "cannot end a claimed run; its lease lapses again")
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! Durable runs across real `baton-orchestrator` processes sharing only a
+//! real `redis-server` (`runs.store = "redis"`, a 1 s lease): a replica
+//! killed mid-run has its runs claimed and ended by another, which a client
+//! follows with WatchRun (one terminal event, no seq gap); a replica paused
+//! past its lease (SIGSTOP) writes nothing more once another claimed its
+//! run. Bounded in time: each wait has a deadline.
+
+use std::{
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use baton_client::{
+    OrchestratorClient,
+    pb::{self, run_event::Payload},
+};
+use baton_e2e::{RedisServer, events, free_addr};
+use futures::StreamExt;
+
+const AGENTS: &str = r#"
+scripts:
+  slow: [{calls: [{tool: sleep, args: {ms: 20000}}]}, {text: never}]
+agents:
+  slow: {model: "scripted:slow", tools: [sleep]}
+"#;
+
+struct Replica {
+    child: Child,
+    endpoint: String,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Replica {
+    async fn start(name: &str, redis: &RedisServer, agents: &PathBuf) -> Replica {
+        let addr = free_addr().expect("free port");
+        let child = Command::new(env!("CARGO_BIN_EXE_baton-orchestrator"))
+            .env("BATON_ORCH_LISTEN", addr.to_string())
+            .env("BATON_ORCH_TELEMETRY__METRICS_LISTEN", "")
+            .env("BATON_ORCH_STORE__MODE", "memory")
+            .env("BATON_ORCH_AGENTS_FILE", agents)
+            .env("BATON_ORCH_RUNS__STORE", "redis")
+            .env("BATON_ORCH_RUNS__REDIS__URL", redis.url())
+            .env("BATON_ORCH_RUNS__REDIS__TIMEOUT", "300ms")
+            .env("BATON_ORCH_RUNS__LEASE", "1s")
+            .env("BATON_ORCH_RUNS__REPLICA", name)
+            .env("BATON_ORCH_SHUTDOWN_GRACE", "1s")
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn baton-orchestrator");
+        let replica = Replica {
+            child,
+            endpoint: format!("http://{addr}"),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(c) = OrchestratorClient::connect(replica.endpoint.clone()).await
+                && c.list_agents().await.is_ok()
+            {
+                return replica;
+            }
+            assert!(Instant::now() < deadline, "{name} did not start");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn client(&self) -> OrchestratorClient {
+        OrchestratorClient::connect(self.endpoint.clone())
+            .await
+            .expect("connect")
+    }
+
+    fn signal(&self, signal: &str) {
+        let ok = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill {signal}");
+    }
+}
+
+fn agents_file() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("baton-failover-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let path = dir.join("agents.yaml");
+    std::fs::write(&path, AGENTS).expect("write agents");
+    path
+}
+
+/// Starts a slow run on `client`; its stream, once the tool call began,
+/// and the events so far.
+async fn start_slow(client: &OrchestratorClient) -> (baton_client::Events, Vec<pb::RunEvent>) {
+    let mut stream = client
+        .run_agent(pb::RunAgentRequest {
+            agent: "slow".into(),
+            input: "x".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("run");
+    let mut seen = Vec::new();
+    loop {
+        let e = stream.next().await.expect("open").expect("event");
+        let started = matches!(e.payload, Some(Payload::ToolCallStarted(_)));
+        seen.push(e);
+        if started {
+            return (stream, seen);
+        }
+    }
+}
+
+/// Waits until `check` holds, up to `within`.
+async fn until(within: Duration, what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what} within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_replicas_run_is_claimed_and_ended_by_another() {
+    let redis = RedisServer::start().expect("redis-server");
+    let agents = agents_file();
+    let a = Replica::start("replica-a", &redis, &agents).await;
+    let b = Replica::start("replica-b", &redis, &agents).await;
+    let (stream, seen) = start_slow(&a.client().await).await;
+    let run_id = seen[0].run_id.clone();
+    let last = seen.last().expect("events").seq;
+
+    let killed = Instant::now();
+    a.signal("-KILL");
+    drop(stream);
+    // The client re-attaches on the other replica after what it saw.
+    let on_b = b.client().await;
+    let rest: Vec<pb::RunEvent> = tokio::time::timeout(Duration::from_secs(10), async {
+        on_b.watch_run(&run_id, last, None)
+            .await
+            .expect("watch on b")
+            .map(|e| e.expect("event"))
+            .collect()
+            .await
+    })
+    .await
+    .expect("the run ends within the deadline");
+    let took = killed.elapsed();
+    match rest.first().and_then(|e| e.payload.as_ref()) {
+        Some(Payload::RunResumed(r)) => {
+            assert_eq!((r.replica.as_str(), r.checkpoint_seq), ("replica-b", last));
+        }
+        other => panic!("first RunResumed: {other:?}"),
+    }
+    match rest.last().and_then(|e| e.payload.as_ref()) {
+        Some(Payload::RunFailed(f)) => {
+            assert_eq!(f.code, tonic::Code::Unavailable as i32);
+            assert!(f.message.contains("replica-a"), "{}", f.message);
+        }
+        other => panic!("{other:?}"),
+    }
+    // One stream as a re-attached client sees it: gap-free from 1, one
+    // terminal event.
+    let mut whole = seen.clone();
+    whole.extend(rest);
+    events::check_stream_rules(&whole);
+    assert_eq!(
+        whole.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=whole.len() as u64).collect::<Vec<_>>()
+    );
+    assert!(
+        took < Duration::from_secs(4),
+        "claimed {took:?} after the kill (lease 1 s)"
+    );
+    let got = on_b.get_run(&run_id).await.expect("get");
+    assert_eq!(got.status(), pb::RunStatus::Failed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_owner_writes_nothing_once_another_replica_claimed_its_run() {
+    let redis = RedisServer::start().expect("redis-server");
+    let agents = agents_file();
+    let a = Replica::start("replica-a", &redis, &agents).await;
+    let b = Replica::start("replica-b", &redis, &agents).await;
+    let (mut stream, seen) = start_slow(&a.client().await).await;
+    let run_id = seen[0].run_id.clone();
+    let log = format!("baton:run:{{{run_id}}}:log");
+
+    a.signal("-STOP");
+    let on_b = b.client().await;
+    until(
+        Duration::from_secs(8),
+        "replica b claims the run",
+        async || {
+            on_b.get_run(&run_id)
+                .await
+                .is_ok_and(|r| r.status() == pb::RunStatus::Failed)
+        },
+    )
+    .await;
+    let length = redis.cli(&["XLEN", &log]).expect("xlen");
+    a.signal("-CONT");
+    // The former owner finds its epoch gone at its next renewal and stops
+    // the run; its client's stream ends UNAVAILABLE, and the log keeps
+    // exactly what it had.
+    let ended = tokio::time::timeout(Duration::from_secs(6), async {
+        while let Some(e) = stream.next().await {
+            if let Err(e) = e {
+                return Some(e);
+            }
+        }
+        None
+    })
+    .await
+    .expect("the former owner's stream ends");
+    let err = ended.expect("with an error");
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(redis.cli(&["XLEN", &log]).expect("xlen"), length);
+    let all: Vec<pb::RunEvent> = on_b
+        .watch_run(&run_id, 0, None)
+        .await
+        .expect("watch")
+        .map(|e| e.expect("event"))
+        .collect()
+        .await;
+    events::check_stream_rules(&all);
+    assert!(matches!(
+        all.last().and_then(|e| e.payload.as_ref()),
+        Some(Payload::RunFailed(_))
+    ));
+}
