@@ -517,7 +517,10 @@ async fn a_lapsed_lease_is_claimed_once_and_fences_the_former_owner() {
     }
     // a stops renewing: the lease lapses, b claims it (once).
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(b.lapsed(10).await.expect("lapsed"), [id.clone()]);
+    assert_eq!(
+        b.lapsed(10).await.expect("lapsed"),
+        std::slice::from_ref(&id)
+    );
     let claimed = b.claim(&id).await.expect("claim");
     let Claim::Claimed {
         epoch: new_epoch,
@@ -549,7 +552,10 @@ async fn a_lapsed_lease_is_claimed_once_and_fences_the_former_owner() {
         .await
         .expect("end");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(b.lapsed(10).await.expect("lapsed"), [id.clone()]);
+    assert_eq!(
+        b.lapsed(10).await.expect("lapsed"),
+        std::slice::from_ref(&id)
+    );
     assert_eq!(b.claim(&id).await.expect("claim"), Claim::Ended);
     assert!(b.lapsed(10).await.expect("lapsed").is_empty());
 }

@@ -33,6 +33,7 @@ mod meta;
 use std::{collections::HashMap, time::Duration};
 
 pub use lease::Claim;
+use lease::decode_claim;
 pub use meta::{RunEnd, RunMeta};
 use meta::{decode_entries, decode_meta};
 
@@ -185,6 +186,130 @@ impl RedisRuns {
             .query_async::<String>(&mut c)
             .await
             .is_ok()
+    }
+
+    /// Records a new run (epoch 1) owned by this replica for a lease, and
+    /// lists it under its tenant; its keys live `live_for` (its deadline)
+    /// plus the retention, until it ends.
+    pub async fn create(&self, meta: &RunMeta, live_for: Duration) -> Result<u64, Error> {
+        let (owner, lease) = (self.owner.as_str(), self.lease);
+        let mut c = self.conn().await?;
+        let ttl = (live_for + self.retention).as_millis() as i64;
+        let mut invocation = self.create.prepare_invoke();
+        invocation
+            .key(self.meta_key(&meta.run_id))
+            .arg(lease.as_millis() as i64)
+            .arg(ttl);
+        for (field, value) in [
+            ("epoch", "1".to_owned()),
+            ("owner", owner.to_owned()),
+            ("tenant", meta.tenant.clone()),
+            ("kind", (meta.kind as i32).to_string()),
+            ("target", meta.target.clone()),
+            ("trace_id", meta.trace_id.clone()),
+            ("started_ms", meta.started_ms.to_string()),
+            ("detached", u8::from(meta.detached).to_string()),
+            ("status", (pb::RunStatus::Running as i32).to_string()),
+            ("last_seq", "0".to_owned()),
+        ] {
+            invocation.arg(field).arg(value);
+        }
+        let until: i64 = invocation.invoke_async(&mut c).await.map_err(redis_error)?;
+        // Two keys of their own (not the run's hash tag): two commands, so
+        // a Cluster can route each.
+        redis::cmd("ZADD")
+            .arg(self.index_key(&meta.tenant))
+            .arg(0)
+            .arg(&meta.run_id)
+            .query_async::<()>(&mut c)
+            .await
+            .map_err(redis_error)?;
+        redis::cmd("ZADD")
+            .arg(self.leases_key())
+            .arg(until)
+            .arg(&meta.run_id)
+            .query_async::<()>(&mut c)
+            .await
+            .map_err(redis_error)?;
+        Ok(1)
+    }
+
+    /// Extends this replica's lease of a run; `false` when the run's epoch
+    /// is no longer `epoch` (another replica claimed it, or it expired):
+    /// the caller must stop the run at once.
+    pub async fn renew(&self, run_id: &str, epoch: u64) -> Result<bool, Error> {
+        let lease = self.lease;
+        let mut c = self.conn().await?;
+        let until: i64 = self
+            .renew
+            .key(self.meta_key(run_id))
+            .arg(epoch)
+            .arg(lease.as_millis() as i64)
+            .invoke_async(&mut c)
+            .await
+            .map_err(redis_error)?;
+        if until < 0 {
+            return Ok(false);
+        }
+        redis::cmd("ZADD")
+            .arg(self.leases_key())
+            .arg(until)
+            .arg(run_id)
+            .query_async::<()>(&mut c)
+            .await
+            .map_err(redis_error)?;
+        Ok(true)
+    }
+
+    /// Runs whose lease lapsed (by Redis's clock), at most `count`.
+    pub async fn lapsed(&self, count: usize) -> Result<Vec<String>, Error> {
+        let mut c = self.conn().await?;
+        let (secs, micros): (i64, i64) = redis::cmd("TIME")
+            .query_async(&mut c)
+            .await
+            .map_err(redis_error)?;
+        let now = secs * 1000 + micros / 1000;
+        redis::cmd("ZRANGEBYSCORE")
+            .arg(self.leases_key())
+            .arg("-inf")
+            .arg(format!("({now}"))
+            .arg("LIMIT")
+            .arg(0)
+            .arg(count)
+            .query_async(&mut c)
+            .await
+            .map_err(redis_error)
+    }
+
+    /// Takes a run whose lease lapsed over for this replica (see
+    /// [`Claim`]); runs that are gone or ended leave the lease set.
+    pub async fn claim(&self, run_id: &str) -> Result<Claim, Error> {
+        let (owner, lease) = (self.owner.as_str(), self.lease);
+        let mut c = self.conn().await?;
+        let reply: Vec<Value> = self
+            .claim
+            .key(self.meta_key(run_id))
+            .arg(owner)
+            .arg(lease.as_millis() as i64)
+            .invoke_async(&mut c)
+            .await
+            .map_err(redis_error)?;
+        let claim = decode_claim(&reply);
+        if matches!(claim, Claim::Gone | Claim::Ended) {
+            self.forget_lease(run_id).await;
+        }
+        Ok(claim)
+    }
+
+    /// Drops a run from the lease set (it ended); best effort.
+    pub async fn forget_lease(&self, run_id: &str) {
+        if let Ok(mut c) = self.conn().await {
+            let _ = redis::cmd("ZREM")
+                .arg(self.leases_key())
+                .arg(run_id)
+                .query_async::<()>(&mut c)
+                .await;
+        }
     }
 
     /// Appends events (each with its `seq`) to the run's log, and, with
