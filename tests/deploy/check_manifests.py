@@ -16,7 +16,10 @@ import yaml
 BIN_DIR = "target/debug"
 # Stand-ins for the Secrets' contents, to check that the binaries accept
 # every variable the manifests set.
-PLACEHOLDERS = {"BATON_STORE_REDIS__URL__FILE": "redis://redis.example:6379"}
+PLACEHOLDERS = {
+    "BATON_STORE_REDIS__URL__FILE": "redis://redis.example:6379",
+    "BATON_ORCH_RUNS__REDIS__URL__FILE": "redis://redis.example:6379",
+}
 
 results = []
 
@@ -137,6 +140,14 @@ def common(name, res):
         expect(vols.get("redis", {}).get("secret", {}).get("secretName", "").startswith("baton-redis")
                and e.get("BATON_STORE_REDIS__URL__FILE") == "/var/run/secrets/baton/redis/url",
                f"{name}: the store reads the Redis URL from the Secret baton-redis, as a file")
+    orch = deployments.get("baton-orchestrator")
+    if orch:
+        vols = {v["name"]: v for v in orch["spec"]["template"]["spec"]["volumes"]}
+        e = env(orch["spec"]["template"]["spec"]["containers"][0])
+        expect(e.get("BATON_ORCH_RUNS__STORE") == "redis"
+               and vols.get("redis", {}).get("secret", {}).get("secretName", "").startswith("baton-redis")
+               and e.get("BATON_ORCH_RUNS__REDIS__URL__FILE") == "/var/run/secrets/baton/redis/url",
+               f"{name}: the orchestrator keeps runs durable in the Redis of the Secret baton-redis")
     sp = res.get(("NetworkPolicy", "baton-context-store"))
     expect(sp and {s for s in ingress_sources(sp) if s[1] == 50052} == {("baton-orchestrator", 50052)},
            f"{name}: only the orchestrator reaches the store's gRPC port")
@@ -161,7 +172,8 @@ def main(bin_dir, dev_path, prod_path):
     jaeger_ports = {p["port"] for p in dev[("Service", "jaeger")]["spec"]["ports"]}
     expect({4317, 16686} <= jaeger_ports, "dev: Jaeger serves OTLP/gRPC 4317 and the UI 16686")
     rp = dev.get(("NetworkPolicy", "redis"))
-    expect(rp and ingress_sources(rp) == {("baton-context-store", 6379)}, "dev: only the context store reaches Redis")
+    expect(rp and ingress_sources(rp) == {("baton-context-store", 6379), ("baton-orchestrator", 6379)},
+           "dev: only the context store and the orchestrator (durable runs) reach Redis")
     secret = [n for (k, n) in dev if k == "Secret" and n.startswith("baton-redis-")]
     expect(secret, "dev: the Secret baton-redis is generated (redis://redis:6379)")
     api = [d for (k, n), d in dev.items() if k == "Secret" and n.startswith("baton-api-keys-")]
