@@ -67,12 +67,14 @@ async fn log_and_fencing(runs: &RedisRuns, bump_epoch: impl AsyncFnOnce(&str)) {
     let m = meta("acme");
     let id = m.run_id.clone();
     let epoch = runs
-        .create(&m, Duration::from_secs(60))
+        .create(&m, &[], Duration::from_secs(60))
         .await
         .expect("create");
     let batch: Vec<pb::RunEvent> = (1..=3).map(|s| event(&id, s, &format!("t{s}"))).collect();
     assert_eq!(
-        runs.append(&id, epoch, &batch, None).await.expect("append"),
+        runs.append(&id, epoch, &batch, &[], None)
+            .await
+            .expect("append"),
         Append::Done
     );
     let got = runs.events_after(&id, 0, 100).await.expect("read");
@@ -90,7 +92,7 @@ async fn log_and_fencing(runs: &RedisRuns, bump_epoch: impl AsyncFnOnce(&str)) {
     bump_epoch(&id).await;
     let late = [event(&id, 4, "late")];
     assert_eq!(
-        runs.append(&id, epoch, &late, Some(&ended("stale")))
+        runs.append(&id, epoch, &late, &[], Some(&ended("stale")))
             .await
             .expect("append"),
         Append::Fenced
@@ -100,7 +102,7 @@ async fn log_and_fencing(runs: &RedisRuns, bump_epoch: impl AsyncFnOnce(&str)) {
     assert_eq!((still.status, still.last_seq), (pb::RunStatus::Running, 3));
     // The new epoch writes.
     assert_eq!(
-        runs.append(&id, epoch + 1, &late, Some(&ended("fresh")))
+        runs.append(&id, epoch + 1, &late, &[], Some(&ended("fresh")))
             .await
             .expect("append"),
         Append::Done
@@ -171,7 +173,7 @@ async fn the_run_store_works_on_a_redis_cluster() {
     .await;
     // More runs, in other slots: listing reads each run's record.
     for _ in 0..5 {
-        runs.create(&meta("acme"), Duration::from_secs(60))
+        runs.create(&meta("acme"), &[], Duration::from_secs(60))
             .await
             .expect("create");
     }
@@ -196,7 +198,7 @@ async fn a_tail_waits_for_the_next_events() {
     let m = meta("acme");
     let id = m.run_id.clone();
     let epoch = runs
-        .create(&m, Duration::from_secs(60))
+        .create(&m, &[], Duration::from_secs(60))
         .await
         .expect("create");
     let mut conn = runs
@@ -222,7 +224,9 @@ async fn a_tail_waits_for_the_next_events() {
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(100)).await;
             let batch = [event(&id, 1, "a"), event(&id, 2, "b")];
-            runs.append(&id, epoch, &batch, None).await.expect("append");
+            runs.append(&id, epoch, &batch, &[], None)
+                .await
+                .expect("append");
         })
     };
     let began = std::time::Instant::now();
@@ -254,7 +258,7 @@ async fn a_tenants_runs_are_listed_newest_first_and_ended_ones_expire() {
     for i in 0..5 {
         let m = meta("acme");
         let epoch = runs
-            .create(&m, Duration::from_secs(60))
+            .create(&m, &[], Duration::from_secs(60))
             .await
             .expect("create");
         if i % 2 == 0 {
@@ -262,6 +266,7 @@ async fn a_tenants_runs_are_listed_newest_first_and_ended_ones_expire() {
                 &m.run_id,
                 epoch,
                 &[event(&m.run_id, 1, "x")],
+                &[],
                 Some(&ended("ok")),
             )
             .await
@@ -270,7 +275,7 @@ async fn a_tenants_runs_are_listed_newest_first_and_ended_ones_expire() {
         ids.push(m.run_id);
     }
     let theirs = meta("globex");
-    runs.create(&theirs, Duration::from_secs(60))
+    runs.create(&theirs, &[], Duration::from_secs(60))
         .await
         .expect("create");
     let newest_first: Vec<String> = ids.iter().rev().cloned().collect();
@@ -503,8 +508,11 @@ async fn a_lapsed_lease_is_claimed_once_and_fences_the_former_owner() {
     let b = RedisRuns::new(&config(&redis.url()), Duration::from_secs(60), "b", lease).expect("b");
     let m = meta("acme");
     let id = m.run_id.clone();
-    let epoch = a.create(&m, Duration::from_secs(60)).await.expect("create");
-    a.append(&id, epoch, &[event(&id, 1, "x")], None)
+    let epoch = a
+        .create(&m, &[], Duration::from_secs(60))
+        .await
+        .expect("create");
+    a.append(&id, epoch, &[event(&id, 1, "x")], &[], None)
         .await
         .expect("append");
 
@@ -541,16 +549,22 @@ async fn a_lapsed_lease_is_claimed_once_and_fences_the_former_owner() {
     // The former owner is fenced: no renewal, no append.
     assert!(!a.renew(&id, epoch).await.expect("renew"));
     assert_eq!(
-        a.append(&id, epoch, &[event(&id, 2, "late")], None)
+        a.append(&id, epoch, &[event(&id, 2, "late")], &[], None)
             .await
             .expect("append"),
         Append::Fenced
     );
     assert!(b.renew(&id, new_epoch).await.expect("renew"));
     // Ended runs leave the lease set when met.
-    b.append(&id, new_epoch, &[event(&id, 2, "end")], Some(&ended("x")))
-        .await
-        .expect("end");
+    b.append(
+        &id,
+        new_epoch,
+        &[event(&id, 2, "end")],
+        &[],
+        Some(&ended("x")),
+    )
+    .await
+    .expect("end");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
         b.lapsed(10).await.expect("lapsed"),

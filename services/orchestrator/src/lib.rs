@@ -166,10 +166,24 @@ pub async fn serve_service(
     let service = service.with_peers(peers::Peers::new(&config.peers));
     // Durable runs: renew this replica's leases, claim lapsed ones.
     if let Some(durable) = service.durable() {
+        let resumer = service.clone();
+        let resume: run::leases::Resume = Arc::new(move |run_id, epoch, last_seq| {
+            let service = resumer.clone();
+            Box::pin(async move {
+                service
+                    .resume(grpc::resume::Claimed {
+                        run_id,
+                        epoch,
+                        last_seq,
+                    })
+                    .await
+            })
+        });
         tasks.spawn(run::leases::keep(
             durable,
             service.runs().clone(),
             shutdown.clone(),
+            resume,
         ));
     }
     // Running runs get `shutdown_grace` to finish once shutdown begins.

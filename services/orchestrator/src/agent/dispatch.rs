@@ -60,7 +60,7 @@ pub(super) fn plan(rt: &Run, frame: &mut CallFrame, call: &ToolCallRequest) -> C
                 frame.ctx.id, rt.limits.max_depth
             ));
         }
-        return CallPlan::Pipeline(frame.ctx.child(rt.tracer(), &segment, "pipeline".into()));
+        return CallPlan::Pipeline(rt.child_context(&frame.ctx, &segment, "pipeline".into()));
     }
     if let Some(tool) = rt.services.tools.get(name) {
         return CallPlan::Tool(tool.clone());
@@ -76,9 +76,7 @@ pub(super) fn plan(rt: &Run, frame: &mut CallFrame, call: &ToolCallRequest) -> C
                 frame.ctx.id, rt.limits.max_depth
             ));
         }
-        let child = frame
-            .ctx
-            .child(rt.tracer(), &segment, format!("agent {name}"));
+        let child = rt.child_context(&frame.ctx, &segment, format!("agent {name}"));
         return CallPlan::Agent(child, name.to_owned());
     }
     CallPlan::Refused(format!("unknown tool {name:?}"))
@@ -134,18 +132,38 @@ pub(super) async fn execute_call(
 ) -> CallResult {
     let _live = LiveGuard::new(&rt.record);
     let started = Instant::now();
+    let unit = format!("c/{}/{}", view.ctx.id, call.id);
+    // A resumed run does not make a call again that it had made: it takes
+    // what the call returned (policies apply again below, as they did).
+    let replayed: Option<CallRecord> = rt
+        .replayed(&unit)
+        .and_then(|r| serde_json::from_slice(r).ok());
+    let mut result = CallResult {
+        output: Ok(String::new()),
+        handoff: None,
+        child_usage: None,
+    };
+    if let Some(record) = replayed {
+        result.handoff = record.handoff;
+        result.child_usage = record.child_usage.map(|[i, o, m, t]| pb::Usage {
+            input_tokens: i,
+            output_tokens: o,
+            model_calls: m,
+            tool_calls: t,
+        });
+        result.output = if record.ok {
+            Ok(record.text)
+        } else {
+            Err(record.text)
+        };
+        return finish_call(rt, view, call, result, started, unit).await;
+    }
     let begin = Payload::ToolCallStarted(pb::ToolCallStarted {
         call_id: call.id.clone(),
         tool: call.name.clone(),
         arguments_json: call.arguments.to_string(),
     });
     rt.emit(&view.ctx, &view.agent_name, begin).await;
-
-    let mut result = CallResult {
-        output: Ok(String::new()),
-        handoff: None,
-        child_usage: None,
-    };
     result.output = match approve(rt, view, call).await {
         Err(denied) => Err(denied),
         Ok(()) => match plan {
@@ -185,6 +203,38 @@ pub(super) async fn execute_call(
                 }
             }
         },
+    };
+    finish_call(rt, view, call, result, started, unit).await
+}
+
+/// What a call returned, before policies: the record of its durable point.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct CallRecord {
+    ok: bool,
+    text: String,
+    handoff: Option<String>,
+    child_usage: Option<[u64; 4]>,
+}
+
+/// Applies the tool-output policies to what a call returned and sends
+/// ToolCallCompleted (with the call's record, before policies).
+async fn finish_call(
+    rt: &Arc<Run>,
+    view: &FrameView,
+    call: &ToolCallRequest,
+    mut result: CallResult,
+    started: Instant,
+    unit: String,
+) -> CallResult {
+    let record = CallRecord {
+        ok: result.output.is_ok(),
+        text: match &result.output {
+            Ok(s) | Err(s) => s.clone(),
+        },
+        handoff: result.handoff.clone(),
+        child_usage: result
+            .child_usage
+            .map(|u| [u.input_tokens, u.output_tokens, u.model_calls, u.tool_calls]),
     };
     // Tool-output policies: run-scoped first, then the agent's.
     let mut policies = Vec::new();
@@ -234,7 +284,10 @@ pub(super) async fn execute_call(
         duration: Some(duration(started.elapsed())),
         policies,
     });
-    rt.emit(&view.ctx, &view.agent_name, done).await;
+    rt.emit_point(&view.ctx, &view.agent_name, done, unit, || {
+        serde_json::to_vec(&record).unwrap_or_default()
+    })
+    .await;
     if let Some(text) = final_text {
         // The first Final wins; the scope ends with its output.
         view.scope.end_with(text);

@@ -87,6 +87,20 @@ pub(super) async fn approve(
             ))
         }
         pb::ApprovalMode::Ask | pb::ApprovalMode::Unspecified => {
+            // A resumed run does not ask again what a person answered.
+            let unit = format!("ap/{approval_id}");
+            if let Some(answer) = rt
+                .replayed(&unit)
+                .and_then(|r| serde_json::from_slice::<(bool, String)>(r).ok())
+            {
+                return match answer {
+                    (true, _) => Ok(()),
+                    (false, reason) if reason.is_empty() => {
+                        Err(format!("{} was denied", call.name))
+                    }
+                    (false, reason) => Err(format!("{} was denied: {reason}", call.name)),
+                };
+            }
             let rx = rt.record.await_approval(&approval_id);
             let requested = Payload::ApprovalRequested(pb::ApprovalRequested {
                 approval_id: approval_id.clone(),
@@ -106,10 +120,13 @@ pub(super) async fn approve(
             .await;
             match answered {
                 Some(answer) => {
-                    rt.emit(
+                    let record = (answer.approved, answer.reason.clone());
+                    rt.emit_point(
                         &view.ctx,
                         &view.agent_name,
                         resolved(answer.approved, &answer.reason, pb::ApprovalSource::Person),
+                        unit,
+                        || serde_json::to_vec(&record).unwrap_or_default(),
                     )
                     .await;
                     if answer.approved {
@@ -123,10 +140,12 @@ pub(super) async fn approve(
                 None => {
                     rt.record.close_approval(&approval_id);
                     let reason = "no answer before the deadline";
-                    rt.emit(
+                    rt.emit_point(
                         &view.ctx,
                         &view.agent_name,
                         resolved(false, reason, pb::ApprovalSource::Deadline),
+                        unit,
+                        || serde_json::to_vec(&(false, reason)).unwrap_or_default(),
                     )
                     .await;
                     Err(format!("{} was denied: {reason}", call.name))
@@ -147,6 +166,11 @@ pub(super) async fn input(
     options: Vec<String>,
 ) -> CallOutput {
     let input_id = format!("input:{}:{n}", call.id);
+    // A resumed run does not ask again for input it received.
+    let unit = format!("in/{}/{input_id}", view.ctx.id);
+    if let Some(input) = rt.replayed(&unit) {
+        return Ok(String::from_utf8_lossy(input).into_owned());
+    }
     let rx = rt.record.await_input(&input_id);
     let requested = Payload::InputRequested(pb::InputRequested {
         input_id: input_id.clone(),
@@ -167,7 +191,9 @@ pub(super) async fn input(
                 input_id,
                 input: input.clone(),
             });
-            rt.emit(&view.ctx, &view.agent_name, received).await;
+            let record = input.clone().into_bytes();
+            rt.emit_point(&view.ctx, &view.agent_name, received, unit, || record)
+                .await;
             Ok(input)
         }
         None => {

@@ -44,7 +44,14 @@ pub(super) async fn run_frame_inner(
         agent: frame.agent.name.clone(),
         model: frame.model.reference().to_owned(),
     });
-    rt.emit(&frame.ctx, &frame.agent_name, started).await;
+    // The record of an agent's start is its context's span id, which the
+    // context keeps when the run is resumed.
+    let unit = format!("a/{}/{}", frame.ctx.id, frame.turns);
+    let span_id = frame.ctx.span_id.clone();
+    rt.emit_point(&frame.ctx, &frame.agent_name, started, unit, || {
+        span_id.into_bytes()
+    })
+    .await;
     // The agent's tool definitions, made once per agent for the whole
     // process (see `Services::tool_defs`), not per turn or per run: a turn
     // loop of a hundred calls would rebuild every JSON schema a hundred
@@ -67,65 +74,84 @@ pub(super) async fn run_frame_inner(
             ctx: &frame.ctx,
             agent: &frame.agent_name,
         };
-        let request = ModelRequest {
-            messages: &frame.messages,
-            tools: &tools,
-            turn: frame.agent_turns,
-            input: &frame.input,
-            call_id_prefix: &prefix,
-        };
-        let mut chat = chat_span(rt, &frame.ctx, frame.model.reference());
-        let began = Instant::now();
-        let answered =
-            tokio::time::timeout(rt.limits.model_timeout, frame.model.turn(request, &sink)).await;
-        let seconds = began.elapsed().as_secs_f64();
-        let turn = match answered {
-            Ok(Ok(t)) => t,
-            Ok(Err(e)) => {
-                let message = e.to_string();
-                rt.services
-                    .metrics
-                    .model_call(frame.model.reference(), false, seconds, 0, 0);
-                chat.set_status(Status::error(message.clone()));
-                chat.end();
-                return Err(Failure {
-                    code: Code::Unavailable,
-                    message,
-                });
-            }
-            Err(_) => {
-                let message = format!(
-                    "model {} did not answer within {:?}",
+        // A resumed run does not ask the model again for a turn it had.
+        let unit = format!("t/{}/{}", frame.ctx.id, frame.turns);
+        let turn = match rt.replayed(&unit) {
+            Some(record) => serde_json::from_slice::<ModelTurn>(record).map_err(|e| {
+                Failure::new(Code::Internal, format!("the record of turn {unit}: {e}"))
+            })?,
+            None => {
+                let request = ModelRequest {
+                    messages: &frame.messages,
+                    tools: &tools,
+                    turn: frame.agent_turns,
+                    input: &frame.input,
+                    call_id_prefix: &prefix,
+                };
+                let mut chat = chat_span(rt, &frame.ctx, frame.model.reference());
+                let began = Instant::now();
+                let answered =
+                    tokio::time::timeout(rt.limits.model_timeout, frame.model.turn(request, &sink))
+                        .await;
+                let seconds = began.elapsed().as_secs_f64();
+                let turn = match answered {
+                    Ok(Ok(t)) => t,
+                    Ok(Err(e)) => {
+                        let message = e.to_string();
+                        rt.services.metrics.model_call(
+                            frame.model.reference(),
+                            false,
+                            seconds,
+                            0,
+                            0,
+                        );
+                        chat.set_status(Status::error(message.clone()));
+                        chat.end();
+                        return Err(Failure {
+                            code: Code::Unavailable,
+                            message,
+                        });
+                    }
+                    Err(_) => {
+                        let message = format!(
+                            "model {} did not answer within {:?}",
+                            frame.model.reference(),
+                            rt.limits.model_timeout
+                        );
+                        rt.services.metrics.model_call(
+                            frame.model.reference(),
+                            false,
+                            seconds,
+                            0,
+                            0,
+                        );
+                        chat.set_status(Status::error(message.clone()));
+                        chat.end();
+                        return Err(Failure {
+                            code: Code::DeadlineExceeded,
+                            message,
+                        });
+                    }
+                };
+                rt.services.metrics.model_call(
                     frame.model.reference(),
-                    rt.limits.model_timeout
+                    true,
+                    seconds,
+                    turn.usage.input_tokens,
+                    turn.usage.output_tokens,
                 );
-                rt.services
-                    .metrics
-                    .model_call(frame.model.reference(), false, seconds, 0, 0);
-                chat.set_status(Status::error(message.clone()));
-                chat.end();
-                return Err(Failure {
-                    code: Code::DeadlineExceeded,
-                    message,
-                });
+                tracing::debug!(
+                    model = frame.model.reference(),
+                    input_tokens = turn.usage.input_tokens,
+                    output_tokens = turn.usage.output_tokens,
+                    calls = turn.calls.len(),
+                    ms = seconds * 1000.0,
+                    "model turn"
+                );
+                end_chat_span(chat, frame.model.reference(), &turn);
+                turn
             }
         };
-        rt.services.metrics.model_call(
-            frame.model.reference(),
-            true,
-            seconds,
-            turn.usage.input_tokens,
-            turn.usage.output_tokens,
-        );
-        tracing::debug!(
-            model = frame.model.reference(),
-            input_tokens = turn.usage.input_tokens,
-            output_tokens = turn.usage.output_tokens,
-            calls = turn.calls.len(),
-            ms = seconds * 1000.0,
-            "model turn"
-        );
-        end_chat_span(chat, frame.model.reference(), &turn);
         frame.agent_turns += 1;
         let turn_usage = pb::Usage {
             input_tokens: turn.usage.input_tokens,
@@ -141,14 +167,19 @@ pub(super) async fn run_frame_inner(
             usage: Some(turn_usage),
             finish_reason: turn.finish_reason.clone(),
         });
-        rt.emit(&frame.ctx, &frame.agent_name, completed).await;
+        rt.emit_point(&frame.ctx, &frame.agent_name, completed, unit, || {
+            serde_json::to_vec(&turn).unwrap_or_default()
+        })
+        .await;
 
         if turn.calls.is_empty() {
             let done = Payload::AgentCompleted(pb::AgentCompleted {
                 output: turn.text.clone(),
                 usage: Some(frame.usage),
             });
-            rt.emit(&frame.ctx, &frame.agent_name, done).await;
+            let unit = format!("d/{}/{}", frame.ctx.id, frame.turns);
+            rt.emit_point(&frame.ctx, &frame.agent_name, done, unit, Vec::new)
+                .await;
             return Ok((turn.text, frame.usage));
         }
 
@@ -166,7 +197,9 @@ pub(super) async fn run_frame_inner(
             calls: results.len() as u32,
             failed,
         });
-        rt.emit(&frame.ctx, &frame.agent_name, batch).await;
+        let unit = format!("b/{}/{}", frame.ctx.id, frame.turns);
+        rt.emit_point(&frame.ctx, &frame.agent_name, batch, unit, Vec::new)
+            .await;
 
         let mut assistant = ChatMessage::new(Role::Assistant, turn.text);
         assistant.tool_calls = turn.calls.clone();
@@ -286,11 +319,15 @@ pub(super) async fn switch_agent(
         from_agent: from.name.clone(),
         to_agent: frame.agent.name.clone(),
     });
-    rt.emit(&frame.ctx, &frame.agent_name, payload).await;
+    let unit = format!("h/{}/{}", frame.ctx.id, frame.turns);
+    rt.emit_point(&frame.ctx, &frame.agent_name, payload, unit, Vec::new)
+        .await;
     let started = Payload::AgentStarted(pb::AgentStarted {
         agent: frame.agent.name.clone(),
         model: frame.model.reference().to_owned(),
     });
-    rt.emit(&frame.ctx, &frame.agent_name, started).await;
+    let unit = format!("a/{}/{}", frame.ctx.id, frame.turns);
+    rt.emit_point(&frame.ctx, &frame.agent_name, started, unit, Vec::new)
+        .await;
     Ok(())
 }

@@ -139,6 +139,7 @@ fn options(
         approval_mode: approval_mode(mode)?,
         filter: filter(events, &s.defaults)?,
         detach,
+        replay: None,
     })
 }
 

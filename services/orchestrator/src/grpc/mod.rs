@@ -8,6 +8,8 @@
 
 mod answer;
 mod convert;
+pub mod resume;
+mod stored;
 mod watch;
 
 pub use convert::{AgentRun, PipelineRun, agent_run, filter, pipeline_run};
@@ -264,9 +266,10 @@ impl OrchestratorService {
     async fn launch(
         &self,
         prepared: Prepared,
+        request: Vec<u8>,
         body: impl Future<Output = ()> + Send + 'static,
     ) -> Result<Response<EventStream>> {
-        let journal = launch::register(&self.services, &prepared).await?;
+        let journal = launch::register(&self.services, &prepared, request).await?;
         Ok(Response::new(launch::launch(
             prepared,
             journal,
@@ -276,24 +279,13 @@ impl OrchestratorService {
         )))
     }
 
-    /// A run that is not on this replica, from the run store when runs are
-    /// durable: `None` when it is here (or runs are not durable);
-    /// `NOT_FOUND` when no replica has it for the caller's tenant.
-    async fn stored_run(&self, ext: &tonic::Extensions, run_id: &str) -> Result<Option<RunMeta>> {
-        let Some(durable) = &self.services.durable else {
-            return Ok(None);
-        };
-        match self.runs.get(run_id) {
-            Ok(_) => return Ok(None),
-            Err(Error::NotFound { .. }) => {}
-            Err(e) => return Err(e),
-        }
-        match durable.meta(run_id).await? {
-            Some(meta) if meta.tenant == tenant_of(ext) => Ok(Some(meta)),
-            _ => Err(Error::NotFound {
-                field: "run_id",
-                message: format!("no run {run_id:?}"),
-            }),
+    /// A run's request, encoded, when runs are durable (another replica
+    /// resumes the run from it); nothing otherwise.
+    fn raw_request(&self, request: &impl prost::Message) -> Vec<u8> {
+        if self.services.durable.is_some() {
+            request.encode_to_vec()
+        } else {
+            Vec::new()
         }
     }
 
@@ -353,6 +345,7 @@ impl Orchestrator for OrchestratorService {
     ) -> std::result::Result<Response<Self::RunAgentStream>, Status> {
         self.check_running()?;
         let (md, ext, r) = request.into_parts();
+        let raw = self.raw_request(&r);
         let run = agent_run(&self.services, r)?;
         let prepared = self.prepare(
             (&md, &ext),
@@ -364,7 +357,7 @@ impl Orchestrator for OrchestratorService {
         let root = CallFrame::root(&prepared.run, &run.agent, run.history, run.input)
             .map_err(|f| Status::internal(f.message))?;
         let body = agent::run_agent(prepared.run.clone(), root, run.agent);
-        Ok(self.launch(prepared, body).await?)
+        Ok(self.launch(prepared, raw, body).await?)
     }
 
     type RunPipelineStream = EventStream;
@@ -375,6 +368,7 @@ impl Orchestrator for OrchestratorService {
     ) -> std::result::Result<Response<Self::RunPipelineStream>, Status> {
         self.check_running()?;
         let (md, ext, r) = request.into_parts();
+        let raw = self.raw_request(&r);
         let run = pipeline_run(&self.services, r)?;
         let target = run.plan.target().to_owned();
         let prepared = self.prepare(
@@ -391,7 +385,7 @@ impl Orchestrator for OrchestratorService {
             run.keep_context,
             agent::run_frame_boxed,
         );
-        Ok(self.launch(prepared, body).await?)
+        Ok(self.launch(prepared, raw, body).await?)
     }
 
     async fn resolve_approval(
@@ -474,10 +468,7 @@ impl Orchestrator for OrchestratorService {
             return Err(Error::invalid("run_id", "must not be empty").into());
         }
         let filter = convert::filter(r.filter.clone(), &self.services.defaults)?;
-        if let (Some(_), Some(durable)) = (
-            self.stored_run(&ext, &r.run_id).await?,
-            &self.services.durable,
-        ) {
+        if let Some(durable) = self.stored_log(&ext, &r.run_id, r.after_seq).await? {
             let stream = watch::stored(
                 durable.clone(),
                 r.run_id,

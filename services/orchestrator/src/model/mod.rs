@@ -30,7 +30,7 @@ pub enum Role {
 }
 
 /// One tool call a model asked for.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ToolCallRequest {
     /// Unique within the run.
     pub id: String,
@@ -77,7 +77,7 @@ pub struct ToolDef {
 }
 
 /// Tokens a model call consumed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TokenUsage {
     /// Prompt tokens.
     pub input_tokens: u64,
@@ -86,7 +86,7 @@ pub struct TokenUsage {
 }
 
 /// What a model answered.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct ModelTurn {
     /// The text (also streamed as deltas).
     pub text: String,

@@ -235,7 +235,7 @@ pub(super) async fn execute(
         .steps
         .iter()
         .map(|s| {
-            let ctx = root.child(rt.tracer(), &s.id, format!("step {}", s.id));
+            let ctx = rt.child_context(root, &s.id, format!("step {}", s.id));
             ctx.set_attribute(KeyValue::new("baton.step.id", s.id.clone()));
             ctx.set_attribute(KeyValue::new("baton.step.agent", s.agent.clone()));
             ctx

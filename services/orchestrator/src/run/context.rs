@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use opentelemetry::{
     Context, KeyValue,
-    trace::{Span as _, SpanBuilder, Status as SpanStatus, TraceContextExt, Tracer},
+    trace::{Span as _, SpanBuilder, SpanId, Status as SpanStatus, TraceContextExt, Tracer},
 };
 use opentelemetry_sdk::trace::SdkTracer;
 
@@ -30,11 +30,23 @@ pub struct ContextInfo {
 impl ContextInfo {
     /// The root context of a run: a span named `name` under the run's span.
     pub fn root(tracer: &SdkTracer, run: &Context, name: String) -> Arc<Self> {
-        Self::new(tracer, run, "root".into(), String::new(), 0, name)
+        Self::new(tracer, run, "root".into(), String::new(), 0, name, None)
     }
 
     /// A child context `{self}.{segment}`, its span named `name`.
     pub fn child(&self, tracer: &SdkTracer, segment: &str, name: String) -> Arc<Self> {
+        self.child_with(tracer, segment, name, None)
+    }
+
+    /// [`Self::child`] whose events carry the span id `span_id` when given
+    /// (a resumed run's context keeps the span id its events had).
+    pub fn child_with(
+        &self,
+        tracer: &SdkTracer,
+        segment: &str,
+        name: String,
+        span_id: Option<SpanId>,
+    ) -> Arc<Self> {
         Self::new(
             tracer,
             &self.otel,
@@ -42,7 +54,18 @@ impl ContextInfo {
             self.id.clone(),
             self.depth + 1,
             name,
+            span_id,
         )
+    }
+
+    /// [`Self::root`] whose events carry the span id `span_id` when given.
+    pub fn root_with(
+        tracer: &SdkTracer,
+        run: &Context,
+        name: String,
+        span_id: Option<SpanId>,
+    ) -> Arc<Self> {
+        Self::new(tracer, run, "root".into(), String::new(), 0, name, span_id)
     }
 
     fn new(
@@ -52,15 +75,30 @@ impl ContextInfo {
         parent: String,
         depth: u32,
         name: String,
+        span_id: Option<SpanId>,
     ) -> Arc<Self> {
+        let mut attributes = vec![
+            KeyValue::new("baton.context.id", id.clone()),
+            KeyValue::new("baton.context.depth", i64::from(depth)),
+        ];
+        if let Some(before) = span_id {
+            attributes.push(KeyValue::new(
+                "baton.context.resumed_span",
+                before.to_string(),
+            ));
+        }
         let span = tracer.build_with_context(
-            SpanBuilder::from_name(name).with_attributes([
-                KeyValue::new("baton.context.id", id.clone()),
-                KeyValue::new("baton.context.depth", i64::from(depth)),
-            ]),
+            SpanBuilder::from_name(name).with_attributes(attributes),
             parent_cx,
         );
-        let span_id = span.span_context().span_id().to_string();
+        // A resumed run's context gets a new span (the one before ended
+        // with its replica); its events keep the span id they had, so a
+        // client sees one span per context, and the new span names the
+        // old one (`baton.context.resumed_span`).
+        let span_id = span_id.map_or_else(
+            || span.span_context().span_id().to_string(),
+            |s| s.to_string(),
+        );
         Arc::new(Self {
             id,
             parent,

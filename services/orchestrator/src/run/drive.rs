@@ -29,10 +29,17 @@ pub async fn drive(
     cleanup: impl Future<Output = ()>,
 ) {
     let no_agent: Arc<str> = Arc::from("");
-    let started = Payload::RunStarted(pb::RunStarted {
-        kind: kind as i32,
-        target,
-    });
+    // A resumed run says so instead of starting again.
+    let started = match &rt.replay {
+        Some(replay) => Payload::RunResumed(pb::RunResumed {
+            replica: replay.replica.clone(),
+            checkpoint_seq: replay.checkpoint_seq,
+        }),
+        None => Payload::RunStarted(pb::RunStarted {
+            kind: kind as i32,
+            target,
+        }),
+    };
     rt.emit(root, &no_agent, started).await;
     let token = rt.record.token().clone();
     let outcome = tokio::select! {

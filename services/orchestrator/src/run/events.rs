@@ -31,6 +31,9 @@ pub struct Draft {
     pub agent: Arc<str>,
     /// What.
     pub payload: Payload,
+    /// For a durable run, the record of the durable point this event ends
+    /// (`unit`, value), written with it in one script.
+    pub journal: Option<(String, Vec<u8>)>,
 }
 
 /// The server-side filter of a stream.

@@ -105,6 +105,8 @@ pub async fn sequence(
             }
         }
         let now = prost_types::Timestamp::from(SystemTime::now());
+        let records: Vec<(String, Vec<u8>)> =
+            batch.iter_mut().filter_map(|d| d.journal.take()).collect();
         let logged: Vec<Logged> = batch
             .drain(..)
             .map(|d| Logged {
@@ -123,7 +125,7 @@ pub async fn sequence(
         if !broken {
             let end = logged.iter().find_map(|l| run_end(&l.payload));
             let ended = end.is_some();
-            let written = write(&journal, &run_id, &events, end.as_ref()).await;
+            let written = write(&journal, &run_id, &events, &records, end.as_ref()).await;
             if written.is_ok() && ended {
                 journal.runs.forget_lease(&run_id).await;
             }
@@ -160,6 +162,7 @@ async fn write(
     journal: &Journal,
     run_id: &str,
     events: &[pb::RunEvent],
+    records: &[(String, Vec<u8>)],
     end: Option<&RunEnd>,
 ) -> Result<(), Error> {
     let mut tried = 0;
@@ -167,7 +170,7 @@ async fn write(
         tried += 1;
         match journal
             .runs
-            .append(run_id, journal.epoch, events, end)
+            .append(run_id, journal.epoch, events, records, end)
             .await
         {
             Ok(Append::Done) => return Ok(()),

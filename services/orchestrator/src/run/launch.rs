@@ -50,10 +50,22 @@ pub fn prepare(
     kind: pb::RunKind,
     target: String,
     tenant: String,
-    mut options: RunOptions,
+    options: RunOptions,
     shutdown: &CancellationToken,
 ) -> Prepared {
     let record = RunRecord::new(trace_id, kind, target, tenant, options.detach, shutdown);
+    prepare_record(services, record, run_span, options)
+}
+
+/// Builds a run around `record` (a new one, or a resumed one) in the span
+/// `run_span` (nothing runs yet).
+pub fn prepare_record(
+    services: &Arc<Services>,
+    record: Arc<RunRecord>,
+    run_span: Context,
+    options: RunOptions,
+) -> Prepared {
+    let mut options = options;
     run_span
         .span()
         .set_attribute(KeyValue::new("baton.run.id", record.run_id.clone()));
@@ -75,10 +87,16 @@ pub fn prepare(
     }
 }
 
-/// Records a prepared run in the run store when runs are durable (its
-/// journal: where its events go, with the epoch this replica owns it with);
-/// `UNAVAILABLE` when Redis does not answer, and nothing starts.
-pub async fn register(services: &Services, prepared: &Prepared) -> Result<Option<Journal>, Error> {
+/// Records a prepared run in the run store when runs are durable, with the
+/// request that started it (`request`, encoded: another replica resumes
+/// the run from it); its journal: where its events go, with the epoch this
+/// replica owns it with. `UNAVAILABLE` when Redis does not answer, and
+/// nothing starts.
+pub async fn register(
+    services: &Services,
+    prepared: &Prepared,
+    request: Vec<u8>,
+) -> Result<Option<Journal>, Error> {
     let Some(runs) = &services.durable else {
         return Ok(None);
     };
@@ -100,7 +118,9 @@ pub async fn register(services: &Services, prepared: &Prepared) -> Result<Option
         error_message: String::new(),
         last_seq: 0,
     };
-    let epoch = runs.create(&meta, prepared.run.limits.run_timeout).await?;
+    let epoch = runs
+        .create(&meta, &request, prepared.run.limits.run_timeout)
+        .await?;
     r.epoch.store(epoch, std::sync::atomic::Ordering::Relaxed);
     Ok(Some(Journal {
         runs: runs.clone(),

@@ -5,14 +5,16 @@
 //! fenced already), and it claims runs whose lease lapsed because their
 //! replica stopped.
 //!
-//! A claimed run cannot be resumed yet (that needs checkpoints): the
-//! claimant ends it, so it still ends with exactly one terminal event and
-//! no seq gap — `RunResumed` (this replica, the last logged seq) then
-//! `RunFailed` `UNAVAILABLE` naming the replica that stopped.
+//! A claimed run is resumed here from its journal (agent runs; see
+//! `grpc::resume`); one that cannot be (a pipeline) is ended, so it still
+//! ends with exactly one terminal event and no seq gap — `RunResumed` (this
+//! replica, the last logged seq) then `RunFailed` `UNAVAILABLE` naming the
+//! replica that stopped.
 
 use std::sync::{Arc, atomic::Ordering};
 
 use baton_proto::v1::{self as pb, run_event::Payload};
+use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use super::{
@@ -23,10 +25,19 @@ use super::{
 /// Most lapsed runs claimed in one round.
 const CLAIMS_PER_ROUND: usize = 16;
 
+/// Resumes a claimed run (run id, epoch, last seq) here; `false` when it
+/// cannot, and the run is ended instead.
+pub type Resume = Arc<dyn Fn(String, u64, u64) -> BoxFuture<'static, bool> + Send + Sync>;
+
 /// Renews and claims until `stop` and no run is running here any more
 /// (runs finishing within the shutdown grace keep their leases; a
 /// replica that is stopping claims nothing).
-pub async fn keep(durable: Arc<RedisRuns>, runs: Arc<Runs>, stop: CancellationToken) {
+pub async fn keep(
+    durable: Arc<RedisRuns>,
+    runs: Arc<Runs>,
+    stop: CancellationToken,
+    resume: Resume,
+) {
     let every = durable.lease() / 3;
     loop {
         tokio::time::sleep(every).await;
@@ -37,7 +48,7 @@ pub async fn keep(durable: Arc<RedisRuns>, runs: Arc<Runs>, stop: CancellationTo
             }
             continue;
         }
-        claim(&durable).await;
+        claim(&durable, &resume).await;
     }
 }
 
@@ -62,7 +73,7 @@ async fn renew(durable: &RedisRuns, runs: &Runs) {
     }
 }
 
-async fn claim(durable: &RedisRuns) {
+async fn claim(durable: &RedisRuns, resume: &Resume) {
     let lapsed = match durable.lapsed(CLAIMS_PER_ROUND).await {
         Ok(ids) => ids,
         Err(e) => {
@@ -84,15 +95,17 @@ async fn claim(durable: &RedisRuns) {
                     last_seq,
                     "claimed a run whose replica stopped"
                 );
-                end_orphan(
-                    durable,
-                    &run_id,
-                    epoch,
-                    &previous_owner,
-                    last_seq,
-                    &trace_id,
-                )
-                .await;
+                if !resume(run_id.clone(), epoch, last_seq).await {
+                    end_orphan(
+                        durable,
+                        &run_id,
+                        epoch,
+                        &previous_owner,
+                        last_seq,
+                        &trace_id,
+                    )
+                    .await;
+                }
             }
             Ok(_) => {}
             Err(e) => tracing::warn!(run_id, error = %e, "cannot claim a lapsed run"),
@@ -154,7 +167,10 @@ async fn end_orphan(
         error_code: tonic::Code::Unavailable as i32,
         error_message: message,
     };
-    match durable.append(run_id, epoch, &events, Some(&end)).await {
+    match durable
+        .append(run_id, epoch, &events, &[], Some(&end))
+        .await
+    {
         Ok(Append::Done) => durable.forget_lease(run_id).await,
         Ok(Append::Fenced) => tracing::warn!(run_id, "another replica claimed the run first"),
         Err(e) => {

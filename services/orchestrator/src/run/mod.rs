@@ -101,6 +101,7 @@ pub(crate) mod testing {
             run_context: Default::default(),
             filter: Default::default(),
             detach: false,
+            replay: None,
         };
         let run = Run::new(
             Arc::new(services),

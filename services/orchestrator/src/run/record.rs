@@ -65,6 +65,13 @@ pub struct RunState {
     pub last_seq: u64,
 }
 
+/// Who a run is and where its numbering starts.
+struct Started {
+    run_id: String,
+    started_at: SystemTime,
+    last_seq: u64,
+}
+
 /// One run.
 pub struct RunRecord {
     /// The run's id.
@@ -149,18 +156,57 @@ impl RunRecord {
         detached: bool,
         parent: &CancellationToken,
     ) -> Arc<Self> {
-        Arc::new(Self {
+        let started = Started {
             run_id: uuid::Uuid::now_v7().to_string(),
+            started_at: SystemTime::now(),
+            last_seq: 0,
+        };
+        Self::with(started, trace_id, kind, target, tenant, detached, parent)
+    }
+
+    /// The record of a run resumed on this replica: its id and start, its
+    /// events numbered on from `last_seq`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn resumed(
+        run_id: String,
+        started_at: SystemTime,
+        last_seq: u64,
+        trace_id: TraceId,
+        kind: pb::RunKind,
+        target: String,
+        tenant: String,
+        parent: &CancellationToken,
+    ) -> Arc<Self> {
+        let started = Started {
+            run_id,
+            started_at,
+            last_seq,
+        };
+        // Nobody is attached to a resumed run: it goes on to its end.
+        Self::with(started, trace_id, kind, target, tenant, true, parent)
+    }
+
+    fn with(
+        started: Started,
+        trace_id: TraceId,
+        kind: pb::RunKind,
+        target: String,
+        tenant: String,
+        detached: bool,
+        parent: &CancellationToken,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            run_id: started.run_id,
             trace_id,
             kind,
             target,
             tenant,
-            started_at: SystemTime::now(),
+            started_at: started.started_at,
             detached,
             epoch: AtomicU64::new(0),
             cancel: parent.child_token(),
             cancel_reason: Mutex::new(None),
-            seq: AtomicU64::new(0),
+            seq: AtomicU64::new(started.last_seq),
             state: Mutex::new(RunState {
                 status: pb::RunStatus::Running,
                 ended_at: None,
@@ -169,7 +215,7 @@ impl RunRecord {
                 usage: pb::Usage::default(),
                 error_code: 0,
                 error_message: String::new(),
-                last_seq: 0,
+                last_seq: started.last_seq,
             }),
             finished: Mutex::new(None),
             approvals: Mutex::new(HashMap::new()),

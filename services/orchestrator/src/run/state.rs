@@ -76,6 +76,10 @@ pub struct Run {
     pub pending_writes: PendingWrites,
     pub(super) events: mpsc::Sender<Draft>,
     pub(super) usage: UsageCounters,
+    /// Whether durable points are recorded (runs are durable).
+    journaling: bool,
+    /// What a resumed run had done (see [`Replay`]).
+    pub replay: Option<Replay>,
 }
 
 /// What a run is started with, besides the service's [`Services`]: its
@@ -93,6 +97,21 @@ pub struct RunOptions {
     pub filter: Filter,
     /// Whether the run outlives its caller's stream.
     pub detach: bool,
+    /// When the run is resumed on this replica: what it had done.
+    pub replay: Option<Replay>,
+}
+
+/// What a resumed run had done before: the records of its durable points
+/// (model turns, tool calls, answers of people, started agents), by unit.
+/// A unit found here is not done again and its events are not sent again.
+#[derive(Debug, Default)]
+pub struct Replay {
+    /// The records, by unit.
+    pub journal: std::collections::HashMap<String, Vec<u8>>,
+    /// The replica that resumed the run.
+    pub replica: String,
+    /// The seq of the run's last logged event before.
+    pub checkpoint_seq: u64,
 }
 
 /// Store writes of a run that are in flight: a pipeline writes each step's
@@ -179,6 +198,7 @@ impl Run {
         events: mpsc::Sender<Draft>,
     ) -> Arc<Self> {
         Arc::new(Self {
+            journaling: services.durable.is_some(),
             services,
             trace_id: record.trace_id.clone(),
             record,
@@ -190,6 +210,7 @@ impl Run {
             pending_writes: PendingWrites::default(),
             events,
             usage: UsageCounters::default(),
+            replay: options.replay,
         })
     }
 
@@ -208,6 +229,41 @@ impl Run {
                 ctx: ctx.clone(),
                 agent: agent.clone(),
                 payload,
+                journal: None,
+            })
+            .await;
+    }
+
+    /// The record of `unit` when the run is being resumed and had done it.
+    pub fn replayed(&self, unit: &str) -> Option<&[u8]> {
+        self.replay
+            .as_ref()
+            .and_then(|r| r.journal.get(unit))
+            .map(Vec::as_slice)
+    }
+
+    /// Sends the event that ends the durable point `unit`, with its record
+    /// (`record()`) when runs are durable — unless the run is resumed and
+    /// had done `unit` already, when the event was sent before.
+    pub async fn emit_point(
+        &self,
+        ctx: &Arc<ContextInfo>,
+        agent: &Arc<str>,
+        payload: Payload,
+        unit: String,
+        record: impl FnOnce() -> Vec<u8>,
+    ) {
+        if self.replayed(&unit).is_some() {
+            return;
+        }
+        let journal = self.journaling.then(|| (unit, record()));
+        let _ = self
+            .events
+            .send(Draft {
+                ctx: ctx.clone(),
+                agent: agent.clone(),
+                payload,
+                journal,
             })
             .await;
     }
@@ -252,7 +308,25 @@ impl Run {
 
     /// The root context of the run: a span named `name` under the run's.
     pub fn root_context(&self, name: String) -> Arc<ContextInfo> {
-        ContextInfo::root(self.tracer(), &self.run_span, name)
+        let span = self.replayed_span("root");
+        ContextInfo::root_with(self.tracer(), &self.run_span, name, span)
+    }
+
+    /// A child context `{parent}.{segment}` whose span is named `name`.
+    pub fn child_context(
+        &self,
+        parent: &ContextInfo,
+        segment: &str,
+        name: String,
+    ) -> Arc<ContextInfo> {
+        let span = self.replayed_span(&format!("{}.{segment}", parent.id));
+        parent.child_with(self.tracer(), segment, name, span)
+    }
+
+    /// The span id a resumed run's context `id` had: its events keep it.
+    fn replayed_span(&self, id: &str) -> Option<opentelemetry::trace::SpanId> {
+        let record = self.replayed(&format!("a/{id}/0"))?;
+        opentelemetry::trace::SpanId::from_hex(std::str::from_utf8(record).ok()?).ok()
     }
 
     /// A tracing span for log lines inside `ctx`: they carry the run id,

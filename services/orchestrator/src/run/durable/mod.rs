@@ -83,13 +83,14 @@ pub struct RedisRuns {
 }
 
 const APPEND: &str = r"
--- KEYS[1] meta, KEYS[2] log
+-- KEYS[1] meta, KEYS[2] log, KEYS[3] journal
 -- ARGV[1] epoch, ARGV[2] events n, ARGV[3] ttl ms (0: keep), ARGV[4] fields m,
--- then n pairs (seq, event bytes), then m pairs (field, value).
+-- ARGV[5] records j, then n pairs (seq, event bytes), m pairs (field,
+-- value), j pairs (unit, record).
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
   return 0
 end
-local n, m, i = tonumber(ARGV[2]), tonumber(ARGV[4]), 5
+local n, m, j, i = tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5]), 6
 local last = nil
 for _ = 1, n do
   redis.call('XADD', KEYS[2], '0-' .. ARGV[i], 'e', ARGV[i + 1])
@@ -103,10 +104,18 @@ for _ = 1, m do
   redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
   i = i + 2
 end
+for _ = 1, j do
+  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+if j > 0 then
+  redis.call('PEXPIRE', KEYS[3], redis.call('PTTL', KEYS[1]))
+end
 local ttl = tonumber(ARGV[3])
 if ttl > 0 then
   redis.call('PEXPIRE', KEYS[1], ttl)
   redis.call('PEXPIRE', KEYS[2], ttl)
+  redis.call('PEXPIRE', KEYS[3], ttl)
 end
 return 1
 ";
@@ -164,6 +173,32 @@ impl RedisRuns {
         format!("{}:run:{{{run_id}}}:log", self.config.key_prefix)
     }
 
+    fn journal_key(&self, run_id: &str) -> String {
+        format!("{}:run:{{{run_id}}}:journal", self.config.key_prefix)
+    }
+
+    /// The records of a run's durable points, by unit (see
+    /// [`crate::run::state::Replay`]).
+    pub async fn journal(&self, run_id: &str) -> Result<HashMap<String, Vec<u8>>, Error> {
+        let mut c = self.conn().await?;
+        redis::cmd("HGETALL")
+            .arg(self.journal_key(run_id))
+            .query_async(&mut c)
+            .await
+            .map_err(redis_error)
+    }
+
+    /// The request that started a run, as it was sent (to resume it).
+    pub async fn request(&self, run_id: &str) -> Result<Option<Vec<u8>>, Error> {
+        let mut c = self.conn().await?;
+        redis::cmd("HGET")
+            .arg(self.meta_key(run_id))
+            .arg("request")
+            .query_async(&mut c)
+            .await
+            .map_err(redis_error)
+    }
+
     fn leases_key(&self) -> String {
         format!("{}:leases", self.config.key_prefix)
     }
@@ -191,7 +226,12 @@ impl RedisRuns {
     /// Records a new run (epoch 1) owned by this replica for a lease, and
     /// lists it under its tenant; its keys live `live_for` (its deadline)
     /// plus the retention, until it ends.
-    pub async fn create(&self, meta: &RunMeta, live_for: Duration) -> Result<u64, Error> {
+    pub async fn create(
+        &self,
+        meta: &RunMeta,
+        request: &[u8],
+        live_for: Duration,
+    ) -> Result<u64, Error> {
         let (owner, lease) = (self.owner.as_str(), self.lease);
         let mut c = self.conn().await?;
         let ttl = (live_for + self.retention).as_millis() as i64;
@@ -200,6 +240,7 @@ impl RedisRuns {
             .key(self.meta_key(&meta.run_id))
             .arg(lease.as_millis() as i64)
             .arg(ttl);
+        invocation.arg("request").arg(request);
         for (field, value) in [
             ("epoch", "1".to_owned()),
             ("owner", owner.to_owned()),
@@ -312,14 +353,16 @@ impl RedisRuns {
         }
     }
 
-    /// Appends events (each with its `seq`) to the run's log, and, with
-    /// `end`, records how it ended and starts its retention — all in one
-    /// script, only while `epoch` is the run's.
+    /// Appends events (each with its `seq`) to the run's log with the
+    /// records of the durable points they end (`journal`: unit, record),
+    /// and, with `end`, records how it ended and starts its retention — all
+    /// in one script, only while `epoch` is the run's.
     pub async fn append(
         &self,
         run_id: &str,
         epoch: u64,
         events: &[pb::RunEvent],
+        journal: &[(String, Vec<u8>)],
         end: Option<&RunEnd>,
     ) -> Result<Append, Error> {
         let mut c = self.conn().await?;
@@ -327,6 +370,7 @@ impl RedisRuns {
         invocation
             .key(self.meta_key(run_id))
             .key(self.log_key(run_id))
+            .key(self.journal_key(run_id))
             .arg(epoch)
             .arg(events.len());
         let ttl = if end.is_some() {
@@ -335,12 +379,15 @@ impl RedisRuns {
             0
         };
         let fields = end.map(RunEnd::fields).unwrap_or_default();
-        invocation.arg(ttl).arg(fields.len());
+        invocation.arg(ttl).arg(fields.len()).arg(journal.len());
         for e in events {
             invocation.arg(e.seq).arg(e.encode_to_vec());
         }
         for (field, value) in &fields {
             invocation.arg(*field).arg(value.as_slice());
+        }
+        for (unit, record) in journal {
+            invocation.arg(unit).arg(record.as_slice());
         }
         let written: i64 = invocation.invoke_async(&mut c).await.map_err(redis_error)?;
         Ok(if written == 1 {
