@@ -256,3 +256,77 @@ async fn a_paused_owner_writes_nothing_once_another_replica_claimed_its_run() {
         .count();
     assert_eq!(resumed, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_hands_runs_over_and_the_client_follows_them_elsewhere() {
+    let redis = RedisServer::start().expect("redis-server");
+    let agents = agents_file();
+    let mut a = Replica::start("replica-a", &redis, &agents).await;
+    let b = Replica::start("replica-b", &redis, &agents).await;
+    let (mut stream, seen) = start_slow(&a.client().await).await;
+    let run_id = seen[0].run_id.clone();
+
+    let began = Instant::now();
+    a.signal("-TERM");
+    // The draining replica ends the stream UNAVAILABLE at once (no
+    // terminal event: the run is not over) and exits soon after.
+    let mut last = seen.last().expect("events").seq;
+    let mut seen = seen;
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(e) = stream.next().await {
+            match e {
+                Ok(e) => {
+                    last = e.seq;
+                    seen.push(e);
+                }
+                Err(e) => return Some(e),
+            }
+        }
+        None
+    })
+    .await
+    .expect("the stream ends")
+    .expect("with an error");
+    assert_eq!(ended.code(), tonic::Code::Unavailable, "{ended:?}");
+    assert!(
+        began.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        began.elapsed()
+    );
+    assert!(seen.iter().all(|e| !events::is_terminal(e)));
+    let exited = tokio::task::spawn_blocking(move || {
+        let status = a.child.wait().expect("wait");
+        (status, a)
+    });
+    let (status, _a) = tokio::time::timeout(Duration::from_secs(10), exited)
+        .await
+        .expect("the drained replica exits")
+        .expect("join");
+    assert!(status.success(), "{status:?}");
+
+    // The client re-attaches on another replica and follows the run to
+    // its end: resumed there at once, no gap, one terminal event.
+    let rest: Vec<pb::RunEvent> = tokio::time::timeout(Duration::from_secs(10), async {
+        b.client()
+            .await
+            .watch_run(&run_id, last, None)
+            .await
+            .expect("watch on b")
+            .map(|e| e.expect("event"))
+            .collect()
+            .await
+    })
+    .await
+    .expect("the run ends on b");
+    seen.extend(rest);
+    events::check_stream_rules(&seen);
+    match seen.last().and_then(|e| e.payload.as_ref()) {
+        Some(Payload::RunCompleted(c)) => assert_eq!(c.output, "woke up on x"),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        seen.iter().any(
+            |e| matches!(&e.payload, Some(Payload::RunResumed(r)) if r.replica == "replica-b")
+        )
+    );
+}

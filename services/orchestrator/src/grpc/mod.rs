@@ -239,6 +239,7 @@ impl OrchestratorService {
     /// the first moment (the service is `NOT_SERVING`).
     pub async fn finish_runs(&self, grace: std::time::Duration) {
         self.shutdown.cancelled().await;
+        self.hand_over().await;
         let running = self.runs.running();
         if running > 0 {
             tracing::info!(
@@ -259,6 +260,36 @@ impl OrchestratorService {
             );
         }
         self.runs_stop.cancel();
+    }
+
+    /// When runs are durable, hands every agent run of this replica over
+    /// (drain): its lease is released (another replica claims and resumes
+    /// it at once), it stops here without a terminal event, and its stream
+    /// ends `UNAVAILABLE` so the client re-attaches. Runs that cannot be
+    /// handed over (pipelines, Redis not answering) get the grace period.
+    async fn hand_over(&self) {
+        let Some(durable) = &self.services.durable else {
+            return;
+        };
+        for run in self.runs.running_runs() {
+            let epoch = run.epoch.load(std::sync::atomic::Ordering::Relaxed);
+            if epoch == 0 || run.kind != pb::RunKind::Agent {
+                continue;
+            }
+            match durable.release(&run.run_id, epoch).await {
+                Ok(true) => {
+                    run.handed_over
+                        .store(true, std::sync::atomic::Ordering::SeqCst);
+                    run.cancel("handed over to another replica");
+                    self.runs.remove(&run.run_id);
+                    tracing::info!(run_id = %run.run_id, "handed a run over");
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(run_id = %run.run_id, error = %e, "cannot hand a run over; it gets the grace period");
+                }
+            }
+        }
     }
 
     /// Records a prepared run where runs are kept, then starts it; the

@@ -51,7 +51,11 @@ impl OrchestratorService {
     /// A run that is not on this replica, from the run store when runs are
     /// durable: `None` when it is here (or runs are not durable);
     /// `NOT_FOUND` when no replica has it for the caller's tenant.
-    pub(super) async fn stored_run(&self, ext: &tonic::Extensions, run_id: &str) -> Result<Option<RunMeta>> {
+    pub(super) async fn stored_run(
+        &self,
+        ext: &tonic::Extensions,
+        run_id: &str,
+    ) -> Result<Option<RunMeta>> {
         let Some(durable) = &self.services.durable else {
             return Ok(None);
         };

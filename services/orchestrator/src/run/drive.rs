@@ -51,6 +51,15 @@ pub async fn drive(
             format!("the run did not finish within run_timeout ({:?})", rt.limits.run_timeout),
         ))),
     };
+    if outcome.is_none()
+        && rt
+            .record
+            .handed_over
+            .load(std::sync::atomic::Ordering::SeqCst)
+    {
+        // Another replica goes on with the run: nothing ends here.
+        return;
+    }
     cleanup.await;
     let terminal = match outcome {
         Some(Ok(output)) => Payload::RunCompleted(pb::RunCompleted {

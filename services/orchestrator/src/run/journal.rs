@@ -88,7 +88,19 @@ pub async fn sequence(
     loop {
         let first = tokio::select! {
             biased;
-            d = drafts.recv() => match d { Some(d) => d, None => return },
+            d = drafts.recv() => match d {
+                Some(d) => d,
+                None => {
+                    if record.handed_over.load(std::sync::atomic::Ordering::SeqCst) && !client_gone {
+                        let _ = out
+                            .send(Err(Status::unavailable(
+                                "this replica is shutting down; the run goes on on another replica: re-attach with WatchRun(after_seq)",
+                            )))
+                            .await;
+                    }
+                    return;
+                }
+            },
             _ = out.closed(), if !client_gone => {
                 client_gone = true;
                 if !record.detached {

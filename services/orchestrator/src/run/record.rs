@@ -92,6 +92,9 @@ pub struct RunRecord {
     /// The epoch this replica owns the run with in the run store (0: runs
     /// are not durable).
     pub epoch: AtomicU64,
+    /// Handed over to another replica (drain): stopped here without a
+    /// terminal event, its stream ended `UNAVAILABLE`.
+    pub handed_over: std::sync::atomic::AtomicBool,
     cancel: CancellationToken,
     cancel_reason: Mutex<Option<String>>,
     seq: AtomicU64,
@@ -204,6 +207,7 @@ impl RunRecord {
             started_at: started.started_at,
             detached,
             epoch: AtomicU64::new(0),
+            handed_over: std::sync::atomic::AtomicBool::new(false),
             cancel: parent.child_token(),
             cancel_reason: Mutex::new(None),
             seq: AtomicU64::new(started.last_seq),

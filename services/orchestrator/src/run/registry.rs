@@ -142,6 +142,12 @@ impl Runs {
         (runs, more)
     }
 
+    /// Forgets a run (handed over to another replica: its record is the
+    /// run store's now).
+    pub fn remove(&self, run_id: &str) {
+        lock(&self.map).remove(run_id);
+    }
+
     /// The runs running here.
     pub fn running_runs(&self) -> Vec<Arc<RunRecord>> {
         lock(&self.map)

@@ -49,6 +49,16 @@ redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
 return now + tonumber(ARGV[2])
 ";
 
+pub(super) const RELEASE: &str = r"
+-- KEYS[1] meta; ARGV[1] epoch.
+if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
+  return 0
+end
+redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+redis.call('HSET', KEYS[1], 'owner', '', 'lease_until', 0)
+return 1
+";
+
 pub(super) const CLAIM: &str = r"
 -- KEYS[1] meta; ARGV[1] new owner, ARGV[2] lease ms.
 local m = redis.call('HMGET', KEYS[1], 'epoch', 'status', 'lease_until', 'owner', 'last_seq', 'trace_id')

@@ -79,6 +79,7 @@ pub struct RedisRuns {
     lease: Duration,
     create: Script,
     renew: Script,
+    release: Script,
     claim: Script,
 }
 
@@ -151,6 +152,7 @@ impl RedisRuns {
             lease,
             create: Script::new(&format!("{}{}", lease::NOW, lease::CREATE)),
             renew: Script::new(&format!("{}{}", lease::NOW, lease::RENEW)),
+            release: Script::new(lease::RELEASE),
             claim: Script::new(&format!("{}{}", lease::NOW, lease::CLAIM)),
         })
     }
@@ -300,6 +302,30 @@ impl RedisRuns {
             .await
             .map_err(redis_error)?;
         Ok(true)
+    }
+
+    /// Gives a run this replica owns with `epoch` up (drain): raises its
+    /// epoch, so nothing this replica still has in flight is written, and
+    /// makes it claimable at once; `false` when it was not ours any more.
+    pub async fn release(&self, run_id: &str, epoch: u64) -> Result<bool, Error> {
+        let mut c = self.conn().await?;
+        let released: i64 = self
+            .release
+            .key(self.meta_key(run_id))
+            .arg(epoch)
+            .invoke_async(&mut c)
+            .await
+            .map_err(redis_error)?;
+        if released == 1 {
+            redis::cmd("ZADD")
+                .arg(self.leases_key())
+                .arg(0)
+                .arg(run_id)
+                .query_async::<()>(&mut c)
+                .await
+                .map_err(redis_error)?;
+        }
+        Ok(released == 1)
     }
 
     /// Runs whose lease lapsed (by Redis's clock), at most `count`.
