@@ -461,7 +461,14 @@ async fn without_redis_a_durable_run_does_not_start_or_ends_unavailable() {
 
     // Redis hangs mid-run: the stream ends UNAVAILABLE within a few
     // timeouts, and the run is cancelled, never left hanging.
-    let mut stream = client.run_agent(agent("slow", "x")).await.expect("run");
+    // The bare gRPC stream, to see what the server sends (the client's own
+    // streams would re-attach and read the run's end from this replica).
+    let mut stream = client
+        .raw()
+        .run_agent(agent("slow", "x"))
+        .await
+        .expect("run")
+        .into_inner();
     let first = stream.next().await.expect("open").expect("event");
     redis.freeze();
     let began = std::time::Instant::now();

@@ -10,6 +10,7 @@
 use std::{
     path::PathBuf,
     process::{Child, Command, Stdio},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -33,6 +34,7 @@ agents:
 struct Replica {
     child: Child,
     endpoint: String,
+    addr: std::net::SocketAddr,
 }
 
 impl Drop for Replica {
@@ -64,6 +66,7 @@ impl Replica {
         let replica = Replica {
             child,
             endpoint: format!("http://{addr}"),
+            addr,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -101,17 +104,40 @@ fn agents_file() -> PathBuf {
     path
 }
 
-/// Starts a slow run on `client`; its stream, once the tool call began,
-/// and the events so far.
+fn slow() -> pb::RunAgentRequest {
+    pb::RunAgentRequest {
+        agent: "slow".into(),
+        input: "x".into(),
+        ..Default::default()
+    }
+}
+
+/// Starts a slow run on `client`; its stream (re-attaching by itself, as
+/// the client's streams do), once the tool call began, and the events so
+/// far.
 async fn start_slow(client: &OrchestratorClient) -> (baton_client::Events, Vec<pb::RunEvent>) {
-    let mut stream = client
-        .run_agent(pb::RunAgentRequest {
-            agent: "slow".into(),
-            input: "x".into(),
-            ..Default::default()
-        })
+    let stream = client.run_agent(slow()).await.expect("run");
+    until_sleeping(stream).await
+}
+
+/// [`start_slow`] with the bare gRPC stream, which shows what the server
+/// sends (no re-attaching).
+async fn start_slow_raw(client: &OrchestratorClient) -> (baton_client::Events, Vec<pb::RunEvent>) {
+    let stream = client
+        .raw()
+        .run_agent(slow())
         .await
-        .expect("run");
+        .expect("run")
+        .into_inner();
+    until_sleeping(Box::pin(
+        stream.map(|e| e.map_err(baton_client::Error::from)),
+    ))
+    .await
+}
+
+async fn until_sleeping(
+    mut stream: baton_client::Events,
+) -> (baton_client::Events, Vec<pb::RunEvent>) {
     let mut seen = Vec::new();
     loop {
         let e = stream.next().await.expect("open").expect("event");
@@ -203,7 +229,7 @@ async fn a_paused_owner_writes_nothing_once_another_replica_claimed_its_run() {
     let agents = agents_file();
     let a = Replica::start("replica-a", &redis, &agents).await;
     let b = Replica::start("replica-b", &redis, &agents).await;
-    let (mut stream, seen) = start_slow(&a.client().await).await;
+    let (mut stream, seen) = start_slow_raw(&a.client().await).await;
     let run_id = seen[0].run_id.clone();
     let log = format!("baton:run:{{{run_id}}}:log");
 
@@ -263,7 +289,7 @@ async fn sigterm_hands_runs_over_and_the_client_follows_them_elsewhere() {
     let agents = agents_file();
     let mut a = Replica::start("replica-a", &redis, &agents).await;
     let b = Replica::start("replica-b", &redis, &agents).await;
-    let (mut stream, seen) = start_slow(&a.client().await).await;
+    let (mut stream, seen) = start_slow_raw(&a.client().await).await;
     let run_id = seen[0].run_id.clone();
 
     let began = Instant::now();
@@ -328,5 +354,51 @@ async fn sigterm_hands_runs_over_and_the_client_follows_them_elsewhere() {
         seen.iter().any(
             |e| matches!(&e.payload, Some(Payload::RunResumed(r)) if r.replica == "replica-b")
         )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_of_a_balanced_target_sees_a_pause_not_an_error() {
+    let redis = RedisServer::start().expect("redis-server");
+    let agents = agents_file();
+    let a = Replica::start("replica-a", &redis, &agents).await;
+    let b = Replica::start("replica-b", &redis, &agents).await;
+    // One target for both replicas, as a headless Service gives.
+    let addrs = vec![a.addr, b.addr];
+    let resolve: Arc<baton_client::balance::Resolve> = Arc::new(move |_host, _port| {
+        let answer = Ok(addrs.clone());
+        Box::pin(async move { answer })
+            as std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>>
+    });
+    let channel = baton_client::balance::lazy_channel_with(
+        "dns:///orchestrator.baton.svc:50051",
+        resolve,
+        Duration::from_millis(100),
+    )
+    .expect("channel");
+    let client = OrchestratorClient::new(channel);
+    let (mut stream, mut seen) = start_slow(&client).await;
+    let run_id = seen[0].run_id.clone();
+    let owner = redis
+        .cli(&["HGET", &format!("baton:run:{{{run_id}}}:meta"), "owner"])
+        .expect("owner");
+    let owner = if owner.trim() == "replica-a" { &a } else { &b };
+
+    owner.signal("-TERM");
+    // The same stream goes on: the client re-attached by itself.
+    while let Some(e) = tokio::time::timeout(Duration::from_secs(15), stream.next())
+        .await
+        .expect("the run ends")
+    {
+        seen.push(e.expect("no error reaches the caller"));
+    }
+    events::check_stream_rules(&seen);
+    match seen.last().and_then(|e| e.payload.as_ref()) {
+        Some(Payload::RunCompleted(c)) => assert_eq!(c.output, "woke up on x"),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        seen.iter()
+            .any(|e| matches!(e.payload, Some(Payload::RunResumed(_))))
     );
 }

@@ -13,8 +13,128 @@ pub struct OrchestratorClient {
     authorization: Option<tonic::metadata::AsciiMetadataValue>,
 }
 
-/// A run's event stream. Dropping it cancels the run.
+/// A run's event stream. Dropping it cancels the run (unless it was
+/// started detached).
+///
+/// When the stream breaks with `UNAVAILABLE` before the run's terminal
+/// event — its replica is draining, or died and another resumed the run —
+/// the stream re-attaches by itself with `WatchRun(after_seq)` through the
+/// same target (another replica, for a balanced target) and goes on where
+/// it was: the caller sees a pause, not an error. It gives up after
+/// [`REATTACH_FOR`], yielding the last error.
 pub type Events = std::pin::Pin<Box<dyn Stream<Item = Result<pb::RunEvent, Error>> + Send>>;
+
+/// How long a broken stream keeps trying to re-attach.
+pub const REATTACH_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Where a re-attaching stream is.
+struct Following {
+    client: OrchestratorClient,
+    current: Events,
+    filter: Option<pb::EventFilter>,
+    run_id: Option<String>,
+    last_seq: u64,
+    ended: bool,
+}
+
+impl OrchestratorClient {
+    /// `stream`, re-attaching when it breaks (see [`Events`]).
+    fn following(
+        &self,
+        stream: Events,
+        filter: Option<pb::EventFilter>,
+        run_id: Option<String>,
+        after_seq: u64,
+    ) -> Events {
+        let state = Following {
+            client: self.clone(),
+            current: stream,
+            filter,
+            run_id,
+            last_seq: after_seq,
+            ended: false,
+        };
+        Box::pin(futures::stream::unfold(state, |mut s| async move {
+            if s.ended {
+                return None;
+            }
+            match s.current.next().await {
+                Some(Ok(event)) => {
+                    s.run_id.get_or_insert_with(|| event.run_id.clone());
+                    s.last_seq = event.seq;
+                    s.ended = is_terminal(&event);
+                    Some((Ok(event), s))
+                }
+                Some(Err(e)) if e.code() == tonic::Code::Unavailable && s.run_id.is_some() => {
+                    match s.reattach().await {
+                        Ok(()) => {
+                            let next = s.current.next().await;
+                            match next {
+                                Some(Ok(event)) => {
+                                    s.last_seq = event.seq;
+                                    s.ended = is_terminal(&event);
+                                    Some((Ok(event), s))
+                                }
+                                Some(Err(e)) => {
+                                    s.ended = true;
+                                    Some((Err(e), s))
+                                }
+                                None => None,
+                            }
+                        }
+                        Err(_) => {
+                            s.ended = true;
+                            Some((Err(e), s))
+                        }
+                    }
+                }
+                Some(Err(e)) => {
+                    s.ended = true;
+                    Some((Err(e), s))
+                }
+                None => None,
+            }
+        }))
+    }
+}
+
+impl Following {
+    /// Re-attaches after `last_seq`, retrying while the orchestrator is
+    /// unavailable (a replica draining, another taking the run over).
+    async fn reattach(&mut self) -> Result<(), Error> {
+        let run_id = self.run_id.clone().unwrap_or_default();
+        let deadline = tokio::time::Instant::now() + REATTACH_FOR;
+        let mut wait = std::time::Duration::from_millis(100);
+        loop {
+            match self
+                .client
+                .watch_once(&run_id, self.last_seq, self.filter.clone())
+                .await
+            {
+                Ok(stream) => {
+                    self.current = stream;
+                    return Ok(());
+                }
+                Err(e)
+                    if matches!(e.code(), tonic::Code::Unavailable | tonic::Code::NotFound)
+                        && tokio::time::Instant::now() + wait < deadline =>
+                {
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(std::time::Duration::from_secs(1));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+fn is_terminal(e: &pb::RunEvent) -> bool {
+    use pb::run_event::Payload;
+    matches!(
+        e.payload,
+        Some(Payload::RunCompleted(_) | Payload::RunFailed(_) | Payload::RunCancelled(_))
+    )
+}
 
 impl OrchestratorClient {
     /// Connects to `endpoint` (`http://host:port`).
@@ -69,9 +189,15 @@ impl OrchestratorClient {
         request: pb::RunAgentRequest,
         traceparent: Option<&str>,
     ) -> Result<Events, Error> {
+        let filter = request.filter.clone();
         let request = self.traced(request, traceparent)?;
         let stream = self.inner.clone().run_agent(request).await?.into_inner();
-        Ok(Box::pin(stream.map(|e| e.map_err(Error::from))))
+        Ok(self.following(
+            Box::pin(stream.map(|e| e.map_err(Error::from))),
+            filter,
+            None,
+            0,
+        ))
     }
 
     /// Runs an agent to its end and returns every event received.
@@ -98,14 +224,31 @@ impl OrchestratorClient {
         request: pb::RunPipelineRequest,
         traceparent: Option<&str>,
     ) -> Result<Events, Error> {
+        let filter = request.filter.clone();
         let request = self.traced(request, traceparent)?;
         let stream = self.inner.clone().run_pipeline(request).await?.into_inner();
-        Ok(Box::pin(stream.map(|e| e.map_err(Error::from))))
+        Ok(self.following(
+            Box::pin(stream.map(|e| e.map_err(Error::from))),
+            filter,
+            None,
+            0,
+        ))
     }
 
     /// Re-attaches to a run: its events after `after_seq` (0: from the
     /// start), then live ones until its terminal event (WatchRun).
     pub async fn watch_run(
+        &self,
+        run_id: &str,
+        after_seq: u64,
+        filter: Option<pb::EventFilter>,
+    ) -> Result<Events, Error> {
+        let stream = self.watch_once(run_id, after_seq, filter.clone()).await?;
+        Ok(self.following(stream, filter, Some(run_id.to_owned()), after_seq))
+    }
+
+    /// One WatchRun call, without re-attaching.
+    async fn watch_once(
         &self,
         run_id: &str,
         after_seq: u64,
