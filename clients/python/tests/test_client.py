@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 
+import grpc
 import pytest
 
+from baton.v1 import events_pb2 as events_pb
 from baton.v1 import orchestrator_pb2 as pb
 from baton.v1 import tool_host_pb2 as tool_pb
 from baton_client import (
@@ -17,6 +19,7 @@ from baton_client import (
     Orchestrator,
     ToolContext,
     Unauthenticated,
+    Unavailable,
     ToolServer,
     kind,
 )
@@ -331,5 +334,58 @@ def test_api_keys_name_tenants():
                     if kind(e) == "run_completed":
                         break
                 assert (await b.orchestrator.get_run(stream.run_id)).status == pb.RUN_STATUS_COMPLETED
+
+    run(main())
+
+
+class _Call:
+    """A stand-in for a streaming call: reads its items in order (an
+    exception is raised when read)."""
+
+    def __init__(self, items):
+        self.items = list(items)
+
+    async def read(self):
+        item = self.items.pop(0)
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    def cancel(self):
+        pass
+
+
+def _unavailable():
+    return grpc.aio.AioRpcError(
+        grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "replica draining"
+    )
+
+
+def _event(seq, **payload):
+    return events_pb.RunEvent(seq=seq, run_id="r1", trace_id="t", **payload)
+
+
+def test_a_broken_stream_re_attaches_after_its_last_seq():
+    from baton_client.client import RunStream
+
+    asked = []
+
+    def reattach(run_id, after_seq):
+        asked.append((run_id, after_seq))
+        if len(asked) == 1:
+            return _Call([_unavailable()])  # the next replica is not ready yet
+        return _Call([_event(3), _event(4, run_completed=events_pb.RunCompleted(output="done")), grpc.aio.EOF])
+
+    async def main():
+        stream = RunStream(_Call([_event(1), _event(2), _unavailable()]), reattach)
+        events = await stream.collect()
+        assert [e.seq for e in events] == [1, 2, 3, 4]
+        assert events[-1].run_completed.output == "done"
+        assert asked == [("r1", 2), ("r1", 2)]
+
+        # Other errors, and errors before the run is known, are the caller's.
+        broken = RunStream(_Call([_unavailable()]), reattach)
+        with pytest.raises(Unavailable):
+            await broken.collect()
 
     run(main())

@@ -9,6 +9,7 @@ so the run joins the caller's trace). Errors are the typed exceptions of
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
@@ -77,10 +78,23 @@ def _metadata(traceparent: str | None) -> tuple[tuple[str, str], ...] | None:
 class RunStream:
     """The events of one run, as an async iterator. Leaving it early (or
     :meth:`cancel`) disconnects, which cancels the run on the server unless
-    it was started detached."""
+    it was started detached.
 
-    def __init__(self, call: grpc.aio.UnaryStreamCall) -> None:
+    When the stream breaks with ``UNAVAILABLE`` before the run's terminal
+    event (its replica is draining, or died and another resumed the run),
+    it re-attaches by itself with ``WatchRun(after_seq)`` through the same
+    target and goes on where it was: the caller sees a pause, not an error.
+    It gives up after ``REATTACH_FOR`` seconds, raising the last error."""
+
+    #: How long a broken stream keeps trying to re-attach, in seconds.
+    REATTACH_FOR = 30.0
+
+    def __init__(self, call: grpc.aio.UnaryStreamCall, reattach: Any = None) -> None:
         self._call = call
+        #: ``reattach(run_id, after_seq)`` makes a new WatchRun call.
+        self._reattach = reattach
+        self._ended = False
+        self.last_seq = 0
         self.run_id: str | None = None
         self.trace_id: str | None = None
 
@@ -88,18 +102,41 @@ class RunStream:
         return self
 
     async def __anext__(self) -> RunEvent:
+        if self._ended:
+            raise StopAsyncIteration
         try:
             event = await self._call.read()
         except grpc.aio.AioRpcError as e:
-            raise from_rpc_error(e) from None
+            if e.code() != grpc.StatusCode.UNAVAILABLE or self.run_id is None or self._reattach is None:
+                raise from_rpc_error(e) from None
+            event = await self._resume(e)
         if event is grpc.aio.EOF:
             raise StopAsyncIteration
         if self.run_id is None:
             self.run_id, self.trace_id = event.run_id, event.trace_id
+        self.last_seq = event.seq
+        if event.WhichOneof("payload") in ("run_completed", "run_failed", "run_cancelled"):
+            self._ended = True
         return event
 
+    async def _resume(self, error: grpc.aio.AioRpcError) -> Any:
+        """Re-attaches after ``last_seq``; the first event of the new call."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.REATTACH_FOR
+        wait = 0.1
+        while True:
+            self._call = self._reattach(self.run_id, self.last_seq)
+            try:
+                return await self._call.read()
+            except grpc.aio.AioRpcError as e:
+                retry = e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND)
+                if not retry or loop.time() + wait > deadline:
+                    raise from_rpc_error(error) from None
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, 1.0)
+
     def cancel(self) -> None:
-        """Disconnects; the server cancels the run."""
+        """Disconnects; the server cancels the run (unless detached)."""
         self._call.cancel()
 
     async def collect(self) -> list[RunEvent]:
@@ -189,7 +226,10 @@ class Orchestrator:
             filter=filter,
             detach=detach,
         )
-        return RunStream(self._stub.RunAgent(request, timeout=timeout, metadata=self._md(traceparent)))
+        return RunStream(
+            self._stub.RunAgent(request, timeout=timeout, metadata=self._md(traceparent)),
+            self._watcher(filter),
+        )
 
     def run_pipeline(
         self,
@@ -231,12 +271,26 @@ class Orchestrator:
             filter=filter,
             detach=detach,
         )
-        return RunStream(self._stub.RunPipeline(request, timeout=timeout, metadata=self._md(traceparent)))
+        return RunStream(
+            self._stub.RunPipeline(request, timeout=timeout, metadata=self._md(traceparent)),
+            self._watcher(filter),
+        )
 
     def watch(self, run_id: str, *, after_seq: int = 0, timeout: float | None = None) -> RunStream:
         """Re-attaches to a run's events after ``after_seq`` (WatchRun)."""
         request = pb.WatchRunRequest(run_id=run_id, after_seq=after_seq)
-        return RunStream(self._stub.WatchRun(request, timeout=timeout, metadata=self._md(None)))
+        stream = RunStream(self._stub.WatchRun(request, timeout=timeout, metadata=self._md(None)), self._watcher(None))
+        stream.run_id, stream.last_seq = run_id, after_seq
+        return stream
+
+    def _watcher(self, filter: events_pb.EventFilter | None) -> Any:
+        """A new WatchRun call of a run after a seq, with ``filter``."""
+
+        def watch(run_id: str, after_seq: int) -> grpc.aio.UnaryStreamCall:
+            request = pb.WatchRunRequest(run_id=run_id, after_seq=after_seq, filter=filter)
+            return self._stub.WatchRun(request, metadata=self._md(None))
+
+        return watch
 
     async def resolve_approval(
         self, run_id: str, approval_id: str, approved: bool, reason: str = "", *, timeout: float | None = None
