@@ -10,6 +10,7 @@ import {
   credentials,
   Metadata,
   ServiceError,
+  status,
 } from "@grpc/grpc-js";
 import {
   WatchResponse,
@@ -133,22 +134,73 @@ const channelOptions = {
   "grpc.service_config": JSON.stringify({ loadBalancingConfig: [{ round_robin: {} }] }),
 };
 
+/** Opens a new WatchRun call of a run after a seq (how a broken stream
+ * re-attaches). */
+export type Reattach = (runId: string, afterSeq: number) => ClientReadableStream<RunEvent>;
+
+/** How long a broken stream keeps trying to re-attach, in ms. */
+export const REATTACH_FOR_MS = 30_000;
+
+const TERMINAL_KINDS = new Set(["runCompleted", "runFailed", "runCancelled"]);
+
 /** The events of one run. Leaving the loop early (or `cancel()`)
- * disconnects, which cancels the run on the server. */
+ * disconnects, which cancels the run on the server unless it was started
+ * detached.
+ *
+ * When the stream breaks with UNAVAILABLE before the run's terminal event
+ * (its replica is draining, or died and another resumed the run), it
+ * re-attaches by itself with WatchRun(afterSeq) through the same target and
+ * goes on where it was: the caller sees a pause, not an error. It gives up
+ * after `REATTACH_FOR_MS`, throwing the last error. */
 export class RunStream implements AsyncIterable<RunEvent> {
   runId?: string;
   traceId?: string;
-  constructor(private readonly call: ClientReadableStream<RunEvent>) {}
+  lastSeq = 0;
+  constructor(
+    private call: ClientReadableStream<RunEvent>,
+    private readonly reattach?: Reattach,
+  ) {}
 
   async *[Symbol.asyncIterator](): AsyncIterator<RunEvent> {
     let done = false;
+    // While re-attaching: when to give up, how long to wait next, and the
+    // error that broke the stream.
+    let deadline: number | undefined;
+    let wait = 100;
+    let broke: unknown;
     try {
-      for await (const event of this.call as AsyncIterable<RunEvent>) {
-        this.runId ??= event.runId;
-        this.traceId ??= event.traceId;
-        yield event;
+      for (;;) {
+        try {
+          for await (const event of this.call as AsyncIterable<RunEvent>) {
+            deadline = undefined;
+            wait = 100;
+            this.runId ??= event.runId;
+            this.traceId ??= event.traceId;
+            this.lastSeq = event.seq;
+            yield event;
+            if (event.payload && TERMINAL_KINDS.has(event.payload.$case)) {
+              done = true;
+              return;
+            }
+          }
+          done = true;
+          return;
+        } catch (e) {
+          const code = (e as { code?: number }).code;
+          const retrying = deadline !== undefined;
+          const retryable = code === status.UNAVAILABLE || (retrying && code === status.NOT_FOUND);
+          if (!this.reattach || this.runId === undefined || !retryable) throw retrying ? broke : e;
+          if (!retrying) {
+            broke = e;
+            deadline = Date.now() + REATTACH_FOR_MS;
+          } else if (Date.now() + wait > deadline!) {
+            throw broke;
+          }
+          await new Promise((r) => setTimeout(r, retrying ? wait : 0));
+          if (retrying) wait = Math.min(wait * 2, 1000);
+          this.call = this.reattach(this.runId, this.lastSeq);
+        }
       }
-      done = true;
     } catch (e) {
       done = true;
       throw fromServiceError(e);
@@ -215,7 +267,7 @@ export class Orchestrator {
       filter: o.filter,
       detach: o.detach ?? false,
     };
-    return new RunStream(this.client.runAgent(request, this.md(o.traceparent), options(o)));
+    return new RunStream(this.client.runAgent(request, this.md(o.traceparent), options(o)), this.watcher(o.filter));
   }
 
   /** Starts a pipeline of steps. */
@@ -249,12 +301,21 @@ export class Orchestrator {
       filter: o.filter,
       detach: o.detach ?? false,
     };
-    return new RunStream(this.client.runPipeline(request, this.md(o.traceparent), options(o)));
+    return new RunStream(this.client.runPipeline(request, this.md(o.traceparent), options(o)), this.watcher(o.filter));
   }
 
   /** Re-attaches to a run's events after `afterSeq` (WatchRun). */
   watch(runId: string, afterSeq = 0, o: CallOpts = {}): RunStream {
-    return new RunStream(this.client.watchRun({ runId, afterSeq }, this.md(), options(o)));
+    const stream = new RunStream(this.client.watchRun({ runId, afterSeq }, this.md(), options(o)), this.watcher());
+    stream.runId = runId;
+    stream.lastSeq = afterSeq;
+    return stream;
+  }
+
+  /** New WatchRun calls of a run after a seq, with `filter` (how a broken
+   * stream re-attaches). */
+  private watcher(filter?: EventFilter): Reattach {
+    return (runId, afterSeq) => this.client.watchRun({ runId, afterSeq, filter }, this.md());
   }
 
   async resolveApproval(runId: string, approvalId: string, approved: boolean, reason = "", o: CallOpts = {}) {

@@ -1,7 +1,7 @@
 /** The TypeScript client and ToolServer against the real `baton up` binary. */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { Aborted, DeadlineExceeded, InvalidArgument, NotFound, ToolContext, kind, pb } from "../src";
+import { Aborted, DeadlineExceeded, InvalidArgument, NotFound, RunStream, ToolContext, events, kind, pb } from "../src";
 import { Running, startBaton } from "./baton";
 
 let b: Running;
@@ -232,4 +232,44 @@ test("a detached run outlives its stream and is listed", async () => {
   assert.equal(page.runs.length, 1);
   assert.ok(page.nextPageToken !== "");
   assert.equal(await b.orchestrator.cancel(runId, "done"), pb.RunStatus.RUN_STATUS_CANCELLED);
+});
+
+test("a broken stream re-attaches after its last seq", async () => {
+  const { Metadata, status } = await import("@grpc/grpc-js");
+  const unavailable = () =>
+    Object.assign(new Error("14 UNAVAILABLE: replica draining"), {
+      code: status.UNAVAILABLE,
+      details: "replica draining",
+      metadata: new Metadata(),
+    });
+  const ev = (seq: number, done = false): events.RunEvent =>
+    events.RunEvent.fromPartial({
+      seq,
+      runId: "r1",
+      traceId: "t",
+      payload: done ? { $case: "runCompleted", runCompleted: { output: "done", runContextJson: "" } } : undefined,
+    });
+  const call = (items: (events.RunEvent | Error)[]) =>
+    ({
+      async *[Symbol.asyncIterator]() {
+        for (const i of items) {
+          if (i instanceof Error) throw i;
+          yield i;
+        }
+      },
+      cancel() {},
+    }) as never;
+  const asked: [string, number][] = [];
+  const stream = new RunStream(call([ev(1), ev(2), unavailable()]), (runId, afterSeq) => {
+    asked.push([runId, afterSeq]);
+    return asked.length === 1 ? call([unavailable()]) : call([ev(3), ev(4, true)]);
+  });
+  const seen = (await stream.collect()).map((e) => e.seq);
+  assert.deepEqual(seen, [1, 2, 3, 4]);
+  assert.deepEqual(asked, [
+    ["r1", 2],
+    ["r1", 2],
+  ]);
+  // An error before the run is known is the caller's.
+  await assert.rejects(new RunStream(call([unavailable()]), () => call([])).collect());
 });
