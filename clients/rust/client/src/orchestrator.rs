@@ -66,7 +66,8 @@ impl OrchestratorClient {
                     Some((Ok(event), s))
                 }
                 Some(Err(e)) if e.code() == tonic::Code::Unavailable && s.run_id.is_some() => {
-                    match s.reattach().await {
+                    // Boxed: a stream that never breaks holds only a pointer.
+                    match Box::pin(s.reattach()).await {
                         Ok(()) => {
                             let next = s.current.next().await;
                             match next {
