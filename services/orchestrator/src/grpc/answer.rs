@@ -6,6 +6,18 @@ use baton_proto::v1 as pb;
 
 use crate::{catalog::Catalog, run::record::RunRecord};
 
+/// A ListRuns page of this replica's runs.
+pub(super) fn runs_page(runs: &[std::sync::Arc<RunRecord>], more: bool) -> pb::ListRunsResponse {
+    let next_page_token = match runs.last() {
+        Some(last) if more => runs_page_token(last),
+        _ => String::new(),
+    };
+    pb::ListRunsResponse {
+        runs: runs.iter().map(|r| run_summary(r)).collect(),
+        next_page_token,
+    }
+}
+
 /// The token of the page after the one ending with `last`.
 pub(super) fn runs_page_token(last: &RunRecord) -> String {
     format!("v1.{}", last.run_id)

@@ -36,7 +36,6 @@ use crate::{
     peers::{Answer, Peers},
     pipeline,
     run::{
-        durable::RunMeta,
         events,
         launch::{self, EventStream, Prepared},
         record::{ApprovalAnswer, RunRecord},
@@ -501,7 +500,7 @@ impl Orchestrator for OrchestratorService {
         let filter = convert::filter(r.filter.clone(), &self.services.defaults)?;
         if let Some(durable) = self.stored_log(&ext, &r.run_id, r.after_seq).await? {
             let stream = watch::stored(
-                durable.clone(),
+                durable,
                 r.run_id,
                 r.after_seq,
                 filter,
@@ -556,26 +555,14 @@ impl Orchestrator for OrchestratorService {
     ) -> std::result::Result<Response<pb::ListRunsResponse>, Status> {
         let (status, after, size) = convert::list_runs_page(request.get_ref())?;
         let tenant = tenant_of(request.extensions());
-        if let Some(durable) = &self.services.durable {
-            let (runs, more) = durable.list(tenant, status, after.as_deref(), size).await?;
-            let next_page_token = match runs.last() {
-                Some(last) if more => format!("v1.{}", last.run_id),
-                _ => String::new(),
-            };
-            return Ok(Response::new(pb::ListRunsResponse {
-                runs: runs.iter().map(RunMeta::to_summary).collect(),
-                next_page_token,
-            }));
+        if let Some(page) = self
+            .stored_runs(tenant, status, after.as_deref(), size)
+            .await?
+        {
+            return Ok(Response::new(page));
         }
         let (runs, more) = self.runs.list(tenant, status, after.as_deref(), size);
-        let next_page_token = match runs.last() {
-            Some(last) if more => answer::runs_page_token(last),
-            _ => String::new(),
-        };
-        Ok(Response::new(pb::ListRunsResponse {
-            runs: runs.iter().map(|r| answer::run_summary(r)).collect(),
-            next_page_token,
-        }))
+        Ok(Response::new(answer::runs_page(&runs, more)))
     }
 
     async fn list_agents(

@@ -15,6 +15,29 @@ use crate::{
 };
 
 impl OrchestratorService {
+    /// A ListRuns page from the run store when runs are durable (every
+    /// replica's runs); `None` otherwise.
+    pub(super) async fn stored_runs(
+        &self,
+        tenant: &str,
+        status: Option<baton_proto::v1::RunStatus>,
+        after: Option<&str>,
+        size: usize,
+    ) -> Result<Option<baton_proto::v1::ListRunsResponse>> {
+        let Some(durable) = &self.services.durable else {
+            return Ok(None);
+        };
+        let (runs, more) = durable.list(tenant, status, after, size).await?;
+        let next_page_token = match runs.last() {
+            Some(last) if more => format!("v1.{}", last.run_id),
+            _ => String::new(),
+        };
+        Ok(Some(baton_proto::v1::ListRunsResponse {
+            runs: runs.iter().map(RunMeta::to_summary).collect(),
+            next_page_token,
+        }))
+    }
+
     /// Where a WatchRun of a durable run reads from: the run store, when
     /// the run is not here or this replica's log of it does not reach back
     /// to `after_seq` (a run resumed here holds only its new events); `None`
