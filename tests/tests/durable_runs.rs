@@ -580,3 +580,50 @@ async fn a_lapsed_lease_is_claimed_once_and_fences_the_former_owner() {
     assert_eq!(b.claim(&id).await.expect("claim"), Claim::Ended);
     assert!(b.lapsed(10).await.expect("lapsed").is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restarted_without_persistence_fails_running_runs_and_takes_new_ones() {
+    use futures::StreamExt;
+    let mut redis = RedisServer::start().expect("redis-server");
+    let server = durable_replica(&redis).await;
+    let client = server.client().await.expect("client");
+    let mut stream = client
+        .raw()
+        .run_agent(agent("slow", "x"))
+        .await
+        .expect("run")
+        .into_inner();
+    stream.next().await.expect("open").expect("event");
+    // Every key is lost: the running run's next write finds no record.
+    redis.restart().expect("restart");
+    let began = std::time::Instant::now();
+    let mut ended = None;
+    while let Some(e) = tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .expect("the stream ends, it never hangs")
+    {
+        if let Err(e) = e {
+            ended = Some(e);
+        }
+    }
+    let err = ended.expect("an error ends the stream");
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    assert!(err.message().contains("gone"), "{err:?}");
+    assert!(
+        began.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        began.elapsed()
+    );
+    // New runs are recorded in the new Redis and complete.
+    let events = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match client.run_agent_to_end(agent("chatty", "x")).await {
+                Ok(events) => return events,
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    })
+    .await
+    .expect("a new run completes");
+    baton_e2e::events::check_stream_rules(&events);
+}

@@ -186,6 +186,11 @@ async fn write(
             .await
         {
             Ok(Append::Done) => return Ok(()),
+            Ok(Append::Gone) => {
+                return Err(Error::Unavailable(
+                    "the run's record is gone from Redis (restarted without persistence?)".into(),
+                ));
+            }
             Ok(Append::Fenced) => {
                 return Err(Error::Unavailable(
                     "another replica owns this run now".into(),

@@ -172,7 +172,12 @@ async fn end_orphan(
         .await
     {
         Ok(Append::Done) => durable.forget_lease(run_id).await,
-        Ok(Append::Fenced) => tracing::warn!(run_id, "another replica claimed the run first"),
+        Ok(Append::Fenced | Append::Gone) => {
+            tracing::warn!(
+                run_id,
+                "another replica claimed the run first, or it is gone"
+            )
+        }
         Err(e) => {
             tracing::warn!(run_id, error = %e, "cannot end a claimed run; its lease lapses again")
         }

@@ -63,8 +63,11 @@ pub enum Append {
     /// Written.
     Done,
     /// Refused: the writer's epoch is not the run's (another replica owns
-    /// the run now, or its keys expired). Nothing was written.
+    /// the run now). Nothing was written.
     Fenced,
+    /// Refused: the run's record is gone (its keys expired, or Redis lost
+    /// them: restarted without persistence). Nothing was written.
+    Gone,
 }
 
 /// Runs in Redis (see the module docs).
@@ -88,7 +91,11 @@ const APPEND: &str = r"
 -- ARGV[1] epoch, ARGV[2] events n, ARGV[3] ttl ms (0: keep), ARGV[4] fields m,
 -- ARGV[5] records j, then n pairs (seq, event bytes), m pairs (field,
 -- value), j pairs (unit, record).
-if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if not epoch then
+  return 2
+end
+if epoch ~= ARGV[1] then
   return 0
 end
 local n, m, j, i = tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5]), 6
@@ -416,10 +423,10 @@ impl RedisRuns {
             invocation.arg(unit).arg(record.as_slice());
         }
         let written: i64 = invocation.invoke_async(&mut c).await.map_err(redis_error)?;
-        Ok(if written == 1 {
-            Append::Done
-        } else {
-            Append::Fenced
+        Ok(match written {
+            1 => Append::Done,
+            2 => Append::Gone,
+            _ => Append::Fenced,
         })
     }
 
