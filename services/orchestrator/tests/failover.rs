@@ -27,8 +27,19 @@ scripts:
     - {calls: [{tool: write_context, args: {key: "notes/a", value: "first"}}]}
     - {calls: [{tool: sleep, args: {ms: 2500}}]}
     - {text: "woke up on {{input}}"}
+  thinker:
+    - {calls: [{tool: write_context, args: {key: "notes/t", value: "before"}}]}
+    - {text: "thought about {{input}}", delay: 2500ms}
+  payer:
+    - {calls: [{tool: write_context, args: {key: "pay/order", value: "42"}}]}
+    - {text: "paid {{input}}"}
 agents:
   slow: {model: "scripted:slow", tools: [sleep, write_context]}
+  thinker: {model: "scripted:thinker", tools: [write_context]}
+  payer:
+    model: "scripted:payer"
+    tools: [write_context]
+    approvals: {write_context: always}
 "#;
 
 struct Replica {
@@ -400,5 +411,121 @@ async fn a_client_of_a_balanced_target_sees_a_pause_not_an_error() {
     assert!(
         seen.iter()
             .any(|e| matches!(e.payload, Some(Payload::RunResumed(_))))
+    );
+}
+
+/// Starts `agent` on `client` and reads until `stop` holds for an event;
+/// the stream (kept open: closing it would cancel the run) and the events.
+async fn start_until(
+    client: &OrchestratorClient,
+    agent: &str,
+    stop: impl Fn(&pb::RunEvent) -> bool,
+) -> (tonic::Streaming<pb::RunEvent>, Vec<pb::RunEvent>) {
+    let mut stream = client
+        .raw()
+        .run_agent(pb::RunAgentRequest {
+            agent: agent.into(),
+            input: "x".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("run")
+        .into_inner();
+    let mut seen = Vec::new();
+    loop {
+        let e = stream.next().await.expect("open").expect("event");
+        let done = stop(&e);
+        seen.push(e);
+        if done {
+            return (stream, seen);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_killed_mid_model_turn_is_resumed_with_the_turn_asked_again() {
+    let redis = RedisServer::start().expect("redis-server");
+    let agents = agents_file();
+    let a = Replica::start("replica-a", &redis, &agents).await;
+    let b = Replica::start("replica-b", &redis, &agents).await;
+    // The second turn takes 2.5 s: kill the owner while the model thinks.
+    let (_stream, mut seen) = start_until(&a.client().await, "thinker", |e| {
+        matches!(&e.payload, Some(Payload::ToolBatchCompleted(_)))
+    })
+    .await;
+    let run_id = seen[0].run_id.clone();
+    let last = seen.last().expect("events").seq;
+    a.signal("-KILL");
+    let rest: Vec<pb::RunEvent> = tokio::time::timeout(Duration::from_secs(15), async {
+        b.client()
+            .await
+            .watch_run(&run_id, last, None)
+            .await
+            .expect("watch on b")
+            .map(|e| e.expect("event"))
+            .collect()
+            .await
+    })
+    .await
+    .expect("the run ends on b");
+    seen.extend(rest);
+    events::check_stream_rules(&seen);
+    match seen.last().and_then(|e| e.payload.as_ref()) {
+        Some(Payload::RunCompleted(c)) => assert_eq!(c.output, "thought about x"),
+        other => panic!("{other:?}"),
+    }
+    let writes = seen
+        .iter()
+        .filter(|e| matches!(&e.payload, Some(Payload::ContextWritten(_))))
+        .count();
+    assert_eq!(writes, 1, "the first turn's call is not done again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_killed_while_parked_on_an_approval_asks_again_and_an_answer_is_never_lost() {
+    let redis = RedisServer::start().expect("redis-server");
+    let agents = agents_file();
+    let a = Replica::start("replica-a", &redis, &agents).await;
+    let b = Replica::start("replica-b", &redis, &agents).await;
+    let (_stream, mut seen) = start_until(&a.client().await, "payer", |e| {
+        matches!(&e.payload, Some(Payload::ApprovalRequested(_)))
+    })
+    .await;
+    let run_id = seen[0].run_id.clone();
+    let last = seen.last().expect("events").seq;
+    a.signal("-KILL");
+    // The question is asked again on the replica that resumed the run; the
+    // person answers there, and the run goes on.
+    let on_b = b.client().await;
+    let mut rest =
+        tokio::time::timeout(Duration::from_secs(10), on_b.watch_run(&run_id, last, None))
+            .await
+            .expect("watch in time")
+            .expect("watch on b");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while let Some(e) = tokio::time::timeout_at(deadline.into(), rest.next())
+        .await
+        .expect("the run ends on b")
+    {
+        let e = e.expect("event");
+        if let Some(Payload::ApprovalRequested(q)) = &e.payload {
+            on_b.resolve_approval(&run_id, &q.approval_id, true, "")
+                .await
+                .expect("answer on b");
+        }
+        seen.push(e);
+    }
+    events::check_stream_rules(&seen);
+    match seen.last().and_then(|e| e.payload.as_ref()) {
+        Some(Payload::RunCompleted(c)) => assert_eq!(c.output, "paid x"),
+        other => panic!("{other:?}"),
+    }
+    let asked = seen
+        .iter()
+        .filter(|e| matches!(&e.payload, Some(Payload::ApprovalRequested(_))))
+        .count();
+    assert_eq!(
+        asked, 2,
+        "asked on a, then again on b (it was never answered)"
     );
 }
