@@ -25,6 +25,7 @@ pub mod events;
 pub mod fuzz;
 pub mod openai;
 pub mod otlp;
+pub mod pki;
 pub mod toolhost;
 
 /// A loopback address with a port free at the time of the call (for
@@ -85,6 +86,30 @@ impl RedisServer {
     /// Starts a server and waits until it answers PING.
     pub fn start() -> anyhow::Result<Self> {
         Self::start_with(&[])
+    }
+
+    /// Starts a server that also listens with TLS on a port of its own
+    /// (`--tls-port`, certificates of `pki`, client certificates required:
+    /// `tls-auth-clients yes`); its plain port stays for the test's own
+    /// commands. The TLS port.
+    pub fn start_tls(pki: &pki::TestPki) -> anyhow::Result<(Self, u16)> {
+        let tls_port = free_port()?;
+        let port = tls_port.to_string();
+        let path = |p: &std::path::Path| p.display().to_string();
+        let (cert, key, ca) = (path(&pki.server_cert), path(&pki.server_key), path(&pki.ca));
+        let server = Self::start_with(&[
+            "--tls-port",
+            &port,
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &ca,
+            "--tls-auth-clients",
+            "yes",
+        ])?;
+        Ok((server, tls_port))
     }
 
     /// Starts a server with extra `redis-server` arguments.
@@ -572,4 +597,22 @@ pub async fn reflected_services(endpoint: &str) -> Vec<String> {
     let mut names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
     names.sort();
     names
+}
+
+/// A log writer that keeps what is written (tests read the lines back).
+#[derive(Clone, Default)]
+pub struct Captured(pub std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }

@@ -3,32 +3,11 @@
 //! context it was logged in (one test per binary: it installs the process's
 //! logger).
 
-use std::{
-    collections::HashSet,
-    io::Write,
-    sync::{Arc, Mutex},
-};
+use std::collections::HashSet;
 
 use baton_common::telemetry::{LogConfig, LogFormat};
-use baton_e2e::{OrchestratorServer, agent_request};
+use baton_e2e::{Captured, OrchestratorServer, agent_request};
 use serde_json::Value;
-
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 const AGENTS: &str = r#"
 scripts:
@@ -50,6 +29,7 @@ async fn every_line_logged_inside_a_run_carries_its_ids() {
         &LogConfig {
             format: LogFormat::Json,
             level: "baton_orchestrator=debug".into(),
+            audit: "off".into(),
         },
         move || sink.clone(),
     )

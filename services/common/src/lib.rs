@@ -14,6 +14,7 @@
 //! - [`ids`]: validated identifiers shared by the services (trace ids).
 //! - [`runtime`]: the Tokio runtime a service runs on, sized by its config.
 
+pub mod audit;
 pub mod config;
 pub mod ids;
 pub mod metrics;

@@ -3,7 +3,8 @@
 //! Besides the service's own routes it always serves grpc.health.v1 (added by
 //! the caller, who owns the reporter), server reflection v1 and v1alpha (so
 //! grpcurl-style tools and Python's reflection client both work) and gRPC-web
-//! (browsers call the services without a proxy). Accepted sockets get
+//! (browsers call the services without a proxy, from the origins
+//! `server.cors_allowed_origins` allows). Accepted sockets get
 //! TCP_NODELAY: without it a unary call costs tens of milliseconds.
 //!
 //! Reflection lists only the services the port serves (its own, health and
@@ -24,6 +25,7 @@ use std::{
 };
 
 use serde::{Deserialize, Serialize};
+use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use tokio::net::TcpListener;
 use tonic::{
@@ -58,6 +60,11 @@ pub struct ServerOptions {
     /// `keepalive_interval + keepalive_timeout`.
     #[serde(with = "crate::config::duration")]
     pub keepalive_timeout: Duration,
+    /// Origins browsers may call from with gRPC-web (CORS), e.g.
+    /// `https://console.example.com`; `*` allows any origin. Empty (the
+    /// default): no cross-origin call (preflights get no
+    /// `Access-Control-Allow-Origin`, so browsers refuse).
+    pub cors_allowed_origins: Vec<String>,
 }
 
 impl Default for ServerOptions {
@@ -66,6 +73,7 @@ impl Default for ServerOptions {
             max_concurrent_streams: 1024,
             keepalive_interval: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(20),
+            cors_allowed_origins: Vec::new(),
         }
     }
 }
@@ -81,7 +89,53 @@ impl ServerOptions {
                 "server.keepalive_interval and server.keepalive_timeout must be positive".into(),
             );
         }
-        Ok(())
+        self.cors().map(|_| ())
+    }
+
+    /// The CORS layer of `cors_allowed_origins` (gRPC-web from browsers):
+    /// `POST` with the headers gRPC-web, API keys and trace context use;
+    /// gRPC's status headers readable by the page.
+    pub fn cors(&self) -> Result<CorsLayer, String> {
+        let origins = if self.cors_allowed_origins.iter().any(|o| o == "*") {
+            AllowOrigin::any()
+        } else {
+            let mut list = Vec::with_capacity(self.cors_allowed_origins.len());
+            for origin in &self.cors_allowed_origins {
+                let valid = (origin.starts_with("https://") || origin.starts_with("http://"))
+                    && !origin.ends_with('/')
+                    && origin
+                        .split("://")
+                        .nth(1)
+                        .is_some_and(|h| !h.is_empty() && !h.contains('/'));
+                let value = http::HeaderValue::from_str(origin).ok().filter(|_| valid);
+                list.push(value.ok_or_else(|| {
+                    format!(
+                        "server.cors_allowed_origins: {origin:?} is not an origin (scheme://host[:port], no path), or *"
+                    )
+                })?);
+            }
+            AllowOrigin::list(list)
+        };
+        let header = http::HeaderName::from_static;
+        Ok(CorsLayer::new()
+            .allow_origin(origins)
+            .allow_methods([http::Method::POST, http::Method::OPTIONS])
+            .allow_headers([
+                header("content-type"),
+                header("x-grpc-web"),
+                header("x-user-agent"),
+                header("grpc-timeout"),
+                header("authorization"),
+                header("traceparent"),
+                header("tracestate"),
+            ])
+            .expose_headers([
+                header("grpc-status"),
+                header("grpc-message"),
+                header("grpc-status-details-bin"),
+                header("baton-field"),
+            ])
+            .max_age(Duration::from_secs(24 * 3600)))
     }
 }
 
@@ -121,12 +175,18 @@ pub async fn serve(
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?);
 
+    let cors = options.cors().unwrap_or_else(|e| {
+        // validate() refused this config before it got here.
+        tracing::error!(error = %e, "no cross-origin calls");
+        ServerOptions::default().cors().unwrap_or_default()
+    });
     let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
     let server = Server::builder()
         .accept_http1(true)
         .max_concurrent_streams(options.max_concurrent_streams)
         .http2_keepalive_interval(Some(options.keepalive_interval))
         .http2_keepalive_timeout(Some(options.keepalive_timeout))
+        .layer(cors)
         .layer(tonic_web::GrpcWebLayer::new())
         .layer(StatusLayer::new(service_name))
         .add_routes(routes)

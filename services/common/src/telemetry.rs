@@ -1,7 +1,11 @@
 //! Logging set-up, in one function that returns a guard.
 
 use serde::{Deserialize, Serialize};
-use tracing_subscriber::{EnvFilter, fmt, prelude::*};
+use tracing_subscriber::{
+    EnvFilter, filter::filter_fn, fmt, fmt::writer::BoxMakeWriter, prelude::*,
+};
+
+use crate::audit;
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -23,6 +27,12 @@ pub struct LogConfig {
     /// An `EnvFilter` directive such as `info` or `baton=debug,info`.
     /// `RUST_LOG`, when set, wins.
     pub level: String,
+    /// Where the audit log goes (one JSON line per call that starts,
+    /// answers or cancels a run or writes the store; see
+    /// `baton_common::audit`): `stdout`, `stderr`, a file (appended), or
+    /// `off`. Whatever `level` says, and never mixed into the other lines
+    /// when it has a file of its own.
+    pub audit: String,
 }
 
 impl Default for LogConfig {
@@ -30,6 +40,7 @@ impl Default for LogConfig {
         Self {
             format: LogFormat::Text,
             level: "info".into(),
+            audit: "stdout".into(),
         }
     }
 }
@@ -62,10 +73,28 @@ where
         _ => EnvFilter::try_new(&log.level),
     }
     .map_err(|e| format!("invalid log level directive: {e}"))?;
-    let registry = tracing_subscriber::registry().with(filter);
+    // The audit lines: JSON, their own filter (not the level's), their own
+    // destination.
+    let audit_layer = audit_writer(&log.audit)?.map(|w| {
+        fmt::layer()
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .with_writer(w)
+            .with_filter(filter_fn(|m| m.target() == audit::TARGET))
+    });
+    let not_audit = filter_fn(|m| m.target() != audit::TARGET);
+    let registry = tracing_subscriber::registry().with(audit_layer);
     let result = match log.format {
         LogFormat::Text => registry
-            .with(fmt::layer().with_target(true).with_writer(writer))
+            .with(
+                fmt::layer()
+                    .with_target(true)
+                    .with_writer(writer)
+                    .with_filter(not_audit)
+                    .with_filter(filter),
+            )
             .try_init(),
         LogFormat::Json => registry
             .with(
@@ -73,11 +102,30 @@ where
                     .with_writer(writer)
                     .json()
                     .flatten_event(true)
-                    .with_current_span(true),
+                    .with_current_span(true)
+                    .with_filter(not_audit)
+                    .with_filter(filter),
             )
             .try_init(),
     };
     result.map_err(|e| format!("cannot install logger: {e}"))?;
     tracing::debug!(service, "telemetry initialised");
     Ok(TelemetryGuard { _private: () })
+}
+
+/// The writer of the audit log's destination (see [`LogConfig::audit`]).
+fn audit_writer(destination: &str) -> Result<Option<BoxMakeWriter>, String> {
+    Ok(match destination {
+        "off" => None,
+        "" | "stdout" => Some(BoxMakeWriter::new(std::io::stdout)),
+        "stderr" => Some(BoxMakeWriter::new(std::io::stderr)),
+        path => {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| format!("log.audit {path}: {e}"))?;
+            Some(BoxMakeWriter::new(std::sync::Arc::new(file)))
+        }
+    })
 }

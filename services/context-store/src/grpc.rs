@@ -470,7 +470,14 @@ impl ContextStoreRpc for StoreService {
         request: Request<pb::PutRequest>,
     ) -> Result<Response<pb::PutResponse>, Status> {
         let parent = baton_common::otel::extract(request.metadata());
-        self.observed("Put", parent, self.do_put(request)).await
+        // Only a well-formed id is recorded (the field may be anything).
+        let trace_id = parse_trace_id(&request.get_ref().trace_id)
+            .map(|t| t.to_string())
+            .unwrap_or_default();
+        let done = self.observed("Put", parent, self.do_put(request)).await;
+        // The store has no tenants yet: every call is the "" tenant's.
+        baton_common::audit::record("Put", "", "", &trace_id, baton_common::audit::code(&done));
+        done
     }
 
     async fn get(
@@ -494,8 +501,22 @@ impl ContextStoreRpc for StoreService {
         request: Request<pb::DeleteRequest>,
     ) -> Result<Response<pb::DeleteResponse>, Status> {
         let parent = baton_common::otel::extract(request.metadata());
-        self.observed("Delete", parent, self.do_delete(request))
-            .await
+        // Only a well-formed id is recorded (the field may be anything).
+        let trace_id = parse_trace_id(&request.get_ref().trace_id)
+            .map(|t| t.to_string())
+            .unwrap_or_default();
+        let done = self
+            .observed("Delete", parent, self.do_delete(request))
+            .await;
+        // The store has no tenants yet: every call is the "" tenant's.
+        baton_common::audit::record(
+            "Delete",
+            "",
+            "",
+            &trace_id,
+            baton_common::audit::code(&done),
+        );
+        done
     }
 
     async fn clear(
@@ -503,7 +524,14 @@ impl ContextStoreRpc for StoreService {
         request: Request<pb::ClearRequest>,
     ) -> Result<Response<pb::ClearResponse>, Status> {
         let parent = baton_common::otel::extract(request.metadata());
-        self.observed("Clear", parent, self.do_clear(request)).await
+        // Only a well-formed id is recorded (the field may be anything).
+        let trace_id = parse_trace_id(&request.get_ref().trace_id)
+            .map(|t| t.to_string())
+            .unwrap_or_default();
+        let done = self.observed("Clear", parent, self.do_clear(request)).await;
+        // The store has no tenants yet: every call is the "" tenant's.
+        baton_common::audit::record("Clear", "", "", &trace_id, baton_common::audit::code(&done));
+        done
     }
 
     type WatchStream = WatchStream;

@@ -60,7 +60,7 @@ pub(crate) use outln;
 async fn main() -> std::process::ExitCode {
     baton_common::runtime::disable_transparent_huge_pages();
     let result = match Args::parse().command {
-        Cmd::Up(args) => up::run(args).await,
+        Cmd::Up(args) => Box::pin(up::run(args)).await,
         Cmd::Agents(args) => run::agents(args).await,
         Cmd::Run(args) => run::run(args).await,
         Cmd::Pipeline(args) => pipeline::run(args).await,

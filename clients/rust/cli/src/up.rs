@@ -41,6 +41,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         "baton",
         &baton_common::telemetry::LogConfig {
             level: "warn,baton_orchestrator=info,baton_context_store=info".into(),
+            // One process on a developer's machine: no audit trail.
+            audit: "off".into(),
             ..Default::default()
         },
     )

@@ -16,6 +16,7 @@
 //! client), so calls fail with `UNAVAILABLE` while Redis is away and work
 //! again once it is back, without a restart.
 
+use std::path::PathBuf;
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex, Weak},
@@ -57,6 +58,15 @@ pub struct RedisConfig {
     /// Deadline of one Redis command and of one connection attempt.
     #[serde(with = "baton_common::config::duration")]
     pub timeout: Duration,
+    /// For `rediss://`: the CA certificate (PEM) Redis's certificate is
+    /// checked against; empty: the system's roots.
+    pub ca_file: PathBuf,
+    /// For `rediss://` to a Redis that wants client certificates
+    /// (`tls-auth-clients yes`, its default): this client's certificate
+    /// chain and key (PEM); both or neither. Read at start.
+    pub cert_file: PathBuf,
+    /// See `cert_file`.
+    pub key_file: PathBuf,
 }
 
 impl Default for RedisConfig {
@@ -66,6 +76,9 @@ impl Default for RedisConfig {
             cluster_urls: Vec::new(),
             key_prefix: "baton".into(),
             timeout: Duration::from_secs(2),
+            ca_file: PathBuf::new(),
+            cert_file: PathBuf::new(),
+            key_file: PathBuf::new(),
         }
     }
 }
@@ -78,7 +91,7 @@ impl RedisConfig {
         } else {
             self.cluster_urls.iter().collect()
         };
-        for u in urls {
+        for u in &urls {
             u.as_str()
                 .into_connection_info()
                 .map_err(|e| format!("redis url {u:?}: {e}"))?;
@@ -88,6 +101,15 @@ impl RedisConfig {
         }
         if self.timeout.is_zero() {
             return Err("redis.timeout must be positive".into());
+        }
+        if self.cert_file.as_os_str().is_empty() != self.key_file.as_os_str().is_empty() {
+            return Err("redis.cert_file and redis.key_file go together".into());
+        }
+        let tls_files = super::redis_conn::tls_certificates(self)?.is_some();
+        if tls_files && let Some(plain) = urls.iter().find(|u| !u.starts_with("rediss://")) {
+            return Err(format!(
+                "redis.ca_file, cert_file and key_file are for rediss:// URLs, not {plain:?}"
+            ));
         }
         Ok(())
     }
@@ -207,7 +229,7 @@ impl RedisStore {
             .set_protocol(ProtocolVersion::RESP3);
         let info = info.set_redis_settings(redis_settings);
         let hub = WatchHub::new(
-            redis::Client::open(info).map_err(bad)?,
+            super::redis_conn::client(config, info).map_err(bad)?,
             manager_config(),
             config.timeout,
         )?;

@@ -6,7 +6,7 @@
 use std::{sync::Arc, time::Duration};
 
 use redis::{
-    Cmd, RedisFuture, Value,
+    Cmd, IntoConnectionInfo, RedisFuture, TlsCertificates, Value,
     aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig},
     cluster::ClusterClient,
     cluster_async::ClusterConnection,
@@ -27,6 +27,66 @@ pub fn connection_config(timeout: Duration) -> ConnectionManagerConfig {
         .set_max_delay(Duration::from_millis(500))
 }
 
+/// The certificates of `config` for `rediss://` (its CA, its client
+/// certificate), `None` when it names none (system roots, no client
+/// certificate); an error naming the file that cannot be read.
+pub fn tls_certificates(
+    config: &RedisConfig,
+) -> std::result::Result<Option<TlsCertificates>, String> {
+    let read = |field: &str, path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| format!("redis.{field} {}: {e}", path.display()))
+    };
+    let root_cert = if config.ca_file.as_os_str().is_empty() {
+        None
+    } else {
+        Some(read("ca_file", &config.ca_file)?)
+    };
+    let client_tls = if config.cert_file.as_os_str().is_empty() {
+        None
+    } else {
+        Some(redis::ClientTlsConfig {
+            client_cert: read("cert_file", &config.cert_file)?,
+            client_key: read("key_file", &config.key_file)?,
+        })
+    };
+    Ok(
+        (root_cert.is_some() || client_tls.is_some()).then_some(TlsCertificates {
+            client_tls,
+            root_cert,
+        }),
+    )
+}
+
+/// rustls's process-wide crypto provider (aws-lc-rs), which the Redis
+/// client's TLS needs; installing it twice is harmless.
+fn crypto_provider() {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+}
+
+/// A client of one Redis node at `info` with `config`'s TLS certificates
+/// (for `rediss://`).
+pub fn client(
+    config: &RedisConfig,
+    info: impl IntoConnectionInfo,
+) -> redis::RedisResult<redis::Client> {
+    crypto_provider();
+    let certificates = tls_certificates(config)
+        .map_err(|e| redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "tls", e)))?;
+    match certificates {
+        Some(certs) => redis::Client::build_with_tls(info, certs),
+        None => redis::Client::open(info),
+    }
+}
+
+fn cluster_builder(config: &RedisConfig) -> redis::cluster::ClusterClientBuilder {
+    crypto_provider();
+    let builder = ClusterClient::builder(config.cluster_urls.clone());
+    match tls_certificates(config) {
+        Ok(Some(certs)) => builder.certs(certs),
+        _ => builder,
+    }
+}
+
 /// A command connection to Redis: one node (or a proxy) or a cluster,
 /// multiplexed, reconnecting by itself. Clones share it.
 #[derive(Clone)]
@@ -43,13 +103,13 @@ impl Connection {
     pub fn open(config: &RedisConfig) -> Result<Self> {
         let bad = |e: redis::RedisError| Error::Internal(format!("redis config: {e}"));
         Ok(if config.cluster_urls.is_empty() {
-            let client = redis::Client::open(config.url.as_str()).map_err(bad)?;
+            let client = client(config, config.url.as_str()).map_err(bad)?;
             Connection::Single(
                 ConnectionManager::new_lazy_with_config(client, connection_config(config.timeout))
                     .map_err(bad)?,
             )
         } else {
-            let client = ClusterClient::builder(config.cluster_urls.clone())
+            let client = cluster_builder(config)
                 .connection_timeout(config.timeout)
                 .response_timeout(config.timeout)
                 .retries(2)
@@ -65,11 +125,11 @@ impl Connection {
     pub async fn dedicated(config: &RedisConfig, timeout: Duration) -> Result<ConnRef> {
         let bad = |e: redis::RedisError| Error::Internal(format!("redis config: {e}"));
         if config.cluster_urls.is_empty() {
-            let client = redis::Client::open(config.url.as_str()).map_err(bad)?;
+            let client = client(config, config.url.as_str()).map_err(bad)?;
             let c = ConnectionManager::new_with_config(client, connection_config(timeout)).await?;
             Ok(ConnRef::Single(c))
         } else {
-            let client = ClusterClient::builder(config.cluster_urls.clone())
+            let client = cluster_builder(config)
                 .connection_timeout(config.timeout)
                 .response_timeout(timeout)
                 .retries(1)

@@ -1,0 +1,107 @@
+//! The audit log: one JSON line per call that starts, answers or cancels a
+//! run or writes the store, in a destination of its own (`log.audit`),
+//! whatever the log level, never among the other lines (one test: it
+//! installs the process's logger).
+
+use baton_common::telemetry::{LogConfig, LogFormat};
+use baton_e2e::{Captured, OrchestratorServer, StoreServer, agent_request};
+use futures::StreamExt;
+use serde_json::Value;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audited_calls_are_one_json_line_each_in_their_own_file() {
+    let dir = tempfile::tempdir().expect("dir");
+    let audit = dir.path().join("audit.jsonl");
+    let captured = Captured::default();
+    let sink = captured.clone();
+    let _guard = baton_common::telemetry::init_to(
+        "test",
+        &LogConfig {
+            format: LogFormat::Json,
+            // Audit lines do not depend on the level.
+            level: "error".into(),
+            audit: audit.display().to_string(),
+        },
+        move || sink.clone(),
+    )
+    .expect("logger");
+    let server = OrchestratorServer::start(
+        "scripts:\n  hi: [{text: hi}]\nagents:\n  hi: {model: \"scripted:hi\"}\n",
+        None,
+        |_| {},
+    )
+    .await
+    .expect("orchestrator");
+    let client = server.client().await.expect("client");
+    let events: Vec<_> = client
+        .run_agent(agent_request("hi", "x"))
+        .await
+        .expect("run")
+        .map(|e| e.expect("event"))
+        .collect()
+        .await;
+    let (run_id, trace_id) = (events[0].run_id.clone(), events[0].trace_id.clone());
+    client
+        .run_agent(agent_request("nobody", "x"))
+        .await
+        .err()
+        .expect("unknown agent");
+    client.cancel(&run_id, "late").await.expect("cancel");
+    client
+        .resolve_approval(&run_id, "approval:none", true, "")
+        .await
+        .expect_err("no such approval");
+
+    let store = StoreServer::start(StoreServer::config(
+        baton_context_store::config::Backend::Memory,
+        None,
+    ))
+    .await
+    .expect("store");
+    let slots = baton_client::StoreClient::connect(store.endpoint())
+        .await
+        .expect("store client");
+    slots
+        .put(&trace_id, "notes/a", b"v".to_vec())
+        .await
+        .expect("put");
+    slots.clear(&trace_id).await.expect("clear");
+
+    let text = std::fs::read_to_string(&audit).expect("audit file");
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    let seen: Vec<(String, String, String, String)> = lines
+        .iter()
+        .map(|l| {
+            assert_eq!(l["target"], "baton::audit", "{l}");
+            let field = |k: &str| l[k].as_str().unwrap_or_default().to_owned();
+            (
+                field("rpc"),
+                field("run_id"),
+                field("trace_id"),
+                field("outcome"),
+            )
+        })
+        .collect();
+    let expected = [
+        ("RunAgent", run_id.as_str(), trace_id.as_str(), "OK"),
+        ("RunAgent", "", "", "InvalidArgument"),
+        ("CancelRun", run_id.as_str(), "", "OK"),
+        ("ResolveApproval", run_id.as_str(), "", "NotFound"),
+        ("Put", "", trace_id.as_str(), "OK"),
+        ("Clear", "", trace_id.as_str(), "OK"),
+    ];
+    let expected: Vec<(String, String, String, String)> = expected
+        .iter()
+        .map(|(a, b, c, d)| (a.to_string(), b.to_string(), c.to_string(), d.to_string()))
+        .collect();
+    assert_eq!(seen, expected);
+    for l in &lines {
+        assert!(l.get("tenant").is_some(), "{l}");
+    }
+    // None of it among the other lines.
+    let other = String::from_utf8_lossy(&captured.0.lock().expect("lock")).into_owned();
+    assert!(!other.contains("baton::audit"), "{other}");
+}
