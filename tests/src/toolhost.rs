@@ -3,7 +3,8 @@
 //! Tools: `web_search {query}` (three progress reports, then results),
 //! `pick_color` (offers options, then answers), `book_flight {city}` (asks
 //! for confirmation with a resume token, then books), `flaky` (fails), and
-//! `hang` (never ends; counts its own cancellation).
+//! `hang` (never ends; counts its own cancellation), `slow_charge` (answers
+//! after 1.5 s).
 
 use std::{
     net::SocketAddr,
@@ -82,6 +83,11 @@ impl ToolHost for Host {
                 ),
                 tool("flaky", "Always fails.", r#"{"type":"object"}"#),
                 tool("hang", "Never ends.", r#"{"type":"object"}"#),
+                tool(
+                    "slow_charge",
+                    "Charges a card; takes 1.5 s.",
+                    r#"{"type":"object"}"#,
+                ),
             ],
         }))
     }
@@ -178,6 +184,16 @@ impl ToolHost for Host {
                         .await;
                     // Ends only when the caller goes away.
                     tx.closed().await;
+                });
+            }
+            "slow_charge" => {
+                tokio::spawn(async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+                    let _ = tx
+                        .send(msg(ev::Event::Result(ev::Result {
+                            output: "charged".into(),
+                        })))
+                        .await;
                 });
             }
             other => return Err(Status::not_found(format!("no tool {other}"))),

@@ -125,6 +125,12 @@ pub struct RunDefaults {
     /// by another replica.
     #[serde(with = "baton_common::config::duration")]
     pub lease: Duration,
+    /// How long a durable run that only waits for people (a question open,
+    /// no call working, no caller or watcher attached, no event) stays in
+    /// memory before it is parked: it then lives in Redis only, and an
+    /// answer on any replica (or its deadline) resumes it.
+    #[serde(with = "baton_common::config::duration")]
+    pub park_after: Duration,
     /// This replica's name in the runs it owns; empty: the host name (the
     /// pod's, in Kubernetes) and a random suffix.
     pub replica: String,
@@ -186,6 +192,7 @@ impl Default for RunDefaults {
             redis: RedisConfig::default(),
             retention: Duration::from_secs(24 * 3600),
             lease: Duration::from_secs(5),
+            park_after: Duration::from_secs(60),
             replica: String::new(),
         }
     }

@@ -5,10 +5,14 @@
 //!   loaded from YAML and validated at start; `catalog::names` is the leaf of
 //!   names, model references and durations that everyone uses.
 //! - [`model`]: model providers (`scripted`, `openai`).
-//! - [`runtime`]: `Run` (what a run shares) and `CallFrame` (what a
-//!   branch owns), the tool-call loop, the event sequencer and run registry.
+//! - [`services`]: what every run shares, built once at start.
+//! - [`run`]: a run's lifecycle whatever its body — launch, `drive`, the
+//!   sequencers (in memory, or durable in Redis), the registry, leases,
+//!   resume and parking.
+//! - [`agent`]: `CallFrame` (what a branch owns), the turn loop, a turn's
+//!   calls, tool-output policies, people (approvals and input).
 //! - [`pipeline`]: RunPipeline's validation (`Plan`), the pure scheduler
-//!   (`schedule`), the executor and the file form.
+//!   (`schedule`), the executor (steps, their attempts) and the file form.
 //! - [`tools`]: the tool interface, the built-in tools and their names
 //!   (`tools::names`, the one list), remote ToolHost tools.
 //! - [`grpc`]: the `baton.v1.Orchestrator` service: requests validated and
@@ -23,9 +27,11 @@
 //! `baton.v1.Orchestrator`) while the context store's own health says
 //! `SERVING` (it reads no slot, so nothing a client writes changes it), and
 //! `NOT_SERVING` once shutdown begins. Shutdown refuses new runs at once
-//! (`UNAVAILABLE`), lets running runs finish within `shutdown_grace`, then
-//! cancels the rest (`RunCancelled`, "server shutting down") and gives their
-//! streams [`RUN_FLUSH`] to carry the terminal events out.
+//! (`UNAVAILABLE`); with durable runs it hands every run over to the other
+//! replicas (`grpc::drain`); the runs it keeps (memory mode, or Redis not
+//! answering) may finish within `shutdown_grace`, then the rest are
+//! cancelled (`RunCancelled`, "server shutting down") and their streams get
+//! [`RUN_FLUSH`] to carry the terminal events out.
 
 pub mod agent;
 pub mod auth;
@@ -184,6 +190,7 @@ pub async fn serve_service(
             service.runs().clone(),
             shutdown.clone(),
             resume,
+            config.runs.park_after,
         ));
     }
     // Running runs get `shutdown_grace` to finish once shutdown begins.

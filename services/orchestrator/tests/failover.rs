@@ -8,8 +8,6 @@
 //! has a deadline.
 
 use std::{
-    path::PathBuf,
-    process::{Child, Command, Stdio},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -18,8 +16,11 @@ use baton_client::{
     OrchestratorClient,
     pb::{self, run_event::Payload},
 };
-use baton_e2e::{RedisServer, events, free_addr};
+use baton_e2e::{RedisServer, events};
+
+mod replicas;
 use futures::StreamExt;
+use replicas::{Replica, agents_file, follow_on, pair, start_until};
 
 const AGENTS: &str = r#"
 scripts:
@@ -33,7 +34,21 @@ scripts:
   payer:
     - {calls: [{tool: write_context, args: {key: "pay/order", value: "42"}}]}
     - {text: "paid {{input}}"}
+  drafter:
+    - {text: "draft of {{input}}"}
+  napper:
+    - {calls: [{tool: sleep, args: {ms: 2500}}]}
+    - {text: "reviewed {{input}}"}
+  stepper:
+    - {calls: [{tool: sleep, args: {ms: 1200, steps: 2}}]}
+    - {calls: [{tool: sleep, args: {ms: 1200, steps: 2}}]}
+    - {calls: [{tool: sleep, args: {ms: 1200, steps: 2}}]}
+    - {calls: [{tool: sleep, args: {ms: 1200, steps: 2}}]}
+    - {text: "stepped {{input}}"}
 agents:
+  stepper: {model: "scripted:stepper", tools: [sleep]}
+  drafter: {model: "scripted:drafter"}
+  napper: {model: "scripted:napper", tools: [sleep]}
   slow: {model: "scripted:slow", tools: [sleep, write_context]}
   thinker: {model: "scripted:thinker", tools: [write_context]}
   payer:
@@ -42,77 +57,12 @@ agents:
     approvals: {write_context: always}
 "#;
 
-struct Replica {
-    child: Child,
-    endpoint: String,
-    addr: std::net::SocketAddr,
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+fn request(agent: &str) -> pb::RunAgentRequest {
+    pb::RunAgentRequest {
+        agent: agent.into(),
+        input: "x".into(),
+        ..Default::default()
     }
-}
-
-impl Replica {
-    async fn start(name: &str, redis: &RedisServer, agents: &PathBuf) -> Replica {
-        let addr = free_addr().expect("free port");
-        let child = Command::new(env!("CARGO_BIN_EXE_baton-orchestrator"))
-            .env("BATON_ORCH_LISTEN", addr.to_string())
-            .env("BATON_ORCH_TELEMETRY__METRICS_LISTEN", "")
-            .env("BATON_ORCH_STORE__MODE", "memory")
-            .env("BATON_ORCH_AGENTS_FILE", agents)
-            .env("BATON_ORCH_RUNS__STORE", "redis")
-            .env("BATON_ORCH_RUNS__REDIS__URL", redis.url())
-            .env("BATON_ORCH_RUNS__REDIS__TIMEOUT", "300ms")
-            .env("BATON_ORCH_RUNS__LEASE", "1s")
-            .env("BATON_ORCH_RUNS__REPLICA", name)
-            .env("BATON_ORCH_SHUTDOWN_GRACE", "1s")
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn baton-orchestrator");
-        let replica = Replica {
-            child,
-            endpoint: format!("http://{addr}"),
-            addr,
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(c) = OrchestratorClient::connect(replica.endpoint.clone()).await
-                && c.list_agents().await.is_ok()
-            {
-                return replica;
-            }
-            assert!(Instant::now() < deadline, "{name} did not start");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    async fn client(&self) -> OrchestratorClient {
-        OrchestratorClient::connect(self.endpoint.clone())
-            .await
-            .expect("connect")
-    }
-
-    fn signal(&self, signal: &str) {
-        let ok = Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status()
-            .expect("kill")
-            .success();
-        assert!(ok, "kill {signal}");
-    }
-}
-
-fn agents_file() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("baton-failover-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let path = dir.join("agents.yaml");
-    std::fs::write(&path, AGENTS).expect("write agents");
-    path
 }
 
 fn slow() -> pb::RunAgentRequest {
@@ -171,10 +121,7 @@ async fn until(within: Duration, what: &str, mut check: impl AsyncFnMut() -> boo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_replicas_run_is_resumed_by_another_where_it_was() {
-    let redis = RedisServer::start().expect("redis-server");
-    let agents = agents_file();
-    let a = Replica::start("replica-a", &redis, &agents).await;
-    let b = Replica::start("replica-b", &redis, &agents).await;
+    let (_redis, a, b) = pair(&[]).await;
     let (stream, seen) = start_slow(&a.client().await).await;
     let run_id = seen[0].run_id.clone();
     let last = seen.last().expect("events").seq;
@@ -236,10 +183,7 @@ async fn a_killed_replicas_run_is_resumed_by_another_where_it_was() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_owner_writes_nothing_once_another_replica_claimed_its_run() {
-    let redis = RedisServer::start().expect("redis-server");
-    let agents = agents_file();
-    let a = Replica::start("replica-a", &redis, &agents).await;
-    let b = Replica::start("replica-b", &redis, &agents).await;
+    let (redis, a, b) = pair(&[]).await;
     let (mut stream, seen) = start_slow_raw(&a.client().await).await;
     let run_id = seen[0].run_id.clone();
     let log = format!("baton:run:{{{run_id}}}:log");
@@ -296,10 +240,7 @@ async fn a_paused_owner_writes_nothing_once_another_replica_claimed_its_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_hands_runs_over_and_the_client_follows_them_elsewhere() {
-    let redis = RedisServer::start().expect("redis-server");
-    let agents = agents_file();
-    let mut a = Replica::start("replica-a", &redis, &agents).await;
-    let b = Replica::start("replica-b", &redis, &agents).await;
+    let (_redis, mut a, b) = pair(&[]).await;
     let (mut stream, seen) = start_slow_raw(&a.client().await).await;
     let run_id = seen[0].run_id.clone();
 
@@ -343,18 +284,7 @@ async fn sigterm_hands_runs_over_and_the_client_follows_them_elsewhere() {
 
     // The client re-attaches on another replica and follows the run to
     // its end: resumed there at once, no gap, one terminal event.
-    let rest: Vec<pb::RunEvent> = tokio::time::timeout(Duration::from_secs(10), async {
-        b.client()
-            .await
-            .watch_run(&run_id, last, None)
-            .await
-            .expect("watch on b")
-            .map(|e| e.expect("event"))
-            .collect()
-            .await
-    })
-    .await
-    .expect("the run ends on b");
+    let rest: Vec<pb::RunEvent> = follow_on(&b, &run_id, last, Duration::from_secs(10)).await;
     seen.extend(rest);
     events::check_stream_rules(&seen);
     match seen.last().and_then(|e| e.payload.as_ref()) {
@@ -370,10 +300,7 @@ async fn sigterm_hands_runs_over_and_the_client_follows_them_elsewhere() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_of_a_balanced_target_sees_a_pause_not_an_error() {
-    let redis = RedisServer::start().expect("redis-server");
-    let agents = agents_file();
-    let a = Replica::start("replica-a", &redis, &agents).await;
-    let b = Replica::start("replica-b", &redis, &agents).await;
+    let (redis, a, b) = pair(&[]).await;
     // One target for both replicas, as a headless Service gives.
     let addrs = vec![a.addr, b.addr];
     let resolve: Arc<baton_client::balance::Resolve> = Arc::new(move |_host, _port| {
@@ -414,60 +341,18 @@ async fn a_client_of_a_balanced_target_sees_a_pause_not_an_error() {
     );
 }
 
-/// Starts `agent` on `client` and reads until `stop` holds for an event;
-/// the stream (kept open: closing it would cancel the run) and the events.
-async fn start_until(
-    client: &OrchestratorClient,
-    agent: &str,
-    stop: impl Fn(&pb::RunEvent) -> bool,
-) -> (tonic::Streaming<pb::RunEvent>, Vec<pb::RunEvent>) {
-    let mut stream = client
-        .raw()
-        .run_agent(pb::RunAgentRequest {
-            agent: agent.into(),
-            input: "x".into(),
-            ..Default::default()
-        })
-        .await
-        .expect("run")
-        .into_inner();
-    let mut seen = Vec::new();
-    loop {
-        let e = stream.next().await.expect("open").expect("event");
-        let done = stop(&e);
-        seen.push(e);
-        if done {
-            return (stream, seen);
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_killed_mid_model_turn_is_resumed_with_the_turn_asked_again() {
-    let redis = RedisServer::start().expect("redis-server");
-    let agents = agents_file();
-    let a = Replica::start("replica-a", &redis, &agents).await;
-    let b = Replica::start("replica-b", &redis, &agents).await;
+    let (_redis, a, b) = pair(&[]).await;
     // The second turn takes 2.5 s: kill the owner while the model thinks.
-    let (_stream, mut seen) = start_until(&a.client().await, "thinker", |e| {
+    let (_stream, mut seen) = start_until(&a.client().await, request("thinker"), |e| {
         matches!(&e.payload, Some(Payload::ToolBatchCompleted(_)))
     })
     .await;
     let run_id = seen[0].run_id.clone();
     let last = seen.last().expect("events").seq;
     a.signal("-KILL");
-    let rest: Vec<pb::RunEvent> = tokio::time::timeout(Duration::from_secs(15), async {
-        b.client()
-            .await
-            .watch_run(&run_id, last, None)
-            .await
-            .expect("watch on b")
-            .map(|e| e.expect("event"))
-            .collect()
-            .await
-    })
-    .await
-    .expect("the run ends on b");
+    let rest: Vec<pb::RunEvent> = follow_on(&b, &run_id, last, Duration::from_secs(15)).await;
     seen.extend(rest);
     events::check_stream_rules(&seen);
     match seen.last().and_then(|e| e.payload.as_ref()) {
@@ -483,11 +368,8 @@ async fn a_run_killed_mid_model_turn_is_resumed_with_the_turn_asked_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_killed_while_parked_on_an_approval_asks_again_and_an_answer_is_never_lost() {
-    let redis = RedisServer::start().expect("redis-server");
-    let agents = agents_file();
-    let a = Replica::start("replica-a", &redis, &agents).await;
-    let b = Replica::start("replica-b", &redis, &agents).await;
-    let (_stream, mut seen) = start_until(&a.client().await, "payer", |e| {
+    let (_redis, a, b) = pair(&[]).await;
+    let (_stream, mut seen) = start_until(&a.client().await, request("payer"), |e| {
         matches!(&e.payload, Some(Payload::ApprovalRequested(_)))
     })
     .await;
@@ -528,4 +410,266 @@ async fn a_run_killed_while_parked_on_an_approval_asks_again_and_an_answer_is_ne
         asked, 2,
         "asked on a, then again on b (it was never answered)"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_killed_mid_step_resumes_with_its_finished_steps_kept() {
+    let (_redis, a, b) = pair(&[]).await;
+    let step = |id: &str, agent: &str, task: &str, output_to: &str| pb::PipelineStep {
+        id: id.into(),
+        agent: agent.into(),
+        task: task.into(),
+        output_to: output_to.into(),
+        ..Default::default()
+    };
+    let request = pb::RunPipelineRequest {
+        pipeline: Some(pb::PipelineSpec {
+            name: "review".into(),
+            steps: vec![
+                step("draft", "drafter", "{{topic}}", "draft"),
+                step("review", "napper", "{{draft}}", "review"),
+                step("final", "drafter", "{{review}}", ""),
+            ],
+            ..Default::default()
+        }),
+        initial_slots: [("topic".to_owned(), "tides".to_owned())].into(),
+        ..Default::default()
+    };
+    let mut stream = a
+        .client()
+        .await
+        .raw()
+        .run_pipeline(request)
+        .await
+        .expect("run")
+        .into_inner();
+    // Kill the owner while the second step's agent sleeps.
+    let mut seen = Vec::new();
+    loop {
+        let e = stream.next().await.expect("open").expect("event");
+        let sleeping = matches!(&e.payload, Some(Payload::ToolCallStarted(c)) if c.tool == "sleep");
+        seen.push(e);
+        if sleeping {
+            break;
+        }
+    }
+    let run_id = seen[0].run_id.clone();
+    let last = seen.last().expect("events").seq;
+    a.signal("-KILL");
+    let rest: Vec<pb::RunEvent> = follow_on(&b, &run_id, last, Duration::from_secs(15)).await;
+    // (Events replica a logged after the client's last one come first.)
+    assert!(
+        rest.iter().any(
+            |e| matches!(&e.payload, Some(Payload::RunResumed(r)) if r.replica == "replica-b")
+        ),
+        "{rest:?}"
+    );
+    seen.extend(rest);
+    events::check_stream_rules(&seen);
+    match seen.last().and_then(|e| e.payload.as_ref()) {
+        Some(Payload::RunCompleted(c)) => assert_eq!(c.output, "draft of reviewed draft of tides"),
+        other => panic!("{other:?}"),
+    }
+    // Each step started once and ended once: the finished one was kept,
+    // the running one went on (its sleep done again), the last one ran on b.
+    let steps: Vec<String> = seen
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Some(Payload::StepStarted(s)) => Some(format!("start {}", s.step_id)),
+            Some(Payload::StepCompleted(s)) => Some(format!("done {}", s.step_id)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "start draft",
+            "done draft",
+            "start review",
+            "done review",
+            "start final",
+            "done final"
+        ]
+    );
+    let sleeps = seen
+        .iter()
+        .filter(|e| matches!(&e.payload, Some(Payload::ToolCallStarted(c)) if c.tool == "sleep"))
+        .count();
+    assert_eq!(
+        sleeps, 2,
+        "the sleep in flight is done again, at least once"
+    );
+    let drafts = seen
+        .iter()
+        .filter(|e| matches!(&e.payload, Some(Payload::ContextWritten(w)) if w.key == "draft"))
+        .count();
+    assert_eq!(drafts, 1, "the finished step's output is not written again");
+    match seen.iter().rev().find_map(|e| match &e.payload {
+        Some(Payload::PipelineCompleted(p)) => Some(p),
+        _ => None,
+    }) {
+        Some(p) => {
+            assert!(p.success);
+            assert_eq!(p.succeeded, ["draft", "review", "final"]);
+        }
+        None => panic!("no PipelineCompleted"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_of_every_replica_loses_no_run_and_shows_no_error() {
+    let redis = RedisServer::start().expect("redis-server");
+    let agents = agents_file();
+    let mut replicas = vec![
+        Replica::start("replica-1", &redis, &agents).await,
+        Replica::start("replica-2", &redis, &agents).await,
+        Replica::start("replica-3", &redis, &agents).await,
+    ];
+    // One balanced target over whatever replicas exist now, as a headless
+    // Service gives while a Deployment rolls.
+    let addrs = Arc::new(std::sync::Mutex::new(
+        replicas.iter().map(|r| r.addr).collect::<Vec<_>>(),
+    ));
+    let resolve: Arc<baton_client::balance::Resolve> = {
+        let addrs = addrs.clone();
+        Arc::new(move |_host, _port| {
+            let answer = Ok(addrs.lock().expect("addrs").clone());
+            Box::pin(async move { answer })
+                as std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>>
+        })
+    };
+    let channel = baton_client::balance::lazy_channel_with(
+        "dns:///orchestrator.baton.svc:50051",
+        resolve,
+        Duration::from_millis(100),
+    )
+    .expect("channel");
+    let client = OrchestratorClient::new(channel);
+    // 50 streamed runs of four 1.2 s tool calls each, spread over the
+    // replicas; every caller reads its stream to the end.
+    let mut callers = Vec::new();
+    for i in 0..50 {
+        let client = client.clone();
+        callers.push(tokio::spawn(async move {
+            let mut stream = client
+                .run_agent(pb::RunAgentRequest {
+                    agent: "stepper".into(),
+                    input: format!("r{i}"),
+                    ..Default::default()
+                })
+                .await
+                .expect("run");
+            let mut seen = Vec::new();
+            while let Some(e) = stream.next().await {
+                seen.push(e.expect("no error reaches the caller"));
+            }
+            (i, seen)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Each replica in turn: SIGTERM, wait for it to exit, a new one (a new
+    // name, as a new pod) takes its place.
+    for n in 0..3 {
+        let old = replicas.remove(0);
+        old.signal("-TERM");
+        let mut old = old;
+        let exited = tokio::task::spawn_blocking(move || {
+            let status = old.child.wait().expect("wait");
+            (status, old)
+        });
+        let (status, _old) = tokio::time::timeout(Duration::from_secs(10), exited)
+            .await
+            .expect("a drained replica exits within 10 s")
+            .expect("join");
+        assert!(status.success(), "{status:?}");
+        let new = Replica::start(&format!("replica-{}", n + 4), &redis, &agents).await;
+        *addrs.lock().expect("addrs") = replicas.iter().map(|r| r.addr).chain([new.addr]).collect();
+        replicas.push(new);
+        tokio::time::sleep(Duration::from_millis(600)).await;
+    }
+    let mut handed_over = 0;
+    for caller in callers {
+        let (i, seen) = tokio::time::timeout(Duration::from_secs(60), caller)
+            .await
+            .expect("every run ends within 60 s")
+            .expect("caller");
+        events::check_stream_rules(&seen);
+        match seen.last().and_then(|e| e.payload.as_ref()) {
+            Some(Payload::RunCompleted(c)) => assert_eq!(c.output, format!("stepped r{i}")),
+            other => panic!("run {i}: {other:?}"),
+        }
+        if seen
+            .iter()
+            .any(|e| matches!(e.payload, Some(Payload::RunResumed(_))))
+        {
+            handed_over += 1;
+        }
+    }
+    // Every run was on one of the first three replicas, all of which
+    // stopped while it ran.
+    assert_eq!(handed_over, 50, "every run moved at least once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_toolhost_call_done_again_after_a_failover_carries_the_same_idempotency_key() {
+    let redis = RedisServer::start().expect("redis-server");
+    let host = baton_e2e::toolhost::TestToolHost::start()
+        .await
+        .expect("tool host");
+    let dir = std::env::temp_dir().join(format!("baton-failover-th-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let agents = dir.join("agents.yaml");
+    std::fs::write(
+        &agents,
+        format!(
+            r#"
+tool_servers:
+  payments: {{endpoint: "{}", tools: [slow_charge]}}
+scripts:
+  charger: [{{calls: [{{tool: slow_charge}}]}}, {{text: "done"}}]
+agents:
+  charger: {{model: "scripted:charger", tools: [slow_charge]}}
+"#,
+            host.endpoint()
+        ),
+    )
+    .expect("write agents");
+    let a = Replica::start("replica-a", &redis, &agents).await;
+    let b = Replica::start("replica-b", &redis, &agents).await;
+    let (_stream, mut seen) = start_until(
+        &a.client().await,
+        request("charger"),
+        |e| matches!(&e.payload, Some(Payload::ToolCallStarted(c)) if c.tool == "slow_charge"),
+    )
+    .await;
+    let run_id = seen[0].run_id.clone();
+    // Once the tool server has the call, the owner dies.
+    until(
+        Duration::from_secs(5),
+        "the tool server has the call",
+        async || !host.seen.requests.lock().expect("lock").is_empty(),
+    )
+    .await;
+    let last = seen.last().expect("events").seq;
+    a.signal("-KILL");
+    let rest: Vec<pb::RunEvent> = follow_on(&b, &run_id, last, Duration::from_secs(15)).await;
+    seen.extend(rest);
+    events::check_stream_rules(&seen);
+    match seen.last().and_then(|e| e.payload.as_ref()) {
+        Some(Payload::RunCompleted(c)) => assert_eq!(c.output, "done"),
+        other => panic!("{other:?}"),
+    }
+    // Executed twice (at least once), both with one key the tool server
+    // can deduplicate by.
+    let requests = host.seen.requests.lock().expect("lock").clone();
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    assert_eq!(requests[0].idempotency_key, requests[1].idempotency_key);
+    assert!(
+        requests[0]
+            .idempotency_key
+            .starts_with(&format!("{run_id}/root/")),
+        "{}",
+        requests[0].idempotency_key
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -73,7 +73,7 @@ pub(crate) async fn run_once(client: &OrchestratorClient, agent: &str) -> anyhow
     Ok(n)
 }
 
-fn rss_kib() -> anyhow::Result<u64> {
+pub(crate) fn rss_kib() -> anyhow::Result<u64> {
     let status = std::fs::read_to_string("/proc/self/status")?;
     let line = status
         .lines()

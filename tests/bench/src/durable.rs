@@ -4,7 +4,12 @@
 //! (`runs.store = "redis"`, a `redis-server` of the bench's own), in one
 //! invocation; the durability issue's targets are (a) and (b) at most 3×
 //! memory mode and (c) at least 200,000 events/s with every event in the
-//! Redis log (checked: the log's length is the stream's).
+//! Redis log (checked: the log's length is the stream's); then (d) 100,000
+//! runs parked on an approval (RSS per run at most 4 KiB once they left
+//! memory, and Redis's memory per run) and (e) the failover time of 20
+//! runs of a SIGKILLed replica (target: at most twice the 5 s lease) — see
+//! `failover.rs`; (e) runs two `baton-orchestrator` binaries built next to
+//! this one.
 
 use std::time::Instant;
 
@@ -25,6 +30,12 @@ pub struct Options {
     /// Text deltas streamed in shape (c).
     #[arg(long, default_value_t = 1_000_000)]
     deltas: u32,
+    /// Runs parked on an approval in shape (d).
+    #[arg(long, default_value_t = 100_000)]
+    parked: usize,
+    /// Runs in flight on the killed replica in shape (e).
+    #[arg(long, default_value_t = 20)]
+    failover_runs: usize,
 }
 
 struct Figures {
@@ -84,6 +95,8 @@ pub fn run(o: Options) -> anyhow::Result<()> {
             c.runs.max_turns = 200;
             c.runs.store = baton_orchestrator::config::RunStoreMode::Redis;
             c.runs.redis.url = url;
+            c.runs.lease = std::time::Duration::from_secs(3);
+            c.runs.park_after = std::time::Duration::from_secs(1);
         })
         .await?;
         let m = measure(&memory, &o).await?;
@@ -127,7 +140,9 @@ pub fn run(o: Options) -> anyhow::Result<()> {
         );
         println!("    (c) in Redis: the run's log holds all {logged} events");
         memory.shutdown().await?;
+        crate::failover::parked(&durable, &redis, o.parked).await?;
         durable.shutdown().await?;
+        crate::failover::failover(&redis, o.failover_runs).await?;
         Ok(())
     })
 }

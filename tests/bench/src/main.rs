@@ -17,6 +17,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod agent;
 mod durable;
+mod failover;
 mod pipeline;
 mod store;
 

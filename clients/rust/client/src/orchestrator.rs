@@ -58,45 +58,44 @@ impl OrchestratorClient {
             if s.ended {
                 return None;
             }
-            match s.current.next().await {
-                Some(Ok(event)) => {
-                    s.run_id.get_or_insert_with(|| event.run_id.clone());
-                    s.last_seq = event.seq;
-                    s.ended = is_terminal(&event);
-                    Some((Ok(event), s))
-                }
-                Some(Err(e)) if e.code() == tonic::Code::Unavailable && s.run_id.is_some() => {
-                    // Boxed: a stream that never breaks holds only a pointer.
-                    match Box::pin(s.reattach()).await {
-                        Ok(()) => {
-                            let next = s.current.next().await;
-                            match next {
-                                Some(Ok(event)) => {
-                                    s.last_seq = event.seq;
-                                    s.ended = is_terminal(&event);
-                                    Some((Ok(event), s))
-                                }
-                                Some(Err(e)) => {
-                                    s.ended = true;
-                                    Some((Err(e), s))
-                                }
-                                None => None,
-                            }
-                        }
-                        Err(_) => {
+            loop {
+                match s.current.next().await {
+                    Some(Ok(event)) => {
+                        s.run_id.get_or_insert_with(|| event.run_id.clone());
+                        s.last_seq = event.seq;
+                        s.ended = is_terminal(&event);
+                        return Some((Ok(event), s));
+                    }
+                    // The replica went away (drained, or its connection
+                    // broke): re-attach, as often as it takes within
+                    // REATTACH_FOR each time.
+                    Some(Err(e)) if broken(&e) && s.run_id.is_some() => {
+                        // Boxed: a stream that never breaks holds only a
+                        // pointer.
+                        if Box::pin(s.reattach()).await.is_err() {
                             s.ended = true;
-                            Some((Err(e), s))
+                            return Some((Err(e), s));
                         }
                     }
+                    Some(Err(e)) => {
+                        s.ended = true;
+                        return Some((Err(e), s));
+                    }
+                    None => return None,
                 }
-                Some(Err(e)) => {
-                    s.ended = true;
-                    Some((Err(e), s))
-                }
-                None => None,
             }
         }))
     }
+}
+
+/// Whether an error means the connection or the replica went away (so the
+/// run goes on elsewhere), not that the request was wrong: `UNAVAILABLE`,
+/// or `CANCELLED`/`UNKNOWN` from a transport that closed.
+fn broken(e: &Error) -> bool {
+    matches!(
+        e.code(),
+        tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::Unknown
+    )
 }
 
 impl Following {
@@ -117,7 +116,7 @@ impl Following {
                     return Ok(());
                 }
                 Err(e)
-                    if matches!(e.code(), tonic::Code::Unavailable | tonic::Code::NotFound)
+                    if (broken(&e) || e.code() == tonic::Code::NotFound)
                         && tokio::time::Instant::now() + wait < deadline =>
                 {
                     tokio::time::sleep(wait).await;

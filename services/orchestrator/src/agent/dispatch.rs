@@ -322,6 +322,8 @@ pub(super) async fn run_tool(
     let mut resume = None;
     let mut asked = 0u32;
     loop {
+        // Working while the tool runs, not while it waits for input.
+        let working = rt.record.work();
         let outcome = tokio::time::timeout(
             rt.limits.tool_timeout,
             tool.call(&ctx, &call.arguments, resume.take()),
@@ -342,6 +344,7 @@ pub(super) async fn run_tool(
                 resume_token,
             } => {
                 asked += 1;
+                drop(working);
                 let input = people::input(rt, view, call, asked, prompt, options).await?;
                 resume = Some(Resume {
                     token: resume_token,

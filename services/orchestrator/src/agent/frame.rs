@@ -4,7 +4,7 @@
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
-    time::{Duration, SystemTime},
+    time::Duration,
 };
 
 use baton_proto::v1::{self as pb, run_event::Payload};
@@ -262,8 +262,4 @@ pub(super) fn duration(d: Duration) -> prost_types::Duration {
         seconds: d.as_secs() as i64,
         nanos: d.subsec_nanos() as i32,
     }
-}
-
-pub(super) fn deadline(after: Duration) -> prost_types::Timestamp {
-    prost_types::Timestamp::from(SystemTime::now() + after)
 }

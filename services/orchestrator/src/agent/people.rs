@@ -12,13 +12,15 @@ use opentelemetry::{
     trace::{Span as _, SpanBuilder, Tracer},
 };
 
+use std::time::Duration;
+
 use tokio::sync::oneshot;
 
-use super::frame::{CallOutput, FrameView, deadline};
+use super::frame::{CallOutput, FrameView};
 use crate::{
     catalog::ApprovalPolicy,
     model::ToolCallRequest,
-    run::{record::ApprovalAnswer, state::Run},
+    run::{durable::now_ms, record::ApprovalAnswer, state::Run},
 };
 
 /// A span around a wait for a person, under the current tool call's span.
@@ -101,22 +103,37 @@ pub(super) async fn approve(
                     (false, reason) => Err(format!("{} was denied: {reason}", call.name)),
                 };
             }
-            let rx = rt.record.await_approval(&approval_id);
+            let question = Question::new(rt, &approval_id);
+            let rx = rt.record.await_approval(&approval_id, question.deadline_ms);
             let requested = Payload::ApprovalRequested(pb::ApprovalRequested {
                 approval_id: approval_id.clone(),
                 call_id: call.id.clone(),
                 tool: call.name.clone(),
                 arguments_json: call.arguments.to_string(),
-                deadline: Some(deadline(rt.limits.approval_timeout)),
+                deadline: Some(question.deadline()),
             });
             let wait = Wait {
                 span: "wait approval",
                 id_key: "baton.approval.id",
                 id: &approval_id,
             };
-            let answered = ask(rt, view, rx, requested, wait, |answer: &ApprovalAnswer| {
-                Some(KeyValue::new("baton.approval.approved", answer.approved))
-            })
+            // An answer given while the run was away (parked) is taken now.
+            let given = rt
+                .inbox(&approval_id)
+                .and_then(|r| serde_json::from_slice::<(bool, String)>(r).ok())
+                .map(|(approved, reason)| ApprovalAnswer { approved, reason });
+            let answered = ask(
+                rt,
+                view,
+                question,
+                rx,
+                given,
+                requested,
+                wait,
+                |answer: &ApprovalAnswer| {
+                    Some(KeyValue::new("baton.approval.approved", answer.approved))
+                },
+            )
             .await;
             match answered {
                 Some(answer) => {
@@ -167,25 +184,40 @@ pub(super) async fn input(
 ) -> CallOutput {
     let input_id = format!("input:{}:{n}", call.id);
     // A resumed run does not ask again for input it received.
-    let unit = format!("in/{}/{input_id}", view.ctx.id);
+    let unit = format!("in/{input_id}");
     if let Some(input) = rt.replayed(&unit) {
         return Ok(String::from_utf8_lossy(input).into_owned());
     }
-    let rx = rt.record.await_input(&input_id);
+    let question = Question::new(rt, &input_id);
+    let rx = rt.record.await_input(&input_id, question.deadline_ms);
     let requested = Payload::InputRequested(pb::InputRequested {
         input_id: input_id.clone(),
         call_id: call.id.clone(),
         tool: call.name.clone(),
         prompt,
         options,
-        deadline: Some(deadline(rt.limits.approval_timeout)),
+        deadline: Some(question.deadline()),
     });
     let wait = Wait {
         span: "wait input",
         id_key: "baton.input.id",
         id: &input_id,
     };
-    match ask(rt, view, rx, requested, wait, |_: &String| None).await {
+    let given = rt
+        .inbox(&input_id)
+        .and_then(|r| serde_json::from_slice::<String>(r).ok());
+    match ask(
+        rt,
+        view,
+        question,
+        rx,
+        given,
+        requested,
+        wait,
+        |_: &String| None,
+    )
+    .await
+    {
         Some(input) => {
             let received = Payload::InputReceived(pb::InputReceived {
                 input_id,
@@ -206,6 +238,36 @@ pub(super) async fn input(
     }
 }
 
+/// A question's deadline, and whether a resumed run had asked it before
+/// (its `q/{id}` record holds the deadline it was asked with).
+struct Question {
+    unit: String,
+    deadline_ms: i64,
+    asked_before: bool,
+}
+
+impl Question {
+    fn new(rt: &Run, id: &str) -> Self {
+        let unit = format!("q/{id}");
+        let before = rt
+            .replayed(&unit)
+            .and_then(|r| std::str::from_utf8(r).ok()?.parse::<i64>().ok());
+        Self {
+            unit,
+            deadline_ms: before
+                .unwrap_or_else(|| now_ms() + rt.limits.approval_timeout.as_millis() as i64),
+            asked_before: before.is_some(),
+        }
+    }
+
+    fn deadline(&self) -> prost_types::Timestamp {
+        prost_types::Timestamp {
+            seconds: self.deadline_ms.div_euclid(1000),
+            nanos: (self.deadline_ms.rem_euclid(1000) * 1_000_000) as i32,
+        }
+    }
+}
+
 /// The span a wait for a person is recorded in.
 struct Wait<'a> {
     span: &'static str,
@@ -214,23 +276,47 @@ struct Wait<'a> {
 }
 
 /// Announces a question (`requested`, registered with the run's record as
-/// `rx`) and waits for its answer until `approval_timeout`, in its `wait`
-/// span (with what `describe` says of the answer); `None` when nobody
-/// answered in time (the caller closes the question).
+/// `rx`) and waits for its answer until its deadline, in its `wait` span
+/// (with what `describe` says of the answer); `None` when nobody answered
+/// in time (the caller closes the question). The question is a durable
+/// point (`q/{id}`, its deadline): a resumed run announces it again after
+/// `RunResumed` with the same id and deadline, and an answer `given` while
+/// the run was away is the answer at once.
+#[allow(clippy::too_many_arguments)]
 async fn ask<T>(
     rt: &Run,
     view: &FrameView,
+    question: Question,
     rx: oneshot::Receiver<T>,
+    given: Option<T>,
     requested: Payload,
     wait: Wait<'_>,
     describe: impl Fn(&T) -> Option<KeyValue>,
 ) -> Option<T> {
-    rt.emit(&view.ctx, &view.agent_name, requested).await;
+    if question.asked_before {
+        rt.emit(&view.ctx, &view.agent_name, requested).await;
+    } else {
+        let deadline = question.deadline_ms.to_string().into_bytes();
+        rt.emit_point(
+            &view.ctx,
+            &view.agent_name,
+            requested,
+            question.unit,
+            || deadline,
+        )
+        .await;
+    }
     let mut span = wait_span(rt, wait.span, wait.id_key, wait.id);
-    let answered = tokio::time::timeout(rt.limits.approval_timeout, rx)
-        .await
-        .ok()
-        .and_then(Result::ok);
+    let answered = match given {
+        Some(answer) => Some(answer),
+        None => {
+            let left = (question.deadline_ms - now_ms()).max(0) as u64;
+            tokio::time::timeout(Duration::from_millis(left), rx)
+                .await
+                .ok()
+                .and_then(Result::ok)
+        }
+    };
     if let Some(kv) = answered.as_ref().and_then(&describe) {
         span.set_attribute(kv);
     }
@@ -241,8 +327,6 @@ async fn ask<T>(
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use serde_json::json;
 
     use super::*;

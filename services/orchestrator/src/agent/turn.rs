@@ -90,9 +90,11 @@ pub(super) async fn run_frame_inner(
                 };
                 let mut chat = chat_span(rt, &frame.ctx, frame.model.reference());
                 let began = Instant::now();
+                let working = rt.record.work();
                 let answered =
                     tokio::time::timeout(rt.limits.model_timeout, frame.model.turn(request, &sink))
                         .await;
+                drop(working);
                 let seconds = began.elapsed().as_secs_f64();
                 let turn = match answered {
                     Ok(Ok(t)) => t,

@@ -7,7 +7,10 @@
 //! answers, `watch` is the WatchRun producer.
 
 mod answer;
+mod calls;
 mod convert;
+mod drain;
+mod inbox;
 pub mod resume;
 mod stored;
 mod watch;
@@ -16,7 +19,7 @@ pub use convert::{AgentRun, PipelineRun, agent_run, filter, pipeline_run};
 
 use std::{future::Future, sync::Arc};
 
-use baton_common::{ids::TraceId, otel::Tracing};
+use baton_common::{audit, ids::TraceId, otel::Tracing};
 use baton_proto::v1::orchestrator_client::OrchestratorClient;
 use baton_proto::v1::{self as pb, orchestrator_server::Orchestrator};
 use opentelemetry::{
@@ -38,7 +41,7 @@ use crate::{
     run::{
         events,
         launch::{self, EventStream, Prepared},
-        record::{ApprovalAnswer, RunRecord},
+        record::RunRecord,
         registry::Runs,
         state::RunOptions,
     },
@@ -232,65 +235,6 @@ impl OrchestratorService {
         )
     }
 
-    /// Once shutdown begins, lets running runs finish for up to `grace`,
-    /// then cancels those still running ("server shutting down"); returns
-    /// when every run has ended or been cancelled. New runs are refused from
-    /// the first moment (the service is `NOT_SERVING`).
-    pub async fn finish_runs(&self, grace: std::time::Duration) {
-        self.shutdown.cancelled().await;
-        self.hand_over().await;
-        let running = self.runs.running();
-        if running > 0 {
-            tracing::info!(
-                running,
-                grace_ms = grace.as_millis() as u64,
-                "shutting down: running runs may finish within the grace period"
-            );
-        }
-        let deadline = tokio::time::Instant::now() + grace;
-        while self.runs.running() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-        let left = self.runs.running();
-        if left > 0 {
-            tracing::warn!(
-                runs = left,
-                "grace period over, cancelling the runs still running"
-            );
-        }
-        self.runs_stop.cancel();
-    }
-
-    /// When runs are durable, hands every agent run of this replica over
-    /// (drain): its lease is released (another replica claims and resumes
-    /// it at once), it stops here without a terminal event, and its stream
-    /// ends `UNAVAILABLE` so the client re-attaches. Runs that cannot be
-    /// handed over (pipelines, Redis not answering) get the grace period.
-    async fn hand_over(&self) {
-        let Some(durable) = &self.services.durable else {
-            return;
-        };
-        for run in self.runs.running_runs() {
-            let epoch = run.epoch.load(std::sync::atomic::Ordering::Relaxed);
-            if epoch == 0 || run.kind != pb::RunKind::Agent {
-                continue;
-            }
-            match durable.release(&run.run_id, epoch).await {
-                Ok(true) => {
-                    run.handed_over
-                        .store(true, std::sync::atomic::Ordering::SeqCst);
-                    run.cancel("handed over to another replica");
-                    self.runs.remove(&run.run_id);
-                    tracing::info!(run_id = %run.run_id, "handed a run over");
-                }
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::warn!(run_id = %run.run_id, error = %e, "cannot hand a run over; it gets the grace period");
-                }
-            }
-        }
-    }
-
     /// Records a prepared run where runs are kept, then starts it; the
     /// caller's stream.
     async fn launch(
@@ -298,15 +242,61 @@ impl OrchestratorService {
         prepared: Prepared,
         request: Vec<u8>,
         body: impl Future<Output = ()> + Send + 'static,
-    ) -> Result<Response<EventStream>> {
+    ) -> Result<Launched> {
         let journal = launch::register(&self.services, &prepared, request).await?;
-        Ok(Response::new(launch::launch(
-            prepared,
-            journal,
-            &self.runs,
-            &self.tasks,
-            body,
-        )))
+        let (run_id, trace_id) = (
+            prepared.record.run_id.clone(),
+            prepared.record.trace_id.to_string(),
+        );
+        let stream = launch::launch(prepared, journal, &self.runs, &self.tasks, body);
+        Ok(Launched {
+            response: Response::new(stream),
+            run_id,
+            trace_id,
+        })
+    }
+
+    /// RunAgent up to its stream (audited by the caller).
+    async fn start_agent(&self, request: Request<pb::RunAgentRequest>) -> Result<Launched> {
+        self.check_running()?;
+        let (md, ext, r) = request.into_parts();
+        let raw = self.raw_request(&r);
+        let run = agent_run(&self.services, r)?;
+        let prepared = self.prepare(
+            (&md, &ext),
+            "RunAgent",
+            pb::RunKind::Agent,
+            &run.agent,
+            run.options,
+        );
+        let root = CallFrame::root(&prepared.run, &run.agent, run.history, run.input)
+            .map_err(|f| Error::Internal(f.message))?;
+        let body = agent::run_agent(prepared.run.clone(), root, run.agent);
+        self.launch(prepared, raw, body).await
+    }
+
+    /// RunPipeline up to its stream (audited by the caller).
+    async fn start_pipeline(&self, request: Request<pb::RunPipelineRequest>) -> Result<Launched> {
+        self.check_running()?;
+        let (md, ext, r) = request.into_parts();
+        let raw = self.raw_request(&r);
+        let run = pipeline_run(&self.services, r)?;
+        let target = run.plan.target().to_owned();
+        let prepared = self.prepare(
+            (&md, &ext),
+            "RunPipeline",
+            pb::RunKind::Pipeline,
+            &target,
+            run.options,
+        );
+        let body = pipeline::run::run_pipeline(
+            prepared.run.clone(),
+            run.plan,
+            run.initial,
+            run.keep_context,
+            agent::run_frame_boxed,
+        );
+        self.launch(prepared, raw, body).await
     }
 
     /// A run's request, encoded, when runs are durable (another replica
@@ -357,6 +347,33 @@ impl OrchestratorService {
     }
 }
 
+/// A run started: its caller's stream and its ids (for the audit log).
+struct Launched {
+    response: Response<EventStream>,
+    run_id: String,
+    trace_id: String,
+}
+
+/// Records a RunAgent or RunPipeline in the audit log: started (with the
+/// run's ids) or refused (with the code).
+fn audited_start(
+    rpc: &'static str,
+    tenant: &str,
+    started: Result<Launched>,
+) -> std::result::Result<Response<EventStream>, Status> {
+    match started {
+        Ok(l) => {
+            audit::record(rpc, tenant, &l.run_id, &l.trace_id, tonic::Code::Ok);
+            Ok(l.response)
+        }
+        Err(e) => {
+            let status = Status::from(e);
+            audit::record(rpc, tenant, "", "", status.code());
+            Err(status)
+        }
+    }
+}
+
 /// Where a run-scoped call's run is (see [`OrchestratorService::locate`]).
 enum Located<T> {
     /// On this replica.
@@ -373,21 +390,9 @@ impl Orchestrator for OrchestratorService {
         &self,
         request: Request<pb::RunAgentRequest>,
     ) -> std::result::Result<Response<Self::RunAgentStream>, Status> {
-        self.check_running()?;
-        let (md, ext, r) = request.into_parts();
-        let raw = self.raw_request(&r);
-        let run = agent_run(&self.services, r)?;
-        let prepared = self.prepare(
-            (&md, &ext),
-            "RunAgent",
-            pb::RunKind::Agent,
-            &run.agent,
-            run.options,
-        );
-        let root = CallFrame::root(&prepared.run, &run.agent, run.history, run.input)
-            .map_err(|f| Status::internal(f.message))?;
-        let body = agent::run_agent(prepared.run.clone(), root, run.agent);
-        Ok(self.launch(prepared, raw, body).await?)
+        let tenant = tenant_of(request.extensions()).to_owned();
+        let started = self.start_agent(request).await;
+        audited_start("RunAgent", &tenant, started)
     }
 
     type RunPipelineStream = EventStream;
@@ -396,94 +401,60 @@ impl Orchestrator for OrchestratorService {
         &self,
         request: Request<pb::RunPipelineRequest>,
     ) -> std::result::Result<Response<Self::RunPipelineStream>, Status> {
-        self.check_running()?;
-        let (md, ext, r) = request.into_parts();
-        let raw = self.raw_request(&r);
-        let run = pipeline_run(&self.services, r)?;
-        let target = run.plan.target().to_owned();
-        let prepared = self.prepare(
-            (&md, &ext),
-            "RunPipeline",
-            pb::RunKind::Pipeline,
-            &target,
-            run.options,
-        );
-        let body = pipeline::run::run_pipeline(
-            prepared.run.clone(),
-            run.plan,
-            run.initial,
-            run.keep_context,
-            agent::run_frame_boxed,
-        );
-        Ok(self.launch(prepared, raw, body).await?)
+        let tenant = tenant_of(request.extensions()).to_owned();
+        let started = self.start_pipeline(request).await;
+        audited_start("RunPipeline", &tenant, started)
     }
 
     async fn resolve_approval(
         &self,
         request: Request<pb::ResolveApprovalRequest>,
     ) -> std::result::Result<Response<pb::ResolveApprovalResponse>, Status> {
-        let (md, ext, r) = request.into_parts();
-        if r.approval_id.is_empty() {
-            return Err(Error::invalid("approval_id", "must not be empty").into());
-        }
-        let located = self
-            .locate(&md, &ext, &r.run_id, &r, |mut c, req| async move {
-                c.resolve_approval(req).await
-            })
-            .await?;
-        let run = match located {
-            Located::Here(run) => run,
-            Located::There(answer) => return Ok(answer),
-        };
-        run.resolve_approval(
-            &r.approval_id,
-            ApprovalAnswer {
-                approved: r.approved,
-                reason: r.reason,
-            },
-        )?;
-        Ok(Response::new(pb::ResolveApprovalResponse {}))
+        let tenant = tenant_of(request.extensions()).to_owned();
+        // Only a well-formed id is recorded (the field may be anything).
+        let run_id = Some(request.get_ref().run_id.as_str())
+            .filter(|id| uuid::Uuid::try_parse(id).is_ok())
+            .unwrap_or_default()
+            .to_owned();
+        let answered = self.resolve_approval_here(request).await;
+        audit::record(
+            "ResolveApproval",
+            &tenant,
+            &run_id,
+            "",
+            audit::code(&answered),
+        );
+        answered
     }
 
     async fn submit_input(
         &self,
         request: Request<pb::SubmitInputRequest>,
     ) -> std::result::Result<Response<pb::SubmitInputResponse>, Status> {
-        let (md, ext, r) = request.into_parts();
-        if r.input_id.is_empty() {
-            return Err(Error::invalid("input_id", "must not be empty").into());
-        }
-        let located = self
-            .locate(&md, &ext, &r.run_id, &r, |mut c, req| async move {
-                c.submit_input(req).await
-            })
-            .await?;
-        let run = match located {
-            Located::Here(run) => run,
-            Located::There(answer) => return Ok(answer),
-        };
-        run.submit_input(&r.input_id, r.input)?;
-        Ok(Response::new(pb::SubmitInputResponse {}))
+        let tenant = tenant_of(request.extensions()).to_owned();
+        // Only a well-formed id is recorded (the field may be anything).
+        let run_id = Some(request.get_ref().run_id.as_str())
+            .filter(|id| uuid::Uuid::try_parse(id).is_ok())
+            .unwrap_or_default()
+            .to_owned();
+        let answered = self.submit_input_here(request).await;
+        audit::record("SubmitInput", &tenant, &run_id, "", audit::code(&answered));
+        answered
     }
 
     async fn cancel_run(
         &self,
         request: Request<pb::CancelRunRequest>,
     ) -> std::result::Result<Response<pb::CancelRunResponse>, Status> {
-        let (md, ext, r) = request.into_parts();
-        let located = self
-            .locate(&md, &ext, &r.run_id, &r, |mut c, req| async move {
-                c.cancel_run(req).await
-            })
-            .await?;
-        let run = match located {
-            Located::Here(run) => run,
-            Located::There(answer) => return Ok(answer),
-        };
-        let status = run.cancel_by_request(&r.reason);
-        Ok(Response::new(pb::CancelRunResponse {
-            status: status as i32,
-        }))
+        let tenant = tenant_of(request.extensions()).to_owned();
+        // Only a well-formed id is recorded (the field may be anything).
+        let run_id = Some(request.get_ref().run_id.as_str())
+            .filter(|id| uuid::Uuid::try_parse(id).is_ok())
+            .unwrap_or_default()
+            .to_owned();
+        let answered = self.cancel_run_here(request).await;
+        audit::record("CancelRun", &tenant, &run_id, "", audit::code(&answered));
+        answered
     }
 
     type WatchRunStream = EventStream;

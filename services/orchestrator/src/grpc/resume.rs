@@ -7,8 +7,10 @@
 //! calls are at least once; ToolHost calls carry the same idempotency key).
 //! Its first new event is `RunResumed`.
 //!
-//! Agent runs resume; a pipeline run is ended instead (`RunFailed`
-//! `UNAVAILABLE`) until pipelines record their steps.
+//! Pipelines resume the same way: a step that had finished (each attempt's
+//! end is recorded with its `StepCompleted` or `StepFailed`) is not run
+//! again — its output comes from the journal — and a step that was running
+//! runs again, its agents taking what they had recorded.
 
 use std::sync::Arc;
 
@@ -22,9 +24,12 @@ use opentelemetry::{
 };
 use prost::Message as _;
 
-use super::{OrchestratorService, agent_run};
+use futures::future::BoxFuture;
+
+use super::{OrchestratorService, agent_run, pipeline_run};
 use crate::{
     agent::{self, frame::CallFrame},
+    pipeline,
     run::{durable::RedisRuns, journal::Journal, launch, record::RunRecord, state::Replay},
 };
 
@@ -40,7 +45,7 @@ pub struct Claimed {
 
 impl OrchestratorService {
     /// Resumes a claimed run here (see the module docs); `false` when it
-    /// cannot be (a pipeline, or its request or journal is unreadable), and
+    /// cannot be (its request or journal is unreadable), and
     /// the caller ends it instead.
     pub async fn resume(&self, claimed: Claimed) -> bool {
         let Some(durable) = self.services.durable.clone() else {
@@ -64,25 +69,23 @@ impl OrchestratorService {
         let Some(meta) = durable.meta(id).await? else {
             return Ok(false);
         };
-        if meta.kind != pb::RunKind::Agent {
-            return Ok(false);
-        }
         let Some(request) = durable.request(id).await? else {
             return Ok(false);
         };
-        let Ok(request) = pb::RunAgentRequest::decode(request.as_slice()) else {
-            return Ok(false);
-        };
         let journal = durable.journal(id).await?;
+        let inbox = durable.inbox(id).await?;
+        let cancel = inbox
+            .get("cancel")
+            .map(|r| String::from_utf8_lossy(r).into_owned());
         let Ok(trace_id) = TraceId::parse(&meta.trace_id) else {
             return Ok(false);
         };
-        let mut run = agent_run(&self.services, request)?;
-        run.options.replay = Some(Replay {
+        let replay = Replay {
             journal,
             replica: durable.owner().to_owned(),
             checkpoint_seq: claimed.last_seq,
-        });
+            inbox,
+        };
         let started =
             std::time::UNIX_EPOCH + std::time::Duration::from_millis(meta.started_ms.max(0) as u64);
         let record = RunRecord::resumed(
@@ -101,10 +104,37 @@ impl OrchestratorService {
         let span = self
             .resumed_span(durable, &claimed.run_id, &trace_id, &meta.target)
             .await;
-        let prepared = launch::prepare_record(&self.services, record, span, run.options);
-        let root = CallFrame::root(&prepared.run, &run.agent, run.history, run.input)
-            .map_err(|f| crate::error::Error::Internal(f.message))?;
-        let body = agent::run_agent(prepared.run.clone(), root, run.agent);
+        let (prepared, body): (_, BoxFuture<'static, ()>) = match meta.kind {
+            pb::RunKind::Pipeline => {
+                let Ok(request) = pb::RunPipelineRequest::decode(request.as_slice()) else {
+                    return Ok(false);
+                };
+                let mut run = pipeline_run(&self.services, request)?;
+                run.options.replay = Some(replay);
+                let prepared = launch::prepare_record(&self.services, record, span, run.options);
+                let body = pipeline::run::run_pipeline(
+                    prepared.run.clone(),
+                    run.plan,
+                    run.initial,
+                    run.keep_context,
+                    agent::run_frame_boxed,
+                );
+                (prepared, Box::pin(body))
+            }
+            _ => {
+                let Ok(request) = pb::RunAgentRequest::decode(request.as_slice()) else {
+                    return Ok(false);
+                };
+                let mut run = agent_run(&self.services, request)?;
+                run.options.replay = Some(replay);
+                let prepared = launch::prepare_record(&self.services, record, span, run.options);
+                let root = CallFrame::root(&prepared.run, &run.agent, run.history, run.input)
+                    .map_err(|f| crate::error::Error::Internal(f.message))?;
+                let body = agent::run_agent(prepared.run.clone(), root, run.agent);
+                (prepared, Box::pin(body))
+            }
+        };
+        let record = prepared.record.clone();
         let journal = Journal {
             runs: durable.clone(),
             epoch: claimed.epoch,
@@ -118,6 +148,10 @@ impl OrchestratorService {
             &self.tasks,
             body,
         ));
+        // A CancelRun given while the run was away.
+        if let Some(reason) = cancel {
+            record.cancel_by_request(&reason);
+        }
         Ok(true)
     }
 

@@ -58,6 +58,7 @@ impl OrchestratorService {
         };
         if let Some(run) = here
             && run.tenant == tenant_of(ext)
+            && after_seq >= run.resumed_after
             && !matches!(run.events_after(after_seq, 0), LogRead::Gone(_))
         {
             return Ok(None);

@@ -11,6 +11,8 @@
 //!   output), unit-tested without any I/O.
 //! - [`run`]: the executor — the scheduler's decisions carried out: step
 //!   contexts, attempts with retries and timeouts, store writes, events.
+//! - `step`: one step's attempts (retries, timeouts, the task filled in;
+//!   attempts a resumed run had ended are taken from its journal).
 //! - [`tool`]: the `run_pipeline` tool.
 //! - [`file`]: the file and tool-argument form of a pipeline.
 //!
@@ -22,6 +24,7 @@ mod file;
 pub mod plan;
 pub mod run;
 pub mod schedule;
+mod step;
 pub mod tool;
 
 pub use file::{PipelineFile, StepFile};

@@ -41,7 +41,6 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     pin::Pin,
     sync::Arc,
-    time::Instant,
 };
 
 use baton_context_store::store::{Key, Put, Written};
@@ -53,16 +52,11 @@ use super::{
     Plan, Policy, Step,
     schedule::{self, Scheduler, Skip, Status},
 };
-use opentelemetry::{KeyValue, context::FutureExt as _, trace::TraceContextExt as _};
+use opentelemetry::{KeyValue, context::FutureExt as _};
 use tracing::Instrument as _;
 
-use crate::agent::frame::{CallFrame, RunFrame};
-use crate::run::{
-    context::ContextInfo,
-    drive::drive,
-    failure::Failure,
-    state::{FinalScope, Run},
-};
+use crate::agent::frame::RunFrame;
+use crate::run::{context::ContextInfo, drive::drive, failure::Failure, state::Run};
 
 fn no_agent() -> Arc<str> {
     Arc::from("")
@@ -211,6 +205,12 @@ pub(super) async fn execute(
     run_frame: RunFrame,
 ) -> Result<Summary, Failure> {
     for (k, v) in initial {
+        // A resumed pipeline does not seed again what it had seeded (a step
+        // may have written the slot since).
+        let unit = format!("sd/{}/{k}", root.id);
+        if rt.replayed(&unit).is_some() {
+            continue;
+        }
         let key = Key::parse("key", &k, rt.services.store.limits().max_key_len)
             .map_err(|e| Failure::new(Code::InvalidArgument, e.to_string()))?;
         let mut put = Put::new(rt.trace_id.clone(), key, v.into_bytes());
@@ -227,7 +227,8 @@ pub(super) async fn execute(
             version: w.version,
             size_bytes: size,
         });
-        rt.emit(root, &no_agent(), written).await;
+        rt.emit_point(root, &no_agent(), written, unit, Vec::new)
+            .await;
     }
 
     let n = plan.steps.len();
@@ -287,9 +288,14 @@ pub(super) async fn execute(
                     let otel = ctx.otel.clone();
                     let log = rt.log_span(&ctx);
                     running.push(Box::pin(
-                        async move { (i, run_step(rt, ctx, step, known, run_frame).await) }
-                            .with_context(otel)
-                            .instrument(log),
+                        async move {
+                            (
+                                i,
+                                super::step::run_step(rt, ctx, step, known, run_frame).await,
+                            )
+                        }
+                        .with_context(otel)
+                        .instrument(log),
                     ));
                 }
             }
@@ -304,7 +310,11 @@ pub(super) async fn execute(
         };
         match next {
             Next::Step((i, Ok(output))) => {
-                if let Some(key) = &plan.steps[i].output_to {
+                // A resumed pipeline does not write again an output it had
+                // written.
+                let unit = format!("sw/{}", contexts[i].id);
+                let written_before = rt.replayed(&unit).is_some();
+                if let Some(key) = plan.steps[i].output_to.as_ref().filter(|_| !written_before) {
                     // Written behind: dependents already have the output
                     // from memory; readers of the store wait for it.
                     rt.pending_writes.begin();
@@ -322,7 +332,8 @@ pub(super) async fn execute(
                                     version: w.version,
                                     size_bytes: size,
                                 });
-                                rt.emit(&ctx, &no_agent(), written).await;
+                                rt.emit_point(&ctx, &no_agent(), written, unit, Vec::new)
+                                    .await;
                             }
                             (i, result)
                         }
@@ -413,7 +424,9 @@ pub(super) async fn execute(
         skipped: skipped.clone(),
         outputs: outputs.clone().into_iter().collect(),
     });
-    rt.emit(root, &no_agent(), completed).await;
+    let unit = format!("pc/{}", root.id);
+    rt.emit_point(root, &no_agent(), completed, unit, Vec::new)
+        .await;
     Ok(Summary {
         success,
         succeeded,
@@ -427,166 +440,11 @@ pub(super) async fn execute(
 async fn skip(rt: &Run, ctx: &Arc<ContextInfo>, step: &Step, reason: String) {
     ctx.set_attribute(KeyValue::new("baton.step.skipped", reason.clone()));
     drop(ctx.end_on_drop());
-    rt.emit(
-        ctx,
-        &no_agent(),
-        Payload::StepSkipped(pb::StepSkipped {
-            step_id: step.id.clone(),
-            reason,
-        }),
-    )
-    .await;
-}
-
-/// Runs one step with its retries; returns its output or the last error.
-async fn run_step(
-    rt: &Arc<Run>,
-    ctx: Arc<ContextInfo>,
-    step: &Step,
-    known: BTreeMap<String, String>,
-    run_frame: RunFrame,
-) -> Result<String, Failure> {
-    let _end = ctx.end_on_drop();
-    let attempts = step.retries + 1;
-    let mut last_error = Failure::new(Code::Internal, "the step made no attempt");
-    for attempt in 1..=attempts {
-        ctx.set_attribute(KeyValue::new("baton.step.attempt", i64::from(attempt)));
-        ctx.otel.span().add_event(
-            "attempt",
-            vec![KeyValue::new("baton.step.attempt", i64::from(attempt))],
-        );
-        let started = Payload::StepStarted(pb::StepStarted {
-            step_id: step.id.clone(),
-            agent: step.agent.clone(),
-            attempt,
-        });
-        rt.emit(&ctx, &no_agent(), started).await;
-        let began = Instant::now();
-        let result = match tokio::time::timeout(
-            step.timeout,
-            attempt_once(rt, &ctx, step, &known, run_frame),
-        )
-        .await
-        {
-            Ok(r) => r,
-            Err(_) => Err(Failure::new(
-                Code::DeadlineExceeded,
-                format!("attempt timed out after {:?}", step.timeout),
-            )),
-        };
-        match result {
-            Ok(output) => {
-                let done = Payload::StepCompleted(pb::StepCompleted {
-                    step_id: step.id.clone(),
-                    attempt,
-                    output: output.clone(),
-                    duration: Some(prost_types::Duration {
-                        seconds: began.elapsed().as_secs() as i64,
-                        nanos: began.elapsed().subsec_nanos() as i32,
-                    }),
-                });
-                rt.emit(&ctx, &no_agent(), done).await;
-                return Ok(output);
-            }
-            Err(error) => {
-                let will_retry = attempt < attempts;
-                let failed = Payload::StepFailed(pb::StepFailed {
-                    step_id: step.id.clone(),
-                    attempt,
-                    error: error.message.clone(),
-                    will_retry,
-                });
-                rt.emit(&ctx, &no_agent(), failed).await;
-                if !will_retry {
-                    ctx.set_error(error.message.clone());
-                }
-                last_error = error;
-            }
-        }
-    }
-    Err(last_error)
-}
-
-/// One attempt: fill in the task, run the agent in the step's context,
-/// write the output.
-async fn attempt_once(
-    rt: &Arc<Run>,
-    ctx: &Arc<ContextInfo>,
-    step: &Step,
-    known: &BTreeMap<String, String>,
-    run_frame: RunFrame,
-) -> Result<String, Failure> {
-    let max_key = rt.services.store.limits().max_key_len;
-    let read = |k: String| async move {
-        let key = Key::parse("key", &k, max_key)
-            .map_err(|e| Failure::new(Code::InvalidArgument, e.to_string()))?;
-        let slot = rt
-            .services
-            .store
-            .get(&rt.trace_id, &key)
-            .await
-            .map_err(|e| Failure::new(e.code(), format!("cannot read slot {k}: {e}")))?;
-        Ok::<_, Failure>((k, String::from_utf8_lossy(&slot.value).into_owned()))
-    };
-    // Every slot the step needs, read concurrently (one pipeline on Redis).
-    let template = super::template_keys(&step.task);
-    let wanted: BTreeSet<String> = template
-        .iter()
-        .chain(&step.input_from)
-        .filter(|k| !known.contains_key(*k))
-        .cloned()
-        .collect();
-    if !wanted.is_empty() {
-        // Outputs of earlier steps are written behind; the store has them
-        // once no write is pending.
-        rt.pending_writes.settled().await;
-    }
-    let mut values: BTreeMap<String, String> =
-        futures::future::try_join_all(wanted.into_iter().map(read))
-            .await?
-            .into_iter()
-            .collect();
-    values.extend(known.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let mut task = step.task.clone();
-    for k in &template {
-        task = task.replace(&format!("{{{{{k}}}}}"), &values[k]);
-    }
-    if !step.input_from.is_empty() {
-        task.push_str("\n\nInputs:");
-        for k in &step.input_from {
-            task.push_str(&format!("\n[{k}]\n{}", values[k]));
-        }
-    }
-    // A final tool output ends this attempt successfully with that output.
-    let scope = Arc::new(FinalScope::default());
-    let frame = CallFrame::new(
-        rt,
-        ctx.clone(),
-        &step.agent,
-        Vec::new(),
-        task,
-        scope.clone(),
-    )?;
-    let ran = tokio::select! {
-        biased;
-        () = scope.ended() => Ok(String::new()),
-        r = run_frame(rt, frame) => r.map(|(output, _)| output),
-    };
-    let output = match (scope.output(), ran) {
-        (Some(final_output), _) => final_output,
-        (None, ran) => ran?,
-    };
-    // Checked here, not at the (later) write: an output the store cannot
-    // take fails the attempt like any other failure of the step.
-    let limit = rt.services.store.limits().max_value_bytes;
-    if step.output_to.is_some() && output.len() as u64 > limit {
-        return Err(Failure::new(
-            Code::ResourceExhausted,
-            format!(
-                "the output is {} bytes, over the store's value limit of {limit} bytes",
-                output.len()
-            ),
-        ));
-    }
-    Ok(output)
+    let skipped = Payload::StepSkipped(pb::StepSkipped {
+        step_id: step.id.clone(),
+        reason,
+    });
+    let unit = format!("sk/{}", ctx.id);
+    rt.emit_point(ctx, &no_agent(), skipped, unit, Vec::new)
+        .await;
 }

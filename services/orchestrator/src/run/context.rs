@@ -1,7 +1,7 @@
 //! A context: where in a run's tree something happens, and its span. A
 //! leaf (OpenTelemetry only).
 
-use std::sync::Arc;
+use std::sync::{Arc, atomic::AtomicBool};
 
 use opentelemetry::{
     Context, KeyValue,
@@ -25,6 +25,9 @@ pub struct ContextInfo {
     pub span_id: String,
     /// The context's span, as the OpenTelemetry parent of what runs in it.
     pub otel: Context,
+    /// Whether the run's journal has the span id (see
+    /// `run::events::Draft::record_span`).
+    pub span_recorded: AtomicBool,
 }
 
 impl ContextInfo {
@@ -81,6 +84,7 @@ impl ContextInfo {
             KeyValue::new("baton.context.id", id.clone()),
             KeyValue::new("baton.context.depth", i64::from(depth)),
         ];
+        let span_recorded = AtomicBool::new(span_id.is_some());
         if let Some(before) = span_id {
             attributes.push(KeyValue::new(
                 "baton.context.resumed_span",
@@ -105,6 +109,7 @@ impl ContextInfo {
             depth,
             span_id,
             otel: parent_cx.with_span(span),
+            span_recorded,
         })
     }
 

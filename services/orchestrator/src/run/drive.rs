@@ -30,17 +30,24 @@ pub async fn drive(
 ) {
     let no_agent: Arc<str> = Arc::from("");
     // A resumed run says so instead of starting again.
-    let started = match &rt.replay {
-        Some(replay) => Payload::RunResumed(pb::RunResumed {
-            replica: replay.replica.clone(),
-            checkpoint_seq: replay.checkpoint_seq,
-        }),
-        None => Payload::RunStarted(pb::RunStarted {
-            kind: kind as i32,
-            target,
-        }),
-    };
-    rt.emit(root, &no_agent, started).await;
+    match &rt.replay {
+        Some(replay) => {
+            let resumed = Payload::RunResumed(pb::RunResumed {
+                replica: replay.replica.clone(),
+                checkpoint_seq: replay.checkpoint_seq,
+            });
+            rt.emit(root, &no_agent, resumed).await;
+        }
+        None => {
+            let started = Payload::RunStarted(pb::RunStarted {
+                kind: kind as i32,
+                target,
+            });
+            // A point: it records the root context's span id.
+            rt.emit_point(root, &no_agent, started, "r".into(), Vec::new)
+                .await;
+        }
+    }
     let token = rt.record.token().clone();
     let outcome = tokio::select! {
         biased;

@@ -34,6 +34,10 @@ pub struct Draft {
     /// For a durable run, the record of the durable point this event ends
     /// (`unit`, value), written with it in one script.
     pub journal: Option<(String, Vec<u8>)>,
+    /// Whether the context's span id is recorded with it (`sp/{context}`:
+    /// the first durable point of each context records it, so a resumed
+    /// run's context keeps the span id its events had).
+    pub record_span: bool,
 }
 
 /// The server-side filter of a stream.
@@ -180,6 +184,7 @@ mod tests {
             depth: 1,
             span_id: String::new(),
             otel: opentelemetry::Context::new(),
+            span_recorded: Default::default(),
         };
         let p = Payload::TextDelta(pb::TextDelta {
             text: String::new(),

@@ -103,6 +103,7 @@ pub async fn sequence(
             },
             _ = out.closed(), if !client_gone => {
                 client_gone = true;
+                record.attached.store(false, std::sync::atomic::Ordering::SeqCst);
                 if !record.detached {
                     record.cancel("client disconnected");
                 }
@@ -117,8 +118,16 @@ pub async fn sequence(
             }
         }
         let now = prost_types::Timestamp::from(SystemTime::now());
-        let records: Vec<(String, Vec<u8>)> =
-            batch.iter_mut().filter_map(|d| d.journal.take()).collect();
+        let mut records: Vec<(String, Vec<u8>)> = Vec::new();
+        for d in &mut batch {
+            if d.record_span {
+                records.push((
+                    format!("sp/{}", d.ctx.id),
+                    d.ctx.span_id.clone().into_bytes(),
+                ));
+            }
+            records.extend(d.journal.take());
+        }
         let logged: Vec<Logged> = batch
             .drain(..)
             .map(|d| Logged {
@@ -134,13 +143,12 @@ pub async fn sequence(
             .iter()
             .map(|l| l.to_event(&trace_id, &run_id))
             .collect();
+        let mut forget_lease = false;
         if !broken {
             let end = logged.iter().find_map(|l| run_end(&l.payload));
             let ended = end.is_some();
             let written = write(&journal, &run_id, &events, &records, end.as_ref()).await;
-            if written.is_ok() && ended {
-                journal.runs.forget_lease(&run_id).await;
-            }
+            forget_lease = written.is_ok() && ended;
             if let Err(e) = written {
                 broken = true;
                 tracing::warn!(run_id = %run_id, error = %e, "cannot log the run's events; cancelling it");
@@ -160,10 +168,17 @@ pub async fn sequence(
             record.log_event(logged, terminal);
             if forward && out.send(Ok(event)).await.is_err() {
                 client_gone = true;
+                record
+                    .attached
+                    .store(false, std::sync::atomic::Ordering::SeqCst);
                 if !record.detached {
                     record.cancel("client disconnected");
                 }
             }
+        }
+        // The run ended: out of the lease set, once its caller has the end.
+        if forget_lease {
+            journal.runs.forget_lease(&run_id).await;
         }
     }
 }

@@ -5,13 +5,17 @@
 //! fenced already), and it claims runs whose lease lapsed because their
 //! replica stopped.
 //!
-//! A claimed run is resumed here from its journal (agent runs; see
-//! `grpc::resume`); one that cannot be (a pipeline) is ended, so it still
+//! A claimed run is resumed here from its journal (see `grpc::resume`);
+//! one that cannot be (its request or journal is unreadable, e.g. written
+//! by a version that no longer reads it) is ended, so it still
 //! ends with exactly one terminal event and no seq gap — `RunResumed` (this
 //! replica, the last logged seq) then `RunFailed` `UNAVAILABLE` naming the
 //! replica that stopped.
 
-use std::sync::{Arc, atomic::Ordering};
+use std::{
+    sync::{Arc, atomic::Ordering},
+    time::Duration,
+};
 
 use baton_proto::v1::{self as pb, run_event::Payload};
 use futures::future::BoxFuture;
@@ -19,8 +23,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     durable::{Append, Claim, RedisRuns, RunEnd, now_ms},
+    record::{ApprovalAnswer, RunRecord},
     registry::Runs,
 };
+use crate::error::Error;
 
 /// Most lapsed runs claimed in one round.
 const CLAIMS_PER_ROUND: usize = 16;
@@ -29,14 +35,16 @@ const CLAIMS_PER_ROUND: usize = 16;
 /// cannot, and the run is ended instead.
 pub type Resume = Arc<dyn Fn(String, u64, u64) -> BoxFuture<'static, bool> + Send + Sync>;
 
-/// Renews and claims until `stop` and no run is running here any more
-/// (runs finishing within the shutdown grace keep their leases; a
-/// replica that is stopping claims nothing).
+/// Renews, parks runs that only wait for people (quiet for `park_after`)
+/// and claims until `stop` and no run is running here any more (runs
+/// finishing within the shutdown grace keep their leases; a replica that
+/// is stopping claims and parks nothing).
 pub async fn keep(
     durable: Arc<RedisRuns>,
     runs: Arc<Runs>,
     stop: CancellationToken,
     resume: Resume,
+    park_after: Duration,
 ) {
     let every = durable.lease() / 3;
     loop {
@@ -48,8 +56,76 @@ pub async fn keep(
             }
             continue;
         }
+        park(&durable, &runs, park_after).await;
         claim(&durable, &resume).await;
     }
+}
+
+/// Parks every run of this replica that only waits for people (see
+/// [`RunRecord::parkable`]): it stops here without a terminal event and
+/// leaves memory, and its lease is given up until the earliest deadline of
+/// its questions; an answer on any replica, or that deadline, resumes it
+/// (see `durable::inbox`).
+async fn park(durable: &RedisRuns, runs: &Runs, quiet: Duration) {
+    for run in runs.running_runs() {
+        let epoch = run.epoch.load(Ordering::Relaxed);
+        if epoch == 0 {
+            continue;
+        }
+        let Some(wake_ms) = run.parkable(quiet) else {
+            continue;
+        };
+        // Out of reach first: an answer given from now on goes to its
+        // inbox, which the park script sees.
+        runs.remove(&run.run_id);
+        run.handed_over.store(true, Ordering::SeqCst);
+        run.cancel("parked: waiting for a person");
+        match durable.park(&run.run_id, epoch, wake_ms).await {
+            Ok(true) => tracing::debug!(run_id = %run.run_id, wake_ms, "parked a run"),
+            Ok(false) => {}
+            // Its lease lapses, and a replica resumes it: it waits again.
+            Err(e) => tracing::warn!(run_id = %run.run_id, error = %e, "cannot park a run"),
+        }
+    }
+}
+
+/// Hands what a run's inbox holds (answers and a cancel given on other
+/// replicas) to the run; drops what can no longer be delivered.
+async fn deliver(durable: &RedisRuns, run: &RunRecord) {
+    let inbox = match durable.inbox(&run.run_id).await {
+        Ok(inbox) => inbox,
+        Err(e) => {
+            tracing::warn!(run_id = %run.run_id, error = %e, "cannot read a run's inbox");
+            return;
+        }
+    };
+    let mut stale = Vec::new();
+    for (id, value) in inbox {
+        let delivered = if id == "cancel" {
+            run.cancel_by_request(&String::from_utf8_lossy(&value));
+            stale.push(id);
+            continue;
+        } else if id.starts_with("approval:") {
+            match serde_json::from_slice::<(bool, String)>(&value) {
+                Ok((approved, reason)) => {
+                    run.resolve_approval(&id, ApprovalAnswer { approved, reason })
+                }
+                Err(_) => Err(Error::Internal("an unreadable answer".into())),
+            }
+        } else if id.starts_with("input:") {
+            match serde_json::from_slice::<String>(&value) {
+                Ok(input) => run.submit_input(&id, input),
+                Err(_) => Err(Error::Internal("an unreadable input".into())),
+            }
+        } else {
+            Err(Error::Internal("not a question".into()))
+        };
+        // Not asked here yet (a resumed run on its way to it): next round.
+        if !matches!(delivered, Ok(()) | Err(Error::NotFound { .. })) {
+            stale.push(id);
+        }
+    }
+    durable.drop_from_inbox(&run.run_id, &stale).await;
 }
 
 async fn renew(durable: &RedisRuns, runs: &Runs) {
@@ -59,8 +135,9 @@ async fn renew(durable: &RedisRuns, runs: &Runs) {
             continue;
         }
         match durable.renew(&run.run_id, epoch).await {
-            Ok(true) => {}
-            Ok(false) => {
+            Ok(Some(false)) => {}
+            Ok(Some(true)) => deliver(durable, &run).await,
+            Ok(None) => {
                 tracing::warn!(run_id = %run.run_id, "another replica owns this run now; stopping it here");
                 run.cancel("another replica owns this run now");
             }
@@ -114,7 +191,7 @@ async fn claim(durable: &RedisRuns, resume: &Resume) {
 }
 
 /// Ends a claimed run: `RunResumed`, then `RunFailed` `UNAVAILABLE`.
-async fn end_orphan(
+pub async fn end_orphan(
     durable: &RedisRuns,
     run_id: &str,
     epoch: u64,
@@ -123,7 +200,7 @@ async fn end_orphan(
     trace_id: &str,
 ) {
     let message = format!(
-        "the replica running this run ({previous_owner}) stopped; resuming runs on another replica is not built yet"
+        "the replica running this run ({previous_owner}) stopped, and the run cannot be resumed from what it recorded"
     );
     // The events are the root context's, in its span (the run's first
     // event, RunStarted, carries it).

@@ -147,6 +147,7 @@ mod chunked_tests {
                 depth: 0,
                 span_id: "0000000000000001".into(),
                 otel: opentelemetry::Context::new(),
+                span_recorded: Default::default(),
             }),
             agent: std::sync::Arc::from(""),
             payload: Payload::RunStarted(pb::RunStarted::default()),

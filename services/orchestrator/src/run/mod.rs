@@ -15,8 +15,10 @@
 //!   and [`events::Filter`]; [`journal`]: the sequencer of a durable run,
 //!   which writes each batch to Redis before anyone sees it.
 //! - [`durable`]: runs kept in Redis (`runs.store = "redis"`): event logs,
-//!   records, the tenants' lists, fenced appends, leases and claims;
-//!   [`leases`]: the background renewal and claiming every replica does.
+//!   records, journals, the tenants' lists, fenced appends, leases and
+//!   claims, the inbox of answers and cancels given on other replicas, and
+//!   parking; [`leases`]: the background renewal, inbox delivery, parking
+//!   and claiming every replica does.
 //! - [`context`]: a context of the tree and its span (a leaf).
 //! - [`log`]: a run's event log, in fixed chunks (a leaf).
 //! - [`record`]: a run's record (status, cancellation, log, pending

@@ -5,7 +5,7 @@ use std::{
     collections::HashMap,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering},
     },
     time::{Instant, SystemTime},
 };
@@ -29,7 +29,8 @@ pub struct ApprovalAnswer {
 }
 
 enum Pending<T> {
-    Waiting(oneshot::Sender<T>),
+    /// Asked; answerable until the deadline (ms since the Unix epoch).
+    Waiting(oneshot::Sender<T>, i64),
     Answered,
 }
 
@@ -38,7 +39,7 @@ impl<T> Pending<T> {
     /// or the run stopped waiting (deadline, cancellation).
     fn answer(&mut self, value: T) -> bool {
         match std::mem::replace(self, Pending::Answered) {
-            Pending::Waiting(tx) => tx.send(value).is_ok(),
+            Pending::Waiting(tx, _) => tx.send(value).is_ok(),
             Pending::Answered => false,
         }
     }
@@ -89,6 +90,9 @@ pub struct RunRecord {
     pub started_at: SystemTime,
     /// Whether it outlives its caller (a closed stream does not cancel it).
     pub detached: bool,
+    /// For a run resumed here, the seq it was resumed after: its events up
+    /// to it are in the run store only (0 for a run started here).
+    pub resumed_after: u64,
     /// The epoch this replica owns the run with in the run store (0: runs
     /// are not durable).
     pub epoch: AtomicU64,
@@ -110,6 +114,14 @@ pub struct RunRecord {
     logged: tokio::sync::Notify,
     /// WatchRun streams of this run open now.
     pub watchers: AtomicUsize,
+    /// Model calls and tool calls working right now (not waiting for a
+    /// person): a run with none, only questions open, and no caller or
+    /// watcher attached may be parked.
+    working: AtomicUsize,
+    /// Whether the caller's stream is still attached.
+    pub attached: AtomicBool,
+    /// When the run last logged an event (ms since the Unix epoch).
+    last_event_ms: AtomicI64,
 }
 
 /// Longest approval or input id the runtime makes (context id, turn and
@@ -186,7 +198,9 @@ impl RunRecord {
             last_seq,
         };
         // Nobody is attached to a resumed run: it goes on to its end.
-        Self::with(started, trace_id, kind, target, tenant, true, parent)
+        let record = Self::with(started, trace_id, kind, target, tenant, true, parent);
+        record.attached.store(false, Ordering::Relaxed);
+        record
     }
 
     fn with(
@@ -206,6 +220,7 @@ impl RunRecord {
             tenant,
             started_at: started.started_at,
             detached,
+            resumed_after: started.last_seq,
             epoch: AtomicU64::new(0),
             handed_over: std::sync::atomic::AtomicBool::new(false),
             cancel: parent.child_token(),
@@ -229,6 +244,9 @@ impl RunRecord {
             log: Mutex::new(EventLog::default()),
             logged: tokio::sync::Notify::new(),
             watchers: AtomicUsize::new(0),
+            working: AtomicUsize::new(0),
+            attached: AtomicBool::new(true),
+            last_event_ms: AtomicI64::new(now_ms()),
         })
     }
 
@@ -243,6 +261,7 @@ impl RunRecord {
             log.events.push_back(event);
             log.ended |= terminal;
         }
+        self.last_event_ms.store(now_ms(), Ordering::Relaxed);
         self.logged.notify_waiters();
     }
 
@@ -344,10 +363,10 @@ impl RunRecord {
         lock(&self.state).clone()
     }
 
-    /// Registers an approval the run waits for.
-    pub fn await_approval(&self, id: &str) -> oneshot::Receiver<ApprovalAnswer> {
+    /// Registers an approval the run waits for until `deadline_ms`.
+    pub fn await_approval(&self, id: &str, deadline_ms: i64) -> oneshot::Receiver<ApprovalAnswer> {
         let (tx, rx) = oneshot::channel();
-        lock(&self.approvals).insert(id.to_owned(), Pending::Waiting(tx));
+        lock(&self.approvals).insert(id.to_owned(), Pending::Waiting(tx, deadline_ms));
         rx
     }
 
@@ -376,11 +395,34 @@ impl RunRecord {
         }
     }
 
-    /// Registers an input request the run waits for.
-    pub fn await_input(&self, id: &str) -> oneshot::Receiver<String> {
+    /// Registers an input request the run waits for until `deadline_ms`.
+    pub fn await_input(&self, id: &str, deadline_ms: i64) -> oneshot::Receiver<String> {
         let (tx, rx) = oneshot::channel();
-        lock(&self.inputs).insert(id.to_owned(), Pending::Waiting(tx));
+        lock(&self.inputs).insert(id.to_owned(), Pending::Waiting(tx, deadline_ms));
         rx
+    }
+
+    /// Counts a model or tool call as working while the guard lives.
+    pub fn work(&self) -> Working<'_> {
+        self.working.fetch_add(1, Ordering::SeqCst);
+        Working(&self.working)
+    }
+
+    /// When the run may be parked (see `runs.park_after`): it has a
+    /// question open and nothing else to do — no model or tool call
+    /// working, no caller or watcher attached, no event for `quiet` — the
+    /// earliest deadline of its open questions (ms since the Unix epoch).
+    pub fn parkable(&self, quiet: std::time::Duration) -> Option<i64> {
+        if self.attached.load(Ordering::SeqCst)
+            || self.watchers.load(Ordering::SeqCst) > 0
+            || self.working.load(Ordering::SeqCst) > 0
+            || now_ms() - self.last_event_ms.load(Ordering::Relaxed) < quiet.as_millis() as i64
+        {
+            return None;
+        }
+        let approvals = earliest_deadline(&lock(&self.approvals));
+        let inputs = earliest_deadline(&lock(&self.inputs));
+        approvals.into_iter().chain(inputs).min()
     }
 
     /// Marks an input request closed without an answer.
@@ -431,6 +473,30 @@ impl RunRecord {
     }
 }
 
+/// The earliest deadline of the questions still waited for.
+fn earliest_deadline<T>(questions: &HashMap<String, Pending<T>>) -> Option<i64> {
+    questions
+        .values()
+        .filter_map(|p| match p {
+            Pending::Waiting(tx, deadline) if !tx.is_closed() => Some(*deadline),
+            _ => None,
+        })
+        .min()
+}
+
+/// A model or tool call working (see [`RunRecord::work`]).
+pub struct Working<'a>(&'a AtomicUsize);
+
+impl Drop for Working<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn now_ms() -> i64 {
+    super::durable::now_ms()
+}
+
 /// Counts a frame or tool call as alive while it exists.
 pub struct LiveGuard(Arc<RunRecord>);
 
@@ -445,5 +511,61 @@ impl LiveGuard {
 impl Drop for LiveGuard {
     fn drop(&mut self) {
         self.0.live_tasks.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn record() -> Arc<RunRecord> {
+        RunRecord::new(
+            TraceId::random(),
+            pb::RunKind::Agent,
+            "a".into(),
+            String::new(),
+            true,
+            &CancellationToken::new(),
+        )
+    }
+
+    #[test]
+    fn only_a_run_that_only_waits_for_people_may_be_parked() {
+        let run = record();
+        let quiet = Duration::ZERO;
+        // No question open.
+        run.attached.store(false, Ordering::SeqCst);
+        assert_eq!(run.parkable(quiet), None);
+        let approval = run.await_approval("approval:c1", 5_000);
+        let input = run.await_input("input:c2:1", 3_000);
+        assert_eq!(run.parkable(quiet), Some(3_000), "the earliest deadline");
+        // A caller, a watcher or a call working keeps it here.
+        run.attached.store(true, Ordering::SeqCst);
+        assert_eq!(run.parkable(quiet), None);
+        run.attached.store(false, Ordering::SeqCst);
+        run.watchers.fetch_add(1, Ordering::SeqCst);
+        assert_eq!(run.parkable(quiet), None);
+        run.watchers.fetch_sub(1, Ordering::SeqCst);
+        {
+            let _working = run.work();
+            assert_eq!(run.parkable(quiet), None);
+        }
+        // Not quiet for long enough.
+        assert_eq!(run.parkable(Duration::from_secs(60)), None);
+        // A question nobody waits for any more does not count.
+        drop(input);
+        assert_eq!(run.parkable(quiet), Some(5_000));
+        run.resolve_approval(
+            "approval:c1",
+            ApprovalAnswer {
+                approved: true,
+                reason: String::new(),
+            },
+        )
+        .expect("open");
+        drop(approval);
+        assert_eq!(run.parkable(quiet), None);
     }
 }

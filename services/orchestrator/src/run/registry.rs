@@ -191,6 +191,7 @@ mod tests {
                 depth: 0,
                 span_id: "0000000000000001".into(),
                 otel: opentelemetry::Context::new(),
+                span_recorded: Default::default(),
             }),
             agent: Arc::from(""),
             payload,

@@ -112,6 +112,9 @@ pub struct Replay {
     pub replica: String,
     /// The seq of the run's last logged event before.
     pub checkpoint_seq: u64,
+    /// Answers people gave (on any replica) that the run had not taken
+    /// yet, by question id; `cancel`: a CancelRun's reason.
+    pub inbox: std::collections::HashMap<String, Vec<u8>>,
 }
 
 /// Store writes of a run that are in flight: a pipeline writes each step's
@@ -230,6 +233,7 @@ impl Run {
                 agent: agent.clone(),
                 payload,
                 journal: None,
+                record_span: false,
             })
             .await;
     }
@@ -239,6 +243,15 @@ impl Run {
         self.replay
             .as_ref()
             .and_then(|r| r.journal.get(unit))
+            .map(Vec::as_slice)
+    }
+
+    /// An answer to question `id` given while the run was away (parked, or
+    /// its replica gone), when the run is being resumed.
+    pub fn inbox(&self, id: &str) -> Option<&[u8]> {
+        self.replay
+            .as_ref()
+            .and_then(|r| r.inbox.get(id))
             .map(Vec::as_slice)
     }
 
@@ -256,6 +269,10 @@ impl Run {
         if self.replayed(&unit).is_some() {
             return;
         }
+        // An agent's start in a context records its span id already.
+        let record_span = self.journaling
+            && !ctx.span_recorded.swap(true, Ordering::Relaxed)
+            && !(unit.starts_with("a/") && unit.ends_with("/0"));
         let journal = self.journaling.then(|| (unit, record()));
         let _ = self
             .events
@@ -264,6 +281,7 @@ impl Run {
                 agent: agent.clone(),
                 payload,
                 journal,
+                record_span,
             })
             .await;
     }
@@ -325,7 +343,9 @@ impl Run {
 
     /// The span id a resumed run's context `id` had: its events keep it.
     fn replayed_span(&self, id: &str) -> Option<opentelemetry::trace::SpanId> {
-        let record = self.replayed(&format!("a/{id}/0"))?;
+        let record = self
+            .replayed(&format!("sp/{id}"))
+            .or_else(|| self.replayed(&format!("a/{id}/0")))?;
         opentelemetry::trace::SpanId::from_hex(std::str::from_utf8(record).ok()?).ok()
     }
 

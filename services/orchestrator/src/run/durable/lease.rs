@@ -41,12 +41,12 @@ return now + tonumber(ARGV[1])
 ";
 
 pub(super) const RENEW: &str = r"
--- KEYS[1] meta; ARGV[1] epoch, ARGV[2] lease ms.
+-- KEYS[1] meta, KEYS[2] inbox; ARGV[1] epoch, ARGV[2] lease ms.
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
-  return -1
+  return {-1, 0}
 end
 redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
-return now + tonumber(ARGV[2])
+return {now + tonumber(ARGV[2]), redis.call('EXISTS', KEYS[2])}
 ";
 
 pub(super) const RELEASE: &str = r"
@@ -60,19 +60,20 @@ return 1
 ";
 
 pub(super) const CLAIM: &str = r"
--- KEYS[1] meta; ARGV[1] new owner, ARGV[2] lease ms.
-local m = redis.call('HMGET', KEYS[1], 'epoch', 'status', 'lease_until', 'owner', 'last_seq', 'trace_id')
+-- KEYS[1] meta; ARGV[1] new owner, ARGV[2] lease ms, ARGV[3] 1: also a
+-- parked run before its wake-up time.
+local m = redis.call('HMGET', KEYS[1], 'epoch', 'status', 'lease_until', 'owner', 'last_seq', 'trace_id', 'parked')
 if not m[1] then
   return {-2}
 end
 if m[2] ~= '1' then
   return {-1}
 end
-if tonumber(m[3] or '0') >= now then
+if tonumber(m[3] or '0') >= now and not (ARGV[3] == '1' and m[7] == '1') then
   return {0}
 end
 local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease_until', now + tonumber(ARGV[2]))
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease_until', now + tonumber(ARGV[2]), 'parked', 0)
 return {epoch, m[4] or '', tonumber(m[5] or '0'), m[6] or ''}
 ";
 

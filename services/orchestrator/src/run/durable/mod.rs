@@ -27,7 +27,9 @@
 //! write a byte of the run. A run's keys live `run_timeout` plus
 //! `runs.retention` from its start, and `runs.retention` from its end.
 
+pub mod inbox;
 mod lease;
+mod list;
 mod meta;
 
 use std::{collections::HashMap, time::Duration};
@@ -87,7 +89,7 @@ pub struct RedisRuns {
 }
 
 const APPEND: &str = r"
--- KEYS[1] meta, KEYS[2] log, KEYS[3] journal
+-- KEYS[1] meta, KEYS[2] log, KEYS[3] journal, KEYS[4] inbox
 -- ARGV[1] epoch, ARGV[2] events n, ARGV[3] ttl ms (0: keep), ARGV[4] fields m,
 -- ARGV[5] records j, then n pairs (seq, event bytes), m pairs (field,
 -- value), j pairs (unit, record).
@@ -113,7 +115,13 @@ for _ = 1, m do
   i = i + 2
 end
 for _ = 1, j do
-  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+  local unit = ARGV[i]
+  redis.call('HSET', KEYS[3], unit, ARGV[i + 1])
+  -- An answered question leaves the inbox.
+  local kind = string.sub(unit, 1, 3)
+  if kind == 'ap/' or kind == 'in/' then
+    redis.call('HDEL', KEYS[4], string.sub(unit, 4))
+  end
   i = i + 2
 end
 if j > 0 then
@@ -124,6 +132,7 @@ if ttl > 0 then
   redis.call('PEXPIRE', KEYS[1], ttl)
   redis.call('PEXPIRE', KEYS[2], ttl)
   redis.call('PEXPIRE', KEYS[3], ttl)
+  redis.call('PEXPIRE', KEYS[4], ttl)
 end
 return 1
 ";
@@ -180,6 +189,10 @@ impl RedisRuns {
 
     fn log_key(&self, run_id: &str) -> String {
         format!("{}:run:{{{run_id}}}:log", self.config.key_prefix)
+    }
+
+    fn inbox_key(&self, run_id: &str) -> String {
+        format!("{}:run:{{{run_id}}}:inbox", self.config.key_prefix)
     }
 
     fn journal_key(&self, run_id: &str) -> String {
@@ -264,42 +277,49 @@ impl RedisRuns {
         ] {
             invocation.arg(field).arg(value);
         }
-        let until: i64 = invocation.invoke_async(&mut c).await.map_err(redis_error)?;
-        // Two keys of their own (not the run's hash tag): two commands, so
-        // a Cluster can route each.
-        redis::cmd("ZADD")
-            .arg(self.index_key(&meta.tenant))
-            .arg(0)
-            .arg(&meta.run_id)
-            .query_async::<()>(&mut c)
-            .await
-            .map_err(redis_error)?;
-        redis::cmd("ZADD")
-            .arg(self.leases_key())
-            .arg(until)
-            .arg(&meta.run_id)
-            .query_async::<()>(&mut c)
-            .await
-            .map_err(redis_error)?;
+        // The tenant's index and the lease set are keys of their own (not
+        // the run's hash tag): separate commands, so a Cluster can route
+        // each, sent together (one round trip on one connection). The
+        // lease's score is this replica's clock until its first renewal.
+        let (mut index_conn, mut leases_conn) = (self.conn().await?, self.conn().await?);
+        let index = self.index_key(&meta.tenant);
+        let leases = self.leases_key();
+        let lease_end = now_ms() + lease.as_millis() as i64;
+        let mut add_index = redis::cmd("ZADD");
+        add_index.arg(&index).arg(0).arg(&meta.run_id);
+        let mut add_lease = redis::cmd("ZADD");
+        add_lease.arg(&leases).arg(lease_end).arg(&meta.run_id);
+        // (A lease set entry ahead of Redis's clock is harmless: a claim
+        // checks the run's own `lease_until`, set by the script.)
+        let (created, indexed, leased) = futures::join!(
+            invocation.invoke_async::<i64>(&mut c),
+            add_index.query_async::<()>(&mut index_conn),
+            add_lease.query_async::<()>(&mut leases_conn),
+        );
+        created.map_err(redis_error)?;
+        indexed.map_err(redis_error)?;
+        leased.map_err(redis_error)?;
         Ok(1)
     }
 
-    /// Extends this replica's lease of a run; `false` when the run's epoch
-    /// is no longer `epoch` (another replica claimed it, or it expired):
-    /// the caller must stop the run at once.
-    pub async fn renew(&self, run_id: &str, epoch: u64) -> Result<bool, Error> {
+    /// Extends this replica's lease of a run: whether its inbox holds
+    /// something (answers or a cancel given on another replica); `None`
+    /// when the run's epoch is no longer `epoch` (another replica claimed
+    /// it, or it expired): the caller must stop the run at once.
+    pub async fn renew(&self, run_id: &str, epoch: u64) -> Result<Option<bool>, Error> {
         let lease = self.lease;
         let mut c = self.conn().await?;
-        let until: i64 = self
+        let (until, inbox): (i64, i64) = self
             .renew
             .key(self.meta_key(run_id))
+            .key(self.inbox_key(run_id))
             .arg(epoch)
             .arg(lease.as_millis() as i64)
             .invoke_async(&mut c)
             .await
             .map_err(redis_error)?;
         if until < 0 {
-            return Ok(false);
+            return Ok(None);
         }
         redis::cmd("ZADD")
             .arg(self.leases_key())
@@ -308,7 +328,7 @@ impl RedisRuns {
             .query_async::<()>(&mut c)
             .await
             .map_err(redis_error)?;
-        Ok(true)
+        Ok(Some(inbox == 1))
     }
 
     /// Gives a run this replica owns with `epoch` up (drain): raises its
@@ -358,6 +378,12 @@ impl RedisRuns {
     /// Takes a run whose lease lapsed over for this replica (see
     /// [`Claim`]); runs that are gone or ended leave the lease set.
     pub async fn claim(&self, run_id: &str) -> Result<Claim, Error> {
+        self.claim_if(run_id, false).await
+    }
+
+    /// [`Self::claim`], also of a parked run whose wake-up time has not
+    /// come (`parked`: a person answered it).
+    async fn claim_if(&self, run_id: &str, parked: bool) -> Result<Claim, Error> {
         let (owner, lease) = (self.owner.as_str(), self.lease);
         let mut c = self.conn().await?;
         let reply: Vec<Value> = self
@@ -365,10 +391,20 @@ impl RedisRuns {
             .key(self.meta_key(run_id))
             .arg(owner)
             .arg(lease.as_millis() as i64)
+            .arg(u8::from(parked))
             .invoke_async(&mut c)
             .await
             .map_err(redis_error)?;
         let claim = decode_claim(&reply);
+        if let Claim::Claimed { .. } = &claim {
+            redis::cmd("ZADD")
+                .arg(self.leases_key())
+                .arg(now_ms() + lease.as_millis() as i64)
+                .arg(run_id)
+                .query_async::<()>(&mut c)
+                .await
+                .map_err(redis_error)?;
+        }
         if matches!(claim, Claim::Gone | Claim::Ended) {
             self.forget_lease(run_id).await;
         }
@@ -404,6 +440,7 @@ impl RedisRuns {
             .key(self.meta_key(run_id))
             .key(self.log_key(run_id))
             .key(self.journal_key(run_id))
+            .key(self.inbox_key(run_id))
             .arg(epoch)
             .arg(events.len());
         let ttl = if end.is_some() {
@@ -513,72 +550,5 @@ impl RedisRuns {
             .await
             .map_err(redis_error)?;
         Ok(decode_meta(run_id, &fields))
-    }
-
-    /// A page of `tenant`'s runs (of `status` when set), newest first,
-    /// after the run `after`; and whether more follow.
-    pub async fn list(
-        &self,
-        tenant: &str,
-        status: Option<pb::RunStatus>,
-        after: Option<&str>,
-        size: usize,
-    ) -> Result<(Vec<RunMeta>, bool), Error> {
-        let mut c = self.conn().await?;
-        let index = self.index_key(tenant);
-        let batch = (size + 1).max(64);
-        let mut cursor = after.map(str::to_owned);
-        let mut found = Vec::new();
-        loop {
-            let max = cursor
-                .as_ref()
-                .map_or_else(|| "+".to_owned(), |id| format!("({id}"));
-            let ids: Vec<String> = redis::cmd("ZREVRANGEBYLEX")
-                .arg(&index)
-                .arg(&max)
-                .arg("-")
-                .arg("LIMIT")
-                .arg(0)
-                .arg(batch)
-                .query_async(&mut c)
-                .await
-                .map_err(redis_error)?;
-            // One command per run, concurrently: the runs' keys are in
-            // different slots of a Cluster, which a pipeline cannot span.
-            let metas: Vec<HashMap<String, Vec<u8>>> =
-                futures::future::try_join_all(ids.iter().map(|id| async move {
-                    let mut c = self.conn().await?;
-                    redis::cmd("HGETALL")
-                        .arg(self.meta_key(id))
-                        .query_async::<HashMap<String, Vec<u8>>>(&mut c)
-                        .await
-                        .map_err(redis_error)
-                }))
-                .await?;
-            let mut expired = Vec::new();
-            for (id, fields) in ids.iter().zip(&metas) {
-                match decode_meta(id, fields) {
-                    None => expired.push(id.clone()),
-                    Some(m) if m.tenant != tenant => {}
-                    Some(m) if status.is_some_and(|s| s != m.status) => {}
-                    Some(m) => found.push(m),
-                }
-            }
-            if !expired.is_empty() {
-                // Their keys expired: forget them (best effort).
-                let _ = redis::cmd("ZREM")
-                    .arg(&index)
-                    .arg(&expired)
-                    .query_async::<()>(&mut c)
-                    .await;
-            }
-            if found.len() > size || ids.len() < batch {
-                break;
-            }
-            cursor = ids.last().cloned();
-        }
-        let more = found.len() > size;
-        found.truncate(size);
-        Ok((found, more))
     }
 }

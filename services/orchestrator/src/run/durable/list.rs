@@ -1,0 +1,77 @@
+//! `ListRuns` from Redis: a tenant's runs, newest first, by status.
+
+use std::collections::HashMap;
+
+use baton_proto::v1 as pb;
+
+use super::{RedisRuns, RunMeta, decode_meta, redis_error};
+use crate::error::Error;
+
+impl RedisRuns {
+    /// A page of `tenant`'s runs (of `status` when set), newest first,
+    /// after the run `after`; and whether more follow.
+    pub async fn list(
+        &self,
+        tenant: &str,
+        status: Option<pb::RunStatus>,
+        after: Option<&str>,
+        size: usize,
+    ) -> Result<(Vec<RunMeta>, bool), Error> {
+        let mut c = self.conn().await?;
+        let index = self.index_key(tenant);
+        let batch = (size + 1).max(64);
+        let mut cursor = after.map(str::to_owned);
+        let mut found = Vec::new();
+        loop {
+            let max = cursor
+                .as_ref()
+                .map_or_else(|| "+".to_owned(), |id| format!("({id}"));
+            let ids: Vec<String> = redis::cmd("ZREVRANGEBYLEX")
+                .arg(&index)
+                .arg(&max)
+                .arg("-")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(batch)
+                .query_async(&mut c)
+                .await
+                .map_err(redis_error)?;
+            // One command per run, concurrently: the runs' keys are in
+            // different slots of a Cluster, which a pipeline cannot span.
+            let metas: Vec<HashMap<String, Vec<u8>>> =
+                futures::future::try_join_all(ids.iter().map(|id| async move {
+                    let mut c = self.conn().await?;
+                    redis::cmd("HGETALL")
+                        .arg(self.meta_key(id))
+                        .query_async::<HashMap<String, Vec<u8>>>(&mut c)
+                        .await
+                        .map_err(redis_error)
+                }))
+                .await?;
+            let mut expired = Vec::new();
+            for (id, fields) in ids.iter().zip(&metas) {
+                match decode_meta(id, fields) {
+                    None => expired.push(id.clone()),
+                    Some(m) if m.tenant != tenant => {}
+                    Some(m) if status.is_some_and(|s| s != m.status) => {}
+                    Some(m) => found.push(m),
+                }
+            }
+            if !expired.is_empty() {
+                // Their keys expired: forget them (best effort).
+                let _ = redis::cmd("ZREM")
+                    .arg(&index)
+                    .arg(&expired)
+                    .query_async::<()>(&mut c)
+                    .await;
+            }
+            if found.len() > size || ids.len() < batch {
+                break;
+            }
+            cursor = ids.last().cloned();
+        }
+        let more = found.len() > size;
+        found.truncate(size);
+        Ok((found, more))
+    }
+}

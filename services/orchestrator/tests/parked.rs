@@ -1,0 +1,290 @@
+//! Runs waiting for people across real `baton-orchestrator` processes
+//! sharing a real `redis-server`: a run that only waits is parked (it
+//! leaves its replica; `runs.park_after` 500 ms here) and an answer on
+//! another replica, or its deadline, resumes it there; answers and cancels
+//! given on a replica that does not run a run reach it. Bounded in time:
+//! each wait has a deadline.
+
+use std::time::{Duration, Instant};
+
+use baton_client::{
+    OrchestratorClient,
+    pb::{self, run_event::Payload},
+};
+use baton_e2e::{RedisServer, events};
+use futures::StreamExt;
+
+mod replicas;
+use replicas::{pair, start_until};
+
+const AGENTS: &str = r#"
+scripts:
+  payer:
+    - {calls: [{tool: write_context, args: {key: "pay/order", value: "42"}}]}
+    - {text: "paid {{input}}"}
+  interviewer:
+    - {calls: [{tool: ask_user, args: {question: "Which city?", options: [Paris, Lisbon]}}]}
+    - {text: "planned {{input}}"}
+  slow:
+    - {calls: [{tool: sleep, args: {ms: 20000}}]}
+    - {text: "woke up"}
+agents:
+  payer:
+    model: "scripted:payer"
+    tools: [write_context]
+    approvals: {write_context: always}
+  interviewer: {model: "scripted:interviewer", tools: [ask_user]}
+  slow: {model: "scripted:slow", tools: [sleep]}
+"#;
+
+const PARKING: &[(&str, &str)] = &[("BATON_ORCH_RUNS__PARK_AFTER", "500ms")];
+
+fn request(agent: &str, detach: bool, approval_timeout: Option<Duration>) -> pb::RunAgentRequest {
+    pb::RunAgentRequest {
+        agent: agent.into(),
+        input: "x".into(),
+        detach,
+        limits: approval_timeout.map(|t| pb::RunLimits {
+            approval_timeout: Some(prost_types::Duration {
+                seconds: t.as_secs() as i64,
+                nanos: 0,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn asked(e: &pb::RunEvent) -> bool {
+    matches!(
+        e.payload,
+        Some(Payload::ApprovalRequested(_) | Payload::InputRequested(_))
+    )
+}
+
+fn meta(redis: &RedisServer, run_id: &str, field: &str) -> String {
+    redis
+        .cli(&["HGET", &format!("baton:run:{{{run_id}}}:meta"), field])
+        .expect("redis-cli")
+        .trim()
+        .to_owned()
+}
+
+async fn until_parked(redis: &RedisServer, run_id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(6);
+    while meta(redis, run_id, "parked") != "1" || !meta(redis, run_id, "owner").is_empty() {
+        assert!(Instant::now() < deadline, "the run is parked within 6 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Every event of a run from the start, read on `client` until its end.
+async fn whole_run(client: &OrchestratorClient, run_id: &str) -> Vec<pb::RunEvent> {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        client
+            .watch_run(run_id, 0, None)
+            .await
+            .expect("watch")
+            .map(|e| e.expect("event"))
+            .collect()
+            .await
+    })
+    .await
+    .expect("the run ends within 10 s")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_run_is_resumed_by_the_replica_an_answer_reaches() {
+    let (redis, a, b) = pair(PARKING).await;
+    let on_a = a.client().await;
+    let (stream, seen) = start_until(&on_a, request("payer", true, None), asked).await;
+    let run_id = seen[0].run_id.clone();
+    let approval_id = match &seen.last().and_then(|e| e.payload.clone()) {
+        Some(Payload::ApprovalRequested(q)) => q.approval_id.clone(),
+        other => panic!("{other:?}"),
+    };
+    // The caller goes: nobody is attached, the run only waits.
+    drop(stream);
+    until_parked(&redis, &run_id).await;
+
+    let on_b = b.client().await;
+    // A question it never asked is not found; the run stays parked.
+    let err = on_b
+        .resolve_approval(&run_id, "approval:nope", true, "")
+        .await
+        .expect_err("unknown approval");
+    assert_eq!(err.code(), tonic::Code::NotFound, "{err:?}");
+    assert_eq!(meta(&redis, &run_id, "parked"), "1");
+
+    let answered = Instant::now();
+    on_b.resolve_approval(&run_id, &approval_id, true, "ok")
+        .await
+        .expect("the answer is taken on b");
+    let all = whole_run(&on_b, &run_id).await;
+    let took = answered.elapsed();
+    events::check_stream_rules(&all);
+    match all.last().and_then(|e| e.payload.as_ref()) {
+        Some(Payload::RunCompleted(c)) => assert_eq!(c.output, "paid x"),
+        other => panic!("{other:?}"),
+    }
+    assert!(took < Duration::from_secs(3), "resumed on b in {took:?}");
+    assert!(
+        all.iter().any(
+            |e| matches!(&e.payload, Some(Payload::RunResumed(r)) if r.replica == "replica-b")
+        )
+    );
+    // Announced again after RunResumed with the same id and deadline;
+    // answered once, by the person.
+    let requests: Vec<&pb::ApprovalRequested> = all
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Some(Payload::ApprovalRequested(q)) => Some(q),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[0].approval_id, requests[1].approval_id);
+    assert_eq!(requests[0].deadline, requests[1].deadline);
+    let resolved: Vec<&pb::ApprovalResolved> = all
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Some(Payload::ApprovalResolved(r)) => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(resolved.len(), 1);
+    assert!(resolved[0].approved);
+    assert_eq!(resolved[0].source, pb::ApprovalSource::Person as i32);
+    // A second answer, on either replica, finds the question closed.
+    for client in [&on_a, &on_b] {
+        let err = client
+            .resolve_approval(&run_id, &approval_id, false, "")
+            .await
+            .expect_err("answered already");
+        assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_run_wakes_at_its_deadline_and_is_denied() {
+    let (redis, a, b) = pair(PARKING).await;
+    let timeout = Duration::from_secs(3);
+    let (stream, seen) = start_until(
+        &a.client().await,
+        request("payer", true, Some(timeout)),
+        asked,
+    )
+    .await;
+    let run_id = seen[0].run_id.clone();
+    drop(stream);
+    until_parked(&redis, &run_id).await;
+    let all = whole_run(&b.client().await, &run_id).await;
+    events::check_stream_rules(&all);
+    let denied = all.iter().find_map(|e| match &e.payload {
+        Some(Payload::ApprovalResolved(r)) => Some(r.clone()),
+        _ => None,
+    });
+    let denied = denied.expect("resolved");
+    assert!(!denied.approved);
+    assert_eq!(denied.source, pb::ApprovalSource::Deadline as i32);
+    assert!(matches!(
+        all.last().and_then(|e| e.payload.as_ref()),
+        Some(Payload::RunCompleted(_))
+    ));
+    let writes = all
+        .iter()
+        .filter(|e| matches!(e.payload, Some(Payload::ContextWritten(_))))
+        .count();
+    assert_eq!(writes, 0, "the denied call never ran");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_and_cancels_reach_a_run_on_another_replica() {
+    let (_redis, a, b) = pair(&[]).await;
+    let (on_a, on_b) = (a.client().await, b.client().await);
+
+    // Input for a run whose caller is attached on a, given on b.
+    let (mut stream, seen) = start_until(&on_a, request("interviewer", false, None), asked).await;
+    let run_id = seen[0].run_id.clone();
+    let input_id = match &seen.last().and_then(|e| e.payload.clone()) {
+        Some(Payload::InputRequested(q)) => q.input_id.clone(),
+        other => panic!("{other:?}"),
+    };
+    on_b.submit_input(&run_id, &input_id, "Lisbon")
+        .await
+        .expect("input on b");
+    let mut rest = Vec::new();
+    while let Some(e) = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("the run goes on within 5 s")
+    {
+        rest.push(e.expect("event"));
+    }
+    assert!(
+        rest.iter()
+            .any(|e| matches!(&e.payload, Some(Payload::InputReceived(r)) if r.input == "Lisbon"))
+    );
+    assert!(matches!(
+        rest.last().and_then(|e| e.payload.as_ref()),
+        Some(Payload::RunCompleted(_))
+    ));
+    let err = on_b
+        .submit_input(&run_id, &input_id, "Paris")
+        .await
+        .expect_err("the run has ended");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+
+    // A cancel of a run working on a, given on b.
+    let (mut stream, seen) = start_until(&on_a, request("slow", false, None), |e| {
+        matches!(&e.payload, Some(Payload::ToolCallStarted(_)))
+    })
+    .await;
+    let run_id = seen[0].run_id.clone();
+    let status = on_b
+        .cancel(&run_id, "changed my mind")
+        .await
+        .expect("cancel");
+    assert_eq!(status, pb::RunStatus::Cancelled);
+    let mut last = None;
+    while let Some(e) = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("the run ends within 5 s")
+    {
+        last = Some(e.expect("event"));
+    }
+    match last.and_then(|e| e.payload) {
+        Some(Payload::RunCancelled(c)) => assert!(c.reason.contains("changed my mind"), "{c:?}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        on_b.cancel(&run_id, "again").await.expect("cancel"),
+        pb::RunStatus::Cancelled,
+        "an ended run answers the status it ended with"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_run_cancelled_on_another_replica_ends_cancelled() {
+    let (redis, a, b) = pair(PARKING).await;
+    let (stream, seen) = start_until(&a.client().await, request("payer", true, None), asked).await;
+    let run_id = seen[0].run_id.clone();
+    drop(stream);
+    until_parked(&redis, &run_id).await;
+    let on_b = b.client().await;
+    assert_eq!(
+        on_b.cancel(&run_id, "no longer needed")
+            .await
+            .expect("cancel"),
+        pb::RunStatus::Cancelled
+    );
+    let all = whole_run(&on_b, &run_id).await;
+    events::check_stream_rules(&all);
+    assert!(matches!(
+        all.last().and_then(|e| e.payload.as_ref()),
+        Some(Payload::RunCancelled(_))
+    ));
+    assert_eq!(
+        on_b.get_run(&run_id).await.expect("get").status(),
+        pb::RunStatus::Cancelled
+    );
+}
