@@ -140,6 +140,26 @@ def common(name, res):
         expect(vols.get("redis", {}).get("secret", {}).get("secretName", "").startswith("baton-redis")
                and e.get("BATON_STORE_REDIS__URL__FILE") == "/var/run/secrets/baton/redis/url",
                f"{name}: the store reads the Redis URL from the Secret baton-redis, as a file")
+        orch_c = orch["spec"]["template"]["spec"]["containers"][0] if orch else {}
+        orch_vols = {v["name"]: v for v in orch["spec"]["template"]["spec"]["volumes"]} if orch else {}
+
+        def token_of(c, vols, var):
+            # The Secret mounted where `var` points.
+            path = env(c).get(var) or ""
+            for m in c.get("volumeMounts", []):
+                if path.startswith(m["mountPath"].rstrip("/") + "/"):
+                    return vols.get(m["name"], {}).get("secret", {}).get("secretName", "")
+            return ""
+        store_c = store["spec"]["template"]["spec"]["containers"][0]
+        store_secret = token_of(store_c, vols, "BATON_STORE_AUTH__SERVICE_TOKEN_FILE")
+        orch_secret = token_of(orch_c, orch_vols, "BATON_ORCH_STORE__TOKEN_FILE")
+        expect(store_secret.startswith("baton-store-token") and store_secret == orch_secret
+               and e.get("BATON_STORE_AUTH__MODE", "keys") == "keys",
+               f"{name}: the store authenticates every call; the orchestrator presents the service token of the Secret it checks ({store_secret or 'none'} / {orch_secret or 'none'})")
+        api = vols.get("api-keys", {}).get("secret", {})
+        expect(api.get("secretName", "").startswith("baton-api-keys")
+               and e.get("BATON_STORE_AUTH__API_KEYS_FILE") == "/var/run/secrets/baton/api-keys/keys",
+               f"{name}: the store accepts the clients' API keys of the Secret baton-api-keys")
     orch = deployments.get("baton-orchestrator")
     if orch:
         vols = {v["name"]: v for v in orch["spec"]["template"]["spec"]["volumes"]}

@@ -35,6 +35,7 @@ from baton_client import BatonError, Orchestrator, Store, ToolContext, ToolServe
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 TARGET = Path(os.environ.get("BATON_TARGET_DIR", ROOT / "target" / "debug"))
+STORE_KEY = "polyglot-client-key-0123456789"
 TS_DIST = ROOT / "clients" / "typescript" / "dist" / "test"
 
 
@@ -150,13 +151,21 @@ async def main(record: bool) -> int:
         procs.append(await start(
             "redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
         ))
+        # The store authenticates every call, as in production: the
+        # orchestrator with the service token (stating each run's tenant),
+        # this script with a client API key.
+        secrets = Path(tempfile.mkdtemp())
+        (secrets / "token").write_text("polyglot-service-token-0123\n")
+        (secrets / "keys").write_text(f"polyglot {STORE_KEY}\n")
         store_port = free_port()
         procs.append(await start(str(TARGET / "baton-context-store"), env={
             "BATON_STORE_LISTEN": f"127.0.0.1:{store_port}",
             "BATON_STORE_REDIS__URL": f"redis://127.0.0.1:{redis_port}",
             "BATON_STORE_TELEMETRY__METRICS_LISTEN": "",
+            "BATON_STORE_AUTH__SERVICE_TOKEN_FILE": str(secrets / "token"),
+            "BATON_STORE_AUTH__API_KEYS_FILE": str(secrets / "keys"),
         }))
-        async with Store(f"127.0.0.1:{store_port}") as store:
+        async with Store(f"127.0.0.1:{store_port}", api_key=STORE_KEY) as store:
             await until(lambda: store.list("00000000000000000000000000000001"), "the context store on Redis")
         py_port = await py_tools.start("127.0.0.1:0")
         ts = await start("node", str(TS_DIST / "toolhost_main.js"), ready=b"listening")
@@ -171,6 +180,7 @@ async def main(record: bool) -> int:
             "BATON_ORCH_AGENTS_FILE": str(agents_file),
             "BATON_ORCH_STORE__MODE": "remote",
             "BATON_ORCH_STORE__ENDPOINT": f"http://127.0.0.1:{store_port}",
+            "BATON_ORCH_STORE__TOKEN_FILE": str(secrets / "token"),
             "BATON_ORCH_TELEMETRY__METRICS_LISTEN": "",
         }))
         endpoint = f"127.0.0.1:{orch_port}"

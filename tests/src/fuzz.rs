@@ -92,7 +92,7 @@ pub fn run_pipeline_request(data: &[u8]) {
 /// The context store's Put validation.
 pub fn put_request(data: &[u8]) {
     if let Ok(request) = pb::PutRequest::decode(data) {
-        let _ = baton_context_store::grpc::put_of(request, &Limits::default());
+        let _ = baton_context_store::grpc::put_of(request, Default::default(), &Limits::default());
     }
 }
 
@@ -139,6 +139,6 @@ pub fn event_filter(data: &[u8]) {
 /// The API keys file parser (`<tenant> <key>` lines).
 pub fn keys_file(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = baton_orchestrator::auth::parse(text);
+        let _ = baton_common::auth::parse_keys(text);
     }
 }

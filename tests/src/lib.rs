@@ -346,12 +346,15 @@ pub struct StoreServer {
 }
 
 impl StoreServer {
-    /// A config for tests: loopback, short health interval and grace.
+    /// A config for tests: loopback, short health interval and grace, no
+    /// authentication (`auth.mode = "none"`; the tests of authentication
+    /// set it back).
     pub fn config(backend: Backend, redis_url: Option<String>) -> StoreConfig {
         let mut c = StoreConfig {
             backend,
             ..StoreConfig::default()
         };
+        c.auth.mode = baton_context_store::auth::AuthMode::None;
         if let Some(url) = redis_url {
             c.redis.url = url;
         }

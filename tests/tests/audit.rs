@@ -52,15 +52,18 @@ async fn audited_calls_are_one_json_line_each_in_their_own_file() {
         .await
         .expect_err("no such approval");
 
-    let store = StoreServer::start(StoreServer::config(
-        baton_context_store::config::Backend::Memory,
-        None,
-    ))
-    .await
-    .expect("store");
+    // The store records the tenant its caller's key names.
+    let keys = dir.path().join("api-keys");
+    std::fs::write(&keys, "acme acme-key-0123456789\n").expect("keys");
+    let mut config = StoreServer::config(baton_context_store::config::Backend::Memory, None);
+    config.auth.mode = baton_context_store::auth::AuthMode::Keys;
+    config.auth.api_keys_file = keys;
+    let store = StoreServer::start(config).await.expect("store");
     let slots = baton_client::StoreClient::connect(store.endpoint())
         .await
-        .expect("store client");
+        .expect("store client")
+        .with_api_key("acme-key-0123456789")
+        .expect("ascii");
     slots
         .put(&trace_id, "notes/a", b"v".to_vec())
         .await
@@ -99,7 +102,9 @@ async fn audited_calls_are_one_json_line_each_in_their_own_file() {
         .collect();
     assert_eq!(seen, expected);
     for l in &lines {
-        assert!(l.get("tenant").is_some(), "{l}");
+        let store_call = matches!(l["rpc"].as_str(), Some("Put" | "Clear"));
+        let want = if store_call { "acme" } else { "" };
+        assert_eq!(l["tenant"], want, "{l}");
     }
     // None of it among the other lines.
     let other = String::from_utf8_lossy(&captured.0.lock().expect("lock")).into_owned();

@@ -122,7 +122,7 @@ async fn the_orchestrators_remote_store_resolves_a_real_name() {
     let key = Key::parse("key", "notes", 256).expect("key");
     remote
         .put(baton_context_store::store::Put::new(
-            trace,
+            baton_context_store::store::Scope::of_trace(trace),
             key,
             b"hello".to_vec(),
         ))
@@ -153,7 +153,10 @@ async fn a_store_that_does_not_answer_fails_the_call_at_the_deadline() {
     let started = std::time::Instant::now();
     let key = Key::parse("key", "notes", 256).expect("key");
     let err = remote
-        .get(&parse_trace_id(TRACE).expect("trace id"), &key)
+        .get(
+            &baton_context_store::store::Scope::of_trace(parse_trace_id(TRACE).expect("trace id")),
+            &key,
+        )
         .await
         .expect_err("no answer");
     assert!(

@@ -60,23 +60,32 @@ async fn redis_cluster_passes_every_case() {
 }
 
 /// Traces land on different cluster nodes (hash tags spread them), and each
-/// trace's keys stay on one node.
+/// tenant's trace's keys stay on one node (half the traces here are of the
+/// tenant `""`, half of `acme`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_spreads_traces_and_keeps_each_trace_on_one_slot() {
-    use baton_common::ids::TraceId;
-    use baton_context_store::store::{Key, Put};
+    use baton_common::{auth::Tenant, ids::TraceId};
+    use baton_context_store::store::{Key, Put, Scope};
     let cluster = RedisCluster::start().expect("redis cluster");
     let store = redis_store(RedisConfig {
         cluster_urls: cluster.urls(),
         ..RedisConfig::default()
     });
     let mut nodes_used = std::collections::BTreeSet::new();
-    for _ in 0..12 {
+    for i in 0..12 {
         let t = TraceId::random();
+        let (scope, tag) = if i % 2 == 0 {
+            (Scope::of_trace(t.clone()), t.to_string())
+        } else {
+            (
+                Scope::new(Tenant("acme".into()), t.clone()),
+                format!("acme/{t}"),
+            )
+        };
         for k in ["a", "b/c"] {
             store
                 .put(Put::new(
-                    t.clone(),
+                    scope.clone(),
                     Key::parse("key", k, 256).expect("key"),
                     b"v".to_vec(),
                 ))
@@ -91,7 +100,7 @@ async fn cluster_spreads_traces_and_keeps_each_trace_on_one_slot() {
                 .get_connection()
                 .expect("conn");
             let keys: Vec<String> = redis::cmd("KEYS")
-                .arg(format!("baton:{{{t}}}:*"))
+                .arg(format!("baton:{{{tag}}}:*"))
                 .query(&mut conn)
                 .expect("keys");
             if !keys.is_empty() {
@@ -114,8 +123,8 @@ async fn cluster_spreads_traces_and_keeps_each_trace_on_one_slot() {
 async fn redis_never_leaves_a_key_without_ttl() {
     use std::time::Duration;
 
-    use baton_common::ids::TraceId;
-    use baton_context_store::store::{Key, Put};
+    use baton_common::{auth::Tenant, ids::TraceId};
+    use baton_context_store::store::{Key, Put, Scope};
     use futures::StreamExt;
     let redis = RedisServer::start().expect("redis-server");
     let store = redis_store(RedisConfig {
@@ -123,7 +132,7 @@ async fn redis_never_leaves_a_key_without_ttl() {
         ..RedisConfig::default()
     });
     let key = |k: &str| Key::parse("key", k, 256).expect("key");
-    let t = TraceId::random();
+    let t = Scope::new(Tenant("acme".into()), TraceId::random());
     let mut w = store.watch(&t, "").await.expect("watch");
     store
         .put(Put::new(t.clone(), key("a"), b"1".to_vec()))
@@ -141,7 +150,7 @@ async fn redis_never_leaves_a_key_without_ttl() {
     store.clear(&t).await.expect("clear");
     store.list(&t, "").await.expect("list");
     // Calls on traces that never had a slot must not create anything.
-    let unknown = TraceId::random();
+    let unknown = Scope::of_trace(TraceId::random());
     assert_eq!(store.clear(&unknown).await.expect("clear unknown"), 0);
     assert!(store.delete(&unknown, &key("x"), None).await.is_err());
     assert!(store.get(&unknown, &key("x")).await.is_err());
@@ -162,7 +171,7 @@ async fn redis_never_leaves_a_key_without_ttl() {
         let pttl: i64 = redis::cmd("PTTL").arg(&k).query(&mut conn).expect("pttl");
         assert!(pttl > 0, "{k} has no TTL ({pttl})");
         assert!(
-            !k.contains(unknown.as_str()),
+            !k.contains(unknown.trace_id.as_str()),
             "{k} was created for a trace that never had a slot"
         );
     }

@@ -119,3 +119,44 @@ async def running(api_keys: str | None = None, api_key: str | None = None) -> As
         os.unlink(agents)
         if extra:
             os.unlink(extra[1])
+
+
+STORE_BIN = str(Path(BIN).with_name("baton-context-store"))
+
+
+@contextlib.asynccontextmanager
+async def authenticated_store(api_keys: str, token: str) -> AsyncIterator[str]:
+    """The real `baton-context-store` binary (memory backend) that
+    authenticates every call: clients' ``api_keys`` (the text of a keys
+    file) and the service ``token``. Yields its target."""
+    port = free_port()
+    secrets = tempfile.mkdtemp()
+    keys_file, token_file = Path(secrets) / "keys", Path(secrets) / "token"
+    keys_file.write_text(api_keys)
+    token_file.write_text(token)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BATON_")}
+    env.update({
+        "BATON_STORE_LISTEN": f"127.0.0.1:{port}",
+        "BATON_STORE_BACKEND": "memory",
+        "BATON_STORE_TELEMETRY__METRICS_LISTEN": "",
+        "BATON_STORE_AUTH__API_KEYS_FILE": str(keys_file),
+        "BATON_STORE_AUTH__SERVICE_TOKEN_FILE": str(token_file),
+    })
+    proc = await asyncio.create_subprocess_exec(
+        STORE_BIN, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        assert proc.stdout is not None
+        while True:
+            line = await asyncio.wait_for(proc.stdout.readline(), 30)
+            assert line, "baton-context-store exited before it listened"
+            if b"context store listening" in line:
+                break
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        await proc.wait()
+        keys_file.unlink()
+        token_file.unlink()
+        os.rmdir(secrets)
+

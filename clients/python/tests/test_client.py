@@ -17,6 +17,7 @@ from baton_client import (
     InvalidArgument,
     NotFound,
     Orchestrator,
+    Store,
     ToolContext,
     Unauthenticated,
     Unavailable,
@@ -24,7 +25,7 @@ from baton_client import (
     kind,
 )
 
-from conftest import running
+from conftest import authenticated_store, running
 
 
 def run(coro):
@@ -334,6 +335,29 @@ def test_api_keys_name_tenants():
                     if kind(e) == "run_completed":
                         break
                 assert (await b.orchestrator.get_run(stream.run_id)).status == pb.RUN_STATUS_COMPLETED
+
+    run(main())
+
+
+def test_a_store_key_reaches_only_its_tenants_slots():
+    acme, globex = "acme-key-0123456789", "globex-key-9876543210"
+    trace = "7af92f3577b34da6a3ce929d0e0e4736"
+
+    async def main():
+        async with authenticated_store(f"acme {acme}\nglobex {globex}\n", "service-token-0123456789") as target:
+            async with Store(target) as anonymous:
+                with pytest.raises(Unauthenticated) as e:
+                    await anonymous.put(trace, "k", "x")
+                assert "authorization" in e.value.message
+            async with Store(target, api_key=acme) as a, Store(target, api_key=globex) as g:
+                await a.put(trace, "plan", "acme's")
+                with pytest.raises(NotFound):
+                    await g.get(trace, "plan")
+                assert len((await g.list(trace)).slots) == 0
+                assert await g.clear(trace) == 0
+                await g.put(trace, "plan", "globex's")
+                assert (await a.get(trace, "plan")).value == b"acme's"
+                assert (await g.get(trace, "plan")).value == b"globex's"
 
     run(main())
 

@@ -16,6 +16,7 @@ import {
   WatchResponse,
   ContextStoreClient,
   DeleteRequest,
+  ClearResponse,
   DeleteResponse,
   GetResponse,
   ListResponse,
@@ -356,8 +357,18 @@ export class Orchestrator {
 export class Store {
   private readonly client: ContextStoreClient;
 
-  constructor(endpoint = "127.0.0.1:50052") {
+  /** `apiKey` is sent as `authorization: Bearer <key>` with every call. A
+   * store authenticates every call unless it runs with `auth.mode = "none"`
+   * (`baton up`); a client API key reaches its own tenant's slots only. */
+  constructor(
+    endpoint = "127.0.0.1:50052",
+    private readonly apiKey?: string,
+  ) {
     this.client = new ContextStoreClient(target(endpoint), credentials.createInsecure(), channelOptions);
+  }
+
+  private md(): Metadata {
+    return metadata(undefined, this.apiKey);
   }
 
   close(): void {
@@ -381,11 +392,11 @@ export class Store {
       ttl: o.ttl === undefined ? undefined : duration(o.ttl),
       expectedVersion: o.expectedVersion,
     };
-    return unary(this.client.put.bind(this.client), request, o);
+    return unary(this.client.put.bind(this.client), request, o, this.md());
   }
 
   get(traceId: string, key: string, o: CallOpts = {}): Promise<GetResponse> {
-    return unary(this.client.get.bind(this.client), { traceId, key }, o);
+    return unary(this.client.get.bind(this.client), { traceId, key }, o, this.md());
   }
 
   /** The trace's live slots under `prefix` (every page, followed), and its
@@ -414,18 +425,24 @@ export class Store {
     o: CallOpts = {},
   ): Promise<ListResponse> {
     const request = { traceId, prefix, pageSize: page.pageSize ?? 0, pageToken: page.pageToken ?? "" };
-    return unary(this.client.list.bind(this.client), request, o);
+    return unary(this.client.list.bind(this.client), request, o, this.md());
   }
 
   async delete(traceId: string, key: string, o: CallOpts & { expectedVersion?: number } = {}): Promise<number> {
     const request: DeleteRequest = { traceId, key, expectedVersion: o.expectedVersion };
-    const response: DeleteResponse = await unary(this.client.delete.bind(this.client), request, o);
+    const response: DeleteResponse = await unary(this.client.delete.bind(this.client), request, o, this.md());
     return response.version;
+  }
+
+  /** Deletes every slot of the trace; the number of live slots removed. */
+  async clear(traceId: string, o: CallOpts = {}): Promise<number> {
+    const response: ClearResponse = await unary(this.client.clear.bind(this.client), { traceId }, o, this.md());
+    return Number(response.deleted);
   }
 
   /** The trace's changes from now on. */
   async *watch(traceId: string, prefix = "", o: CallOpts = {}): AsyncGenerator<WatchResponse> {
-    const call = this.client.watch({ traceId, prefix }, new Metadata(), options(o));
+    const call = this.client.watch({ traceId, prefix }, this.md(), options(o));
     try {
       for await (const change of call as AsyncIterable<WatchResponse>) yield change;
     } catch (e) {

@@ -1,8 +1,8 @@
 /** API keys: `baton up --api-keys-file`, keys naming tenants. */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { NotFound, Orchestrator, Unauthenticated, pb } from "../src";
-import { Running, startBaton } from "./baton";
+import { NotFound, Orchestrator, Store, Unauthenticated, pb } from "../src";
+import { Running, startBaton, startStore } from "./baton";
 
 const ACME = "acme-key-0123456789";
 const GLOBEX = "globex-key-9876543210";
@@ -44,5 +44,32 @@ test("calls need a known key, and a run is its tenant's", async () => {
   } finally {
     anonymous.close();
     other.close();
+  }
+});
+
+test("a store key reaches only its own tenant's slots", async () => {
+  const store = await startStore(`acme ${ACME}\nglobex ${GLOBEX}\n`, "service-token-0123456789");
+  const trace = "7af92f3577b34da6a3ce929d0e0e4736";
+  const anonymous = new Store(store.target);
+  const acme = new Store(store.target, ACME);
+  const globex = new Store(store.target, GLOBEX);
+  try {
+    await assert.rejects(anonymous.put(trace, "k", "x"), (e: unknown) => {
+      assert.ok(e instanceof Unauthenticated);
+      assert.match(e.message, /authorization/);
+      return true;
+    });
+    await acme.put(trace, "plan", "acme's");
+    await assert.rejects(globex.get(trace, "plan"), NotFound);
+    assert.equal((await globex.list(trace)).slots.length, 0);
+    assert.equal(await globex.clear(trace), 0);
+    await globex.put(trace, "plan", "globex's");
+    assert.equal(Buffer.from((await acme.get(trace, "plan")).value).toString(), "acme's");
+    assert.equal(Buffer.from((await globex.get(trace, "plan")).value).toString(), "globex's");
+  } finally {
+    anonymous.close();
+    acme.close();
+    globex.close();
+    await store.stop();
   }
 });

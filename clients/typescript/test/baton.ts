@@ -5,7 +5,7 @@ import { spawn } from "node:child_process";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { Orchestrator, Store, ToolServer } from "../src";
 
@@ -125,6 +125,44 @@ export async function startBaton(auth: { apiKeys?: string; apiKey?: string } = {
       proc.kill("SIGTERM");
       await exited;
       await tools.stop();
+    },
+  };
+}
+
+/** The real `baton-context-store` binary (memory backend) authenticating
+ * every call with clients' `apiKeys` (a keys file's text) and a service
+ * `token`. */
+export async function startStore(apiKeys: string, token: string): Promise<{ target: string; stop(): Promise<void> }> {
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), "baton-ts-store-"));
+  writeFileSync(join(dir, "keys"), apiKeys);
+  writeFileSync(join(dir, "token"), token);
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith("BATON_") && v !== undefined) env[k] = v;
+  Object.assign(env, {
+    BATON_STORE_LISTEN: `127.0.0.1:${port}`,
+    BATON_STORE_BACKEND: "memory",
+    BATON_STORE_TELEMETRY__METRICS_LISTEN: "",
+    BATON_STORE_AUTH__API_KEYS_FILE: join(dir, "keys"),
+    BATON_STORE_AUTH__SERVICE_TOKEN_FILE: join(dir, "token"),
+  });
+  const proc = spawn(join(dirname(BIN), "baton-context-store"), [], { env, stdio: ["ignore", "pipe", "inherit"] });
+  await new Promise<void>((ok, fail) => {
+    const timer = setTimeout(() => fail(new Error("baton-context-store did not listen")), 30_000);
+    proc.on("exit", (code) => fail(new Error(`baton-context-store exited (${code})`)));
+    createInterface({ input: proc.stdout! }).on("line", (line) => {
+      if (line.includes("context store listening")) {
+        clearTimeout(timer);
+        ok();
+      }
+    });
+  });
+  return {
+    target: `127.0.0.1:${port}`,
+    async stop() {
+      const exited = new Promise((ok) => proc.once("exit", ok));
+      proc.kill("SIGTERM");
+      await exited;
     },
   };
 }

@@ -11,10 +11,12 @@
 //! - [`service`]: the `main` of every service binary.
 //! - [`server`]: the gRPC server every service runs: health, reflection (v1 and
 //!   v1alpha), gRPC-web, TCP_NODELAY, graceful shutdown.
+//! - [`auth`]: tenants, API keys files and service tokens (reloaded files).
 //! - [`ids`]: validated identifiers shared by the services (trace ids).
 //! - [`runtime`]: the Tokio runtime a service runs on, sized by its config.
 
 pub mod audit;
+pub mod auth;
 pub mod config;
 pub mod ids;
 pub mod metrics;

@@ -7,7 +7,10 @@ use std::{net::SocketAddr, time::Duration};
 use baton_common::{otel::TelemetryConfig, server::ServerOptions, telemetry::LogConfig};
 use serde::{Deserialize, Serialize};
 
-use crate::store::{Limits, redis::RedisConfig};
+use crate::{
+    auth::AuthConfig,
+    store::{Limits, redis::RedisConfig},
+};
 
 /// Bounds on Watch streams (each holds a subscription and a buffer).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,6 +80,8 @@ pub struct Config {
     pub server: ServerOptions,
     /// Bounds on Watch streams.
     pub watches: WatchLimits,
+    /// Who may call, as which tenant.
+    pub auth: AuthConfig,
     /// Runtime worker threads: 1 (the default) runs everything on one
     /// thread, 0 means one per core. A store call is one Redis round trip, so
     /// one thread per replica serves most; on 2 cores it measured 40% more
@@ -100,6 +105,7 @@ impl Default for Config {
             health_interval: Duration::from_secs(1),
             server: ServerOptions::default(),
             watches: WatchLimits::default(),
+            auth: AuthConfig::default(),
             worker_threads: 1,
             log: LogConfig::default(),
             telemetry: TelemetryConfig {
@@ -137,6 +143,7 @@ impl Config {
         self.telemetry.validate()?;
         self.server.validate()?;
         self.watches.validate()?;
+        self.auth.validate()?;
         if self.backend == Backend::Redis {
             self.redis.validate()?;
         }
@@ -160,7 +167,15 @@ mod tests {
         assert_eq!(c.limits.max_key_len, 256);
         assert_eq!(c.limits.default_ttl, Duration::from_secs(3600));
         assert_eq!(c.limits.max_ttl, Duration::from_secs(7 * 86400));
-        c.validate().expect("defaults validate");
+        // Secure by default: a store must be told who may call it.
+        let err = c.validate().expect_err("no credential");
+        assert!(err.contains("auth.service_token_file"), "{err}");
+        let mut open = c.clone();
+        open.auth.mode = crate::auth::AuthMode::None;
+        open.validate().expect("explicitly open");
+        let mut keyed = c;
+        keyed.auth.service_token_file = "/run/secrets/token".into();
+        keyed.validate().expect("with a token");
     }
 
     #[test]
@@ -179,10 +194,15 @@ mod tests {
         assert_eq!(c.limits.default_ttl, Duration::from_secs(600));
         assert_eq!(c.limits.max_trace_keys, 10);
 
-        let mut bad = Config::default();
+        let open = || {
+            let mut c = Config::default();
+            c.auth.mode = crate::auth::AuthMode::None;
+            c
+        };
+        let mut bad = open();
         bad.limits.default_ttl = Duration::from_secs(8 * 86400);
         assert!(bad.validate().expect_err("ttl").contains("default_ttl"));
-        bad = Config::default();
+        bad = open();
         bad.redis.url = "nope://x".into();
         assert!(bad.validate().expect_err("url").contains("redis url"));
     }

@@ -8,12 +8,12 @@
 
 use std::{collections::BTreeSet, future::Future, pin::Pin, sync::Arc, time::Duration};
 
-use baton_common::ids::TraceId;
+use baton_common::{auth::Tenant, ids::TraceId};
 use futures::StreamExt;
 
 use crate::{
     error::Error,
-    store::{ChangeKind, ChangeStream, ContextStore, Key, Limits, Page, Put, now_ms},
+    store::{ChangeKind, ChangeStream, ContextStore, Key, Limits, Page, Put, Scope, now_ms},
 };
 
 /// The limits the suite's stores are built with: small, so every limit can be
@@ -57,6 +57,7 @@ macro_rules! conformance_cases {
             watch_filters_by_prefix,
             watch_reports_expiry,
             traces_are_isolated,
+            tenants_are_isolated,
         );
     };
 }
@@ -76,7 +77,12 @@ fn key(s: &str) -> Key {
     Key::parse("key", s, 256).expect("test keys are valid")
 }
 
-fn put(trace: &TraceId, k: &str, value: &[u8]) -> Put {
+/// A fresh trace of the tenant `""`.
+fn scope() -> Scope {
+    Scope::of_trace(TraceId::random())
+}
+
+fn put(trace: &Scope, k: &str, value: &[u8]) -> Put {
     Put::new(trace.clone(), key(k), value.to_vec())
 }
 
@@ -90,7 +96,7 @@ async fn next_change(stream: &mut ChangeStream) -> crate::store::Change {
 
 /// A put is read back with its value, content type, version and expiry.
 pub async fn put_get_roundtrip(store: Arc<dyn ContextStore>) {
-    let t = TraceId::random();
+    let t = scope();
     let before = now_ms();
     let w = store.put(put(&t, "notes/a", b"hello")).await.expect("put");
     assert_eq!(w.version, 1, "a fresh trace's first write is revision 1");
@@ -134,7 +140,7 @@ pub async fn put_get_roundtrip(store: Arc<dyn ContextStore>) {
 
 /// Every mutation takes the trace's next revision.
 pub async fn versions_are_trace_revisions(store: Arc<dyn ContextStore>) {
-    let t = TraceId::random();
+    let t = scope();
     assert_eq!(store.put(put(&t, "a", b"1")).await.expect("put").version, 1);
     assert_eq!(store.put(put(&t, "b", b"2")).await.expect("put").version, 2);
     assert_eq!(store.put(put(&t, "a", b"3")).await.expect("put").version, 3);
@@ -149,7 +155,7 @@ pub async fn versions_are_trace_revisions(store: Arc<dyn ContextStore>) {
 
 /// Overwrites replace the old size in the byte quota; the key count stays.
 pub async fn overwrite_keeps_quota_exact(store: Arc<dyn ContextStore>) {
-    let t = TraceId::random();
+    let t = scope();
     store.put(put(&t, "a", &[1; 100])).await.expect("put");
     store.put(put(&t, "a", &[2; 50])).await.expect("overwrite");
     store.put(put(&t, "b", &[3; 10])).await.expect("put");
@@ -163,7 +169,7 @@ pub async fn overwrite_keeps_quota_exact(store: Arc<dyn ContextStore>) {
 /// `expected_version` makes a put or delete conditional, and a mismatch
 /// reports the current version and changes nothing.
 pub async fn compare_and_swap(store: Arc<dyn ContextStore>) {
-    let t = TraceId::random();
+    let t = scope();
     let mut p = put(&t, "k", b"v1");
     p.expected_version = Some(0);
     let v1 = store
@@ -251,7 +257,7 @@ pub async fn compare_and_swap(store: Arc<dyn ContextStore>) {
 
 /// Many writers racing on the same version: exactly one wins each round.
 pub async fn concurrent_cas_writers_one_wins_per_version(store: Arc<dyn ContextStore>) {
-    let t = TraceId::random();
+    let t = scope();
     let mut version = store
         .put(put(&t, "counter", b"0"))
         .await
@@ -292,7 +298,7 @@ pub async fn concurrent_cas_writers_one_wins_per_version(store: Arc<dyn ContextS
 
 /// Reads and deletes of missing slots are `NotFound`.
 pub async fn missing_slots_are_not_found(store: Arc<dyn ContextStore>) {
-    let t = TraceId::random();
+    let t = scope();
     assert!(matches!(
         store.get(&t, &key("nope")).await,
         Err(Error::NotFound { .. })
@@ -318,7 +324,7 @@ pub async fn missing_slots_are_not_found(store: Arc<dyn ContextStore>) {
 /// lower, `.`/`/` before digits), without gaps or repeats, under a prefix
 /// too; a full last page says no more follows.
 pub async fn list_pages_in_byte_order(store: Arc<dyn ContextStore>) {
-    let t = TraceId::random();
+    let t = scope();
     let keys = ["b", "B", "a.z", "a/z", "a0", "A", "ab", "a"];
     for k in keys {
         store.put(put(&t, k, b"v")).await.expect("put");
@@ -366,7 +372,7 @@ pub async fn list_pages_in_byte_order(store: Arc<dyn ContextStore>) {
 
 /// List filters by prefix, sorts by key, and reports the whole trace's usage.
 pub async fn list_by_prefix_sorted_with_usage(store: Arc<dyn ContextStore>) {
-    let t = TraceId::random();
+    let t = scope();
     for k in ["steps/b", "steps/a", "other", "steps/c/x"] {
         store.put(put(&t, k, k.as_bytes())).await.expect("put");
     }
@@ -385,7 +391,7 @@ pub async fn list_by_prefix_sorted_with_usage(store: Arc<dyn ContextStore>) {
     assert!(store.list(&t, "zzz").await.expect("list").slots.is_empty());
     assert_eq!(
         store
-            .list(&TraceId::random(), "")
+            .list(&scope(), "")
             .await
             .expect("empty trace")
             .used_keys,
@@ -396,7 +402,7 @@ pub async fn list_by_prefix_sorted_with_usage(store: Arc<dyn ContextStore>) {
 /// A value at the limit is stored; one byte more is refused and stores
 /// nothing.
 pub async fn value_limit_at_and_over(store: Arc<dyn ContextStore>) {
-    let t = TraceId::random();
+    let t = scope();
     let limit = store.limits().max_value_bytes as usize;
     store
         .put(put(&t, "at", &vec![7; limit]))
@@ -433,7 +439,7 @@ pub async fn value_limit_at_and_over(store: Arc<dyn ContextStore>) {
 
 /// A trace can hold exactly its byte quota; one byte more is refused.
 pub async fn byte_quota_at_and_over(store: Arc<dyn ContextStore>) {
-    let t = TraceId::random();
+    let t = scope();
     let limits = store.limits().clone();
     let value = limits.max_value_bytes as usize;
     let full = (limits.max_trace_bytes as usize) / value;
@@ -502,7 +508,7 @@ pub async fn byte_quota_at_and_over(store: Arc<dyn ContextStore>) {
 /// A trace can hold exactly its key quota; one more key is refused, but
 /// overwriting an existing key is fine.
 pub async fn key_quota_at_and_over(store: Arc<dyn ContextStore>) {
-    let t = TraceId::random();
+    let t = scope();
     let max = store.limits().max_trace_keys;
     for i in 0..max {
         store
@@ -540,7 +546,7 @@ pub async fn key_quota_at_and_over(store: Arc<dyn ContextStore>) {
 
 /// TTLs must be positive and at most the maximum.
 pub async fn ttl_bounds(store: Arc<dyn ContextStore>) {
-    let t = TraceId::random();
+    let t = scope();
     let max = store.limits().max_ttl;
     let mut p = put(&t, "k", b"v");
     p.ttl = Some(Duration::ZERO);
@@ -564,7 +570,7 @@ pub async fn ttl_bounds(store: Arc<dyn ContextStore>) {
 
 /// Expired slots vanish from reads at once, and their quota comes back.
 pub async fn ttl_expiry_releases_quota(store: Arc<dyn ContextStore>) {
-    let t = TraceId::random();
+    let t = scope();
     let limits = store.limits().clone();
     let value = limits.max_value_bytes as usize;
     let full = (limits.max_trace_bytes as usize) / value;
@@ -607,7 +613,7 @@ pub async fn ttl_expiry_releases_quota(store: Arc<dyn ContextStore>) {
 
 /// Clear removes every slot, resets usage, and versions keep increasing.
 pub async fn clear_removes_everything(store: Arc<dyn ContextStore>) {
-    let t = TraceId::random();
+    let t = scope();
     for k in ["a", "b", "c"] {
         store.put(put(&t, k, b"xyz")).await.expect("put");
     }
@@ -626,15 +632,12 @@ pub async fn clear_removes_everything(store: Arc<dyn ContextStore>) {
             .version,
         5
     );
-    assert_eq!(
-        store.clear(&TraceId::random()).await.expect("clear empty"),
-        0
-    );
+    assert_eq!(store.clear(&scope()).await.expect("clear empty"), 0);
 }
 
 /// Watch delivers puts, deletes and clears in the order they happened.
 pub async fn watch_delivers_changes_in_order(store: Arc<dyn ContextStore>) {
-    let t = TraceId::random();
+    let t = scope();
     let mut w = store.watch(&t, "").await.expect("watch");
     let mut p = put(&t, "a", b"12345");
     p.content_type = "text/plain".into();
@@ -699,8 +702,8 @@ pub async fn watch_delivers_changes_in_order(store: Arc<dyn ContextStore>) {
 
 /// A prefix watch sees only its keys (and clears); other traces never leak in.
 pub async fn watch_filters_by_prefix(store: Arc<dyn ContextStore>) {
-    let t = TraceId::random();
-    let other = TraceId::random();
+    let t = scope();
+    let other = scope();
     let mut w = store.watch(&t, "steps/").await.expect("watch");
     let mut w2 = store
         .watch(&t, "")
@@ -726,7 +729,7 @@ pub async fn watch_filters_by_prefix(store: Arc<dyn ContextStore>) {
 
 /// Expiries are reported to watchers (at the latest at the next mutation).
 pub async fn watch_reports_expiry(store: Arc<dyn ContextStore>) {
-    let t = TraceId::random();
+    let t = scope();
     let mut w = store.watch(&t, "").await.expect("watch");
     let mut p = put(&t, "brief", b"x");
     p.ttl = Some(Duration::from_millis(200));
@@ -744,8 +747,8 @@ pub async fn watch_reports_expiry(store: Arc<dyn ContextStore>) {
 
 /// Slots, versions and quotas of one trace are invisible to another.
 pub async fn traces_are_isolated(store: Arc<dyn ContextStore>) {
-    let a = TraceId::random();
-    let b = TraceId::random();
+    let a = scope();
+    let b = scope();
     store.put(put(&a, "k", b"from a")).await.expect("put a");
     assert!(matches!(
         store.get(&b, &key("k")).await,
@@ -782,4 +785,89 @@ pub async fn traces_are_isolated(store: Arc<dyn ContextStore>) {
         .expect("b has its own quota");
     store.clear(&a).await.expect("clear a");
     assert_eq!(store.list(&b, "").await.expect("list b").used_keys, 2);
+}
+
+/// The same trace id in two tenants (and in the tenant `""`) names three
+/// disjoint sets of slots: reads, lists, versions, quotas, deletes, clears
+/// and watches of one never reach another.
+pub async fn tenants_are_isolated(store: Arc<dyn ContextStore>) {
+    let trace = TraceId::random();
+    let tenant = |name: &str| Scope::new(Tenant(name.into()), trace.clone());
+    let (acme, globex, none) = (
+        tenant("acme"),
+        tenant("globex"),
+        Scope::of_trace(trace.clone()),
+    );
+    let mut globex_watch = store.watch(&globex, "").await.expect("watch globex");
+    store
+        .put(put(&acme, "k", b"acme's"))
+        .await
+        .expect("put acme");
+    for other in [&globex, &none] {
+        assert!(
+            matches!(
+                store.get(other, &key("k")).await,
+                Err(Error::NotFound { .. })
+            ),
+            "{other}: another tenant's slot is not found"
+        );
+        let listing = store.list(other, "").await.expect("list");
+        assert!(
+            listing.slots.is_empty() && listing.used_keys == 0,
+            "{other}: {listing:?}"
+        );
+        assert!(
+            matches!(
+                store.delete(other, &key("k"), None).await,
+                Err(Error::NotFound { .. })
+            ),
+            "{other}: delete finds nothing"
+        );
+        assert_eq!(store.clear(other).await.expect("clear"), 0, "{other}");
+    }
+    // Versions are each tenant's own: acme's writes do not advance globex's
+    // counter (globex's clear above took a revision of its own).
+    let w = store
+        .put(put(&globex, "k", b"globex's"))
+        .await
+        .expect("put globex");
+    assert!(
+        w.version <= 2,
+        "globex's revision {} counts only globex's calls",
+        w.version
+    );
+    // globex's watch saw its own clear (on some backends) and then its own
+    // put, never acme's put, which came first.
+    let mut change = next_change(&mut globex_watch).await;
+    while change.kind == ChangeKind::Cleared {
+        change = next_change(&mut globex_watch).await;
+    }
+    assert_eq!(
+        (change.kind, change.key.as_str(), change.version),
+        (ChangeKind::Put, "k", w.version),
+        "globex sees only its own write"
+    );
+    // Quotas too: acme filled to its key quota leaves globex's room alone.
+    let max = store.limits().max_trace_keys;
+    for i in 0..max - 1 {
+        store
+            .put(put(&acme, &format!("fill{i}"), b"v"))
+            .await
+            .expect("fill acme");
+    }
+    assert!(
+        store.put(put(&acme, "more", b"v")).await.is_err(),
+        "acme is full"
+    );
+    store
+        .put(put(&globex, "more", b"v"))
+        .await
+        .expect("globex has its own quota");
+    assert_eq!(store.clear(&acme).await.expect("clear acme"), max);
+    let slot = store
+        .get(&globex, &key("k"))
+        .await
+        .expect("globex's slot stays");
+    assert_eq!(slot.value.as_ref(), b"globex's");
+    assert_eq!(store.list(&globex, "").await.expect("list").used_keys, 2);
 }

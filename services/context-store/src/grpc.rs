@@ -6,7 +6,10 @@
 
 use std::{collections::HashMap, net::SocketAddr, sync::Arc, time::Duration};
 
-use baton_common::{ids::TraceId, otel::Tracing};
+use baton_common::{
+    auth::{Tenant, tenant_of},
+    otel::Tracing,
+};
 use baton_proto::v1::{
     self as pb,
     context_store_server::{ContextStore as ContextStoreRpc, ContextStoreServer},
@@ -20,15 +23,16 @@ use std::time::Instant;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, service::interceptor::InterceptedService};
 
 use crate::{
+    auth::{Authenticate, Credentials},
     config::WatchLimits,
     error::{Error, Result},
     metrics::Metrics,
     store::{
         ChangeKind, ContextStore, DEFAULT_PAGE_SIZE, Key, Limits, MAX_PAGE_SIZE, Page, PageToken,
-        Put, SlotMeta, parse_trace_id, validate_key_chars,
+        Put, Scope, SlotMeta, parse_trace_id, validate_key_chars,
     },
 };
 
@@ -137,11 +141,16 @@ impl StoreService {
     /// The tonic server, with message limits sized for the store's value
     /// limit (so an oversized value reaches validation and gets a clear
     /// error, instead of tonic's generic one).
-    pub fn into_server(self) -> ContextStoreServer<Self> {
+    /// Every call is authenticated by `credentials` first.
+    pub fn into_server(
+        self,
+        credentials: Credentials,
+    ) -> InterceptedService<ContextStoreServer<Self>, Authenticate> {
         let max = self.store.limits().max_value_bytes as usize + MESSAGE_OVERHEAD;
-        ContextStoreServer::new(self)
+        let server = ContextStoreServer::new(self)
             .max_decoding_message_size(max)
-            .max_encoding_message_size(max)
+            .max_encoding_message_size(max);
+        InterceptedService::new(server, Authenticate(credentials))
     }
 
     fn check_running(&self) -> Result<()> {
@@ -155,7 +164,18 @@ impl StoreService {
     fn key(&self, s: &str) -> Result<Key> {
         Key::parse("key", s, self.store.limits().max_key_len)
     }
+}
 
+/// The tenant's trace a call names: the tenant its credential gave it
+/// (`""` when authentication is off), the trace its `trace_id` field.
+fn scope_of(extensions: &tonic::Extensions, trace_id: &str) -> Result<Scope> {
+    Ok(Scope::new(
+        Tenant(tenant_of(extensions).to_owned()),
+        parse_trace_id(trace_id)?,
+    ))
+}
+
+impl StoreService {
     fn prefix(&self, s: &str) -> Result<()> {
         validate_key_chars("prefix", s, self.store.limits().max_key_len)
     }
@@ -188,7 +208,7 @@ fn ttl(d: Option<prost_types::Duration>) -> Result<Option<Duration>> {
 
 /// The page a List asks for (AIP-158: 0 is the default size, larger sizes
 /// are lowered to the maximum, a token continues the listing it came from).
-fn page(trace_id: &TraceId, prefix: &str, size: i32, token: &str) -> Result<Page> {
+fn page(scope: &Scope, prefix: &str, size: i32, token: &str) -> Result<Page> {
     let size = match size {
         s if s < 0 => return Err(Error::invalid("page_size", "must not be negative")),
         0 => DEFAULT_PAGE_SIZE,
@@ -197,7 +217,7 @@ fn page(trace_id: &TraceId, prefix: &str, size: i32, token: &str) -> Result<Page
     let after = if token.is_empty() {
         None
     } else {
-        Some(PageToken::decode("page_token", token, trace_id, prefix)?.after)
+        Some(PageToken::decode("page_token", token, &scope.trace_id, prefix)?.after)
     };
     Ok(Page { after, size })
 }
@@ -211,14 +231,14 @@ struct WatchCounts {
 
 #[derive(Default)]
 struct WatchTally {
-    traces: HashMap<TraceId, usize>,
+    traces: HashMap<Scope, usize>,
     connections: HashMap<SocketAddr, usize>,
 }
 
 /// One open watch, counted until dropped.
 struct CountedWatch {
     counts: Arc<WatchCounts>,
-    trace_id: TraceId,
+    scope: Scope,
     connection: Option<SocketAddr>,
 }
 
@@ -234,16 +254,17 @@ impl WatchCounts {
     /// at its limit (`RESOURCE_EXHAUSTED`, nothing counted).
     fn open(
         counts: &Arc<Self>,
-        trace_id: &TraceId,
+        scope: &Scope,
         connection: Option<SocketAddr>,
     ) -> Result<CountedWatch> {
         let mut open = counts.open.lock().unwrap_or_else(|p| p.into_inner());
-        let on_trace = open.traces.get(trace_id).copied().unwrap_or(0);
+        let on_trace = open.traces.get(scope).copied().unwrap_or(0);
         if on_trace >= counts.limits.per_trace {
             return Err(Error::Exhausted {
                 field: "trace_id",
                 message: format!(
-                    "trace {trace_id} already has {on_trace} open watches, the limit (watches.per_trace)"
+                    "trace {} already has {on_trace} open watches, the limit (watches.per_trace)",
+                    scope.trace_id
                 ),
             });
         }
@@ -259,10 +280,10 @@ impl WatchCounts {
             }
             *open.connections.entry(c).or_default() += 1;
         }
-        *open.traces.entry(trace_id.clone()).or_default() += 1;
+        *open.traces.entry(scope.clone()).or_default() += 1;
         Ok(CountedWatch {
             counts: counts.clone(),
-            trace_id: trace_id.clone(),
+            scope: scope.clone(),
             connection,
         })
     }
@@ -271,10 +292,10 @@ impl WatchCounts {
 impl Drop for CountedWatch {
     fn drop(&mut self) {
         let mut open = self.counts.open.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = open.traces.get_mut(&self.trace_id) {
+        if let Some(n) = open.traces.get_mut(&self.scope) {
             *n -= 1;
             if *n == 0 {
-                open.traces.remove(&self.trace_id);
+                open.traces.remove(&self.scope);
             }
         }
         if let Some(c) = self.connection
@@ -288,12 +309,12 @@ impl Drop for CountedWatch {
     }
 }
 
-/// Turns a Put request into a write the store's limits allow (nothing is
-/// written); every problem names its field. The handler and the fuzz
-/// targets call it.
-pub fn put_of(r: pb::PutRequest, limits: &Limits) -> Result<Put> {
+/// Turns a Put request of `tenant` into a write the store's limits allow
+/// (nothing is written); every problem names its field. The handler and the
+/// fuzz targets call it.
+pub fn put_of(r: pb::PutRequest, tenant: Tenant, limits: &Limits) -> Result<Put> {
     let put = Put {
-        trace_id: parse_trace_id(&r.trace_id)?,
+        scope: Scope::new(tenant, parse_trace_id(&r.trace_id)?),
         key: Key::parse("key", &r.key, limits.max_key_len)?,
         value: r.value.into(),
         content_type: r.content_type,
@@ -321,7 +342,8 @@ impl StoreService {
         request: Request<pb::PutRequest>,
     ) -> Result<Response<pb::PutResponse>, Status> {
         self.check_running()?;
-        let put = put_of(request.into_inner(), self.store.limits())?;
+        let tenant = Tenant(tenant_of(request.extensions()).to_owned());
+        let put = put_of(request.into_inner(), tenant, self.store.limits())?;
         let written = self.store.put(put).await?;
         Ok(Response::new(pb::PutResponse {
             version: written.version,
@@ -334,10 +356,10 @@ impl StoreService {
         request: Request<pb::GetRequest>,
     ) -> Result<Response<pb::GetResponse>, Status> {
         self.check_running()?;
+        let scope = scope_of(request.extensions(), &request.get_ref().trace_id)?;
         let r = request.into_inner();
-        let trace_id = parse_trace_id(&r.trace_id)?;
         let key = self.key(&r.key)?;
-        let slot = self.store.get(&trace_id, &key).await?;
+        let slot = self.store.get(&scope, &key).await?;
         Ok(Response::new(pb::GetResponse {
             slot: Some(slot_info(slot.meta)),
             value: slot.value.to_vec(),
@@ -349,16 +371,16 @@ impl StoreService {
         request: Request<pb::ListRequest>,
     ) -> Result<Response<pb::ListResponse>, Status> {
         self.check_running()?;
+        let scope = scope_of(request.extensions(), &request.get_ref().trace_id)?;
         let r = request.into_inner();
-        let trace_id = parse_trace_id(&r.trace_id)?;
         self.prefix(&r.prefix)?;
-        let page = page(&trace_id, &r.prefix, r.page_size, &r.page_token)?;
-        let listing = self.store.list_page(&trace_id, &r.prefix, &page).await?;
+        let page = page(&scope, &r.prefix, r.page_size, &r.page_token)?;
+        let listing = self.store.list_page(&scope, &r.prefix, &page).await?;
         let next_page_token = listing
             .next_after
             .map(|after| {
                 PageToken {
-                    trace_id: trace_id.to_string(),
+                    trace_id: scope.trace_id.to_string(),
                     prefix: r.prefix.clone(),
                     after,
                 }
@@ -378,13 +400,10 @@ impl StoreService {
         request: Request<pb::DeleteRequest>,
     ) -> Result<Response<pb::DeleteResponse>, Status> {
         self.check_running()?;
+        let scope = scope_of(request.extensions(), &request.get_ref().trace_id)?;
         let r = request.into_inner();
-        let trace_id = parse_trace_id(&r.trace_id)?;
         let key = self.key(&r.key)?;
-        let version = self
-            .store
-            .delete(&trace_id, &key, r.expected_version)
-            .await?;
+        let version = self.store.delete(&scope, &key, r.expected_version).await?;
         Ok(Response::new(pb::DeleteResponse { version }))
     }
 
@@ -393,8 +412,8 @@ impl StoreService {
         request: Request<pb::ClearRequest>,
     ) -> Result<Response<pb::ClearResponse>, Status> {
         self.check_running()?;
-        let trace_id = parse_trace_id(&request.into_inner().trace_id)?;
-        let deleted = self.store.clear(&trace_id).await?;
+        let scope = scope_of(request.extensions(), &request.get_ref().trace_id)?;
+        let deleted = self.store.clear(&scope).await?;
         Ok(Response::new(pb::ClearResponse { deleted }))
     }
 
@@ -404,14 +423,14 @@ impl StoreService {
     ) -> Result<Response<WatchStream>, Status> {
         self.check_running()?;
         let connection = request.remote_addr();
+        let scope = scope_of(request.extensions(), &request.get_ref().trace_id)?;
         let r = request.into_inner();
-        let trace_id = parse_trace_id(&r.trace_id)?;
         self.prefix(&r.prefix)?;
         // Counted from here until the stream's task ends, however it ends.
-        let counted = WatchCounts::open(&self.watches, &trace_id, connection)?;
+        let counted = WatchCounts::open(&self.watches, &scope, connection)?;
         // Subscribed before we answer: a change made after the client sees
         // the response headers is delivered.
-        let mut changes = self.store.watch(&trace_id, &r.prefix).await?;
+        let mut changes = self.store.watch(&scope, &r.prefix).await?;
         let (tx, rx) = mpsc::channel(WATCH_STREAM_BUFFER);
         let shutdown = self.shutdown.clone();
         let watches = self.metrics.watches.clone();
@@ -474,9 +493,15 @@ impl ContextStoreRpc for StoreService {
         let trace_id = parse_trace_id(&request.get_ref().trace_id)
             .map(|t| t.to_string())
             .unwrap_or_default();
+        let tenant = tenant_of(request.extensions()).to_owned();
         let done = self.observed("Put", parent, self.do_put(request)).await;
-        // The store has no tenants yet: every call is the "" tenant's.
-        baton_common::audit::record("Put", "", "", &trace_id, baton_common::audit::code(&done));
+        baton_common::audit::record(
+            "Put",
+            &tenant,
+            "",
+            &trace_id,
+            baton_common::audit::code(&done),
+        );
         done
     }
 
@@ -505,13 +530,13 @@ impl ContextStoreRpc for StoreService {
         let trace_id = parse_trace_id(&request.get_ref().trace_id)
             .map(|t| t.to_string())
             .unwrap_or_default();
+        let tenant = tenant_of(request.extensions()).to_owned();
         let done = self
             .observed("Delete", parent, self.do_delete(request))
             .await;
-        // The store has no tenants yet: every call is the "" tenant's.
         baton_common::audit::record(
             "Delete",
-            "",
+            &tenant,
             "",
             &trace_id,
             baton_common::audit::code(&done),
@@ -528,9 +553,15 @@ impl ContextStoreRpc for StoreService {
         let trace_id = parse_trace_id(&request.get_ref().trace_id)
             .map(|t| t.to_string())
             .unwrap_or_default();
+        let tenant = tenant_of(request.extensions()).to_owned();
         let done = self.observed("Clear", parent, self.do_clear(request)).await;
-        // The store has no tenants yet: every call is the "" tenant's.
-        baton_common::audit::record("Clear", "", "", &trace_id, baton_common::audit::code(&done));
+        baton_common::audit::record(
+            "Clear",
+            &tenant,
+            "",
+            &trace_id,
+            baton_common::audit::code(&done),
+        );
         done
     }
 

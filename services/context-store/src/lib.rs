@@ -7,6 +7,8 @@
 //!   pass; test crates enable it, the services are built without it.
 //! - [`grpc`]: the `baton.v1.ContextStore` service: wire types in, domain
 //!   types out, errors mapped once ([`error`]).
+//! - [`auth`]: who may call, as which tenant (service token, client API
+//!   keys, or `auth.mode = "none"`).
 //! - [`config`]: the service's config.
 //! - [`run`] / [`serve`]: serve the store on a listener until shutdown;
 //!   `main.rs`, `baton up` and the tests all call them.
@@ -15,6 +17,7 @@
 //! `baton.v1.ContextStore`) until the backend answers a ping, again whenever
 //! it stops answering, and for good once shutdown begins.
 
+pub mod auth;
 pub mod config;
 #[cfg(feature = "testsuite")]
 pub mod conformance;
@@ -85,7 +88,9 @@ pub async fn serve(
         shutdown.clone(),
     )
     .await?;
-    let routes = Routes::new(service.into_server());
+    let credentials =
+        auth::Credentials::load(&config.auth, &shutdown, &tasks).map_err(|e| anyhow::anyhow!(e))?;
+    let routes = Routes::new(service.into_server(credentials));
     tracing::info!(%addr, backend = ?config.backend, "context store listening");
     let ready = move || {
         let store = store.clone();

@@ -32,6 +32,7 @@ impl Drop for Binary {
 fn spawn(redis_url: &str) -> Binary {
     let mut child = Command::new(env!("CARGO_BIN_EXE_baton-context-store"))
         .env("BATON_STORE_LISTEN", "127.0.0.1:0")
+        .env("BATON_STORE_AUTH__MODE", "none")
         .env("BATON_STORE_TELEMETRY__METRICS_LISTEN", "")
         .env("BATON_STORE_REDIS__URL", redis_url)
         .env("BATON_STORE_REDIS__TIMEOUT", "300ms")
@@ -65,6 +66,7 @@ fn health_flag(addr: &str) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_baton-context-store"))
         .arg("--health")
         .env("BATON_STORE_LISTEN", addr)
+        .env("BATON_STORE_AUTH__MODE", "none")
         .env("BATON_STORE_TELEMETRY__METRICS_LISTEN", "")
         .output()
         .expect("run --health");

@@ -45,6 +45,10 @@ pub struct StoreConfig {
     /// The store's limits (enforced here in mode `memory`; used to validate
     /// keys before calling a remote store).
     pub limits: StoreLimits,
+    /// The service token presented to a remote store (its
+    /// `auth.service_token_file`); re-read within 30 s of a change. Empty:
+    /// none (a store with `auth.mode = "none"`).
+    pub token_file: std::path::PathBuf,
 }
 
 impl Default for StoreConfig {
@@ -54,6 +58,7 @@ impl Default for StoreConfig {
             endpoint: "http://127.0.0.1:50052".into(),
             timeout: Duration::from_secs(5),
             limits: StoreLimits::default(),
+            token_file: std::path::PathBuf::new(),
         }
     }
 }

@@ -79,16 +79,30 @@ pub fn load_catalog(config: &Config) -> anyhow::Result<Arc<Catalog>> {
 pub fn build_store(config: &Config, tracing: &Tracing) -> anyhow::Result<Arc<dyn ContextStore>> {
     Ok(match config.store.mode {
         StoreMode::Memory => Arc::new(MemoryStore::new(config.store.limits.clone())),
-        StoreMode::Remote => Arc::new(
-            remote_store::RemoteStore::new(
+        StoreMode::Remote => {
+            let mut store = remote_store::RemoteStore::new(
                 &config.store.endpoint,
                 config.store.limits.clone(),
                 config.store.timeout,
             )?
-            .with_tracer(tracing.tracer().clone()),
-        ),
+            .with_tracer(tracing.tracer().clone());
+            if !config.store.token_file.as_os_str().is_empty() {
+                let token = baton_common::auth::ServiceToken::refreshing(
+                    "store.token_file",
+                    &config.store.token_file,
+                    baton_common::auth::parse_token,
+                    STORE_TOKEN_REFRESH,
+                )
+                .map_err(|e| anyhow::anyhow!(e))?;
+                store = store.with_token(token);
+            }
+            Arc::new(store)
+        }
     })
 }
+
+/// How often a changed `store.token_file` is read again.
+pub const STORE_TOKEN_REFRESH: Duration = Duration::from_secs(30);
 
 /// The tracer provider the config and the standard `OTEL_*` variables
 /// describe.
@@ -199,7 +213,7 @@ pub async fn serve_service(
         let grace = config.shutdown_grace;
         async move { service.finish_runs(grace).await }
     });
-    let keys = auth::ApiKeys::load(&config.auth).map_err(|e| anyhow::anyhow!(e))?;
+    let keys = auth::load(&config.auth).map_err(|e| anyhow::anyhow!(e))?;
     if let Some(keys) = &keys {
         keys.watch(config.auth.reload, shutdown.clone(), &tasks);
         tracing::info!(file = %config.auth.api_keys_file.display(), "clients authenticate with API keys");

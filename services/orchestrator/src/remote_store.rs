@@ -6,14 +6,22 @@
 //! it), and carries that span as W3C `traceparent`, so the store's server
 //! spans join the run's trace. Health probes are neither traced nor
 //! propagated.
+//!
+//! Every call also states the tenant whose slots it reaches (`baton-tenant`)
+//! under the orchestrator's service token (`authorization: Bearer`, from
+//! `store.token_file`, re-read when it changes), so the store keeps each
+//! tenant's slots apart whatever trace id a caller sent.
 
 use baton_client::{Error as ClientError, PutOptions, StoreClient, pb};
-use baton_common::ids::TraceId;
+use baton_common::{
+    auth::{ServiceToken, TENANT_HEADER, Tenant},
+    ids::TraceId,
+};
 use baton_context_store::{
     error::{Error, Result},
     store::{
         Change, ChangeKind, ChangeStream, ContextStore, Key, Limits, Listing, Page, PageToken, Put,
-        Slot, SlotMeta, Written,
+        Scope, Slot, SlotMeta, Written,
     },
 };
 use futures::{Future, StreamExt};
@@ -23,6 +31,7 @@ use opentelemetry::{
     trace::{SpanBuilder, SpanKind, Status, TraceContextExt, Tracer},
 };
 use opentelemetry_sdk::trace::SdkTracer;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tonic::Code;
@@ -36,6 +45,8 @@ pub struct RemoteStore {
     /// Deadline of every call.
     timeout: Duration,
     tracer: Option<SdkTracer>,
+    /// The service token presented on every call, if any.
+    token: Option<Arc<ServiceToken>>,
 }
 
 impl RemoteStore {
@@ -45,18 +56,44 @@ impl RemoteStore {
     /// store is away. Every call must finish within `timeout`.
     pub fn new(endpoint: &str, limits: Limits, timeout: Duration) -> anyhow::Result<Self> {
         let channel = baton_client::lazy_channel(endpoint)?;
-        let client = StoreClient::new(channel.clone()).with_metadata(std::sync::Arc::new(
-            |md: &mut tonic::metadata::MetadataMap| {
-                baton_common::otel::inject(&Context::current(), md);
-            },
-        ));
+        let client = StoreClient::new(channel.clone());
         Ok(Self {
             client,
             channel,
             limits,
             timeout,
             tracer: None,
+            token: None,
         })
+    }
+
+    /// Presents `token` (the store's `auth.service_token_file`) on every
+    /// call.
+    pub fn with_token(mut self, token: Arc<ServiceToken>) -> Self {
+        self.token = Some(token);
+        self
+    }
+
+    /// A client whose calls carry the current trace context, the service
+    /// token and `tenant`.
+    fn client(&self, tenant: &Tenant) -> StoreClient {
+        let tenant = (!tenant.as_str().is_empty())
+            .then(|| tonic::metadata::MetadataValue::try_from(tenant.as_str()).ok())
+            .flatten();
+        let authorization = self.token.as_ref().and_then(|t| {
+            tonic::metadata::MetadataValue::try_from(format!("Bearer {}", t.current())).ok()
+        });
+        self.client
+            .clone()
+            .with_metadata(Arc::new(move |md: &mut tonic::metadata::MetadataMap| {
+                baton_common::otel::inject(&Context::current(), md);
+                if let Some(v) = &authorization {
+                    md.insert("authorization", v.clone());
+                }
+                if let Some(v) = &tenant {
+                    md.insert(TENANT_HEADER, v.clone());
+                }
+            }))
     }
 
     /// Makes a client span per call with `tracer`.
@@ -159,27 +196,29 @@ impl ContextStore for RemoteStore {
             ttl: put.ttl,
             expected_version: put.expected_version,
         };
+        let trace_id = &put.scope.trace_id;
         let call = async {
-            self.client
+            self.client(&put.scope.tenant)
                 .put_with(
-                    put.trace_id.as_str(),
+                    trace_id.as_str(),
                     put.key.as_str(),
                     put.value.to_vec(),
                     options,
                 )
                 .await
-                .map_err(|e| from_client(e, &put.trace_id, put.key.as_str()))
+                .map_err(|e| from_client(e, trace_id, put.key.as_str()))
         };
-        let r = self.traced("Put", &put.trace_id, call).await?;
+        let r = self.traced("Put", trace_id, call).await?;
         Ok(Written {
             version: r.version,
             expires_at_ms: ms(r.expires_at),
         })
     }
 
-    async fn get(&self, trace_id: &TraceId, key: &Key) -> Result<Slot> {
+    async fn get(&self, scope: &Scope, key: &Key) -> Result<Slot> {
+        let trace_id = &scope.trace_id;
         let call = async {
-            self.client
+            self.client(&scope.tenant)
                 .get(trace_id.as_str(), key.as_str())
                 .await
                 .map_err(|e| from_client(e, trace_id, key.as_str()))
@@ -195,7 +234,8 @@ impl ContextStore for RemoteStore {
         })
     }
 
-    async fn list_page(&self, trace_id: &TraceId, prefix: &str, page: &Page) -> Result<Listing> {
+    async fn list_page(&self, scope: &Scope, prefix: &str, page: &Page) -> Result<Listing> {
+        let trace_id = &scope.trace_id;
         let token = page
             .after
             .clone()
@@ -210,7 +250,7 @@ impl ContextStore for RemoteStore {
             .unwrap_or_default();
         let size = i32::try_from(page.size).unwrap_or(i32::MAX);
         let call = async {
-            self.client
+            self.client(&scope.tenant)
                 .list_page(trace_id.as_str(), prefix, size, &token)
                 .await
                 .map_err(|e| from_client(e, trace_id, prefix))
@@ -228,14 +268,10 @@ impl ContextStore for RemoteStore {
         })
     }
 
-    async fn delete(
-        &self,
-        trace_id: &TraceId,
-        key: &Key,
-        expected_version: Option<u64>,
-    ) -> Result<u64> {
+    async fn delete(&self, scope: &Scope, key: &Key, expected_version: Option<u64>) -> Result<u64> {
+        let trace_id = &scope.trace_id;
         let call = async {
-            self.client
+            self.client(&scope.tenant)
                 .delete(trace_id.as_str(), key.as_str(), expected_version)
                 .await
                 .map_err(|e| from_client(e, trace_id, key.as_str()))
@@ -243,9 +279,10 @@ impl ContextStore for RemoteStore {
         self.traced("Delete", trace_id, call).await
     }
 
-    async fn clear(&self, trace_id: &TraceId) -> Result<u64> {
+    async fn clear(&self, scope: &Scope) -> Result<u64> {
+        let trace_id = &scope.trace_id;
         let call = async {
-            self.client
+            self.client(&scope.tenant)
                 .clear(trace_id.as_str())
                 .await
                 .map_err(|e| from_client(e, trace_id, ""))
@@ -253,10 +290,11 @@ impl ContextStore for RemoteStore {
         self.traced("Clear", trace_id, call).await
     }
 
-    async fn watch(&self, trace_id: &TraceId, prefix: &str) -> Result<ChangeStream> {
+    async fn watch(&self, scope: &Scope, prefix: &str) -> Result<ChangeStream> {
+        let trace_id = &scope.trace_id;
         let trace = trace_id.clone();
         let stream = self
-            .client
+            .client(&scope.tenant)
             .watch(trace_id.as_str(), prefix)
             .await
             .map_err(|e| from_client(e, trace_id, prefix))?;

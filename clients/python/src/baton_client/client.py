@@ -364,8 +364,21 @@ class Orchestrator:
 class Store:
     """A client of ``baton.v1.ContextStore``: trace-scoped slots."""
 
-    def __init__(self, target: str = "127.0.0.1:50052", *, channel: grpc.aio.Channel | None = None) -> None:
+    def __init__(
+        self,
+        target: str = "127.0.0.1:50052",
+        *,
+        channel: grpc.aio.Channel | None = None,
+        api_key: str | None = None,
+    ) -> None:
+        """``api_key``: sent as ``authorization: Bearer <key>`` with every call.
+        A store authenticates every call unless it runs with
+        ``auth.mode = "none"`` (``baton up``); a client API key reaches the
+        slots of its own tenant only."""
         self._channel = channel or _channel(target)
+        self._md: tuple[tuple[str, str], ...] | None = (
+            (("authorization", f"Bearer {api_key}"),) if api_key else None
+        )
         self._stub = store_grpc.ContextStoreStub(self._channel)
 
     async def __aenter__(self) -> Store:
@@ -397,11 +410,11 @@ class Store:
             request.ttl.CopyFrom(_duration(ttl))
         if expected_version is not None:
             request.expected_version = expected_version
-        return await _call(self._stub.Put, request, timeout)
+        return await _call(self._stub.Put, request, timeout, self._md)
 
     async def get(self, trace_id: str, key: str, *, timeout: float | None = None) -> store_pb.GetResponse:
         """A live slot: ``value`` and ``slot`` (version, content type, expiry)."""
-        return await _call(self._stub.Get, store_pb.GetRequest(trace_id=trace_id, key=key), timeout)
+        return await _call(self._stub.Get, store_pb.GetRequest(trace_id=trace_id, key=key), timeout, self._md)
 
     async def list(self, trace_id: str, prefix: str = "", *, timeout: float | None = None) -> store_pb.ListResponse:
         """The trace's live slots under ``prefix`` (every page, followed), and
@@ -431,7 +444,7 @@ class Store:
         request = store_pb.ListRequest(
             trace_id=trace_id, prefix=prefix, page_size=page_size, page_token=page_token
         )
-        return await _call(self._stub.List, request, timeout)
+        return await _call(self._stub.List, request, timeout, self._md)
 
     async def delete(
         self, trace_id: str, key: str, *, expected_version: int | None = None, timeout: float | None = None
@@ -440,13 +453,20 @@ class Store:
         request = store_pb.DeleteRequest(trace_id=trace_id, key=key)
         if expected_version is not None:
             request.expected_version = expected_version
-        return (await _call(self._stub.Delete, request, timeout)).version
+        return (await _call(self._stub.Delete, request, timeout, self._md)).version
+
+    async def clear(self, trace_id: str, *, timeout: float | None = None) -> int:
+        """Deletes every slot of the trace; returns how many live slots it removed."""
+        request = store_pb.ClearRequest(trace_id=trace_id)
+        return (await _call(self._stub.Clear, request, timeout, self._md)).deleted
 
     async def watch(
         self, trace_id: str, prefix: str = "", *, timeout: float | None = None
     ) -> AsyncIterator[store_pb.WatchResponse]:
         """The trace's changes from now on, as they happen."""
-        call = self._stub.Watch(store_pb.WatchRequest(trace_id=trace_id, prefix=prefix), timeout=timeout)
+        call = self._stub.Watch(
+            store_pb.WatchRequest(trace_id=trace_id, prefix=prefix), timeout=timeout, metadata=self._md
+        )
         try:
             async for change in call:
                 yield change

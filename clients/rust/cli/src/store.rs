@@ -20,6 +20,10 @@ pub struct StoreArgs {
         global = true
     )]
     endpoint: String,
+    /// A client API key of the store's `auth.api_keys_file` (sent as
+    /// `authorization: Bearer <key>`); the slots reached are its tenant's.
+    #[arg(long, env = "BATON_API_KEY", hide_env_values = true, global = true)]
+    api_key: Option<String>,
     #[command(subcommand)]
     command: StoreCmd,
 }
@@ -106,6 +110,10 @@ fn slot_json(s: &pb::SlotInfo) -> serde_json::Value {
 /// Runs a `baton store` command.
 pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
     let client = StoreClient::connect(args.endpoint.clone()).await?;
+    let client = match &args.api_key {
+        Some(key) => client.with_api_key(key)?,
+        None => client,
+    };
     match args.command {
         StoreCmd::Put {
             trace_id,

@@ -81,6 +81,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         backend: baton_context_store::config::Backend::Memory,
         ..Default::default()
     };
+    // One process on a developer's machine, listening on loopback: the
+    // store's port takes calls without credentials (its start warns).
+    store_config.auth.mode = baton_context_store::auth::AuthMode::None;
     store_config.telemetry.metrics_listen = args.store_metrics_listen;
     // Spans go where OTEL_EXPORTER_OTLP_ENDPOINT says, when it is set.
     let tracing = baton_orchestrator::build_tracing(&orch_config)?;

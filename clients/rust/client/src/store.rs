@@ -24,6 +24,7 @@ pub struct PutOptions {
 pub struct StoreClient {
     inner: ContextStoreClient<Channel>,
     decorate: Option<MetadataHook>,
+    authorization: Option<tonic::metadata::AsciiMetadataValue>,
 }
 
 /// Adds metadata to every request of a client (a `traceparent`, say).
@@ -51,7 +52,22 @@ impl StoreClient {
         Self {
             inner,
             decorate: None,
+            authorization: None,
         }
+    }
+
+    /// Sends `authorization: Bearer <key>` with every call: a client API key
+    /// of the store's `auth.api_keys_file` (the slots reached are that key's
+    /// tenant's), or the orchestrator's service token.
+    pub fn with_api_key(mut self, key: &str) -> Result<Self, Error> {
+        let value = format!("Bearer {key}")
+            .parse()
+            .map_err(|_| Error::Connect {
+                endpoint: String::new(),
+                message: "the API key must be printable ASCII".into(),
+            })?;
+        self.authorization = Some(value);
+        Ok(self)
     }
 
     /// Calls `hook` on the metadata of every request this client sends, as
@@ -64,6 +80,9 @@ impl StoreClient {
 
     fn request<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
+        if let Some(auth) = &self.authorization {
+            request.metadata_mut().insert("authorization", auth.clone());
+        }
         if let Some(hook) = &self.decorate {
             hook(request.metadata_mut());
         }

@@ -13,14 +13,13 @@ use std::{
     time::Duration,
 };
 
-use baton_common::ids::TraceId;
 use bytes::Bytes;
 use futures::StreamExt;
 use tokio::sync::broadcast;
 use tokio_stream::wrappers::{BroadcastStream, errors::BroadcastStreamRecvError};
 
 use super::{
-    Change, ChangeKind, ChangeStream, ContextStore, Key, Limits, Listing, Page, Put, Slot,
+    Change, ChangeKind, ChangeStream, ContextStore, Key, Limits, Listing, Page, Put, Scope, Slot,
     SlotMeta, TRACE_RETENTION, Written, now_ms,
 };
 use crate::error::{Error, Result};
@@ -113,12 +112,12 @@ impl TraceState {
 
 struct Shards {
     hasher: RandomState,
-    shards: Vec<Mutex<HashMap<TraceId, TraceState>>>,
+    shards: Vec<Mutex<HashMap<Scope, TraceState>>>,
 }
 
 impl Shards {
-    fn lock(&self, trace_id: &TraceId) -> MutexGuard<'_, HashMap<TraceId, TraceState>> {
-        let i = (self.hasher.hash_one(trace_id) as usize) % self.shards.len();
+    fn lock(&self, scope: &Scope) -> MutexGuard<'_, HashMap<Scope, TraceState>> {
+        let i = (self.hasher.hash_one(scope) as usize) % self.shards.len();
         // A poisoned shard means a panic mid-update; the maps are still
         // structurally sound, so keep serving rather than take the store down.
         self.shards[i].lock().unwrap_or_else(|p| p.into_inner())
@@ -188,8 +187,8 @@ impl ContextStore for MemoryStore {
         let ttl = self.limits.check_put(&put)?;
         let now = now_ms();
         let size = put.value.len() as u64;
-        let mut map = self.shards.lock(&put.trace_id);
-        let state = map.entry(put.trace_id.clone()).or_default();
+        let mut map = self.shards.lock(&put.scope);
+        let state = map.entry(put.scope.clone()).or_default();
         state.purge(now);
         let key = put.key.as_str();
         state.check_version(key, put.expected_version, now)?;
@@ -199,7 +198,7 @@ impl ContextStore for MemoryStore {
         let would_be = state.bytes - old_size + size;
         if would_be > self.limits.max_trace_bytes {
             return Err(Error::TraceBytesQuota {
-                trace_id: put.trace_id.to_string(),
+                trace_id: put.scope.trace_id.to_string(),
                 size,
                 would_be,
                 limit: self.limits.max_trace_bytes,
@@ -207,7 +206,7 @@ impl ContextStore for MemoryStore {
         }
         if old.is_none() && state.slots.len() as u64 >= self.limits.max_trace_keys {
             return Err(Error::TraceKeysQuota {
-                trace_id: put.trace_id.to_string(),
+                trace_id: put.scope.trace_id.to_string(),
                 used: state.slots.len() as u64,
                 limit: self.limits.max_trace_keys,
             });
@@ -247,14 +246,14 @@ impl ContextStore for MemoryStore {
         })
     }
 
-    async fn get(&self, trace_id: &TraceId, key: &Key) -> Result<Slot> {
+    async fn get(&self, scope: &Scope, key: &Key) -> Result<Slot> {
         let now = now_ms();
-        let map = self.shards.lock(trace_id);
+        let map = self.shards.lock(scope);
         let slot = map
-            .get(trace_id)
+            .get(scope)
             .and_then(|s| s.live(key.as_str(), now))
             .ok_or_else(|| Error::NotFound {
-                trace_id: trace_id.to_string(),
+                trace_id: scope.trace_id.to_string(),
                 key: key.as_str().to_owned(),
             })?;
         Ok(Slot {
@@ -269,10 +268,10 @@ impl ContextStore for MemoryStore {
         })
     }
 
-    async fn list_page(&self, trace_id: &TraceId, prefix: &str, page: &Page) -> Result<Listing> {
+    async fn list_page(&self, scope: &Scope, prefix: &str, page: &Page) -> Result<Listing> {
         let now = now_ms();
-        let map = self.shards.lock(trace_id);
-        let Some(state) = map.get(trace_id) else {
+        let map = self.shards.lock(scope);
+        let Some(state) = map.get(scope) else {
             return Ok(Listing::default());
         };
         let mut listing = Listing::default();
@@ -300,19 +299,14 @@ impl ContextStore for MemoryStore {
         Ok(listing)
     }
 
-    async fn delete(
-        &self,
-        trace_id: &TraceId,
-        key: &Key,
-        expected_version: Option<u64>,
-    ) -> Result<u64> {
+    async fn delete(&self, scope: &Scope, key: &Key, expected_version: Option<u64>) -> Result<u64> {
         let now = now_ms();
-        let mut map = self.shards.lock(trace_id);
+        let mut map = self.shards.lock(scope);
         let not_found = || Error::NotFound {
-            trace_id: trace_id.to_string(),
+            trace_id: scope.trace_id.to_string(),
             key: key.as_str().to_owned(),
         };
-        let state = map.get_mut(trace_id).ok_or_else(not_found)?;
+        let state = map.get_mut(scope).ok_or_else(not_found)?;
         state.purge(now);
         if state.live(key.as_str(), now).is_none() {
             return Err(not_found());
@@ -336,10 +330,10 @@ impl ContextStore for MemoryStore {
         Ok(version)
     }
 
-    async fn clear(&self, trace_id: &TraceId) -> Result<u64> {
+    async fn clear(&self, scope: &Scope) -> Result<u64> {
         let now = now_ms();
-        let mut map = self.shards.lock(trace_id);
-        let Some(state) = map.get_mut(trace_id) else {
+        let mut map = self.shards.lock(scope);
+        let Some(state) = map.get_mut(scope) else {
             return Ok(0);
         };
         state.purge(now);
@@ -360,10 +354,10 @@ impl ContextStore for MemoryStore {
         Ok(removed)
     }
 
-    async fn watch(&self, trace_id: &TraceId, prefix: &str) -> Result<ChangeStream> {
+    async fn watch(&self, scope: &Scope, prefix: &str) -> Result<ChangeStream> {
         let rx = {
-            let mut map = self.shards.lock(trace_id);
-            let state = map.entry(trace_id.clone()).or_default();
+            let mut map = self.shards.lock(scope);
+            let state = map.entry(scope.clone()).or_default();
             state
                 .watchers
                 .get_or_insert_with(|| broadcast::channel(WATCH_BUFFER).0)

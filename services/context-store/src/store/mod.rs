@@ -24,7 +24,7 @@ pub mod redis_conn;
 
 use std::{pin::Pin, time::Duration};
 
-use baton_common::ids::TraceId;
+use baton_common::{auth::Tenant, ids::TraceId};
 use bytes::Bytes;
 use futures::Stream;
 use serde::{Deserialize, Serialize};
@@ -196,11 +196,45 @@ fn validate_content_type(ct: &str) -> Result<()> {
     Ok(())
 }
 
+/// The namespace of one trace's slots: a trace of one tenant. The same
+/// trace id in two tenants names two disjoint sets of slots (their keys,
+/// quotas, revisions and watches are apart); the tenant `""` is the one of
+/// every call when authentication is off.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Scope {
+    /// The tenant.
+    pub tenant: Tenant,
+    /// The trace.
+    pub trace_id: TraceId,
+}
+
+impl Scope {
+    /// The trace `trace_id` of `tenant`.
+    pub fn new(tenant: Tenant, trace_id: TraceId) -> Self {
+        Self { tenant, trace_id }
+    }
+
+    /// The trace `trace_id` of the tenant `""`.
+    pub fn of_trace(trace_id: TraceId) -> Self {
+        Self::new(Tenant::default(), trace_id)
+    }
+}
+
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.tenant.as_str().is_empty() {
+            write!(f, "{}", self.trace_id)
+        } else {
+            write!(f, "{}/{}", self.tenant, self.trace_id)
+        }
+    }
+}
+
 /// A write of one slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Put {
-    /// The trace.
-    pub trace_id: TraceId,
+    /// The tenant's trace.
+    pub scope: Scope,
     /// The key.
     pub key: Key,
     /// The value.
@@ -216,9 +250,9 @@ pub struct Put {
 
 impl Put {
     /// An unconditional put with the default TTL and content type.
-    pub fn new(trace_id: TraceId, key: Key, value: impl Into<Bytes>) -> Self {
+    pub fn new(scope: Scope, key: Key, value: impl Into<Bytes>) -> Self {
         Self {
-            trace_id,
+            scope,
             key,
             value: value.into(),
             content_type: String::new(),
@@ -439,19 +473,19 @@ pub trait ContextStore: Send + Sync + 'static {
     async fn put(&self, put: Put) -> Result<Written>;
 
     /// Reads a live slot; `NotFound` when it is absent or expired.
-    async fn get(&self, trace_id: &TraceId, key: &Key) -> Result<Slot>;
+    async fn get(&self, scope: &Scope, key: &Key) -> Result<Slot>;
 
     /// Lists one page of the live slots whose key starts with `prefix`, in
     /// key order, with the trace's usage.
-    async fn list_page(&self, trace_id: &TraceId, prefix: &str, page: &Page) -> Result<Listing>;
+    async fn list_page(&self, scope: &Scope, prefix: &str, page: &Page) -> Result<Listing>;
 
     /// Lists every live slot whose key starts with `prefix`, following the
     /// pages (usage as of the last page).
-    async fn list(&self, trace_id: &TraceId, prefix: &str) -> Result<Listing> {
+    async fn list(&self, scope: &Scope, prefix: &str) -> Result<Listing> {
         let mut page = Page::default();
         let mut all = Listing::default();
         loop {
-            let listing = self.list_page(trace_id, prefix, &page).await?;
+            let listing = self.list_page(scope, prefix, &page).await?;
             all.slots.extend(listing.slots);
             all.used_bytes = listing.used_bytes;
             all.used_keys = listing.used_keys;
@@ -464,19 +498,14 @@ pub trait ContextStore: Send + Sync + 'static {
 
     /// Deletes a live slot (only at `expected_version` when set); returns the
     /// delete's revision.
-    async fn delete(
-        &self,
-        trace_id: &TraceId,
-        key: &Key,
-        expected_version: Option<u64>,
-    ) -> Result<u64>;
+    async fn delete(&self, scope: &Scope, key: &Key, expected_version: Option<u64>) -> Result<u64>;
 
     /// Deletes every slot of a trace; returns how many live slots it removed.
-    async fn clear(&self, trace_id: &TraceId) -> Result<u64>;
+    async fn clear(&self, scope: &Scope) -> Result<u64>;
 
     /// Streams changes to the trace's slots under `prefix`, starting before
     /// this method returns (a change made after it returns is delivered).
-    async fn watch(&self, trace_id: &TraceId, prefix: &str) -> Result<ChangeStream>;
+    async fn watch(&self, scope: &Scope, prefix: &str) -> Result<ChangeStream>;
 
     /// Checks the backend answers; used for readiness.
     async fn ping(&self) -> Result<()>;

@@ -2,9 +2,16 @@
 //!
 //! Every mutation is one Lua script (`lua/*.lua`, each prefixed with
 //! `lua/prelude.lua`), so a put's version check, quota check, write, index
-//! update and change notification happen atomically. All keys of a trace
-//! carry the hash tag `{trace_id}`, so a script touches one Cluster slot and
-//! works unchanged on Redis Cluster. Reads of one slot are a single `HMGET`.
+//! update and change notification happen atomically. All keys of a tenant's
+//! trace carry one hash tag, so a script touches one Cluster slot and works
+//! unchanged on Redis Cluster. Reads of one slot are a single `HMGET`.
+//!
+//! Key layout (`p` is `redis.key_prefix`): `p:{<trace>}:…` for the tenant
+//! `""` (authentication off; the layout of releases before tenants, so such
+//! deployments keep their slots) and `p:{<tenant>/<trace>}:…` for a named
+//! tenant. Tenant names are `[a-z0-9_-]` and trace ids hex, so no key of one
+//! tenant can be a key of another. The Watch channel is `…:watch` under the
+//! same base.
 //!
 //! Watch is fed by Redis pub/sub: scripts `PUBLISH` each change on the trace's
 //! channel inside the same atomic step. One RESP3 connection per store
@@ -23,7 +30,6 @@ use std::{
     time::Duration,
 };
 
-use baton_common::ids::TraceId;
 use bytes::Bytes;
 use futures::StreamExt;
 use redis::{
@@ -36,7 +42,7 @@ use tokio_stream::wrappers::{BroadcastStream, errors::BroadcastStreamRecvError};
 
 use super::redis_conn::{Connection, connection_config};
 use super::{
-    Change, ChangeKind, ChangeStream, ContextStore, Key, Limits, Listing, Page, Put, Slot,
+    Change, ChangeKind, ChangeStream, ContextStore, Key, Limits, Listing, Page, Put, Scope, Slot,
     SlotMeta, Written,
 };
 use crate::error::{Error, Result};
@@ -183,8 +189,12 @@ struct TraceKeys {
 }
 
 impl TraceKeys {
-    fn new(prefix: &str, trace_id: &TraceId) -> Self {
-        let base = format!("{prefix}:{{{trace_id}}}:");
+    fn new(prefix: &str, scope: &Scope) -> Self {
+        let base = if scope.tenant.as_str().is_empty() {
+            format!("{prefix}:{{{}}}:", scope.trace_id)
+        } else {
+            format!("{prefix}:{{{}/{}}}:", scope.tenant, scope.trace_id)
+        };
         Self {
             meta: format!("{base}meta"),
             exp: format!("{base}exp"),
@@ -298,7 +308,7 @@ impl ContextStore for RedisStore {
 
     async fn put(&self, put: Put) -> Result<Written> {
         let ttl = self.limits.check_put(&put)?;
-        let keys = TraceKeys::new(&self.prefix, &put.trace_id);
+        let keys = TraceKeys::new(&self.prefix, &put.scope);
         let mut conn = self.conn.get().await?;
         let reply: Vec<Value> = self
             .scripts
@@ -339,13 +349,13 @@ impl ContextStore for RedisStore {
                 })
             }
             2 => Err(Error::TraceBytesQuota {
-                trace_id: put.trace_id.to_string(),
+                trace_id: put.scope.trace_id.to_string(),
                 size: put.value.len() as u64,
                 would_be: field(&reply, 1)? as u64,
                 limit: self.limits.max_trace_bytes,
             }),
             3 => Err(Error::TraceKeysQuota {
-                trace_id: put.trace_id.to_string(),
+                trace_id: put.scope.trace_id.to_string(),
                 used: field(&reply, 1)? as u64,
                 limit: self.limits.max_trace_keys,
             }),
@@ -355,8 +365,8 @@ impl ContextStore for RedisStore {
         }
     }
 
-    async fn get(&self, trace_id: &TraceId, key: &Key) -> Result<Slot> {
-        let keys = TraceKeys::new(&self.prefix, trace_id);
+    async fn get(&self, scope: &Scope, key: &Key) -> Result<Slot> {
+        let keys = TraceKeys::new(&self.prefix, scope);
         let mut conn = self.conn.get().await?;
         let (value, content_type, version, expires_at_ms): (
             Option<Bytes>,
@@ -380,14 +390,14 @@ impl ContextStore for RedisStore {
                 value,
             }),
             _ => Err(Error::NotFound {
-                trace_id: trace_id.to_string(),
+                trace_id: scope.trace_id.to_string(),
                 key: key.as_str().to_owned(),
             }),
         }
     }
 
-    async fn list_page(&self, trace_id: &TraceId, prefix: &str, page: &Page) -> Result<Listing> {
-        let keys = TraceKeys::new(&self.prefix, trace_id);
+    async fn list_page(&self, scope: &Scope, prefix: &str, page: &Page) -> Result<Listing> {
+        let keys = TraceKeys::new(&self.prefix, scope);
         let mut conn = self.conn.get().await?;
         let reply: Vec<Value> = self
             .scripts
@@ -427,13 +437,8 @@ impl ContextStore for RedisStore {
         Ok(listing)
     }
 
-    async fn delete(
-        &self,
-        trace_id: &TraceId,
-        key: &Key,
-        expected_version: Option<u64>,
-    ) -> Result<u64> {
-        let keys = TraceKeys::new(&self.prefix, trace_id);
+    async fn delete(&self, scope: &Scope, key: &Key, expected_version: Option<u64>) -> Result<u64> {
+        let keys = TraceKeys::new(&self.prefix, scope);
         let mut conn = self.conn.get().await?;
         let reply: Vec<Value> = self
             .scripts
@@ -458,7 +463,7 @@ impl ContextStore for RedisStore {
                 current: Some(field(&reply, 1)? as u64),
             }),
             4 => Err(Error::NotFound {
-                trace_id: trace_id.to_string(),
+                trace_id: scope.trace_id.to_string(),
                 key: key.as_str().to_owned(),
             }),
             other => Err(Error::Internal(format!(
@@ -467,8 +472,8 @@ impl ContextStore for RedisStore {
         }
     }
 
-    async fn clear(&self, trace_id: &TraceId) -> Result<u64> {
-        let keys = TraceKeys::new(&self.prefix, trace_id);
+    async fn clear(&self, scope: &Scope) -> Result<u64> {
+        let keys = TraceKeys::new(&self.prefix, scope);
         let mut conn = self.conn.get().await?;
         let reply: Vec<Value> = self
             .scripts
@@ -490,8 +495,8 @@ impl ContextStore for RedisStore {
         }
     }
 
-    async fn watch(&self, trace_id: &TraceId, prefix: &str) -> Result<ChangeStream> {
-        let channel = TraceKeys::new(&self.prefix, trace_id).channel;
+    async fn watch(&self, scope: &Scope, prefix: &str) -> Result<ChangeStream> {
+        let channel = TraceKeys::new(&self.prefix, scope).channel;
         self.hub.watch(channel, prefix.to_owned()).await
     }
 

@@ -309,7 +309,7 @@ pub(super) async fn run_tool(
     };
     let ctx = ToolCtx {
         store: &rt.services.store,
-        trace_id: &rt.trace_id,
+        scope: &rt.scope,
         run_id: &rt.record.run_id,
         context_id: &view.ctx.id,
         depth: view.ctx.depth,

@@ -120,7 +120,7 @@ pub(super) async fn clear(rt: &Arc<Run>, keys: &BTreeSet<String>) {
         .iter()
         .filter_map(|k| Key::parse("key", k, max_key).ok())
         .map(|key| async move {
-            let _ = rt.services.store.delete(&rt.trace_id, &key, None).await;
+            let _ = rt.services.store.delete(&rt.scope, &key, None).await;
         });
     futures::future::join_all(deletes).await;
 }
@@ -164,7 +164,7 @@ fn output_put(rt: &Run, key: &str, output: &str) -> Put {
     let key = Key::parse("output_to", key, usize::MAX).unwrap_or_else(|_| {
         unreachable!("output_to {key:?} was validated before the pipeline started")
     });
-    let mut put = Put::new(rt.trace_id.clone(), key, output.as_bytes().to_vec());
+    let mut put = Put::new(rt.scope.clone(), key, output.as_bytes().to_vec());
     put.content_type = "text/plain; charset=utf-8".into();
     put
 }
@@ -213,7 +213,7 @@ pub(super) async fn execute(
         }
         let key = Key::parse("key", &k, rt.services.store.limits().max_key_len)
             .map_err(|e| Failure::new(Code::InvalidArgument, e.to_string()))?;
-        let mut put = Put::new(rt.trace_id.clone(), key, v.into_bytes());
+        let mut put = Put::new(rt.scope.clone(), key, v.into_bytes());
         put.content_type = "text/plain; charset=utf-8".into();
         let size = put.value.len() as u64;
         let w = rt

@@ -148,7 +148,7 @@ async fn attempt_once(
         let slot = rt
             .services
             .store
-            .get(&rt.trace_id, &key)
+            .get(&rt.scope, &key)
             .await
             .map_err(|e| Failure::new(e.code(), format!("cannot read slot {k}: {e}")))?;
         Ok::<_, Failure>((k, String::from_utf8_lossy(&slot.value).into_owned()))

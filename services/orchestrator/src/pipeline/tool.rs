@@ -71,7 +71,7 @@ async fn tool_run(
     let existing = rt
         .services
         .store
-        .list(&rt.trace_id, "")
+        .list(&rt.scope, "")
         .await
         .map_err(|e| format!("cannot list the trace's slots: {e}"))?;
     let seeded: BTreeSet<String> = existing

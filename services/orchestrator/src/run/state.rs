@@ -10,7 +10,8 @@ use std::{
     time::Duration,
 };
 
-use baton_common::ids::TraceId;
+use baton_common::{auth::Tenant, ids::TraceId};
+use baton_context_store::store::Scope;
 use baton_proto::v1::{self as pb, run_event::Payload};
 use opentelemetry::Context;
 use opentelemetry_sdk::trace::SdkTracer;
@@ -61,6 +62,8 @@ pub struct Run {
     pub record: Arc<RunRecord>,
     /// The run's trace.
     pub trace_id: TraceId,
+    /// The namespace of the run's slots: its tenant's trace.
+    pub scope: Scope,
     /// Limits.
     pub limits: Limits,
     /// How approvals are answered.
@@ -204,6 +207,7 @@ impl Run {
             journaling: services.durable.is_some(),
             services,
             trace_id: record.trace_id.clone(),
+            scope: Scope::new(Tenant(record.tenant.clone()), record.trace_id.clone()),
             record,
             limits: options.limits,
             approval_mode: options.approval_mode,

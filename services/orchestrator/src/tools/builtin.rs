@@ -48,7 +48,7 @@ impl Tool for ReadContext {
             Ok(k) => k,
             Err(e) => return ToolOutcome::Err(e),
         };
-        match ctx.store.get(ctx.trace_id, &key).await {
+        match ctx.store.get(ctx.scope, &key).await {
             Ok(slot) => ToolOutcome::Ok(String::from_utf8_lossy(&slot.value).into_owned()),
             Err(e) => ToolOutcome::Err(e.to_string()),
         }
@@ -82,7 +82,7 @@ impl Tool for WriteContext {
             Some(v) => (v.to_string().into_bytes(), "application/json"),
             None => return ToolOutcome::Err("argument \"value\" is required".into()),
         };
-        let mut put = Put::new(ctx.trace_id.clone(), key.clone(), value);
+        let mut put = Put::new(ctx.scope.clone(), key.clone(), value);
         put.content_type = content_type.into();
         put.ttl = args
             .get("ttl_seconds")
@@ -142,7 +142,7 @@ impl Tool for ListContext {
                 }
             },
         };
-        let trace = ctx.trace_id;
+        let trace = &ctx.scope.trace_id;
         let after = match args.get("page_token").and_then(Value::as_str) {
             None | Some("") => None,
             Some(token) => match PageToken::decode("page_token", token, trace, prefix) {
@@ -151,7 +151,7 @@ impl Tool for ListContext {
             },
         };
         let page = Page { after, size };
-        match ctx.store.list_page(trace, prefix, &page).await {
+        match ctx.store.list_page(ctx.scope, prefix, &page).await {
             Ok(l) => {
                 let next_page_token = l
                     .next_after

@@ -22,8 +22,7 @@ use std::{
 use baton_proto::v1::{self as pb, run_event::Payload};
 use serde_json::Value;
 
-use baton_common::ids::TraceId;
-use baton_context_store::store::ContextStore;
+use baton_context_store::store::{ContextStore, Scope};
 
 /// How a tool call ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,8 +64,9 @@ pub trait ToolEvents: Send + Sync {
 pub struct ToolCtx<'a> {
     /// The context store.
     pub store: &'a Arc<dyn ContextStore>,
-    /// The run's trace (the tool's slots are this trace's).
-    pub trace_id: &'a TraceId,
+    /// The run's tenant and trace: the tool's slots are this trace's, in
+    /// that tenant's namespace.
+    pub scope: &'a Scope,
     /// The run's id.
     pub run_id: &'a str,
     /// The calling agent's context id.

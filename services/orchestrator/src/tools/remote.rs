@@ -154,7 +154,7 @@ impl Tool for RemoteTool {
             call_id: ctx.call_id.to_owned(),
             arguments_json: args.to_string(),
             context: Some(pb::ToolCallContext {
-                trace_id: ctx.trace_id.to_string(),
+                trace_id: ctx.scope.trace_id.to_string(),
                 run_id: ctx.run_id.to_owned(),
                 context_id: ctx.context_id.to_owned(),
                 depth: ctx.depth,
