@@ -13,6 +13,7 @@
 //!   v1alpha), gRPC-web, TCP_NODELAY, graceful shutdown.
 //! - [`auth`]: tenants, API keys files and service tokens (reloaded files).
 //! - [`ids`]: validated identifiers shared by the services (trace ids).
+//! - [`tls`]: TLS for the gRPC servers, certificate files reloaded on change.
 //! - [`runtime`]: the Tokio runtime a service runs on, sized by its config.
 
 pub mod audit;
@@ -26,3 +27,4 @@ pub mod server;
 pub mod service;
 pub mod shutdown;
 pub mod telemetry;
+pub mod tls;

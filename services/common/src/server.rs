@@ -139,6 +139,15 @@ impl ServerOptions {
     }
 }
 
+/// Where a server listens: a bound listener, and the TLS it speaks there
+/// (`None`: plaintext).
+pub struct Port {
+    /// The bound listener.
+    pub listener: TcpListener,
+    /// TLS, when configured (see [`crate::tls`]).
+    pub tls: Option<Arc<crate::tls::ServerTls>>,
+}
+
 /// The services a port answers besides its own.
 const INFRASTRUCTURE: [&str; 3] = [
     "grpc.health.v1.Health",
@@ -153,8 +162,10 @@ const INFRASTRUCTURE: [&str; 3] = [
 ///
 /// Services end their own long-lived streams when shutdown starts, so a drain
 /// normally finishes well within the grace period.
+///
+/// With `port.tls`, the port speaks TLS only (see [`crate::tls`]).
 pub async fn serve(
-    listener: TcpListener,
+    port: Port,
     routes: Routes,
     service_name: &'static str,
     options: &ServerOptions,
@@ -181,7 +192,7 @@ pub async fn serve(
         ServerOptions::default().cors().unwrap_or_default()
     });
     let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = Server::builder()
+    let router = Server::builder()
         .accept_http1(true)
         .max_concurrent_streams(options.max_concurrent_streams)
         .http2_keepalive_interval(Some(options.keepalive_interval))
@@ -189,14 +200,23 @@ pub async fn serve(
         .layer(cors)
         .layer(tonic_web::GrpcWebLayer::new())
         .layer(StatusLayer::new(service_name))
-        .add_routes(routes)
-        .serve_with_incoming_shutdown(
+        .add_routes(routes);
+    let signal = async move {
+        shutdown.await;
+        let _ = drain_tx.send(());
+    };
+    let Port { listener, tls } = port;
+    let server: std::pin::Pin<
+        Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>,
+    > = match tls {
+        None => Box::pin(router.serve_with_incoming_shutdown(
             TcpIncoming::from(listener).with_nodelay(Some(true)),
-            async move {
-                shutdown.await;
-                let _ = drain_tx.send(());
-            },
-        );
+            signal,
+        )),
+        Some(tls) => Box::pin(
+            router.serve_with_incoming_shutdown(crate::tls::incoming(listener, tls), signal),
+        ),
+    };
     tokio::pin!(server);
     tokio::select! {
         result = &mut server => return result.map_err(Into::into),
@@ -242,7 +262,7 @@ pub const LIVENESS: &str = "liveness";
 /// so that a dependency outage (which only makes the service unready) never
 /// gets the process restarted.
 pub async fn serve_with_health<R, Fut>(
-    listener: TcpListener,
+    port: Port,
     routes: Routes,
     options: &ServerOptions,
     readiness: Readiness<R>,
@@ -312,7 +332,7 @@ where
         }
     };
     let served = serve(
-        listener,
+        port,
         routes.add_service(health_service),
         service_name,
         options,

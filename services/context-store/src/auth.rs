@@ -5,8 +5,10 @@
 //! slots it reaches ([`crate::store::Scope`]):
 //!
 //! - **the service credential** (`auth.service_token_file`, presented as
-//!   `authorization: Bearer <token>`): the orchestrator, which states the
-//!   tenant of each call in `baton-tenant` (absent: the tenant `""`);
+//!   `authorization: Bearer <token>`; or, with `tls.client_ca_file`, a
+//!   client certificate that CA signed, on a call with no bearer
+//!   credential): the orchestrator, which states the tenant of each call in
+//!   `baton-tenant` (absent: the tenant `""`);
 //! - **a client API key** (`auth.api_keys_file`, the orchestrator's format):
 //!   the key fixes the tenant and `baton-tenant` is ignored, so a key of one
 //!   tenant reaches another tenant's slots no more than a key that names a
@@ -16,8 +18,8 @@
 //! `auth.mode = "none"` turns the checks off — for `baton up` and tests on
 //! one trusted machine; the store then logs a warning at start and a call's
 //! tenant is whatever its `baton-tenant` states. It must be set explicitly:
-//! a store with `auth.mode = "keys"` (the default) and neither file refuses
-//! to start, naming the settings.
+//! a store with `auth.mode = "keys"` (the default) and neither file nor a
+//! client CA refuses to start, naming the settings.
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
@@ -64,15 +66,17 @@ impl Default for AuthConfig {
 }
 
 impl AuthConfig {
-    /// Checks the section.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks the section; `client_ca` tells whether the server verifies
+    /// client certificates (a service credential of its own).
+    pub fn validate(&self, client_ca: bool) -> Result<(), String> {
         if self.reload.is_zero() {
             return Err("auth.reload must be positive".into());
         }
         let none = self.api_keys_file.as_os_str().is_empty()
-            && self.service_token_file.as_os_str().is_empty();
+            && self.service_token_file.as_os_str().is_empty()
+            && !client_ca;
         if self.mode == AuthMode::Keys && none {
-            return Err("auth: the store authenticates every call, but no credential is configured: set auth.service_token_file (the orchestrator's token) and/or auth.api_keys_file (clients' keys), or auth.mode = \"none\" on one trusted machine".into());
+            return Err("auth: the store authenticates every call, but no credential is configured: set auth.service_token_file (the orchestrator's token), auth.api_keys_file (clients' keys) or tls.client_ca_file (mTLS), or auth.mode = \"none\" on one trusted machine".into());
         }
         Ok(())
     }
@@ -84,6 +88,8 @@ pub struct Credentials {
     mode: AuthMode,
     keys: Option<Arc<ApiKeys>>,
     token: Option<Arc<ServiceToken>>,
+    /// Whether a verified client certificate is the service credential.
+    client_certs: bool,
 }
 
 impl Credentials {
@@ -93,6 +99,7 @@ impl Credentials {
             mode: AuthMode::None,
             keys: None,
             token: None,
+            client_certs: false,
         }
     }
 
@@ -100,6 +107,7 @@ impl Credentials {
     /// and re-reads them every `config.reload` until `shutdown`.
     pub fn load(
         config: &AuthConfig,
+        client_certs: bool,
         shutdown: &CancellationToken,
         tasks: &TaskTracker,
     ) -> Result<Self, String> {
@@ -130,12 +138,20 @@ impl Credentials {
             mode: config.mode,
             keys,
             token,
+            client_certs,
         })
     }
 
     /// The tenant of `request`, or why it is refused.
     pub fn authenticate<T>(&self, request: &Request<T>) -> Result<Tenant, Status> {
         if self.mode == AuthMode::None {
+            return stated_tenant(request);
+        }
+        if self.client_certs
+            && request.metadata().get("authorization").is_none()
+            && request.peer_certs().is_some_and(|c| !c.is_empty())
+        {
+            // The handshake verified it against tls.client_ca_file.
             return stated_tenant(request);
         }
         let presented = bearer(request)?;

@@ -82,6 +82,8 @@ pub struct Config {
     pub watches: WatchLimits,
     /// Who may call, as which tenant.
     pub auth: AuthConfig,
+    /// TLS of the gRPC port (off unless `cert_file` and `key_file` are set).
+    pub tls: baton_common::tls::TlsConfig,
     /// Runtime worker threads: 1 (the default) runs everything on one
     /// thread, 0 means one per core. A store call is one Redis round trip, so
     /// one thread per replica serves most; on 2 cores it measured 40% more
@@ -106,6 +108,7 @@ impl Default for Config {
             server: ServerOptions::default(),
             watches: WatchLimits::default(),
             auth: AuthConfig::default(),
+            tls: Default::default(),
             worker_threads: 1,
             log: LogConfig::default(),
             telemetry: TelemetryConfig {
@@ -143,7 +146,9 @@ impl Config {
         self.telemetry.validate()?;
         self.server.validate()?;
         self.watches.validate()?;
-        self.auth.validate()?;
+        self.tls.validate()?;
+        self.auth
+            .validate(!self.tls.client_ca_file.as_os_str().is_empty())?;
         if self.backend == Backend::Redis {
             self.redis.validate()?;
         }

@@ -88,8 +88,10 @@ pub async fn serve(
         shutdown.clone(),
     )
     .await?;
-    let credentials =
-        auth::Credentials::load(&config.auth, &shutdown, &tasks).map_err(|e| anyhow::anyhow!(e))?;
+    let tls = baton_common::tls::ServerTls::load(&config.tls).map_err(|e| anyhow::anyhow!(e))?;
+    let client_certs = tls.as_ref().is_some_and(|t| t.verifies_clients());
+    let credentials = auth::Credentials::load(&config.auth, client_certs, &shutdown, &tasks)
+        .map_err(|e| anyhow::anyhow!(e))?;
     let routes = Routes::new(service.into_server(credentials));
     tracing::info!(%addr, backend = ?config.backend, "context store listening");
     let ready = move || {
@@ -102,7 +104,7 @@ pub async fn serve(
         every: config.health_interval,
     };
     let served = baton_common::server::serve_with_health(
-        listener,
+        baton_common::server::Port { listener, tls },
         routes,
         &config.server,
         readiness,

@@ -49,6 +49,37 @@ pub struct StoreConfig {
     /// `auth.service_token_file`); re-read within 30 s of a change. Empty:
     /// none (a store with `auth.mode = "none"`).
     pub token_file: std::path::PathBuf,
+    /// TLS towards a remote store (`https://` endpoints always speak it).
+    pub tls: StoreTls,
+}
+
+/// How the orchestrator speaks TLS to the context store.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreTls {
+    /// TLS for a `dns:///` endpoint too.
+    pub enabled: bool,
+    /// The CA (PEM) the store's certificate is checked against; empty: the
+    /// system's roots.
+    pub ca_file: std::path::PathBuf,
+    /// A client certificate (PEM) to present: the service credential of a
+    /// store with `tls.client_ca_file`.
+    pub cert_file: std::path::PathBuf,
+    /// Its key (PEM).
+    pub key_file: std::path::PathBuf,
+}
+
+impl StoreTls {
+    /// The client's TLS settings.
+    pub fn client(&self) -> baton_client::ClientTls {
+        let path = |p: &std::path::PathBuf| (!p.as_os_str().is_empty()).then(|| p.clone());
+        baton_client::ClientTls {
+            enabled: self.enabled,
+            ca_file: path(&self.ca_file),
+            cert_file: path(&self.cert_file),
+            key_file: path(&self.key_file),
+        }
+    }
 }
 
 impl Default for StoreConfig {
@@ -59,6 +90,7 @@ impl Default for StoreConfig {
             timeout: Duration::from_secs(5),
             limits: StoreLimits::default(),
             token_file: std::path::PathBuf::new(),
+            tls: StoreTls::default(),
         }
     }
 }
@@ -232,6 +264,8 @@ pub struct Config {
     pub peers: PeersConfig,
     /// Client authentication (see [`crate::auth`]).
     pub auth: AuthConfig,
+    /// TLS of the gRPC port (off unless `cert_file` and `key_file` are set).
+    pub tls: baton_common::tls::TlsConfig,
     /// Connection limits of the gRPC server (concurrent streams, HTTP/2
     /// keepalive).
     pub server: ServerOptions,
@@ -253,6 +287,7 @@ impl Default for Config {
             },
             peers: PeersConfig::default(),
             auth: AuthConfig::default(),
+            tls: Default::default(),
             server: ServerOptions::default(),
         }
     }
@@ -288,6 +323,7 @@ impl Config {
         self.telemetry.validate()?;
         self.peers.validate()?;
         self.auth.validate()?;
+        self.tls.validate()?;
         self.server.validate()?;
         if self.store.timeout.is_zero() {
             return Err("store.timeout must be positive".into());

@@ -80,8 +80,9 @@ pub fn build_store(config: &Config, tracing: &Tracing) -> anyhow::Result<Arc<dyn
     Ok(match config.store.mode {
         StoreMode::Memory => Arc::new(MemoryStore::new(config.store.limits.clone())),
         StoreMode::Remote => {
-            let mut store = remote_store::RemoteStore::new(
+            let mut store = remote_store::RemoteStore::with_tls(
                 &config.store.endpoint,
+                &config.store.tls.client(),
                 config.store.limits.clone(),
                 config.store.timeout,
             )?
@@ -253,8 +254,9 @@ pub async fn serve_service(
         check: ready,
         every: Duration::from_secs(1),
     };
+    let tls = baton_common::tls::ServerTls::load(&config.tls).map_err(|e| anyhow::anyhow!(e))?;
     let served = baton_common::server::serve_with_health(
-        listener,
+        baton_common::server::Port { listener, tls },
         routes,
         &config.server,
         readiness,

@@ -55,7 +55,23 @@ impl RemoteStore {
     /// lazily and re-made by itself, so the orchestrator starts while the
     /// store is away. Every call must finish within `timeout`.
     pub fn new(endpoint: &str, limits: Limits, timeout: Duration) -> anyhow::Result<Self> {
-        let channel = baton_client::lazy_channel(endpoint)?;
+        Self::with_tls(
+            endpoint,
+            &baton_client::ClientTls::default(),
+            limits,
+            timeout,
+        )
+    }
+
+    /// [`RemoteStore::new`] with TLS settings (`https://` endpoints always
+    /// speak TLS).
+    pub fn with_tls(
+        endpoint: &str,
+        tls: &baton_client::ClientTls,
+        limits: Limits,
+        timeout: Duration,
+    ) -> anyhow::Result<Self> {
+        let channel = baton_client::balance::lazy_channel_tls(endpoint, tls)?;
         let client = StoreClient::new(channel.clone());
         Ok(Self {
             client,

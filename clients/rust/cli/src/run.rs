@@ -49,8 +49,9 @@ pub struct RunArgs {
 /// orchestrator commands).
 #[derive(Args)]
 pub struct Target {
-    /// The orchestrator's address (`http://host:port`, or `dns:///host:port`
-    /// to balance over every address of the name).
+    /// The orchestrator's address (`http://host:port`, `https://host:port`
+    /// for TLS, or `dns:///host:port` to balance over every address of the
+    /// name).
     #[arg(
         long,
         env = "BATON_ENDPOINT",
@@ -62,12 +63,26 @@ pub struct Target {
     /// `authorization: Bearer <key>`).
     #[arg(long, env = "BATON_API_KEY", hide_env_values = true, global = true)]
     pub(crate) api_key: Option<String>,
+    /// For an `https://` endpoint: the CA (PEM) the server's certificate is
+    /// checked against, instead of the system's roots.
+    #[arg(long, env = "BATON_CA_FILE", global = true)]
+    pub(crate) ca_file: Option<std::path::PathBuf>,
+}
+
+/// The TLS settings of `--ca-file`.
+pub(crate) fn client_tls(ca_file: &Option<std::path::PathBuf>) -> baton_client::ClientTls {
+    baton_client::ClientTls {
+        ca_file: ca_file.clone(),
+        ..Default::default()
+    }
 }
 
 impl Target {
     /// A client of the orchestrator, with the API key if any.
     pub(crate) async fn connect(&self) -> anyhow::Result<OrchestratorClient> {
-        let client = OrchestratorClient::connect(self.endpoint.clone()).await?;
+        let client =
+            OrchestratorClient::connect_with(self.endpoint.clone(), &client_tls(&self.ca_file))
+                .await?;
         Ok(match &self.api_key {
             Some(key) => client.with_api_key(key)?,
             None => client,

@@ -24,6 +24,10 @@ pub struct StoreArgs {
     /// `authorization: Bearer <key>`); the slots reached are its tenant's.
     #[arg(long, env = "BATON_API_KEY", hide_env_values = true, global = true)]
     api_key: Option<String>,
+    /// For an `https://` endpoint: the CA (PEM) the server's certificate is
+    /// checked against, instead of the system's roots.
+    #[arg(long, env = "BATON_CA_FILE", global = true)]
+    ca_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: StoreCmd,
 }
@@ -109,7 +113,11 @@ fn slot_json(s: &pb::SlotInfo) -> serde_json::Value {
 
 /// Runs a `baton store` command.
 pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
-    let client = StoreClient::connect(args.endpoint.clone()).await?;
+    let client = StoreClient::connect_with(
+        args.endpoint.clone(),
+        &crate::run::client_tls(&args.ca_file),
+    )
+    .await?;
     let client = match &args.api_key {
         Some(key) => client.with_api_key(key)?,
         None => client,

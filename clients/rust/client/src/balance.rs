@@ -16,7 +16,7 @@ use std::{collections::HashSet, future::Future, net::SocketAddr, pin::Pin, time:
 
 use tonic::transport::{Channel, Endpoint, channel::Change};
 
-use crate::Error;
+use crate::{ClientTls, Error};
 
 /// How often a `dns:///` target is resolved again.
 pub const DNS_REFRESH: Duration = Duration::from_secs(5);
@@ -38,7 +38,17 @@ pub type Resolve = dyn Fn(String, u16) -> Pin<Box<dyn Future<Output = std::io::R
 /// `dns:///host:port` balances over every address of `host` (see the module
 /// docs). Needs a Tokio runtime for `dns:///` targets.
 pub fn lazy_channel(target: &str) -> Result<Channel, Error> {
-    lazy_channel_with(target, std::sync::Arc::new(system_resolve), DNS_REFRESH)
+    lazy_channel_tls(target, &ClientTls::default())
+}
+
+/// [`lazy_channel`] with TLS settings (see [`crate::tls`]).
+pub fn lazy_channel_tls(target: &str, tls: &ClientTls) -> Result<Channel, Error> {
+    lazy_channel_full(
+        target,
+        tls,
+        std::sync::Arc::new(system_resolve),
+        DNS_REFRESH,
+    )
 }
 
 /// [`lazy_channel`] with a resolver and refresh interval of the caller's
@@ -48,17 +58,45 @@ pub fn lazy_channel_with(
     resolve: std::sync::Arc<Resolve>,
     refresh: Duration,
 ) -> Result<Channel, Error> {
-    let (host, port) = match Target::parse(target).map_err(|message| Error::Connect {
+    lazy_channel_full(target, &ClientTls::default(), resolve, refresh)
+}
+
+fn lazy_channel_full(
+    target: &str,
+    tls: &ClientTls,
+    resolve: std::sync::Arc<Resolve>,
+    refresh: Duration,
+) -> Result<Channel, Error> {
+    let bad = |message: String| Error::Connect {
         endpoint: target.to_owned(),
         message,
-    })? {
+    };
+    let (host, port) = match Target::parse(target).map_err(bad)? {
         Target::One(endpoint) => {
+            let mut endpoint = *endpoint;
+            if tls.applies_to(target) {
+                let domain = endpoint.uri().host().unwrap_or_default().to_owned();
+                endpoint = endpoint
+                    .tls_config(tls.config(target, &domain)?)
+                    .map_err(|e| bad(e.to_string()))?;
+            }
             return Ok(endpoint
                 .tcp_nodelay(true)
                 .connect_timeout(CONNECT_TIMEOUT)
                 .connect_lazy());
         }
         Target::Dns { host, port } => (host, port),
+    };
+    // Every address is checked against the name, not the address.
+    let tls_config = if tls.applies_to(target) {
+        let config = tls.config(target, &host)?;
+        // Checked once here, so every address below takes it.
+        Endpoint::from_static("https://127.0.0.1:1")
+            .tls_config(config.clone())
+            .map_err(|e| bad(e.to_string()))?;
+        Some(config)
+    } else {
+        None
     };
     let (channel, changes) = Channel::balance_channel::<SocketAddr>(64);
     tokio::spawn(async move {
@@ -73,10 +111,20 @@ pub fn lazy_channel_with(
                         }
                     }
                     for new in found.difference(&known) {
-                        let endpoint = Endpoint::from_shared(format!("http://{new}"))
+                        let scheme = if tls_config.is_some() {
+                            "https"
+                        } else {
+                            "http"
+                        };
+                        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{new}"))
                             .expect("a socket address makes a valid URI")
                             .tcp_nodelay(true)
                             .connect_timeout(CONNECT_TIMEOUT);
+                        if let Some(c) = &tls_config
+                            && let Ok(e) = endpoint.clone().tls_config(c.clone())
+                        {
+                            endpoint = e;
+                        }
                         if changes.send(Change::Insert(*new, endpoint)).await.is_err() {
                             return;
                         }

@@ -18,27 +18,47 @@ pub mod balance;
 mod error;
 mod orchestrator;
 mod store;
+pub mod tls;
 
 pub use balance::lazy_channel;
 pub use baton_proto::v1 as pb;
 pub use error::Error;
 pub use orchestrator::{Events, OrchestratorClient};
 pub use store::{MetadataHook, PutOptions, StoreClient};
+pub use tls::ClientTls;
 
 /// Opens a channel to `endpoint` (`http://host:port`), connecting now; a
 /// `dns:///host:port` target is balanced over every address of the name and
 /// connects on first use (see [`balance`]).
 pub async fn channel(endpoint: impl Into<String>) -> Result<tonic::transport::Channel, Error> {
+    channel_with(endpoint, &ClientTls::default()).await
+}
+
+/// [`channel`] with TLS settings (an `https://` endpoint always speaks TLS;
+/// see [`tls`]).
+pub async fn channel_with(
+    endpoint: impl Into<String>,
+    tls: &ClientTls,
+) -> Result<tonic::transport::Channel, Error> {
     let endpoint = endpoint.into();
     if endpoint.starts_with(balance::DNS_SCHEME) {
-        return lazy_channel(&endpoint);
+        return balance::lazy_channel_tls(&endpoint, tls);
     }
-    tonic::transport::Endpoint::from_shared(endpoint.clone())
-        .map_err(|e| Error::Connect {
+    let mut e =
+        tonic::transport::Endpoint::from_shared(endpoint.clone()).map_err(|e| Error::Connect {
             endpoint: endpoint.clone(),
             message: e.to_string(),
-        })?
-        .tcp_nodelay(true)
+        })?;
+    if tls.applies_to(&endpoint) {
+        let domain = e.uri().host().unwrap_or_default().to_owned();
+        e = e
+            .tls_config(tls.config(&endpoint, &domain)?)
+            .map_err(|err| Error::Connect {
+                endpoint: endpoint.clone(),
+                message: err.to_string(),
+            })?;
+    }
+    e.tcp_nodelay(true)
         .connect()
         .await
         .map_err(|e| Error::Connect {

@@ -142,6 +142,15 @@ impl OrchestratorClient {
         Ok(Self::new(crate::channel(endpoint).await?))
     }
 
+    /// Connects to `endpoint` with TLS settings (`https://` endpoints always
+    /// speak TLS; see [`crate::tls`]).
+    pub async fn connect_with(
+        endpoint: impl Into<String>,
+        tls: &crate::ClientTls,
+    ) -> Result<Self, Error> {
+        Ok(Self::new(crate::channel_with(endpoint, tls).await?))
+    }
+
     /// A client over an existing channel.
     pub fn new(channel: Channel) -> Self {
         Self {

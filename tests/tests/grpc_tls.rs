@@ -1,0 +1,189 @@
+//! TLS on both gRPC servers (rustls), with certificates this test makes
+//! (`baton_e2e::pki`): clients reach them over `https://` checking a CA;
+//! plaintext and unknown CAs are refused; the orchestrator reaches a store
+//! that requires client certificates with its own (the service credential,
+//! stating each run's tenant); renewed certificate files are used without a
+//! restart.
+
+use std::{path::Path, time::Duration};
+
+use baton_client::{ClientTls, OrchestratorClient, StoreClient, pb::run_event::Payload};
+use baton_common::tls::TlsConfig;
+use baton_context_store::{auth::AuthMode, config::Backend};
+use baton_e2e::{OrchestratorServer, StoreServer, agent_request, eventually, pki::TestPki};
+use futures::StreamExt;
+
+fn server_tls(pki: &TestPki, client_ca: bool) -> TlsConfig {
+    TlsConfig {
+        cert_file: pki.server_cert.clone(),
+        key_file: pki.server_key.clone(),
+        client_ca_file: if client_ca {
+            pki.ca.clone()
+        } else {
+            Default::default()
+        },
+        reload: Duration::from_millis(100),
+    }
+}
+
+fn trusting(ca: &Path) -> ClientTls {
+    ClientTls {
+        ca_file: Some(ca.to_owned()),
+        ..ClientTls::default()
+    }
+}
+
+const AGENTS: &str = r#"
+scripts:
+  keeper:
+    - calls: [{tool: write_context, args: {key: plan, value: "over TLS"}}]
+    - text: "kept"
+agents:
+  keeper: {model: "scripted:keeper", tools: [write_context]}
+"#;
+
+const TRACE: &str = "8af92f3577b34da6a3ce929d0e0e4736";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_servers_speak_tls_and_the_store_takes_the_orchestrators_certificate() {
+    let pki = TestPki::generate("baton").expect("pki");
+    // The store requires a client certificate of the CA, and has no other
+    // credential: the orchestrator's certificate is its service credential.
+    let mut store_config = StoreServer::config(Backend::Memory, None);
+    store_config.auth.mode = AuthMode::Keys;
+    store_config.tls = server_tls(&pki, true);
+    let store = StoreServer::start(store_config).await.expect("store");
+    let store_https = format!("https://localhost:{}", store.addr.port());
+
+    let (endpoint, ca, cert, key) = (
+        store_https.clone(),
+        pki.ca.clone(),
+        pki.client_cert.clone(),
+        pki.client_key.clone(),
+    );
+    let (tls, keys_dir) = (server_tls(&pki, false), tempfile::tempdir().expect("dir"));
+    let keys = keys_dir.path().join("keys");
+    std::fs::write(&keys, "acme acme-key-0123456789\n").expect("keys");
+    let orchestrator = OrchestratorServer::start(AGENTS, None, move |c| {
+        c.tls = tls;
+        c.auth.api_keys_file = keys;
+        c.store.mode = baton_orchestrator::config::StoreMode::Remote;
+        c.store.endpoint = endpoint;
+        c.store.tls.ca_file = ca;
+        c.store.tls.cert_file = cert;
+        c.store.tls.key_file = key;
+    })
+    .await
+    .expect("orchestrator");
+    let orch_https = format!("https://localhost:{}", orchestrator.addr.port());
+
+    // A client that trusts the CA runs an agent over TLS; the agent's write
+    // reaches the store over mTLS, in the tenant of the run.
+    let client = OrchestratorClient::connect_with(orch_https.clone(), &trusting(&pki.ca))
+        .await
+        .expect("https client")
+        .with_api_key("acme-key-0123456789")
+        .expect("ascii");
+    let traceparent = format!("00-{TRACE}-00f067aa0ba902b7-01");
+    let mut stream = client
+        .run_agent_traced(agent_request("keeper", "go"), Some(&traceparent))
+        .await
+        .expect("run over TLS");
+    let mut write = None;
+    while let Some(e) = stream.next().await {
+        if let Some(Payload::ToolCallCompleted(t)) = e.expect("event").payload {
+            write = Some(t);
+        }
+    }
+    let write = write.expect("the tool ran");
+    assert_eq!(write.error, "", "the write reached the store over mTLS");
+
+    let mut mtls = trusting(&pki.ca);
+    mtls.cert_file = Some(pki.client_cert.clone());
+    mtls.key_file = Some(pki.client_key.clone());
+    let as_acme = StoreClient::connect_with(store_https.clone(), &mtls)
+        .await
+        .expect("store over mTLS")
+        .with_metadata(std::sync::Arc::new(|md| {
+            md.insert("baton-tenant", "acme".parse().expect("ascii"));
+        }));
+    let slot = as_acme.get(TRACE, "plan").await.expect("acme's slot");
+    assert_eq!(slot.value, b"over TLS");
+
+    // Refused: plaintext to a TLS port; a client that does not trust the
+    // CA (the system's roots); the store without a client certificate.
+    let plain = OrchestratorClient::connect(orchestrator.endpoint()).await;
+    let refused = match plain {
+        Err(e) => e.to_string(),
+        Ok(c) => c.list_agents().await.expect_err("plaintext").to_string(),
+    };
+    assert!(!refused.is_empty());
+    let stranger =
+        OrchestratorClient::connect_with(orch_https.clone(), &ClientTls::default()).await;
+    let refused = match stranger {
+        Err(e) => e.to_string(),
+        Ok(c) => c.list_agents().await.expect_err("unknown CA").to_string(),
+    };
+    assert!(
+        refused.to_lowercase().contains("certificate") || refused.contains("transport"),
+        "{refused}"
+    );
+    let no_cert = match StoreClient::connect_with(store_https.clone(), &trusting(&pki.ca)).await {
+        Err(e) => e.to_string(),
+        Ok(c) => c
+            .get(TRACE, "plan")
+            .await
+            .expect_err("no client certificate")
+            .to_string(),
+    };
+    assert!(!no_cert.contains("over TLS"), "{no_cert}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewed_certificate_files_are_used_without_a_restart() {
+    let first = TestPki::generate("first").expect("pki");
+    let second = TestPki::generate("second").expect("pki");
+    // The server's files live in a directory of their own, rewritten in
+    // place as cert-manager and the kubelet would.
+    let dir = tempfile::tempdir().expect("dir");
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::copy(&first.server_cert, &cert).expect("cert");
+    std::fs::copy(&first.server_key, &key).expect("key");
+    let mut config = StoreServer::config(Backend::Memory, None);
+    config.tls = TlsConfig {
+        cert_file: cert.clone(),
+        key_file: key.clone(),
+        client_ca_file: Default::default(),
+        reload: Duration::from_millis(100),
+    };
+    let store = StoreServer::start(config).await.expect("store");
+    let https = format!("https://localhost:{}", store.addr.port());
+    let works = |ca: std::path::PathBuf| {
+        let https = https.clone();
+        async move {
+            match StoreClient::connect_with(https, &trusting(&ca)).await {
+                Ok(c) => c.list(TRACE, "").await.is_ok(),
+                Err(_) => false,
+            }
+        }
+    };
+    assert!(
+        works(first.ca.clone()).await,
+        "the first certificate serves"
+    );
+    assert!(!works(second.ca.clone()).await, "not yet the second");
+
+    // A broken renewal keeps the certificate in force.
+    std::fs::write(&cert, "not a certificate").expect("break");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        works(first.ca.clone()).await,
+        "a broken file changes nothing"
+    );
+
+    std::fs::copy(&second.server_key, &key).expect("renew key");
+    std::fs::copy(&second.server_cert, &cert).expect("renew cert");
+    let ca = second.ca.clone();
+    eventually("the renewed certificate serves", || works(ca.clone())).await;
+    assert!(!works(first.ca.clone()).await, "the old one is gone");
+}
