@@ -157,14 +157,7 @@ impl<T: Send + Sync + 'static> Reloaded<T> {
         path: &Path,
         parse: fn(&str) -> Result<T, String>,
     ) -> Result<Arc<Self>, String> {
-        let (value, stamp) = read(what, path, parse)?;
-        Ok(Arc::new(Self {
-            what,
-            path: path.to_owned(),
-            parse,
-            current: RwLock::new((Arc::new(value), stamp)),
-            refresh: None,
-        }))
+        Self::read_first(what, path, parse, None)
     }
 
     /// Like [`Reloaded::load`], but [`Reloaded::current`] itself re-reads
@@ -176,13 +169,23 @@ impl<T: Send + Sync + 'static> Reloaded<T> {
         parse: fn(&str) -> Result<T, String>,
         every: Duration,
     ) -> Result<Arc<Self>, String> {
+        let refresh = Some((every, std::sync::Mutex::new(std::time::Instant::now())));
+        Self::read_first(what, path, parse, refresh)
+    }
+
+    fn read_first(
+        what: &'static str,
+        path: &Path,
+        parse: fn(&str) -> Result<T, String>,
+        refresh: Option<(Duration, std::sync::Mutex<std::time::Instant>)>,
+    ) -> Result<Arc<Self>, String> {
         let (value, stamp) = read(what, path, parse)?;
         Ok(Arc::new(Self {
             what,
             path: path.to_owned(),
             parse,
             current: RwLock::new((Arc::new(value), stamp)),
-            refresh: Some((every, std::sync::Mutex::new(std::time::Instant::now()))),
+            refresh,
         }))
     }
 

@@ -27,6 +27,15 @@ pub use orchestrator::{Events, OrchestratorClient};
 pub use store::{MetadataHook, PutOptions, StoreClient};
 pub use tls::ClientTls;
 
+/// `authorization: Bearer <key>`, or an error when `key` is not printable
+/// ASCII.
+pub(crate) fn bearer(key: &str) -> Result<tonic::metadata::AsciiMetadataValue, Error> {
+    format!("Bearer {key}").parse().map_err(|_| Error::Connect {
+        endpoint: String::new(),
+        message: "the API key must be printable ASCII".into(),
+    })
+}
+
 /// Opens a channel to `endpoint` (`http://host:port`), connecting now; a
 /// `dns:///host:port` target is balanced over every address of the name and
 /// connects on first use (see [`balance`]).

@@ -162,13 +162,7 @@ impl OrchestratorClient {
     /// Sends `authorization: Bearer <key>` with every call (an orchestrator
     /// with `auth.api_keys_file` refuses calls without a known key).
     pub fn with_api_key(mut self, key: &str) -> Result<Self, Error> {
-        let value = format!("Bearer {key}")
-            .parse()
-            .map_err(|_| Error::Connect {
-                endpoint: String::new(),
-                message: "the API key must be printable ASCII".into(),
-            })?;
-        self.authorization = Some(value);
+        self.authorization = Some(crate::bearer(key)?);
         Ok(self)
     }
 

@@ -69,13 +69,7 @@ impl StoreClient {
     /// of the store's `auth.api_keys_file` (the slots reached are that key's
     /// tenant's), or the orchestrator's service token.
     pub fn with_api_key(mut self, key: &str) -> Result<Self, Error> {
-        let value = format!("Bearer {key}")
-            .parse()
-            .map_err(|_| Error::Connect {
-                endpoint: String::new(),
-                message: "the API key must be printable ASCII".into(),
-            })?;
-        self.authorization = Some(value);
+        self.authorization = Some(crate::bearer(key)?);
         Ok(self)
     }
 
