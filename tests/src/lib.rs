@@ -466,7 +466,8 @@ impl OrchestratorServer {
                     .map(|(_, v)| (*v).to_owned())
             },
         )
-        .map_err(|e| anyhow::anyhow!(e))?;
+        .map_err(|e| anyhow::anyhow!(e))?
+        .with_quotas(config.quotas.clone());
         let service = baton_orchestrator::grpc::OrchestratorService::new(
             services,
             shutdown.clone(),

@@ -12,6 +12,7 @@
 //! - [`server`]: the gRPC server every service runs: health, reflection (v1 and
 //!   v1alpha), gRPC-web, TCP_NODELAY, graceful shutdown.
 //! - [`auth`]: tenants, API keys files and service tokens (reloaded files).
+//! - [`quota`]: per-tenant quotas in a config (a default, per-tenant overrides).
 //! - [`ids`]: validated identifiers shared by the services (trace ids).
 //! - [`tls`]: TLS for the gRPC servers, certificate files reloaded on change.
 //! - [`runtime`]: the Tokio runtime a service runs on, sized by its config.
@@ -22,6 +23,7 @@ pub mod config;
 pub mod ids;
 pub mod metrics;
 pub mod otel;
+pub mod quota;
 pub mod runtime;
 pub mod server;
 pub mod service;

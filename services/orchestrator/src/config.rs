@@ -266,6 +266,9 @@ pub struct Config {
     pub auth: AuthConfig,
     /// TLS of the gRPC port (off unless `cert_file` and `key_file` are set).
     pub tls: baton_common::tls::TlsConfig,
+    /// Per-tenant quotas: `quotas.default` and `quotas.tenants.<name>`
+    /// (see [`crate::quota`]).
+    pub quotas: crate::quota::QuotaConfig,
     /// Connection limits of the gRPC server (concurrent streams, HTTP/2
     /// keepalive).
     pub server: ServerOptions,
@@ -288,6 +291,7 @@ impl Default for Config {
             peers: PeersConfig::default(),
             auth: AuthConfig::default(),
             tls: Default::default(),
+            quotas: Default::default(),
             server: ServerOptions::default(),
         }
     }
@@ -324,6 +328,7 @@ impl Config {
         self.peers.validate()?;
         self.auth.validate()?;
         self.tls.validate()?;
+        self.quotas.validate()?;
         self.server.validate()?;
         if self.store.timeout.is_zero() {
             return Err("store.timeout must be positive".into());

@@ -43,6 +43,7 @@ pub mod metrics;
 pub mod model;
 pub mod peers;
 pub mod pipeline;
+pub mod quota;
 pub mod remote_store;
 pub mod run;
 pub mod services;
@@ -168,7 +169,8 @@ pub async fn serve(
         // config: model-provider keys, by the variable the agents file names.
         &|name| secret_from_env(name, &|k| std::env::var(k).ok()),
     )
-    .map_err(|e| anyhow::anyhow!(e))?;
+    .map_err(|e| anyhow::anyhow!(e))?
+    .with_quotas(config.quotas.clone());
     let service = OrchestratorService::new(services, shutdown.clone(), tasks.clone());
     serve_service(service, store, config, listener, shutdown, tasks).await
 }

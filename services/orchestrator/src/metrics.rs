@@ -10,6 +10,10 @@
 //! | `baton_model_call_duration_seconds` | `model`, `outcome` (ok, error) |
 //! | `baton_tool_call_duration_seconds` | `tool`, `outcome` |
 //! | `baton_model_tokens_total` | `model`, `direction` (input, output) |
+//! | `baton_tenant_runs` | `tenant` (runs not ended on this replica) |
+//! | `baton_tenant_runs_waiting` | `tenant` (of them, waiting for a person) |
+//! | `baton_tenant_model_tokens_total` | `tenant` |
+//! | `baton_quota_refusals_total` | `tenant`, `quota` |
 
 use std::sync::Arc;
 
@@ -39,6 +43,8 @@ pub struct Metrics {
     /// counts as `other`, so no client can grow the label sets.
     known_models: HashSet<String>,
     known_tools: HashSet<String>,
+    /// Per-tenant usage of the quotas (see [`crate::quota`]).
+    pub quota: crate::quota::QuotaMetrics,
 }
 
 /// The label value of a model or tool not in the catalog.
@@ -131,8 +137,30 @@ impl Metrics {
             "Tokens reported by models",
             tokens.clone(),
         );
+        let quota = crate::quota::QuotaMetrics::default();
+        r.register(
+            "baton_tenant_runs",
+            "Runs not ended on this replica, by tenant",
+            quota.runs.clone(),
+        );
+        r.register(
+            "baton_tenant_runs_waiting",
+            "Runs on this replica waiting for a person, by tenant",
+            quota.waiting.clone(),
+        );
+        r.register(
+            "baton_tenant_model_tokens",
+            "Model tokens used by this replica's runs, by tenant",
+            quota.tokens.clone(),
+        );
+        r.register(
+            "baton_quota_refusals",
+            "Runs and model turns refused by a quota, by tenant and quota",
+            quota.refusals.clone(),
+        );
         Self {
             registry: Arc::new(r),
+            quota,
             runs_started,
             runs_finished,
             runs_active,

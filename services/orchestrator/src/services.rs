@@ -17,6 +17,7 @@ use crate::{
     metrics::Metrics,
     model::{Models, ToolDef},
     pipeline::PipelineLimits,
+    quota::{QuotaConfig, RunQuotas},
     run::durable::RedisRuns,
     tools::Toolbox,
 };
@@ -44,6 +45,8 @@ pub struct Services {
     pub pipeline_limits: PipelineLimits,
     /// The run store in Redis when `runs.store = "redis"`.
     pub durable: Option<Arc<RedisRuns>>,
+    /// The tenants' quotas and their usage.
+    pub quotas: Arc<RunQuotas>,
     /// What each agent's model is told about its tools, by agent (and
     /// group), with the toolbox generation it was built at.
     tool_defs: Mutex<HashMap<String, ToolDefs>>,
@@ -59,10 +62,25 @@ impl Services {
         tracing: Tracing,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, String> {
+        let metrics = Arc::new(Metrics::with_catalog(&catalog));
+        let durable = match defaults.store {
+            RunStoreMode::Memory => None,
+            RunStoreMode::Redis => Some(Arc::new(RedisRuns::new(
+                &defaults.redis,
+                defaults.retention,
+                &defaults.replica_name(),
+                defaults.lease,
+            )?)),
+        };
         Ok(Self {
             models: Arc::new(Models::new(catalog.clone(), env)?),
             tools: Arc::new(Toolbox::new(&catalog)?),
-            metrics: Arc::new(Metrics::with_catalog(&catalog)),
+            quotas: Arc::new(RunQuotas::new(
+                QuotaConfig::default(),
+                durable.clone(),
+                metrics.quota.clone(),
+            )),
+            metrics,
             pipeline_limits: PipelineLimits {
                 max_steps: defaults.max_pipeline_steps,
                 default_concurrency: defaults.pipeline_concurrency,
@@ -70,21 +88,23 @@ impl Services {
                 max_retries: defaults.max_step_retries,
                 max_step_timeout: defaults.max_timeout,
             },
-            durable: match defaults.store {
-                RunStoreMode::Memory => None,
-                RunStoreMode::Redis => Some(Arc::new(RedisRuns::new(
-                    &defaults.redis,
-                    defaults.retention,
-                    &defaults.replica_name(),
-                    defaults.lease,
-                )?)),
-            },
+            durable,
             catalog,
             store,
             tracing,
             defaults,
             tool_defs: Mutex::default(),
         })
+    }
+
+    /// These services with the tenants' quotas of `config`.
+    pub fn with_quotas(mut self, config: QuotaConfig) -> Self {
+        self.quotas = Arc::new(RunQuotas::new(
+            config,
+            self.durable.clone(),
+            self.metrics.quota.clone(),
+        ));
+        self
     }
 
     /// The tool definitions of `key` (an agent, in a group or not), built by

@@ -310,11 +310,19 @@ async fn ask<T>(
     let answered = match given {
         Some(answer) => Some(answer),
         None => {
+            // Counted as waiting for a person (quota `parked_runs`) until
+            // answered; if the run stops here first (parked), it still
+            // waits, and its end releases the count.
+            let (quotas, tenant, run_id) =
+                (&rt.services.quotas, &rt.record.tenant, &rt.record.run_id);
+            quotas.asking(tenant, run_id, question.deadline_ms).await;
             let left = (question.deadline_ms - now_ms()).max(0) as u64;
-            tokio::time::timeout(Duration::from_millis(left), rx)
+            let answer = tokio::time::timeout(Duration::from_millis(left), rx)
                 .await
                 .ok()
-                .and_then(Result::ok)
+                .and_then(Result::ok);
+            quotas.answered(tenant, run_id).await;
+            answer
         }
     };
     if let Some(kv) = answered.as_ref().and_then(&describe) {

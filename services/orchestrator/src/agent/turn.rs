@@ -81,6 +81,14 @@ pub(super) async fn run_frame_inner(
                 Failure::new(Code::Internal, format!("the record of turn {unit}: {e}"))
             })?,
             None => {
+                // Quota `model_tokens_per_hour`: refused before it asks.
+                if let Err(e) = rt.services.quotas.may_call_model(&rt.record.tenant).await {
+                    let status = tonic::Status::from(e);
+                    return Err(Failure {
+                        code: status.code(),
+                        message: status.message().to_owned(),
+                    });
+                }
                 let request = ModelRequest {
                     messages: &frame.messages,
                     tools: &tools,
@@ -135,6 +143,13 @@ pub(super) async fn run_frame_inner(
                         });
                     }
                 };
+                rt.services
+                    .quotas
+                    .spend_tokens(
+                        &rt.record.tenant,
+                        turn.usage.input_tokens + turn.usage.output_tokens,
+                    )
+                    .await;
                 rt.services.metrics.model_call(
                     frame.model.reference(),
                     true,

@@ -243,7 +243,19 @@ impl OrchestratorService {
         request: Vec<u8>,
         body: impl Future<Output = ()> + Send + 'static,
     ) -> Result<Launched> {
-        let journal = launch::register(&self.services, &prepared, request).await?;
+        let record = prepared.record.clone();
+        let deadline = launch::now_ms() + prepared.run.limits.run_timeout.as_millis() as i64;
+        let quotas = &self.services.quotas;
+        quotas
+            .admit(&record.tenant, &record.run_id, deadline)
+            .await?;
+        let journal = match launch::register(&self.services, &prepared, request).await {
+            Ok(journal) => journal,
+            Err(e) => {
+                quotas.stopped(&record.tenant, &record.run_id, true).await;
+                return Err(e);
+            }
+        };
         let (run_id, trace_id) = (
             prepared.record.run_id.clone(),
             prepared.record.trace_id.to_string(),

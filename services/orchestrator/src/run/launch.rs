@@ -16,7 +16,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tonic::Status;
 
 use super::{
-    durable::{RunMeta, now_ms},
+    durable::RunMeta,
     events::{self, Draft, Filter},
     journal::{self, Journal},
     record::RunRecord,
@@ -24,6 +24,8 @@ use super::{
     state::{Run, RunOptions},
 };
 use crate::{error::Error, services::Services};
+
+pub use super::durable::now_ms;
 
 /// The stream of a run's events its caller reads.
 pub type EventStream = ReceiverStream<Result<pb::RunEvent, Status>>;
@@ -151,6 +153,8 @@ pub fn launch(
         _ => "agent",
     };
     let metrics = run.services.metrics.clone();
+    let quotas = run.services.quotas.clone();
+    quotas.started(&record.tenant, &record.run_id);
     // The body holds its own `Arc<Run>`; this one must not keep the draft
     // sender alive past the body, or the sequencer would never end.
     drop(run);
@@ -179,6 +183,9 @@ pub fn launch(
             _ => "unknown",
         };
         metrics.run_finished(kind, status);
+        // A run parked or handed over goes on elsewhere: it still counts.
+        let ended = !record.handed_over.load(std::sync::atomic::Ordering::SeqCst);
+        quotas.stopped(&record.tenant, &record.run_id, ended).await;
         let span = run_span.span();
         span.set_attribute(KeyValue::new("baton.run.status", status));
         if state.status != pb::RunStatus::Completed {

@@ -139,6 +139,8 @@ async fn renew(durable: &RedisRuns, runs: &Runs) {
             Ok(Some(true)) => deliver(durable, &run).await,
             Ok(None) => {
                 tracing::warn!(run_id = %run.run_id, "another replica owns this run now; stopping it here");
+                // It goes on there: nothing ends here (nor its quota).
+                run.handed_over.store(true, Ordering::SeqCst);
                 run.cancel("another replica owns this run now");
             }
             // Tried again next round; if the lease lapses meanwhile, another

@@ -31,6 +31,7 @@ pub mod inbox;
 mod lease;
 mod list;
 mod meta;
+pub mod quota;
 
 use std::{collections::HashMap, time::Duration};
 
