@@ -84,6 +84,9 @@ pub struct Config {
     pub auth: AuthConfig,
     /// TLS of the gRPC port (off unless `cert_file` and `key_file` are set).
     pub tls: baton_common::tls::TlsConfig,
+    /// Per-tenant quotas across all of a tenant's traces:
+    /// `quotas.default` and `quotas.tenants.<name>` (see [`crate::quota`]).
+    pub quotas: crate::quota::StoreQuotaConfig,
     /// Runtime worker threads: 1 (the default) runs everything on one
     /// thread, 0 means one per core. A store call is one Redis round trip, so
     /// one thread per replica serves most; on 2 cores it measured 40% more
@@ -109,6 +112,7 @@ impl Default for Config {
             watches: WatchLimits::default(),
             auth: AuthConfig::default(),
             tls: Default::default(),
+            quotas: Default::default(),
             worker_threads: 1,
             log: LogConfig::default(),
             telemetry: TelemetryConfig {
@@ -147,6 +151,7 @@ impl Config {
         self.server.validate()?;
         self.watches.validate()?;
         self.tls.validate()?;
+        self.quotas.validate()?;
         self.auth
             .validate(!self.tls.client_ca_file.as_os_str().is_empty())?;
         if self.backend == Backend::Redis {

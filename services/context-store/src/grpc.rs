@@ -79,6 +79,12 @@ impl StoreService {
         self
     }
 
+    /// Exports the per-tenant metrics of `tenants` (see [`crate::quota`]).
+    pub fn with_tenant_metrics(mut self, tenants: crate::quota::TenantMetrics) -> Self {
+        self.metrics = Arc::new(Metrics::with_tenants(&tenants));
+        self
+    }
+
     /// Makes server spans with `tracing` (by default none are exported).
     pub fn with_tracing(mut self, tracing: Tracing) -> Self {
         self.tracing = tracing;

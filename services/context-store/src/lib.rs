@@ -9,6 +9,8 @@
 //!   types out, errors mapped once ([`error`]).
 //! - [`auth`]: who may call, as which tenant (service token, client API
 //!   keys, or `auth.mode = "none"`).
+//! - [`quota`]: per-tenant quotas of bytes and keys across a tenant's
+//!   traces (a ledger beside the backend).
 //! - [`config`]: the service's config.
 //! - [`run`] / [`serve`]: serve the store on a listener until shutdown;
 //!   `main.rs`, `baton up` and the tests all call them.
@@ -24,6 +26,7 @@ pub mod conformance;
 pub mod error;
 pub mod grpc;
 pub mod metrics;
+pub mod quota;
 pub mod store;
 
 /// `service.name` unless configured otherwise.
@@ -79,9 +82,20 @@ pub async fn serve(
     if let Some(endpoint) = tracing.endpoint() {
         tracing::info!(endpoint, "exporting spans over OTLP");
     }
-    let service = StoreService::new(store.clone(), shutdown.clone(), tasks.clone())
+    let tenant_metrics = quota::TenantMetrics::default();
+    // Calls through this service are held to the tenants' quotas (the
+    // backend itself, shared with `baton up`'s orchestrator, is not).
+    let served = quota::TenantQuotas::wrap(
+        store.clone(),
+        &config.quotas,
+        (config.backend == Backend::Redis).then_some(&config.redis),
+        tenant_metrics.clone(),
+    )
+    .map_err(|e| anyhow::anyhow!("quotas: {e}"))?;
+    let service = StoreService::new(served, shutdown.clone(), tasks.clone())
         .with_tracing(tracing.clone())
-        .with_watch_limits(config.watches.clone());
+        .with_watch_limits(config.watches.clone())
+        .with_tenant_metrics(tenant_metrics);
     baton_common::metrics::serve(
         &config.telemetry.metrics_listen,
         service.metrics().registry.clone(),

@@ -8,6 +8,8 @@
 //! | `baton_store_quota_rejections_total` | `field` (value, key: the request field a size or quota refused) |
 //! | `baton_store_backend_errors_total` | `op` (the backend — Redis — failed or was unreachable) |
 //! | `baton_store_watches_active` | |
+//! | `baton_store_tenant_bytes`, `baton_store_tenant_keys` | `tenant` (tenants with a store quota; see `crate::quota`) |
+//! | `baton_store_tenant_quota_refusals_total` | `tenant`, `quota` (bytes, keys) |
 
 use std::sync::Arc;
 
@@ -39,7 +41,27 @@ impl Default for Metrics {
 impl Metrics {
     /// Registers every metric in a fresh registry.
     pub fn new() -> Self {
+        Self::with_tenants(&crate::quota::TenantMetrics::default())
+    }
+
+    /// Every metric, the per-tenant ones of `tenants` too.
+    pub fn with_tenants(tenants: &crate::quota::TenantMetrics) -> Self {
         let mut r = Registry::default();
+        r.register(
+            "baton_store_tenant_bytes",
+            "Bytes of a tenant's live slots (tenants with a store quota)",
+            tenants.bytes.clone(),
+        );
+        r.register(
+            "baton_store_tenant_keys",
+            "Live slots of a tenant (tenants with a store quota)",
+            tenants.keys.clone(),
+        );
+        r.register(
+            "baton_store_tenant_quota_refusals",
+            "Writes refused by a tenant quota, by tenant and quota",
+            tenants.refusals.clone(),
+        );
         let operations = Family::<Labels, Counter>::default();
         let latency = latency_histograms();
         let quota_rejections = Family::<Labels, Counter>::default();
