@@ -137,6 +137,44 @@ impl OtlpReceiver {
         })
     }
 
+    /// A receiver speaking TLS only, with the server certificate of `pki`;
+    /// its endpoint is `https://localhost:{port}`.
+    pub async fn start_tls(pki: &crate::pki::TestPki) -> anyhow::Result<(Self, String)> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let config = baton_common::tls::TlsConfig {
+            cert_file: pki.server_cert.clone(),
+            key_file: pki.server_key.clone(),
+            ..Default::default()
+        };
+        let tls = baton_common::tls::ServerTls::load(&config)
+            .map_err(|e| anyhow::anyhow!(e))?
+            .ok_or_else(|| anyhow::anyhow!("TLS is configured"))?;
+        let collector = Collector::default();
+        let stop = CancellationToken::new();
+        let service = TraceServiceServer::new(collector.clone())
+            .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
+        let s = stop.clone();
+        tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(
+                    baton_common::tls::incoming(listener, tls),
+                    s.cancelled_owned(),
+                )
+                .await
+        });
+        let endpoint = format!("https://localhost:{}", addr.port());
+        Ok((
+            Self {
+                addr,
+                collector,
+                stop,
+            },
+            endpoint,
+        ))
+    }
+
     /// `http://{addr}`, for `OTEL_EXPORTER_OTLP_ENDPOINT`.
     pub fn endpoint(&self) -> String {
         format!("http://{}", self.addr)

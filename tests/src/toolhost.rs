@@ -236,9 +236,51 @@ impl TestToolHost {
         })
     }
 
+    /// Starts the server on `127.0.0.1:0` speaking TLS only, with the
+    /// server certificate of `pki` (and requiring a client certificate of
+    /// its CA when `mtls`); its endpoint is [`Self::tls_endpoint`].
+    pub async fn start_tls(pki: &crate::pki::TestPki, mtls: bool) -> anyhow::Result<Self> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let config = baton_common::tls::TlsConfig {
+            cert_file: pki.server_cert.clone(),
+            key_file: pki.server_key.clone(),
+            client_ca_file: if mtls {
+                pki.ca.clone()
+            } else {
+                Default::default()
+            },
+            ..Default::default()
+        };
+        let tls = baton_common::tls::ServerTls::load(&config)
+            .map_err(|e| anyhow::anyhow!(e))?
+            .ok_or_else(|| anyhow::anyhow!("TLS is configured"))?;
+        let seen = Arc::new(Seen::default());
+        let shutdown = CancellationToken::new();
+        let service = ToolHostServer::new(Host { seen: seen.clone() });
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(
+                    baton_common::tls::incoming(listener, tls),
+                    shutdown.clone().cancelled_owned(),
+                ),
+        );
+        Ok(Self {
+            addr,
+            seen,
+            shutdown,
+        })
+    }
+
     /// `http://{addr}`.
     pub fn endpoint(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// `https://localhost:{port}` (the name the test certificate is for).
+    pub fn tls_endpoint(&self) -> String {
+        format!("https://localhost:{}", self.addr.port())
     }
 }
 

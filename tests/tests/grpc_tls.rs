@@ -187,3 +187,76 @@ async fn renewed_certificate_files_are_used_without_a_restart() {
     eventually("the renewed certificate serves", || works(ca.clone())).await;
     assert!(!works(first.ca.clone()).await, "the old one is gone");
 }
+
+/// Agents whose `searcher` calls `web_search` on the tool server `rusty`
+/// reached over TLS with `tls` (the agents file's lines).
+fn tool_agents(endpoint: &str, tls: &str) -> String {
+    format!(
+        r#"
+tool_servers:
+  rusty:
+    endpoint: "{endpoint}"
+    tools: [web_search]
+{tls}
+scripts:
+  searcher: [{{calls: [{{tool: web_search, args: {{query: "tls"}}}}]}}, {{text: "found: {{{{results}}}}"}}]
+agents:
+  searcher: {{model: "scripted:searcher", tools: [web_search]}}
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_orchestrator_calls_tool_servers_over_tls_with_its_client_certificate() {
+    let pki = TestPki::generate("toolhost").expect("pki");
+    let host = baton_e2e::toolhost::TestToolHost::start_tls(&pki, true)
+        .await
+        .expect("tool host");
+    let tls = format!(
+        "    tls: {{ca_file: \"{}\", cert_file: \"{}\", key_file: \"{}\"}}",
+        pki.ca.display(),
+        pki.client_cert.display(),
+        pki.client_key.display(),
+    );
+    let server = OrchestratorServer::start(&tool_agents(&host.tls_endpoint(), &tls), None, |_| {})
+        .await
+        .expect("orchestrator");
+    let client = server.client().await.expect("client");
+    let events = client
+        .run_agent_to_end(agent_request("searcher", "x"))
+        .await
+        .expect("run");
+    match events.last().and_then(|e| e.payload.clone()) {
+        Some(Payload::RunCompleted(c)) => {
+            assert!(c.output.starts_with("found: "), "{c:?}");
+            assert!(!c.output.contains("error"), "{c:?}");
+        }
+        other => panic!("expected RunCompleted, got {other:?}"),
+    }
+    let reached = || host.seen.requests.lock().expect("lock").len();
+    assert_eq!(reached(), 1, "the call reached the server");
+
+    // Without its CA (system roots) or without a client certificate, the
+    // handshake fails: a tool error, nothing reaches the server.
+    for tls in [
+        String::new(),
+        format!("    tls: {{ca_file: \"{}\"}}", pki.ca.display()),
+    ] {
+        let server =
+            OrchestratorServer::start(&tool_agents(&host.tls_endpoint(), &tls), None, |_| {})
+                .await
+                .expect("orchestrator");
+        let events = server
+            .client()
+            .await
+            .expect("client")
+            .run_agent_to_end(agent_request("searcher", "x"))
+            .await
+            .expect("run");
+        let failed = events.iter().any(
+            |e| matches!(&e.payload, Some(Payload::ToolCallCompleted(t)) if !t.error.is_empty()),
+        );
+        assert!(failed, "the tool call fails with {tls:?}: {events:?}");
+    }
+    assert_eq!(reached(), 1, "nothing more reached the server");
+}

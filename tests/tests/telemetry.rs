@@ -490,3 +490,30 @@ async fn both_services_serve_prometheus_metrics() {
     server.shutdown().await.expect("shutdown");
     store.shutdown().await.expect("shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_are_exported_to_an_https_collector_checked_against_a_ca() {
+    let pki = baton_e2e::pki::TestPki::generate("otlp").expect("pki");
+    let (receiver, otlp) = OtlpReceiver::start_tls(&pki).await.expect("receiver");
+    let ca = pki.ca.clone();
+    let server = OrchestratorServer::start(AGENTS, None, |c| {
+        c.telemetry.otlp_endpoint = otlp;
+        c.telemetry.otlp_ca_file = ca;
+    })
+    .await
+    .expect("orchestrator");
+    let client = server.client().await.expect("client");
+    let events = client
+        .run_agent_to_end(pb::RunAgentRequest {
+            agent: "outer".into(),
+            input: "tides".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("run");
+    let trace = events[0].trace_id.clone();
+    baton_e2e::eventually("the run's spans reach the collector over TLS", || async {
+        receiver.spans().iter().any(|s| s.trace_id == trace)
+    })
+    .await;
+}

@@ -31,10 +31,15 @@ use tonic::metadata::{KeyRef, MetadataKey, MetadataMap, MetadataValue};
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TelemetryConfig {
-    /// OTLP/gRPC collector, like `http://jaeger:4317`. Empty: the
+    /// OTLP/gRPC collector, like `http://jaeger:4317` (or `https://…`,
+    /// checked against the system's roots or `otlp_ca_file`). Empty: the
     /// `OTEL_EXPORTER_OTLP_ENDPOINT` variable, and when that is unset too,
     /// nothing is exported.
     pub otlp_endpoint: String,
+    /// The CA (PEM) an `https://` collector's certificate is checked
+    /// against. Empty: the `OTEL_EXPORTER_OTLP_CERTIFICATE` variable, and
+    /// when that is unset too, the system's roots.
+    pub otlp_ca_file: std::path::PathBuf,
     /// `service.name` of the spans. Empty: `OTEL_SERVICE_NAME`, else the
     /// service's own name (`baton-orchestrator`, `baton-context-store`).
     pub service_name: String,
@@ -111,8 +116,26 @@ impl Tracing {
             .build();
         let mut builder = SdkTracerProvider::builder().with_resource(resource);
         if let Some(endpoint) = &endpoint {
-            let exporter = opentelemetry_otlp::SpanExporter::builder()
-                .with_tonic()
+            let mut exporter = opentelemetry_otlp::SpanExporter::builder().with_tonic();
+            if endpoint.starts_with("https://") {
+                let ca = if config.otlp_ca_file.as_os_str().is_empty() {
+                    non_empty(env("OTEL_EXPORTER_OTLP_CERTIFICATE")).map(std::path::PathBuf::from)
+                } else {
+                    Some(config.otlp_ca_file.clone())
+                };
+                let tls = tonic::transport::ClientTlsConfig::new();
+                let tls = match ca {
+                    Some(path) => {
+                        let pem = std::fs::read(&path).map_err(|e| {
+                            format!("telemetry.otlp_ca_file {}: {e}", path.display())
+                        })?;
+                        tls.ca_certificate(tonic::transport::Certificate::from_pem(pem))
+                    }
+                    None => tls.with_native_roots(),
+                };
+                exporter = exporter.with_tls_config(tls);
+            }
+            let exporter = exporter
                 .with_endpoint(endpoint.clone())
                 .with_timeout(EXPORT_TIMEOUT)
                 .with_compression(opentelemetry_otlp::Compression::Gzip)

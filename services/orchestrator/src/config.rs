@@ -50,26 +50,27 @@ pub struct StoreConfig {
     /// none (a store with `auth.mode = "none"`).
     pub token_file: std::path::PathBuf,
     /// TLS towards a remote store (`https://` endpoints always speak it).
-    pub tls: StoreTls,
+    pub tls: TlsClient,
 }
 
-/// How the orchestrator speaks TLS to the context store.
+/// How the orchestrator speaks TLS to a server it calls (the context
+/// store, a tool server).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct StoreTls {
+pub struct TlsClient {
     /// TLS for a `dns:///` endpoint too.
     pub enabled: bool,
-    /// The CA (PEM) the store's certificate is checked against; empty: the
+    /// The CA (PEM) the server's certificate is checked against; empty: the
     /// system's roots.
     pub ca_file: std::path::PathBuf,
-    /// A client certificate (PEM) to present: the service credential of a
-    /// store with `tls.client_ca_file`.
+    /// A client certificate (PEM) to present (to a store with
+    /// `tls.client_ca_file`, it is the service credential).
     pub cert_file: std::path::PathBuf,
     /// Its key (PEM).
     pub key_file: std::path::PathBuf,
 }
 
-impl StoreTls {
+impl TlsClient {
     /// The client's TLS settings.
     pub fn client(&self) -> baton_client::ClientTls {
         let path = |p: &std::path::PathBuf| (!p.as_os_str().is_empty()).then(|| p.clone());
@@ -90,7 +91,7 @@ impl Default for StoreConfig {
             timeout: Duration::from_secs(5),
             limits: StoreLimits::default(),
             token_file: std::path::PathBuf::new(),
-            tls: StoreTls::default(),
+            tls: TlsClient::default(),
         }
     }
 }

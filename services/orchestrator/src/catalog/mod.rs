@@ -78,6 +78,10 @@ pub struct ToolServerSpec {
     pub endpoint: String,
     /// The names of the tools agents may call on it.
     pub tools: Vec<String>,
+    /// TLS towards it (an `https://` endpoint always speaks TLS, checked
+    /// against the system's roots unless `ca_file` is set).
+    #[serde(default)]
+    pub tls: crate::config::TlsClient,
 }
 
 /// Model providers that need settings.

@@ -40,7 +40,7 @@ impl ToolServer {
     pub fn new(name: &str, spec: &ToolServerSpec) -> Result<Self, String> {
         // `http://host:port`, or `dns:///host:port` to spread calls over
         // every replica of a tool server.
-        let channel = baton_client::lazy_channel(&spec.endpoint)
+        let channel = baton_client::balance::lazy_channel_tls(&spec.endpoint, &spec.tls.client())
             .map_err(|e| format!("tool_servers.{name}.endpoint: {e}"))?;
         Ok(Self {
             name: name.to_owned(),
