@@ -124,11 +124,57 @@ async def running(api_keys: str | None = None, api_key: str | None = None) -> As
 STORE_BIN = str(Path(BIN).with_name("baton-context-store"))
 
 
+@dataclass
+class Pki:
+    """A CA and the certificates it issued (made at test time, with the
+    ``openssl`` command): a server certificate for ``localhost`` and
+    ``127.0.0.1``, and a client certificate."""
+
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+
+
+def make_pki(directory: Path) -> Pki:
+    import subprocess
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=directory)
+
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    run("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "1",
+        "-subj", "/CN=baton-test-ca",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    for name, usage in (("server", "serverAuth"), ("client", "clientAuth")):
+        (directory / f"{name}.ext").write_text(
+            "basicConstraints=CA:FALSE\n"
+            f"extendedKeyUsage={usage}\n"
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\n"
+        )
+        run("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "1", "-extfile", f"{name}.ext", "-out", f"{name}.pem")
+    return Pki(
+        ca=directory / "ca.pem",
+        server_cert=directory / "server.pem",
+        server_key=directory / "server.key",
+        client_cert=directory / "client.pem",
+        client_key=directory / "client.key",
+    )
+
+
 @contextlib.asynccontextmanager
-async def authenticated_store(api_keys: str, token: str) -> AsyncIterator[str]:
+async def authenticated_store(
+    api_keys: str, token: str, pki: Pki | None = None, mtls: bool = False
+) -> AsyncIterator[str]:
     """The real `baton-context-store` binary (memory backend) that
     authenticates every call: clients' ``api_keys`` (the text of a keys
-    file) and the service ``token``. Yields its target."""
+    file) and the service ``token``; with ``pki`` it speaks TLS only (and
+    with ``mtls`` requires client certificates of its CA). Yields its
+    target."""
     port = free_port()
     secrets = tempfile.mkdtemp()
     keys_file, token_file = Path(secrets) / "keys", Path(secrets) / "token"
@@ -142,6 +188,11 @@ async def authenticated_store(api_keys: str, token: str) -> AsyncIterator[str]:
         "BATON_STORE_AUTH__API_KEYS_FILE": str(keys_file),
         "BATON_STORE_AUTH__SERVICE_TOKEN_FILE": str(token_file),
     })
+    if pki is not None:
+        env["BATON_STORE_TLS__CERT_FILE"] = str(pki.server_cert)
+        env["BATON_STORE_TLS__KEY_FILE"] = str(pki.server_key)
+        if mtls:
+            env["BATON_STORE_TLS__CLIENT_CA_FILE"] = str(pki.ca)
     proc = await asyncio.create_subprocess_exec(
         STORE_BIN, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )

@@ -25,7 +25,7 @@ from baton_client import (
     kind,
 )
 
-from conftest import authenticated_store, running
+from conftest import authenticated_store, make_pki, running
 
 
 def run(coro):
@@ -411,5 +411,35 @@ def test_a_broken_stream_re_attaches_after_its_last_seq():
         broken = RunStream(_Call([_unavailable()]), reattach)
         with pytest.raises(Unavailable):
             await broken.collect()
+
+    run(main())
+
+
+def test_store_over_tls_with_a_ca_file_and_a_client_certificate(tmp_path):
+    """The store binary speaking TLS only, requiring client certificates:
+    reached over ``https://`` with the test CA and a client certificate;
+    refused in plaintext, without the CA (system roots) or without a
+    client certificate."""
+    pki = make_pki(tmp_path)
+    key = "acme-key-0123456789"
+    trace = "6af92f3577b34da6a3ce929d0e0e4736"
+
+    async def main():
+        async with authenticated_store(f"acme {key}\n", "service-token-0123456789", pki, mtls=True) as target:
+            port = target.rsplit(":", 1)[1]
+            https = f"https://localhost:{port}"
+            async with Store(
+                https, api_key=key, ca_file=pki.ca, cert_file=pki.client_cert, key_file=pki.client_key
+            ) as s:
+                await s.put(trace, "k", "over tls")
+                assert (await s.get(trace, "k")).value == b"over tls"
+            for refused in (
+                Store(target, api_key=key),
+                Store(https, api_key=key, cert_file=pki.client_cert, key_file=pki.client_key),
+                Store(https, api_key=key, ca_file=pki.ca),
+            ):
+                async with refused as s:
+                    with pytest.raises(Unavailable):
+                        await s.get(trace, "k", timeout=5)
 
     run(main())

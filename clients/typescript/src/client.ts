@@ -4,8 +4,10 @@
  * names an event's payload. Every call takes `timeoutMs` (the gRPC deadline);
  * run calls take `traceparent` (W3C) so the run joins the caller's trace.
  */
+import { readFileSync } from "node:fs";
 import {
   CallOptions,
+  ChannelCredentials,
   ClientReadableStream,
   credentials,
   Metadata,
@@ -127,6 +129,30 @@ function target(endpoint: string): string {
   return endpoint.replace(/^https?:\/\//, "");
 }
 
+/** TLS towards a server. An `https://` endpoint always speaks TLS; the
+ * server's certificate is checked against `caFile` (PEM) or else the
+ * system's roots; `certFile`/`keyFile` present a client certificate (mTLS). */
+export interface Tls {
+  /** TLS for an endpoint without `https://` too (a `dns:///` target). */
+  enabled?: boolean;
+  /** The CA (PEM file) the server's certificate is checked against. */
+  caFile?: string;
+  /** A client certificate chain (PEM file) to present. */
+  certFile?: string;
+  /** Its private key (PEM file). */
+  keyFile?: string;
+}
+
+function channelCredentials(endpoint: string, tls: Tls = {}): ChannelCredentials {
+  const secure = tls.enabled ?? (endpoint.startsWith("https://") || tls.caFile !== undefined || tls.certFile !== undefined);
+  if (!secure) return credentials.createInsecure();
+  if ((tls.certFile === undefined) !== (tls.keyFile === undefined)) {
+    throw new Error("tls.certFile and tls.keyFile go together");
+  }
+  const read = (path?: string) => (path === undefined ? null : readFileSync(path));
+  return credentials.createSsl(read(tls.caFile), read(tls.keyFile), read(tls.certFile));
+}
+
 /** Calls are spread over every address the target's name resolves to
  * (gRPC's round_robin; the default, pick_first, sends everything to one):
  * with `dns:///baton-orchestrator-headless:50051` in Kubernetes, every
@@ -239,12 +265,14 @@ export class Orchestrator {
   private readonly client: OrchestratorClient;
 
   /** `apiKey` is sent as `authorization: Bearer <key>` with every call (an
-   * orchestrator with `auth.api_keys_file` requires a known key). */
+   * orchestrator with `auth.api_keys_file` requires a known key); `tls`:
+   * see {@link Tls}. */
   constructor(
     endpoint = "127.0.0.1:50051",
     private readonly apiKey?: string,
+    tls?: Tls,
   ) {
-    this.client = new OrchestratorClient(target(endpoint), credentials.createInsecure(), channelOptions);
+    this.client = new OrchestratorClient(target(endpoint), channelCredentials(endpoint, tls), channelOptions);
   }
 
   private md(traceparent?: string): Metadata {
@@ -359,12 +387,14 @@ export class Store {
 
   /** `apiKey` is sent as `authorization: Bearer <key>` with every call. A
    * store authenticates every call unless it runs with `auth.mode = "none"`
-   * (`baton up`); a client API key reaches its own tenant's slots only. */
+   * (`baton up`); a client API key reaches its own tenant's slots only.
+   * `tls`: see {@link Tls}. */
   constructor(
     endpoint = "127.0.0.1:50052",
     private readonly apiKey?: string,
+    tls?: Tls,
   ) {
-    this.client = new ContextStoreClient(target(endpoint), credentials.createInsecure(), channelOptions);
+    this.client = new ContextStoreClient(target(endpoint), channelCredentials(endpoint, tls), channelOptions);
   }
 
   private md(): Metadata {

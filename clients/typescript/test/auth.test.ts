@@ -1,8 +1,8 @@
 /** API keys: `baton up --api-keys-file`, keys naming tenants. */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { NotFound, Orchestrator, Store, Unauthenticated, pb } from "../src";
-import { Running, startBaton, startStore } from "./baton";
+import { NotFound, Orchestrator, Store, Unauthenticated, Unavailable, pb } from "../src";
+import { Running, makePki, startBaton, startStore } from "./baton";
 
 const ACME = "acme-key-0123456789";
 const GLOBEX = "globex-key-9876543210";
@@ -70,6 +70,28 @@ test("a store key reaches only its own tenant's slots", async () => {
     anonymous.close();
     acme.close();
     globex.close();
+    await store.stop();
+  }
+});
+
+test("the store over TLS with a CA file and a client certificate", async () => {
+  const pki = makePki();
+  const store = await startStore(`acme ${ACME}\n`, "service-token-0123456789", pki, true);
+  const trace = "6af92f3577b34da6a3ce929d0e0e4736";
+  const https = `https://localhost:${store.target.split(":")[1]}`;
+  const good = new Store(https, ACME, { caFile: pki.ca, certFile: pki.clientCert, keyFile: pki.clientKey });
+  const refused = [
+    new Store(store.target, ACME),
+    new Store(https, ACME, { certFile: pki.clientCert, keyFile: pki.clientKey }),
+    new Store(https, ACME, { caFile: pki.ca }),
+  ];
+  try {
+    await good.put(trace, "k", "over tls");
+    assert.equal(Buffer.from((await good.get(trace, "k")).value).toString(), "over tls");
+    for (const s of refused) await assert.rejects(s.get(trace, "k", { timeoutMs: 5000 }), Unavailable);
+  } finally {
+    good.close();
+    for (const s of refused) s.close();
     await store.stop();
   }
 });

@@ -1,7 +1,7 @@
 /** Starts the real `baton up` binary with a test agents file whose remote
  * tools are served by a TypeScript ToolServer in this process. BATON_BIN
  * names the binary (default: the workspace's target/debug/baton). */
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -129,10 +129,49 @@ export async function startBaton(auth: { apiKeys?: string; apiKey?: string } = {
   };
 }
 
+/** A CA and the certificates it issued, made at test time with the
+ * `openssl` command: a server certificate for `localhost` and `127.0.0.1`,
+ * and a client certificate. */
+export interface Pki {
+  ca: string;
+  serverCert: string;
+  serverKey: string;
+  clientCert: string;
+  clientKey: string;
+}
+
+export function makePki(): Pki {
+  const dir = mkdtempSync(join(tmpdir(), "baton-ts-pki-"));
+  const openssl = (...args: string[]) => execFileSync("openssl", args, { cwd: dir, stdio: "pipe" });
+  const ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+  openssl("req", "-x509", ...ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "1", "-subj", "/CN=baton-test-ca",
+    "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign");
+  for (const [name, usage] of [["server", "serverAuth"], ["client", "clientAuth"]]) {
+    writeFileSync(join(dir, `${name}.ext`),
+      `basicConstraints=CA:FALSE\nextendedKeyUsage=${usage}\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n`);
+    openssl("req", ...ec, "-keyout", `${name}.key`, "-out", `${name}.csr`, "-subj", `/CN=${name}`);
+    openssl("x509", "-req", "-in", `${name}.csr`, "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "1",
+      "-extfile", `${name}.ext`, "-out", `${name}.pem`);
+  }
+  return {
+    ca: join(dir, "ca.pem"),
+    serverCert: join(dir, "server.pem"),
+    serverKey: join(dir, "server.key"),
+    clientCert: join(dir, "client.pem"),
+    clientKey: join(dir, "client.key"),
+  };
+}
+
 /** The real `baton-context-store` binary (memory backend) authenticating
  * every call with clients' `apiKeys` (a keys file's text) and a service
- * `token`. */
-export async function startStore(apiKeys: string, token: string): Promise<{ target: string; stop(): Promise<void> }> {
+ * `token`; with `pki` it speaks TLS only (and with `mtls` requires
+ * client certificates of its CA). */
+export async function startStore(
+  apiKeys: string,
+  token: string,
+  pki?: Pki,
+  mtls = false,
+): Promise<{ target: string; stop(): Promise<void> }> {
   const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), "baton-ts-store-"));
   writeFileSync(join(dir, "keys"), apiKeys);
@@ -146,6 +185,11 @@ export async function startStore(apiKeys: string, token: string): Promise<{ targ
     BATON_STORE_AUTH__API_KEYS_FILE: join(dir, "keys"),
     BATON_STORE_AUTH__SERVICE_TOKEN_FILE: join(dir, "token"),
   });
+  if (pki !== undefined) {
+    env.BATON_STORE_TLS__CERT_FILE = pki.serverCert;
+    env.BATON_STORE_TLS__KEY_FILE = pki.serverKey;
+    if (mtls) env.BATON_STORE_TLS__CLIENT_CA_FILE = pki.ca;
+  }
   const proc = spawn(join(dirname(BIN), "baton-context-store"), [], { env, stdio: ["ignore", "pipe", "inherit"] });
   await new Promise<void>((ok, fail) => {
     const timer = setTimeout(() => fail(new Error("baton-context-store did not listen")), 30_000);

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import AsyncIterator, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -157,12 +159,40 @@ class RunStream:
 _ROUND_ROBIN = json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})
 
 
-def _channel(target: str) -> grpc.aio.Channel:
-    """An insecure channel to ``host:port``, ``http://host:port`` or
-    ``dns:///host:port``, balanced round robin."""
-    return grpc.aio.insecure_channel(
-        target.removeprefix("http://"), options=[("grpc.service_config", _ROUND_ROBIN)]
+def _read(path: str | os.PathLike[str] | None) -> bytes | None:
+    return Path(path).read_bytes() if path else None
+
+
+def _channel(
+    target: str,
+    *,
+    tls: bool | None = None,
+    ca_file: str | os.PathLike[str] | None = None,
+    cert_file: str | os.PathLike[str] | None = None,
+    key_file: str | os.PathLike[str] | None = None,
+) -> grpc.aio.Channel:
+    """A channel to ``host:port``, ``http://host:port``, ``https://host:port``
+    or ``dns:///host:port``, balanced round robin.
+
+    TLS when the target is ``https://`` or ``tls`` is true (a ``dns:///``
+    target, say) or a CA or client certificate is given: the server's
+    certificate is checked against ``ca_file`` (PEM), else the system's
+    roots; ``cert_file``/``key_file`` present a client certificate (mTLS)."""
+    secure = tls if tls is not None else (
+        target.startswith("https://") or ca_file is not None or cert_file is not None
     )
+    address = target.removeprefix("http://").removeprefix("https://")
+    options = [("grpc.service_config", _ROUND_ROBIN)]
+    if not secure:
+        return grpc.aio.insecure_channel(address, options=options)
+    if (cert_file is None) != (key_file is None):
+        raise ValueError("cert_file and key_file go together")
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=_read(ca_file),
+        private_key=_read(key_file),
+        certificate_chain=_read(cert_file),
+    )
+    return grpc.aio.secure_channel(address, credentials, options=options)
 
 
 class Orchestrator:
@@ -179,10 +209,20 @@ class Orchestrator:
         *,
         channel: grpc.aio.Channel | None = None,
         api_key: str | None = None,
+        tls: bool | None = None,
+        ca_file: str | os.PathLike[str] | None = None,
+        cert_file: str | os.PathLike[str] | None = None,
+        key_file: str | os.PathLike[str] | None = None,
     ) -> None:
         """``api_key``: sent as ``authorization: Bearer <key>`` with every call
-        (an orchestrator with ``auth.api_keys_file`` requires a known key)."""
-        self._channel = channel or _channel(target)
+        (an orchestrator with ``auth.api_keys_file`` requires a known key).
+
+        TLS: an ``https://`` target (or ``tls=True``) is checked against the
+        system's roots, or ``ca_file``; ``cert_file``/``key_file`` present a
+        client certificate."""
+        self._channel = channel or _channel(
+            target, tls=tls, ca_file=ca_file, cert_file=cert_file, key_file=key_file
+        )
         self._auth: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {api_key}"),) if api_key else ()
         self._stub = orch_grpc.OrchestratorStub(self._channel)
 
@@ -370,12 +410,18 @@ class Store:
         *,
         channel: grpc.aio.Channel | None = None,
         api_key: str | None = None,
+        tls: bool | None = None,
+        ca_file: str | os.PathLike[str] | None = None,
+        cert_file: str | os.PathLike[str] | None = None,
+        key_file: str | os.PathLike[str] | None = None,
     ) -> None:
         """``api_key``: sent as ``authorization: Bearer <key>`` with every call.
         A store authenticates every call unless it runs with
         ``auth.mode = "none"`` (``baton up``); a client API key reaches the
-        slots of its own tenant only."""
-        self._channel = channel or _channel(target)
+        slots of its own tenant only. TLS as for :class:`Orchestrator`."""
+        self._channel = channel or _channel(
+            target, tls=tls, ca_file=ca_file, cert_file=cert_file, key_file=key_file
+        )
         self._md: tuple[tuple[str, str], ...] | None = (
             (("authorization", f"Bearer {api_key}"),) if api_key else None
         )
