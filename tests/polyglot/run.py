@@ -17,6 +17,12 @@ interleave with the next step's events.)
 `--record` writes expected.json from the Rust client's run (review it!).
 Prints a closing `N passed, M failed in Xs` line, which tests/run tallies.
 Uses BATON_TARGET_DIR (default target/debug) for the binaries.
+
+Security is on as in production: both servers speak TLS only with
+certificates of a CA made here (openssl); the store requires client
+certificates (the orchestrator's is its service credential) and API keys;
+the orchestrator requires API keys, and every client reaches it over
+``https://`` with the CA and a key.
 """
 
 from __future__ import annotations
@@ -32,10 +38,14 @@ from pathlib import Path
 
 from baton_client import BatonError, Orchestrator, Store, ToolContext, ToolServer, kind
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "clients" / "python" / "tests"))
+from conftest import Pki, make_pki  # noqa: E402  (the Python client tests' test CA)
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 TARGET = Path(os.environ.get("BATON_TARGET_DIR", ROOT / "target" / "debug"))
 STORE_KEY = "polyglot-client-key-0123456789"
+ORCH_KEY = "polyglot-orchestrator-key-0123456789"
 TS_DIST = ROOT / "clients" / "typescript" / "dist" / "test"
 
 
@@ -58,9 +68,9 @@ def python_tools() -> ToolServer:
     return tools
 
 
-async def python_client(endpoint: str, scenario: dict) -> dict:
+async def python_client(endpoint: str, scenario: dict, pki: Pki) -> dict:
     """The Python client's runner: the same output shape as the others."""
-    async with Orchestrator(endpoint) as baton:
+    async with Orchestrator(endpoint, api_key=ORCH_KEY, ca_file=pki.ca) as baton:
         runs = {}
         for spec in scenario["runs"]:
             if "pipeline" in spec:
@@ -145,6 +155,7 @@ async def main(record: bool) -> int:
     began = time.monotonic()
     scenario = json.loads((HERE / "scenario.json").read_text())
     procs: list[asyncio.subprocess.Process] = []
+    refusals: list[str] = []
     py_tools = python_tools()
     try:
         redis_port = free_port()
@@ -155,8 +166,10 @@ async def main(record: bool) -> int:
         # orchestrator with the service token (stating each run's tenant),
         # this script with a client API key.
         secrets = Path(tempfile.mkdtemp())
+        pki = make_pki(secrets)
         (secrets / "token").write_text("polyglot-service-token-0123\n")
         (secrets / "keys").write_text(f"polyglot {STORE_KEY}\n")
+        (secrets / "orchestrator-keys").write_text(f"polyglot {ORCH_KEY}\n")
         store_port = free_port()
         procs.append(await start(str(TARGET / "baton-context-store"), env={
             "BATON_STORE_LISTEN": f"127.0.0.1:{store_port}",
@@ -164,8 +177,12 @@ async def main(record: bool) -> int:
             "BATON_STORE_TELEMETRY__METRICS_LISTEN": "",
             "BATON_STORE_AUTH__SERVICE_TOKEN_FILE": str(secrets / "token"),
             "BATON_STORE_AUTH__API_KEYS_FILE": str(secrets / "keys"),
+            "BATON_STORE_TLS__CERT_FILE": str(pki.server_cert),
+            "BATON_STORE_TLS__KEY_FILE": str(pki.server_key),
+            "BATON_STORE_TLS__CLIENT_CA_FILE": str(pki.ca),
         }))
-        async with Store(f"127.0.0.1:{store_port}", api_key=STORE_KEY) as store:
+        mtls = {"ca_file": pki.ca, "cert_file": pki.client_cert, "key_file": pki.client_key}
+        async with Store(f"https://localhost:{store_port}", api_key=STORE_KEY, **mtls) as store:
             await until(lambda: store.list("00000000000000000000000000000001"), "the context store on Redis")
         py_port = await py_tools.start("127.0.0.1:0")
         ts = await start("node", str(TS_DIST / "toolhost_main.js"), ready=b"listening")
@@ -179,16 +196,32 @@ async def main(record: bool) -> int:
             "BATON_ORCH_LISTEN": f"127.0.0.1:{orch_port}",
             "BATON_ORCH_AGENTS_FILE": str(agents_file),
             "BATON_ORCH_STORE__MODE": "remote",
-            "BATON_ORCH_STORE__ENDPOINT": f"http://127.0.0.1:{store_port}",
+            "BATON_ORCH_STORE__ENDPOINT": f"https://localhost:{store_port}",
             "BATON_ORCH_STORE__TOKEN_FILE": str(secrets / "token"),
+            "BATON_ORCH_STORE__TLS__CA_FILE": str(pki.ca),
+            "BATON_ORCH_STORE__TLS__CERT_FILE": str(pki.client_cert),
+            "BATON_ORCH_STORE__TLS__KEY_FILE": str(pki.client_key),
+            "BATON_ORCH_TLS__CERT_FILE": str(pki.server_cert),
+            "BATON_ORCH_TLS__KEY_FILE": str(pki.server_key),
+            "BATON_ORCH_AUTH__API_KEYS_FILE": str(secrets / "orchestrator-keys"),
             "BATON_ORCH_TELEMETRY__METRICS_LISTEN": "",
         }))
-        endpoint = f"127.0.0.1:{orch_port}"
-        async with Orchestrator(endpoint) as o:
+        endpoint = f"https://localhost:{orch_port}"
+        async with Orchestrator(endpoint, api_key=ORCH_KEY, ca_file=pki.ca) as o:
             await until(o.list_agents, "the orchestrator")
+        # Nothing in clear, nothing without a key.
+        for client in (Orchestrator(f"127.0.0.1:{orch_port}", api_key=ORCH_KEY),
+                       Orchestrator(endpoint, ca_file=pki.ca)):
+            async with client as o:
+                try:
+                    await o.list_agents(timeout=5)
+                    refusals.append("a call in clear or without a key was answered")
+                except BatonError:
+                    pass
 
         async def external(client: str, *cmd: str) -> dict:
-            proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE)
+            env = {**os.environ, "BATON_CA_FILE": str(pki.ca), "BATON_API_KEY": ORCH_KEY}
+            proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE, env=env)
             out, _ = await asyncio.wait_for(proc.communicate(), 120)
             if proc.returncode != 0:
                 raise RuntimeError(f"the {client} runner failed ({proc.returncode})")
@@ -196,8 +229,8 @@ async def main(record: bool) -> int:
 
         scenario_file = str(HERE / "scenario.json")
         results = [
-            await external("rust", str(TARGET / "baton-scenario"), f"http://{endpoint}", scenario_file),
-            await python_client(endpoint, scenario),
+            await external("rust", str(TARGET / "baton-scenario"), endpoint, scenario_file),
+            await python_client(endpoint, scenario, pki),
             await external("typescript", "node", str(TS_DIST / "scenario_main.js"), endpoint, scenario_file),
         ]
     finally:
@@ -223,6 +256,7 @@ async def main(record: bool) -> int:
             failed += 1
             print(f"FAILED: {what}")
 
+    check(not refusals, f"TLS and API keys hold: {refusals}")
     want_errors = scenario["errors"]
     for r in results:
         c = r["client"]

@@ -60,7 +60,10 @@ async function errors(baton: Orchestrator, spec: any) {
 async function main() {
   const [endpoint, file] = process.argv.slice(2);
   const scenario = JSON.parse(readFileSync(file, "utf8"));
-  const baton = new Orchestrator(endpoint);
+  // TLS and authentication as the other runners: BATON_CA_FILE (the CA an
+  // https:// endpoint is checked against), BATON_API_KEY.
+  const ca = process.env.BATON_CA_FILE;
+  const baton = new Orchestrator(endpoint, process.env.BATON_API_KEY, ca ? { caFile: ca } : undefined);
   const runs: Record<string, unknown> = {};
   for (const spec of scenario.runs) runs[spec.name] = await run(baton, spec);
   const errs = await errors(baton, scenario.errors);

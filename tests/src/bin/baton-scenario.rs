@@ -165,10 +165,22 @@ async fn errors(client: &OrchestratorClient, spec: &Value) -> anyhow::Result<Val
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let [_, endpoint, scenario] = args.as_slice() else {
-        anyhow::bail!("usage: baton-scenario ENDPOINT SCENARIO.json");
+        anyhow::bail!(
+            "usage: baton-scenario ENDPOINT SCENARIO.json (env: BATON_CA_FILE, BATON_API_KEY)"
+        );
     };
     let scenario: Value = serde_json::from_str(&std::fs::read_to_string(scenario)?)?;
-    let client = OrchestratorClient::connect(endpoint.clone()).await?;
+    // TLS and authentication as the other runners: BATON_CA_FILE (the CA an
+    // https:// endpoint is checked against), BATON_API_KEY.
+    let tls = baton_client::ClientTls {
+        ca_file: std::env::var_os("BATON_CA_FILE").map(Into::into),
+        ..Default::default()
+    };
+    let client = OrchestratorClient::connect_with(endpoint.clone(), &tls).await?;
+    let client = match std::env::var("BATON_API_KEY") {
+        Ok(key) => client.with_api_key(&key)?,
+        Err(_) => client,
+    };
     let mut runs = Map::new();
     for spec in scenario["runs"].as_array().into_iter().flatten() {
         runs.insert(str_field(spec, "name").into(), run(&client, spec).await?);
