@@ -260,3 +260,110 @@ async fn the_orchestrator_calls_tool_servers_over_tls_with_its_client_certificat
     }
     assert_eq!(reached(), 1, "nothing more reached the server");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_use_a_plaintext_health_port_when_the_main_port_speaks_tls() {
+    let pki = TestPki::generate("probes").expect("pki");
+    let health = baton_e2e::free_addr().expect("port");
+    let mut config = StoreServer::config(Backend::Memory, None);
+    config.tls = server_tls(&pki, true);
+    config.server.health_listen = health.to_string();
+    let store = StoreServer::start(config).await.expect("store");
+    // What the kubelet's gRPC probe does: plaintext grpc.health.v1.
+    eventually("the health port answers SERVING", || async {
+        baton_e2e::health(&format!("http://{health}"), "baton.v1.ContextStore").await
+            == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    })
+    .await;
+    // It serves health only: the store's own API is not there.
+    let on_health_port = StoreClient::connect(format!("http://{health}"))
+        .await
+        .expect("connect");
+    let e = on_health_port
+        .list(TRACE, "")
+        .await
+        .expect_err("no store API on the health port");
+    assert_eq!(e.code(), tonic::Code::Unimplemented, "{e}");
+    // The main port still refuses plaintext.
+    assert!(
+        StoreClient::connect(store.endpoint()).await.is_err()
+            || StoreClient::connect(store.endpoint())
+                .await
+                .expect("lazy")
+                .list(TRACE, "")
+                .await
+                .is_err()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_forward_run_scoped_calls_to_each_other_over_tls() {
+    const ASKER: &str = r#"
+scripts:
+  asker:
+    - calls: [{tool: write_context, args: {key: "k", value: "v"}}]
+    - text: "done"
+agents:
+  asker:
+    model: "scripted:asker"
+    tools: [write_context]
+    approvals: {write_context: always}
+"#;
+    let pki = TestPki::generate("peers").expect("pki");
+    let (a_addr, b_addr) = (
+        baton_e2e::free_addr().expect("port"),
+        baton_e2e::free_addr().expect("port"),
+    );
+    let peers = vec![
+        format!("localhost:{}", a_addr.port()),
+        format!("localhost:{}", b_addr.port()),
+    ];
+    let replica = |addr: std::net::SocketAddr| {
+        let (pki_tls, peers, ca) = (server_tls(&pki, false), peers.clone(), pki.ca.clone());
+        OrchestratorServer::start(ASKER, None, move |c| {
+            c.listen = addr;
+            c.tls = pki_tls;
+            c.peers.endpoints = peers;
+            c.peers.tls.enabled = true;
+            c.peers.tls.ca_file = ca;
+        })
+    };
+    let a = replica(a_addr).await.expect("a");
+    let b = replica(b_addr).await.expect("b");
+    let connect = |addr: std::net::SocketAddr| {
+        let ca = pki.ca.clone();
+        async move {
+            OrchestratorClient::connect_with(
+                format!("https://localhost:{}", addr.port()),
+                &trusting(&ca),
+            )
+            .await
+            .expect("connect")
+        }
+    };
+    let (on_a, on_b) = (connect(a.addr).await, connect(b.addr).await);
+    let mut events = on_a
+        .run_agent(agent_request("asker", "x"))
+        .await
+        .expect("run");
+    let asked = baton_e2e::wait_for(&mut events, &mut Vec::new(), |e| {
+        matches!(e.payload, Some(Payload::ApprovalRequested(_)))
+    })
+    .await;
+    let Some(Payload::ApprovalRequested(q)) = asked.payload else {
+        unreachable!()
+    };
+    // b does not run it: it asks a over TLS.
+    on_b.resolve_approval(&asked.run_id, &q.approval_id, true, "ok")
+        .await
+        .expect("forwarded over TLS");
+    let mut last = None;
+    while let Some(e) = events.next().await {
+        last = Some(e.expect("event"));
+    }
+    assert!(
+        matches!(last.and_then(|e| e.payload), Some(Payload::RunCompleted(_))),
+        "the run completes"
+    );
+    drop(b);
+}

@@ -42,6 +42,9 @@ pub enum ServeError {
     /// The transport failed.
     #[error("gRPC transport: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// A port could not be bound.
+    #[error("{0}")]
+    Bind(String),
 }
 
 /// Connection limits of a gRPC server (the `server` section of each
@@ -65,6 +68,10 @@ pub struct ServerOptions {
     /// default): no cross-origin call (preflights get no
     /// `Access-Control-Allow-Origin`, so browsers refuse).
     pub cors_allowed_origins: Vec<String>,
+    /// A second, plaintext port serving only `grpc.health.v1`, like
+    /// `0.0.0.0:50061`: for Kubernetes' gRPC probes (which cannot speak
+    /// TLS) when the main port does. Empty (the default): none.
+    pub health_listen: String,
 }
 
 impl Default for ServerOptions {
@@ -74,6 +81,7 @@ impl Default for ServerOptions {
             keepalive_interval: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(20),
             cors_allowed_origins: Vec::new(),
+            health_listen: String::new(),
         }
     }
 }
@@ -88,6 +96,14 @@ impl ServerOptions {
             return Err(
                 "server.keepalive_interval and server.keepalive_timeout must be positive".into(),
             );
+        }
+        if !self.health_listen.is_empty()
+            && self.health_listen.parse::<std::net::SocketAddr>().is_err()
+        {
+            return Err(format!(
+                "server.health_listen: {:?} is not host:port",
+                self.health_listen
+            ));
         }
         self.cors().map(|_| ())
     }
@@ -320,6 +336,33 @@ where
         });
     }
 
+    // The plaintext health port (probes), up until the main server ends.
+    let health_stop = tokio_util::sync::CancellationToken::new();
+    if !options.health_listen.is_empty() {
+        let listener = tokio::net::TcpListener::bind(&options.health_listen)
+            .await
+            .map_err(|e| {
+                ServeError::Bind(format!(
+                    "server.health_listen {}: {e}",
+                    options.health_listen
+                ))
+            })?;
+        tracing::info!(service = service_name, addr = %options.health_listen, "health port listening (plaintext, grpc.health.v1 only)");
+        let health = health_service.clone();
+        let stop = health_stop.clone();
+        tokio::spawn(async move {
+            let served = tonic::transport::Server::builder()
+                .add_service(health)
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    stop.cancelled_owned(),
+                )
+                .await;
+            if let Err(e) = served {
+                tracing::warn!(error = %e, "health port failed");
+            }
+        });
+    }
     let drain = {
         let shutdown = shutdown.clone();
         async move {
@@ -340,6 +383,7 @@ where
         grace,
     )
     .await;
+    health_stop.cancel();
     // Whatever ended the server, stop what the service started.
     shutdown.cancel();
     tasks.close();

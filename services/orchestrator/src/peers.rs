@@ -43,6 +43,11 @@ pub struct PeersConfig {
     /// to start the stream; the stream itself lasts as long as the run).
     #[serde(with = "baton_common::config::duration")]
     pub timeout: Duration,
+    /// TLS towards the replicas (when their port speaks TLS, `tls.*`): on
+    /// (`enabled`), each address is checked against the endpoint's name,
+    /// with `ca_file` (or the system's roots); `cert_file`/`key_file`
+    /// present a client certificate.
+    pub tls: crate::config::TlsClient,
 }
 
 impl Default for PeersConfig {
@@ -50,6 +55,7 @@ impl Default for PeersConfig {
         Self {
             endpoints: Vec::new(),
             timeout: Duration::from_secs(2),
+            tls: Default::default(),
         }
     }
 }
@@ -108,31 +114,49 @@ impl Peers {
                 continue;
             };
             match tokio::net::lookup_host((host.as_str(), port)).await {
-                Ok(found) => addresses.extend(found),
+                Ok(found) => addresses.extend(found.map(|a| (a, host.clone()))),
                 Err(e) => tracing::warn!(endpoint, error = %e, "cannot resolve a peer"),
             }
         }
         addresses.sort();
-        addresses.dedup();
+        addresses.dedup_by(|a, b| a.0 == b.0);
         let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
-        clients.retain(|a, _| addresses.contains(a));
+        clients.retain(|a, _| addresses.iter().any(|(b, _)| a == b));
         addresses
             .into_iter()
-            .map(|a| {
-                clients
-                    .entry(a)
-                    .or_insert_with(|| {
-                        let channel =
-                            tonic::transport::Endpoint::from_shared(format!("http://{a}"))
-                                .expect("a socket address makes a valid URI")
-                                .tcp_nodelay(true)
-                                .connect_timeout(self.config.timeout)
-                                .connect_lazy();
-                        OrchestratorClient::new(channel)
-                    })
-                    .clone()
+            .filter_map(|(a, host)| match clients.get(&a) {
+                Some(c) => Some(c.clone()),
+                None => match self.channel(a, &host) {
+                    Ok(channel) => {
+                        let c = OrchestratorClient::new(channel);
+                        clients.insert(a, c.clone());
+                        Some(c)
+                    }
+                    Err(e) => {
+                        tracing::warn!(peer = %a, error = %e, "cannot reach a peer");
+                        None
+                    }
+                },
             })
             .collect()
+    }
+
+    /// A lazily connected channel to the replica at `address`, over TLS
+    /// (checked against `host`, the endpoint's name) when `peers.tls` is on.
+    fn channel(&self, address: SocketAddr, host: &str) -> Result<Channel, String> {
+        let tls = self.config.tls.client();
+        let scheme = if tls.enabled { "https" } else { "http" };
+        let mut endpoint = tonic::transport::Endpoint::from_shared(format!("{scheme}://{address}"))
+            .map_err(|e| e.to_string())?
+            .tcp_nodelay(true)
+            .connect_timeout(self.config.timeout);
+        if tls.enabled {
+            let config = tls
+                .config(&format!("https://{host}:{}", address.port()), host)
+                .map_err(|e| e.to_string())?;
+            endpoint = endpoint.tls_config(config).map_err(|e| e.to_string())?;
+        }
+        Ok(endpoint.connect_lazy())
     }
 
     /// Asks every replica `call(client, request)` with `message`, marked as
