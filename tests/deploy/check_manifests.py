@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks what the rendered overlays promise, beyond schemas and checkov.
 
-usage: check_manifests.py BIN_DIR dev.yaml prod.yaml
+usage: check_manifests.py BIN_DIR dev.yaml prod.yaml cert-manager.yaml
 (BIN_DIR holds the built baton-orchestrator and baton-context-store.)
 Prints one `ok`/`FAIL` line per check; exit 1 when any fails.
 """
@@ -81,6 +81,13 @@ def common(name, res):
                and psc.get("runAsNonRoot") is True and psc.get("seccompProfile", {}).get("type") == "RuntimeDefault",
                f"{name}: {svc} runs non-root, read-only, no privilege escalation, no capabilities, seccomp RuntimeDefault")
         port = c["ports"][0]["containerPort"]
+        prefix = "BATON_ORCH_" if svc == "baton-orchestrator" else "BATON_STORE_"
+        if e.get(prefix + "TLS__CERT_FILE"):
+            # Kubelet gRPC probes cannot speak TLS: the plaintext health port.
+            health = e.get(prefix + "SERVER__HEALTH_LISTEN", "")
+            port = int(health.rsplit(":", 1)[1]) if ":" in health else -1
+            expect(any(p["containerPort"] == port for p in c["ports"]),
+                   f"{name}: {svc} speaks TLS and serves health in plaintext on {port} for the probes")
         expect(c.get("readinessProbe", {}).get("grpc", {}).get("port") == port
                and c.get("livenessProbe", {}).get("grpc", {}) == {"port": port, "service": "liveness"},
                f"{name}: {svc} has native gRPC readiness (overall health) and liveness (\"liveness\") probes on {port}")
@@ -178,10 +185,56 @@ def common(name, res):
     return deployments
 
 
-def main(bin_dir, dev_path, prod_path):
+def tls_mounts(deployment, prefix, variables):
+    """The Secret each of `variables` (file paths) is read from."""
+    c = deployment["spec"]["template"]["spec"]["containers"][0]
+    vols = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    e = env(c)
+    out = {}
+    for var in variables:
+        path = e.get(prefix + var) or ""
+        out[var] = ""
+        for m in c.get("volumeMounts", []):
+            if path.startswith(m["mountPath"].rstrip("/") + "/"):
+                out[var] = vols.get(m["name"], {}).get("secret", {}).get("secretName", "")
+    return e, out
+
+
+def check_tls(prod, certificates):
+    """prod: TLS on both ports, orchestrator → store and → peers; the
+    certificates the cert-manager component issues are the Secrets mounted,
+    for the names the clients use."""
+    orch, store = prod[("Deployment", "baton-orchestrator")], prod[("Deployment", "baton-context-store")]
+    oe, om = tls_mounts(orch, "BATON_ORCH_", ["TLS__CERT_FILE", "TLS__KEY_FILE", "STORE__TLS__CA_FILE",
+                                              "STORE__TLS__CERT_FILE", "PEERS__TLS__CA_FILE"])
+    se, sm = tls_mounts(store, "BATON_STORE_", ["TLS__CERT_FILE", "TLS__KEY_FILE", "TLS__CLIENT_CA_FILE"])
+    expect(set(om.values()) == {"baton-orchestrator-tls"} and set(sm.values()) == {"baton-context-store-tls"},
+           f"prod: TLS files come from the Secrets baton-orchestrator-tls / baton-context-store-tls ({om}, {sm})")
+    expect(oe.get("BATON_ORCH_STORE__TLS__ENABLED") == "true" and oe.get("BATON_ORCH_PEERS__TLS__ENABLED") == "true",
+           "prod: the orchestrator reaches the store and its peers over TLS")
+    expect(bool(se.get("BATON_STORE_TLS__CLIENT_CA_FILE")),
+           "prod: the store requires client certificates (mTLS; the orchestrator presents its own)")
+    certs = {d["spec"]["secretName"]: d["spec"] for (k, _), d in certificates.items() if k == "Certificate"}
+    o, s_ = certs.get("baton-orchestrator-tls", {}), certs.get("baton-context-store-tls", {})
+    expect({"server auth", "client auth"} <= set(o.get("usages", [])) and "server auth" in s_.get("usages", []),
+           "cert-manager: the orchestrator's certificate serves and authenticates it as a client; the store's serves")
+    expect({"baton-orchestrator", "baton-orchestrator-peers"} <= set(o.get("dnsNames", []))
+           and {"baton-context-store", "baton-context-store-headless"} <= set(s_.get("dnsNames", [])),
+           "cert-manager: the certificates name the Services clients and replicas use")
+    issuers = {n for (k, n) in certificates if k == "Issuer"}
+    expect(all(c["issuerRef"]["name"] in issuers for c in certs.values()),
+           "cert-manager: every certificate's issuer is in the component")
+
+
+def main(bin_dir, dev_path, prod_path, cert_manager_path):
     global BIN_DIR
     BIN_DIR = bin_dir
     dev, prod = load(dev_path), load(prod_path)
+    check_tls(prod, load(cert_manager_path))
+    for svc in ("baton-orchestrator", "baton-context-store"):
+        e = env(dev[("Deployment", svc)]["spec"]["template"]["spec"]["containers"][0])
+        expect(not any(k.endswith("TLS__CERT_FILE") for k in e),
+               f"dev: {svc} needs no PKI (plaintext inside the dev cluster)")
     d = common("dev", dev)
     for svc in ("baton-orchestrator", "baton-context-store", "redis", "jaeger"):
         expect(svc in d and d[svc]["spec"]["replicas"] == 1, f"dev: one replica of {svc}")
@@ -215,4 +268,4 @@ def main(bin_dir, dev_path, prod_path):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])
