@@ -620,3 +620,13 @@ impl std::io::Write for Captured {
         Ok(())
     }
 }
+
+/// The Prometheus text a `/metrics` endpoint at `addr` serves.
+pub async fn scrape(addr: SocketAddr) -> String {
+    reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("body")
+}

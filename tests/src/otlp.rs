@@ -116,25 +116,10 @@ impl OtlpReceiver {
     pub async fn start() -> anyhow::Result<Self> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let collector = Collector::default();
-        let stop = CancellationToken::new();
-        let service = TraceServiceServer::new(collector.clone())
-            .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
-        let s = stop.clone();
-        tokio::spawn(async move {
-            tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming_shutdown(
-                    tokio_stream::wrappers::TcpListenerStream::new(listener),
-                    s.cancelled_owned(),
-                )
-                .await
-        });
-        Ok(Self {
+        Ok(Self::serve(
             addr,
-            collector,
-            stop,
-        })
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+        ))
     }
 
     /// A receiver speaking TLS only, with the server certificate of `pki`;
@@ -142,14 +127,26 @@ impl OtlpReceiver {
     pub async fn start_tls(pki: &crate::pki::TestPki) -> anyhow::Result<(Self, String)> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let config = baton_common::tls::TlsConfig {
-            cert_file: pki.server_cert.clone(),
-            key_file: pki.server_key.clone(),
-            ..Default::default()
-        };
-        let tls = baton_common::tls::ServerTls::load(&config)
-            .map_err(|e| anyhow::anyhow!(e))?
-            .ok_or_else(|| anyhow::anyhow!("TLS is configured"))?;
+        let tls = crate::pki::server_tls(pki, false)?;
+        let endpoint = format!("https://localhost:{}", addr.port());
+        Ok((
+            Self::serve(addr, baton_common::tls::incoming(listener, tls)),
+            endpoint,
+        ))
+    }
+
+    /// Serves the collector on the connections of `incoming`.
+    fn serve<I, IO, E>(addr: SocketAddr, incoming: I) -> Self
+    where
+        I: futures::Stream<Item = Result<IO, E>> + Send + 'static,
+        IO: tonic::transport::server::Connected
+            + tokio::io::AsyncRead
+            + tokio::io::AsyncWrite
+            + Unpin
+            + Send
+            + 'static,
+        E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
+    {
         let collector = Collector::default();
         let stop = CancellationToken::new();
         let service = TraceServiceServer::new(collector.clone())
@@ -158,21 +155,14 @@ impl OtlpReceiver {
         tokio::spawn(async move {
             tonic::transport::Server::builder()
                 .add_service(service)
-                .serve_with_incoming_shutdown(
-                    baton_common::tls::incoming(listener, tls),
-                    s.cancelled_owned(),
-                )
+                .serve_with_incoming_shutdown(incoming, s.cancelled_owned())
                 .await
         });
-        let endpoint = format!("https://localhost:{}", addr.port());
-        Ok((
-            Self {
-                addr,
-                collector,
-                stop,
-            },
-            endpoint,
-        ))
+        Self {
+            addr,
+            collector,
+            stop,
+        }
     }
 
     /// `http://{addr}`, for `OTEL_EXPORTER_OTLP_ENDPOINT`.

@@ -69,3 +69,24 @@ impl TestPki {
         self.dir.path()
     }
 }
+
+/// A server's TLS of `pki` (its server certificate; requiring client
+/// certificates of its CA when `mtls`), as the services load it.
+pub fn server_tls(
+    pki: &TestPki,
+    mtls: bool,
+) -> anyhow::Result<std::sync::Arc<baton_common::tls::ServerTls>> {
+    let config = baton_common::tls::TlsConfig {
+        cert_file: pki.server_cert.clone(),
+        key_file: pki.server_key.clone(),
+        client_ca_file: if mtls {
+            pki.ca.clone()
+        } else {
+            Default::default()
+        },
+        ..Default::default()
+    };
+    baton_common::tls::ServerTls::load(&config)
+        .map_err(|e| anyhow::anyhow!(e))?
+        .ok_or_else(|| anyhow::anyhow!("TLS is configured"))
+}

@@ -218,22 +218,10 @@ impl TestToolHost {
     pub async fn start() -> anyhow::Result<Self> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let seen = Arc::new(Seen::default());
-        let shutdown = CancellationToken::new();
-        let service = ToolHostServer::new(Host { seen: seen.clone() });
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming_shutdown(
-                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-                    shutdown.clone().cancelled_owned(),
-                ),
-        );
-        Ok(Self {
+        Ok(Self::serve(
             addr,
-            seen,
-            shutdown,
-        })
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+        ))
     }
 
     /// Starts the server on `127.0.0.1:0` speaking TLS only, with the
@@ -242,35 +230,38 @@ impl TestToolHost {
     pub async fn start_tls(pki: &crate::pki::TestPki, mtls: bool) -> anyhow::Result<Self> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let config = baton_common::tls::TlsConfig {
-            cert_file: pki.server_cert.clone(),
-            key_file: pki.server_key.clone(),
-            client_ca_file: if mtls {
-                pki.ca.clone()
-            } else {
-                Default::default()
-            },
-            ..Default::default()
-        };
-        let tls = baton_common::tls::ServerTls::load(&config)
-            .map_err(|e| anyhow::anyhow!(e))?
-            .ok_or_else(|| anyhow::anyhow!("TLS is configured"))?;
+        let tls = crate::pki::server_tls(pki, mtls)?;
+        Ok(Self::serve(
+            addr,
+            baton_common::tls::incoming(listener, tls),
+        ))
+    }
+
+    /// Serves the tools on the connections of `incoming`.
+    fn serve<I, IO, E>(addr: SocketAddr, incoming: I) -> Self
+    where
+        I: futures::Stream<Item = Result<IO, E>> + Send + 'static,
+        IO: tonic::transport::server::Connected
+            + tokio::io::AsyncRead
+            + tokio::io::AsyncWrite
+            + Unpin
+            + Send
+            + 'static,
+        E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
+    {
         let seen = Arc::new(Seen::default());
         let shutdown = CancellationToken::new();
         let service = ToolHostServer::new(Host { seen: seen.clone() });
         tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(service)
-                .serve_with_incoming_shutdown(
-                    baton_common::tls::incoming(listener, tls),
-                    shutdown.clone().cancelled_owned(),
-                ),
+                .serve_with_incoming_shutdown(incoming, shutdown.clone().cancelled_owned()),
         );
-        Ok(Self {
+        Self {
             addr,
             seen,
             shutdown,
-        })
+        }
     }
 
     /// `http://{addr}`.

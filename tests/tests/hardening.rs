@@ -17,7 +17,9 @@ use baton_context_store::{
     config::Backend,
     store::{ContextStore, Limits, memory::MemoryStore},
 };
-use baton_e2e::{OrchestratorServer, RedisServer, StoreServer, agent_request, eventually, health};
+use baton_e2e::{
+    OrchestratorServer, RedisServer, StoreServer, agent_request, eventually, health, scrape,
+};
 use futures::StreamExt;
 use tonic::Code;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -61,15 +63,6 @@ fn assert_refused<T>(r: Result<T, Error>, code: Code, field: &str) -> Error {
     let e = refused(r);
     assert_eq!((e.code(), e.field()), (code, Some(field)), "{e}");
     e
-}
-
-async fn scrape(addr: SocketAddr) -> String {
-    reqwest::get(format!("http://{addr}/metrics"))
-        .await
-        .expect("scrape")
-        .text()
-        .await
-        .expect("body")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

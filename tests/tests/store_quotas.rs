@@ -5,11 +5,11 @@
 //! clears and expiries give the quota back; another tenant's usage is its
 //! own; the per-tenant metrics follow.
 
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+use std::{path::PathBuf, time::Duration};
 
 use baton_client::{Error, PutOptions, StoreClient};
 use baton_context_store::{auth::AuthMode, config::Backend, quota::StoreQuota};
-use baton_e2e::{RedisServer, StoreServer};
+use baton_e2e::{RedisServer, StoreServer, scrape};
 use tonic::Code;
 
 const ACME: &str = "acme-key-0123456789";
@@ -44,15 +44,6 @@ fn assert_quota(r: Result<baton_client::pb::PutResponse, Error>, quota: &str, te
         e.message().contains(&format!("quotas.{quota}")) && e.message().contains(tenant),
         "names the quota and the tenant: {e}"
     );
-}
-
-async fn scrape(addr: SocketAddr) -> String {
-    reqwest::get(format!("http://{addr}/metrics"))
-        .await
-        .expect("scrape")
-        .text()
-        .await
-        .expect("body")
 }
 
 async fn scenario(backend: Backend, redis: Option<String>, name: &str) {
