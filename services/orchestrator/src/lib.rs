@@ -36,6 +36,7 @@
 pub mod agent;
 pub mod auth;
 pub mod catalog;
+pub mod client_tls;
 pub mod config;
 pub mod error;
 pub mod grpc;

@@ -47,7 +47,7 @@ pub struct PeersConfig {
     /// (`enabled`), each address is checked against the endpoint's name,
     /// with `ca_file` (or the system's roots); `cert_file`/`key_file`
     /// present a client certificate.
-    pub tls: crate::config::TlsClient,
+    pub tls: crate::client_tls::TlsClient,
 }
 
 impl Default for PeersConfig {

@@ -81,7 +81,7 @@ pub struct ToolServerSpec {
     /// TLS towards it (an `https://` endpoint always speaks TLS, checked
     /// against the system's roots unless `ca_file` is set).
     #[serde(default)]
-    pub tls: crate::config::TlsClient,
+    pub tls: crate::client_tls::TlsClient,
 }
 
 /// Model providers that need settings.
