@@ -87,3 +87,19 @@ pub fn check_stream_rules(events: &[pb::RunEvent]) {
         assert_eq!(*span, e.span_id, "one span per context");
     }
 }
+
+/// The output of a run that must have completed (its last event).
+pub fn completed_output(events: &[pb::RunEvent]) -> String {
+    match events.last().and_then(|e| e.payload.clone()) {
+        Some(Payload::RunCompleted(c)) => c.output,
+        other => panic!("expected RunCompleted, got {other:?}"),
+    }
+}
+
+/// The failure of a run that must have failed (its last event).
+pub fn run_failed(events: &[pb::RunEvent]) -> pb::RunFailed {
+    match events.last().and_then(|e| e.payload.clone()) {
+        Some(Payload::RunFailed(f)) => f,
+        other => panic!("expected RunFailed, got {other:?}"),
+    }
+}

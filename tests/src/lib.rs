@@ -26,6 +26,7 @@ pub mod fuzz;
 pub mod openai;
 pub mod otlp;
 pub mod pki;
+pub mod servers;
 pub mod toolhost;
 
 /// A loopback address with a port free at the time of the call (for

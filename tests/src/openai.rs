@@ -1,8 +1,9 @@
-//! An HTTP server speaking the OpenAI Chat Completions wire format, for the
-//! `openai` provider's tests: each request gets the next scripted reply — a
-//! status (429 with `Retry-After`, 5xx, 400) or an SSE stream of
-//! `chat.completion.chunk` objects ending in `data: [DONE]` — and every
-//! request is recorded with its headers and JSON body.
+//! An HTTP server for the model providers' tests: each request (any path)
+//! gets the next scripted reply — a status (429 with `Retry-After`, 5xx,
+//! 400) with a JSON error body, a JSON answer, or an SSE stream of `data:`
+//! events (OpenAI's `chat.completion.chunk` objects, or Anthropic's typed
+//! events) ending in `data: [DONE]` — and every request is recorded with
+//! its headers and JSON body.
 
 use std::{
     collections::VecDeque,
@@ -25,6 +26,8 @@ pub enum Reply {
     },
     /// A 200 streaming these chunks (each becomes one `data:` event).
     Stream(Vec<Value>),
+    /// A 200 with this JSON body (a non-streamed answer).
+    Json(Value),
 }
 
 /// A request the server received.
@@ -203,6 +206,18 @@ async fn serve(
             }
             socket
                 .write_all(format!("{head}\r\n{body}").as_bytes())
+                .await?;
+        }
+        Some(Reply::Json(body)) => {
+            let body = body.to_string();
+            socket
+                .write_all(
+                    format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    )
+                    .as_bytes(),
+                )
                 .await?;
         }
         Some(Reply::Stream(chunks)) => {

@@ -240,11 +240,14 @@ async fn server_errors_are_retried_until_the_limit_and_client_errors_are_not() {
 
     let events = client.run_agent_to_end(req()).await.expect("run");
     match &events.last().expect("events").payload {
-        Some(Payload::RunFailed(f)) => assert!(
-            f.message.contains("HTTP 400") && f.message.contains("scripted status 400"),
-            "{}",
-            f.message
-        ),
+        Some(Payload::RunFailed(f)) => {
+            assert_eq!(f.code, tonic::Code::FailedPrecondition as i32, "{f:?}");
+            assert!(
+                f.message.contains("HTTP 400") && f.message.contains("scripted status 400"),
+                "{}",
+                f.message
+            )
+        }
         other => panic!("expected RunFailed, got {other:?}"),
     }
     assert_eq!(fake.requests().len(), 4, "a 400 is not retried");

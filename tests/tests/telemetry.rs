@@ -1,8 +1,9 @@
 //! OpenTelemetry across both services, proven with an OTLP receiver inside
 //! the test: a nested agent (depth 2) and a pipeline, each started with a
 //! client `traceparent`, through an orchestrator whose context store is the
-//! context-store service on Redis. Also: an unreachable collector never
-//! slows or fails a run.
+//! context-store service on Redis, with the GenAI semantic conventions'
+//! span names and attributes. Also: an unreachable collector never slows or
+//! fails a run.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -35,7 +36,9 @@ scripts:
     - text: "inner wrote"
       usage: {input_tokens: 29, output_tokens: 6}
   echo: [{text: "{{input}}", usage: {input_tokens: 2, output_tokens: 1}}]
+  broken: [{fail: "the provider is down"}]
 agents:
+  broken: {model: "scripted:broken"}
   outer: {model: "scripted:outer", tools: [middle]}
   middle: {model: "scripted:middle", tools: [inner]}
   inner: {model: "scripted:inner", tools: [write_context]}
@@ -120,6 +123,11 @@ async fn one_trace_across_both_services_with_the_context_tree_as_span_tree() {
             pb::RunAgentRequest {
                 agent: "outer".into(),
                 input: "tides".into(),
+                settings: Some(pb::GenerationSettings {
+                    temperature: Some(0.25),
+                    max_tokens: Some(64),
+                    ..Default::default()
+                }),
                 ..Default::default()
             },
             Some(&traceparent),
@@ -170,6 +178,27 @@ async fn one_trace_across_both_services_with_the_context_tree_as_span_tree() {
         Some(Payload::RunCompleted(c)) if c.output == "got alpha"
     ));
 
+    // A failed run: its contexts' spans carry `error.type`.
+    let mut failed = Vec::new();
+    let mut stream = client
+        .run_agent_traced(
+            pb::RunAgentRequest {
+                agent: "broken".into(),
+                input: "x".into(),
+                ..Default::default()
+            },
+            Some(&traceparent),
+        )
+        .await
+        .expect("run");
+    while let Some(e) = futures::StreamExt::next(&mut stream).await {
+        failed.push(e.expect("event"));
+    }
+    assert!(matches!(
+        failed.last().and_then(|e| e.payload.as_ref()),
+        Some(Payload::RunFailed(f)) if f.code == tonic::Code::Unavailable as i32
+    ));
+
     // Shutting down flushes both services' spans.
     server.shutdown().await.expect("orchestrator shutdown");
     store.shutdown().await.expect("store shutdown");
@@ -185,20 +214,40 @@ async fn one_trace_across_both_services_with_the_context_tree_as_span_tree() {
     );
     check_run(&events, &spans);
     check_run(&pipeline_events, &spans);
+    // GenAI semantic conventions: agent contexts are `invoke_agent
+    // {agent}`, tool calls `execute_tool {tool}`, model calls `chat
+    // {model}`, failures carry `error.type`.
+    let broken = spans
+        .iter()
+        .find(|s| s.name == "invoke_agent broken")
+        .expect("the failed agent's span");
+    assert_eq!(broken.attributes["gen_ai.operation.name"], "invoke_agent");
+    assert_eq!(broken.attributes["gen_ai.agent.name"], "broken");
+    assert_eq!(broken.attributes["error.type"], "UNAVAILABLE");
+    let broken_chat = spans
+        .iter()
+        .find(|s| s.name == "chat broken")
+        .expect("the failed chat span");
+    assert_eq!(broken_chat.attributes["error.type"], "scripted");
+    let outer = spans
+        .iter()
+        .find(|s| s.name == "invoke_agent outer")
+        .expect("outer");
+    assert_eq!(outer.attributes["gen_ai.agent.name"], "outer");
+    assert!(!outer.attributes.contains_key("error.type"));
     let index = by_id(&spans);
     let names: HashSet<&str> = spans.iter().map(|s| s.name.as_str()).collect();
     for expected in [
         "run outer",
-        "agent outer",
-        "agent middle",
-        "agent inner",
+        "invoke_agent outer",
+        "invoke_agent middle",
+        "invoke_agent inner",
         "chat outer",
-        "tool middle",
-        "tool write_context",
+        "execute_tool middle",
+        "execute_tool write_context",
         "run traced",
         "pipeline traced",
-        "step a",
-        "step b",
+        "invoke_agent echo",
         "baton.v1.ContextStore/Put",
     ] {
         assert!(
@@ -208,7 +257,11 @@ async fn one_trace_across_both_services_with_the_context_tree_as_span_tree() {
     }
 
     // Each pipeline step is a span, with its attempt.
-    let step_a = spans.iter().find(|s| s.name == "step a").expect("step a");
+    let step_a = spans
+        .iter()
+        .find(|s| s.attributes.get("baton.step.id").map(String::as_str) == Some("a"))
+        .expect("step a");
+    assert_eq!(step_a.name, "invoke_agent echo");
     assert_eq!(step_a.attributes["baton.step.attempt"], "1");
 
     // The store's server spans are children of the orchestrator's client
@@ -236,11 +289,14 @@ async fn one_trace_across_both_services_with_the_context_tree_as_span_tree() {
             index
                 .get(c.parent_span_id.as_str())
                 .map(|t| t.name.as_str())
-                == Some("tool write_context")
+                == Some("execute_tool write_context")
         })
         .expect("the store client span of write_context");
     let tool = index[put.parent_span_id.as_str()];
-    assert_eq!(index[tool.parent_span_id.as_str()].name, "agent inner");
+    assert_eq!(
+        index[tool.parent_span_id.as_str()].name,
+        "invoke_agent inner"
+    );
     assert!(tool.attributes.contains_key("gen_ai.tool.call.id"));
 
     // GenAI attributes carry the scripted token counts.
@@ -253,6 +309,9 @@ async fn one_trace_across_both_services_with_the_context_tree_as_span_tree() {
             assert_eq!(c.attributes["gen_ai.provider.name"], "scripted");
             assert_eq!(c.attributes["gen_ai.request.model"], "inner");
             assert_eq!(c.attributes["gen_ai.response.model"], "inner");
+            // The request's settings reach every model call of the run.
+            assert_eq!(c.attributes["gen_ai.request.temperature"], "0.25");
+            assert_eq!(c.attributes["gen_ai.request.max_tokens"], "64");
             assert!(c.attributes.contains_key("gen_ai.response.finish_reasons"));
             (
                 c.attributes["gen_ai.usage.input_tokens"].clone(),

@@ -221,6 +221,14 @@ pub fn inject(cx: &Context, metadata: &mut MetadataMap) {
     TraceContextPropagator::new().inject_context(cx, &mut MetadataInjector(metadata));
 }
 
+/// `cx`'s span as a W3C `traceparent` value (none when `cx` has no valid
+/// span), for protocols that carry it in their own fields (MCP's `_meta`).
+pub fn traceparent(cx: &Context) -> Option<String> {
+    let mut fields = std::collections::HashMap::new();
+    TraceContextPropagator::new().inject_context(cx, &mut fields);
+    fields.remove("traceparent")
+}
+
 /// The remote parent a request's `traceparent` names (an empty context
 /// when there is none or it is malformed).
 pub fn extract(metadata: &MetadataMap) -> Context {

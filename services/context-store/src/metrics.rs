@@ -106,7 +106,10 @@ impl Metrics {
     /// request field an error names.
     pub fn observe(&self, op: &'static str, code: tonic::Code, field: Option<&str>, seconds: f64) {
         self.operations
-            .get_or_create(&vec![("op", op.to_owned()), ("code", code_name(code))])
+            .get_or_create(&vec![
+                ("op", op.to_owned()),
+                ("code", baton_common::metrics::code_name(code).to_owned()),
+            ])
             .inc();
         self.latency
             .get_or_create(&vec![("op", op.to_owned())])
@@ -125,29 +128,4 @@ impl Metrics {
             _ => {}
         }
     }
-}
-
-/// `OK`, `NOT_FOUND`, …, as gRPC spells them.
-fn code_name(code: tonic::Code) -> String {
-    use tonic::Code as C;
-    match code {
-        C::Ok => "OK",
-        C::Cancelled => "CANCELLED",
-        C::Unknown => "UNKNOWN",
-        C::InvalidArgument => "INVALID_ARGUMENT",
-        C::DeadlineExceeded => "DEADLINE_EXCEEDED",
-        C::NotFound => "NOT_FOUND",
-        C::AlreadyExists => "ALREADY_EXISTS",
-        C::PermissionDenied => "PERMISSION_DENIED",
-        C::ResourceExhausted => "RESOURCE_EXHAUSTED",
-        C::FailedPrecondition => "FAILED_PRECONDITION",
-        C::Aborted => "ABORTED",
-        C::OutOfRange => "OUT_OF_RANGE",
-        C::Unimplemented => "UNIMPLEMENTED",
-        C::Internal => "INTERNAL",
-        C::Unavailable => "UNAVAILABLE",
-        C::DataLoss => "DATA_LOSS",
-        C::Unauthenticated => "UNAUTHENTICATED",
-    }
-    .to_owned()
 }

@@ -74,7 +74,7 @@ impl Services {
         };
         Ok(Self {
             models: Arc::new(Models::new(catalog.clone(), env)?),
-            tools: Arc::new(Toolbox::new(&catalog)?),
+            tools: Arc::new(Toolbox::new(&catalog, env)?),
             quotas: Arc::new(RunQuotas::new(
                 QuotaConfig::default(),
                 durable.clone(),

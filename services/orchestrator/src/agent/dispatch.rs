@@ -76,13 +76,17 @@ pub(super) fn plan(rt: &Run, frame: &mut CallFrame, call: &ToolCallRequest) -> C
                 frame.ctx.id, rt.limits.max_depth
             ));
         }
-        let child = rt.child_context(&frame.ctx, &segment, format!("agent {name}"));
+        let child = rt.child_context(
+            &frame.ctx,
+            &segment,
+            crate::run::context::invoke_agent_span_name(name),
+        );
         return CallPlan::Agent(child, name.to_owned());
     }
     CallPlan::Refused(format!("unknown tool {name:?}"))
 }
 
-/// Runs one call of a turn in its `tool <name>` span (the current
+/// Runs one call of a turn in its `execute_tool <name>` span (the current
 /// OpenTelemetry context while it runs, so store and ToolHost calls are its
 /// children).
 pub(super) async fn execute(
@@ -93,7 +97,7 @@ pub(super) async fn execute(
     run_frame: RunFrame,
 ) -> CallResult {
     let span = rt.tracer().build_with_context(
-        SpanBuilder::from_name(format!("tool {}", call.name)).with_attributes([
+        SpanBuilder::from_name(format!("execute_tool {}", call.name)).with_attributes([
             KeyValue::new("gen_ai.operation.name", "execute_tool"),
             KeyValue::new("gen_ai.tool.name", call.name.clone()),
             KeyValue::new("gen_ai.tool.call.id", call.id.clone()),
@@ -196,7 +200,7 @@ pub(super) async fn execute_call(
                             Ok(output)
                         }
                         Err(f) => {
-                            child_ctx.set_error(f.message.clone());
+                            child_ctx.set_error(f.code, f.message.clone());
                             Err(format!("agent {target} failed: {}", f.message))
                         }
                     },

@@ -57,6 +57,14 @@ pub struct CallFrame {
     pub(super) agent_context: Arc<Mutex<Map<String, Value>>>,
     /// What a final tool output in this frame (or below) ends.
     pub(super) scope: Arc<FinalScope>,
+    /// Whether the frame's answer is the request's (the root of a RunAgent,
+    /// a step of a RunPipeline): the request's `response_format` applies
+    /// to it, and to no delegate.
+    pub(super) answers_request: bool,
+    /// The generation settings of the active agent's model calls.
+    pub(super) settings: crate::model::settings::Settings,
+    /// Answers sent back for not matching `response_format`.
+    pub(super) format_retries: u32,
 }
 
 impl CallFrame {
@@ -68,8 +76,30 @@ impl CallFrame {
         history: Vec<ChatMessage>,
         input: String,
     ) -> Result<Self, Failure> {
-        let ctx = rt.root_context(format!("agent {target}"));
-        Self::new(rt, ctx, target, history, input, Arc::default())
+        let ctx = rt.root_context(crate::run::context::invoke_agent_span_name(target));
+        let mut frame = Self::new(rt, ctx, target, history, input, Arc::default())?;
+        frame.answer_request(rt);
+        Ok(frame)
+    }
+
+    /// Makes the frame's answer the request's: the request's
+    /// `response_format` applies to it.
+    pub(crate) fn answer_request(&mut self, rt: &Run) {
+        self.answers_request = true;
+        self.settings = self.settings_for(rt);
+    }
+
+    /// The settings of the active agent's model calls: the model's
+    /// (provider and model entry), the agent's, the request's.
+    pub(super) fn settings_for(&self, rt: &Run) -> crate::model::settings::Settings {
+        let mut request = rt.settings.clone();
+        if !self.answers_request {
+            request.response_format = None;
+        }
+        self.model
+            .settings()
+            .merged(&self.agent.spec.settings)
+            .merged(&request)
     }
 
     /// What a final tool output in this frame ends.
@@ -95,6 +125,20 @@ impl CallFrame {
             code: Code::InvalidArgument,
             message,
         })?;
+        ctx.set_attribute(opentelemetry::KeyValue::new(
+            "gen_ai.operation.name",
+            "invoke_agent",
+        ));
+        ctx.set_attribute(opentelemetry::KeyValue::new(
+            "gen_ai.agent.name",
+            agent.name.clone(),
+        ));
+        if !agent.spec.description.is_empty() {
+            ctx.set_attribute(opentelemetry::KeyValue::new(
+                "gen_ai.agent.description",
+                agent.spec.description.clone(),
+            ));
+        }
         let mut messages = Vec::with_capacity(history.len() + 2);
         messages.push(ChatMessage::new(
             Role::System,
@@ -123,7 +167,16 @@ impl CallFrame {
             usage: pb::Usage::default(),
             agent_context: Arc::default(),
             scope,
-        })
+            answers_request: false,
+            settings: Default::default(),
+            format_retries: 0,
+        }
+        .with_settings(rt))
+    }
+
+    fn with_settings(mut self, rt: &Run) -> Self {
+        self.settings = self.settings_for(rt);
+        self
     }
 
     /// The part of the frame a turn's calls read while they run.

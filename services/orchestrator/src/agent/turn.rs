@@ -52,12 +52,14 @@ pub(super) async fn run_frame_inner(
         span_id.into_bytes()
     })
     .await;
-    // The agent's tool definitions, made once per agent for the whole
-    // process (see `Services::tool_defs`), not per turn or per run: a turn
-    // loop of a hundred calls would rebuild every JSON schema a hundred
-    // times, and a run parked on a person would hold its own copy.
-    let mut tools = frame.tools(&rt.services);
     loop {
+        // The agent's tool definitions, made once per agent for the whole
+        // process (see `Services::tool_defs`) and rebuilt only when a tool
+        // server lists its tools again (an MCP server's
+        // `tools/list_changed` shows from the next turn on): a turn loop of
+        // a hundred calls does not rebuild every JSON schema a hundred
+        // times, and a run parked on a person holds no copy of its own.
+        let tools = frame.tools(&rt.services);
         if frame.turns >= rt.limits.max_turns {
             return Err(Failure {
                 code: Code::ResourceExhausted,
@@ -95,8 +97,9 @@ pub(super) async fn run_frame_inner(
                     turn: frame.agent_turns,
                     input: &frame.input,
                     call_id_prefix: &prefix,
+                    settings: &frame.settings,
                 };
-                let mut chat = chat_span(rt, &frame.ctx, frame.model.reference());
+                let mut chat = chat_span(rt, &frame.ctx, &*frame.model, &frame.settings);
                 let began = Instant::now();
                 let working = rt.record.work();
                 let answered =
@@ -108,6 +111,7 @@ pub(super) async fn run_frame_inner(
                     Ok(Ok(t)) => t,
                     Ok(Err(e)) => {
                         let message = e.to_string();
+                        tracing::warn!(model = frame.model.reference(), code = ?e.code(), error_type = %e.error_type, error = %message, "model call failed");
                         rt.services.metrics.model_call(
                             frame.model.reference(),
                             false,
@@ -115,10 +119,11 @@ pub(super) async fn run_frame_inner(
                             0,
                             0,
                         );
+                        chat.set_attribute(KeyValue::new("error.type", e.error_type.clone()));
                         chat.set_status(Status::error(message.clone()));
                         chat.end();
                         return Err(Failure {
-                            code: Code::Unavailable,
+                            code: e.code(),
                             message,
                         });
                     }
@@ -135,6 +140,7 @@ pub(super) async fn run_frame_inner(
                             0,
                             0,
                         );
+                        chat.set_attribute(KeyValue::new("error.type", "timeout"));
                         chat.set_status(Status::error(message.clone()));
                         chat.end();
                         return Err(Failure {
@@ -189,6 +195,39 @@ pub(super) async fn run_frame_inner(
         })
         .await;
 
+        if turn.calls.is_empty()
+            && let Some(format) = &frame.settings.response_format
+            && let Err(why) = format.check(&turn.text)
+        {
+            if frame.format_retries >= format.retries {
+                return Err(Failure {
+                    code: Code::FailedPrecondition,
+                    message: format!(
+                        "agent {}: the final answer does not match response_format {:?}{}: {why}",
+                        frame.agent.name,
+                        format.name,
+                        if format.retries > 0 {
+                            format!(" after {} retries", format.retries)
+                        } else {
+                            String::new()
+                        }
+                    ),
+                });
+            }
+            frame.format_retries += 1;
+            tracing::warn!(agent = %frame.agent.name, retry = frame.format_retries, %why, "answer sent back: it does not match response_format");
+            frame
+                .messages
+                .push(ChatMessage::new(Role::Assistant, turn.text));
+            frame.messages.push(ChatMessage::new(
+                Role::User,
+                format!(
+                    "Your answer was rejected: {why}. Answer again with only a JSON value matching this JSON Schema: {}",
+                    format.schema
+                ),
+            ));
+            continue;
+        }
         if turn.calls.is_empty() {
             let done = Payload::AgentCompleted(pb::AgentCompleted {
                 output: turn.text.clone(),
@@ -244,7 +283,6 @@ pub(super) async fn run_frame_inner(
         }
         if let Some(to) = handoff {
             switch_agent(rt, &mut frame, &to).await?;
-            tools = frame.tools(&rt.services);
         }
     }
 }
@@ -254,18 +292,46 @@ pub(super) async fn run_frame_inner(
 pub(super) fn chat_span(
     rt: &Run,
     ctx: &ContextInfo,
-    reference: &str,
+    model: &dyn crate::model::Model,
+    settings: &crate::model::settings::Settings,
 ) -> opentelemetry_sdk::trace::Span {
-    let (provider, model) = reference.split_once(':').unwrap_or(("", reference));
+    let reference = model.reference();
+    let name = reference.split_once(':').map_or(reference, |(_, m)| m);
+    let mut attributes = vec![
+        KeyValue::new("gen_ai.operation.name", "chat"),
+        KeyValue::new("gen_ai.provider.name", model.system().to_owned()),
+        KeyValue::new("gen_ai.request.model", name.to_owned()),
+    ];
+    if let Some(t) = settings.temperature {
+        attributes.push(KeyValue::new("gen_ai.request.temperature", t));
+    }
+    if let Some(p) = settings.top_p {
+        attributes.push(KeyValue::new("gen_ai.request.top_p", p));
+    }
+    if let Some(m) = settings.max_tokens {
+        attributes.push(KeyValue::new("gen_ai.request.max_tokens", i64::from(m)));
+    }
+    if let Some(seed) = settings.seed {
+        attributes.push(KeyValue::new("gen_ai.request.seed", seed));
+    }
+    if let Some(stop) = &settings.stop {
+        attributes.push(KeyValue::new(
+            "gen_ai.request.stop_sequences",
+            opentelemetry::Value::Array(
+                stop.iter()
+                    .map(|s| opentelemetry::StringValue::from(s.clone()))
+                    .collect::<Vec<_>>()
+                    .into(),
+            ),
+        ));
+    }
+    if settings.response_format.is_some() {
+        attributes.push(KeyValue::new("gen_ai.output.type", "json"));
+    }
     rt.tracer().build_with_context(
-        SpanBuilder::from_name(format!("chat {model}"))
+        SpanBuilder::from_name(format!("chat {name}"))
             .with_kind(SpanKind::Client)
-            .with_attributes([
-                KeyValue::new("gen_ai.operation.name", "chat"),
-                KeyValue::new("gen_ai.provider.name", provider.to_owned()),
-                KeyValue::new("gen_ai.system", provider.to_owned()),
-                KeyValue::new("gen_ai.request.model", model.to_owned()),
-            ]),
+            .with_attributes(attributes),
         &ctx.otel,
     )
 }
@@ -323,6 +389,8 @@ pub(super) async fn switch_agent(
     let from = std::mem::replace(&mut frame.agent, next);
     frame.agent_name = Arc::from(frame.agent.name.as_str());
     frame.model = model;
+    frame.settings = frame.settings_for(rt);
+    frame.format_retries = 0;
     frame.agent_turns = 0;
     frame.agent_context = Arc::default();
     if let Some(system) = frame

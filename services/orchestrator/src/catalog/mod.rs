@@ -15,7 +15,9 @@ use std::{
 use serde::Deserialize;
 
 use crate::agent::policy::{Policy, PolicySpec};
-use models::{OpenAiSpec, ScriptTurn};
+use models::{ProviderSpec, ScriptTurn};
+
+use crate::model::settings::Settings;
 
 /// Names of the built-in tools every agent may list (owned by the tools).
 pub use crate::tools::names::BUILTIN as BUILTIN_TOOLS;
@@ -53,6 +55,8 @@ pub struct AgentSpec {
     /// Tool-output policies of this agent, by name, applied after the
     /// run-scoped ones.
     pub policies: Vec<String>,
+    /// Generation settings over its provider's (a request's override them).
+    pub settings: Settings,
 }
 
 /// An agent group: a root agent plus the agents it may hand off to, usable
@@ -84,13 +88,47 @@ pub struct ToolServerSpec {
     pub tls: crate::client_tls::TlsClient,
 }
 
-/// Model providers that need settings.
+/// An MCP server (Model Context Protocol) and the tools agents may call on
+/// it: a stdio command (`command`, `args`, `env`, `cwd`) or a Streamable
+/// HTTP endpoint (`url`, with `bearer_token_env` and `headers`).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct Providers {
-    /// The OpenAI-compatible endpoint behind `openai:<model>` references.
-    pub openai: Option<OpenAiSpec>,
+pub struct McpServerSpec {
+    /// The program of a stdio server (found on `PATH`).
+    pub command: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Variables set for it (beside the orchestrator's own environment).
+    pub env: BTreeMap<String, String>,
+    /// Its working directory (unset: the orchestrator's).
+    pub cwd: Option<String>,
+    /// The endpoint of a Streamable HTTP server, `http(s)://host:port/path`.
+    pub url: String,
+    /// The variable holding a bearer token sent to `url` (empty: none).
+    pub bearer_token_env: String,
+    /// Headers sent with every request to `url`.
+    pub headers: BTreeMap<String, String>,
+    /// The names of the server's tools agents may call (as the server
+    /// names them, `[a-zA-Z0-9_-]{1,64}`).
+    pub tools: Vec<String>,
+    /// Deadline of starting (or reaching) the server and its handshake
+    /// (default 30s).
+    #[serde(deserialize_with = "models::opt_duration")]
+    pub connect_timeout: Option<std::time::Duration>,
 }
+
+/// Whether `s` is a name MCP tools may have here: `[a-zA-Z0-9_-]{1,64}`
+/// (what model APIs accept as function names).
+pub fn valid_mcp_tool_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Model providers by name: `<name>:<model>` references resolve against
+/// `providers.<name>` (`scripted` is built in).
+pub type Providers = BTreeMap<String, ProviderSpec>;
 
 /// The agents file.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -98,7 +136,7 @@ pub struct Providers {
 pub struct AgentsFile {
     /// The server's default model, `provider:model`.
     pub default_model: String,
-    /// Provider settings.
+    /// Model providers by name.
     pub providers: Providers,
     /// Scripted models by name (`scripted:<name>`): their turns.
     pub scripts: BTreeMap<String, Vec<ScriptTurn>>,
@@ -108,6 +146,8 @@ pub struct AgentsFile {
     pub groups: BTreeMap<String, GroupSpec>,
     /// ToolHost servers by name.
     pub tool_servers: BTreeMap<String, ToolServerSpec>,
+    /// MCP servers by name.
+    pub mcp_servers: BTreeMap<String, McpServerSpec>,
     /// Tool-output policies by name.
     pub policies: BTreeMap<String, PolicySpec>,
     /// Policies applied to every tool output of a run, before the agent's.
@@ -138,6 +178,8 @@ pub struct Catalog {
     pub scripts: BTreeMap<String, Arc<Vec<ScriptTurn>>>,
     /// ToolHost servers by name.
     pub tool_servers: BTreeMap<String, ToolServerSpec>,
+    /// MCP servers by name.
+    pub mcp_servers: BTreeMap<String, McpServerSpec>,
     /// Policies applied to every tool output, before the agent's.
     pub run_policies: Vec<Policy>,
     /// Provider settings.
@@ -168,11 +210,17 @@ impl Catalog {
             if provider == "scripted" && !file.scripts.contains_key(model) {
                 return Err(format!("{field}: no script named {model:?} in scripts"));
             }
-            if provider == "openai" && file.providers.openai.is_none() {
-                return Err(format!("{field}: {m:?} needs a providers.openai section"));
+            if provider != "scripted" && !file.providers.contains_key(provider) {
+                return Err(format!(
+                    "{field}: {m:?}: unknown provider {provider:?} (known: {})",
+                    known_providers(&file.providers)
+                ));
             }
             Ok(())
         };
+        for (name, spec) in &file.providers {
+            spec.validate(name)?;
+        }
         check_model("default_model".into(), &file.default_model)?;
 
         for name in file.agents.keys().chain(file.groups.keys()) {
@@ -220,8 +268,58 @@ impl Catalog {
                 }
             }
         }
+        for (server, spec) in &file.mcp_servers {
+            if !valid_name(server) {
+                return Err(format!(
+                    "mcp_servers.{server}: server names match [a-z0-9_-]{{1,64}}"
+                ));
+            }
+            match (spec.command.is_empty(), spec.url.is_empty()) {
+                (true, true) | (false, false) => {
+                    return Err(format!(
+                        "mcp_servers.{server}: set exactly one of command (a stdio server) and url (a Streamable HTTP server)"
+                    ));
+                }
+                (true, false) => {
+                    let ok = (spec.url.starts_with("http://") || spec.url.starts_with("https://"))
+                        && reqwest::Url::parse(&spec.url).is_ok();
+                    if !ok {
+                        return Err(format!(
+                            "mcp_servers.{server}.url: {:?} is not an http(s) URL",
+                            spec.url
+                        ));
+                    }
+                }
+                (false, true) => {
+                    if !spec.headers.is_empty() || !spec.bearer_token_env.is_empty() {
+                        return Err(format!(
+                            "mcp_servers.{server}: headers and bearer_token_env are for url servers"
+                        ));
+                    }
+                }
+            }
+            if spec.tools.is_empty() {
+                return Err(format!(
+                    "mcp_servers.{server}.tools: list the tools agents may call"
+                ));
+            }
+            for t in &spec.tools {
+                let taken = BUILTIN_TOOLS.contains(&t.as_str())
+                    || file.agents.contains_key(t)
+                    || file.groups.contains_key(t)
+                    || t.starts_with("transfer_to_");
+                if !valid_mcp_tool_name(t) || taken || !remote.insert(t.clone()) {
+                    return Err(format!(
+                        "mcp_servers.{server}.tools: {t:?} is not a free tool name ([a-zA-Z0-9_-]{{1,64}}, not taken by another tool)"
+                    ));
+                }
+            }
+        }
         for (name, a) in &file.agents {
             check_model(format!("agents.{name}.model"), &a.model)?;
+            a.settings
+                .validate(&format!("agents.{name}.settings"))
+                .map_err(|(field, why)| format!("{field}: {why}"))?;
             for t in &a.tools {
                 if !(BUILTIN_TOOLS.contains(&t.as_str())
                     || file.agents.contains_key(t)
@@ -326,9 +424,15 @@ impl Catalog {
                 .map(|(k, v)| (k, Arc::new(v)))
                 .collect(),
             tool_servers: file.tool_servers,
+            mcp_servers: file.mcp_servers,
             run_policies,
             providers: file.providers,
         })
+    }
+
+    /// The providers a model reference may name, for messages.
+    pub fn known_providers(&self) -> String {
+        known_providers(&self.providers)
     }
 
     /// The agent a RunAgent target or an agent-as-tool name starts with:
@@ -344,6 +448,14 @@ impl Catalog {
     pub fn is_callable(&self, name: &str) -> bool {
         self.agents.contains_key(name) || self.groups.contains_key(name)
     }
+}
+
+/// `scripted` and the configured providers, comma-separated.
+fn known_providers(providers: &Providers) -> String {
+    std::iter::once("scripted")
+        .chain(providers.keys().map(String::as_str))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]

@@ -1,42 +1,159 @@
-//! The file form of models: the `providers` section (OpenAI-compatible
-//! endpoints) and the turns of `scripted` models. The providers themselves
-//! are in `crate::model`, which reads these; the catalog reads no model.
+//! The file form of models: the `providers` map (named endpoints of a kind,
+//! with their generation settings) and the turns of `scripted` models. The
+//! providers themselves are in `crate::model`, which reads these; the
+//! catalog reads no model.
 
-use std::time::Duration;
+use std::{collections::BTreeMap, time::Duration};
 
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
-/// The `providers.openai` section of the agents file.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct OpenAiSpec {
-    /// The API's base URL, up to and including `/v1`.
-    pub base_url: String,
-    /// The environment variable holding the API key; empty sends no key
-    /// (local servers).
-    pub api_key_env: String,
-    /// Deadline of the connection and of each wait for the next chunk.
-    #[serde(with = "baton_common::config::duration")]
-    pub timeout: Duration,
-    /// Retries of a 429, a 5xx or a connection failure.
-    pub max_retries: u32,
-    /// The first retry's wait when the server gives no Retry-After; doubled
-    /// per retry.
-    #[serde(with = "baton_common::config::duration")]
-    pub backoff: Duration,
+use crate::model::settings::Settings;
+
+/// The wire protocol of a provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// OpenAI Chat Completions, and every server speaking it (vLLM, Ollama,
+    /// llama.cpp, LiteLLM).
+    Openai,
+    /// Anthropic's Messages API.
+    Anthropic,
 }
 
-impl Default for OpenAiSpec {
-    fn default() -> Self {
-        Self {
-            base_url: "https://api.openai.com/v1".into(),
-            api_key_env: "OPENAI_API_KEY".into(),
-            timeout: Duration::from_secs(60),
-            max_retries: 3,
-            backoff: Duration::from_millis(500),
+impl ProviderKind {
+    /// Its name in the agents file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Openai => "openai",
+            Self::Anthropic => "anthropic",
         }
     }
+}
+
+/// One entry of the `providers` map: `providers.<name>`, behind
+/// `<name>:<model>` references.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProviderSpec {
+    /// The protocol; may be left out when the entry is named `openai` or
+    /// `anthropic` (the form of agents files before named providers).
+    pub kind: Option<ProviderKind>,
+    /// The API's base URL, up to and including `/v1`; unset: the kind's
+    /// public API.
+    pub base_url: Option<String>,
+    /// The environment variable holding the API key (`<VAR>_FILE` names a
+    /// file holding it); `""` sends no key (local servers); unset:
+    /// `OPENAI_API_KEY` or `ANTHROPIC_API_KEY`.
+    pub api_key_env: Option<String>,
+    /// Deadline of the connection and of each wait for the next chunk
+    /// (default 60s).
+    #[serde(deserialize_with = "opt_duration")]
+    pub timeout: Option<Duration>,
+    /// Retries of a 429, a 5xx, a timeout or a connection failure
+    /// (default 3).
+    pub max_retries: Option<u32>,
+    /// The first retry's wait when the server gives no `Retry-After`;
+    /// doubled per retry (default 500ms).
+    #[serde(deserialize_with = "opt_duration")]
+    pub backoff: Option<Duration>,
+    /// Stream answers (default true); `false` asks for whole answers, for
+    /// servers whose streams drop tool calls.
+    pub stream: Option<bool>,
+    /// Generation settings of every model of the provider.
+    pub settings: Settings,
+    /// Per-model overrides, by model name.
+    pub models: BTreeMap<String, ModelSpec>,
+}
+
+/// `providers.<name>.models.<model>`: what differs for one model.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelSpec {
+    /// Stream this model's answers (unset: the provider's choice).
+    pub stream: Option<bool>,
+    /// Generation settings over the provider's.
+    pub settings: Settings,
+}
+
+/// Names a provider entry may not take: the built-in `scripted` provider.
+pub const RESERVED_PROVIDERS: &[&str] = &["scripted"];
+
+impl ProviderSpec {
+    /// The entry's kind: its own, else the one its name implies.
+    pub fn kind_of(&self, name: &str) -> Result<ProviderKind, String> {
+        match (self.kind, name) {
+            (Some(k), _) => Ok(k),
+            (None, "openai") => Ok(ProviderKind::Openai),
+            (None, "anthropic") => Ok(ProviderKind::Anthropic),
+            (None, _) => Err(format!(
+                "providers.{name}.kind: missing; add `kind: openai` (any OpenAI-compatible endpoint) or `kind: anthropic`"
+            )),
+        }
+    }
+
+    /// The base URL, or the kind's public API.
+    pub fn base_url_or_default(&self, kind: ProviderKind) -> String {
+        self.base_url.clone().unwrap_or_else(|| {
+            match kind {
+                ProviderKind::Openai => "https://api.openai.com/v1",
+                ProviderKind::Anthropic => "https://api.anthropic.com/v1",
+            }
+            .into()
+        })
+    }
+
+    /// The key variable, or the kind's usual one.
+    pub fn api_key_env_or_default(&self, kind: ProviderKind) -> String {
+        self.api_key_env.clone().unwrap_or_else(|| {
+            match kind {
+                ProviderKind::Openai => "OPENAI_API_KEY",
+                ProviderKind::Anthropic => "ANTHROPIC_API_KEY",
+            }
+            .into()
+        })
+    }
+
+    /// Checks the entry (its name, kind, URL and settings).
+    pub fn validate(&self, name: &str) -> Result<(), String> {
+        if RESERVED_PROVIDERS.contains(&name) {
+            return Err(format!(
+                "providers.{name}: {name:?} is a built-in provider and takes no settings"
+            ));
+        }
+        if !super::names::valid_name(name) {
+            return Err(format!(
+                "providers.{name}: provider names match [a-z0-9_-]{{1,64}}"
+            ));
+        }
+        let kind = self.kind_of(name)?;
+        let url = self.base_url_or_default(kind);
+        if !(url.starts_with("http://") || url.starts_with("https://"))
+            || reqwest::Url::parse(&url).is_err()
+        {
+            return Err(format!(
+                "providers.{name}.base_url: {url:?} is not an http(s) URL"
+            ));
+        }
+        let settings = |field: String, s: &Settings| {
+            s.validate(&field)
+                .map_err(|(field, why)| format!("{field}: {why}"))
+        };
+        settings(format!("providers.{name}.settings"), &self.settings)?;
+        for (model, spec) in &self.models {
+            settings(
+                format!("providers.{name}.models.{model}.settings"),
+                &spec.settings,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let s: Option<String> = Option::deserialize(d)?;
+    s.map(|s| super::names::parse_delay(&s).map_err(serde::de::Error::custom))
+        .transpose()
 }
 
 /// A scripted tool call.
@@ -86,12 +203,6 @@ pub struct ScriptTurn {
     pub repeat: Option<u32>,
     /// Token counts to report; unset estimates 1 token per 4 characters.
     pub usage: Option<ScriptUsage>,
-}
-
-fn opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    let s: Option<String> = Option::deserialize(d)?;
-    s.map(|s| super::names::parse_delay(&s).map_err(serde::de::Error::custom))
-        .transpose()
 }
 
 impl ScriptTurn {

@@ -12,8 +12,8 @@ pub fn valid_name(s: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
 }
 
-/// Whether `s` is a model reference this server can resolve: `provider:model`
-/// with a known provider.
+/// Splits a model reference `provider:model` (the provider's existence is
+/// checked against the agents file by the catalog and the models).
 pub fn parse_model_ref(s: &str) -> Result<(&str, &str), String> {
     let (provider, model) = s
         .split_once(':')
@@ -21,12 +21,12 @@ pub fn parse_model_ref(s: &str) -> Result<(&str, &str), String> {
     if model.is_empty() {
         return Err(format!("{s:?} names no model"));
     }
-    match provider {
-        "scripted" | "openai" => Ok((provider, model)),
-        other => Err(format!(
-            "{s:?}: unknown provider {other:?} (known: scripted, openai)"
-        )),
+    if !valid_name(provider) {
+        return Err(format!(
+            "{s:?}: {provider:?} is not a provider name ([a-z0-9_-]{{1,64}})"
+        ));
     }
+    Ok((provider, model))
 }
 
 /// How long a scripted turn waits before answering, parsed from `500ms` etc.

@@ -14,7 +14,7 @@ use crate::{
     catalog::names::{parse_model_ref, valid_name},
     config::RunDefaults,
     error::{Error, Result},
-    model::{ChatMessage, Role, ToolCallRequest},
+    model::{ChatMessage, Role, ToolCallRequest, settings::Settings},
     pipeline::Plan,
     run::{
         events::Filter,
@@ -43,7 +43,7 @@ pub fn agent_run(s: &Services, r: pb::RunAgentRequest) -> Result<AgentRun> {
         ));
     }
     let history = history(r.history)?;
-    let options = options(
+    let mut options = options(
         s,
         &r.run_context_json,
         &r.default_model,
@@ -52,6 +52,7 @@ pub fn agent_run(s: &Services, r: pb::RunAgentRequest) -> Result<AgentRun> {
         r.filter,
         r.detach,
     )?;
+    options.settings = request_settings(r.settings)?;
     // An agent without any model is a bad request, not a failed run.
     check_target(&s.catalog, &s.models, &options.default_model, &r.agent)
         .map_err(|e| Error::invalid("default_model", e))?;
@@ -90,7 +91,7 @@ pub fn pipeline_run(s: &Services, r: pb::RunPipelineRequest) -> Result<PipelineR
     }
     let seeded = initial.iter().map(|(k, _)| k.clone()).collect();
     let plan = Plan::validate(r.pipeline, &seeded, &s.catalog, &s.pipeline_limits, key_max)?;
-    let options = options(
+    let mut options = options(
         s,
         &r.run_context_json,
         &r.default_model,
@@ -99,6 +100,7 @@ pub fn pipeline_run(s: &Services, r: pb::RunPipelineRequest) -> Result<PipelineR
         r.filter,
         r.detach,
     )?;
+    options.settings = request_settings(r.settings)?;
     // Every step's agent must have a model, checked before anything runs.
     for (i, step) in plan.steps.iter().enumerate() {
         check_target(&s.catalog, &s.models, &options.default_model, &step.agent)
@@ -140,7 +142,13 @@ fn options(
         filter: filter(events, &s.defaults)?,
         detach,
         replay: None,
+        settings: Settings::default(),
     })
+}
+
+/// The request's generation settings, checked.
+fn request_settings(settings: Option<pb::GenerationSettings>) -> Result<Settings> {
+    Settings::from_request(settings).map_err(|(field, why)| Error::invalid(field, why))
 }
 
 fn run_limits(s: &Services, l: Option<pb::RunLimits>) -> Result<Limits> {

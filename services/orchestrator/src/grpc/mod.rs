@@ -199,6 +199,12 @@ impl OrchestratorService {
             self.tasks
                 .spawn(async move { server.refresh_until_ok(stop).await });
         }
+        for server in self.services.tools.mcp_servers() {
+            let server = server.clone();
+            let stop = self.shutdown.clone();
+            self.tasks
+                .spawn(async move { server.connect_until_ok(stop).await });
+        }
     }
 
     /// The run store in Redis, when runs are durable.

@@ -91,9 +91,13 @@ impl super::Model for ScriptedModel {
         request: ModelRequest<'_>,
         sink: &dyn DeltaSink,
     ) -> Result<ModelTurn, ModelError> {
-        let fail = |message: String| ModelError {
-            model: self.reference.clone(),
-            message,
+        let fail = |message: String| {
+            ModelError::new(
+                &self.reference,
+                super::ModelErrorKind::Unavailable,
+                "scripted",
+                message,
+            )
         };
         let turn = self.nth(request.turn).ok_or_else(|| {
             fail(format!(

@@ -236,7 +236,11 @@ pub(super) async fn execute(
         .steps
         .iter()
         .map(|s| {
-            let ctx = rt.child_context(root, &s.id, format!("step {}", s.id));
+            let ctx = rt.child_context(
+                root,
+                &s.id,
+                crate::run::context::invoke_agent_span_name(&s.agent),
+            );
             ctx.set_attribute(KeyValue::new("baton.step.id", s.id.clone()));
             ctx.set_attribute(KeyValue::new("baton.step.agent", s.agent.clone()));
             ctx
@@ -371,7 +375,7 @@ pub(super) async fn execute(
                             "step {:?} succeeded but its output could not be written to slot {key}: {e}",
                             plan.steps[i].id
                         );
-                        contexts[i].set_error(message.clone());
+                        contexts[i].set_error(e.code(), message.clone());
                         write_failure = Some(Failure::new(e.code(), message));
                         if !aborted {
                             aborted = true;

@@ -53,7 +53,7 @@ pub(super) async fn run_step(
                     Failure::new(Code::Internal, format!("the record of {failed}: {e}"))
                 });
             if attempt == attempts {
-                ctx.set_error(last_error.message.clone());
+                ctx.set_error(last_error.code, last_error.message.clone());
             }
             continue;
         }
@@ -123,7 +123,7 @@ pub(super) async fn run_step(
                 )
                 .await;
                 if !will_retry {
-                    ctx.set_error(error.message.clone());
+                    ctx.set_error(error.code, error.message.clone());
                 }
                 last_error = error;
             }
@@ -184,7 +184,7 @@ async fn attempt_once(
     }
     // A final tool output ends this attempt successfully with that output.
     let scope = Arc::new(FinalScope::default());
-    let frame = CallFrame::new(
+    let mut frame = CallFrame::new(
         rt,
         ctx.clone(),
         &step.agent,
@@ -192,6 +192,11 @@ async fn attempt_once(
         task,
         scope.clone(),
     )?;
+    // The steps of a RunPipeline (depth 1; a `run_pipeline` tool's steps
+    // are deeper) answer the request: its response_format applies.
+    if ctx.depth == 1 {
+        frame.answer_request(rt);
+    }
     let ran = tokio::select! {
         biased;
         () = scope.ended() => Ok(String::new()),

@@ -50,7 +50,7 @@ async fn tool_body(
         .instrument(rt.log_span(ctx))
         .await;
     if let Err(e) = &result {
-        ctx.set_error(e.clone());
+        ctx.set_error(tonic::Code::Unknown, e.clone());
     }
     result
 }

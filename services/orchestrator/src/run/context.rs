@@ -9,6 +9,12 @@ use opentelemetry::{
 };
 use opentelemetry_sdk::trace::SdkTracer;
 
+/// The name of an agent context's span, as the OpenTelemetry GenAI
+/// semantic conventions name agent invocations.
+pub fn invoke_agent_span_name(agent: &str) -> String {
+    format!("invoke_agent {agent}")
+}
+
 /// Where in the tree of contexts something happens. Every context is an
 /// OpenTelemetry span, a child of its parent context's span; events carry
 /// its span id. Whoever creates a context ends its span
@@ -118,11 +124,14 @@ impl ContextInfo {
         self.otel.span().set_attribute(kv);
     }
 
-    /// Marks the context's span failed.
-    pub fn set_error(&self, message: impl Into<String>) {
-        self.otel
-            .span()
-            .set_status(SpanStatus::error(message.into()));
+    /// Marks the context's span failed with `code` (its `error.type`).
+    pub fn set_error(&self, code: tonic::Code, message: impl Into<String>) {
+        let span = self.otel.span();
+        span.set_attribute(KeyValue::new(
+            "error.type",
+            baton_common::metrics::code_name(code),
+        ));
+        span.set_status(SpanStatus::error(message.into()));
     }
 
     /// Ends the context's span when the guard drops (also when the run is

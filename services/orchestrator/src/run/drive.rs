@@ -75,7 +75,7 @@ pub async fn drive(
             usage: Some(rt.usage()),
         }),
         Some(Err(f)) => {
-            root.set_error(f.message.clone());
+            root.set_error(f.code, f.message.clone());
             Payload::RunFailed(pb::RunFailed {
                 code: f.code as i32,
                 message: f.message,

@@ -104,6 +104,7 @@ pub(crate) mod testing {
             filter: Default::default(),
             detach: false,
             replay: None,
+            settings: Default::default(),
         };
         let run = Run::new(
             Arc::new(services),

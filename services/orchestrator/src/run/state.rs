@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 use super::context::ContextInfo;
 use super::events::{Draft, Filter};
 use super::record::RunRecord;
+use crate::model::settings::Settings;
 use crate::{
     catalog::{Agent, Catalog},
     model::{Model, Models},
@@ -83,6 +84,8 @@ pub struct Run {
     journaling: bool,
     /// What a resumed run had done (see [`Replay`]).
     pub replay: Option<Replay>,
+    /// The request's generation settings, over every agent's own.
+    pub settings: Settings,
 }
 
 /// What a run is started with, besides the service's [`Services`]: its
@@ -102,6 +105,8 @@ pub struct RunOptions {
     pub detach: bool,
     /// When the run is resumed on this replica: what it had done.
     pub replay: Option<Replay>,
+    /// The request's generation settings.
+    pub settings: Settings,
 }
 
 /// What a resumed run had done before: the records of its durable points
@@ -218,6 +223,7 @@ impl Run {
             events,
             usage: UsageCounters::default(),
             replay: options.replay,
+            settings: options.settings,
         })
     }
 

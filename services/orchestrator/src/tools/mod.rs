@@ -7,10 +7,12 @@
 //! over the run's trace in the context store, `ask_user` (asks a person),
 //! and `sleep` (waits with progress; it records being cancelled, which the
 //! cancellation tests rely on). Remote tools ([`remote`]) run on `ToolHost`
-//! servers in any language. Agents and groups are tools too; the runtime runs
+//! servers in any language; MCP tools ([`mcp`]) on Model Context Protocol
+//! servers. Agents and groups are tools too; the runtime runs
 //! those in child contexts.
 
 pub mod builtin;
+pub mod mcp;
 pub mod names;
 pub mod remote;
 
@@ -131,11 +133,16 @@ pub trait Tool: Send + Sync {
 pub struct Toolbox {
     tools: HashMap<String, Arc<dyn Tool>>,
     servers: Vec<Arc<remote::ToolServer>>,
+    mcp: Vec<Arc<mcp::McpServer>>,
 }
 
 impl Toolbox {
-    /// The built-ins plus the remote tools the catalog declares.
-    pub fn new(catalog: &crate::catalog::Catalog) -> Result<Self, String> {
+    /// The built-ins plus the remote and MCP tools the catalog declares;
+    /// `env` reads MCP servers' token variables.
+    pub fn new(
+        catalog: &crate::catalog::Catalog,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, String> {
         let mut tools: HashMap<String, Arc<dyn Tool>> = builtin::all()
             .into_iter()
             .map(|(n, t)| (n.to_owned(), t))
@@ -151,7 +158,22 @@ impl Toolbox {
             }
             servers.push(server);
         }
-        Ok(Self { tools, servers })
+        let mut mcp = Vec::new();
+        for (name, spec) in &catalog.mcp_servers {
+            let server = Arc::new(mcp::McpServer::new(name, spec, env)?);
+            for tool in &spec.tools {
+                tools.insert(
+                    tool.clone(),
+                    Arc::new(mcp::McpTool::new(server.clone(), tool)),
+                );
+            }
+            mcp.push(server);
+        }
+        Ok(Self {
+            tools,
+            servers,
+            mcp,
+        })
     }
 
     /// The tool called `name`.
@@ -163,11 +185,17 @@ impl Toolbox {
     /// listed its tools again); descriptions built from the toolbox are
     /// current while it stays the same.
     pub fn generation(&self) -> u64 {
-        self.servers.iter().map(|s| s.generation()).sum()
+        self.servers.iter().map(|s| s.generation()).sum::<u64>()
+            + self.mcp.iter().map(|s| s.generation()).sum::<u64>()
     }
 
     /// The configured tool servers.
     pub fn servers(&self) -> &[Arc<remote::ToolServer>] {
         &self.servers
+    }
+
+    /// The configured MCP servers.
+    pub fn mcp_servers(&self) -> &[Arc<mcp::McpServer>] {
+        &self.mcp
     }
 }

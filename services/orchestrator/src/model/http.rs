@@ -1,0 +1,237 @@
+//! What the HTTP providers share: the client, the key, the retry loop and
+//! the meaning of a failure.
+//!
+//! A 429 or 5xx answer, a timeout or a connection failure is retried with
+//! exponential backoff, waiting as long as `Retry-After` says when the server
+//! says; after the last retry a 429 is [`ModelErrorKind::RateLimited`] and
+//! the rest [`ModelErrorKind::Unavailable`]. Other statuses are not retried:
+//! 401/403 are [`ModelErrorKind::ProviderKey`] (the message names the
+//! variable holding the key), 400/404/422 and the rest
+//! [`ModelErrorKind::Rejected`]. The provider's own message (its JSON
+//! `error.message`, else the body) and the cause chain of a transport error
+//! are kept in the error.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{ModelError, ModelErrorKind};
+use crate::catalog::models::{ProviderKind, ProviderSpec};
+
+/// A configured HTTP endpoint.
+pub(crate) struct Endpoint {
+    /// The entry's name in `providers`.
+    pub name: String,
+    pub http: reqwest::Client,
+    pub base_url: String,
+    pub api_key: Option<String>,
+    /// Where the key comes from, for messages.
+    pub key_env: String,
+    pub max_retries: u32,
+    pub backoff: Duration,
+}
+
+impl Endpoint {
+    /// The endpoint of `providers.<name>`, with the key read through `env`.
+    pub fn new(
+        name: &str,
+        spec: &ProviderSpec,
+        kind: ProviderKind,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, String> {
+        let key_env = spec.api_key_env_or_default(kind);
+        let api_key = if key_env.is_empty() {
+            None
+        } else {
+            Some(env(&key_env).filter(|k| !k.is_empty()).ok_or_else(|| {
+                format!(
+                    "providers.{name}.api_key_env: {key_env} is not set (set it or {key_env}_FILE, or set api_key_env to \"\" for a server without keys)"
+                )
+            })?)
+        };
+        let timeout = spec.timeout.unwrap_or(Duration::from_secs(60));
+        let http = reqwest::Client::builder()
+            .connect_timeout(timeout)
+            .read_timeout(timeout)
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| format!("providers.{name}: cannot build the HTTP client: {e}"))?;
+        Ok(Self {
+            name: name.to_owned(),
+            http,
+            base_url: spec
+                .base_url_or_default(kind)
+                .trim_end_matches('/')
+                .to_owned(),
+            api_key,
+            key_env,
+            max_retries: spec.max_retries.unwrap_or(3),
+            backoff: spec.backoff.unwrap_or(Duration::from_millis(500)),
+        })
+    }
+
+    /// Sends the request `build` makes until it succeeds, retrying what is
+    /// worth retrying.
+    pub async fn send(
+        &self,
+        reference: &str,
+        build: impl Fn() -> reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, ModelError> {
+        let mut attempt = 0;
+        loop {
+            match build().send().await {
+                Ok(r) if r.status().is_success() => return Ok(r),
+                Ok(r) if retryable(r.status()) && attempt < self.max_retries => {
+                    let wait = retry_wait(Some(&r), self.backoff, attempt);
+                    tracing::warn!(model = %reference, status = r.status().as_u16(), ?wait, attempt, "model call retried");
+                    tokio::time::sleep(wait).await;
+                }
+                Ok(r) => {
+                    let status = r.status();
+                    let body = r.text().await.unwrap_or_default();
+                    return Err(self.status_error(reference, status, &body, attempt));
+                }
+                Err(e) if (e.is_connect() || e.is_timeout()) && attempt < self.max_retries => {
+                    let wait = retry_wait(None, self.backoff, attempt);
+                    tracing::warn!(model = %reference, error = %cause_chain(&e), ?wait, attempt, "model call retried");
+                    tokio::time::sleep(wait).await;
+                }
+                Err(e) => return Err(transport_error(reference, &e, attempt)),
+            }
+            attempt += 1;
+        }
+    }
+
+    /// The error of a non-success answer.
+    fn status_error(
+        &self,
+        reference: &str,
+        status: reqwest::StatusCode,
+        body: &str,
+        attempt: u32,
+    ) -> ModelError {
+        let said = provider_message(body);
+        let retries = if attempt > 0 {
+            format!(" after {attempt} retries")
+        } else {
+            String::new()
+        };
+        let (kind, message) = match status.as_u16() {
+            429 => (
+                ModelErrorKind::RateLimited,
+                format!("rate limited by the provider (HTTP {status}){retries}: {said}"),
+            ),
+            401 | 403 => (
+                ModelErrorKind::ProviderKey,
+                format!(
+                    "provider {:?} refused Baton's key for it (HTTP {status}): check {} (providers.{}.api_key_env); this is not about the caller's credentials: {said}",
+                    self.name,
+                    if self.key_env.is_empty() {
+                        "whether the server needs a key".to_owned()
+                    } else {
+                        format!("the key in {}", self.key_env)
+                    },
+                    self.name
+                ),
+            ),
+            s if s >= 500 => (
+                ModelErrorKind::Unavailable,
+                format!("the provider failed (HTTP {status}){retries}: {said}"),
+            ),
+            _ => (
+                ModelErrorKind::Rejected,
+                format!("the provider rejected the request (HTTP {status}): {said}"),
+            ),
+        };
+        ModelError::new(reference, kind, status.as_u16().to_string(), message)
+    }
+}
+
+fn retryable(status: reqwest::StatusCode) -> bool {
+    status.as_u16() == 429 || status.is_server_error()
+}
+
+/// The error of a request that got no answer.
+pub(super) fn transport_error(reference: &str, e: &reqwest::Error, attempt: u32) -> ModelError {
+    let error_type = if e.is_timeout() {
+        "timeout"
+    } else if e.is_connect() {
+        "connection"
+    } else {
+        "transport"
+    };
+    let retries = if attempt > 0 {
+        format!(" after {attempt} retries")
+    } else {
+        String::new()
+    };
+    ModelError::new(
+        reference,
+        ModelErrorKind::Unavailable,
+        error_type,
+        format!("request failed{retries}: {}", cause_chain(e)),
+    )
+}
+
+/// An error and its sources, `outer: inner: innermost`.
+pub fn cause_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// What the provider said: its JSON `error.message` (OpenAI, Anthropic and
+/// LiteLLM all write one), else the body, cut to 500 characters.
+pub(super) fn provider_message(body: &str) -> String {
+    let said = serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| {
+            let e = v.get("error")?;
+            e.get("message")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .or_else(|| e.as_str().map(str::to_owned))
+        })
+        .unwrap_or_else(|| body.trim().to_owned());
+    if said.is_empty() {
+        "(no message)".into()
+    } else {
+        said.chars().take(500).collect()
+    }
+}
+
+/// How long to wait before retry `attempt` (from 0).
+fn retry_wait(response: Option<&reqwest::Response>, backoff: Duration, attempt: u32) -> Duration {
+    let told = response
+        .and_then(|r| r.headers().get(reqwest::header::RETRY_AFTER))
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(|s| Duration::from_secs_f64(s.min(300.0)));
+    told.unwrap_or_else(|| backoff.saturating_mul(1 << attempt.min(10)))
+}
+
+/// A failure of the stream after the answer began.
+pub(super) fn stream_error(reference: &str, what: String) -> ModelError {
+    ModelError::new(reference, ModelErrorKind::Unavailable, "stream", what)
+}
+
+/// An answer with neither text nor tool calls, even without streaming.
+pub(super) fn empty_answer(reference: &str, finish_reason: &str) -> ModelError {
+    ModelError::new(
+        reference,
+        ModelErrorKind::Rejected,
+        "empty",
+        format!(
+            "the model answered with neither text nor tool calls (finish_reason {finish_reason:?}), streamed or not; check the model's chat template and max_tokens"
+        ),
+    )
+}
