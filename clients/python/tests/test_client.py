@@ -443,3 +443,35 @@ def test_store_over_tls_with_a_ca_file_and_a_client_certificate(tmp_path):
                         await s.get(trace, "k", timeout=5)
 
     run(main())
+
+
+def test_generation_settings_reach_the_run():
+    async def main():
+        async with running() as b:
+            # A bad setting is the server's INVALID_ARGUMENT, naming it.
+            with pytest.raises(InvalidArgument) as bad:
+                await b.orchestrator.run_agent("echo", "hi", settings={"temperature": 3}).collect()
+            assert bad.value.field == "settings.temperature"
+            with pytest.raises(ValueError):
+                await b.orchestrator.run_agent("echo", "hi", settings={"warmth": 1}).collect()
+            # A schema the scripted answer (plain text) does not match.
+            events = await b.orchestrator.run_agent(
+                "echo",
+                "hi",
+                settings={"temperature": 0.2, "max_tokens": 10, "response_format": {"schema": {"type": "object"}}},
+            ).collect()
+            failed = events[-1].run_failed
+            assert failed.code == grpc.StatusCode.FAILED_PRECONDITION.value[0], failed
+            assert "does not match response_format" in failed.message
+            # The same settings on a pipeline.
+            events = await b.orchestrator.run_pipeline(
+                [{"id": "a", "agent": "echo", "task": "hi"}],
+                settings={"response_format": {"schema": {"type": "object"}}},
+            ).collect()
+            assert any(
+                "does not match response_format" in e.step_failed.error
+                for e in events
+                if e.WhichOneof("payload") == "step_failed"
+            )
+
+    run(main())

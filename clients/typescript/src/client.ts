@@ -30,6 +30,7 @@ import {
   ApprovalMode,
   CancelRunResponse,
   FailurePolicy,
+  GenerationSettings,
   GetRunResponse,
   ListAgentsResponse,
   ListRunsResponse,
@@ -57,9 +58,53 @@ export interface CallOpts {
   /** Deadline of the call, in milliseconds from now. */
   timeoutMs?: number;
 }
+/** Generation settings of a run, over every agent's and provider's own
+ * (the server checks the values and names a bad one). */
+export interface Settings {
+  temperature?: number;
+  topP?: number;
+  maxTokens?: number;
+  stop?: string[];
+  seed?: number;
+  /** `auto`, `none`, `required` or the name of a tool. */
+  toolChoice?: string;
+  parallelToolCalls?: boolean;
+  /** The run's answer must be JSON matching `schema`. */
+  responseFormat?: { schema: Record<string, unknown>; name?: string; strict?: boolean; retries?: number };
+  /** Provider-specific body fields, sent as they are. */
+  extra?: Record<string, unknown>;
+}
+
+/** `Settings` as the request's message. */
+export function generationSettings(s: Settings | undefined): GenerationSettings | undefined {
+  if (s === undefined) return undefined;
+  return {
+    temperature: s.temperature,
+    topP: s.topP,
+    maxTokens: s.maxTokens,
+    stop: s.stop ?? [],
+    seed: s.seed,
+    toolChoice: s.toolChoice ?? "",
+    parallelToolCalls: s.parallelToolCalls,
+    responseFormat: s.responseFormat && {
+      schemaJson: JSON.stringify(s.responseFormat.schema),
+      name: s.responseFormat.name ?? "",
+      strict: s.responseFormat.strict ?? false,
+      retries: s.responseFormat.retries ?? 0,
+    },
+    extraBodyJson: s.extra ? JSON.stringify(s.extra) : "",
+  };
+}
+
 export interface RunOpts extends CallOpts {
   maxDepth?: number;
   maxTurns?: number;
+  /** Deadline of the whole run, in seconds. */
+  runTimeout?: number;
+  /** The model of agents that name none, `provider:model`. */
+  defaultModel?: string;
+  /** The run's generation settings. */
+  settings?: Settings;
   approvalMode?: "ask" | "auto_approve" | "auto_deny";
   filter?: EventFilter;
   /** W3C trace context of the caller's span. */
@@ -70,7 +115,6 @@ export interface RunOpts extends CallOpts {
 }
 export interface AgentOpts extends RunOpts {
   runContext?: Record<string, unknown>;
-  defaultModel?: string;
 }
 export interface StepSpec {
   id: string;
@@ -91,6 +135,14 @@ export interface PipelineOpts extends RunOpts {
   maxConcurrency?: number;
   initialSlots?: Record<string, string>;
   keepContext?: boolean;
+}
+
+function limits(o: RunOpts) {
+  return {
+    maxDepth: o.maxDepth,
+    maxTurns: o.maxTurns ?? 0,
+    runTimeout: o.runTimeout === undefined ? undefined : duration(o.runTimeout),
+  };
 }
 
 const approvalModes = {
@@ -291,10 +343,11 @@ export class Orchestrator {
       history: [],
       runContextJson: o.runContext ? JSON.stringify(o.runContext) : "",
       defaultModel: o.defaultModel ?? "",
-      limits: { maxDepth: o.maxDepth, maxTurns: o.maxTurns ?? 0 },
+      limits: limits(o),
       approvalMode: approvalModes[o.approvalMode ?? "ask"],
       filter: o.filter,
       detach: o.detach ?? false,
+      settings: generationSettings(o.settings),
     };
     return new RunStream(this.client.runAgent(request, this.md(o.traceparent), options(o)), this.watcher(o.filter));
   }
@@ -324,11 +377,12 @@ export class Orchestrator {
       initialSlots: o.initialSlots ?? {},
       keepContext: o.keepContext ?? false,
       runContextJson: "",
-      defaultModel: "",
-      limits: { maxDepth: o.maxDepth, maxTurns: o.maxTurns ?? 0 },
+      defaultModel: o.defaultModel ?? "",
+      limits: limits(o),
       approvalMode: approvalModes[o.approvalMode ?? "ask"],
       filter: o.filter,
       detach: o.detach ?? false,
+      settings: generationSettings(o.settings),
     };
     return new RunStream(this.client.runPipeline(request, this.md(o.traceparent), options(o)), this.watcher(o.filter));
   }

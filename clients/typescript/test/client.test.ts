@@ -273,3 +273,28 @@ test("a broken stream re-attaches after its last seq", async () => {
   // An error before the run is known is the caller's.
   await assert.rejects(new RunStream(call([unavailable()]), () => call([])).collect());
 });
+
+test("generation settings reach the run", async () => {
+  await assert.rejects(
+    b.orchestrator.runAgent("echo", "hi", { settings: { temperature: 3 } }).collect(),
+    (e: unknown) => e instanceof InvalidArgument && e.field === "settings.temperature",
+  );
+  // The scripted answer is plain text: a JSON schema fails the run.
+  const events = await b.orchestrator
+    .runAgent("echo", "hi", {
+      maxTurns: 3,
+      runTimeout: 30,
+      settings: { temperature: 0.2, maxTokens: 10, stop: ["x"], extra: { a: 1 }, responseFormat: { schema: { type: "object" } } },
+    })
+    .collect();
+  const last = events[events.length - 1].payload;
+  assert.ok(last?.$case === "runFailed", JSON.stringify(last));
+  assert.equal(last.runFailed.code, 9); // FAILED_PRECONDITION
+  assert.match(last.runFailed.message, /does not match response_format/);
+  const piped = await b.orchestrator
+    .runPipeline([{ id: "a", agent: "echo", task: "hi" }], { settings: { responseFormat: { schema: { type: "object" } } } })
+    .collect();
+  assert.ok(
+    piped.some((e) => e.payload?.$case === "stepFailed" && /does not match response_format/.test(e.payload.stepFailed.error)),
+  );
+});

@@ -7,7 +7,7 @@
 ...         print(event.depth, event.context_id, kind(event))
 """
 
-from .client import Orchestrator, RunEvent, RunStream, Store, is_terminal, kind
+from .client import Orchestrator, RunEvent, RunStream, Store, generation_settings, is_terminal, kind
 from .errors import (
     Aborted,
     BatonError,
@@ -45,6 +45,7 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "Unimplemented",
+    "generation_settings",
     "is_terminal",
     "kind",
 ]

@@ -195,6 +195,52 @@ def _channel(
     return grpc.aio.secure_channel(address, credentials, options=options)
 
 
+_SETTING_KEYS = {
+    "temperature", "top_p", "max_tokens", "stop", "seed", "tool_choice",
+    "parallel_tool_calls", "response_format", "extra",
+}
+
+
+def generation_settings(
+    settings: Mapping[str, Any] | pb.GenerationSettings | None,
+) -> pb.GenerationSettings | None:
+    """A run's generation settings from a dict: ``temperature``, ``top_p``,
+    ``max_tokens``, ``stop`` (a list), ``seed``, ``tool_choice`` (``auto``,
+    ``none``, ``required`` or a tool name), ``parallel_tool_calls``,
+    ``response_format`` (``{"schema": {...}, "name": ..., "strict": ...,
+    "retries": ...}``) and ``extra`` (provider-specific body fields, a dict).
+    The server checks the values; an unknown key is a ``ValueError`` here."""
+    if settings is None or isinstance(settings, pb.GenerationSettings):
+        return settings
+    unknown = set(settings) - _SETTING_KEYS
+    if unknown:
+        raise ValueError(f"settings: unknown keys {sorted(unknown)} (known: {sorted(_SETTING_KEYS)})")
+    out = pb.GenerationSettings()
+    for key in ("temperature", "top_p"):
+        if settings.get(key) is not None:
+            setattr(out, key, float(settings[key]))
+    for key in ("max_tokens", "seed"):
+        if settings.get(key) is not None:
+            setattr(out, key, int(settings[key]))
+    if settings.get("parallel_tool_calls") is not None:
+        out.parallel_tool_calls = bool(settings["parallel_tool_calls"])
+    out.stop.extend(settings.get("stop") or [])
+    out.tool_choice = settings.get("tool_choice") or ""
+    fmt = settings.get("response_format")
+    if fmt is not None:
+        out.response_format.CopyFrom(
+            pb.ResponseFormat(
+                schema_json=json.dumps(fmt["schema"]),
+                name=fmt.get("name", ""),
+                strict=bool(fmt.get("strict", False)),
+                retries=int(fmt.get("retries", 0)),
+            )
+        )
+    if settings.get("extra"):
+        out.extra_body_json = json.dumps(settings["extra"])
+    return out
+
+
 class Orchestrator:
     """A client of ``baton.v1.Orchestrator``.
 
@@ -251,10 +297,13 @@ class Orchestrator:
         traceparent: str | None = None,
         timeout: float | None = None,
         detach: bool = False,
+        settings: Mapping[str, Any] | pb.GenerationSettings | None = None,
     ) -> RunStream:
         """Starts ``agent`` (or a group) on ``input``; returns its events.
         A ``detach``\ ed run outlives the stream: leaving it does not cancel
-        the run (follow it with ``watch``, find it with ``list_runs``)."""
+        the run (follow it with ``watch``, find it with ``list_runs``).
+        ``settings`` are the run's generation settings, over every agent's
+        and provider's own (see :func:`generation_settings`)."""
         request = pb.RunAgentRequest(
             agent=agent,
             input=input,
@@ -265,6 +314,7 @@ class Orchestrator:
             approval_mode=self._approval_mode(approval_mode),
             filter=filter,
             detach=detach,
+            settings=generation_settings(settings),
         )
         return RunStream(
             self._stub.RunAgent(request, timeout=timeout, metadata=self._md(traceparent)),
@@ -287,9 +337,14 @@ class Orchestrator:
         traceparent: str | None = None,
         timeout: float | None = None,
         detach: bool = False,
+        default_model: str = "",
+        max_turns: int = 0,
+        run_timeout: float | None = None,
+        settings: Mapping[str, Any] | pb.GenerationSettings | None = None,
     ) -> RunStream:
         """Starts a pipeline. Steps are dicts with the fields of
-        ``PipelineStep`` (``timeout`` in seconds) or the messages themselves."""
+        ``PipelineStep`` (``timeout`` in seconds) or the messages themselves.
+        ``settings``: as in :meth:`run_agent`."""
         if mode not in _MODES:
             raise ValueError(f"mode: {mode!r} is not one of {sorted(_MODES)}")
         if policy not in _POLICIES:
@@ -306,10 +361,12 @@ class Orchestrator:
             pipeline=spec,
             initial_slots=dict(initial_slots or {}),
             keep_context=keep_context,
-            limits=self._limits(max_depth, 0, None),
+            default_model=default_model,
+            limits=self._limits(max_depth, max_turns, run_timeout),
             approval_mode=self._approval_mode(approval_mode),
             filter=filter,
             detach=detach,
+            settings=generation_settings(settings),
         )
         return RunStream(
             self._stub.RunPipeline(request, timeout=timeout, metadata=self._md(traceparent)),

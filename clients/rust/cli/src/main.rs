@@ -16,6 +16,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod pipeline;
 mod run;
 mod runs;
+mod steer;
 mod store;
 mod up;
 

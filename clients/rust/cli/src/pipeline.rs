@@ -21,6 +21,8 @@ pub struct PipelineArgs {
     /// Approve every approval without asking.
     #[arg(long)]
     approve: bool,
+    #[command(flatten)]
+    steer: crate::steer::Steer,
 }
 
 /// Runs the pipeline in the file, drawing its steps; fails unless it completes.
@@ -34,6 +36,22 @@ pub async fn run(args: PipelineArgs) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("in {}: {e}", args.file.display()))?;
     if args.approve {
         request.approval_mode = pb::ApprovalMode::AutoApprove as i32;
+    }
+    let (default_model, limits, settings) = args.steer.apply()?;
+    if !default_model.is_empty() {
+        request.default_model = default_model;
+    }
+    if let Some(l) = limits {
+        let mine = request.limits.get_or_insert_with(Default::default);
+        if l.max_turns > 0 {
+            mine.max_turns = l.max_turns;
+        }
+        if l.run_timeout.is_some() {
+            mine.run_timeout = l.run_timeout;
+        }
+    }
+    if settings.is_some() {
+        request.settings = settings;
     }
     let client = args.target.connect().await?;
     let events = client.run_pipeline(request).await?;

@@ -43,6 +43,8 @@ pub struct RunArgs {
     /// return; follow it with `baton runs watch`.
     #[arg(long, conflicts_with_all = ["approve", "deny", "max_depth"])]
     detach: bool,
+    #[command(flatten)]
+    steer: crate::steer::Steer,
 }
 
 /// Where the orchestrator is and how to authenticate (shared by the
@@ -141,7 +143,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     } else {
         pb::ApprovalMode::Ask
     };
+    let (default_model, limits, settings) = args.steer.apply()?;
     let request = pb::RunAgentRequest {
+        default_model,
+        limits,
+        settings,
         agent: args.agent.clone(),
         input: args.input.clone(),
         run_context_json: args.context.clone().unwrap_or_default(),

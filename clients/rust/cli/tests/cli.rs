@@ -425,3 +425,91 @@ agents:
     .expect("cli");
     server.shutdown().await.expect("shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_sends_the_model_limits_and_settings_of_its_flags() {
+    use baton_e2e::openai::{FakeOpenAi, Reply, finish, text};
+    let fake = FakeOpenAi::start(vec![
+        Reply::Stream(vec![text("steered"), finish("stop")]),
+        Reply::Stream(vec![text("piped"), finish("stop")]),
+    ])
+    .await
+    .expect("fake");
+    let agents = format!(
+        "providers:\n  local: {{kind: openai, base_url: \"{}\", api_key_env: \"\"}}\nagents:\n  open: {{}}\n",
+        fake.base_url()
+    );
+    let server = baton_e2e::OrchestratorServer::start(&agents, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let endpoint = server.endpoint();
+    let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["run", "open", "hello", "--json", "--endpoint", &endpoint])
+        .args([
+            "--model",
+            "local:tiny",
+            "--max-turns",
+            "3",
+            "--timeout",
+            "45s",
+        ])
+        .args(["--set", "temperature=0.7", "--set", "max_tokens=32"])
+        .args(["--set", "stop=END", "--set", "extra.cache_prompt=true"])
+        .output()
+        .expect("baton run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("steered"));
+    let body = &fake.requests()[0].body;
+    assert_eq!(
+        body["model"], "tiny",
+        "--model: the model of agents that name none"
+    );
+    assert_eq!(body["temperature"], 0.7);
+    assert_eq!(body["max_tokens"], 32);
+    assert_eq!(body["stop"], serde_json::json!(["END"]));
+    assert_eq!(body["cache_prompt"], true);
+    // A bad value is the server's INVALID_ARGUMENT, naming the field.
+    let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["run", "open", "hello", "--endpoint", &endpoint])
+        .args(["--model", "local:tiny", "--set", "temperature=9"])
+        .output()
+        .expect("baton run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("settings.temperature"), "{err}");
+    // And an unknown key is refused before anything is sent.
+    let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["run", "open", "hello", "--endpoint", &endpoint])
+        .args(["--set", "warmth=1"])
+        .output()
+        .expect("baton run");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown setting"));
+    // The pipeline command takes the same flags.
+    let dir = std::env::temp_dir().join(format!("baton-cli-steer-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let file = dir.join("p.yaml");
+    std::fs::write(
+        &file,
+        "name: p\nsteps:\n  - {id: s, agent: open, task: go}\n",
+    )
+    .expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["pipeline"])
+        .arg(&file)
+        .args(["--json", "--endpoint", &endpoint, "--model", "local:tiny"])
+        .args(["--set", "seed=5"])
+        .output()
+        .expect("baton pipeline");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(fake.requests()[1].body["seed"], 5);
+    assert_eq!(fake.requests().len(), 2, "the refused runs sent nothing");
+    server.shutdown().await.expect("shutdown");
+}
