@@ -97,6 +97,16 @@ pub enum Error {
     /// A bug or an unexpected backend answer.
     #[error("internal error: {0}")]
     Internal(String),
+    /// One entry of a batched write failed; nothing of the batch was written.
+    #[error("entries[{index}] (key {key:?}): {source}")]
+    InEntry {
+        /// The entry's index in the request.
+        index: usize,
+        /// Its key.
+        key: String,
+        /// What is wrong with it.
+        source: Box<Error>,
+    },
     /// A remote context store refused the call (its message names the
     /// field); the orchestrator's view of the store service's errors that
     /// have no richer variant here.
@@ -118,13 +128,33 @@ impl Error {
         }
     }
 
-    /// The request field the error is about, if any.
-    pub fn field(&self) -> Option<&'static str> {
+    /// `source`, about entry `index` (key `key`) of a batch.
+    pub fn in_entry(index: usize, key: &str, source: Error) -> Self {
+        Self::InEntry {
+            index,
+            key: key.to_owned(),
+            source: Box::new(source),
+        }
+    }
+
+    /// The request field the error is about, if any: `entries[3].value`
+    /// for an entry of a batch; a tenant quota names itself
+    /// (`quotas.bytes`), whatever entry went over it.
+    pub fn field(&self) -> Option<std::borrow::Cow<'static, str>> {
+        use std::borrow::Cow::Borrowed;
         match self {
-            Self::InvalidArgument { field, .. } | Self::Exhausted { field, .. } => Some(field),
-            Self::NotFound { .. } | Self::TraceKeysQuota { .. } => Some("key"),
-            Self::ValueTooLarge { .. } | Self::TraceBytesQuota { .. } => Some("value"),
-            Self::VersionMismatch { .. } => Some("expected_version"),
+            Self::InvalidArgument { field, .. } | Self::Exhausted { field, .. } => {
+                Some(Borrowed(field))
+            }
+            Self::NotFound { .. } | Self::TraceKeysQuota { .. } => Some(Borrowed("key")),
+            Self::ValueTooLarge { .. } | Self::TraceBytesQuota { .. } => Some(Borrowed("value")),
+            Self::VersionMismatch { .. } => Some(Borrowed("expected_version")),
+            Self::InEntry { source, .. } if matches!(**source, Self::Exhausted { .. }) => {
+                source.field()
+            }
+            Self::InEntry { index, source, .. } => source
+                .field()
+                .map(|f| format!("entries[{index}].{f}").into()),
             _ => None,
         }
     }
@@ -150,6 +180,7 @@ impl Error {
             Error::Unavailable(_) | Error::ShuttingDown => Code::Unavailable,
             Error::Internal(_) => Code::Internal,
             Error::Remote { code, .. } => *code,
+            Error::InEntry { source, .. } => source.code(),
         }
     }
 }
@@ -158,18 +189,22 @@ impl From<Error> for Status {
     fn from(e: Error) -> Self {
         let code = e.code();
         let mut status = Status::new(code, e.to_string());
-        if let Some(field) = e.field() {
-            status
-                .metadata_mut()
-                .insert(FIELD_METADATA, MetadataValue::from_static(field));
+        if let Some(field) = e.field()
+            && let Ok(value) = MetadataValue::try_from(field.as_ref())
+        {
+            status.metadata_mut().insert(FIELD_METADATA, value);
         }
+        let inner = match &e {
+            Error::InEntry { source, .. } => source,
+            e => e,
+        };
         if let Error::VersionMismatch {
             current: Some(v), ..
-        } = e
+        } = inner
         {
             status
                 .metadata_mut()
-                .insert(CURRENT_VERSION_METADATA, MetadataValue::from(v));
+                .insert(CURRENT_VERSION_METADATA, MetadataValue::from(*v));
         }
         status
     }

@@ -31,8 +31,8 @@ use crate::{
     error::{Error, Result},
     metrics::Metrics,
     store::{
-        ChangeKind, ContextStore, DEFAULT_PAGE_SIZE, Key, Limits, MAX_PAGE_SIZE, Page, PageToken,
-        Put, Scope, SlotMeta, parse_trace_id, validate_key_chars,
+        ChangeKind, ContextStore, DEFAULT_PAGE_SIZE, Key, Limits, MAX_BATCH, MAX_PAGE_SIZE, Page,
+        PageToken, Put, Scope, Selection, SlotMeta, parse_trace_id, validate_key_chars,
     },
 };
 
@@ -331,6 +331,62 @@ pub fn put_of(r: pb::PutRequest, tenant: Tenant, limits: &Limits) -> Result<Put>
     Ok(put)
 }
 
+/// The puts of a `PutManyRequest`, checked; errors name the entry.
+pub fn puts_of(
+    r: pb::PutManyRequest,
+    tenant: Tenant,
+    limits: &Limits,
+) -> Result<(Scope, Vec<Put>)> {
+    let scope = Scope::new(tenant, parse_trace_id(&r.trace_id)?);
+    let puts = r
+        .entries
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let in_entry = |err| Error::in_entry(i, &e.key, err);
+            Ok(Put {
+                scope: scope.clone(),
+                key: Key::parse("key", &e.key, limits.max_key_len).map_err(in_entry)?,
+                ttl: ttl(e.ttl).map_err(in_entry)?,
+                value: e.value.into(),
+                content_type: e.content_type,
+                expected_version: e.expected_version,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    limits.check_batch(&scope, &puts)?;
+    Ok((scope, puts))
+}
+
+/// The selection of a `DeleteManyRequest`, checked.
+pub fn selection_of(r: pb::DeleteManyRequest, limits: &Limits) -> Result<Selection> {
+    let selection = match (r.keys.is_empty(), r.prefix.is_empty()) {
+        (false, false) => {
+            return Err(Error::invalid(
+                "prefix",
+                "set either keys or prefix, not both",
+            ));
+        }
+        (true, false) => Selection::Prefix(r.prefix),
+        (_, true) => {
+            if r.keys.len() > MAX_BATCH {
+                return Err(Error::invalid(
+                    "keys",
+                    format!("{} keys is over the limit of {MAX_BATCH}", r.keys.len()),
+                ));
+            }
+            Selection::Keys(
+                r.keys
+                    .iter()
+                    .map(|k| Key::parse("keys", k, limits.max_key_len))
+                    .collect::<Result<_>>()?,
+            )
+        }
+    };
+    limits.check_selection(&selection)?;
+    Ok(selection)
+}
+
 fn slot_info(m: SlotMeta) -> pb::SlotInfo {
     pb::SlotInfo {
         key: m.key,
@@ -338,6 +394,38 @@ fn slot_info(m: SlotMeta) -> pb::SlotInfo {
         version: m.version,
         size_bytes: m.size_bytes,
         expires_at: Some(timestamp(m.expires_at_ms)),
+    }
+}
+
+/// The audit record of a write RPC: its tenant and (well-formed) trace id,
+/// written with the call's outcome.
+struct Audit {
+    rpc: &'static str,
+    tenant: String,
+    trace_id: String,
+}
+
+impl Audit {
+    fn of<T>(rpc: &'static str, request: &Request<T>, trace_id: &str) -> Self {
+        Self {
+            rpc,
+            tenant: tenant_of(request.extensions()).to_owned(),
+            // Only a well-formed id is recorded (the field may be anything).
+            trace_id: parse_trace_id(trace_id)
+                .map(|t| t.to_string())
+                .unwrap_or_default(),
+        }
+    }
+
+    fn done<T>(self, outcome: Result<T, Status>) -> Result<T, Status> {
+        baton_common::audit::record(
+            self.rpc,
+            &self.tenant,
+            "",
+            &self.trace_id,
+            baton_common::audit::code(&outcome),
+        );
+        outcome
     }
 }
 
@@ -354,6 +442,39 @@ impl StoreService {
         Ok(Response::new(pb::PutResponse {
             version: written.version,
             expires_at: Some(timestamp(written.expires_at_ms)),
+        }))
+    }
+
+    async fn do_put_many(
+        &self,
+        request: Request<pb::PutManyRequest>,
+    ) -> Result<Response<pb::PutManyResponse>, Status> {
+        self.check_running()?;
+        let tenant = Tenant(tenant_of(request.extensions()).to_owned());
+        let (scope, puts) = puts_of(request.into_inner(), tenant, self.store.limits())?;
+        let written = self.store.put_many(&scope, puts).await?;
+        Ok(Response::new(pb::PutManyResponse {
+            written: written
+                .into_iter()
+                .map(|w| pb::PutResponse {
+                    version: w.version,
+                    expires_at: Some(timestamp(w.expires_at_ms)),
+                })
+                .collect(),
+        }))
+    }
+
+    async fn do_delete_many(
+        &self,
+        request: Request<pb::DeleteManyRequest>,
+    ) -> Result<Response<pb::DeleteManyResponse>, Status> {
+        self.check_running()?;
+        let scope = scope_of(request.extensions(), &request.get_ref().trace_id)?;
+        let selection = selection_of(request.into_inner(), self.store.limits())?;
+        let removed = self.store.delete_many(&scope, &selection).await?;
+        Ok(Response::new(pb::DeleteManyResponse {
+            deleted: removed.deleted,
+            version: removed.version,
         }))
     }
 
@@ -494,21 +615,33 @@ impl ContextStoreRpc for StoreService {
         &self,
         request: Request<pb::PutRequest>,
     ) -> Result<Response<pb::PutResponse>, Status> {
+        let audit = Audit::of("Put", &request, &request.get_ref().trace_id);
         let parent = baton_common::otel::extract(request.metadata());
-        // Only a well-formed id is recorded (the field may be anything).
-        let trace_id = parse_trace_id(&request.get_ref().trace_id)
-            .map(|t| t.to_string())
-            .unwrap_or_default();
-        let tenant = tenant_of(request.extensions()).to_owned();
-        let done = self.observed("Put", parent, self.do_put(request)).await;
-        baton_common::audit::record(
-            "Put",
-            &tenant,
-            "",
-            &trace_id,
-            baton_common::audit::code(&done),
-        );
-        done
+        audit.done(self.observed("Put", parent, self.do_put(request)).await)
+    }
+
+    async fn put_many(
+        &self,
+        request: Request<pb::PutManyRequest>,
+    ) -> Result<Response<pb::PutManyResponse>, Status> {
+        let audit = Audit::of("PutMany", &request, &request.get_ref().trace_id);
+        let parent = baton_common::otel::extract(request.metadata());
+        audit.done(
+            self.observed("PutMany", parent, self.do_put_many(request))
+                .await,
+        )
+    }
+
+    async fn delete_many(
+        &self,
+        request: Request<pb::DeleteManyRequest>,
+    ) -> Result<Response<pb::DeleteManyResponse>, Status> {
+        let audit = Audit::of("DeleteMany", &request, &request.get_ref().trace_id);
+        let parent = baton_common::otel::extract(request.metadata());
+        audit.done(
+            self.observed("DeleteMany", parent, self.do_delete_many(request))
+                .await,
+        )
     }
 
     async fn get(
@@ -531,44 +664,21 @@ impl ContextStoreRpc for StoreService {
         &self,
         request: Request<pb::DeleteRequest>,
     ) -> Result<Response<pb::DeleteResponse>, Status> {
+        let audit = Audit::of("Delete", &request, &request.get_ref().trace_id);
         let parent = baton_common::otel::extract(request.metadata());
-        // Only a well-formed id is recorded (the field may be anything).
-        let trace_id = parse_trace_id(&request.get_ref().trace_id)
-            .map(|t| t.to_string())
-            .unwrap_or_default();
-        let tenant = tenant_of(request.extensions()).to_owned();
-        let done = self
-            .observed("Delete", parent, self.do_delete(request))
-            .await;
-        baton_common::audit::record(
-            "Delete",
-            &tenant,
-            "",
-            &trace_id,
-            baton_common::audit::code(&done),
-        );
-        done
+        audit.done(
+            self.observed("Delete", parent, self.do_delete(request))
+                .await,
+        )
     }
 
     async fn clear(
         &self,
         request: Request<pb::ClearRequest>,
     ) -> Result<Response<pb::ClearResponse>, Status> {
+        let audit = Audit::of("Clear", &request, &request.get_ref().trace_id);
         let parent = baton_common::otel::extract(request.metadata());
-        // Only a well-formed id is recorded (the field may be anything).
-        let trace_id = parse_trace_id(&request.get_ref().trace_id)
-            .map(|t| t.to_string())
-            .unwrap_or_default();
-        let tenant = tenant_of(request.extensions()).to_owned();
-        let done = self.observed("Clear", parent, self.do_clear(request)).await;
-        baton_common::audit::record(
-            "Clear",
-            &tenant,
-            "",
-            &trace_id,
-            baton_common::audit::code(&done),
-        );
-        done
+        audit.done(self.observed("Clear", parent, self.do_clear(request)).await)
     }
 
     type WatchStream = WatchStream;

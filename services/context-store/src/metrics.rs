@@ -116,6 +116,9 @@ impl Metrics {
             .observe(seconds);
         match code {
             tonic::Code::ResourceExhausted => {
+                // A batch's `entries[12].value` counts as `value`: the label
+                // stays bounded.
+                let field = field.map(|f| f.rsplit_once("].").map_or(f, |(_, f)| f));
                 self.quota_rejections
                     .get_or_create(&vec![("field", field.unwrap_or("").to_owned())])
                     .inc();

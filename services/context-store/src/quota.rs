@@ -36,8 +36,8 @@ use serde::{Deserialize, Serialize};
 use crate::{
     error::{Error, Result},
     store::{
-        ChangeStream, ContextStore, Key, Limits as StoreLimits, Listing, Page, Put, Scope, Slot,
-        Written, now_ms, redis::RedisConfig, redis_conn::Connection,
+        ChangeStream, ContextStore, Key, Limits as StoreLimits, Listing, Page, Put, Removed, Scope,
+        Selection, Slot, Written, now_ms, redis::RedisConfig, redis_conn::Connection,
     },
 };
 
@@ -167,6 +167,66 @@ impl TenantQuotas {
         (q.bytes.is_some() || q.keys.is_some()).then_some(q)
     }
 
+    /// Counts `put`'s slot in its tenant's ledger; a refusal is the
+    /// `RESOURCE_EXHAUSTED` error naming the quota.
+    async fn reserve(
+        &self,
+        tenant: &str,
+        put: &Put,
+        limits: &StoreQuota,
+    ) -> Result<(String, Reservation, Totals)> {
+        let store_limits = self.inner.limits();
+        let member = member(&put.scope, put.key.as_str());
+        let ttl = put.ttl.unwrap_or(store_limits.default_ttl);
+        let entry = Entry {
+            size: put.value.len() as u64,
+            expires_ms: now_ms() + ttl.as_millis() as u64,
+            nonce: self
+                .nonce
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        };
+        match self.ledger.reserve(tenant, &member, entry, limits).await? {
+            Ok((reservation, totals)) => Ok((member, reservation, totals)),
+            Err(refusal) => {
+                self.metrics
+                    .refusals
+                    .get_or_create(&vec![
+                        ("tenant", tenant.to_owned()),
+                        ("quota", refusal.quota.to_owned()),
+                    ])
+                    .inc();
+                let (limit, what) = match refusal.quota {
+                    "bytes" => (
+                        limits.bytes.unwrap_or_default(),
+                        format!("its slots would hold {} bytes", refusal.would_be),
+                    ),
+                    _ => (
+                        limits.keys.unwrap_or_default(),
+                        format!("it would have {} slots", refusal.would_be),
+                    ),
+                };
+                Err(Error::Exhausted {
+                    field: if refusal.quota == "bytes" {
+                        "quotas.bytes"
+                    } else {
+                        "quotas.keys"
+                    },
+                    message: exceeded(tenant, limit, &what),
+                })
+            }
+        }
+    }
+
+    /// Gives reservations back, latest first, after the backend refused
+    /// the write they were for.
+    async fn give_back(&self, tenant: &str, reserved: Vec<(String, Reservation)>) {
+        for (member, reservation) in reserved.into_iter().rev() {
+            if let Err(undo) = self.ledger.undo(tenant, &member, reservation).await {
+                tracing::warn!(tenant, error = %undo, "cannot give a quota reservation back; it ends with the slot's TTL");
+            }
+        }
+    }
+
     fn report(&self, tenant: &str, (bytes, keys): Totals) {
         let label = vec![("tenant", tenant.to_owned())];
         self.metrics
@@ -192,67 +252,18 @@ impl ContextStore for TenantQuotas {
         };
         // What the backend refuses anyway is refused by it first (naming
         // the request's field), with nothing reserved.
-        let store_limits = self.inner.limits();
-        if put.value.len() as u64 > store_limits.max_value_bytes
-            || put
-                .ttl
-                .is_some_and(|t| t > store_limits.max_ttl || t.is_zero())
-        {
+        if self.inner.limits().check_put(&put).is_err() {
             return self.inner.put(put).await;
         }
         let tenant = put.scope.tenant.as_str().to_owned();
-        let member = member(&put.scope, put.key.as_str());
-        let ttl = put.ttl.unwrap_or(store_limits.default_ttl);
-        let entry = Entry {
-            size: put.value.len() as u64,
-            expires_ms: now_ms() + ttl.as_millis() as u64,
-            nonce: self
-                .nonce
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-        };
-        let (reservation, totals) = match self
-            .ledger
-            .reserve(&tenant, &member, entry, &limits)
-            .await?
-        {
-            Ok(reserved) => reserved,
-            Err(refusal) => {
-                self.metrics
-                    .refusals
-                    .get_or_create(&vec![
-                        ("tenant", tenant.clone()),
-                        ("quota", refusal.quota.to_owned()),
-                    ])
-                    .inc();
-                let (limit, what) = match refusal.quota {
-                    "bytes" => (
-                        limits.bytes.unwrap_or_default(),
-                        format!("its slots would hold {} bytes", refusal.would_be),
-                    ),
-                    _ => (
-                        limits.keys.unwrap_or_default(),
-                        format!("it would have {} slots", refusal.would_be),
-                    ),
-                };
-                return Err(Error::Exhausted {
-                    field: if refusal.quota == "bytes" {
-                        "quotas.bytes"
-                    } else {
-                        "quotas.keys"
-                    },
-                    message: exceeded(&tenant, limit, &what),
-                });
-            }
-        };
+        let (member, reservation, totals) = self.reserve(&tenant, &put, &limits).await?;
         match self.inner.put(put).await {
             Ok(written) => {
                 self.report(&tenant, totals);
                 Ok(written)
             }
             Err(e) => {
-                if let Err(undo) = self.ledger.undo(&tenant, &member, reservation).await {
-                    tracing::warn!(tenant, error = %undo, "cannot give a quota reservation back; it ends with the slot's TTL");
-                }
+                self.give_back(&tenant, vec![(member, reservation)]).await;
                 Err(e)
             }
         }
@@ -296,6 +307,58 @@ impl ContextStore for TenantQuotas {
                 Ok(totals) => self.report(tenant, totals),
                 Err(e) => {
                     tracing::warn!(tenant, error = %e, "cannot count a clear; its slots count until their TTL ends")
+                }
+            }
+        }
+        Ok(removed)
+    }
+
+    async fn put_many(&self, scope: &Scope, puts: Vec<Put>) -> Result<Vec<Written>> {
+        let Some(limits) = self.counted(scope) else {
+            return self.inner.put_many(scope, puts).await;
+        };
+        if self.inner.limits().check_batch(scope, &puts).is_err() {
+            return self.inner.put_many(scope, puts).await;
+        }
+        // Entry by entry; a refusal gives back what the batch reserved.
+        let tenant = scope.tenant.as_str().to_owned();
+        let mut reserved = Vec::with_capacity(puts.len());
+        let mut totals = None;
+        for (i, put) in puts.iter().enumerate() {
+            match self.reserve(&tenant, put, &limits).await {
+                Ok((member, reservation, t)) => {
+                    reserved.push((member, reservation));
+                    totals = Some(t);
+                }
+                Err(e) => {
+                    self.give_back(&tenant, reserved).await;
+                    return Err(Error::in_entry(i, put.key.as_str(), e));
+                }
+            }
+        }
+        match self.inner.put_many(scope, puts).await {
+            Ok(written) => {
+                if let Some(totals) = totals {
+                    self.report(&tenant, totals);
+                }
+                Ok(written)
+            }
+            Err(e) => {
+                self.give_back(&tenant, reserved).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn delete_many(&self, scope: &Scope, selection: &Selection) -> Result<Removed> {
+        let removed = self.inner.delete_many(scope, selection).await?;
+        if self.counted(scope).is_some() && !removed.keys.is_empty() {
+            let tenant = scope.tenant.as_str();
+            let members: Vec<String> = removed.keys.iter().map(|k| member(scope, k)).collect();
+            match self.ledger.forget(tenant, &members).await {
+                Ok(totals) => self.report(tenant, totals),
+                Err(e) => {
+                    tracing::warn!(tenant, error = %e, "cannot count a delete; the slots count until their TTL ends")
                 }
             }
         }

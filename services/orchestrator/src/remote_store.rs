@@ -12,7 +12,7 @@
 //! `store.token_file`, re-read when it changes), so the store keeps each
 //! tenant's slots apart whatever trace id a caller sent.
 
-use baton_client::{Error as ClientError, PutOptions, StoreClient, pb};
+use baton_client::{DeleteSelection, Error as ClientError, PutEntry, PutOptions, StoreClient, pb};
 use baton_common::{
     auth::{ServiceToken, TENANT_HEADER, Tenant},
     ids::TraceId,
@@ -21,7 +21,7 @@ use baton_context_store::{
     error::{Error, Result},
     store::{
         Change, ChangeKind, ChangeStream, ContextStore, Key, Limits, Listing, Page, PageToken, Put,
-        Scope, Slot, SlotMeta, Written,
+        Removed, Scope, Selection, Slot, SlotMeta, Written,
     },
 };
 use futures::{Future, StreamExt};
@@ -304,6 +304,62 @@ impl ContextStore for RemoteStore {
                 .map_err(|e| from_client(e, trace_id, ""))
         };
         self.traced("Clear", trace_id, call).await
+    }
+
+    async fn put_many(&self, scope: &Scope, puts: Vec<Put>) -> Result<Vec<Written>> {
+        let trace_id = &scope.trace_id;
+        let first = puts
+            .first()
+            .map(|p| p.key.as_str().to_owned())
+            .unwrap_or_default();
+        let entries = puts
+            .into_iter()
+            .map(|p| PutEntry {
+                key: p.key.as_str().to_owned(),
+                value: p.value.to_vec(),
+                options: PutOptions {
+                    content_type: p.content_type,
+                    ttl: p.ttl,
+                    expected_version: p.expected_version,
+                },
+            })
+            .collect();
+        let call = async {
+            self.client(&scope.tenant)
+                .put_many(trace_id.as_str(), entries)
+                .await
+                .map_err(|e| from_client(e, trace_id, &first))
+        };
+        let written = self.traced("PutMany", trace_id, call).await?;
+        Ok(written
+            .into_iter()
+            .map(|r| Written {
+                version: r.version,
+                expires_at_ms: ms(r.expires_at),
+            })
+            .collect())
+    }
+
+    async fn delete_many(&self, scope: &Scope, selection: &Selection) -> Result<Removed> {
+        let trace_id = &scope.trace_id;
+        let wanted = match selection {
+            Selection::Keys(keys) => {
+                DeleteSelection::Keys(keys.iter().map(|k| k.as_str().to_owned()).collect())
+            }
+            Selection::Prefix(p) => DeleteSelection::Prefix(p.clone()),
+        };
+        let call = async {
+            self.client(&scope.tenant)
+                .delete_many(trace_id.as_str(), wanted)
+                .await
+                .map_err(|e| from_client(e, trace_id, ""))
+        };
+        let r = self.traced("DeleteMany", trace_id, call).await?;
+        Ok(Removed {
+            deleted: r.deleted,
+            keys: Vec::new(),
+            version: r.version,
+        })
     }
 
     async fn watch(&self, scope: &Scope, prefix: &str) -> Result<ChangeStream> {

@@ -411,6 +411,20 @@ impl ContextStoreRpc for Floor {
         Err(Status::unimplemented("floor"))
     }
 
+    async fn put_many(
+        &self,
+        _: Request<pb::PutManyRequest>,
+    ) -> Result<Response<pb::PutManyResponse>, Status> {
+        Err(Status::unimplemented("floor"))
+    }
+
+    async fn delete_many(
+        &self,
+        _: Request<pb::DeleteManyRequest>,
+    ) -> Result<Response<pb::DeleteManyResponse>, Status> {
+        Err(Status::unimplemented("floor"))
+    }
+
     type WatchStream = futures::stream::Empty<Result<pb::WatchResponse, Status>>;
 
     async fn watch(

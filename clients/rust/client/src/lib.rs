@@ -24,7 +24,7 @@ pub use balance::lazy_channel;
 pub use baton_proto::v1 as pb;
 pub use error::Error;
 pub use orchestrator::{Events, OrchestratorClient};
-pub use store::{MetadataHook, PutOptions, StoreClient};
+pub use store::{DeleteSelection, MetadataHook, PutEntry, PutOptions, StoreClient};
 pub use tls::ClientTls;
 
 /// `authorization: Bearer <key>`, or an error when `key` is not printable

@@ -18,6 +18,44 @@ pub struct PutOptions {
     pub expected_version: Option<u64>,
 }
 
+/// One slot of a batched write ([`StoreClient::put_many`]).
+#[derive(Debug, Clone, Default)]
+pub struct PutEntry {
+    /// The key.
+    pub key: String,
+    /// The value.
+    pub value: Vec<u8>,
+    /// Content type, TTL and expected version.
+    pub options: PutOptions,
+}
+
+impl PutEntry {
+    /// An entry with default options.
+    pub fn new(key: impl Into<String>, value: impl Into<Vec<u8>>) -> Self {
+        Self {
+            key: key.into(),
+            value: value.into(),
+            options: PutOptions::default(),
+        }
+    }
+}
+
+/// Which slots [`StoreClient::delete_many`] removes.
+#[derive(Debug, Clone)]
+pub enum DeleteSelection {
+    /// These keys (absent ones are skipped).
+    Keys(Vec<String>),
+    /// Every slot whose key starts with this non-empty prefix.
+    Prefix(String),
+}
+
+fn duration(d: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
 /// A client of `baton.v1.ContextStore`. Cheap to clone; clones share the
 /// connection.
 #[derive(Clone)]
@@ -121,16 +159,65 @@ impl StoreClient {
             key: key.to_owned(),
             value,
             content_type: options.content_type,
-            ttl: options.ttl.map(|d| prost_types::Duration {
-                seconds: d.as_secs() as i64,
-                nanos: d.subsec_nanos() as i32,
-            }),
+            ttl: options.ttl.map(duration),
             expected_version: options.expected_version,
         };
         Ok(self
             .inner
             .clone()
             .put(self.request(request))
+            .await?
+            .into_inner())
+    }
+
+    /// Writes several slots of a trace in one call, all or none; answers
+    /// each entry's version and expiry, in entry order.
+    pub async fn put_many(
+        &self,
+        trace_id: &str,
+        entries: Vec<PutEntry>,
+    ) -> Result<Vec<pb::PutResponse>, Error> {
+        let request = pb::PutManyRequest {
+            trace_id: trace_id.to_owned(),
+            entries: entries
+                .into_iter()
+                .map(|e| pb::PutEntry {
+                    key: e.key,
+                    value: e.value,
+                    content_type: e.options.content_type,
+                    ttl: e.options.ttl.map(duration),
+                    expected_version: e.options.expected_version,
+                })
+                .collect(),
+        };
+        Ok(self
+            .inner
+            .clone()
+            .put_many(self.request(request))
+            .await?
+            .into_inner()
+            .written)
+    }
+
+    /// Removes the selected slots of a trace in one call.
+    pub async fn delete_many(
+        &self,
+        trace_id: &str,
+        selection: DeleteSelection,
+    ) -> Result<pb::DeleteManyResponse, Error> {
+        let (keys, prefix) = match selection {
+            DeleteSelection::Keys(keys) => (keys, String::new()),
+            DeleteSelection::Prefix(p) => (Vec::new(), p),
+        };
+        let request = pb::DeleteManyRequest {
+            trace_id: trace_id.to_owned(),
+            keys,
+            prefix,
+        };
+        Ok(self
+            .inner
+            .clone()
+            .delete_many(self.request(request))
             .await?
             .into_inner())
     }

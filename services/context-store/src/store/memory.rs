@@ -19,8 +19,8 @@ use tokio::sync::broadcast;
 use tokio_stream::wrappers::{BroadcastStream, errors::BroadcastStreamRecvError};
 
 use super::{
-    Change, ChangeKind, ChangeStream, ContextStore, Key, Limits, Listing, Page, Put, Scope, Slot,
-    SlotMeta, TRACE_RETENTION, Written, now_ms,
+    Change, ChangeKind, ChangeStream, ContextStore, Key, Limits, Listing, Page, Put, Removed,
+    Scope, Selection, Slot, SlotMeta, TRACE_RETENTION, Written, now_ms,
 };
 use crate::error::{Error, Result};
 
@@ -98,6 +98,63 @@ impl TraceState {
             }
         }
         Ok(())
+    }
+
+    /// Writes a checked put: the next revision, its change published.
+    fn write(&mut self, put: Put, ttl: Duration, now: u64) -> Written {
+        let key = put.key.as_str().to_owned();
+        let size = put.value.len() as u64;
+        self.revision += 1;
+        let version = self.revision;
+        let expires_at_ms = now + ttl.as_millis() as u64;
+        let content_type: Arc<str> = put.effective_content_type().into();
+        let slot = MemSlot {
+            value: put.value,
+            content_type: content_type.clone(),
+            version,
+            expires_at_ms,
+        };
+        match self.slots.insert(key.clone(), slot) {
+            Some(prev) => {
+                self.expiries.remove(&(prev.expires_at_ms, key.clone()));
+                self.bytes -= prev.value.len() as u64;
+            }
+            None => {}
+        }
+        self.bytes += size;
+        self.expiries.insert((expires_at_ms, key.clone()));
+        self.keep_until_ms = self
+            .keep_until_ms
+            .max(expires_at_ms + TRACE_RETENTION.as_millis() as u64);
+        self.publish(Change {
+            kind: ChangeKind::Put,
+            key,
+            version,
+            size_bytes: size,
+            content_type: content_type.to_string(),
+            expires_at_ms,
+        });
+        Written {
+            version,
+            expires_at_ms,
+        }
+    }
+
+    /// Removes a live slot: the next revision, its change published.
+    fn remove(&mut self, key: &str) -> Option<u64> {
+        let slot = self.slots.remove(key)?;
+        self.expiries.remove(&(slot.expires_at_ms, key.to_owned()));
+        self.bytes -= slot.value.len() as u64;
+        self.revision += 1;
+        self.publish(Change {
+            kind: ChangeKind::Deleted,
+            key: key.to_owned(),
+            version: self.revision,
+            size_bytes: 0,
+            content_type: String::new(),
+            expires_at_ms: 0,
+        });
+        Some(self.revision)
     }
 
     fn abandoned(&self, now: u64) -> bool {
@@ -212,38 +269,7 @@ impl ContextStore for MemoryStore {
             });
         }
 
-        state.revision += 1;
-        let version = state.revision;
-        let expires_at_ms = now + ttl.as_millis() as u64;
-        let content_type: Arc<str> = put.effective_content_type().into();
-        if let Some(prev) = state.slots.insert(
-            key.to_owned(),
-            MemSlot {
-                value: put.value,
-                content_type: content_type.clone(),
-                version,
-                expires_at_ms,
-            },
-        ) {
-            state.expiries.remove(&(prev.expires_at_ms, key.to_owned()));
-        }
-        state.expiries.insert((expires_at_ms, key.to_owned()));
-        state.bytes = would_be;
-        state.keep_until_ms = state
-            .keep_until_ms
-            .max(expires_at_ms + TRACE_RETENTION.as_millis() as u64);
-        state.publish(Change {
-            kind: ChangeKind::Put,
-            key: key.to_owned(),
-            version,
-            size_bytes: size,
-            content_type: content_type.to_string(),
-            expires_at_ms,
-        });
-        Ok(Written {
-            version,
-            expires_at_ms,
-        })
+        Ok(state.write(put, ttl, now))
     }
 
     async fn get(&self, scope: &Scope, key: &Key) -> Result<Slot> {
@@ -312,22 +338,7 @@ impl ContextStore for MemoryStore {
             return Err(not_found());
         }
         state.check_version(key.as_str(), expected_version, now)?;
-        let slot = state.slots.remove(key.as_str()).ok_or_else(not_found)?;
-        state
-            .expiries
-            .remove(&(slot.expires_at_ms, key.as_str().to_owned()));
-        state.bytes -= slot.value.len() as u64;
-        state.revision += 1;
-        let version = state.revision;
-        state.publish(Change {
-            kind: ChangeKind::Deleted,
-            key: key.as_str().to_owned(),
-            version,
-            size_bytes: 0,
-            content_type: String::new(),
-            expires_at_ms: 0,
-        });
-        Ok(version)
+        state.remove(key.as_str()).ok_or_else(not_found)
     }
 
     async fn clear(&self, scope: &Scope) -> Result<u64> {
@@ -351,6 +362,82 @@ impl ContextStore for MemoryStore {
             content_type: String::new(),
             expires_at_ms: 0,
         });
+        Ok(removed)
+    }
+
+    async fn put_many(&self, scope: &Scope, puts: Vec<Put>) -> Result<Vec<Written>> {
+        let ttls = self.limits.check_batch(scope, &puts)?;
+        let now = now_ms();
+        let mut map = self.shards.lock(scope);
+        let state = map.entry(scope.clone()).or_default();
+        state.purge(now);
+        // Everything is checked before anything is written.
+        let (mut bytes, mut keys) = (state.bytes, state.slots.len() as u64);
+        for (i, put) in puts.iter().enumerate() {
+            let key = put.key.as_str();
+            let in_entry = |e| Error::in_entry(i, key, e);
+            state
+                .check_version(key, put.expected_version, now)
+                .map_err(in_entry)?;
+            let old = state.live(key, now);
+            let size = put.value.len() as u64;
+            bytes = bytes - old.map_or(0, |s| s.value.len() as u64) + size;
+            if bytes > self.limits.max_trace_bytes {
+                return Err(in_entry(Error::TraceBytesQuota {
+                    trace_id: scope.trace_id.to_string(),
+                    size,
+                    would_be: bytes,
+                    limit: self.limits.max_trace_bytes,
+                }));
+            }
+            if old.is_none() {
+                if keys >= self.limits.max_trace_keys {
+                    return Err(in_entry(Error::TraceKeysQuota {
+                        trace_id: scope.trace_id.to_string(),
+                        used: keys,
+                        limit: self.limits.max_trace_keys,
+                    }));
+                }
+                keys += 1;
+            }
+        }
+        Ok(puts
+            .into_iter()
+            .zip(ttls)
+            .map(|(put, ttl)| state.write(put, ttl, now))
+            .collect())
+    }
+
+    async fn delete_many(&self, scope: &Scope, selection: &Selection) -> Result<Removed> {
+        self.limits.check_selection(selection)?;
+        let now = now_ms();
+        let mut map = self.shards.lock(scope);
+        let Some(state) = map.get_mut(scope) else {
+            return Ok(Removed::default());
+        };
+        state.purge(now);
+        let keys: Vec<String> = match selection {
+            Selection::Keys(keys) => keys
+                .iter()
+                .filter(|k| state.slots.contains_key(k.as_str()))
+                .map(|k| k.as_str().to_owned())
+                .collect(),
+            Selection::Prefix(p) => state
+                .slots
+                .range(p.clone()..)
+                .take_while(|(k, _)| k.starts_with(p.as_str()))
+                .map(|(k, _)| k.clone())
+                .collect(),
+        };
+        let mut removed = Removed::default();
+        for key in keys {
+            // A key listed twice is removed once.
+            if let Some(version) = state.remove(&key) {
+                removed.version = version;
+                removed.deleted += 1;
+                removed.keys.push(key);
+            }
+        }
         Ok(removed)
     }
 

@@ -419,6 +419,100 @@ impl PageToken {
     }
 }
 
+/// Most entries of one batched write ([`ContextStore::put_many`]) and most
+/// keys of one batched delete ([`ContextStore::delete_many`]).
+pub const MAX_BATCH: usize = 1000;
+
+/// Which slots a batched delete removes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selection {
+    /// These keys (absent ones are skipped).
+    Keys(Vec<Key>),
+    /// Every live slot whose key starts with this (non-empty) prefix.
+    Prefix(String),
+}
+
+impl Selection {
+    /// Whether `key` is selected.
+    pub fn selects(&self, key: &str) -> bool {
+        match self {
+            Self::Keys(keys) => keys.iter().any(|k| k.as_str() == key),
+            Self::Prefix(p) => key.starts_with(p.as_str()),
+        }
+    }
+}
+
+/// What a batched delete removed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Removed {
+    /// How many live slots were removed.
+    pub deleted: u64,
+    /// Their keys, in the order they were removed, from the backends that
+    /// hold the slots (the tenant-quota ledger forgets them); empty through
+    /// a remote store, whose answer is the count.
+    pub keys: Vec<String>,
+    /// The trace revision of the last removal; 0 when nothing was removed.
+    pub version: u64,
+}
+
+impl Limits {
+    /// Validates a batched write: 1 to [`MAX_BATCH`] entries of `scope`, each
+    /// key once, each entry as [`Limits::check_put`] does; returns each
+    /// entry's TTL. Errors name the entry.
+    pub fn check_batch(&self, scope: &Scope, puts: &[Put]) -> Result<Vec<Duration>> {
+        if puts.is_empty() {
+            return Err(Error::invalid("entries", "must not be empty"));
+        }
+        if puts.len() > MAX_BATCH {
+            return Err(Error::invalid(
+                "entries",
+                format!("{} entries is over the limit of {MAX_BATCH}", puts.len()),
+            ));
+        }
+        let mut seen = std::collections::HashSet::with_capacity(puts.len());
+        puts.iter()
+            .enumerate()
+            .map(|(i, put)| {
+                let in_entry = |e| Error::in_entry(i, put.key.as_str(), e);
+                if put.scope != *scope {
+                    return Err(Error::Internal(format!(
+                        "entries[{i}]: a batch of {scope} holds a put of {}",
+                        put.scope
+                    )));
+                }
+                if !seen.insert(put.key.as_str()) {
+                    return Err(in_entry(Error::invalid(
+                        "key",
+                        "appears twice in the batch",
+                    )));
+                }
+                self.check_put(put).map_err(in_entry)
+            })
+            .collect()
+    }
+
+    /// Validates a batched delete's selection: 1 to [`MAX_BATCH`] keys, or a
+    /// non-empty prefix.
+    pub fn check_selection(&self, selection: &Selection) -> Result<()> {
+        match selection {
+            Selection::Keys(keys) if keys.is_empty() => Err(Error::invalid(
+                "keys",
+                "set keys or prefix (Clear removes every slot)",
+            )),
+            Selection::Keys(keys) if keys.len() > MAX_BATCH => Err(Error::invalid(
+                "keys",
+                format!("{} keys is over the limit of {MAX_BATCH}", keys.len()),
+            )),
+            Selection::Prefix(p) if p.is_empty() => Err(Error::invalid(
+                "prefix",
+                "must not be empty (Clear removes every slot)",
+            )),
+            Selection::Prefix(p) => validate_key_chars("prefix", p, self.max_key_len),
+            Selection::Keys(_) => Ok(()),
+        }
+    }
+}
+
 /// What a change did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChangeKind {
@@ -503,6 +597,17 @@ pub trait ContextStore: Send + Sync + 'static {
     /// Deletes every slot of a trace; returns how many live slots it removed.
     async fn clear(&self, scope: &Scope) -> Result<u64>;
 
+    /// Writes several slots of `scope` (every put's scope), all or none:
+    /// every entry is checked — limits, expected versions, and the trace's
+    /// quotas for the whole batch — before anything is written. Each entry
+    /// then takes its own revision, in order, and is one change for
+    /// watchers. Errors name the failing entry ([`Error::in_entry`]).
+    async fn put_many(&self, scope: &Scope, puts: Vec<Put>) -> Result<Vec<Written>>;
+
+    /// Removes the selected live slots of `scope` at once; each takes its own
+    /// revision and is one change for watchers. Absent keys are skipped.
+    async fn delete_many(&self, scope: &Scope, selection: &Selection) -> Result<Removed>;
+
     /// Streams changes to the trace's slots under `prefix`, starting before
     /// this method returns (a change made after it returns is delivered).
     async fn watch(&self, scope: &Scope, prefix: &str) -> Result<ChangeStream>;
@@ -517,4 +622,48 @@ pub(crate) fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod batch_tests {
+    use super::*;
+
+    fn puts(scope: &Scope, n: usize) -> Vec<Put> {
+        (0..n)
+            .map(|i| {
+                Put::new(
+                    scope.clone(),
+                    Key::parse("key", &format!("k{i}"), 256).expect("key"),
+                    "v",
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_holds_max_batch_entries_and_keys_not_one_more() {
+        let limits = Limits::default();
+        let scope = Scope::of_trace(TraceId::random());
+        assert_eq!(
+            limits
+                .check_batch(&scope, &puts(&scope, MAX_BATCH))
+                .expect("at the limit")
+                .len(),
+            MAX_BATCH
+        );
+        let err = limits
+            .check_batch(&scope, &puts(&scope, MAX_BATCH + 1))
+            .expect_err("over");
+        assert_eq!(err.field().as_deref(), Some("entries"));
+        let keys = |n: usize| Selection::Keys(puts(&scope, n).into_iter().map(|p| p.key).collect());
+        assert!(limits.check_selection(&keys(MAX_BATCH)).is_ok());
+        let err = limits
+            .check_selection(&keys(MAX_BATCH + 1))
+            .expect_err("over");
+        assert_eq!(err.field().as_deref(), Some("keys"));
+        let err = limits
+            .check_selection(&Selection::Prefix("bad prefix".into()))
+            .expect_err("bad");
+        assert_eq!(err.field().as_deref(), Some("prefix"));
+    }
 }

@@ -42,8 +42,8 @@ use tokio_stream::wrappers::{BroadcastStream, errors::BroadcastStreamRecvError};
 
 use super::redis_conn::{Connection, connection_config};
 use super::{
-    Change, ChangeKind, ChangeStream, ContextStore, Key, Limits, Listing, Page, Put, Scope, Slot,
-    SlotMeta, Written,
+    Change, ChangeKind, ChangeStream, ContextStore, Key, Limits, Listing, Page, Put, Removed,
+    Scope, Selection, Slot, SlotMeta, Written,
 };
 use crate::error::{Error, Result};
 
@@ -123,7 +123,9 @@ impl RedisConfig {
 
 struct Scripts {
     put: Script,
+    put_many: Script,
     delete: Script,
+    delete_many: Script,
     clear: Script,
     list: Script,
 }
@@ -137,7 +139,9 @@ impl Scripts {
         let with = |flags: &str, body: &str| Script::new(&format!("{flags}\n{prelude}\n{body}"));
         Self {
             put: with("#!lua", include_str!("lua/put.lua")),
+            put_many: with("#!lua", include_str!("lua/put_many.lua")),
             delete: with("#!lua flags=allow-oom", include_str!("lua/delete.lua")),
+            delete_many: with("#!lua flags=allow-oom", include_str!("lua/delete_many.lua")),
             clear: with("#!lua flags=allow-oom", include_str!("lua/clear.lua")),
             list: with("#!lua flags=no-writes", include_str!("lua/list.lua")),
         }
@@ -491,6 +495,135 @@ impl ContextStore for RedisStore {
             0 => Ok(field(&reply, 2)? as u64),
             other => Err(Error::Internal(format!(
                 "redis: clear script answered {other}"
+            ))),
+        }
+    }
+
+    async fn put_many(&self, scope: &Scope, puts: Vec<Put>) -> Result<Vec<Written>> {
+        let ttls = self.limits.check_batch(scope, &puts)?;
+        let keys = TraceKeys::new(&self.prefix, scope);
+        let mut invocation = self.scripts.put_many.prepare_invoke();
+        invocation.key(&keys.meta).key(&keys.exp).key(&keys.info);
+        for put in &puts {
+            invocation.key(keys.slot(&put.key));
+        }
+        invocation
+            .arg(self.limits.max_trace_bytes)
+            .arg(self.limits.max_trace_keys)
+            .arg(&keys.slot_prefix)
+            .arg(&keys.channel)
+            .arg(super::TRACE_RETENTION.as_millis() as u64)
+            .arg(self.clock.deadline_ms(self.timeout));
+        for (put, ttl) in puts.iter().zip(&ttls) {
+            invocation
+                .arg(put.key.as_str())
+                .arg(put.value.as_ref())
+                .arg(put.effective_content_type())
+                .arg(ttl.as_millis() as u64)
+                .arg(
+                    put.expected_version
+                        .map(|v| v.to_string())
+                        .unwrap_or_default(),
+                );
+        }
+        let mut conn = self.conn.get().await?;
+        let reply: Vec<Value> = invocation.invoke_async(&mut conn).await?;
+        // The entry an error tuple names (1-based in the script).
+        let entry = |reply: &[Value]| -> Result<(usize, &Put)> {
+            let i = (field(reply, 1)? as usize).saturating_sub(1);
+            let put = puts
+                .get(i)
+                .ok_or_else(|| Error::Internal(format!("redis: put_many named entry {i}")))?;
+            Ok((i, put))
+        };
+        match reply_code(&reply)? {
+            LATE => Err(late()),
+            0 => reply[1..]
+                .chunks(2)
+                .map(|c| {
+                    Ok(Written {
+                        version: int(&c[0])? as u64,
+                        expires_at_ms: int(c.get(1).unwrap_or(&Value::Nil))? as u64,
+                    })
+                })
+                .collect(),
+            1 => {
+                let (i, put) = entry(&reply)?;
+                let current = field(&reply, 2)?;
+                Err(Error::in_entry(
+                    i,
+                    put.key.as_str(),
+                    Error::VersionMismatch {
+                        key: put.key.as_str().to_owned(),
+                        expected: put.expected_version.unwrap_or_default(),
+                        current: (current >= 0).then_some(current as u64),
+                    },
+                ))
+            }
+            2 => {
+                let (i, put) = entry(&reply)?;
+                Err(Error::in_entry(
+                    i,
+                    put.key.as_str(),
+                    Error::TraceBytesQuota {
+                        trace_id: scope.trace_id.to_string(),
+                        size: put.value.len() as u64,
+                        would_be: field(&reply, 2)? as u64,
+                        limit: self.limits.max_trace_bytes,
+                    },
+                ))
+            }
+            3 => {
+                let (i, put) = entry(&reply)?;
+                Err(Error::in_entry(
+                    i,
+                    put.key.as_str(),
+                    Error::TraceKeysQuota {
+                        trace_id: scope.trace_id.to_string(),
+                        used: field(&reply, 2)? as u64,
+                        limit: self.limits.max_trace_keys,
+                    },
+                ))
+            }
+            other => Err(Error::Internal(format!(
+                "redis: put_many script answered {other}"
+            ))),
+        }
+    }
+
+    async fn delete_many(&self, scope: &Scope, selection: &Selection) -> Result<Removed> {
+        self.limits.check_selection(selection)?;
+        let keys = TraceKeys::new(&self.prefix, scope);
+        let mut invocation = self.scripts.delete_many.prepare_invoke();
+        invocation
+            .key(&keys.meta)
+            .key(&keys.exp)
+            .key(&keys.info)
+            .arg(&keys.slot_prefix)
+            .arg(&keys.channel)
+            .arg(self.clock.deadline_ms(self.timeout));
+        match selection {
+            Selection::Keys(list) => {
+                invocation.arg("k");
+                for k in list {
+                    invocation.arg(k.as_str());
+                }
+            }
+            Selection::Prefix(p) => {
+                invocation.arg("p").arg(p.as_str());
+            }
+        }
+        let mut conn = self.conn.get().await?;
+        let reply: Vec<Value> = invocation.invoke_async(&mut conn).await?;
+        match reply_code(&reply)? {
+            LATE => Err(late()),
+            0 => Ok(Removed {
+                deleted: reply.len().saturating_sub(2) as u64,
+                version: field(&reply, 1)? as u64,
+                keys: reply[2..].iter().map(text).collect::<Result<_>>()?,
+            }),
+            other => Err(Error::Internal(format!(
+                "redis: delete_many script answered {other}"
             ))),
         }
     }
