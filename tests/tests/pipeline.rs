@@ -1156,3 +1156,87 @@ async fn a_wide_fan_out_with_writes_and_skips_never_stalls() {
         .count();
     assert_eq!(written, 1000);
 }
+
+/// Counts `baton_store_operations_total` of `op` (every code) in a scrape.
+fn store_ops(metrics: &str, op: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("baton_store_operations_total") && l.contains(&format!("op=\"{op}\""))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_out_writes_its_outputs_in_a_few_batches_and_cleans_up_in_one_call() {
+    let redis = RedisServer::start().expect("redis-server");
+    let metrics = baton_e2e::free_addr().expect("port");
+    let mut config = StoreServer::config(Backend::Redis, Some(redis.url()));
+    config.telemetry.metrics_listen = metrics.to_string();
+    let store_server = StoreServer::start(config).await.expect("store");
+    let remote: Arc<dyn ContextStore> = Arc::new(
+        RemoteStore::new(
+            &store_server.endpoint(),
+            baton_context_store::store::Limits::default(),
+            Duration::from_secs(5),
+        )
+        .expect("remote store"),
+    );
+    let server = OrchestratorServer::start(AGENTS, Some(remote), |_| {})
+        .await
+        .expect("orchestrator");
+    let client = OrchestratorClient::connect(server.endpoint())
+        .await
+        .expect("connect");
+    const STEPS: usize = 250;
+    let steps = (0..STEPS)
+        .map(|i| pb::PipelineStep {
+            output_to: format!("out/{i}"),
+            ..step(&format!("s{i}"), "echo", &format!("answer {i}"))
+        })
+        .collect();
+    let mut request = pipeline(pb::PipelineMode::Parallel, pb::FailurePolicy::Fail, steps);
+    request.initial_slots = (0..3).map(|i| (format!("seed/{i}"), "v".into())).collect();
+    let events: Vec<pb::RunEvent> = client
+        .run_pipeline(request)
+        .await
+        .expect("run")
+        .map(|e| e.expect("event"))
+        .collect()
+        .await;
+    check_rules(&events);
+    assert!(matches!(terminal(&events), Payload::RunCompleted(_)));
+    // One ContextWritten per slot, versions all distinct.
+    let mut versions: Vec<u64> = events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Some(Payload::ContextWritten(w)) => Some(w.version),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(versions.len(), STEPS + 3);
+    versions.sort_unstable();
+    versions.dedup();
+    assert_eq!(versions.len(), STEPS + 3, "each slot its own revision");
+    let scraped = baton_e2e::scrape(metrics).await;
+    let (puts, batches, deletes, batch_deletes) = (
+        store_ops(&scraped, "Put"),
+        store_ops(&scraped, "PutMany"),
+        store_ops(&scraped, "Delete"),
+        store_ops(&scraped, "DeleteMany"),
+    );
+    assert_eq!((puts, deletes), (0, 0), "no single-slot calls");
+    assert_eq!(batch_deletes, 1, "the cleanup is one call");
+    assert!(
+        (2..=STEPS as u64 / 10).contains(&batches),
+        "the seeds and {STEPS} outputs took {batches} PutMany calls"
+    );
+    // The cleanup removed every slot of the pipeline.
+    let store = StoreClient::connect(store_server.endpoint())
+        .await
+        .expect("store client");
+    let trace = events[0].trace_id.clone();
+    assert!(store.list(&trace, "").await.expect("list").slots.is_empty());
+    server.shutdown().await.expect("shutdown");
+}

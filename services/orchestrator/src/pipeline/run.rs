@@ -14,7 +14,11 @@
 //!
 //! Outputs are written behind: when a step succeeds its dependents start at
 //! once (they get its output from memory) while the write goes on, so a
-//! chain of steps does not wait for a store round trip per step. Everything
+//! chain of steps does not wait for a store round trip per step. Writes are
+//! coalesced: one batch (`PutMany`, up to 1000 outputs) is in flight at a
+//! time, and the outputs of steps that end meanwhile wait for the next, so
+//! a fan-out of 1,000 steps writes its outputs in a few calls. The seeded
+//! slots are one batch, and so is the cleanup (`DeleteMany`). Everything
 //! that may read the store inside the run — a tool call, a step reading a
 //! slot it did not get from memory, a nested pipeline — first waits until no
 //! write is pending, and PipelineCompleted comes after every write, so no
@@ -43,7 +47,7 @@ use std::{
     sync::Arc,
 };
 
-use baton_context_store::store::{Key, Put, Written};
+use baton_context_store::store::{Key, MAX_BATCH, Put, Selection, Written};
 use baton_proto::v1::{self as pb, run_event::Payload};
 use futures::{StreamExt, stream::FuturesUnordered};
 use tonic::Code;
@@ -112,17 +116,21 @@ pub(super) fn owned_keys(plan: &Plan, initial: &[(String, String)]) -> BTreeSet<
     owned
 }
 
-/// Deletes the slots; concurrent deletes share the store connection as one
-/// pipeline. Absent keys (never written, or expired) are fine.
+/// Deletes the slots, a `DeleteMany` per 1,000 keys. Absent keys (never
+/// written, or expired) are fine; a failure is logged (the slots end with
+/// their TTL).
 pub(super) async fn clear(rt: &Arc<Run>, keys: &BTreeSet<String>) {
     let max_key = rt.services.store.limits().max_key_len;
-    let deletes = keys
+    let keys: Vec<Key> = keys
         .iter()
         .filter_map(|k| Key::parse("key", k, max_key).ok())
-        .map(|key| async move {
-            let _ = rt.services.store.delete(&rt.scope, &key, None).await;
-        });
-    futures::future::join_all(deletes).await;
+        .collect();
+    for chunk in keys.chunks(MAX_BATCH) {
+        let selection = Selection::Keys(chunk.to_vec());
+        if let Err(e) = rt.services.store.delete_many(&rt.scope, &selection).await {
+            tracing::warn!(error = %e, "pipeline slots not deleted; they end with their TTL");
+        }
+    }
 }
 
 /// How a pipeline ended (what PipelineCompleted says, and the output).
@@ -149,13 +157,26 @@ impl Summary {
 }
 
 type StepFuture<'a> = Pin<Box<dyn Future<Output = (usize, Result<String, Failure>)> + Send + 'a>>;
-type WriteFuture<'a> =
-    Pin<Box<dyn Future<Output = (usize, baton_context_store::error::Result<Written>)> + Send + 'a>>;
+/// A batch of step outputs being written: the steps, and how it went.
+type Batch = (Vec<usize>, baton_context_store::error::Result<Vec<Written>>);
+type WriteFuture<'a> = Pin<Box<dyn Future<Output = Batch> + Send + 'a>>;
 
 /// What the executor waits for next.
 enum Next {
     Step((usize, Result<String, Failure>)),
-    Written((usize, baton_context_store::error::Result<Written>)),
+    Written(Batch),
+}
+
+/// Takes the next batch off `pending`: in order, up to [`MAX_BATCH`]
+/// outputs, stopping before a key already in the batch.
+fn next_batch(plan: &Plan, pending: &mut Vec<usize>) -> Vec<usize> {
+    let mut keys = BTreeSet::new();
+    let take = pending
+        .iter()
+        .take(MAX_BATCH)
+        .take_while(|&&i| keys.insert(plan.steps[i].output_to.as_deref()))
+        .count();
+    pending.drain(..take).collect()
 }
 
 /// The write of a step's output to its slot.
@@ -204,31 +225,38 @@ pub(super) async fn execute(
     initial: Vec<(String, String)>,
     run_frame: RunFrame,
 ) -> Result<Summary, Failure> {
+    // One batch; a resumed pipeline does not seed again what it had seeded
+    // (a step may have written the slot since).
+    let max_key = rt.services.store.limits().max_key_len;
+    let mut seeds = Vec::new();
     for (k, v) in initial {
-        // A resumed pipeline does not seed again what it had seeded (a step
-        // may have written the slot since).
         let unit = format!("sd/{}/{k}", root.id);
         if rt.replayed(&unit).is_some() {
             continue;
         }
-        let key = Key::parse("key", &k, rt.services.store.limits().max_key_len)
+        let key = Key::parse("key", &k, max_key)
             .map_err(|e| Failure::new(Code::InvalidArgument, e.to_string()))?;
         let mut put = Put::new(rt.scope.clone(), key, v.into_bytes());
         put.content_type = "text/plain; charset=utf-8".into();
-        let size = put.value.len() as u64;
-        let w = rt
+        seeds.push((unit, put));
+    }
+    for chunk in seeds.chunks(MAX_BATCH) {
+        let puts: Vec<Put> = chunk.iter().map(|(_, p)| p.clone()).collect();
+        let written = rt
             .services
             .store
-            .put(put)
+            .put_many(&rt.scope, puts)
             .await
-            .map_err(|e| Failure::new(e.code(), format!("cannot seed slot {k}: {e}")))?;
-        let written = Payload::ContextWritten(pb::ContextWritten {
-            key: k,
-            version: w.version,
-            size_bytes: size,
-        });
-        rt.emit_point(root, &no_agent(), written, unit, Vec::new)
-            .await;
+            .map_err(|e| Failure::new(e.code(), format!("cannot seed the slots: {e}")))?;
+        for ((unit, put), w) in chunk.iter().zip(written) {
+            let written = Payload::ContextWritten(pb::ContextWritten {
+                key: put.key.as_str().to_owned(),
+                version: w.version,
+                size_bytes: put.value.len() as u64,
+            });
+            rt.emit_point(root, &no_agent(), written, unit.clone(), Vec::new)
+                .await;
+        }
     }
 
     let n = plan.steps.len();
@@ -253,6 +281,8 @@ pub(super) async fn execute(
     let mut outputs: Vec<Option<String>> = vec![None; n];
     let mut running: FuturesUnordered<StepFuture<'_>> = FuturesUnordered::new();
     let mut writes: FuturesUnordered<WriteFuture<'_>> = FuturesUnordered::new();
+    // Succeeded steps whose outputs wait for the next batch.
+    let mut pending: Vec<usize> = Vec::new();
     // Events this loop has to send while steps run. They are polled with
     // the steps, never awaited alone: the event channel is fair, so a send
     // awaited here would queue behind sends of steps that only this loop
@@ -304,6 +334,43 @@ pub(super) async fn execute(
                 }
             }
         }
+        if writes.is_empty() && !pending.is_empty() {
+            let batch = next_batch(plan, &mut pending);
+            let puts: Vec<Put> = batch
+                .iter()
+                .map(|&i| {
+                    let key = plan.steps[i].output_to.as_deref().unwrap_or_default();
+                    output_put(rt, key, outputs[i].as_deref().unwrap_or_default())
+                })
+                .collect();
+            let sizes: Vec<u64> = puts.iter().map(|p| p.value.len() as u64).collect();
+            let ctxs: Vec<Arc<ContextInfo>> = batch.iter().map(|&i| contexts[i].clone()).collect();
+            let otel = root.otel.clone();
+            writes.push(Box::pin(
+                async move {
+                    let result = rt.services.store.put_many(&rt.scope, puts).await;
+                    for _ in &batch {
+                        rt.pending_writes.end();
+                    }
+                    if let Ok(written) = &result {
+                        for ((&i, ctx), (w, size)) in
+                            batch.iter().zip(&ctxs).zip(written.iter().zip(&sizes))
+                        {
+                            let written = Payload::ContextWritten(pb::ContextWritten {
+                                key: plan.steps[i].output_to.clone().unwrap_or_default(),
+                                version: w.version,
+                                size_bytes: *size,
+                            });
+                            let unit = format!("sw/{}", ctx.id);
+                            rt.emit_point(ctx, &no_agent(), written, unit, Vec::new)
+                                .await;
+                        }
+                    }
+                    (batch, result)
+                }
+                .with_context(otel),
+            ));
+        }
         if running.is_empty() && writes.is_empty() && notices.is_empty() {
             break;
         }
@@ -318,31 +385,11 @@ pub(super) async fn execute(
                 // written.
                 let unit = format!("sw/{}", contexts[i].id);
                 let written_before = rt.replayed(&unit).is_some();
-                if let Some(key) = plan.steps[i].output_to.as_ref().filter(|_| !written_before) {
+                if plan.steps[i].output_to.is_some() && !written_before {
                     // Written behind: dependents already have the output
                     // from memory; readers of the store wait for it.
                     rt.pending_writes.begin();
-                    let put = output_put(rt, key, &output);
-                    let ctx = contexts[i].clone();
-                    let otel = ctx.otel.clone();
-                    let (key, size) = (key.clone(), output.len() as u64);
-                    writes.push(Box::pin(
-                        async move {
-                            let result = rt.services.store.put(put).await;
-                            rt.pending_writes.end();
-                            if let Ok(w) = &result {
-                                let written = Payload::ContextWritten(pb::ContextWritten {
-                                    key,
-                                    version: w.version,
-                                    size_bytes: size,
-                                });
-                                rt.emit_point(&ctx, &no_agent(), written, unit, Vec::new)
-                                    .await;
-                            }
-                            (i, result)
-                        }
-                        .with_context(otel),
-                    ));
+                    pending.push(i);
                 }
                 outputs[i] = Some(output);
                 skips = schedule.succeeded(i);
@@ -366,32 +413,41 @@ pub(super) async fn execute(
                     skips = schedule.failed(i);
                 }
             }
-            Next::Written((i, result)) => {
+            Next::Written((batch, result)) => {
+                let Err(e) = result else { continue };
+                if write_failure.is_some() {
+                    continue;
+                }
+                // The step whose output the store refused (the batch's
+                // first when the whole call failed).
+                let at = match &e {
+                    baton_context_store::error::Error::InEntry { index, .. } => *index,
+                    _ => 0,
+                };
+                let i = batch[at.min(batch.len() - 1)];
                 let key = plan.steps[i].output_to.clone().unwrap_or_default();
-                match result {
-                    Ok(_) => {}
-                    Err(e) if write_failure.is_none() => {
-                        let message = format!(
-                            "step {:?} succeeded but its output could not be written to slot {key}: {e}",
-                            plan.steps[i].id
-                        );
-                        contexts[i].set_error(e.code(), message.clone());
-                        write_failure = Some(Failure::new(e.code(), message));
-                        if !aborted {
-                            aborted = true;
-                            let why = format!("the output of step {:?} was lost", plan.steps[i].id);
-                            abort(
-                                rt,
-                                plan,
-                                &contexts,
-                                &mut schedule,
-                                &mut running,
-                                &mut notices,
-                                &why,
-                            );
-                        }
-                    }
-                    Err(_) => {}
+                let message = format!(
+                    "step {:?} succeeded but its output could not be written to slot {key}: {e}",
+                    plan.steps[i].id
+                );
+                contexts[i].set_error(e.code(), message.clone());
+                write_failure = Some(Failure::new(e.code(), message));
+                // Nothing more is written: the run fails.
+                for _ in pending.drain(..) {
+                    rt.pending_writes.end();
+                }
+                if !aborted {
+                    aborted = true;
+                    let why = format!("the output of step {:?} was lost", plan.steps[i].id);
+                    abort(
+                        rt,
+                        plan,
+                        &contexts,
+                        &mut schedule,
+                        &mut running,
+                        &mut notices,
+                        &why,
+                    );
                 }
             }
         }
