@@ -204,6 +204,37 @@ def test_store_put_get_list_delete_watch():
     run(main())
 
 
+def test_store_batches_are_all_or_nothing():
+    async def main():
+        async with running() as b:
+            trace = "6bf92f3577b34da6a3ce929d0e0e4736"
+            written = await b.store.put_many(trace, {"b/1": "one", "b/2": b"two"})
+            assert [w.version for w in written] == [1, 2]
+            got = await b.store.get(trace, "b/1")
+            assert (got.value, got.slot.content_type) == (b"one", "text/plain; charset=utf-8")
+            # A stale expected version in the second entry: nothing written.
+            with pytest.raises(Aborted) as stale:
+                await b.store.put_many(
+                    trace,
+                    [{"key": "b/3", "value": "x"}, {"key": "b/1", "value": "y", "expected_version": 7}],
+                )
+            assert stale.value.field == "entries[1].expected_version"
+            assert [s.key for s in (await b.store.list(trace)).slots] == ["b/1", "b/2"]
+            with pytest.raises(InvalidArgument) as twice:
+                await b.store.put_many(trace, [{"key": "k", "value": "1"}, {"key": "k", "value": "2"}])
+            assert twice.value.field == "entries[1].key"
+            written = await b.store.put_many(trace, [{"key": "c", "value": "z", "ttl": 60, "expected_version": 0}])
+            assert written[0].version == 3
+            assert await b.store.delete_many(trace, ["b/2", "absent"]) == 1
+            assert await b.store.delete_many(trace, prefix="b/") == 1
+            assert [s.key for s in (await b.store.list(trace)).slots] == ["c"]
+            with pytest.raises(InvalidArgument) as empty:
+                await b.store.delete_many(trace)
+            assert empty.value.field == "keys"
+
+    run(main())
+
+
 def test_store_list_follows_every_page():
     async def main():
         async with running() as b:

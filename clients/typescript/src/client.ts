@@ -19,9 +19,13 @@ import {
   ContextStoreClient,
   DeleteRequest,
   ClearResponse,
+  DeleteManyRequest,
+  DeleteManyResponse,
   DeleteResponse,
   GetResponse,
   ListResponse,
+  PutManyRequest,
+  PutManyResponse,
   PutRequest,
   PutResponse,
 } from "./gen/baton/v1/context_store";
@@ -436,6 +440,15 @@ export class Orchestrator {
 }
 
 /** A client of `baton.v1.ContextStore`: trace-scoped slots. */
+/** One slot of `Store.putMany`. */
+export interface PutManyEntry {
+  key: string;
+  value: string | Uint8Array;
+  contentType?: string;
+  ttl?: number;
+  expectedVersion?: number;
+}
+
 export class Store {
   private readonly client: ContextStoreClient;
 
@@ -477,6 +490,47 @@ export class Store {
       expectedVersion: o.expectedVersion,
     };
     return unary(this.client.put.bind(this.client), request, o, this.md());
+  }
+
+  /** Writes several slots of a trace in one call, all or none (up to 1000):
+   * a `{key: value}` object or entries with `key`, `value` and optionally
+   * `contentType`, `ttl` (seconds) and `expectedVersion`. Each entry's
+   * version and expiry, in order; an error's `field` names the entry
+   * (`entries[2].expectedVersion` is `entries[2].expected_version`). */
+  async putMany(
+    traceId: string,
+    entries: Record<string, string | Uint8Array> | PutManyEntry[],
+    o: CallOpts = {},
+  ): Promise<PutResponse[]> {
+    const list: PutManyEntry[] = Array.isArray(entries)
+      ? entries
+      : Object.entries(entries).map(([key, value]) => ({ key, value }));
+    const request: PutManyRequest = {
+      traceId,
+      entries: list.map((e) => ({
+        key: e.key,
+        value: Buffer.from(e.value),
+        contentType: e.contentType ?? (typeof e.value === "string" ? "text/plain; charset=utf-8" : ""),
+        ttl: e.ttl === undefined ? undefined : duration(e.ttl),
+        expectedVersion: e.expectedVersion,
+      })),
+    };
+    const response: PutManyResponse = await unary(this.client.putMany.bind(this.client), request, o, this.md());
+    return response.written;
+  }
+
+  /** Deletes the listed keys (absent ones are skipped; up to 1000), or
+   * every slot under a non-empty `prefix`, in one call; the number of live
+   * slots removed. */
+  async deleteMany(traceId: string, what: { keys?: string[]; prefix?: string }, o: CallOpts = {}): Promise<number> {
+    const request: DeleteManyRequest = { traceId, keys: what.keys ?? [], prefix: what.prefix ?? "" };
+    const response: DeleteManyResponse = await unary(
+      this.client.deleteMany.bind(this.client),
+      request,
+      o,
+      this.md(),
+    );
+    return Number(response.deleted);
   }
 
   get(traceId: string, key: string, o: CallOpts = {}): Promise<GetResponse> {

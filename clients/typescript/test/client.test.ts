@@ -169,6 +169,39 @@ test("store put, get, list, delete and watch", async () => {
   assert.deepEqual(seen, ["notes/a", "notes/a"]);
 });
 
+test("store batches are all or nothing", async () => {
+  const trace = "9bf92f3577b34da6a3ce929d0e0e4736";
+  const written = await b.store.putMany(trace, { "b/1": "one", "b/2": new Uint8Array([1, 2]) });
+  assert.deepEqual(
+    written.map((w) => Number(w.version)),
+    [1, 2],
+  );
+  assert.equal((await b.store.get(trace, "b/1")).slot?.contentType, "text/plain; charset=utf-8");
+  await assert.rejects(
+    b.store.putMany(trace, [
+      { key: "b/3", value: "x" },
+      { key: "b/1", value: "y", expectedVersion: 7 },
+    ]),
+    (e: unknown) => e instanceof Aborted && e.field === "entries[1].expected_version",
+  );
+  assert.deepEqual(
+    (await b.store.list(trace)).slots.map((s) => s.key),
+    ["b/1", "b/2"],
+  );
+  const ok = await b.store.putMany(trace, [{ key: "c", value: "z", ttl: 60, expectedVersion: 0 }]);
+  assert.equal(Number(ok[0].version), 3);
+  assert.equal(await b.store.deleteMany(trace, { keys: ["b/2", "absent"] }), 1);
+  assert.equal(await b.store.deleteMany(trace, { prefix: "b/" }), 1);
+  assert.deepEqual(
+    (await b.store.list(trace)).slots.map((s) => s.key),
+    ["c"],
+  );
+  await assert.rejects(
+    b.store.deleteMany(trace, {}),
+    (e: unknown) => e instanceof InvalidArgument && e.field === "keys",
+  );
+});
+
 test("store list follows every page", async () => {
   const trace = "8bf92f3577b34da6a3ce929d0e0e4736";
   const keys = Array.from({ length: 2500 }, (_, i) => `k/${String(i).padStart(4, "0")}`);

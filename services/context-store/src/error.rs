@@ -98,7 +98,7 @@ pub enum Error {
     #[error("internal error: {0}")]
     Internal(String),
     /// One entry of a batched write failed; nothing of the batch was written.
-    #[error("entries[{index}] (key {key:?}): {source}")]
+    #[error("{}", self.describe_entry())]
     InEntry {
         /// The entry's index in the request.
         index: usize,
@@ -125,6 +125,21 @@ impl Error {
         Self::InvalidArgument {
             field,
             message: message.into(),
+        }
+    }
+
+    /// `entries[1].key: appears twice in the batch (key "d")`: the entry's
+    /// field first, as every other message names its field.
+    fn describe_entry(&self) -> String {
+        let Self::InEntry { index, key, source } = self else {
+            return self.to_string();
+        };
+        let text = source.to_string();
+        match source.field() {
+            Some(f) if text.starts_with(&format!("{f}: ")) && !f.starts_with("quotas.") => {
+                format!("entries[{index}].{text} (key {key:?})")
+            }
+            _ => format!("entries[{index}] (key {key:?}): {text}"),
         }
     }
 

@@ -515,6 +515,47 @@ class Store:
             request.expected_version = expected_version
         return await _call(self._stub.Put, request, timeout, self._md)
 
+    async def put_many(
+        self,
+        trace_id: str,
+        entries: Mapping[str, bytes | str] | Iterable[Mapping[str, Any]],
+        *,
+        timeout: float | None = None,
+    ) -> list[store_pb.PutResponse]:
+        """Writes several slots of a trace in one call, all or none (up to
+        1000). ``entries`` is a ``{key: value}`` mapping, or dicts with
+        ``key``, ``value`` and optionally ``content_type``, ``ttl`` (seconds)
+        and ``expected_version``; ``str`` values are UTF-8 text as in
+        :meth:`put`. Returns each entry's version and expiry, in order; an
+        error's ``field`` names the entry (``entries[2].expected_version``)."""
+        if isinstance(entries, Mapping):
+            entries = [{"key": k, "value": v} for k, v in entries.items()]
+        request = store_pb.PutManyRequest(trace_id=trace_id)
+        for e in entries:
+            value, content_type = e["value"], e.get("content_type", "")
+            if isinstance(value, str):
+                value, content_type = value.encode(), content_type or "text/plain; charset=utf-8"
+            entry = request.entries.add(key=e["key"], value=value, content_type=content_type)
+            if e.get("ttl") is not None:
+                entry.ttl.CopyFrom(_duration(e["ttl"]))
+            if e.get("expected_version") is not None:
+                entry.expected_version = e["expected_version"]
+        return list((await _call(self._stub.PutMany, request, timeout, self._md)).written)
+
+    async def delete_many(
+        self,
+        trace_id: str,
+        keys: Iterable[str] | None = None,
+        *,
+        prefix: str = "",
+        timeout: float | None = None,
+    ) -> int:
+        """Deletes the listed ``keys`` (absent ones are skipped; up to 1000),
+        or every slot under a non-empty ``prefix``, in one call; returns how
+        many live slots it removed."""
+        request = store_pb.DeleteManyRequest(trace_id=trace_id, keys=list(keys or []), prefix=prefix)
+        return (await _call(self._stub.DeleteMany, request, timeout, self._md)).deleted
+
     async def get(self, trace_id: str, key: str, *, timeout: float | None = None) -> store_pb.GetResponse:
         """A live slot: ``value`` and ``slot`` (version, content type, expiry)."""
         return await _call(self._stub.Get, store_pb.GetRequest(trace_id=trace_id, key=key), timeout, self._md)

@@ -4,7 +4,7 @@
 use std::{io::Read, time::Duration};
 
 use anyhow::Context;
-use baton_client::{PutOptions, StoreClient, pb};
+use baton_client::{DeleteSelection, PutEntry, PutOptions, StoreClient, pb};
 use clap::{Args, Subcommand};
 use futures::StreamExt;
 use serde_json::json;
@@ -79,6 +79,33 @@ enum StoreCmd {
         /// Delete only if the slot is at this version.
         #[arg(long)]
         expected_version: Option<u64>,
+    },
+    /// Write several slots of a trace in one call, all or none. Prints each
+    /// entry's version and expiry as JSON lines, in order.
+    PutMany {
+        /// The trace id.
+        trace_id: String,
+        /// The slots, `key=value` (up to 1000; values are text).
+        #[arg(required = true, value_name = "KEY=VALUE")]
+        entries: Vec<String>,
+        /// Time to live of every slot: 500ms, 30s, 5m, 1h, 7d.
+        #[arg(long, value_parser = baton_common::config::duration::parse)]
+        ttl: Option<Duration>,
+        /// The media type of every value.
+        #[arg(long, default_value = "text/plain; charset=utf-8")]
+        content_type: String,
+    },
+    /// Delete several slots in one call: the keys given, or every slot
+    /// under --prefix. Prints how many were removed.
+    DeleteMany {
+        /// The trace id.
+        trace_id: String,
+        /// The keys (absent ones are skipped).
+        #[arg(required_unless_present = "prefix", conflicts_with = "prefix")]
+        keys: Vec<String>,
+        /// Every slot whose key starts with this.
+        #[arg(long)]
+        prefix: Option<String>,
     },
     /// Delete every slot of a trace.
     Clear {
@@ -187,6 +214,49 @@ pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
         } => {
             let version = client.delete(&trace_id, &key, expected_version).await?;
             crate::outln!("{}", json!({"version": version}))?;
+        }
+        StoreCmd::PutMany {
+            trace_id,
+            entries,
+            ttl,
+            content_type,
+        } => {
+            let entries = entries
+                .iter()
+                .map(|e| {
+                    let (key, value) = e
+                        .split_once('=')
+                        .with_context(|| format!("{e:?}: expected key=value"))?;
+                    Ok(PutEntry {
+                        key: key.to_owned(),
+                        value: value.as_bytes().to_vec(),
+                        options: PutOptions {
+                            content_type: content_type.clone(),
+                            ttl,
+                            expected_version: None,
+                        },
+                    })
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let keys: Vec<String> = entries.iter().map(|e| e.key.clone()).collect();
+            for (key, r) in keys.iter().zip(client.put_many(&trace_id, entries).await?) {
+                crate::outln!(
+                    "{}",
+                    json!({"key": key, "version": r.version, "expires_at_ms": expires(r.expires_at)})
+                )?;
+            }
+        }
+        StoreCmd::DeleteMany {
+            trace_id,
+            keys,
+            prefix,
+        } => {
+            let selection = match prefix {
+                Some(p) => DeleteSelection::Prefix(p),
+                None => DeleteSelection::Keys(keys),
+            };
+            let r = client.delete_many(&trace_id, selection).await?;
+            crate::outln!("{}", json!({"deleted": r.deleted, "version": r.version}))?;
         }
         StoreCmd::Clear { trace_id } => {
             let deleted = client.clear(&trace_id).await?;

@@ -91,7 +91,32 @@ async fn store_commands_round_trip_and_report_errors() {
         assert!(String::from_utf8_lossy(&bad.stderr).contains("InvalidArgument: trace_id"));
 
         assert_eq!(json(&baton(ep, &["delete", t, "raw"], None))["version"], 3);
-        assert_eq!(json(&baton(ep, &["clear", t], None))["deleted"], 1);
+
+        // Batches: one line per entry, in order; all or nothing.
+        let many = baton(ep, &["put-many", t, "b/1=one", "b/2=two=2", "c=3"], None);
+        let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&many.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json"))
+            .collect();
+        let versions: Vec<_> = lines.iter().map(|l| l["version"].clone()).collect();
+        assert_eq!(versions, vec![4, 5, 6]);
+        assert_eq!(lines[1]["key"], "b/2");
+        assert_eq!(baton(ep, &["get", t, "b/2"], None).stdout, b"two=2");
+        let twice = baton(ep, &["put-many", t, "d=1", "d=2"], None);
+        let err = String::from_utf8_lossy(&twice.stderr);
+        assert!(err.contains("entries[1].key"), "{err}");
+        let gone = json(&baton(ep, &["delete-many", t, "b/1", "absent"], None));
+        assert_eq!(gone["deleted"], 1);
+        let gone = json(&baton(ep, &["delete-many", t, "--prefix", "b/"], None));
+        assert_eq!(
+            (gone["deleted"].clone(), gone["version"].clone()),
+            (1.into(), 8.into())
+        );
+        assert!(
+            !baton(ep, &["delete-many", t], None).status.success(),
+            "keys or --prefix"
+        );
+        assert_eq!(json(&baton(ep, &["clear", t], None))["deleted"], 2);
         let missing = baton(ep, &["get", t, "notes/plan"], None);
         assert!(String::from_utf8_lossy(&missing.stderr).contains("NotFound"));
     })
