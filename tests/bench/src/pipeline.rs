@@ -35,6 +35,10 @@ pub struct Options {
     /// Only this store: `memory`, `redis` or `service` (for profiling).
     #[arg(long)]
     only: Option<String>,
+    /// Only this shape: `chain` or `fan-out` (for profiling; the other
+    /// column reads 0).
+    #[arg(long)]
+    shape: Option<String>,
 }
 
 const AGENTS: &str = r#"
@@ -131,7 +135,11 @@ impl Times {
     }
 }
 
-async fn measure(store: Arc<dyn ContextStore>, runs: usize) -> anyhow::Result<(Times, Times)> {
+async fn measure(
+    store: Arc<dyn ContextStore>,
+    runs: usize,
+    shape: Option<&str>,
+) -> anyhow::Result<(Times, Times)> {
     let server = OrchestratorServer::start(AGENTS, Some(store), |c| {
         c.runs.max_pipeline_steps = 2000;
         c.runs.max_pipeline_concurrency = 1000;
@@ -139,10 +147,16 @@ async fn measure(store: Arc<dyn ContextStore>, runs: usize) -> anyhow::Result<(T
     .await?;
     let client = OrchestratorClient::connect(server.endpoint()).await?;
     let mut out = [Times::default(); 2];
-    for (slot, make) in [chain as fn() -> pb::RunPipelineRequest, fan_out]
-        .into_iter()
-        .enumerate()
+    for (slot, (name, make)) in [
+        ("chain", chain as fn() -> pb::RunPipelineRequest),
+        ("fan-out", fan_out),
+    ]
+    .into_iter()
+    .enumerate()
     {
+        if shape.is_some_and(|s| s != name) {
+            continue;
+        }
         run_once(&client, make()).await?;
         let mut ms = Vec::with_capacity(runs);
         for _ in 0..runs {
@@ -193,7 +207,7 @@ pub fn run(o: Options) -> anyhow::Result<()> {
             if o.only.as_deref().is_some_and(|only| only != key) {
                 continue;
             }
-            let (a, b) = measure(store, o.runs).await?;
+            let (a, b) = measure(store, o.runs, o.shape.as_deref()).await?;
             let cell = |t: Times| format!("{:.2} ({:.2})", t.median, t.mean);
             println!("{name:<50} {:>20} {:>20}", cell(a), cell(b));
             medians.insert(key, (a.median, b.median));

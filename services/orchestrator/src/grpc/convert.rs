@@ -101,10 +101,15 @@ pub fn pipeline_run(s: &Services, r: pb::RunPipelineRequest) -> Result<PipelineR
         r.detach,
     )?;
     options.settings = request_settings(r.settings)?;
-    // Every step's agent must have a model, checked before anything runs.
+    // Every step's agent must have a model, checked before anything runs;
+    // once per agent (a fan-out runs one agent in a thousand steps), the
+    // error naming its first step.
+    let mut checked = std::collections::HashSet::new();
     for (i, step) in plan.steps.iter().enumerate() {
-        check_target(&s.catalog, &s.models, &options.default_model, &step.agent)
-            .map_err(|e| Error::invalid(format!("pipeline.steps[{i}].agent"), e))?;
+        if checked.insert(step.agent.as_str()) {
+            check_target(&s.catalog, &s.models, &options.default_model, &step.agent)
+                .map_err(|e| Error::invalid(format!("pipeline.steps[{i}].agent"), e))?;
+        }
     }
     Ok(PipelineRun {
         plan,
