@@ -100,29 +100,118 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let store_addr = store_listener.local_addr()?;
 
     let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
-    println!(
-        "Baton is up: {}, {} from {source}",
+    let summary = format!(
+        "{}, {} from {source}",
         plural(catalog.agents.len(), "agent"),
         plural(catalog.groups.len(), "group")
     );
+    // The hint names an agent of the loaded file: the walk-through's
+    // researcher when it is there.
+    let hint = if catalog.agents.contains_key("researcher") {
+        Some("researcher".to_owned())
+    } else {
+        catalog.agents.keys().next().cloned()
+    };
+
+    let mut orchestrator = tokio::spawn({
+        let (catalog, store, shutdown) = (catalog, store.clone(), shutdown.clone());
+        async move {
+            baton_orchestrator::serve(
+                catalog,
+                store,
+                tracing,
+                &orch_config,
+                orch_listener,
+                shutdown,
+            )
+            .await
+        }
+    });
+    let mut context_store = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { baton_context_store::serve(store, &store_config, store_listener, shutdown).await }
+    });
+    // The banner only once both services answer their health checks; a
+    // service that fails to start ends `baton up` at once, with its cause.
+    let ready = async {
+        tokio::join!(
+            serving(orch_addr, "baton.v1.Orchestrator"),
+            serving(store_addr, "baton.v1.ContextStore")
+        )
+    };
+    tokio::select! {
+        (a, b) = ready => {
+            a.context("orchestrator")?;
+            b.context("context store")?;
+        }
+        ended = &mut orchestrator => {
+            shutdown.cancel();
+            return stopped(ended).context("the orchestrator did not start");
+        }
+        ended = &mut context_store => {
+            shutdown.cancel();
+            return stopped(ended).context("the context store did not start");
+        }
+    }
+    println!("Baton is up: {summary}");
     println!("  orchestrator   http://{orch_addr}   (baton agents / baton run AGENT \"input\")");
     println!("  context store  http://{store_addr}   (baton store …)");
     println!("  store backend  in memory (lost on exit)");
-    println!("Try:  baton run researcher \"the history of Rust\"");
+    if let Some(agent) = hint {
+        println!("Try:  baton run {agent} \"the history of Rust\"");
+    }
     println!("Ctrl-C stops it.");
 
-    let orchestrator = baton_orchestrator::serve(
-        catalog,
-        store.clone(),
-        tracing,
-        &orch_config,
-        orch_listener,
-        shutdown.clone(),
+    // Either ending (an error, or Ctrl-C) stops the other.
+    let (a, b) = tokio::join!(
+        async {
+            let r = stopped(orchestrator.await);
+            shutdown.cancel();
+            r
+        },
+        async {
+            let r = stopped(context_store.await);
+            shutdown.cancel();
+            r
+        }
     );
-    let context_store =
-        baton_context_store::serve(store, &store_config, store_listener, shutdown.clone());
-    let (a, b) = tokio::join!(orchestrator, context_store);
     a.context("orchestrator")?;
     b.context("context store")?;
     Ok(())
+}
+
+/// A service task's outcome: its own error, or its panic.
+fn stopped(ended: Result<anyhow::Result<()>, tokio::task::JoinError>) -> anyhow::Result<()> {
+    ended.map_err(|e| anyhow::anyhow!("it crashed: {e}"))?
+}
+
+/// Waits until the service at `addr` answers its health check `SERVING`
+/// (up to 60 s).
+async fn serving(addr: std::net::SocketAddr, service: &str) -> anyhow::Result<()> {
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    let endpoint = format!("http://{addr}");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let answer = async {
+            let channel = tonic::transport::Endpoint::from_shared(endpoint.clone())?
+                .connect()
+                .await?;
+            let status = HealthClient::new(channel)
+                .check(HealthCheckRequest {
+                    service: service.to_owned(),
+                })
+                .await?
+                .into_inner()
+                .status;
+            anyhow::Ok(status)
+        };
+        if let Ok(1) = answer.await {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "{service} on {addr} did not report SERVING within 60 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }

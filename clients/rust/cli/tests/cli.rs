@@ -538,3 +538,80 @@ async fn run_sends_the_model_limits_and_settings_of_its_flags() {
     assert_eq!(fake.requests().len(), 2, "the refused runs sent nothing");
     server.shutdown().await.expect("shutdown");
 }
+
+/// `baton up` with an agents file whose provider key is not set fails at
+/// once, non-zero, naming the cause, and never says it is up; with a good
+/// file the banner's hint names one of its agents.
+#[test]
+fn up_says_it_is_up_only_when_it_is() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broken = dir.path().join("broken.yaml");
+    std::fs::write(
+        &broken,
+        r#"
+providers:
+  cloud: {kind: openai, base_url: "http://127.0.0.1:9/v1", api_key_env: BATON_TEST_UNSET_KEY}
+agents:
+  helper: {model: "cloud:some-model"}
+"#,
+    )
+    .expect("write");
+    let began = std::time::Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args([
+            "up",
+            "--listen",
+            "127.0.0.1:0",
+            "--store-listen",
+            "127.0.0.1:0",
+            "--agents",
+        ])
+        .arg(&broken)
+        .env_remove("BATON_TEST_UNSET_KEY")
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .expect("run baton up");
+    assert!(!out.status.success(), "a failed start exits non-zero");
+    assert!(began.elapsed() < std::time::Duration::from_secs(20));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stdout.contains("Baton is up"), "{stdout}");
+    assert!(stderr.contains("BATON_TEST_UNSET_KEY"), "{stderr}");
+
+    let good = dir.path().join("good.yaml");
+    std::fs::write(
+        &good,
+        "scripts:\n  hi: [{text: hello}]\nagents:\n  greeter: {model: \"scripted:hi\"}\n",
+    )
+    .expect("write");
+    let mut up = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args([
+            "up",
+            "--listen",
+            "127.0.0.1:0",
+            "--store-listen",
+            "127.0.0.1:0",
+            "--agents",
+        ])
+        .arg(&good)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn baton up");
+    use std::io::BufRead;
+    let lines: Vec<String> = std::io::BufReader::new(up.stdout.take().expect("stdout"))
+        .lines()
+        .map(|l| l.expect("line"))
+        .take_while(|l| !l.starts_with("Ctrl-C"))
+        .collect();
+    let _ = up.kill();
+    let _ = up.wait();
+    assert!(
+        lines.iter().any(|l| l.starts_with("Baton is up: 1 agent")),
+        "{lines:?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("baton run greeter")),
+        "{lines:?}"
+    );
+}
