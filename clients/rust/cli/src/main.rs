@@ -89,6 +89,19 @@ async fn main() -> std::process::ExitCode {
                 c.downcast_ref::<baton_client::Error>()
                     .is_some_and(|b| b.code() == tonic::Code::Unauthenticated)
             });
+            let unreachable =
+                e.chain()
+                    .find_map(|c| match c.downcast_ref::<baton_client::Error>() {
+                        Some(baton_client::Error::Connect { endpoint, .. }) => {
+                            Some(endpoint.clone())
+                        }
+                        _ => None,
+                    });
+            if let Some(endpoint) = unreachable {
+                eprintln!(
+                    "  (nothing answered at {endpoint}: is `baton up` running? Otherwise point --endpoint at the service)"
+                );
+            }
             if unauthenticated {
                 eprintln!(
                     "  (this orchestrator requires an API key: --api-key KEY or BATON_API_KEY)"

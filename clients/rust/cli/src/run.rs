@@ -79,9 +79,37 @@ pub(crate) fn client_tls(ca_file: &Option<std::path::PathBuf>) -> baton_client::
     }
 }
 
+/// Refuses to send an API key in clear beyond this machine: `http://` (or
+/// a bare `host:port`) to a host that is not loopback.
+pub(crate) fn key_travels_safely(endpoint: &str, api_key: &Option<String>) -> anyhow::Result<()> {
+    if api_key.is_none() {
+        return Ok(());
+    }
+    let endpoint = baton_client::with_scheme(endpoint.to_owned());
+    let Some(rest) = endpoint.strip_prefix("http://") else {
+        return Ok(());
+    };
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host = match authority.rsplit_once(':') {
+        Some((h, _)) if !h.is_empty() => h,
+        _ => authority,
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    anyhow::ensure!(
+        loopback,
+        "refusing to send the API key in clear to {endpoint}: use https:// (with --ca-file for a private CA), or reach the service through localhost"
+    );
+    Ok(())
+}
+
 impl Target {
     /// A client of the orchestrator, with the API key if any.
     pub(crate) async fn connect(&self) -> anyhow::Result<OrchestratorClient> {
+        key_travels_safely(&self.endpoint, &self.api_key)?;
         let client =
             OrchestratorClient::connect_with(self.endpoint.clone(), &client_tls(&self.ca_file))
                 .await?;

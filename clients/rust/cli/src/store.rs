@@ -140,6 +140,7 @@ fn slot_json(s: &pb::SlotInfo) -> serde_json::Value {
 
 /// Runs a `baton store` command.
 pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
+    crate::run::key_travels_safely(&args.endpoint, &args.api_key)?;
     let client = StoreClient::connect_with(
         args.endpoint.clone(),
         &crate::run::client_tls(&args.ca_file),

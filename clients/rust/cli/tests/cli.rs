@@ -615,3 +615,54 @@ agents:
         "{lines:?}"
     );
 }
+
+/// Errors that say what to do: nothing listening names the endpoint and
+/// `baton up`; a bare `host:port` is accepted; an API key is not sent in
+/// clear beyond loopback.
+#[test]
+fn connection_errors_say_what_to_do() {
+    let baton = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_baton"))
+            .args(args)
+            .env_remove("BATON_ENDPOINT")
+            .env_remove("BATON_API_KEY")
+            .output()
+            .expect("run baton")
+    };
+    let port = baton_e2e::free_port().expect("port").to_string();
+    let bare = format!("127.0.0.1:{port}");
+    let out = baton(&["agents", "--endpoint", &bare]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("http://{bare}")), "{err}");
+    assert!(err.contains("Connection refused"), "{err}");
+    assert!(err.contains("is `baton up` running?"), "{err}");
+
+    let out = baton(&[
+        "store",
+        "--endpoint",
+        "http://10.1.2.3:50052",
+        "--api-key",
+        "k",
+        "list",
+        "4bf92f3577b34da6a3ce929d0e0e4736",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("refusing to send the API key in clear"),
+        "{err}"
+    );
+    let out = baton(&[
+        "agents",
+        "--endpoint",
+        "example.com:50051",
+        "--api-key",
+        "k",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("refusing to send the API key in clear"),
+        "{err}"
+    );
+}

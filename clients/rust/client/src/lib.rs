@@ -49,7 +49,7 @@ pub async fn channel_with(
     endpoint: impl Into<String>,
     tls: &ClientTls,
 ) -> Result<tonic::transport::Channel, Error> {
-    let endpoint = endpoint.into();
+    let endpoint = with_scheme(endpoint.into());
     if endpoint.starts_with(balance::DNS_SCHEME) {
         return balance::lazy_channel_tls(&endpoint, tls);
     }
@@ -72,6 +72,32 @@ pub async fn channel_with(
         .await
         .map_err(|e| Error::Connect {
             endpoint,
-            message: e.to_string(),
+            message: cause_chain(&e),
         })
+}
+
+/// `host:port` as `http://host:port`; anything with a scheme (or a
+/// `dns:///` target) as it is.
+pub fn with_scheme(endpoint: String) -> String {
+    if endpoint.contains("://") || endpoint.starts_with(balance::DNS_SCHEME) {
+        endpoint
+    } else {
+        format!("http://{endpoint}")
+    }
+}
+
+/// An error and its sources, `transport error: … : Connection refused`,
+/// without repeating a source its parent already quotes.
+fn cause_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
 }
