@@ -24,7 +24,10 @@ use clap::{Parser, Subcommand};
 
 /// Baton: run LLM agents and pipelines, and inspect their shared context.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("BATON_GIT_COMMIT"), ")"),
+    about
+)]
 struct Args {
     #[command(subcommand)]
     command: Cmd,

@@ -19,8 +19,15 @@ pub struct PipelineArgs {
     #[arg(long)]
     json: bool,
     /// Approve every approval without asking.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "deny")]
     approve: bool,
+    /// Deny every approval without asking.
+    #[arg(long)]
+    deny: bool,
+    /// Seed a slot, `key=value` (over the file's `initial_slots` of the
+    /// same key); repeatable.
+    #[arg(long = "input", value_name = "KEY=VALUE")]
+    inputs: Vec<String>,
     #[command(flatten)]
     steer: crate::steer::Steer,
 }
@@ -36,6 +43,17 @@ pub async fn run(args: PipelineArgs) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("in {}: {e}", args.file.display()))?;
     if args.approve {
         request.approval_mode = pb::ApprovalMode::AutoApprove as i32;
+    }
+    if args.deny {
+        request.approval_mode = pb::ApprovalMode::AutoDeny as i32;
+    }
+    for pair in &args.inputs {
+        let (key, value) = pair
+            .split_once('=')
+            .with_context(|| format!("--input {pair:?}: expected key=value"))?;
+        request
+            .initial_slots
+            .insert(key.to_owned(), value.to_owned());
     }
     let (default_model, limits, settings) = args.steer.apply()?;
     if !default_model.is_empty() {

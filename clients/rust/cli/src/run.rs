@@ -125,12 +125,30 @@ impl Target {
 pub struct AgentsArgs {
     #[command(flatten)]
     pub(crate) target: Target,
+    /// Print one JSON object per agent and group.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Lists agents and groups.
 pub async fn agents(args: AgentsArgs) -> anyhow::Result<()> {
     let client = args.target.connect().await?;
     let list = client.list_agents().await?;
+    if args.json {
+        for a in &list.agents {
+            crate::outln!(
+                "{}",
+                serde_json::json!({"kind": "agent", "name": a.name, "model": a.model, "description": a.description, "tools": a.tools, "handoffs": a.handoffs})
+            )?;
+        }
+        for g in &list.groups {
+            crate::outln!(
+                "{}",
+                serde_json::json!({"kind": "group", "name": g.name, "root": g.root, "members": g.members, "description": g.description})
+            )?;
+        }
+        return Ok(());
+    }
     crate::outln!("AGENTS")?;
     for a in &list.agents {
         let model = if a.model.is_empty() {

@@ -9,6 +9,9 @@ use clap::{Args, Subcommand};
 use futures::StreamExt;
 use serde_json::json;
 
+/// The media type of a value given as text on the command line.
+const TEXT: &str = "text/plain; charset=utf-8";
+
 /// `baton store` arguments.
 #[derive(Args)]
 pub struct StoreArgs {
@@ -45,7 +48,8 @@ enum StoreCmd {
         /// Time to live: 500ms, 30s, 5m, 1h, 7d.
         #[arg(long, value_parser = baton_common::config::duration::parse)]
         ttl: Option<Duration>,
-        /// The value's media type.
+        /// The value's media type; default: text/plain for a value given
+        /// here, application/octet-stream for stdin.
         #[arg(long, default_value = "")]
         content_type: String,
         /// Write only if the slot is at this version (0: only if absent).
@@ -92,7 +96,7 @@ enum StoreCmd {
         #[arg(long, value_parser = baton_common::config::duration::parse)]
         ttl: Option<Duration>,
         /// The media type of every value.
-        #[arg(long, default_value = "text/plain; charset=utf-8")]
+        #[arg(long, default_value = TEXT)]
         content_type: String,
     },
     /// Delete several slots in one call: the keys given, or every slot
@@ -159,14 +163,18 @@ pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
             content_type,
             expected_version,
         } => {
-            let value = if value == "-" {
+            // A value given on the command line is text; stdin is bytes
+            // unless --content-type says what they are.
+            let (value, content_type) = if value == "-" {
                 let mut buf = Vec::new();
                 std::io::stdin()
                     .read_to_end(&mut buf)
                     .context("cannot read stdin")?;
-                buf
+                (buf, content_type)
+            } else if content_type.is_empty() {
+                (value.into_bytes(), TEXT.to_owned())
             } else {
-                value.into_bytes()
+                (value.into_bytes(), content_type)
             };
             let r = client
                 .put_with(

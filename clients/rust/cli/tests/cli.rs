@@ -68,6 +68,13 @@ async fn store_commands_round_trip_and_report_errors() {
         let meta = json(&baton(ep, &["get", t, "notes/plan", "--meta"], None));
         assert_eq!(meta["content_type"], "text/plain");
         assert_eq!(meta["size_bytes"], 6);
+        // A value given as text is stored as text; stdin stays bytes.
+        let other = "5cf92f3577b34da6a3ce929d0e0e4736";
+        json(&baton(ep, &["put", other, "note", "hello"], None));
+        let meta = json(&baton(ep, &["get", other, "note", "--meta"], None));
+        assert_eq!(meta["content_type"], "text/plain; charset=utf-8");
+        let meta = json(&baton(ep, &["get", t, "raw", "--meta"], None));
+        assert_eq!(meta["content_type"], "application/octet-stream");
 
         let list = baton(ep, &["list", t, "--prefix", "notes/"], None);
         let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&list.stdout)
@@ -282,6 +289,38 @@ fn up_then_agents_and_run() {
     assert!(events.iter().any(|e| e["kind"] == "step_started"
         && e["context_id"] == "root.report"
         && e["depth"] == 1));
+    // A slot seeded from the command line, over the file's.
+    let seeded = run(
+        &["pipeline", file, "--json", "--input", "topic=tide pools"],
+        b"",
+    );
+    let written: Vec<serde_json::Value> = String::from_utf8_lossy(&seeded.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .filter(|e: &serde_json::Value| e["kind"] == "step_started" || e["kind"] == "run_completed")
+        .collect();
+    assert!(
+        written
+            .last()
+            .and_then(|e| e["output"].as_str())
+            .is_some_and(|o| o.contains("tide pools")),
+        "{written:?}"
+    );
+    let agents_json = run(&["agents", "--json"], b"");
+    let first: serde_json::Value = serde_json::from_str(
+        String::from_utf8_lossy(&agents_json.stdout)
+            .lines()
+            .next()
+            .expect("a line"),
+    )
+    .expect("json");
+    assert_eq!(first["kind"], "agent");
+    let version = run(&["--version"], b"");
+    assert!(
+        String::from_utf8_lossy(&version.stdout).contains("(commit "),
+        "{}",
+        String::from_utf8_lossy(&version.stdout)
+    );
     let tree = run(&["pipeline", file], b"");
     let text = String::from_utf8_lossy(&tree.stdout);
     assert!(

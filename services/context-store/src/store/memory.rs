@@ -114,12 +114,9 @@ impl TraceState {
             version,
             expires_at_ms,
         };
-        match self.slots.insert(key.clone(), slot) {
-            Some(prev) => {
-                self.expiries.remove(&(prev.expires_at_ms, key.clone()));
-                self.bytes -= prev.value.len() as u64;
-            }
-            None => {}
+        if let Some(prev) = self.slots.insert(key.clone(), slot) {
+            self.expiries.remove(&(prev.expires_at_ms, key.clone()));
+            self.bytes -= prev.value.len() as u64;
         }
         self.bytes += size;
         self.expiries.insert((expires_at_ms, key.clone()));
