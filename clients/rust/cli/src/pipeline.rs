@@ -28,6 +28,10 @@ pub struct PipelineArgs {
     /// same key); repeatable.
     #[arg(long = "input", value_name = "KEY=VALUE")]
     inputs: Vec<String>,
+    /// The answer to the run's next input request, instead of asking;
+    /// repeat for several, in order.
+    #[arg(long = "answer", value_name = "TEXT")]
+    answers: Vec<String>,
     #[command(flatten)]
     steer: crate::steer::Steer,
 }
@@ -73,5 +77,5 @@ pub async fn run(args: PipelineArgs) -> anyhow::Result<()> {
     }
     let client = args.target.connect().await?;
     let events = client.run_pipeline(request).await?;
-    crate::run::follow(&client, events, args.json).await
+    crate::run::follow(&client, events, args.json, args.answers).await
 }

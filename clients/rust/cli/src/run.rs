@@ -43,6 +43,10 @@ pub struct RunArgs {
     /// return; follow it with `baton runs watch`.
     #[arg(long, conflicts_with_all = ["approve", "deny", "max_depth"])]
     detach: bool,
+    /// The answer to the run's next input request, instead of asking;
+    /// repeat for several, in order.
+    #[arg(long = "answer", value_name = "TEXT")]
+    answers: Vec<String>,
     #[command(flatten)]
     steer: crate::steer::Steer,
 }
@@ -227,16 +231,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    follow(&client, events, args.json).await
+    follow(&client, events, args.json, args.answers).await
 }
 
-/// Prints a run's events (tree or JSON), answers its approvals and input
-/// requests at the terminal, and fails unless the run completes.
+/// Prints a run's events (tree or JSON), answers its input requests with
+/// `answers` (in order) and then, like its approvals, from stdin with the
+/// question on stderr, and fails unless the run completes.
 pub async fn follow(
     client: &OrchestratorClient,
     mut events: baton_client::Events,
     json: bool,
+    answers: Vec<String>,
 ) -> anyhow::Result<()> {
+    let mut answers = std::collections::VecDeque::from(answers);
     let mut outcome = None;
     while let Some(event) = events.next().await {
         let event = event?;
@@ -248,7 +255,7 @@ pub async fn follow(
         match &event.payload {
             Some(Payload::ApprovalRequested(a)) => {
                 let question = format!("approve {} {}? [y/N] ", a.tool, a.arguments_json);
-                let answer = ask(question, json).await?;
+                let answer = ask(question, "--approve or --deny").await?;
                 let approved = matches!(answer.trim(), "y" | "Y" | "yes");
                 let reason = if approved {
                     ""
@@ -265,7 +272,10 @@ pub async fn follow(
                 } else {
                     format!(" [{}]", i.options.join("/"))
                 };
-                let answer = ask(format!("{}{options} ", i.prompt), json).await?;
+                let answer = match answers.pop_front() {
+                    Some(answer) => answer,
+                    None => ask(format!("{}{options} ", i.prompt), "--answer TEXT").await?,
+                };
                 client
                     .submit_input(&event.run_id, &i.input_id, answer.trim())
                     .await?;
@@ -283,23 +293,24 @@ pub async fn follow(
     outcome.unwrap_or_else(|| Err(anyhow::anyhow!("the stream ended without a terminal event")))
 }
 
-/// Asks a question on the terminal (stderr when stdout carries JSON).
-async fn ask(question: String, to_stderr: bool) -> anyhow::Result<String> {
-    tokio::task::spawn_blocking(move || {
-        if to_stderr {
-            eprint!("{question}");
-            std::io::stderr().flush()?;
-        } else {
-            print!("{question}");
-            std::io::stdout().flush()?;
-        }
+/// Asks a question on stderr (stdout carries the run's output, and may be
+/// redirected) and reads the answer from stdin. No answer — stdin closed,
+/// as when nobody is there — is an error naming `flags`, never a silent
+/// "no".
+async fn ask(question: String, flags: &'static str) -> anyhow::Result<String> {
+    let line = tokio::task::spawn_blocking(move || {
+        eprint!("{question}");
+        std::io::stderr().flush()?;
         let mut line = String::new();
-        std::io::stdin().lock().read_line(&mut line)?;
-        Ok::<_, std::io::Error>(line)
+        let n = std::io::stdin().lock().read_line(&mut line)?;
+        Ok::<_, std::io::Error>((n > 0).then_some(line))
     })
     .await
     .context("prompt task")?
-    .context("cannot read the answer from stdin")
+    .context("cannot read the answer from stdin")?;
+    line.with_context(|| {
+        format!("the run asks a question and stdin is closed: answer it with {flags}, or run in a terminal")
+    })
 }
 
 fn bar(percent: u32) -> String {

@@ -177,7 +177,7 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
         }
         RunsCmd::Watch { run_id, after } => {
             let events = client.watch_run(&run_id, after, None).await?;
-            follow(&client, events, args.json).await
+            follow(&client, events, args.json, Vec::new()).await
         }
         RunsCmd::Cancel { run_id, reason } => {
             let status = client.cancel(&run_id, &reason).await?;

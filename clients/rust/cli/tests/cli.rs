@@ -211,9 +211,26 @@ fn up_then_agents_and_run() {
 
     let approved = run(&["run", "support", "order 42 is broken"], b"y\n");
     let text = String::from_utf8_lossy(&approved.stdout);
+    assert!(text.contains("⇢ handoff triage → billing"), "{text}");
+    // The question goes to stderr, never into the (redirectable) output.
+    let asked = String::from_utf8_lossy(&approved.stderr);
+    assert!(asked.contains("approve write_context"), "{asked}");
+    assert!(!text.contains("[y/N]"), "{text}");
+    // Nobody to answer (stdin closed) and no flag: a clear failure, not a
+    // silent denial.
+    let unanswered = run(&["run", "support", "order 43 is broken"], b"");
+    assert!(!unanswered.status.success());
+    let err = String::from_utf8_lossy(&unanswered.stderr);
     assert!(
-        text.contains("⇢ handoff triage → billing") && text.contains("approve write_context"),
-        "{text}"
+        err.contains("stdin is closed: answer it with --approve or --deny"),
+        "{err}"
+    );
+    // Input requests answered from flags.
+    let answered = run(&["run", "interviewer", "trip", "--answer", "Oslo"], b"");
+    assert!(
+        String::from_utf8_lossy(&answered.stdout).contains("Planning a trip to Oslo."),
+        "{}",
+        String::from_utf8_lossy(&answered.stderr)
     );
     assert!(
         text.contains("✅ completed: Done. wrote refunds/last"),
