@@ -48,6 +48,13 @@ enum Cmd {
     Pipeline(pipeline::PipelineArgs),
     /// Read, write and watch a context store's slots.
     Store(store::StoreArgs),
+    /// Print a shell completion script: `source <(baton completion bash)`,
+    /// `baton completion zsh > "${fpath[1]}/_baton"`, `baton completion
+    /// fish > ~/.config/fish/completions/baton.fish`.
+    Completion {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
 }
 
 /// Prints one line to stdout, failing (instead of panicking like `println!`)
@@ -70,6 +77,18 @@ async fn main() -> std::process::ExitCode {
         Cmd::Pipeline(args) => pipeline::run(args).await,
         Cmd::Runs(args) => runs::run(args).await,
         Cmd::Store(args) => store::run(args).await,
+        Cmd::Completion { shell } => {
+            use clap::CommandFactory;
+            use std::io::Write as _;
+            // Into memory first: generating straight into stdout panics
+            // on a closed pipe.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Args::command(), "baton", &mut script);
+            std::io::stdout()
+                .lock()
+                .write_all(&script)
+                .map_err(anyhow::Error::from)
+        }
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -722,3 +722,22 @@ fn connection_errors_say_what_to_do() {
         "{err}"
     );
 }
+
+/// Shell completion scripts for the shells people use.
+#[test]
+fn completion_scripts() {
+    for (shell, marker) in [
+        ("bash", "complete -F _baton"),
+        ("zsh", "#compdef baton"),
+        ("fish", "complete -c baton"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+            .args(["completion", shell])
+            .output()
+            .expect("run baton");
+        assert!(out.status.success(), "{shell}");
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(script.contains(marker), "{shell}: {script}");
+        assert!(script.contains("pipeline"), "{shell} completes subcommands");
+    }
+}
