@@ -59,12 +59,41 @@ pub struct TelemetryGuard {
 /// Lines logged inside a run carry the run's `run_id`, `trace_id` and the
 /// `span_id` of the context they were logged in: as fields of the `span`
 /// object in JSON, as `context{…}` in text.
+///
+/// Text lines are coloured only when stdout is a terminal and `NO_COLOR` is
+/// not set.
 pub fn init(service: &str, log: &LogConfig) -> Result<TelemetryGuard, String> {
-    init_to(service, log, std::io::stdout)
+    use std::io::IsTerminal;
+    let ansi = std::io::stdout().is_terminal() && no_color_unset();
+    install(service, log, std::io::stdout, ansi)
+}
+
+/// Like [`init`], writing to stderr (a command whose stdout is its output:
+/// `baton up`), coloured only when stderr is a terminal.
+pub fn init_stderr(service: &str, log: &LogConfig) -> Result<TelemetryGuard, String> {
+    use std::io::IsTerminal;
+    let ansi = std::io::stderr().is_terminal() && no_color_unset();
+    install(service, log, std::io::stderr, ansi)
+}
+
+fn no_color_unset() -> bool {
+    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 /// Like [`init`], writing to `writer` (tests capture the lines).
 pub fn init_to<W>(service: &str, log: &LogConfig, writer: W) -> Result<TelemetryGuard, String>
+where
+    W: for<'w> fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    install(service, log, writer, true)
+}
+
+fn install<W>(
+    service: &str,
+    log: &LogConfig,
+    writer: W,
+    ansi: bool,
+) -> Result<TelemetryGuard, String>
 where
     W: for<'w> fmt::MakeWriter<'w> + Send + Sync + 'static,
 {
@@ -91,6 +120,7 @@ where
             .with(
                 fmt::layer()
                     .with_target(true)
+                    .with_ansi(ansi)
                     .with_writer(writer)
                     .with_filter(not_audit)
                     .with_filter(filter),

@@ -37,7 +37,7 @@ pub struct UpArgs {
 
 /// Runs both services until Ctrl-C or SIGTERM.
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
-    let _telemetry = baton_common::telemetry::init(
+    let _telemetry = baton_common::telemetry::init_stderr(
         "baton",
         &baton_common::telemetry::LogConfig {
             level: "warn,baton_orchestrator=info,baton_context_store=info".into(),

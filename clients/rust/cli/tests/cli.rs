@@ -633,6 +633,10 @@ agents:
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stdout.contains("Baton is up"), "{stdout}");
     assert!(stderr.contains("BATON_TEST_UNSET_KEY"), "{stderr}");
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "no colour codes into a pipe: {stderr}"
+    );
 
     let good = dir.path().join("good.yaml");
     std::fs::write(
@@ -662,10 +666,8 @@ agents:
         .collect();
     let _ = up.kill();
     let _ = up.wait();
-    assert!(
-        lines.iter().any(|l| l.starts_with("Baton is up: 1 agent")),
-        "{lines:?}"
-    );
+    // Logs go to stderr: stdout is the banner alone.
+    assert!(lines[0].starts_with("Baton is up: 1 agent"), "{lines:?}");
     assert!(
         lines.iter().any(|l| l.contains("baton run greeter")),
         "{lines:?}"
