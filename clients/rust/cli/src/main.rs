@@ -19,6 +19,7 @@ mod runs;
 mod steer;
 mod store;
 mod up;
+mod view;
 
 use clap::{Parser, Subcommand};
 

@@ -244,13 +244,14 @@ pub async fn follow(
     answers: Vec<String>,
 ) -> anyhow::Result<()> {
     let mut answers = std::collections::VecDeque::from(answers);
+    let mut view = crate::view::View::default();
     let mut outcome = None;
     while let Some(event) = events.next().await {
         let event = event?;
         if json {
             crate::outln!("{}", event_json(&event))?;
         } else {
-            draw(&event)?;
+            view.draw(&event)?;
         }
         match &event.payload {
             Some(Payload::ApprovalRequested(a)) => {
@@ -311,108 +312,6 @@ async fn ask(question: String, flags: &'static str) -> anyhow::Result<String> {
     line.with_context(|| {
         format!("the run asks a question and stdin is closed: answer it with {flags}, or run in a terminal")
     })
-}
-
-fn bar(percent: u32) -> String {
-    let filled = (percent.min(100) / 5) as usize;
-    format!(
-        "[{}{}] {percent:>3}%",
-        "#".repeat(filled),
-        ".".repeat(20 - filled)
-    )
-}
-
-/// Text for one line of the tree view: whitespace collapsed, at most 160
-/// characters (`--json` keeps everything).
-fn short(text: &str) -> String {
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    match flat.char_indices().nth(160) {
-        Some((cut, _)) => format!("{}…", &flat[..cut]),
-        None => flat,
-    }
-}
-
-/// Prints one event of the tree view.
-fn draw(e: &pb::RunEvent) -> std::io::Result<()> {
-    let indent = "  ".repeat(e.depth as usize);
-    let who = if e.agent.is_empty() {
-        String::new()
-    } else {
-        format!("{}: ", e.agent)
-    };
-    let line = match e.payload.as_ref() {
-        Some(Payload::RunStarted(r)) => {
-            format!("▶ run {} of {} (trace {})", e.run_id, r.target, e.trace_id)
-        }
-        Some(Payload::AgentStarted(a)) => {
-            format!("● {} [{}] on {}", a.agent, e.context_id, a.model)
-        }
-        Some(Payload::MessageCompleted(m)) if !m.text.is_empty() => {
-            format!("💬 {who}{}", short(&m.text))
-        }
-        Some(Payload::Handoff(h)) => format!("⇢ handoff {} → {}", h.from_agent, h.to_agent),
-        Some(Payload::ToolCallStarted(c)) => {
-            format!("🔧 {who}{} {}", c.tool, short(&c.arguments_json))
-        }
-        Some(Payload::ToolProgress(p)) => format!("   {} {} {}", p.tool, bar(p.percent), p.message),
-        Some(Payload::ToolOptions(o)) => format!(
-            "   {} asks {}: {}",
-            o.tool,
-            o.question,
-            o.options.join(" / ")
-        ),
-        Some(Payload::ToolCallCompleted(c)) if c.error.is_empty() => {
-            format!("✔ {} → {}", c.tool, short(&c.result))
-        }
-        Some(Payload::ToolCallCompleted(c)) => format!("✘ {} → {}", c.tool, short(&c.error)),
-        Some(Payload::ApprovalResolved(a)) => {
-            format!(
-                "{} approval of {} ({})",
-                if a.approved { "✔" } else { "✘" },
-                a.approval_id,
-                a.reason
-            )
-        }
-        Some(Payload::InputReceived(i)) => format!("✎ answered {}", i.input),
-        Some(Payload::ContextWritten(w)) => {
-            format!("⛁ wrote {} v{} ({} bytes)", w.key, w.version, w.size_bytes)
-        }
-        Some(Payload::AgentCompleted(a)) => format!("■ {who}done: {}", short(&a.output)),
-        Some(Payload::StepStarted(st)) => format!(
-            "▷ step {} (attempt {}) on {}",
-            st.step_id, st.attempt, st.agent
-        ),
-        Some(Payload::StepCompleted(st)) => format!(
-            "✔ step {} in {:.2}s → {}",
-            st.step_id,
-            st.duration
-                .map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9),
-            short(&st.output)
-        ),
-        Some(Payload::StepFailed(st)) => format!(
-            "✘ step {} attempt {}: {}{}",
-            st.step_id,
-            st.attempt,
-            short(&st.error),
-            if st.will_retry { " (retrying)" } else { "" }
-        ),
-        Some(Payload::StepSkipped(st)) => format!("⤼ step {} skipped: {}", st.step_id, st.reason),
-        Some(Payload::PipelineCompleted(p)) => format!(
-            "■ pipeline {}: succeeded [{}] failed [{}] skipped [{}]",
-            if p.success { "succeeded" } else { "failed" },
-            p.succeeded.join(", "),
-            p.failed.join(", "),
-            p.skipped.join(", ")
-        ),
-        Some(Payload::RunCompleted(r)) => format!("✅ completed: {}", short(&r.output)),
-        Some(Payload::RunFailed(f)) => format!("❌ failed ({}): {}", f.code, f.message),
-        Some(Payload::RunCancelled(c)) => format!("⏹ cancelled: {}", c.reason),
-        Some(Payload::RunResumed(r)) => {
-            format!("↻ resumed on {} from seq {}", r.replica, r.checkpoint_seq)
-        }
-        _ => return Ok(()),
-    };
-    crate::outln!("{indent}{line}")
 }
 
 fn usage(u: &Option<pb::Usage>) -> Value {

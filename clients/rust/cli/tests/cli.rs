@@ -185,6 +185,39 @@ fn up_then_agents_and_run() {
             .expect("stdin");
         child.wait_with_output().expect("output")
     };
+    // On a terminal (a pseudo-terminal made by `script`): text streams in,
+    // progress bars are redrawn in place, lines fit the width, emoji.
+    let on_terminal = Command::new("script")
+        .args(["-qec"])
+        .arg(format!(
+            "{} run researcher 'the history of Rust'",
+            env!("CARGO_BIN_EXE_baton")
+        ))
+        .arg("/dev/null")
+        .env("BATON_ENDPOINT", &endpoint)
+        .env("COLUMNS", "60")
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("script (util-linux) runs the CLI on a pseudo-terminal");
+    let screen = String::from_utf8_lossy(&on_terminal.stdout);
+    assert!(
+        screen.contains("💬 researcher: Let me look into"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("\r\x1b[2K"),
+        "progress redrawn in place: {screen:?}"
+    );
+    assert!(screen.contains("✅ completed"), "{screen}");
+    for line in screen.split(['\n', '\r']) {
+        let visible = line.replace("\x1b[2K", "");
+        assert!(
+            visible.chars().count() <= 60,
+            "fits 60 columns: {visible:?}"
+        );
+    }
+
     let agents = run(&["agents"], b"");
     let text = String::from_utf8_lossy(&agents.stdout);
     assert!(
@@ -207,7 +240,12 @@ fn up_then_agents_and_run() {
         text.contains("[####################] 100%"),
         "progress bars:\n{text}"
     );
-    assert!(text.contains("✅ completed: Research done."), "{text}");
+    // Into a pipe: plain markers, no emoji or colour codes, and the answer
+    // once (the run's completion does not repeat the last message).
+    assert!(text.contains("\n> researcher: Research done."), "{text}");
+    assert!(text.ends_with("\ncompleted\n"), "{text}");
+    assert!(!text.contains('✅') && !text.contains('💬') && !text.contains('\u{1b}'));
+    assert_eq!(text.matches("Research done.").count(), 1, "{text}");
 
     let approved = run(&["run", "support", "order 42 is broken"], b"y\n");
     let text = String::from_utf8_lossy(&approved.stdout);
@@ -233,7 +271,11 @@ fn up_then_agents_and_run() {
         String::from_utf8_lossy(&answered.stderr)
     );
     assert!(
-        text.contains("✅ completed: Done. wrote refunds/last"),
+        text.contains("✔ approved write_context"),
+        "no internal ids: {text}"
+    );
+    assert!(
+        text.contains("> billing: Done. wrote refunds/last"),
         "{text}"
     );
 
