@@ -5,6 +5,7 @@ build (``pip install clients/python``) regenerates them with the pinned
 grpcio-tools from pyproject.toml.
 """
 
+import tempfile
 from pathlib import Path
 
 from setuptools import setup
@@ -43,4 +44,11 @@ class BuildWithStubs(build_py):
         super().run()
 
 
-setup(cmdclass={"build_py": BuildWithStubs})
+# Build output goes to a temporary folder, not into the checkout
+# (`pip install ./clients/python` leaves no build/ or *.egg-info behind).
+WORK = Path(tempfile.mkdtemp(prefix="baton-client-build-"))
+
+setup(
+    cmdclass={"build_py": BuildWithStubs},
+    options={"build": {"build_base": str(WORK / "build")}, "egg_info": {"egg_base": str(WORK)}},
+)

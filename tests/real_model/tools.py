@@ -3,7 +3,6 @@ served with the Python client's `ToolServer` on the port given as the only
 argument. Its answers are a fixed table (the demo is about the model
 calling a tool through Baton, not about the weather)."""
 
-import asyncio
 import sys
 
 from baton_client import ToolServer
@@ -23,11 +22,5 @@ async def get_weather(ctx, city: str) -> str:
     return FORECASTS.get(city.strip().lower(), f"{city}: 12 °C, cloudy, no wind")
 
 
-async def main(port: int) -> None:
-    bound = await tools.start(f"127.0.0.1:{port}")
-    print(f"ToolHost serving get_weather on 127.0.0.1:{bound}", flush=True)
-    await asyncio.Event().wait()
-
-
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1])))
+    tools.serve(f"127.0.0.1:{int(sys.argv[1])}")

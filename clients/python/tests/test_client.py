@@ -11,6 +11,7 @@ import pytest
 from baton.v1 import events_pb2 as events_pb
 from baton.v1 import orchestrator_pb2 as pb
 from baton.v1 import tool_host_pb2 as tool_pb
+from baton.v1 import tool_host_pb2_grpc as tool_pb_grpc
 from baton_client import (
     Aborted,
     DeadlineExceeded,
@@ -506,3 +507,38 @@ def test_generation_settings_reach_the_run():
             )
 
     run(main())
+
+
+def test_the_readme_tool_server_runs_as_printed(tmp_path):
+    """The README's `Serving tools` snippet, saved as a file and run with
+    python, serves its tool until SIGTERM, then exits cleanly."""
+    import pathlib
+    import re
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
+    snippet = re.search(r"## Serving tools\n\n```python\n(.*?)```", readme, re.S).group(1)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = tmp_path / "tools.py"
+    script.write_text(snippet.replace('"0.0.0.0:50061"', f'"127.0.0.1:{port}"'))
+    server = subprocess.Popen([sys.executable, str(script)], stderr=subprocess.PIPE, text=True)
+    try:
+        line = server.stderr.readline()
+        assert f"serving web_search on 127.0.0.1:{port}" in line, line
+
+        async def listed():
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                stub = tool_pb_grpc.ToolHostStub(channel)
+                return await stub.ListTools(tool_pb.ListToolsRequest(), timeout=5)
+
+        tools = run(listed())
+        assert [t.name for t in tools.tools] == ["web_search"]
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=10) == 0
+    finally:
+        server.kill()

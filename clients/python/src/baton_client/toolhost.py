@@ -25,6 +25,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import signal
+import sys
 import types
 import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -149,6 +151,24 @@ class ToolServer(pb_grpc.ToolHostServicer):
         port = self._server.add_insecure_port(address)
         await self._server.start()
         return port
+
+    def serve(self, address: str = "127.0.0.1:50061") -> None:
+        """Serves on ``address`` until Ctrl-C or SIGTERM, then stops
+        gracefully: blocks, for a script's last line (``tools.serve()``).
+        Inside a running event loop use :meth:`start` and :meth:`stop`."""
+
+        async def main() -> None:
+            port = await self.start(address)
+            host = address.rsplit(":", 1)[0]
+            print(f"serving {', '.join(self._tools) or 'no tools'} on {host}:{port}", file=sys.stderr, flush=True)
+            stopping = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stopping.set)
+            await stopping.wait()
+            await self.stop()
+
+        asyncio.run(main())
 
     async def stop(self, grace: float | None = 1.0) -> None:
         if self._server is not None:
