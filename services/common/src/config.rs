@@ -114,6 +114,30 @@ where
         set_path(&mut merged, &path, value);
     }
 
+    set_all(&mut merged, sets)?;
+    serde_json::from_value(merged).map_err(|e| ConfigError::Invalid {
+        layer: "defaults + file + environment + flags",
+        message: e.to_string(),
+    })
+}
+
+/// `config` with `--set path=value` flags applied, as [`load`] applies them.
+pub fn with_sets<T>(config: &T, sets: &[String]) -> Result<T, ConfigError>
+where
+    T: Serialize + DeserializeOwned,
+{
+    let mut merged = serde_json::to_value(config).map_err(|e| ConfigError::Invalid {
+        layer: "defaults",
+        message: e.to_string(),
+    })?;
+    set_all(&mut merged, sets)?;
+    serde_json::from_value(merged).map_err(|e| ConfigError::Invalid {
+        layer: "flags",
+        message: e.to_string(),
+    })
+}
+
+fn set_all(merged: &mut Value, sets: &[String]) -> Result<(), ConfigError> {
     for s in sets {
         let (path, value) = s
             .split_once('=')
@@ -122,13 +146,9 @@ where
             return Err(ConfigError::Flag(s.clone()));
         }
         let path: Vec<String> = path.split('.').map(str::to_owned).collect();
-        set_path(&mut merged, &path, scalar(value));
+        set_path(merged, &path, scalar(value));
     }
-
-    serde_json::from_value(merged).map_err(|e| ConfigError::Invalid {
-        layer: "defaults + file + environment + flags",
-        message: e.to_string(),
-    })
+    Ok(())
 }
 
 /// Reads a secret mounted as a file (a Kubernetes or Docker secret): its

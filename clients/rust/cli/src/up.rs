@@ -33,6 +33,15 @@ pub struct UpArgs {
     /// orchestrator's `auth.api_keys_file`). Default: no authentication.
     #[arg(long)]
     api_keys_file: Option<PathBuf>,
+    /// A setting of either service, `orchestrator.<path>=value` or
+    /// `store.<path>=value`, with the paths of their config files (e.g.
+    /// `store.limits.max_value_bytes=2097152`,
+    /// `orchestrator.runs.max_turns=20`); repeatable.
+    #[arg(long = "set", value_name = "SERVICE.PATH=VALUE")]
+    sets: Vec<String>,
+    /// Print the effective config of both services (TOML) and exit.
+    #[arg(long)]
+    print_config: bool,
 }
 
 /// Runs both services until Ctrl-C or SIGTERM.
@@ -85,6 +94,33 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     // store's port takes calls without credentials (its start warns).
     store_config.auth.mode = baton_context_store::auth::AuthMode::None;
     store_config.telemetry.metrics_listen = args.store_metrics_listen;
+    let (mut orch_sets, mut store_sets) = (Vec::new(), Vec::new());
+    for set in &args.sets {
+        if let Some(rest) = set.strip_prefix("orchestrator.") {
+            orch_sets.push(rest.to_owned());
+        } else if let Some(rest) = set.strip_prefix("store.") {
+            store_sets.push(rest.to_owned());
+        } else {
+            anyhow::bail!("--set {set:?}: the path starts with orchestrator. or store.");
+        }
+    }
+    let orch_config = baton_common::config::with_sets(&orch_config, &orch_sets)
+        .context("--set orchestrator.…")?;
+    let store_config =
+        baton_common::config::with_sets(&store_config, &store_sets).context("--set store.…")?;
+    orch_config
+        .validate()
+        .map_err(|e| anyhow::anyhow!("orchestrator config: {e}"))?;
+    store_config
+        .validate()
+        .map_err(|e| anyhow::anyhow!("store config: {e}"))?;
+    if args.print_config {
+        let orch = baton_common::config::to_toml(&orch_config).map_err(|e| anyhow::anyhow!(e))?;
+        let store = baton_common::config::to_toml(&store_config).map_err(|e| anyhow::anyhow!(e))?;
+        crate::outln!("# baton up: the orchestrator (--set orchestrator.PATH=VALUE)\n{orch}")?;
+        crate::outln!("# baton up: the context store (--set store.PATH=VALUE)\n{store}")?;
+        return Ok(());
+    }
     // Spans go where OTEL_EXPORTER_OTLP_ENDPOINT says, when it is set.
     let tracing = baton_orchestrator::build_tracing(&orch_config)?;
     let store: Arc<dyn ContextStore> = Arc::new(MemoryStore::new(store_config.limits.clone()));

@@ -785,3 +785,47 @@ fn completion_scripts() {
         assert!(script.contains("pipeline"), "{shell} completes subcommands");
     }
 }
+
+/// `baton up --set SERVICE.PATH=VALUE` and `--print-config`: the settings
+/// of both services, checked as their own config files are.
+#[test]
+fn up_takes_settings_of_both_services() {
+    let up = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_baton"))
+            .arg("up")
+            .args(args)
+            .output()
+            .expect("run baton up")
+    };
+    let out = up(&[
+        "--set",
+        "store.limits.max_value_bytes=2048",
+        "--set",
+        "orchestrator.runs.max_turns=7",
+        "--print-config",
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let store = text
+        .split("# baton up: the context store")
+        .nth(1)
+        .expect("the store's section");
+    assert!(store.contains("max_value_bytes = 2048"), "{text}");
+    assert!(text.contains("max_turns = 7"), "{text}");
+    for (bad, says) in [
+        (
+            "limits.max_value_bytes=1",
+            "starts with orchestrator. or store.",
+        ),
+        (
+            "store.limits.max_value_bytes=0",
+            "limits.max_value_bytes must be between",
+        ),
+        ("store.limits.nope=1", "unknown field `nope`"),
+    ] {
+        let out = up(&["--set", bad, "--print-config"]);
+        assert!(!out.status.success(), "{bad}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{bad}: {err}");
+    }
+}
