@@ -38,16 +38,46 @@ struct Args {
 enum Cmd {
     /// Run Baton locally: orchestrator and context store in one process,
     /// in memory, with the example agents.
+    #[command(after_help = "Examples:
+  baton up                                   the example agents on :50051 and :50052
+  baton up --agents my-agents.yaml           your own agents file
+  baton up --set orchestrator.runs.max_turns=20 --print-config")]
     Up(up::UpArgs),
     /// List the agents and groups of an orchestrator.
+    #[command(after_help = "Examples:
+  baton agents
+  baton agents --json | jq -r .name
+  baton agents --endpoint https://baton.example.com --ca-file ca.pem --api-key $KEY")]
     Agents(run::AgentsArgs),
     /// Run an agent and draw its event tree live.
+    #[command(after_help = "Examples:
+  baton run researcher \"the history of Rust\"
+  baton run support \"order 42 arrived broken\" --approve
+  baton run interviewer \"a trip\" --answer Lisbon
+  baton run researcher \"tides\" --model local:qwen2.5 --set temperature=0 --max-turns 6
+  baton run researcher \"tides\" --json > events.jsonl
+  baton run researcher \"tides\" --detach           then: baton runs watch RUN_ID")]
     Run(run::RunArgs),
     /// List, inspect, follow and cancel runs (detached ones too).
+    #[command(after_help = "Examples:
+  baton runs list
+  baton runs watch RUN_ID
+  baton runs cancel RUN_ID")]
     Runs(runs::RunsArgs),
     /// Run a pipeline from a YAML file and draw its steps live.
+    #[command(after_help = "Examples:
+  baton pipeline deploy/config/pipelines/research.yaml
+  baton pipeline research.yaml --input topic=\"tide pools\" --deny
+  baton pipeline research.yaml --json")]
     Pipeline(pipeline::PipelineArgs),
     /// Read, write and watch a context store's slots.
+    #[command(after_help = "Examples (a trace id is 32 lowercase hex characters):
+  baton store put $TRACE notes/plan \"step 1\" --ttl 10m
+  baton store get $TRACE notes/plan
+  baton store list $TRACE --prefix notes/
+  baton store put-many $TRACE a=1 b=2
+  baton store delete-many $TRACE --prefix notes/
+  baton store watch $TRACE")]
     Store(store::StoreArgs),
     /// Print a shell completion script: `source <(baton completion bash)`,
     /// `baton completion zsh > "${fpath[1]}/_baton"`, `baton completion

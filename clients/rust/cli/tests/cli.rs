@@ -829,3 +829,20 @@ fn up_takes_settings_of_both_services() {
         assert!(err.contains(says), "{bad}: {err}");
     }
 }
+
+/// Every command's `--help` ends with examples.
+#[test]
+fn help_has_examples() {
+    for command in ["up", "agents", "run", "runs", "pipeline", "store"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+            .args([command, "--help"])
+            .output()
+            .expect("run baton");
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(help.contains("Examples"), "{command}: {help}");
+        assert!(
+            help.contains(&format!("baton {command}")),
+            "{command}: {help}"
+        );
+    }
+}
