@@ -202,8 +202,14 @@ pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
             if meta {
                 crate::outln!("{}", r.slot.as_ref().map(slot_json).unwrap_or_default())?;
             } else {
-                use std::io::Write;
-                std::io::stdout().write_all(&r.value)?;
+                use std::io::{IsTerminal, Write};
+                let mut out = std::io::stdout().lock();
+                out.write_all(&r.value)?;
+                // On a terminal the prompt starts on a line of its own;
+                // into a pipe or a file the value stays byte for byte.
+                if out.is_terminal() && !r.value.ends_with(b"\n") {
+                    writeln!(out)?;
+                }
             }
         }
         StoreCmd::List { trace_id, prefix } => {

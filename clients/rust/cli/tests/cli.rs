@@ -65,6 +65,18 @@ async fn store_commands_round_trip_and_report_errors() {
 
         let got = baton(ep, &["get", t, "raw"], None);
         assert_eq!(got.stdout, b"from stdin");
+        // On a terminal the value ends its line.
+        let on_terminal = Command::new("script")
+            .arg("-qec")
+            .arg(format!(
+                "{} store --endpoint {ep} get {t} raw",
+                env!("CARGO_BIN_EXE_baton")
+            ))
+            .arg("/dev/null")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("script");
+        assert_eq!(on_terminal.stdout, b"from stdin\r\n");
         let meta = json(&baton(ep, &["get", t, "notes/plan", "--meta"], None));
         assert_eq!(meta["content_type"], "text/plain");
         assert_eq!(meta["size_bytes"], 6);
