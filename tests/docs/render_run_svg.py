@@ -37,10 +37,11 @@ def screen(raw: str) -> list[str]:
 def main(baton: str, out: str) -> None:
     command = f"{baton} run researcher 'the history of Rust'"
     env = dict(os.environ, COLUMNS=str(COLUMNS), NO_COLOR="1")
+    # Bytes, decoded here: text mode would turn the redraws' \r into \n.
     raw = subprocess.run(
         ["script", "-qec", command, "/dev/null"],
-        env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=True,
-    ).stdout
+        env=env, stdin=subprocess.DEVNULL, capture_output=True, check=True,
+    ).stdout.decode()
     lines = ["$ baton run researcher \"the history of Rust\""] + screen(raw)
     char_w, line_h, pad = 8.4, 18, 14
     width = int(COLUMNS * char_w + 2 * pad)
