@@ -3,11 +3,12 @@
 //! the Redis backend: at the limit a write succeeds, just over it the write
 //! is `RESOURCE_EXHAUSTED` naming the quota and changes nothing; deletes,
 //! clears and expiries give the quota back; another tenant's usage is its
-//! own; the per-tenant metrics follow.
+//! own; the per-tenant metrics follow; batched writes and deletes count
+//! the same way, a refused batch reserving nothing.
 
 use std::{path::PathBuf, time::Duration};
 
-use baton_client::{Error, PutOptions, StoreClient};
+use baton_client::{DeleteSelection, Error, PutEntry, PutOptions, StoreClient};
 use baton_context_store::{auth::AuthMode, config::Backend, quota::StoreQuota};
 use baton_e2e::{RedisServer, StoreServer, scrape};
 use tonic::Code;
@@ -37,7 +38,7 @@ async fn client(endpoint: &str, key: &str) -> StoreClient {
 }
 
 #[track_caller]
-fn assert_quota(r: Result<baton_client::pb::PutResponse, Error>, quota: &str, tenant: &str) {
+fn assert_quota<T: std::fmt::Debug>(r: Result<T, Error>, quota: &str, tenant: &str) {
     let e = r.expect_err("over the quota");
     assert_eq!(e.code(), Code::ResourceExhausted, "{e}");
     assert!(
@@ -164,6 +165,40 @@ async fn scenario(backend: Backend, redis: Option<String>, name: &str) {
         .expect("at 100 bytes");
     assert_quota(
         acme.put(&trace(6), "f", vec![b'f'; 42]).await,
+        "bytes",
+        "tenant acme",
+    );
+
+    // Batches: a batched delete gives its slots back (59 bytes, 2 keys
+    // left); a batch that would take a third and fourth key is refused
+    // whole and reserves nothing; one exactly at the quotas is written.
+    let gone = acme
+        .delete_many(&trace(6), DeleteSelection::Keys(vec!["f".into()]))
+        .await
+        .expect("delete_many");
+    assert_eq!(gone.deleted, 1);
+    assert_quota(
+        acme.put_many(
+            &trace(7),
+            vec![
+                PutEntry::new("g", vec![b'g'; 20]),
+                PutEntry::new("h", vec![b'h'; 21]),
+            ],
+        )
+        .await,
+        "keys",
+        "tenant acme",
+    );
+    assert!(
+        acme.get(&trace(7), "g").await.is_err(),
+        "nothing of it written"
+    );
+    acme.put_many(&trace(7), vec![PutEntry::new("g", vec![b'g'; 41])])
+        .await
+        .expect("at 100 bytes and 3 keys");
+    assert_quota(
+        acme.put_many(&trace(7), vec![PutEntry::new("g", vec![b'g'; 42])])
+            .await,
         "bytes",
         "tenant acme",
     );
