@@ -88,7 +88,7 @@ pub fn with_scheme(endpoint: String) -> String {
 
 /// An error and its sources, `transport error: … : Connection refused`,
 /// without repeating a source its parent already quotes.
-fn cause_chain(e: &dyn std::error::Error) -> String {
+pub fn cause_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

@@ -174,19 +174,7 @@ pub(super) fn transport_error(reference: &str, e: &reqwest::Error, attempt: u32)
 }
 
 /// An error and its sources, `outer: inner: innermost`.
-pub fn cause_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
-}
+pub use baton_client::cause_chain;
 
 /// What the provider said: its JSON `error.message` (OpenAI, Anthropic and
 /// LiteLLM all write one), else the body, cut to 500 characters.
