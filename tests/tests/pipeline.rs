@@ -85,6 +85,16 @@ async fn env_with_value_limits(server: Option<u64>, orchestrator: Option<u64>) -
     if let Some(limit) = orchestrator {
         limits.max_value_bytes = limit;
     }
+    env_on(redis, store_server, limits).await
+}
+
+/// An orchestrator on `store_server` (whose Redis is `redis`), believing
+/// the store takes `limits`.
+async fn env_on(
+    redis: RedisServer,
+    store_server: StoreServer,
+    limits: baton_context_store::store::Limits,
+) -> Env {
     let remote: Arc<dyn ContextStore> = Arc::new(
         RemoteStore::new(&store_server.endpoint(), limits, Duration::from_secs(5))
             .expect("remote store"),
@@ -1175,20 +1185,12 @@ async fn a_fan_out_writes_its_outputs_in_a_few_batches_and_cleans_up_in_one_call
     let mut config = StoreServer::config(Backend::Redis, Some(redis.url()));
     config.telemetry.metrics_listen = metrics.to_string();
     let store_server = StoreServer::start(config).await.expect("store");
-    let remote: Arc<dyn ContextStore> = Arc::new(
-        RemoteStore::new(
-            &store_server.endpoint(),
-            baton_context_store::store::Limits::default(),
-            Duration::from_secs(5),
-        )
-        .expect("remote store"),
-    );
-    let server = OrchestratorServer::start(AGENTS, Some(remote), |_| {})
-        .await
-        .expect("orchestrator");
-    let client = OrchestratorClient::connect(server.endpoint())
-        .await
-        .expect("connect");
+    let env = env_on(
+        redis,
+        store_server,
+        baton_context_store::store::Limits::default(),
+    )
+    .await;
     const STEPS: usize = 250;
     let steps = (0..STEPS)
         .map(|i| pb::PipelineStep {
@@ -1198,7 +1200,8 @@ async fn a_fan_out_writes_its_outputs_in_a_few_batches_and_cleans_up_in_one_call
         .collect();
     let mut request = pipeline(pb::PipelineMode::Parallel, pb::FailurePolicy::Fail, steps);
     request.initial_slots = (0..3).map(|i| (format!("seed/{i}"), "v".into())).collect();
-    let events: Vec<pb::RunEvent> = client
+    let events: Vec<pb::RunEvent> = env
+        .client
         .run_pipeline(request)
         .await
         .expect("run")
@@ -1233,10 +1236,14 @@ async fn a_fan_out_writes_its_outputs_in_a_few_batches_and_cleans_up_in_one_call
         "the seeds and {STEPS} outputs took {batches} PutMany calls"
     );
     // The cleanup removed every slot of the pipeline.
-    let store = StoreClient::connect(store_server.endpoint())
-        .await
-        .expect("store client");
     let trace = events[0].trace_id.clone();
-    assert!(store.list(&trace, "").await.expect("list").slots.is_empty());
-    server.shutdown().await.expect("shutdown");
+    assert!(
+        env.store
+            .list(&trace, "")
+            .await
+            .expect("list")
+            .slots
+            .is_empty()
+    );
+    env.server.shutdown().await.expect("shutdown");
 }

@@ -70,6 +70,12 @@ impl View {
         if self.live { fancy } else { plain }
     }
 
+    /// Whether `text` is what context `ctx` last showed as a message: an
+    /// agent's or a run's answer is then not printed again.
+    fn was_shown(&self, ctx: &str, text: &str) -> bool {
+        self.shown.get(ctx).is_some_and(|t| t == text)
+    }
+
     /// Ends an open line, so what comes next starts on its own.
     pub fn close(&mut self) -> std::io::Result<()> {
         if self.open.take().is_some() {
@@ -223,8 +229,7 @@ impl View {
                 w.size_bytes
             ),
             Some(Payload::AgentCompleted(a)) => {
-                // The answer was shown as the agent's last message.
-                if self.shown.get(&ctx).is_some_and(|t| *t == a.output) {
+                if self.was_shown(&ctx, &a.output) {
                     format!("■ {who}done")
                 } else {
                     format!("■ {who}done: {}", short(&a.output))
@@ -260,7 +265,7 @@ impl View {
             ),
             Some(Payload::RunCompleted(r)) => {
                 let mark = self.mark("✅ ", "");
-                if self.shown.get(&ctx).is_some_and(|t| *t == r.output) {
+                if self.was_shown(&ctx, &r.output) {
                     format!("{mark}completed")
                 } else {
                     format!("{mark}completed: {}", short(&r.output))

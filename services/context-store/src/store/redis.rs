@@ -279,6 +279,22 @@ fn text(v: &Value) -> Result<String> {
     }
 }
 
+/// The five arguments of one slot's write, as `put.lua` and `put_many.lua`
+/// read them: key, value, content type, TTL in ms, expected version (`''`:
+/// none).
+fn put_args(invocation: &mut redis::ScriptInvocation<'_>, put: &Put, ttl: Duration) {
+    invocation
+        .arg(put.key.as_str())
+        .arg(put.value.as_ref())
+        .arg(put.effective_content_type())
+        .arg(ttl.as_millis() as u64)
+        .arg(
+            put.expected_version
+                .map(|v| v.to_string())
+                .unwrap_or_default(),
+        );
+}
+
 /// What a write script answers when it started after its deadline.
 const LATE: i64 = 9;
 
@@ -314,22 +330,14 @@ impl ContextStore for RedisStore {
         let ttl = self.limits.check_put(&put)?;
         let keys = TraceKeys::new(&self.prefix, &put.scope);
         let mut conn = self.conn.get().await?;
-        let reply: Vec<Value> = self
-            .scripts
-            .put
+        let mut invocation = self.scripts.put.prepare_invoke();
+        invocation
             .key(&keys.meta)
             .key(&keys.exp)
             .key(&keys.info)
-            .key(keys.slot(&put.key))
-            .arg(put.key.as_str())
-            .arg(put.value.as_ref())
-            .arg(put.effective_content_type())
-            .arg(ttl.as_millis() as u64)
-            .arg(
-                put.expected_version
-                    .map(|v| v.to_string())
-                    .unwrap_or_default(),
-            )
+            .key(keys.slot(&put.key));
+        put_args(&mut invocation, &put, ttl);
+        let reply: Vec<Value> = invocation
             .arg(self.limits.max_trace_bytes)
             .arg(self.limits.max_trace_keys)
             .arg(&keys.slot_prefix)
@@ -515,16 +523,7 @@ impl ContextStore for RedisStore {
             .arg(super::TRACE_RETENTION.as_millis() as u64)
             .arg(self.clock.deadline_ms(self.timeout));
         for (put, ttl) in puts.iter().zip(&ttls) {
-            invocation
-                .arg(put.key.as_str())
-                .arg(put.value.as_ref())
-                .arg(put.effective_content_type())
-                .arg(ttl.as_millis() as u64)
-                .arg(
-                    put.expected_version
-                        .map(|v| v.to_string())
-                        .unwrap_or_default(),
-                );
+            put_args(&mut invocation, put, *ttl);
         }
         let mut conn = self.conn.get().await?;
         let reply: Vec<Value> = invocation.invoke_async(&mut conn).await?;
