@@ -521,3 +521,54 @@ async fn redis_going_away_is_unavailable_and_coming_back_heals_without_restart()
     assert_eq!(ev.key, "watched");
     server.shutdown().await.expect("shutdown");
 }
+
+/// A batch holds 1000 entries (or keys) and not one more, through the
+/// service on Redis; a refused batch changes nothing, and a bad entry is
+/// named by its index.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_at_and_over_1000_entries() {
+    use baton_client::{DeleteSelection, PutEntry};
+    let env = redis_env().await;
+    let c = &env.client;
+    let t = random_trace();
+    let entries = |n: usize| -> Vec<PutEntry> {
+        (0..n)
+            .map(|i| PutEntry::new(format!("k{i:04}"), "v"))
+            .collect()
+    };
+    let written = c
+        .put_many(&t, entries(1000))
+        .await
+        .expect("1000 is the limit");
+    assert_eq!(written.len(), 1000);
+    let before = snapshot(c, &t).await;
+    let err = assert_status(
+        c.put_many(&t, entries(1001)).await,
+        Code::InvalidArgument,
+        "entries",
+    );
+    assert!(err.message().contains("1001"), "{err}");
+    let mut bad = entries(3);
+    bad[2].key = "no spaces".into();
+    assert_status(
+        c.put_many(&t, bad).await,
+        Code::InvalidArgument,
+        "entries[2].key",
+    );
+    let keys = |n: usize| DeleteSelection::Keys((0..n).map(|i| format!("k{i:04}")).collect());
+    assert_status(
+        c.delete_many(&t, keys(1001)).await,
+        Code::InvalidArgument,
+        "keys",
+    );
+    assert_status(
+        c.delete_many(&t, DeleteSelection::Prefix(String::new()))
+            .await,
+        Code::InvalidArgument,
+        "keys",
+    );
+    assert_eq!(snapshot(c, &t).await, before, "nothing changed");
+    let gone = c.delete_many(&t, keys(1000)).await.expect("1000 keys");
+    assert_eq!(gone.deleted, 1000);
+    assert!(c.list(&t, "").await.expect("list").slots.is_empty());
+}
