@@ -24,18 +24,6 @@ fn kind(e: &pb::RunEvent) -> String {
         .unwrap_or_default()
 }
 
-/// `INVALID_ARGUMENT`, …: a code as gRPC spells it.
-fn code_name(code: tonic::Code) -> String {
-    let mut out = String::new();
-    for (i, ch) in format!("{code:?}").chars().enumerate() {
-        if ch.is_ascii_uppercase() && i > 0 {
-            out.push('_');
-        }
-        out.push(ch.to_ascii_uppercase());
-    }
-    out
-}
-
 fn str_field<'a>(v: &'a Value, k: &str) -> &'a str {
     v.get(k).and_then(Value::as_str).unwrap_or_default()
 }
@@ -134,7 +122,7 @@ async fn errors(client: &OrchestratorClient, spec: &Value) -> anyhow::Result<Val
         })
         .await;
     let unknown = match refused {
-        Err(e) => json!({"code": code_name(e.code()), "field": e.field()}),
+        Err(e) => json!({"code": baton_proto::code_name(e.code()), "field": e.field()}),
         Ok(_) => json!({"code": "OK"}),
     };
     let slow = &spec["disconnect"];

@@ -101,13 +101,13 @@ async fn store_commands_round_trip_and_report_errors() {
         assert!(!stale.status.success());
         let err = String::from_utf8_lossy(&stale.stderr);
         assert!(
-            err.starts_with("error: Aborted: expected_version:"),
+            err.starts_with("error: ABORTED: expected_version:"),
             "{err}"
         );
         assert_eq!(err.lines().count(), 1, "one line, no backtrace: {err}");
 
         let bad = baton(ep, &["get", "NOT-A-TRACE", "k"], None);
-        assert!(String::from_utf8_lossy(&bad.stderr).contains("InvalidArgument: trace_id"));
+        assert!(String::from_utf8_lossy(&bad.stderr).contains("INVALID_ARGUMENT: trace_id"));
 
         assert_eq!(json(&baton(ep, &["delete", t, "raw"], None))["version"], 3);
 
@@ -137,7 +137,7 @@ async fn store_commands_round_trip_and_report_errors() {
         );
         assert_eq!(json(&baton(ep, &["clear", t], None))["deleted"], 2);
         let missing = baton(ep, &["get", t, "notes/plan"], None);
-        assert!(String::from_utf8_lossy(&missing.stderr).contains("NotFound"));
+        assert!(String::from_utf8_lossy(&missing.stderr).contains("NOT_FOUND"));
     })
     .await
     .expect("cli checks");
@@ -405,7 +405,7 @@ fn up_then_agents_and_run() {
 
     let failed = run(&["run", "nobody", "x"], b"");
     assert!(!failed.status.success());
-    assert!(String::from_utf8_lossy(&failed.stderr).contains("InvalidArgument: agent"));
+    assert!(String::from_utf8_lossy(&failed.stderr).contains("INVALID_ARGUMENT: agent"));
 
     // The store server shares the orchestrator's store: the researcher's
     // write is readable under the run's trace.

@@ -14,7 +14,7 @@ pub enum Error {
         message: String,
     },
     /// The server answered with an error status.
-    #[error("{:?}: {}", .0.code(), .0.message())]
+    #[error("{}: {}", baton_proto::code_name(.0.code()), .0.message())]
     Status(tonic::Status),
 }
 
