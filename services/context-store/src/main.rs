@@ -2,7 +2,7 @@
 
 /// mimalloc instead of the system allocator: the runtime allocates many
 /// small, short-lived objects across threads; on the pipeline benchmark's
-/// fan-out it took 53 ms down to 34 ms (see the README's Performance).
+/// fan-out it took 53 ms down to 34 ms (see docs/performance.md).
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

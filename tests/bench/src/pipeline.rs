@@ -1,6 +1,6 @@
 //! The RunPipeline benchmark: no-op scripted steps through gRPC with the Rust
-//! client, in the shapes of the LangGraph 1.2.22 figures quoted in the
-//! README's performance section (measured on the 2-core machine with its
+//! client, in the shapes of the LangGraph 1.2.22 figures quoted in
+//! docs/performance.md (measured on the 2-core machine with its
 //! in-memory checkpointer, not re-measured here):
 //!
 //! (a) a sequential chain of 200 steps (LangGraph: 101 ms per run);

@@ -1,0 +1,144 @@
+//! The docs cannot drift from the code: the configuration reference
+//! (`docs/configuration.md`) lists exactly the keys of both services' config
+//! structs with their defaults, and every agents file shown in the docs is
+//! one the orchestrator accepts.
+
+use std::{collections::BTreeMap, path::PathBuf};
+
+use serde_json::Value;
+
+fn docs() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs")
+}
+
+/// Every leaf of a config as `path → value`: nested tables are walked, an
+/// empty table (a map such as `quotas.tenants`) is a leaf of its own.
+fn leaves(prefix: &str, v: &Value, out: &mut BTreeMap<String, Value>) {
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            for (k, v) in m {
+                let path = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                leaves(&path, v, out);
+            }
+        }
+        _ => {
+            out.insert(prefix.to_owned(), v.clone());
+        }
+    }
+}
+
+/// A default as the reference writes it: `—` for nothing (empty, none).
+fn shown(v: &Value) -> String {
+    match v {
+        Value::Null => "—".into(),
+        Value::String(s) if s.is_empty() => "—".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The `| `key` | `default` | meaning |` rows under a `## {heading}`.
+fn rows(doc: &str, heading: &str) -> BTreeMap<String, String> {
+    let start = doc
+        .find(&format!("\n## {heading}\n"))
+        .unwrap_or_else(|| panic!("docs/configuration.md has no `## {heading}` section"));
+    let body = &doc[start + heading.len() + 5..];
+    let body = &body[..body.find("\n## ").unwrap_or(body.len())];
+    let mut out = BTreeMap::new();
+    for line in body.lines() {
+        let cells: Vec<&str> = line.split(" | ").map(str::trim).collect();
+        let Some(key) = cells
+            .first()
+            .and_then(|c| c.strip_prefix("| `"))
+            .and_then(|c| c.strip_suffix('`'))
+        else {
+            continue;
+        };
+        let default = cells.get(1).copied().unwrap_or_default();
+        let default = default.trim_matches('`').to_owned();
+        assert!(
+            out.insert(key.to_owned(), default).is_none(),
+            "`{key}` is listed twice under `## {heading}`"
+        );
+    }
+    out
+}
+
+fn check(heading: &str, config: Value) {
+    let doc = std::fs::read_to_string(docs().join("configuration.md")).expect("the reference");
+    let documented = rows(&doc, heading);
+    let mut actual = BTreeMap::new();
+    leaves("", &config, &mut actual);
+    let mut problems = Vec::new();
+    for (key, value) in &actual {
+        match documented.get(key) {
+            None => problems.push(format!(
+                "missing row: | `{key}` | `{}` | … |",
+                shown(value)
+            )),
+            Some(d) if *d != shown(value) => problems.push(format!(
+                "`{key}`: the reference says {d:?}, the code's default is {:?}",
+                shown(value)
+            )),
+            Some(_) => {}
+        }
+    }
+    for key in documented.keys() {
+        if !actual.contains_key(key) {
+            problems.push(format!("`{key}` is documented but is no key of the config"));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "docs/configuration.md, `## {heading}`, is out of date:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn the_configuration_reference_lists_every_orchestrator_key_and_default() {
+    check(
+        "Orchestrator",
+        serde_json::to_value(baton_orchestrator::config::Config::default()).expect("json"),
+    );
+}
+
+#[test]
+fn the_configuration_reference_lists_every_context_store_key_and_default() {
+    check(
+        "Context store",
+        serde_json::to_value(baton_context_store::config::Config::default()).expect("json"),
+    );
+}
+
+/// Every ```yaml block of a doc that is an agents file (it has a top-level
+/// `agents:` or `providers:` key) loads as one.
+#[test]
+fn every_agents_file_in_the_docs_is_accepted() {
+    let mut seen = 0;
+    for entry in std::fs::read_dir(docs()).expect("docs/") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_none_or(|e| e != "md") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("read");
+        for block in text.split("```yaml\n").skip(1) {
+            let yaml = &block[..block.find("```").expect("closed block")];
+            let is_agents_file = yaml
+                .lines()
+                .any(|l| l.starts_with("agents:") || l.starts_with("providers:"));
+            if !is_agents_file {
+                continue;
+            }
+            seen += 1;
+            if let Err(e) = baton_orchestrator::catalog::Catalog::from_yaml(yaml) {
+                panic!("{}: an agents file is refused: {e}\n{yaml}", path.display());
+            }
+        }
+    }
+    assert!(seen >= 3, "only {seen} agents files found in docs/");
+}
