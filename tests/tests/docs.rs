@@ -76,10 +76,7 @@ fn check(heading: &str, config: Value) {
     let mut problems = Vec::new();
     for (key, value) in &actual {
         match documented.get(key) {
-            None => problems.push(format!(
-                "missing row: | `{key}` | `{}` | … |",
-                shown(value)
-            )),
+            None => problems.push(format!("missing row: | `{key}` | `{}` | … |", shown(value))),
             Some(d) if *d != shown(value) => problems.push(format!(
                 "`{key}`: the reference says {d:?}, the code's default is {:?}",
                 shown(value)
@@ -141,4 +138,75 @@ fn every_agents_file_in_the_docs_is_accepted() {
         }
     }
     assert!(seen >= 3, "only {seen} agents files found in docs/");
+}
+
+/// `text` without its fenced code blocks (links and headings in code are
+/// not the page's).
+fn prose(text: &str) -> String {
+    text.split("```").step_by(2).collect::<Vec<_>>().join("\n")
+}
+
+/// A heading's anchor as GitHub makes it: lower case, punctuation dropped,
+/// spaces as dashes.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+fn anchors(path: &std::path::Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).expect("read");
+    prose(&text)
+        .lines()
+        .filter(|l| l.starts_with('#'))
+        .filter_map(|l| l.trim_start_matches('#').strip_prefix(' '))
+        .map(slug)
+        .collect()
+}
+
+/// Every relative link of the README and the docs names a file of the
+/// repository, and every `#anchor` a heading of its page.
+#[test]
+fn every_link_of_the_readme_and_the_docs_resolves() {
+    let mut pages = vec![docs().join("../README.md")];
+    for entry in std::fs::read_dir(docs()).expect("docs/") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "md") {
+            pages.push(path);
+        }
+    }
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for page in &pages {
+        let text = prose(&std::fs::read_to_string(page).expect("read"));
+        for link in text.split("](").skip(1) {
+            let Some(link) = link.split(')').next() else {
+                continue;
+            };
+            if link.starts_with("http") || link.contains(' ') {
+                continue;
+            }
+            checked += 1;
+            let (file, anchor) = link.split_once('#').unwrap_or((link, ""));
+            let target = if file.is_empty() {
+                page.clone()
+            } else {
+                page.parent().expect("dir").join(file)
+            };
+            if !target.exists() {
+                broken.push(format!("{}: {link} (no such file)", page.display()));
+            } else if !anchor.is_empty()
+                && target.extension().is_some_and(|e| e == "md")
+                && !anchors(&target).iter().any(|a| a == anchor)
+            {
+                broken.push(format!("{}: {link} (no such heading)", page.display()));
+            }
+        }
+    }
+    assert!(checked > 40, "only {checked} links found");
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }

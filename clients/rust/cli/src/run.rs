@@ -153,31 +153,41 @@ pub async fn agents(args: AgentsArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    crate::outln!("AGENTS")?;
+    // Name and model, then the description and what the agent may call on
+    // lines of their own, cut to the terminal's width: kubectl-like, and
+    // readable at 80 columns.
+    let view = crate::view::View::default();
+    let out = |line: String| crate::outln!("{}", view.fit(line));
+    out("AGENTS".into())?;
     for a in &list.agents {
         let model = if a.model.is_empty() {
             "(default model)"
         } else {
             &a.model
         };
-        crate::outln!("  {:<16} {:<28} {}", a.name, model, a.description)?;
+        out(format!("  {:<16} {model}", a.name))?;
+        if !a.description.is_empty() {
+            out(format!("      {}", a.description))?;
+        }
         if !a.tools.is_empty() {
-            crate::outln!("  {:<16} tools: {}", "", a.tools.join(", "))?;
+            out(format!("      tools: {}", a.tools.join(", ")))?;
         }
         if !a.handoffs.is_empty() {
-            crate::outln!("  {:<16} hands off to: {}", "", a.handoffs.join(", "))?;
+            out(format!("      hands off to: {}", a.handoffs.join(", ")))?;
         }
     }
     if !list.groups.is_empty() {
-        crate::outln!("GROUPS")?;
+        out("GROUPS".into())?;
         for g in &list.groups {
-            crate::outln!(
-                "  {:<16} root {} of [{}]  {}",
+            out(format!(
+                "  {:<16} root {} of [{}]",
                 g.name,
                 g.root,
-                g.members.join(", "),
-                g.description
-            )?;
+                g.members.join(", ")
+            ))?;
+            if !g.description.is_empty() {
+                out(format!("      {}", g.description))?;
+            }
         }
     }
     Ok(())

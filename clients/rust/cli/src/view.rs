@@ -87,7 +87,7 @@ impl View {
     }
 
     /// Cuts `line` to the terminal's width (plain output keeps it whole).
-    fn fit(&self, line: String) -> String {
+    pub(crate) fn fit(&self, line: String) -> String {
         if !self.live {
             return line;
         }

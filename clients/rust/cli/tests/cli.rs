@@ -236,6 +236,21 @@ fn up_then_agents_and_run() {
         text.contains("researcher") && text.contains("support"),
         "{text}"
     );
+    // `baton agents` on a terminal fits it too.
+    let listed = Command::new("script")
+        .args(["-qec"])
+        .arg(format!("{} agents", env!("CARGO_BIN_EXE_baton")))
+        .arg("/dev/null")
+        .env("BATON_ENDPOINT", &endpoint)
+        .env("COLUMNS", "60")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("script runs baton agents");
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(listed.contains("Researches a topic"), "{listed}");
+    for line in listed.split(['\n', '\r']) {
+        assert!(line.chars().count() <= 60, "fits 60 columns: {line:?}");
+    }
 
     let tree = run(&["run", "researcher", "the history of Rust"], b"");
     assert!(
