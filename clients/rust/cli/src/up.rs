@@ -144,9 +144,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     // The hint names an agent of the loaded file: the walk-through's
     // researcher when it is there.
     let hint = if catalog.agents.contains_key("researcher") {
-        Some("researcher".to_owned())
+        Some(("researcher".to_owned(), "the history of Rust"))
     } else {
-        catalog.agents.keys().next().cloned()
+        catalog.agents.keys().next().map(|a| (a.clone(), "hello"))
     };
 
     let mut orchestrator = tokio::spawn({
@@ -193,8 +193,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     println!("  orchestrator   http://{orch_addr}   (baton agents / baton run AGENT \"input\")");
     println!("  context store  http://{store_addr}   (baton store …)");
     println!("  store backend  in memory (lost on exit)");
-    if let Some(agent) = hint {
-        println!("Try:  baton run {agent} \"the history of Rust\"");
+    if let Some((agent, input)) = hint {
+        println!("Try:  baton run {agent} \"{input}\"");
     }
     println!("Ctrl-C stops it.");
 

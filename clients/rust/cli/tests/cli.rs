@@ -473,7 +473,7 @@ async fn orchestrator_commands_send_the_api_key() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("Unauthenticated") && err.contains("--api-key KEY or BATON_API_KEY"),
+        err.contains("UNAUTHENTICATED") && err.contains("--api-key KEY or BATON_API_KEY"),
         "{err}"
     );
     for (key, env) in [
@@ -738,7 +738,9 @@ agents:
     // Logs go to stderr: stdout is the banner alone.
     assert!(lines[0].starts_with("Baton is up: 1 agent"), "{lines:?}");
     assert!(
-        lines.iter().any(|l| l.contains("baton run greeter")),
+        lines
+            .iter()
+            .any(|l| l.contains("baton run greeter \"hello\"")),
         "{lines:?}"
     );
 }
