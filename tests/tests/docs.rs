@@ -11,6 +11,15 @@ fn docs() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs")
 }
 
+/// The pages of `docs/`.
+fn pages() -> Vec<PathBuf> {
+    std::fs::read_dir(docs())
+        .expect("docs/")
+        .map(|entry| entry.expect("entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "md"))
+        .collect()
+}
+
 /// Every leaf of a config as `path → value`: nested tables are walked, an
 /// empty table (a map such as `quotas.tenants`) is a leaf of its own.
 fn leaves(prefix: &str, v: &Value, out: &mut BTreeMap<String, Value>) {
@@ -117,11 +126,7 @@ fn the_configuration_reference_lists_every_context_store_key_and_default() {
 #[test]
 fn every_agents_file_in_the_docs_is_accepted() {
     let mut seen = 0;
-    for entry in std::fs::read_dir(docs()).expect("docs/") {
-        let path = entry.expect("entry").path();
-        if path.extension().is_none_or(|e| e != "md") {
-            continue;
-        }
+    for path in pages() {
         let text = std::fs::read_to_string(&path).expect("read");
         for block in text.split("```yaml\n").skip(1) {
             let yaml = &block[..block.find("```").expect("closed block")];
@@ -172,13 +177,8 @@ fn anchors(path: &std::path::Path) -> Vec<String> {
 /// repository, and every `#anchor` a heading of its page.
 #[test]
 fn every_link_of_the_readme_and_the_docs_resolves() {
-    let mut pages = vec![docs().join("../README.md")];
-    for entry in std::fs::read_dir(docs()).expect("docs/") {
-        let path = entry.expect("entry").path();
-        if path.extension().is_some_and(|e| e == "md") {
-            pages.push(path);
-        }
-    }
+    let mut pages = pages();
+    pages.push(docs().join("../README.md"));
     let mut broken = Vec::new();
     let mut checked = 0;
     for page in &pages {

@@ -66,17 +66,8 @@ async fn store_commands_round_trip_and_report_errors() {
         let got = baton(ep, &["get", t, "raw"], None);
         assert_eq!(got.stdout, b"from stdin");
         // On a terminal the value ends its line.
-        let on_terminal = Command::new("script")
-            .arg("-qec")
-            .arg(format!(
-                "{} store --endpoint {ep} get {t} raw",
-                env!("CARGO_BIN_EXE_baton")
-            ))
-            .arg("/dev/null")
-            .stdin(std::process::Stdio::null())
-            .output()
-            .expect("script");
-        assert_eq!(on_terminal.stdout, b"from stdin\r\n");
+        let shown = on_terminal(&format!("store --endpoint {ep} get {t} raw"), &[]);
+        assert_eq!(shown, "from stdin\r\n");
         let meta = json(&baton(ep, &["get", t, "notes/plan", "--meta"], None));
         assert_eq!(meta["content_type"], "text/plain");
         assert_eq!(meta["size_bytes"], 6);
@@ -146,6 +137,25 @@ async fn store_commands_round_trip_and_report_errors() {
 
 /// `baton up` as a newcomer runs it, then `baton agents` and `baton run`
 /// against it, as the README's walk-through does.
+/// What `baton ARGS` shows on a pseudo-terminal of 60 columns (made by
+/// util-linux `script`), with `env` set.
+fn on_terminal(args: &str, env: &[(&str, &str)]) -> String {
+    let mut script = Command::new("script");
+    script
+        .arg("-qec")
+        .arg(format!("{} {args}", env!("CARGO_BIN_EXE_baton")))
+        .arg("/dev/null")
+        .env("COLUMNS", "60")
+        .stdin(std::process::Stdio::null());
+    for (k, v) in env {
+        script.env(k, v);
+    }
+    let out = script
+        .output()
+        .expect("script (util-linux) runs the CLI on a pseudo-terminal");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[test]
 fn up_then_agents_and_run() {
     use std::io::BufRead;
@@ -199,20 +209,10 @@ fn up_then_agents_and_run() {
     };
     // On a terminal (a pseudo-terminal made by `script`): text streams in,
     // progress bars are redrawn in place, lines fit the width, emoji.
-    let on_terminal = Command::new("script")
-        .args(["-qec"])
-        .arg(format!(
-            "{} run researcher 'the history of Rust'",
-            env!("CARGO_BIN_EXE_baton")
-        ))
-        .arg("/dev/null")
-        .env("BATON_ENDPOINT", &endpoint)
-        .env("COLUMNS", "60")
-        .env("NO_COLOR", "1")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("script (util-linux) runs the CLI on a pseudo-terminal");
-    let screen = String::from_utf8_lossy(&on_terminal.stdout);
+    let screen = on_terminal(
+        "run researcher 'the history of Rust'",
+        &[("BATON_ENDPOINT", &endpoint), ("NO_COLOR", "1")],
+    );
     assert!(
         screen.contains("💬 researcher: Let me look into"),
         "{screen}"
@@ -237,16 +237,7 @@ fn up_then_agents_and_run() {
         "{text}"
     );
     // `baton agents` on a terminal fits it too.
-    let listed = Command::new("script")
-        .args(["-qec"])
-        .arg(format!("{} agents", env!("CARGO_BIN_EXE_baton")))
-        .arg("/dev/null")
-        .env("BATON_ENDPOINT", &endpoint)
-        .env("COLUMNS", "60")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("script runs baton agents");
-    let listed = String::from_utf8_lossy(&listed.stdout);
+    let listed = on_terminal("agents", &[("BATON_ENDPOINT", &endpoint)]);
     assert!(listed.contains("Researches a topic"), "{listed}");
     for line in listed.split(['\n', '\r']) {
         assert!(line.chars().count() <= 60, "fits 60 columns: {line:?}");
