@@ -16,13 +16,12 @@ use std::{collections::HashSet, future::Future, net::SocketAddr, pin::Pin, time:
 
 use tonic::transport::{Channel, Endpoint, channel::Change};
 
-use crate::{ClientTls, Error};
+use crate::{error::Error, tls::ClientTls};
 
 /// How often a `dns:///` target is resolved again.
 pub const DNS_REFRESH: Duration = Duration::from_secs(5);
 
-/// The prefix of a balanced target.
-pub const DNS_SCHEME: &str = "dns:///";
+pub use crate::target::DNS_SCHEME;
 
 /// How long connecting to one address may take: a black-holed address fails
 /// its calls with `UNAVAILABLE` after this, instead of the kernel's minutes.

@@ -61,3 +61,19 @@ impl Error {
         }
     }
 }
+
+/// An error and its sources, `transport error: … : Connection refused`,
+/// without repeating a source its parent already quotes.
+pub fn cause_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}

@@ -4,6 +4,12 @@
 //! crates: [`OrchestratorClient`] runs agents and answers their questions,
 //! [`StoreClient`] reads and writes the context store.
 //!
+//! The modules, bottom to top: `error` and `target` (how an endpoint is
+//! written) are leaves; [`tls`] and [`balance`] make channels to one
+//! address or to every address of a name; `channel` is the one way both
+//! clients connect; `orchestrator` and `store` are the clients. This file
+//! only declares them and re-exports what callers use.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), baton_client::Error> {
 //! let store = baton_client::StoreClient::connect("http://127.0.0.1:50052").await?;
@@ -15,89 +21,18 @@
 //! ```
 
 pub mod balance;
+mod channel;
 mod error;
 mod orchestrator;
 mod store;
+mod target;
 pub mod tls;
 
 pub use balance::lazy_channel;
 pub use baton_proto::v1 as pb;
-pub use error::Error;
+pub use channel::{channel, channel_with};
+pub use error::{Error, cause_chain};
 pub use orchestrator::{Events, OrchestratorClient};
 pub use store::{DeleteSelection, MetadataHook, PutEntry, PutOptions, StoreClient};
+pub use target::with_scheme;
 pub use tls::ClientTls;
-
-/// `authorization: Bearer <key>`, or an error when `key` is not printable
-/// ASCII.
-pub(crate) fn bearer(key: &str) -> Result<tonic::metadata::AsciiMetadataValue, Error> {
-    format!("Bearer {key}").parse().map_err(|_| Error::Connect {
-        endpoint: String::new(),
-        message: "the API key must be printable ASCII".into(),
-    })
-}
-
-/// Opens a channel to `endpoint` (`http://host:port`), connecting now; a
-/// `dns:///host:port` target is balanced over every address of the name and
-/// connects on first use (see [`balance`]).
-pub async fn channel(endpoint: impl Into<String>) -> Result<tonic::transport::Channel, Error> {
-    channel_with(endpoint, &ClientTls::default()).await
-}
-
-/// [`channel`] with TLS settings (an `https://` endpoint always speaks TLS;
-/// see [`tls`]).
-pub async fn channel_with(
-    endpoint: impl Into<String>,
-    tls: &ClientTls,
-) -> Result<tonic::transport::Channel, Error> {
-    let endpoint = with_scheme(endpoint.into());
-    if endpoint.starts_with(balance::DNS_SCHEME) {
-        return balance::lazy_channel_tls(&endpoint, tls);
-    }
-    let mut e =
-        tonic::transport::Endpoint::from_shared(endpoint.clone()).map_err(|e| Error::Connect {
-            endpoint: endpoint.clone(),
-            message: e.to_string(),
-        })?;
-    if tls.applies_to(&endpoint) {
-        let domain = e.uri().host().unwrap_or_default().to_owned();
-        e = e
-            .tls_config(tls.config(&endpoint, &domain)?)
-            .map_err(|err| Error::Connect {
-                endpoint: endpoint.clone(),
-                message: err.to_string(),
-            })?;
-    }
-    e.tcp_nodelay(true)
-        .connect()
-        .await
-        .map_err(|e| Error::Connect {
-            endpoint,
-            message: cause_chain(&e),
-        })
-}
-
-/// `host:port` as `http://host:port`; anything with a scheme (or a
-/// `dns:///` target) as it is.
-pub fn with_scheme(endpoint: String) -> String {
-    if endpoint.contains("://") || endpoint.starts_with(balance::DNS_SCHEME) {
-        endpoint
-    } else {
-        format!("http://{endpoint}")
-    }
-}
-
-/// An error and its sources, `transport error: … : Connection refused`,
-/// without repeating a source its parent already quotes.
-pub fn cause_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
-}

@@ -3,7 +3,9 @@
 use futures::{Stream, StreamExt};
 use tonic::transport::Channel;
 
-use crate::{Error, pb, pb::orchestrator_client::OrchestratorClient as Raw};
+use baton_proto::v1::{self as pb, orchestrator_client::OrchestratorClient as Raw};
+
+use crate::{channel::bearer, error::Error};
 
 /// A client of `baton.v1.Orchestrator`. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -139,16 +141,18 @@ fn is_terminal(e: &pb::RunEvent) -> bool {
 impl OrchestratorClient {
     /// Connects to `endpoint` (`http://host:port`).
     pub async fn connect(endpoint: impl Into<String>) -> Result<Self, Error> {
-        Ok(Self::new(crate::channel(endpoint).await?))
+        Ok(Self::new(crate::channel::channel(endpoint).await?))
     }
 
     /// Connects to `endpoint` with TLS settings (`https://` endpoints always
     /// speak TLS; see [`crate::tls`]).
     pub async fn connect_with(
         endpoint: impl Into<String>,
-        tls: &crate::ClientTls,
+        tls: &crate::tls::ClientTls,
     ) -> Result<Self, Error> {
-        Ok(Self::new(crate::channel_with(endpoint, tls).await?))
+        Ok(Self::new(
+            crate::channel::channel_with(endpoint, tls).await?,
+        ))
     }
 
     /// A client over an existing channel.
@@ -162,7 +166,7 @@ impl OrchestratorClient {
     /// Sends `authorization: Bearer <key>` with every call (an orchestrator
     /// with `auth.api_keys_file` refuses calls without a known key).
     pub fn with_api_key(mut self, key: &str) -> Result<Self, Error> {
-        self.authorization = Some(crate::bearer(key)?);
+        self.authorization = Some(bearer(key)?);
         Ok(self)
     }
 

@@ -5,7 +5,9 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use tonic::transport::Channel;
 
-use crate::{Error, pb, pb::context_store_client::ContextStoreClient};
+use baton_proto::v1::{self as pb, context_store_client::ContextStoreClient};
+
+use crate::{channel::bearer, error::Error};
 
 /// Options of a put beyond trace, key and value.
 #[derive(Debug, Clone, Default)]
@@ -77,16 +79,18 @@ impl std::fmt::Debug for StoreClient {
 impl StoreClient {
     /// Connects to `endpoint` (`http://host:port`).
     pub async fn connect(endpoint: impl Into<String>) -> Result<Self, Error> {
-        Ok(Self::new(crate::channel(endpoint).await?))
+        Ok(Self::new(crate::channel::channel(endpoint).await?))
     }
 
     /// Connects to `endpoint` with TLS settings (`https://` endpoints always
     /// speak TLS; see [`crate::tls`]).
     pub async fn connect_with(
         endpoint: impl Into<String>,
-        tls: &crate::ClientTls,
+        tls: &crate::tls::ClientTls,
     ) -> Result<Self, Error> {
-        Ok(Self::new(crate::channel_with(endpoint, tls).await?))
+        Ok(Self::new(
+            crate::channel::channel_with(endpoint, tls).await?,
+        ))
     }
 
     /// A client over an existing channel.
@@ -107,7 +111,7 @@ impl StoreClient {
     /// of the store's `auth.api_keys_file` (the slots reached are that key's
     /// tenant's), or the orchestrator's service token.
     pub fn with_api_key(mut self, key: &str) -> Result<Self, Error> {
-        self.authorization = Some(crate::bearer(key)?);
+        self.authorization = Some(bearer(key)?);
         Ok(self)
     }
 

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
-use crate::Error;
+use crate::{error::Error, target::DNS_SCHEME};
 
 /// How a client speaks TLS (see the module docs).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -38,8 +38,7 @@ fn read(endpoint: &str, what: &str, path: &PathBuf) -> Result<Vec<u8>, Error> {
 impl ClientTls {
     /// Whether a channel to `target` speaks TLS.
     pub fn applies_to(&self, target: &str) -> bool {
-        target.starts_with("https://")
-            || (self.enabled && target.starts_with(crate::balance::DNS_SCHEME))
+        target.starts_with("https://") || (self.enabled && target.starts_with(DNS_SCHEME))
     }
 
     /// The tonic config for a server named `domain` (`endpoint` names the
