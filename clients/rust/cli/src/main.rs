@@ -6,6 +6,11 @@
 //!   draw its event tree live (or `--json`).
 //! - `baton pipeline FILE.yaml`: run a pipeline and draw its steps live.
 //! - `baton store …`: read, write and watch a context store's slots.
+//!
+//! This file parses the command line and hands each command to its module;
+//! no module reads this file. `out` (the `outln!` every command prints
+//! with) is the leaf; `view` draws event trees; `run` holds what the run
+//! commands share (`Target`), which `pipeline`, `runs` and `store` use.
 
 /// mimalloc instead of the system allocator: the runtime allocates many
 /// small, short-lived objects across threads; on the pipeline benchmark's
@@ -13,6 +18,7 @@
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod out;
 mod pipeline;
 mod run;
 mod runs;
@@ -87,16 +93,6 @@ enum Cmd {
         shell: clap_complete::Shell,
     },
 }
-
-/// Prints one line to stdout, failing (instead of panicking like `println!`)
-/// when stdout is closed.
-macro_rules! outln {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        writeln!(std::io::stdout().lock(), $($arg)*)
-    }};
-}
-pub(crate) use outln;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {

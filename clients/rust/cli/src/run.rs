@@ -140,13 +140,13 @@ pub async fn agents(args: AgentsArgs) -> anyhow::Result<()> {
     let list = client.list_agents().await?;
     if args.json {
         for a in &list.agents {
-            crate::outln!(
+            crate::out::outln!(
                 "{}",
                 serde_json::json!({"kind": "agent", "name": a.name, "model": a.model, "description": a.description, "tools": a.tools, "handoffs": a.handoffs})
             )?;
         }
         for g in &list.groups {
-            crate::outln!(
+            crate::out::outln!(
                 "{}",
                 serde_json::json!({"kind": "group", "name": g.name, "root": g.root, "members": g.members, "description": g.description})
             )?;
@@ -157,7 +157,7 @@ pub async fn agents(args: AgentsArgs) -> anyhow::Result<()> {
     // lines of their own, cut to the terminal's width: kubectl-like, and
     // readable at 80 columns.
     let view = crate::view::View::default();
-    let out = |line: String| crate::outln!("{}", view.fit(line));
+    let out = |line: String| crate::out::outln!("{}", view.fit(line));
     out("AGENTS".into())?;
     for a in &list.agents {
         let model = if a.model.is_empty() {
@@ -227,12 +227,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .await
             .ok_or_else(|| anyhow::anyhow!("the stream ended before the run started"))??;
         if args.json {
-            crate::outln!(
+            crate::out::outln!(
                 "{}",
                 json!({"run_id": first.run_id, "trace_id": first.trace_id})
             )?;
         } else {
-            crate::outln!(
+            crate::out::outln!(
                 "run {} started, detached (trace {}): baton runs watch {}",
                 first.run_id,
                 first.trace_id,
@@ -259,7 +259,7 @@ pub async fn follow(
     while let Some(event) = events.next().await {
         let event = event?;
         if json {
-            crate::outln!("{}", event_json(&event))?;
+            crate::out::outln!("{}", event_json(&event))?;
         } else {
             view.draw(&event)?;
         }

@@ -97,7 +97,7 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
             let mut token = String::new();
             let mut shown = 0;
             if !args.json {
-                crate::outln!(
+                crate::out::outln!(
                     "{:<36}  {:<9}  {:<8}  {:<20}  {:>6}  started",
                     "run",
                     "status",
@@ -115,7 +115,7 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
                     }
                     shown += 1;
                     if args.json {
-                        crate::outln!(
+                        crate::out::outln!(
                             "{}",
                             json!({
                                 "run_id": r.run_id,
@@ -130,7 +130,7 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
                             })
                         )?;
                     } else {
-                        crate::outln!(
+                        crate::out::outln!(
                             "{:<36}  {:<9}  {:<8}  {:<20}  {:>6}  {}{}",
                             r.run_id,
                             status_name(r.status),
@@ -169,9 +169,9 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
                 "last_seq": r.last_seq,
             });
             if args.json {
-                crate::outln!("{value}")?;
+                crate::out::outln!("{value}")?;
             } else {
-                crate::outln!("{}", serde_json::to_string_pretty(&value)?)?;
+                crate::out::outln!("{}", serde_json::to_string_pretty(&value)?)?;
             }
             Ok(())
         }
@@ -183,9 +183,9 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
             let status = client.cancel(&run_id, &reason).await?;
             let name = status_name(status as i32);
             if args.json {
-                crate::outln!("{}", json!({"run_id": run_id, "status": name}))?;
+                crate::out::outln!("{}", json!({"run_id": run_id, "status": name}))?;
             } else {
-                crate::outln!("run {run_id}: {name}")?;
+                crate::out::outln!("run {run_id}: {name}")?;
             }
             Ok(())
         }

@@ -188,7 +188,7 @@ pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
                     },
                 )
                 .await?;
-            crate::outln!(
+            crate::out::outln!(
                 "{}",
                 json!({"version": r.version, "expires_at_ms": expires(r.expires_at)})
             )?;
@@ -200,7 +200,7 @@ pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
         } => {
             let r = client.get(&trace_id, &key).await?;
             if meta {
-                crate::outln!("{}", r.slot.as_ref().map(slot_json).unwrap_or_default())?;
+                crate::out::outln!("{}", r.slot.as_ref().map(slot_json).unwrap_or_default())?;
             } else {
                 use std::io::{IsTerminal, Write};
                 let mut out = std::io::stdout().lock();
@@ -215,9 +215,9 @@ pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
         StoreCmd::List { trace_id, prefix } => {
             let r = client.list(&trace_id, &prefix).await?;
             for s in &r.slots {
-                crate::outln!("{}", slot_json(s))?;
+                crate::out::outln!("{}", slot_json(s))?;
             }
-            crate::outln!(
+            crate::out::outln!(
                 "{}",
                 json!({"used_bytes": r.used_bytes, "used_keys": r.used_keys})
             )?;
@@ -228,7 +228,7 @@ pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
             expected_version,
         } => {
             let version = client.delete(&trace_id, &key, expected_version).await?;
-            crate::outln!("{}", json!({"version": version}))?;
+            crate::out::outln!("{}", json!({"version": version}))?;
         }
         StoreCmd::PutMany {
             trace_id,
@@ -255,7 +255,7 @@ pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
                 .collect::<anyhow::Result<Vec<_>>>()?;
             let keys: Vec<String> = entries.iter().map(|e| e.key.clone()).collect();
             for (key, r) in keys.iter().zip(client.put_many(&trace_id, entries).await?) {
-                crate::outln!(
+                crate::out::outln!(
                     "{}",
                     json!({"key": key, "version": r.version, "expires_at_ms": expires(r.expires_at)})
                 )?;
@@ -271,17 +271,17 @@ pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
                 None => DeleteSelection::Keys(keys),
             };
             let r = client.delete_many(&trace_id, selection).await?;
-            crate::outln!("{}", json!({"deleted": r.deleted, "version": r.version}))?;
+            crate::out::outln!("{}", json!({"deleted": r.deleted, "version": r.version}))?;
         }
         StoreCmd::Clear { trace_id } => {
             let deleted = client.clear(&trace_id).await?;
-            crate::outln!("{}", json!({"deleted": deleted}))?;
+            crate::out::outln!("{}", json!({"deleted": deleted}))?;
         }
         StoreCmd::Watch { trace_id, prefix } => {
             let mut changes = client.watch(&trace_id, &prefix).await?;
             while let Some(change) = changes.next().await {
                 let c = change?;
-                crate::outln!(
+                crate::out::outln!(
                     "{}",
                     json!({
                         "kind": c.kind().as_str_name().trim_start_matches("SLOT_CHANGE_KIND_").to_lowercase(),

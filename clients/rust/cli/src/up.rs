@@ -117,8 +117,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     if args.print_config {
         let orch = baton_common::config::to_toml(&orch_config).map_err(|e| anyhow::anyhow!(e))?;
         let store = baton_common::config::to_toml(&store_config).map_err(|e| anyhow::anyhow!(e))?;
-        crate::outln!("# baton up: the orchestrator (--set orchestrator.PATH=VALUE)\n{orch}")?;
-        crate::outln!("# baton up: the context store (--set store.PATH=VALUE)\n{store}")?;
+        crate::out::outln!("# baton up: the orchestrator (--set orchestrator.PATH=VALUE)\n{orch}")?;
+        crate::out::outln!("# baton up: the context store (--set store.PATH=VALUE)\n{store}")?;
         return Ok(());
     }
     // Spans go where OTEL_EXPORTER_OTLP_ENDPOINT says, when it is set.

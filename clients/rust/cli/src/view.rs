@@ -100,7 +100,7 @@ impl View {
     fn line(&mut self, line: String) -> std::io::Result<()> {
         self.close()?;
         let line = self.fit(line);
-        crate::outln!("{line}")
+        crate::out::outln!("{line}")
     }
 
     /// Draws one event.
@@ -179,7 +179,7 @@ impl View {
                     p.message
                 ));
                 if !self.live {
-                    return crate::outln!("{line}");
+                    return crate::out::outln!("{line}");
                 }
                 // Redrawn in place while nothing else was printed.
                 let mut out = std::io::stdout().lock();
