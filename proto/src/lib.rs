@@ -18,6 +18,12 @@ pub mod v1 {
 /// The encoded `FileDescriptorSet` of every `baton.v1` file, for reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("baton_descriptor");
 
+/// The response header (gRPC trailer metadata, HTTP header) that names the
+/// request field an error is about (`limits.max_depth`,
+/// `entries[3].expected_version`): every service sets it and every client
+/// reads it, so it is spelled here once.
+pub const FIELD_HEADER: &str = "baton-field";
+
 /// A gRPC status code's canonical name, as the gRPC spec and the docs write
 /// it (`UNAVAILABLE`, `FAILED_PRECONDITION`): what users see in errors,
 /// metrics labels and the CLI.

@@ -7,12 +7,16 @@
 
 use std::sync::{Arc, OnceLock};
 
-use baton_context_store::store::{ContextStore, Limits, memory::MemoryStore};
 use baton_orchestrator::{
-    catalog::Catalog, config::RunDefaults, grpc::OrchestratorService, pipeline::PipelineFile,
-    services::Services,
+    app::Orchestrator,
+    catalog::Catalog,
+    config::RunDefaults,
+    pipeline::PipelineFile,
+    request::{AgentRequest, PipelineRequest, validate},
+    run::shared::Shared,
 };
 use baton_proto::v1 as pb;
+use baton_store::{ContextStore, Limits, memory::MemoryStore};
 use prost::Message;
 
 /// The agents file requests are validated against.
@@ -45,8 +49,8 @@ pub const TARGETS: [(&str, Target); 7] = [
 /// An orchestrator service over the in-memory store (validation only: no
 /// run is started), built once, inside a runtime of its own that lives as
 /// long as the process.
-fn service() -> &'static OrchestratorService {
-    static SERVICE: OnceLock<(tokio::runtime::Runtime, OrchestratorService)> = OnceLock::new();
+fn service() -> &'static Orchestrator {
+    static SERVICE: OnceLock<(tokio::runtime::Runtime, Orchestrator)> = OnceLock::new();
     let (_, service) = SERVICE.get_or_init(|| {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -56,15 +60,15 @@ fn service() -> &'static OrchestratorService {
             let _inside = runtime.enter();
             let catalog = Arc::new(Catalog::from_yaml(AGENTS).expect("the fuzz catalog is valid"));
             let store: Arc<dyn ContextStore> = Arc::new(MemoryStore::new(Limits::default()));
-            let services = Services::new(
+            let services = Shared::new(
                 catalog,
                 store,
                 RunDefaults::default(),
-                Services::untraced(),
+                Shared::untraced(),
                 &|_| None,
             )
             .expect("the fuzz services build");
-            OrchestratorService::new(
+            Orchestrator::new(
                 services,
                 tokio_util::sync::CancellationToken::new(),
                 tokio_util::task::TaskTracker::new(),
@@ -78,14 +82,18 @@ fn service() -> &'static OrchestratorService {
 /// RunAgent validation of any bytes decoded as a RunAgentRequest.
 pub fn run_agent_request(data: &[u8]) {
     if let Ok(request) = pb::RunAgentRequest::decode(data) {
-        let _ = service().validate_agent(request);
+        if let Ok(request) = AgentRequest::try_from(request) {
+            let _ = validate::agent_run(service().services(), request);
+        }
     }
 }
 
 /// RunPipeline validation of any bytes decoded as a RunPipelineRequest.
 pub fn run_pipeline_request(data: &[u8]) {
     if let Ok(request) = pb::RunPipelineRequest::decode(data) {
-        let _ = service().validate_pipeline(request);
+        if let Ok(request) = PipelineRequest::try_from(request) {
+            let _ = validate::pipeline_run(service().services(), request);
+        }
     }
 }
 
@@ -113,7 +121,9 @@ pub fn pipeline_file(data: &[u8]) {
         return;
     };
     if let Ok(request) = file.into_request() {
-        let _ = service().validate_pipeline(request);
+        if let Ok(request) = PipelineRequest::try_from(request) {
+            let _ = validate::pipeline_run(service().services(), request);
+        }
     }
 }
 
@@ -122,9 +132,12 @@ pub fn event_filter(data: &[u8]) {
     let Ok(f) = pb::EventFilter::decode(data) else {
         return;
     };
-    let Ok(filter) = baton_orchestrator::grpc::filter(Some(f), &RunDefaults::default()) else {
+    let Ok(filter) = baton_orchestrator::wire::request::filter(Some(f)) else {
         return;
     };
+    if validate::check_filter(&filter, &RunDefaults::default()).is_err() {
+        return;
+    }
     let delta = pb::run_event::Payload::TextDelta(pb::TextDelta { text: "x".into() });
     for (id, depth) in [
         ("root", 0),

@@ -397,8 +397,8 @@ impl StoreServer {
 pub struct OrchestratorServer {
     /// Where it listens.
     pub addr: SocketAddr,
-    /// The service (shares its run registry with the server).
-    pub service: baton_orchestrator::grpc::OrchestratorService,
+    /// The application core it serves (shares its runs with the server).
+    pub core: baton_orchestrator::app::Orchestrator,
     running: Running,
 }
 
@@ -408,7 +408,7 @@ impl OrchestratorServer {
     /// config.
     pub async fn start(
         agents_yaml: &str,
-        store: Option<std::sync::Arc<dyn baton_context_store::store::ContextStore>>,
+        store: Option<std::sync::Arc<dyn baton_store::ContextStore>>,
         configure: impl FnOnce(&mut baton_orchestrator::config::Config),
     ) -> anyhow::Result<Self> {
         Self::start_with_env(agents_yaml, store, configure, &[]).await
@@ -418,7 +418,7 @@ impl OrchestratorServer {
     /// provider keys from (instead of the process's).
     pub async fn start_with_env(
         agents_yaml: &str,
-        store: Option<std::sync::Arc<dyn baton_context_store::store::ContextStore>>,
+        store: Option<std::sync::Arc<dyn baton_store::ContextStore>>,
         configure: impl FnOnce(&mut baton_orchestrator::config::Config),
         env: &[(&str, &str)],
     ) -> anyhow::Result<Self> {
@@ -456,7 +456,7 @@ impl OrchestratorServer {
         let addr = listener.local_addr()?;
         let shutdown = CancellationToken::new();
         let tasks = tokio_util::task::TaskTracker::new();
-        let services = baton_orchestrator::services::Services::new(
+        let services = baton_orchestrator::run::shared::Shared::new(
             catalog,
             store.clone(),
             config.runs.clone(),
@@ -469,24 +469,19 @@ impl OrchestratorServer {
         )
         .map_err(|e| anyhow::anyhow!(e))?
         .with_quotas(config.quotas.clone());
-        let service = baton_orchestrator::grpc::OrchestratorService::new(
-            services,
-            shutdown.clone(),
-            tasks.clone(),
-        );
+        let core =
+            baton_orchestrator::app::Orchestrator::new(services, shutdown.clone(), tasks.clone());
         let handle = tokio::spawn({
-            let service = service.clone();
+            let core = core.clone();
             let shutdown = shutdown.clone();
             async move {
-                baton_orchestrator::serve_service(
-                    service, store, &config, listener, shutdown, tasks,
-                )
-                .await
+                baton_orchestrator::serve_core(core, store, &config, listener, shutdown, tasks)
+                    .await
             }
         });
         Ok(Self {
             addr,
-            service,
+            core,
             running: Running::new(shutdown, handle),
         })
     }

@@ -69,7 +69,7 @@ async fn keys_name_tenants_and_a_run_belongs_to_its_tenant() {
         .err()
         .expect("no run without a key");
     assert_eq!(err.code(), Code::Unauthenticated);
-    assert_eq!(server.service.runs().running(), 0, "nothing started");
+    assert_eq!(server.core.runs().running(), 0, "nothing started");
 
     // Health needs no key (probes, load balancers).
     let channel = baton_client::channel(server.endpoint())

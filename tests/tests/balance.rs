@@ -10,12 +10,10 @@ use std::{
 };
 
 use baton_client::{StoreClient, balance::lazy_channel_with};
-use baton_context_store::{
-    config::Backend,
-    store::{ContextStore as _, Key, parse_trace_id},
-};
+use baton_context_store::config::Backend;
 use baton_e2e::StoreServer;
 use baton_orchestrator::remote_store::RemoteStore;
+use baton_store::{ContextStore as _, Key, parse_trace_id};
 
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 
@@ -121,8 +119,8 @@ async fn the_orchestrators_remote_store_resolves_a_real_name() {
     let trace = parse_trace_id(TRACE).expect("trace id");
     let key = Key::parse("key", "notes", 256).expect("key");
     remote
-        .put(baton_context_store::store::Put::new(
-            baton_context_store::store::Scope::of_trace(trace),
+        .put(baton_store::Put::new(
+            baton_store::Scope::of_trace(trace),
             key,
             b"hello".to_vec(),
         ))
@@ -154,13 +152,13 @@ async fn a_store_that_does_not_answer_fails_the_call_at_the_deadline() {
     let key = Key::parse("key", "notes", 256).expect("key");
     let err = remote
         .get(
-            &baton_context_store::store::Scope::of_trace(parse_trace_id(TRACE).expect("trace id")),
+            &baton_store::Scope::of_trace(parse_trace_id(TRACE).expect("trace id")),
             &key,
         )
         .await
         .expect_err("no answer");
     assert!(
-        matches!(err, baton_context_store::error::Error::Unavailable(ref m) if m.contains("did not answer within 300ms")),
+        matches!(err, baton_store::error::Error::Unavailable(ref m) if m.contains("did not answer within 300ms")),
         "{err:?}"
     );
     assert!(started.elapsed() < Duration::from_secs(2));

@@ -3,15 +3,13 @@
 
 use std::sync::Arc;
 
-use baton_context_store::{
-    conformance::{self, CASES},
-    store::{
-        ContextStore,
-        memory::MemoryStore,
-        redis::{RedisConfig, RedisStore},
-    },
-};
 use baton_e2e::{RedisCluster, RedisServer};
+use baton_store::{
+    ContextStore,
+    conformance::{self, CASES},
+    memory::MemoryStore,
+    redis::{RedisConfig, RedisStore},
+};
 
 fn redis_store(config: RedisConfig) -> Arc<dyn ContextStore> {
     Arc::new(RedisStore::new(&config, conformance::limits()).expect("redis store"))
@@ -42,7 +40,7 @@ macro_rules! per_case {
     };
 }
 
-baton_context_store::conformance_cases!(per_case);
+baton_store::conformance_cases!(per_case);
 
 /// One cluster for the whole suite (each case uses its own random traces, so
 /// they cannot see each other); cases run one after another.
@@ -65,7 +63,7 @@ async fn redis_cluster_passes_every_case() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_spreads_traces_and_keeps_each_trace_on_one_slot() {
     use baton_common::{auth::Tenant, ids::TraceId};
-    use baton_context_store::store::{Key, Put, Scope};
+    use baton_store::{Key, Put, Scope};
     let cluster = RedisCluster::start().expect("redis cluster");
     let store = redis_store(RedisConfig {
         cluster_urls: cluster.urls(),
@@ -124,7 +122,7 @@ async fn redis_never_leaves_a_key_without_ttl() {
     use std::time::Duration;
 
     use baton_common::{auth::Tenant, ids::TraceId};
-    use baton_context_store::store::{Key, Put, Scope};
+    use baton_store::{Key, Put, Scope};
     use futures::StreamExt;
     let redis = RedisServer::start().expect("redis-server");
     let store = redis_store(RedisConfig {

@@ -5,10 +5,10 @@
 
 use std::time::Duration;
 
-use baton_context_store::store::redis::RedisConfig;
 use baton_e2e::{RedisCluster, RedisServer};
 use baton_orchestrator::run::durable::{Append, Claim, RedisRuns, RunEnd, RunMeta, now_ms};
 use baton_proto::v1::{self as pb, run_event::Payload};
+use baton_store::redis::RedisConfig;
 
 fn config(url: &str) -> RedisConfig {
     RedisConfig {
@@ -496,7 +496,7 @@ async fn without_redis_a_durable_run_does_not_start_or_ends_unavailable() {
         .expect("refused");
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
     redis.thaw();
-    let local = server.service.runs().get(&first.run_id).expect("record");
+    let local = server.core.runs().get(&first.run_id).expect("record");
     tokio::time::timeout(Duration::from_secs(5), async {
         while local.state().status == pb::RunStatus::Running {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -504,7 +504,7 @@ async fn without_redis_a_durable_run_does_not_start_or_ends_unavailable() {
     })
     .await
     .expect("the run was cancelled");
-    assert_eq!(server.service.runs().running(), 0);
+    assert_eq!(server.core.runs().running(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,13 +13,11 @@ use std::{
 };
 
 use baton_client::{Error, OrchestratorClient, StoreClient, pb, pb::run_event::Payload};
-use baton_context_store::{
-    config::Backend,
-    store::{ContextStore, Limits, memory::MemoryStore},
-};
+use baton_context_store::config::Backend;
 use baton_e2e::{
     OrchestratorServer, RedisServer, StoreServer, agent_request, eventually, health, scrape,
 };
+use baton_store::{ContextStore, Limits, memory::MemoryStore};
 use futures::StreamExt;
 use tonic::Code;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -301,7 +299,7 @@ async fn statuses_made_before_a_handler_tell_whether_to_retry() {
         (Code::InvalidArgument, Some("request")),
         "{st:?}"
     );
-    assert!(orchestrator.service.runs().running() == 0);
+    assert!(orchestrator.core.runs().running() == 0);
 
     // Over the message size limit: RESOURCE_EXHAUSTED (was OUT_OF_RANGE).
     // The store takes its value limit (1 MiB) plus 64 KiB of framing.

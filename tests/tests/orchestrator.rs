@@ -562,11 +562,7 @@ async fn slow_run_started() -> (
         matches!(&e.payload, Some(Payload::ToolCallStarted(c)) if c.tool == "sleep" && e.depth == 1)
     })
     .await;
-    let run = server
-        .service
-        .runs()
-        .get(&first.run_id)
-        .expect("run record");
+    let run = server.core.runs().get(&first.run_id).expect("run record");
     (server, client, stream, seen, run)
 }
 
@@ -657,7 +653,7 @@ agents:
         .expect("connect");
     let mut stream = client.run_agent(req("chatty", "go")).await.expect("run");
     let first = stream.next().await.expect("open").expect("event");
-    let run = server.service.runs().get(&first.run_id).expect("record");
+    let run = server.core.runs().get(&first.run_id).expect("record");
     // Not reading: once the bounded buffers and HTTP/2's flow-control
     // windows (about 1 MiB, some 10k small events) are full, the run stalls.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -718,7 +714,7 @@ async fn run_context_is_returned_and_list_agents_describes_the_catalog() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_name_the_field_and_start_nothing() {
     let (server, client) = example().await;
-    let runs_before = server.service.runs().running();
+    let runs_before = server.core.runs().running();
     let check = |r: Result<baton_client::Events, baton_client::Error>, code: Code, field: &str| {
         let Err(e) = r else {
             panic!("{field}: the request must fail")
@@ -805,11 +801,7 @@ async fn bad_requests_name_the_field_and_start_nothing() {
         Code::InvalidArgument,
         "approval_mode",
     );
-    assert_eq!(
-        server.service.runs().running(),
-        runs_before,
-        "no run started"
-    );
+    assert_eq!(server.core.runs().running(), runs_before, "no run started");
 
     let unknown_run = client
         .resolve_approval(

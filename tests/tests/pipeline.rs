@@ -6,15 +6,13 @@
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use baton_client::{OrchestratorClient, StoreClient, pb, pb::run_event::Payload};
-use baton_context_store::{
-    config::Backend,
-    store::{ContextStore, redis::RedisStore},
-};
+use baton_context_store::config::Backend;
 use baton_e2e::{
     OrchestratorServer, RedisServer, StoreServer,
     events::{check_stream_rules, terminal},
 };
 use baton_orchestrator::remote_store::RemoteStore;
+use baton_store::{ContextStore, redis::RedisStore};
 use futures::StreamExt;
 use tonic::Code;
 
@@ -81,7 +79,7 @@ async fn env_with_value_limits(server: Option<u64>, orchestrator: Option<u64>) -
         config.limits.max_value_bytes = limit;
     }
     let store_server = StoreServer::start(config).await.expect("store");
-    let mut limits = baton_context_store::store::Limits::default();
+    let mut limits = baton_store::Limits::default();
     if let Some(limit) = orchestrator {
         limits.max_value_bytes = limit;
     }
@@ -90,11 +88,7 @@ async fn env_with_value_limits(server: Option<u64>, orchestrator: Option<u64>) -
 
 /// An orchestrator on `store_server` (whose Redis is `redis`), believing
 /// the store takes `limits`.
-async fn env_on(
-    redis: RedisServer,
-    store_server: StoreServer,
-    limits: baton_context_store::store::Limits,
-) -> Env {
+async fn env_on(redis: RedisServer, store_server: StoreServer, limits: baton_store::Limits) -> Env {
     let remote: Arc<dyn ContextStore> = Arc::new(
         RemoteStore::new(&store_server.endpoint(), limits, Duration::from_secs(5))
             .expect("remote store"),
@@ -476,7 +470,7 @@ async fn sequential_mode_skips_only_what_needs_a_failed_step() {
         .expect_err("a forward dependency is refused");
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
     assert!(err.to_string().contains("pipeline.steps[0]"), "{err}");
-    assert!(env.server.service.runs().running() == 0);
+    assert!(env.server.core.runs().running() == 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -617,7 +611,7 @@ async fn cancelling_stops_every_step_and_sequential_mode_starts_no_more() {
                 break e.run_id;
             }
         };
-        let run = env.server.service.runs().get(&run_id).expect("record");
+        let run = env.server.core.runs().get(&run_id).expect("record");
         let began = std::time::Instant::now();
         env.client.cancel(&run_id, "stop").await.expect("cancel");
         while let Some(e) = tokio::time::timeout(Duration::from_secs(5), stream.next())
@@ -952,7 +946,7 @@ async fn invalid_specs_are_rejected_naming_the_field_before_anything_runs() {
         "pipeline",
         "required",
     );
-    assert_eq!(env.server.service.runs().running(), 0, "nothing started");
+    assert_eq!(env.server.core.runs().running(), 0, "nothing started");
 
     // At the limits: 256 steps, 10 retries, a 24 h timeout.
     let mut at_limit: Vec<pb::PipelineStep> = (0..256)
@@ -979,7 +973,7 @@ async fn runs_on_an_in_process_redis_store_too() {
     let redis = RedisServer::start().expect("redis-server");
     let store: Arc<dyn ContextStore> = Arc::new(
         RedisStore::new(
-            &baton_context_store::store::redis::RedisConfig {
+            &baton_store::redis::RedisConfig {
                 url: redis.url(),
                 ..Default::default()
             },
@@ -1185,12 +1179,7 @@ async fn a_fan_out_writes_its_outputs_in_a_few_batches_and_cleans_up_in_one_call
     let mut config = StoreServer::config(Backend::Redis, Some(redis.url()));
     config.telemetry.metrics_listen = metrics.to_string();
     let store_server = StoreServer::start(config).await.expect("store");
-    let env = env_on(
-        redis,
-        store_server,
-        baton_context_store::store::Limits::default(),
-    )
-    .await;
+    let env = env_on(redis, store_server, baton_store::Limits::default()).await;
     const STEPS: usize = 250;
     let steps = (0..STEPS)
         .map(|i| pb::PipelineStep {
@@ -1246,4 +1235,50 @@ async fn a_fan_out_writes_its_outputs_in_a_few_batches_and_cleans_up_in_one_call
             .is_empty()
     );
     env.server.shutdown().await.expect("shutdown");
+}
+
+/// A regression test: with outputs written behind in batches, the store
+/// refused the sixth slot of a trace allowed five, and the run's error
+/// named the first step of the refused batch (`w1`, `slot1`) instead of
+/// the step whose write it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_output_write_names_its_own_step_and_slot() {
+    let redis = RedisServer::start().expect("redis-server");
+    let mut config = StoreServer::config(Backend::Redis, Some(redis.url()));
+    config.limits.max_trace_keys = 5;
+    let store_server = StoreServer::start(config).await.expect("store");
+    let mut limits = baton_store::Limits::default();
+    limits.max_trace_keys = 5;
+    let env = env_on(redis, store_server, limits).await;
+    let steps = (0..6)
+        .map(|i| {
+            let mut s = step(&format!("w{i}"), "echo", &format!("output {i}"));
+            s.output_to = format!("slot{i}");
+            s
+        })
+        .collect();
+    let events = env
+        .client
+        .run_pipeline_to_end(pipeline(
+            pb::PipelineMode::Sequential,
+            pb::FailurePolicy::Continue,
+            steps,
+        ))
+        .await
+        .expect("run");
+    check_rules(&events);
+    match terminal(&events) {
+        Payload::RunFailed(f) => {
+            assert_eq!(f.code, Code::ResourceExhausted as i32, "{}", f.message);
+            assert!(
+                f.message.starts_with(
+                    "step \"w5\" succeeded but its output could not be written to slot slot5:"
+                ),
+                "{}",
+                f.message
+            );
+            assert!(f.message.contains("(key \"slot5\")"), "{}", f.message);
+        }
+        other => panic!("{other:?}"),
+    }
 }

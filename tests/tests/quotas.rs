@@ -12,7 +12,7 @@ use baton_client::{
     pb::{self, run_event::Payload},
 };
 use baton_e2e::{OrchestratorServer, RedisServer, eventually, wait_for};
-use baton_orchestrator::{config::Config, quota::RunQuota};
+use baton_orchestrator::config::{Config, RunQuota};
 use futures::StreamExt;
 use tonic::Code;
 
@@ -134,7 +134,7 @@ async fn to_end(mut events: Events) -> pb::RunEvent {
 }
 
 fn metrics(server: &OrchestratorServer) -> String {
-    baton_common::metrics::render(&server.service.metrics().registry)
+    baton_common::metrics::render(&server.core.metrics().registry)
 }
 
 #[tokio::test]
@@ -155,7 +155,7 @@ async fn concurrent_runs_per_tenant_at_and_over_the_limit() {
     let e = refused(&acme, "spender").await;
     assert_quota(&e, "concurrent_runs", "tenant acme");
     assert!(e.message().contains("(2)"), "{e}");
-    assert_eq!(server.service.runs().running(), 2, "nothing started");
+    assert_eq!(server.core.runs().running(), 2, "nothing started");
 
     // globex's own limit (3), apart from acme's.
     let mut globex_runs = Vec::new();
@@ -324,7 +324,7 @@ async fn with_durable_runs_quotas_hold_across_replicas_and_parked_runs_count() {
         unreachable!()
     };
     eventually("the run is parked", || async {
-        a.service.runs().running() == 0
+        a.core.runs().running() == 0
     })
     .await;
     assert_quota(

@@ -6,14 +6,12 @@
 use std::{sync::Arc, time::Duration};
 
 use baton_client::pb::run_event::Payload;
-use baton_context_store::{
-    conformance::{self, CASES},
-    store::{
-        ContextStore,
-        redis::{RedisConfig, RedisStore},
-    },
-};
 use baton_e2e::{OrchestratorServer, RedisServer, pki::TestPki};
+use baton_store::{
+    ContextStore,
+    conformance::{self, CASES},
+    redis::{RedisConfig, RedisStore},
+};
 use futures::StreamExt;
 
 fn tls_config(port: u16, pki: &TestPki) -> RedisConfig {
@@ -75,7 +73,8 @@ async fn redis_over_tls_refuses_what_it_should() {
         ..good.clone()
     }
     .validate()
-    .expect_err("plaintext URL with certificates");
+    .expect_err("plaintext URL with certificates")
+    .to_string();
     assert!(err.contains("rediss://"), "{err}");
     // A file that cannot be read is a config error naming it.
     let err = RedisConfig {
@@ -83,7 +82,8 @@ async fn redis_over_tls_refuses_what_it_should() {
         ..good
     }
     .validate()
-    .expect_err("missing file");
+    .expect_err("missing file")
+    .to_string();
     assert!(err.contains("redis.ca_file"), "{err}");
 }
 

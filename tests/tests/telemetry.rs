@@ -85,10 +85,19 @@ fn check_run(events: &[pb::RunEvent], spans: &[ReceivedSpan]) {
                 "the run continues the client's span"
             );
         } else {
+            // An agent or pipeline a call started sits under the call's
+            // `execute_tool` span, itself in the parent context; a
+            // pipeline's steps sit right under the pipeline's context.
+            let parent = index[span.parent_span_id.as_str()];
+            let via = if parent.name.starts_with("execute_tool ") {
+                parent.parent_span_id.as_str()
+            } else {
+                parent.span_id.as_str()
+            };
             assert_eq!(
-                span.parent_span_id,
+                via,
                 context_span[e.parent_context_id.as_str()],
-                "context {}'s span is a child of its parent context's span",
+                "context {}'s span is under its parent context's span",
                 e.context_id
             );
         }
@@ -255,6 +264,19 @@ async fn one_trace_across_both_services_with_the_context_tree_as_span_tree() {
             "no span {expected:?} in {names:?}"
         );
     }
+
+    // An agent called as a tool nests under the call that ran it:
+    // invoke_agent outer → execute_tool middle → invoke_agent middle.
+    let middle = spans
+        .iter()
+        .find(|s| s.name == "invoke_agent middle")
+        .expect("middle");
+    let call = index[middle.parent_span_id.as_str()];
+    assert_eq!(call.name, "execute_tool middle");
+    assert_eq!(
+        index[call.parent_span_id.as_str()].name,
+        "invoke_agent outer"
+    );
 
     // Each pipeline step is a span, with its attempt.
     let step_a = spans

@@ -2,7 +2,7 @@
 //!
 //! Every `baton.v1.ContextStore` call is authenticated (health, reflection
 //! and gRPC-web preflight are not); a call's tenant is the namespace of the
-//! slots it reaches ([`crate::store::Scope`]):
+//! slots it reaches (`baton_store::key::Scope`):
 //!
 //! - **the service credential** (`auth.service_token_file`, presented as
 //!   `authorization: Bearer <token>`; or, with `tls.client_ca_file`, a

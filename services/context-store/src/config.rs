@@ -7,10 +7,9 @@ use std::{net::SocketAddr, time::Duration};
 use baton_common::{otel::TelemetryConfig, server::ServerOptions, telemetry::LogConfig};
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    auth::AuthConfig,
-    store::{Limits, redis::RedisConfig},
-};
+use baton_store::{limits::Limits, redis::config::RedisConfig};
+
+use crate::{auth::AuthConfig, quota::StoreQuotaConfig};
 
 /// Bounds on Watch streams (each holds a subscription and a buffer).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,7 +85,7 @@ pub struct Config {
     pub tls: baton_common::tls::TlsConfig,
     /// Per-tenant quotas across all of a tenant's traces:
     /// `quotas.default` and `quotas.tenants.<name>` (see [`crate::quota`]).
-    pub quotas: crate::quota::StoreQuotaConfig,
+    pub quotas: StoreQuotaConfig,
     /// Runtime worker threads: 1 (the default) runs everything on one
     /// thread, 0 means one per core. A store call is one Redis round trip, so
     /// one thread per replica serves most; on 2 cores it measured 40% more
@@ -146,7 +145,7 @@ impl baton_common::service::ServiceConfig for Config {
 impl Config {
     /// Checks the whole config; returns the first problem, naming the field.
     pub fn validate(&self) -> Result<(), String> {
-        self.limits.validate()?;
+        self.limits.validate().map_err(|e| e.to_string())?;
         self.telemetry.validate()?;
         self.server.validate()?;
         self.watches.validate()?;

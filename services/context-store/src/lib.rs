@@ -1,17 +1,17 @@
-//! Baton's context store: trace-scoped key/value slots with TTLs, size
-//! limits, quotas and versions, shared by every agent of one request.
+//! Baton's context-store server: the `baton.v1.ContextStore` gRPC service
+//! over a store backend of `baton_store` (the trait, its key and limit
+//! types, the Redis and in-memory backends and their conformance suite live
+//! there; the orchestrator uses that crate too, not this one).
 //!
-//! - [`store`]: the [`store::ContextStore`] trait and its Redis and in-memory
-//!   backends.
-//! - `conformance` (feature `testsuite`): the one suite both backends must
-//!   pass; test crates enable it, the services are built without it.
-//! - [`grpc`]: the `baton.v1.ContextStore` service: wire types in, domain
-//!   types out, errors mapped once ([`error`]).
+//! - [`grpc`]: the service: wire types in, domain types out, errors mapped
+//!   once (by `baton_store::error`); audit records and Watch streams.
 //! - [`auth`]: who may call, as which tenant (service token, client API
 //!   keys, or `auth.mode = "none"`).
 //! - [`quota`]: per-tenant quotas of bytes and keys across a tenant's
-//!   traces (a ledger beside the backend).
+//!   traces (a ledger beside the backend, which wraps it as a decorator).
+//! - [`metrics`]: the service's Prometheus metrics.
 //! - [`config`]: the service's config.
+//! - [`names`]: the names it goes by (a leaf every module may use).
 //! - [`run`] / [`serve`]: serve the store on a listener until shutdown;
 //!   `main.rs`, `baton up` and the tests all call them.
 //!
@@ -21,16 +21,10 @@
 
 pub mod auth;
 pub mod config;
-#[cfg(feature = "testsuite")]
-pub mod conformance;
-pub mod error;
 pub mod grpc;
 pub mod metrics;
+pub mod names;
 pub mod quota;
-pub mod store;
-
-/// `service.name` unless configured otherwise.
-pub const SERVICE_NAME: &str = "baton-context-store";
 
 use std::sync::Arc;
 
@@ -39,10 +33,12 @@ use tokio::net::TcpListener;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tonic::service::Routes;
 
+use baton_store::{ContextStore, memory::MemoryStore, redis::RedisStore};
+
 use crate::{
     config::{Backend, Config},
     grpc::StoreService,
-    store::{ContextStore, memory::MemoryStore, redis::RedisStore},
+    names::{GRPC_SERVICE, SERVICE_NAME},
 };
 
 /// Builds the backend the config names.
@@ -113,7 +109,7 @@ pub async fn serve(
         async move { store.ping().await.is_ok() }
     };
     let readiness = baton_common::server::Readiness {
-        service_name: "baton.v1.ContextStore",
+        service_name: GRPC_SERVICE,
         check: ready,
         every: config.health_interval,
     };

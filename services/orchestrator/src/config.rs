@@ -5,13 +5,18 @@
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
+use baton_common::quota::{Limits, Quotas};
 use baton_common::{otel::TelemetryConfig, server::ServerOptions, telemetry::LogConfig};
-use baton_context_store::store::Limits as StoreLimits;
+use baton_store::Limits as StoreLimits;
 
-use baton_context_store::store::redis::RedisConfig;
+use baton_store::redis::RedisConfig;
 
+use crate::auth::AuthConfig;
 pub use crate::client_tls::TlsClient;
-use crate::{auth::AuthConfig, peers::PeersConfig};
+
+/// `service.name` unless configured otherwise.
+pub const SERVICE_NAME: &str = "baton-orchestrator";
+use baton_client::balance::{DNS_SCHEME, Target};
 use serde::{Deserialize, Serialize};
 
 /// Prefix of the environment variables the orchestrator reads.
@@ -239,8 +244,8 @@ pub struct Config {
     /// TLS of the gRPC port (off unless `cert_file` and `key_file` are set).
     pub tls: baton_common::tls::TlsConfig,
     /// Per-tenant quotas: `quotas.default` and `quotas.tenants.<name>`
-    /// (see [`crate::quota`]).
-    pub quotas: crate::quota::QuotaConfig,
+    /// (see `run::quota`).
+    pub quotas: QuotaConfig,
     /// Connection limits of the gRPC server (concurrent streams, HTTP/2
     /// keepalive).
     pub server: ServerOptions,
@@ -356,4 +361,100 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// One tenant's limits (see `baton_common::quota`: unset is the default's,
+/// or no limit).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunQuota {
+    /// Runs started and not ended (running, waiting or parked).
+    pub concurrent_runs: Option<u64>,
+    /// Runs waiting for a person (an approval or input open), parked or
+    /// not: new runs are refused while this many wait.
+    pub parked_runs: Option<u64>,
+    /// Model tokens (input and output) in the last hour.
+    pub model_tokens_per_hour: Option<u64>,
+}
+
+impl Limits for RunQuota {
+    fn over(&self, under: &Self) -> Self {
+        Self {
+            concurrent_runs: self.concurrent_runs.or(under.concurrent_runs),
+            parked_runs: self.parked_runs.or(under.parked_runs),
+            model_tokens_per_hour: self.model_tokens_per_hour.or(under.model_tokens_per_hour),
+        }
+    }
+}
+
+/// The quotas section of the config.
+pub type QuotaConfig = Quotas<RunQuota>;
+
+/// The `peers` section of the config.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PeersConfig {
+    /// The replicas of this orchestrator, this one included (it is asked
+    /// too, harmlessly): `host:port` or `dns:///host:port`, each resolved to
+    /// every address of the name at every forwarded call. Empty: off (one
+    /// replica, or a balancer that keeps a run's calls on its replica).
+    pub endpoints: Vec<String>,
+    /// How long a peer may take to answer a forwarded call (for WatchRun,
+    /// to start the stream; the stream itself lasts as long as the run).
+    #[serde(with = "baton_common::config::duration")]
+    pub timeout: Duration,
+    /// TLS towards the replicas (when their port speaks TLS, `tls.*`): on
+    /// (`enabled`), each address is checked against the endpoint's name,
+    /// with `ca_file` (or the system's roots); `cert_file`/`key_file`
+    /// present a client certificate.
+    pub tls: crate::client_tls::TlsClient,
+}
+
+impl Default for PeersConfig {
+    fn default() -> Self {
+        Self {
+            endpoints: Vec::new(),
+            timeout: Duration::from_secs(2),
+            tls: Default::default(),
+        }
+    }
+}
+
+impl PeersConfig {
+    /// Checks the section; names the field at fault.
+    pub fn validate(&self) -> Result<(), String> {
+        for (i, e) in self.endpoints.iter().enumerate() {
+            host_port(e).map_err(|m| format!("peers.endpoints[{i}]: {m}"))?;
+        }
+        if self.timeout.is_zero() {
+            return Err("peers.timeout must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+/// The name and port of a peers endpoint, parsed as the client parses
+/// targets; a bare `host:port` is a name to resolve (as `dns:///`).
+pub fn host_port(endpoint: &str) -> Result<(String, u16), String> {
+    let target = if endpoint.contains("://") {
+        Target::parse(endpoint)?
+    } else {
+        Target::parse(&format!("{DNS_SCHEME}{endpoint}"))?
+    };
+    target.host_port().map_err(|e| format!("{endpoint:?}: {e}"))
+}
+
+/// Server limits on pipeline specs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PipelineLimits {
+    /// Most steps in one pipeline.
+    pub max_steps: usize,
+    /// max_concurrency when the request sets none.
+    pub default_concurrency: usize,
+    /// Largest max_concurrency.
+    pub max_concurrency: usize,
+    /// Most retries of one step.
+    pub max_retries: u32,
+    /// Longest step timeout; also the default.
+    pub max_step_timeout: Duration,
 }

@@ -1,16 +1,23 @@
-//! The orchestrator's one error type, and its one mapping to `tonic::Status`.
+//! The orchestrator's one error type for the operations of its application
+//! core ([`crate::app`]): bad requests, unknown runs, runs not in a state to
+//! take a call, limits, shutdown. Each face maps it to its wire form in one
+//! place (`grpc::status` to a `tonic::Status`).
 //!
-//! These are errors of RPCs (bad requests, unknown runs). What goes wrong
-//! inside a run is reported on the run's stream (RunFailed, tool errors).
+//! The codes are gRPC's canonical codes ([`tonic::Code`]): they are the
+//! product's error vocabulary on every face (the HTTP face answers with
+//! the HTTP status grpc-gateway uses for each) and in `RunFailed` events.
+//!
+//! What goes wrong inside a run is reported on the run's stream (RunFailed,
+//! tool errors), not here.
 
 use std::borrow::Cow;
 
-use tonic::{Code, Status, metadata::MetadataValue};
+use tonic::Code;
 
 /// Result with the orchestrator's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// An RPC error; the call changed nothing.
+/// An error of a call; the call changed nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
     /// A request field is malformed.
@@ -45,15 +52,29 @@ pub enum Error {
         /// Which limit.
         message: String,
     },
+    /// A stream's reader fell too far behind and lost its place.
+    #[error("{0}")]
+    Aborted(String),
     /// The server is draining.
     #[error("server is shutting down")]
     ShuttingDown,
-    /// A dependency (the run store's Redis) did not answer; retry.
+    /// A dependency (the run store's Redis, a peer) did not answer; retry.
     #[error("{0}")]
     Unavailable(String),
     /// Something that cannot happen did (a corrupt record).
     #[error("{0}")]
     Internal(String),
+    /// What another replica answered a forwarded call with, passed on as
+    /// it is (its code, message and field).
+    #[error("{message}")]
+    Peer {
+        /// The peer's code.
+        code: Code,
+        /// The peer's message.
+        message: String,
+        /// The field it named, if any.
+        field: Option<String>,
+    },
 }
 
 impl Error {
@@ -64,22 +85,37 @@ impl Error {
             message: message.into(),
         }
     }
-}
 
-impl From<Error> for Status {
-    fn from(e: Error) -> Self {
-        let (code, field) = match &e {
-            Error::InvalidArgument { field, .. } => (Code::InvalidArgument, Some(field.as_ref())),
-            Error::NotFound { field, .. } => (Code::NotFound, Some(*field)),
-            Error::Exhausted { field, .. } => (Code::ResourceExhausted, Some(field.as_ref())),
-            Error::FailedPrecondition { field, .. } => (Code::FailedPrecondition, Some(*field)),
-            Error::ShuttingDown | Error::Unavailable(_) => (Code::Unavailable, None),
-            Error::Internal(_) => (Code::Internal, None),
-        };
-        let mut status = Status::new(code, e.to_string());
-        if let Some(value) = field.and_then(|f| MetadataValue::try_from(f).ok()) {
-            status.metadata_mut().insert("baton-field", value);
+    /// The canonical code of the error.
+    pub fn code(&self) -> Code {
+        match self {
+            Error::InvalidArgument { .. } => Code::InvalidArgument,
+            Error::NotFound { .. } => Code::NotFound,
+            Error::Exhausted { .. } => Code::ResourceExhausted,
+            Error::FailedPrecondition { .. } => Code::FailedPrecondition,
+            Error::Aborted(_) => Code::Aborted,
+            Error::ShuttingDown | Error::Unavailable(_) => Code::Unavailable,
+            Error::Internal(_) => Code::Internal,
+            Error::Peer { code, .. } => *code,
         }
-        status
+    }
+
+    /// The request field the error is about, if any.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            Error::InvalidArgument { field, .. } | Error::Exhausted { field, .. } => Some(field),
+            Error::NotFound { field, .. } | Error::FailedPrecondition { field, .. } => Some(field),
+            Error::Peer { field, .. } => field.as_deref(),
+            Error::Aborted(_)
+            | Error::ShuttingDown
+            | Error::Unavailable(_)
+            | Error::Internal(_) => None,
+        }
+    }
+
+    /// The error's message as a wire status carries it: for a peer's, the
+    /// peer's own text; otherwise the display form (`field: message`).
+    pub fn message(&self) -> String {
+        self.to_string()
     }
 }

@@ -34,6 +34,7 @@
 //! [`RUN_FLUSH`] to carry the terminal events out.
 
 pub mod agent;
+pub mod app;
 pub mod auth;
 pub mod catalog;
 pub mod client_tls;
@@ -44,27 +45,28 @@ pub mod metrics;
 pub mod model;
 pub mod peers;
 pub mod pipeline;
-pub mod quota;
 pub mod remote_store;
+pub mod request;
 pub mod run;
-pub mod services;
 pub mod tools;
+pub mod wire;
 
 use std::{sync::Arc, time::Duration};
 
 use anyhow::Context;
 use baton_common::otel::Tracing;
-use baton_context_store::store::{ContextStore, memory::MemoryStore};
 use baton_proto::v1::orchestrator_server::OrchestratorServer;
+use baton_store::{ContextStore, memory::MemoryStore};
 use tokio::net::TcpListener;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tonic::service::Routes;
 
 use crate::{
+    app::Orchestrator,
     catalog::Catalog,
     config::{Config, StoreMode},
     grpc::OrchestratorService,
-    services::Services,
+    run::shared::Shared,
 };
 
 /// Loads and validates the agents file the config names.
@@ -117,8 +119,7 @@ pub fn build_tracing(config: &Config) -> anyhow::Result<Tracing> {
 /// streams may take to carry the terminal events to the clients.
 pub const RUN_FLUSH: Duration = Duration::from_secs(5);
 
-/// `service.name` unless configured otherwise.
-pub const SERVICE_NAME: &str = "baton-orchestrator";
+pub use config::SERVICE_NAME;
 
 /// A model-provider key named `name` (the agents file's `api_key_env`): the
 /// variable `name` itself, or else the content of the file that
@@ -161,7 +162,7 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let tasks = TaskTracker::new();
-    let services = Services::new(
+    let services = Shared::new(
         catalog,
         store.clone(),
         config.runs.clone(),
@@ -172,14 +173,15 @@ pub async fn serve(
     )
     .map_err(|e| anyhow::anyhow!(e))?
     .with_quotas(config.quotas.clone());
-    let service = OrchestratorService::new(services, shutdown.clone(), tasks.clone());
-    serve_service(service, store, config, listener, shutdown, tasks).await
+    let core = Orchestrator::new(services, shutdown.clone(), tasks.clone());
+    serve_core(core, store, config, listener, shutdown, tasks).await
 }
 
-/// Serves an already built service (tests keep a clone to inspect runs),
-/// with its metrics endpoint; flushes its spans at the end.
-pub async fn serve_service(
-    service: OrchestratorService,
+/// Serves an application core (tests keep a clone to inspect its runs)
+/// through its faces, with its metrics endpoint and its background work;
+/// flushes its spans at the end.
+pub async fn serve_core(
+    core: Orchestrator,
     store: Arc<dyn ContextStore>,
     config: &Config,
     listener: TcpListener,
@@ -187,35 +189,21 @@ pub async fn serve_service(
     tasks: TaskTracker,
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr().context("listener has no address")?;
-    let service = service.with_peers(peers::Peers::new(&config.peers));
+    let core = core.with_peers(peers::Peers::new(&config.peers));
     // Durable runs: renew this replica's leases, claim lapsed ones.
-    if let Some(durable) = service.durable() {
-        let resumer = service.clone();
-        let resume: run::leases::Resume = Arc::new(move |run_id, epoch, last_seq| {
-            let service = resumer.clone();
-            Box::pin(async move {
-                service
-                    .resume(grpc::resume::Claimed {
-                        run_id,
-                        epoch,
-                        last_seq,
-                    })
-                    .await
-            })
-        });
-        tasks.spawn(run::leases::keep(
+    if let Some(durable) = core.durable() {
+        tasks.spawn(app::leases::keep(
+            core.clone(),
             durable,
-            service.runs().clone(),
             shutdown.clone(),
-            resume,
             config.runs.park_after,
         ));
     }
     // Running runs get `shutdown_grace` to finish once shutdown begins.
     tasks.spawn({
-        let service = service.clone();
+        let core = core.clone();
         let grace = config.shutdown_grace;
-        async move { service.finish_runs(grace).await }
+        async move { core.finish_runs(grace).await }
     });
     let keys = auth::load(&config.auth).map_err(|e| anyhow::anyhow!(e))?;
     if let Some(keys) = &keys {
@@ -224,18 +212,18 @@ pub async fn serve_service(
     }
     baton_common::metrics::serve(
         &config.telemetry.metrics_listen,
-        service.metrics().registry.clone(),
+        core.metrics().registry.clone(),
         shutdown.clone(),
     )
     .await?;
-    if let Some(endpoint) = service.tracing().endpoint() {
+    if let Some(endpoint) = core.tracing().endpoint() {
         tracing::info!(endpoint, "exporting spans over OTLP");
     }
-    let tracing = service.tracing().clone();
-    let durable = service.durable();
-    service.list_remote_tools();
+    let tracing = core.tracing().clone();
+    let durable = core.durable();
+    core.list_remote_tools();
     let routes = Routes::new(OrchestratorServer::with_interceptor(
-        service,
+        OrchestratorService::new(core),
         auth::Authenticate(keys),
     ));
     tracing::info!(%addr, "orchestrator listening");

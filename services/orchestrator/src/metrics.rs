@@ -43,8 +43,8 @@ pub struct Metrics {
     /// counts as `other`, so no client can grow the label sets.
     known_models: HashSet<String>,
     known_tools: HashSet<String>,
-    /// Per-tenant usage of the quotas (see [`crate::quota`]).
-    pub quota: crate::quota::QuotaMetrics,
+    /// Per-tenant usage of the quotas (see `run::quota`).
+    pub quota: QuotaMetrics,
 }
 
 /// The label value of a model or tool not in the catalog.
@@ -137,7 +137,7 @@ impl Metrics {
             "Tokens reported by models",
             tokens.clone(),
         );
-        let quota = crate::quota::QuotaMetrics::default();
+        let quota = QuotaMetrics::default();
         r.register(
             "baton_tenant_runs",
             "Runs not ended on this replica, by tenant",
@@ -229,4 +229,17 @@ impl Metrics {
 
 fn outcome(ok: bool) -> String {
     if ok { "ok" } else { "error" }.to_owned()
+}
+
+/// The per-tenant metrics.
+#[derive(Clone, Default)]
+pub struct QuotaMetrics {
+    /// Runs not ended on this replica.
+    pub runs: Family<Vec<(&'static str, String)>, Gauge>,
+    /// Runs waiting for people on this replica (in memory).
+    pub waiting: Family<Vec<(&'static str, String)>, Gauge>,
+    /// Model tokens used by this replica's runs.
+    pub tokens: Family<Vec<(&'static str, String)>, Counter>,
+    /// Runs and model turns refused by a quota.
+    pub refusals: Family<Vec<(&'static str, String)>, Counter>,
 }

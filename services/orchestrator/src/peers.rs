@@ -18,71 +18,23 @@ use std::{
     future::Future,
     net::SocketAddr,
     sync::{Arc, Mutex},
-    time::Duration,
 };
 
-use baton_client::balance::{DNS_SCHEME, Target};
-use baton_proto::v1::orchestrator_client::OrchestratorClient;
-use futures::{StreamExt, stream::FuturesUnordered};
-use serde::{Deserialize, Serialize};
-use tonic::{Code, Request, Response, Status, metadata::MetadataMap, transport::Channel};
+use baton_proto::v1::{self as pb, orchestrator_client::OrchestratorClient};
+use futures::{
+    StreamExt,
+    stream::{BoxStream, FuturesUnordered},
+};
+use tonic::{Code, Request, Response, Status, metadata::MetadataValue, transport::Channel};
+
+use crate::{
+    config::PeersConfig,
+    error::Error,
+    run::{events::Filter, record::ApprovalAnswer, view::RunView},
+};
 
 /// The header that marks a call forwarded by a peer.
 pub const FORWARDED: &str = "baton-forwarded";
-
-/// The `peers` section of the config.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct PeersConfig {
-    /// The replicas of this orchestrator, this one included (it is asked
-    /// too, harmlessly): `host:port` or `dns:///host:port`, each resolved to
-    /// every address of the name at every forwarded call. Empty: off (one
-    /// replica, or a balancer that keeps a run's calls on its replica).
-    pub endpoints: Vec<String>,
-    /// How long a peer may take to answer a forwarded call (for WatchRun,
-    /// to start the stream; the stream itself lasts as long as the run).
-    #[serde(with = "baton_common::config::duration")]
-    pub timeout: Duration,
-    /// TLS towards the replicas (when their port speaks TLS, `tls.*`): on
-    /// (`enabled`), each address is checked against the endpoint's name,
-    /// with `ca_file` (or the system's roots); `cert_file`/`key_file`
-    /// present a client certificate.
-    pub tls: crate::client_tls::TlsClient,
-}
-
-impl Default for PeersConfig {
-    fn default() -> Self {
-        Self {
-            endpoints: Vec::new(),
-            timeout: Duration::from_secs(2),
-            tls: Default::default(),
-        }
-    }
-}
-
-impl PeersConfig {
-    /// Checks the section; names the field at fault.
-    pub fn validate(&self) -> Result<(), String> {
-        for (i, e) in self.endpoints.iter().enumerate() {
-            host_port(e).map_err(|m| format!("peers.endpoints[{i}]: {m}"))?;
-        }
-        if self.timeout.is_zero() {
-            return Err("peers.timeout must be positive".into());
-        }
-        Ok(())
-    }
-}
-
-/// The name and port of a peers endpoint, parsed as the client parses
-/// targets; a bare `host:port` is a name to resolve (as `dns:///`).
-fn host_port(endpoint: &str) -> Result<(String, u16), String> {
-    let target = if endpoint.contains("://") {
-        Target::parse(endpoint)?
-    } else {
-        Target::parse(&format!("{DNS_SCHEME}{endpoint}"))?
-    };
-    target.host_port().map_err(|e| format!("{endpoint:?}: {e}"))
-}
 
 /// The other replicas, as far as forwarding is concerned.
 pub struct Peers {
@@ -102,15 +54,10 @@ impl Peers {
         })
     }
 
-    /// Whether `metadata` says a peer sent this call.
-    pub fn is_forwarded(metadata: &MetadataMap) -> bool {
-        metadata.contains_key(FORWARDED)
-    }
-
     async fn clients(&self) -> Vec<OrchestratorClient<Channel>> {
         let mut addresses = Vec::new();
         for endpoint in &self.config.endpoints {
-            let Ok((host, port)) = host_port(endpoint) else {
+            let Ok((host, port)) = crate::config::host_port(endpoint) else {
                 continue;
             };
             match tokio::net::lookup_host((host.as_str(), port)).await {
@@ -160,10 +107,10 @@ impl Peers {
     }
 
     /// Asks every replica `call(client, request)` with `message`, marked as
-    /// forwarded and carrying the caller's `traceparent`: the first answer
-    /// that is not `NOT_FOUND` (nor a replica that cannot answer), or how
-    /// many were asked.
-    pub async fn ask<M, T, F, Fut>(&self, incoming: &MetadataMap, message: M, call: F) -> Answer<T>
+    /// forwarded and carrying the caller's `traceparent` and key: the first
+    /// answer that is not `NOT_FOUND` (nor a replica that cannot answer),
+    /// or how many were asked.
+    async fn ask<M, T, F, Fut>(&self, caller: &Forward, message: M, call: F) -> Answer<T>
     where
         M: Clone,
         F: Fn(OrchestratorClient<Channel>, Request<M>) -> Fut,
@@ -180,12 +127,18 @@ impl Peers {
                 // (for a stream, its start).
                 let mut request = Request::new(message.clone());
                 let md = request.metadata_mut();
-                md.insert(FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
+                md.insert(FORWARDED, MetadataValue::from_static("1"));
                 // The caller's trace, and its key: the peer authenticates the
                 // same tenant.
-                for header in ["traceparent", "authorization"] {
-                    if let Some(v) = incoming.get(header) {
-                        md.insert(header, v.clone());
+                for (header, value) in [
+                    ("traceparent", &caller.traceparent),
+                    ("authorization", &caller.authorization),
+                ] {
+                    if let Some(v) = value
+                        .as_deref()
+                        .and_then(|v| MetadataValue::try_from(v).ok())
+                    {
+                        md.insert(header, v);
                     }
                 }
                 let call = call(client, request);
@@ -207,17 +160,142 @@ impl Peers {
                     tracing::debug!(error = %s, "a peer did not answer a forwarded call");
                     unanswered += 1;
                 }
-                found => return Answer::Found(found),
+                found => {
+                    return Answer::Found(found.map(Response::into_inner).map_err(from_status));
+                }
             }
         }
         Answer::Missing { asked, unanswered }
+    }
+
+    /// GetRun of a run on another replica.
+    pub async fn get_run(&self, caller: &Forward, run_id: &str) -> Answer<RunView> {
+        let request = pb::GetRunRequest {
+            run_id: run_id.to_owned(),
+        };
+        self.ask(
+            caller,
+            request,
+            |mut c, r| async move { c.get_run(r).await },
+        )
+        .await
+        .map(RunView::from)
+    }
+
+    /// WatchRun of a run on another replica: its stream, as the peer sends it.
+    pub async fn watch_run(
+        &self,
+        caller: &Forward,
+        run_id: &str,
+        after_seq: u64,
+        filter: &Filter,
+    ) -> Answer<BoxStream<'static, Result<pb::RunEvent, Error>>> {
+        let request = pb::WatchRunRequest {
+            run_id: run_id.to_owned(),
+            after_seq,
+            filter: Some(pb::EventFilter::from(filter)),
+        };
+        self.ask(
+            caller,
+            request,
+            |mut c, r| async move { c.watch_run(r).await },
+        )
+        .await
+        .map(|stream| stream.map(|e| e.map_err(from_status)).boxed())
+    }
+
+    /// CancelRun of a run on another replica: its status after.
+    pub async fn cancel_run(
+        &self,
+        caller: &Forward,
+        run_id: &str,
+        reason: &str,
+    ) -> Answer<pb::RunStatus> {
+        let request = pb::CancelRunRequest {
+            run_id: run_id.to_owned(),
+            reason: reason.to_owned(),
+        };
+        self.ask(
+            caller,
+            request,
+            |mut c, r| async move { c.cancel_run(r).await },
+        )
+        .await
+        .map(|r| pb::RunStatus::try_from(r.status).unwrap_or_default())
+    }
+
+    /// ResolveApproval of a run on another replica.
+    pub async fn resolve_approval(
+        &self,
+        caller: &Forward,
+        run_id: &str,
+        approval_id: &str,
+        answer: &ApprovalAnswer,
+    ) -> Answer<()> {
+        let request = pb::ResolveApprovalRequest {
+            run_id: run_id.to_owned(),
+            approval_id: approval_id.to_owned(),
+            approved: answer.approved,
+            reason: answer.reason.clone(),
+        };
+        self.ask(caller, request, |mut c, r| async move {
+            c.resolve_approval(r).await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// SubmitInput of a run on another replica.
+    pub async fn submit_input(
+        &self,
+        caller: &Forward,
+        run_id: &str,
+        input_id: &str,
+        input: &str,
+    ) -> Answer<()> {
+        let request = pb::SubmitInputRequest {
+            run_id: run_id.to_owned(),
+            input_id: input_id.to_owned(),
+            input: input.to_owned(),
+        };
+        self.ask(caller, request, |mut c, r| async move {
+            c.submit_input(r).await
+        })
+        .await
+        .map(|_| ())
+    }
+}
+
+/// What a forwarded call carries of its caller.
+#[derive(Debug, Clone, Default)]
+pub struct Forward {
+    /// Whether a peer sent the call: it is answered from this replica's
+    /// runs only, and never forwarded again.
+    pub forwarded: bool,
+    /// The caller's W3C `traceparent`.
+    pub traceparent: Option<String>,
+    /// The caller's `authorization` (its API key): the peer authenticates
+    /// the same tenant.
+    pub authorization: Option<String>,
+}
+
+/// A peer's error, passed on with its code, message and field.
+fn from_status(s: Status) -> Error {
+    Error::Peer {
+        code: s.code(),
+        message: s.message().to_owned(),
+        field: s
+            .metadata()
+            .get(baton_proto::FIELD_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
     }
 }
 
 /// What the replicas said (see [`Peers::ask`]).
 pub enum Answer<T> {
     /// A replica has the run; its answer.
-    Found(Result<Response<T>, Status>),
+    Found(Result<T, Error>),
     /// No replica has it.
     Missing {
         /// How many replicas were asked.
@@ -227,9 +305,20 @@ pub enum Answer<T> {
     },
 }
 
+impl<T> Answer<T> {
+    fn map<U>(self, f: impl FnOnce(T) -> U) -> Answer<U> {
+        match self {
+            Answer::Found(r) => Answer::Found(r.map(f)),
+            Answer::Missing { asked, unanswered } => Answer::Missing { asked, unanswered },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::PeersConfig;
+    use std::time::Duration;
 
     #[test]
     fn endpoints_are_checked() {

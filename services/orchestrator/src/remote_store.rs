@@ -17,12 +17,10 @@ use baton_common::{
     auth::{ServiceToken, TENANT_HEADER, Tenant},
     ids::TraceId,
 };
-use baton_context_store::{
+use baton_store::{
+    Change, ChangeKind, ChangeStream, ContextStore, Key, Limits, Listing, Page, PageToken, Put,
+    Removed, Scope, Selection, Slot, SlotMeta, Written,
     error::{Error, Result},
-    store::{
-        Change, ChangeKind, ChangeStream, ContextStore, Key, Limits, Listing, Page, PageToken, Put,
-        Removed, Scope, Selection, Slot, SlotMeta, Written,
-    },
 };
 use futures::{Future, StreamExt};
 use opentelemetry::{

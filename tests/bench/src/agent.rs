@@ -153,7 +153,7 @@ pub fn run(o: Options) -> anyhow::Result<()> {
         let took = t.elapsed();
         anyhow::ensure!(parked == o.parked, "only {parked} runs parked");
         let after = rss_kib()?;
-        let running = server.service.runs().running();
+        let running = server.core.runs().running();
         println!(
             "{:<62} {:>10.1} KiB {:>14}",
             format!("(d) {parked} runs parked on an approval: RSS per run"),

@@ -102,7 +102,7 @@ async fn until_parked(
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
         let leased: usize = redis.cli(&["ZCARD", "baton:leases"])?.trim().parse()?;
-        if server.service.runs().running() == 0 && leased >= n {
+        if server.core.runs().running() == 0 && leased >= n {
             return Ok(());
         }
         anyhow::ensure!(Instant::now() < deadline, "runs not parked in 10 min");

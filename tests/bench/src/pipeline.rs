@@ -14,16 +14,14 @@
 use std::{sync::Arc, time::Instant};
 
 use baton_client::{OrchestratorClient, pb, pb::run_event::Payload};
-use baton_context_store::{
-    config::Backend,
-    store::{
-        ContextStore,
-        memory::MemoryStore,
-        redis::{RedisConfig, RedisStore},
-    },
-};
+use baton_context_store::config::Backend;
 use baton_e2e::{OrchestratorServer, RedisServer, StoreServer};
 use baton_orchestrator::remote_store::RemoteStore;
+use baton_store::{
+    ContextStore,
+    memory::MemoryStore,
+    redis::{RedisConfig, RedisStore},
+};
 use futures::StreamExt;
 
 /// What to measure.

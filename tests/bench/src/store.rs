@@ -8,12 +8,10 @@ use std::{
 
 use anyhow::Context;
 use baton_client::{StoreClient, pb};
-use baton_context_store::{
-    config::{Backend, Config},
-    store::{ContextStore, redis::RedisStore},
-};
+use baton_context_store::config::{Backend, Config};
 use baton_e2e::RedisServer;
 use baton_proto::v1::context_store_server::{ContextStore as ContextStoreRpc, ContextStoreServer};
+use baton_store::{ContextStore, redis::RedisStore};
 use hdrhistogram::Histogram;
 use redis::aio::ConnectionManager;
 use tokio::runtime::Runtime;

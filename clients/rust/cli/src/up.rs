@@ -4,7 +4,7 @@
 use std::{net::SocketAddr, path::PathBuf, sync::Arc};
 
 use anyhow::Context;
-use baton_context_store::store::{ContextStore, memory::MemoryStore};
+use baton_store::{ContextStore, memory::MemoryStore};
 use clap::Args;
 
 /// The example agents, used when no agents file is given or found.
@@ -49,7 +49,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let _telemetry = baton_common::telemetry::init_stderr(
         "baton",
         &baton_common::telemetry::LogConfig {
-            level: "warn,baton_orchestrator=info,baton_context_store=info".into(),
+            level: "warn,baton_orchestrator=info,baton_context_store=info,baton_store=info".into(),
             // One process on a developer's machine: no audit trail.
             audit: "off".into(),
             ..Default::default()

@@ -27,10 +27,37 @@ use crate::{
 /// context ids follow the order of the calls in the model's answer.
 pub(super) enum CallPlan {
     Handoff(String),
-    Agent(Arc<ContextInfo>, String),
-    Pipeline(Arc<ContextInfo>),
+    Agent(Child, String),
+    Pipeline(Child),
     Tool(Arc<dyn Tool>),
     Refused(String),
+}
+
+/// A child context a call will run in: its id is fixed when the call is
+/// planned; the context (and its span) is made when the call runs, inside
+/// the call's `execute_tool` span, so in a trace the call and the agent or
+/// pipeline it runs nest.
+pub(super) struct Child {
+    /// The segment under the caller's context (`summarizer.1`).
+    segment: String,
+    /// The context's span name.
+    name: String,
+}
+
+impl Child {
+    fn of(segment: String, name: String) -> Self {
+        Self { segment, name }
+    }
+
+    /// The child context, a span under the current one (the call's).
+    fn open(self, rt: &Run, parent: &ContextInfo) -> Arc<ContextInfo> {
+        rt.child_context_under(
+            parent,
+            &self.segment,
+            self.name,
+            &opentelemetry::Context::current(),
+        )
+    }
 }
 
 pub(super) fn plan(rt: &Run, frame: &mut CallFrame, call: &ToolCallRequest) -> CallPlan {
@@ -60,7 +87,7 @@ pub(super) fn plan(rt: &Run, frame: &mut CallFrame, call: &ToolCallRequest) -> C
                 frame.ctx.id, rt.limits.max_depth
             ));
         }
-        return CallPlan::Pipeline(rt.child_context(&frame.ctx, &segment, "pipeline".into()));
+        return CallPlan::Pipeline(Child::of(segment, "pipeline".into()));
     }
     if let Some(tool) = rt.services.tools.get(name) {
         return CallPlan::Tool(tool.clone());
@@ -76,11 +103,7 @@ pub(super) fn plan(rt: &Run, frame: &mut CallFrame, call: &ToolCallRequest) -> C
                 frame.ctx.id, rt.limits.max_depth
             ));
         }
-        let child = rt.child_context(
-            &frame.ctx,
-            &segment,
-            crate::run::context::invoke_agent_span_name(name),
-        );
+        let child = Child::of(segment, crate::run::context::invoke_agent_span_name(name));
         return CallPlan::Agent(child, name.to_owned());
     }
     CallPlan::Refused(format!("unknown tool {name:?}"))
@@ -182,10 +205,12 @@ pub(super) async fn execute_call(
                 rt.pending_writes.settled().await;
                 run_tool(rt, view, call, tool.as_ref()).await
             }
-            CallPlan::Pipeline(child_ctx) => {
+            CallPlan::Pipeline(child) => {
+                let child_ctx = child.open(rt, &view.ctx);
                 pipeline::tool::run_as_tool(rt, &child_ctx, &call.arguments, run_frame).await
             }
-            CallPlan::Agent(child_ctx, target) => {
+            CallPlan::Agent(child, target) => {
+                let child_ctx = child.open(rt, &view.ctx);
                 let _end = child_ctx.end_on_drop();
                 let task = match call.arguments.get("task").and_then(Value::as_str) {
                     Some(t) => t.to_owned(),
@@ -392,8 +417,8 @@ agents:
     fn describe(plan: &CallPlan) -> String {
         match plan {
             CallPlan::Handoff(to) => format!("handoff {to}"),
-            CallPlan::Agent(ctx, name) => format!("agent {name} {} d{}", ctx.id, ctx.depth),
-            CallPlan::Pipeline(ctx) => format!("pipeline {} d{}", ctx.id, ctx.depth),
+            CallPlan::Agent(child, name) => format!("agent {name} root.{} d1", child.segment),
+            CallPlan::Pipeline(child) => format!("pipeline root.{} d1", child.segment),
             CallPlan::Tool(_) => "tool".into(),
             CallPlan::Refused(why) => format!("refused: {why}"),
         }
@@ -402,7 +427,12 @@ agents:
     #[tokio::test]
     async fn calls_are_planned_in_the_models_order_with_numbered_child_contexts() {
         let (rt, _events) = testing::run(AGENTS, testing::limits(), pb::ApprovalMode::Ask);
-        let mut frame = CallFrame::root(&rt, "lead", Vec::new(), "go".into()).expect("frame");
+        let mut frame = CallFrame::root(
+            &rt,
+            rt.resolve("lead").expect("resolves"),
+            Vec::new(),
+            "go".into(),
+        );
         let names = [
             "helper",
             "sleep",
@@ -446,7 +476,12 @@ agents:
             ..testing::limits()
         };
         let (rt, _events) = testing::run(AGENTS, limits, pb::ApprovalMode::Ask);
-        let mut frame = CallFrame::root(&rt, "lead", Vec::new(), "go".into()).expect("frame");
+        let mut frame = CallFrame::root(
+            &rt,
+            rt.resolve("lead").expect("resolves"),
+            Vec::new(),
+            "go".into(),
+        );
         // An agent at depth 1 is within the limit; a pipeline's steps would
         // be at depth 2.
         assert_eq!(
@@ -462,7 +497,12 @@ agents:
             ..testing::limits()
         };
         let (rt, _events) = testing::run(AGENTS, limits, pb::ApprovalMode::Ask);
-        let mut frame = CallFrame::root(&rt, "lead", Vec::new(), "go".into()).expect("frame");
+        let mut frame = CallFrame::root(
+            &rt,
+            rt.resolve("lead").expect("resolves"),
+            Vec::new(),
+            "go".into(),
+        );
         assert_eq!(
             describe(&plan(&rt, &mut frame, &call("helper"))),
             "refused: cannot call agent helper: context root.helper.1 would be at depth 1, over max_depth 0"

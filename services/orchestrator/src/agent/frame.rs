@@ -14,12 +14,12 @@ use tonic::Code;
 
 use crate::run::context::ContextInfo;
 use crate::run::failure::Failure;
-use crate::run::state::{FinalScope, Run};
+use crate::run::state::{FinalScope, Resolved, Run};
 use crate::{
     catalog::{Agent, Catalog},
     model::{ChatMessage, DeltaSink, Model, Role, ToolCallRequest, ToolDef},
     pipeline::{self, PipelineFile},
-    services::Services,
+    run::shared::Shared,
     tools::{ToolEvents, Toolbox},
 };
 
@@ -68,18 +68,14 @@ pub struct CallFrame {
 }
 
 impl CallFrame {
-    /// The root frame of a RunAgent: the target agent (or group root), the
-    /// request's history, then the input.
-    pub fn root(
-        rt: &Run,
-        target: &str,
-        history: Vec<ChatMessage>,
-        input: String,
-    ) -> Result<Self, Failure> {
-        let ctx = rt.root_context(crate::run::context::invoke_agent_span_name(target));
-        let mut frame = Self::new(rt, ctx, target, history, input, Arc::default())?;
+    /// The root frame of a RunAgent: the target agent (or group root),
+    /// resolved when the request was validated, the request's history, then
+    /// the input.
+    pub fn root(rt: &Run, target: Resolved, history: Vec<ChatMessage>, input: String) -> Self {
+        let ctx = rt.root_context(crate::run::context::invoke_agent_span_name(&target.target));
+        let mut frame = Self::resolved(rt, ctx, target, history, input, Arc::default());
         frame.answer_request(rt);
-        Ok(frame)
+        frame
     }
 
     /// Makes the frame's answer the request's: the request's
@@ -117,14 +113,28 @@ impl CallFrame {
         input: String,
         scope: Arc<FinalScope>,
     ) -> Result<Self, Failure> {
-        let agent = rt.services.catalog.entry(target).ok_or_else(|| Failure {
+        let resolved = rt.resolve(target).map_err(|e| Failure {
             code: Code::InvalidArgument,
-            message: format!("unknown agent {target:?}"),
+            message: e.to_string(),
         })?;
-        let model = rt.model_for(&agent).map_err(|message| Failure {
-            code: Code::InvalidArgument,
-            message,
-        })?;
+        Ok(Self::resolved(rt, ctx, resolved, history, input, scope))
+    }
+
+    /// A frame running the resolved `target` in `ctx` on `input`.
+    fn resolved(
+        rt: &Run,
+        ctx: Arc<ContextInfo>,
+        target: Resolved,
+        history: Vec<ChatMessage>,
+        input: String,
+        scope: Arc<FinalScope>,
+    ) -> Self {
+        let Resolved {
+            agent,
+            model,
+            group_members,
+            ..
+        } = target;
         ctx.set_attribute(opentelemetry::KeyValue::new(
             "gen_ai.operation.name",
             "invoke_agent",
@@ -148,19 +158,14 @@ impl CallFrame {
         if !input.is_empty() {
             messages.push(ChatMessage::new(Role::User, input.clone()));
         }
-        Ok(Self {
+        Self {
             ctx,
             agent_name: Arc::from(agent.name.as_str()),
             agent,
             model,
             messages,
             input,
-            group_members: rt
-                .services
-                .catalog
-                .groups
-                .get(target)
-                .map(|g| g.members.clone()),
+            group_members,
             children: HashMap::new(),
             agent_turns: 0,
             turns: 0,
@@ -171,7 +176,7 @@ impl CallFrame {
             settings: Default::default(),
             format_retries: 0,
         }
-        .with_settings(rt))
+        .with_settings(rt)
     }
 
     fn with_settings(mut self, rt: &Run) -> Self {
@@ -201,7 +206,7 @@ impl CallFrame {
 
     /// What the model is told about the frame's tools and handoffs, shared
     /// by every frame of the same agent (in the same group).
-    pub(super) fn tools(&self, services: &Services) -> Arc<[ToolDef]> {
+    pub(super) fn tools(&self, services: &Shared) -> Arc<[ToolDef]> {
         let key = match &self.group_members {
             Some(members) => format!("{}@{}", self.agent.name, members.join(",")),
             None => self.agent.name.clone(),

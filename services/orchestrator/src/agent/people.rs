@@ -366,7 +366,12 @@ agents:
 
     async fn approve_in(mode: pb::ApprovalMode, tool: &str) -> (Result<(), String>, Vec<String>) {
         let (rt, mut events) = testing::run(AGENTS, testing::limits(), mode);
-        let frame = CallFrame::root(&rt, "careful", Vec::new(), "go".into()).expect("frame");
+        let frame = CallFrame::root(
+            &rt,
+            rt.resolve("careful").expect("resolves"),
+            Vec::new(),
+            "go".into(),
+        );
         let answer = approve(&rt, &frame.view(), &call(tool)).await;
         (answer, testing::kinds(&mut events))
     }
@@ -404,7 +409,12 @@ agents:
     #[tokio::test]
     async fn a_persons_answer_is_the_answer() {
         let (rt, mut events) = testing::run(AGENTS, testing::limits(), pb::ApprovalMode::Ask);
-        let frame = CallFrame::root(&rt, "careful", Vec::new(), "go".into()).expect("frame");
+        let frame = CallFrame::root(
+            &rt,
+            rt.resolve("careful").expect("resolves"),
+            Vec::new(),
+            "go".into(),
+        );
         let view = frame.view();
         let call = call("sleep");
         let asking = approve(&rt, &view, &call);
@@ -442,7 +452,12 @@ agents:
     #[tokio::test]
     async fn input_is_asked_and_received_or_times_out() {
         let (rt, mut events) = testing::run(AGENTS, testing::limits(), pb::ApprovalMode::Ask);
-        let frame = CallFrame::root(&rt, "careful", Vec::new(), "go".into()).expect("frame");
+        let frame = CallFrame::root(
+            &rt,
+            rt.resolve("careful").expect("resolves"),
+            Vec::new(),
+            "go".into(),
+        );
         let view = frame.view();
         let call = call("sleep");
         let asking = input(&rt, &view, &call, 1, "city?".into(), vec!["Paris".into()]);

@@ -54,7 +54,7 @@ pub(super) async fn run_frame_inner(
     .await;
     loop {
         // The agent's tool definitions, made once per agent for the whole
-        // process (see `Services::tool_defs`) and rebuilt only when a tool
+        // process (see `Shared::tool_defs`) and rebuilt only when a tool
         // server lists its tools again (an MCP server's
         // `tools/list_changed` shows from the next turn on): a turn loop of
         // a hundred calls does not rebuild every JSON schema a hundred
@@ -85,10 +85,9 @@ pub(super) async fn run_frame_inner(
             None => {
                 // Quota `model_tokens_per_hour`: refused before it asks.
                 if let Err(e) = rt.services.quotas.may_call_model(&rt.record.tenant).await {
-                    let status = tonic::Status::from(e);
                     return Err(Failure {
-                        code: status.code(),
-                        message: status.message().to_owned(),
+                        code: e.code(),
+                        message: e.to_string(),
                     });
                 }
                 let request = ModelRequest {
@@ -382,9 +381,9 @@ pub(super) async fn switch_agent(
             code: Code::Internal,
             message: format!("handoff to unknown agent {to:?}"),
         })?;
-    let model = rt.model_for(&next).map_err(|message| Failure {
+    let model = rt.model_for(&next).map_err(|e| Failure {
         code: Code::InvalidArgument,
-        message,
+        message: e.to_string(),
     })?;
     let from = std::mem::replace(&mut frame.agent, next);
     frame.agent_name = Arc::from(frame.agent.name.as_str());

@@ -2,6 +2,7 @@
 //! anything runs and turns it into a graph of [`Step`]s; every problem is
 //! `INVALID_ARGUMENT` naming the field (`pipeline.steps[2].agent`, …).
 
+use crate::config::PipelineLimits;
 use std::{
     collections::{BTreeSet, HashMap},
     time::Duration,
@@ -16,21 +17,6 @@ use crate::{
     catalog::{Catalog, valid_name},
     error::{Error, Result},
 };
-
-/// Server limits on pipeline specs.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PipelineLimits {
-    /// Most steps in one pipeline.
-    pub max_steps: usize,
-    /// max_concurrency when the request sets none.
-    pub default_concurrency: usize,
-    /// Largest max_concurrency.
-    pub max_concurrency: usize,
-    /// Most retries of one step.
-    pub max_retries: u32,
-    /// Longest step timeout; also the default.
-    pub max_step_timeout: Duration,
-}
 
 /// One validated step.
 #[derive(Debug, Clone)]
@@ -201,13 +187,12 @@ impl Plan {
                 ));
             }
             if !s.output_to.is_empty() {
-                baton_context_store::store::Key::parse("output_to", &s.output_to, key_max_len)
-                    .map_err(|e| {
-                        invalid(
-                            field(i, "output_to"),
-                            e.to_string().trim_start_matches("output_to: ").to_owned(),
-                        )
-                    })?;
+                baton_store::Key::parse("output_to", &s.output_to, key_max_len).map_err(|e| {
+                    invalid(
+                        field(i, "output_to"),
+                        e.to_string().trim_start_matches("output_to: ").to_owned(),
+                    )
+                })?;
                 if let Some(other) = producers.insert(s.output_to.clone(), i) {
                     return Err(invalid(
                         field(i, "output_to"),

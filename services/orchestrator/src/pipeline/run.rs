@@ -47,8 +47,8 @@ use std::{
     sync::Arc,
 };
 
-use baton_context_store::store::{Key, MAX_BATCH, Put, Selection, Written};
 use baton_proto::v1::{self as pb, run_event::Payload};
+use baton_store::{Error as StoreError, Key, MAX_BATCH, Put, Selection, Written};
 use futures::{StreamExt, stream::FuturesUnordered};
 use tonic::Code;
 
@@ -158,7 +158,7 @@ impl Summary {
 
 type StepFuture<'a> = Pin<Box<dyn Future<Output = (usize, Result<String, Failure>)> + Send + 'a>>;
 /// A batch of step outputs being written: the steps, and how it went.
-type Batch = (Vec<usize>, baton_context_store::error::Result<Vec<Written>>);
+type Batch = (Vec<usize>, baton_store::Result<Vec<Written>>);
 type WriteFuture<'a> = Pin<Box<dyn Future<Output = Batch> + Send + 'a>>;
 
 /// What the executor waits for next.
@@ -188,6 +188,21 @@ fn output_put(rt: &Run, key: &str, output: &str) -> Put {
     let mut put = Put::new(rt.scope.clone(), key, output.as_bytes().to_vec());
     put.content_type = "text/plain; charset=utf-8".into();
     put
+}
+
+/// The entry of a batched write the store refused: the one its error
+/// names — `entries[N]`, as a backend's error carries it or as the store
+/// service's message starts — else the first (the whole call failed).
+fn refused_entry(e: &StoreError) -> usize {
+    match e {
+        StoreError::InEntry { index, .. } => *index,
+        StoreError::Remote { message, .. } => message
+            .strip_prefix("entries[")
+            .and_then(|rest| rest.split_once(']'))
+            .and_then(|(n, _)| n.parse().ok())
+            .unwrap_or(0),
+        _ => 0,
+    }
 }
 
 type Notice<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
@@ -418,13 +433,7 @@ pub(super) async fn execute(
                 if write_failure.is_some() {
                     continue;
                 }
-                // The step whose output the store refused (the batch's
-                // first when the whole call failed).
-                let at = match &e {
-                    baton_context_store::error::Error::InEntry { index, .. } => *index,
-                    _ => 0,
-                };
-                let i = batch[at.min(batch.len() - 1)];
+                let i = batch[refused_entry(&e).min(batch.len() - 1)];
                 let key = plan.steps[i].output_to.clone().unwrap_or_default();
                 let message = format!(
                     "step {:?} succeeded but its output could not be written to slot {key}: {e}",

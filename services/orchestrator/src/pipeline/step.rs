@@ -8,8 +8,8 @@ use std::{
     time::Instant,
 };
 
-use baton_context_store::store::Key;
 use baton_proto::v1::{self as pb, run_event::Payload};
+use baton_store::Key;
 use opentelemetry::{KeyValue, trace::TraceContextExt as _};
 use tonic::Code;
 

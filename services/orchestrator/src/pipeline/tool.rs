@@ -12,10 +12,7 @@ use super::{
 };
 use crate::{
     agent::frame::{CallOutput, RunFrame},
-    run::{
-        context::ContextInfo,
-        state::{Run, check_target},
-    },
+    run::{context::ContextInfo, state::Run},
 };
 
 /// The `run_pipeline` tool: validates the agent's pipeline (its arguments
@@ -92,13 +89,8 @@ async fn tool_run(
         ctx.set_attribute(KeyValue::new("baton.pipeline.name", plan.name.clone()));
     }
     for (i, step) in plan.steps.iter().enumerate() {
-        check_target(
-            &rt.services.catalog,
-            &rt.services.models,
-            &rt.default_model,
-            &step.agent,
-        )
-        .map_err(|e| format!("pipeline.steps[{i}].agent: {e}"))?;
+        rt.resolve(&step.agent)
+            .map_err(|e| format!("pipeline.steps[{i}].agent: {e}"))?;
     }
     let owned = owned_keys(&plan, &initial);
     let outcome = execute(rt, ctx, &plan, initial, run_frame).await;

@@ -67,6 +67,28 @@ impl ContextInfo {
         )
     }
 
+    /// [`Self::child_with`] whose span is a child of `otel` (a span inside
+    /// this context, such as the `execute_tool` span of the call that
+    /// starts the child) rather than of this context's own span.
+    pub fn child_under(
+        &self,
+        tracer: &SdkTracer,
+        segment: &str,
+        name: String,
+        span_id: Option<SpanId>,
+        otel: &Context,
+    ) -> Arc<Self> {
+        Self::new(
+            tracer,
+            otel,
+            format!("{}.{segment}", self.id),
+            self.id.clone(),
+            self.depth + 1,
+            name,
+            span_id,
+        )
+    }
+
     /// [`Self::root`] whose events carry the span id `span_id` when given.
     pub fn root_with(
         tracer: &SdkTracer,

@@ -10,7 +10,9 @@ use std::{collections::HashSet, sync::Arc, time::SystemTime};
 
 use baton_proto::v1::{self as pb, run_event::Payload};
 use tokio::sync::mpsc;
-use tonic::Status;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::error::Error;
 
 use super::record::RunRecord;
 pub use super::{
@@ -22,6 +24,11 @@ pub use super::{
 pub const DRAFT_BUFFER: usize = 256;
 /// Events buffered between the sequencer and the client.
 pub const CLIENT_BUFFER: usize = 256;
+
+/// The stream of a run's events a caller reads, whatever the face: events
+/// in order, then the end of the stream; an error ends it early (the
+/// replica is going away, or a watcher fell behind).
+pub type EventStream = ReceiverStream<Result<pb::RunEvent, Error>>;
 
 /// An event before the sequencer numbers it.
 pub struct Draft {
@@ -120,7 +127,7 @@ impl Filter {
 /// has dropped its sender. Returns when the run's last event is through.
 pub async fn sequence(
     mut drafts: mpsc::Receiver<Draft>,
-    out: mpsc::Sender<Result<pb::RunEvent, Status>>,
+    out: mpsc::Sender<Result<pb::RunEvent, Error>>,
     filter: Filter,
     record: Arc<RunRecord>,
     emitted: prometheus_client::metrics::counter::Counter,

@@ -17,7 +17,6 @@ use std::{sync::Arc, time::SystemTime};
 
 use baton_proto::v1::{self as pb, run_event::Payload};
 use tokio::sync::mpsc;
-use tonic::Status;
 
 use super::{
     durable::{Append, RedisRuns, RunEnd, now_ms},
@@ -72,7 +71,7 @@ fn run_end(payload: &Payload) -> Option<RunEnd> {
 /// until every frame has dropped its sender (see the module docs).
 pub async fn sequence(
     mut drafts: mpsc::Receiver<Draft>,
-    out: mpsc::Sender<Result<pb::RunEvent, Status>>,
+    out: mpsc::Sender<Result<pb::RunEvent, Error>>,
     filter: Filter,
     record: Arc<RunRecord>,
     journal: Journal,
@@ -93,8 +92,8 @@ pub async fn sequence(
                 None => {
                     if record.handed_over.load(std::sync::atomic::Ordering::SeqCst) && !client_gone {
                         let _ = out
-                            .send(Err(Status::unavailable(
-                                "this replica is shutting down; the run goes on on another replica: re-attach with WatchRun(after_seq)",
+                            .send(Err(Error::Unavailable(
+                                "this replica is shutting down; the run goes on on another replica: re-attach with WatchRun(after_seq)".into(),
                             )))
                             .await;
                     }

@@ -13,8 +13,8 @@ use opentelemetry::{
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
-use tonic::Status;
 
+use super::shared::Shared;
 use super::{
     durable::RunMeta,
     events::{self, Draft, Filter},
@@ -23,12 +23,11 @@ use super::{
     registry::Runs,
     state::{Run, RunOptions},
 };
-use crate::{error::Error, services::Services};
+use crate::error::Error;
 
 pub use super::durable::now_ms;
 
-/// The stream of a run's events its caller reads.
-pub type EventStream = ReceiverStream<Result<pb::RunEvent, Status>>;
+pub use super::events::EventStream;
 
 /// A run built but not started: its record, what its branches share, where
 /// its events go before the sequencer numbers them, and the caller's filter.
@@ -47,7 +46,7 @@ pub struct Prepared {
 /// of trace `trace_id` (nothing runs yet). The run is cancelled when
 /// `shutdown` is.
 pub fn prepare(
-    services: &Arc<Services>,
+    services: &Arc<Shared>,
     (run_span, trace_id): (Context, TraceId),
     kind: pb::RunKind,
     target: String,
@@ -62,7 +61,7 @@ pub fn prepare(
 /// Builds a run around `record` (a new one, or a resumed one) in the span
 /// `run_span` (nothing runs yet).
 pub fn prepare_record(
-    services: &Arc<Services>,
+    services: &Arc<Shared>,
     record: Arc<RunRecord>,
     run_span: Context,
     options: RunOptions,
@@ -95,7 +94,7 @@ pub fn prepare_record(
 /// replica owns it with. `UNAVAILABLE` when Redis does not answer, and
 /// nothing starts.
 pub async fn register(
-    services: &Services,
+    services: &Shared,
     prepared: &Prepared,
     request: Vec<u8>,
 ) -> Result<Option<Journal>, Error> {

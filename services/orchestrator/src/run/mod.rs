@@ -7,7 +7,7 @@
 //!   `run_timeout` passes, the body's cleanup, then exactly one terminal
 //!   event — written once for agents and pipelines.
 //! - [`state`]: what every branch of a run shares ([`state::Run`]: the
-//!   service's `Services`, limits, event sink, usage, run context), pending
+//!   service's `Shared`, limits, event sink, usage, run context), pending
 //!   writes, and the scope a `final` tool output ends.
 //! - [`failure`]: [`failure::Failure`], the one error type inside a run
 //!   (a gRPC code and a message).
@@ -21,6 +21,7 @@
 //!   and claiming every replica does.
 //! - [`context`]: a context of the tree and its span (a leaf).
 //! - [`log`]: a run's event log, in fixed chunks (a leaf).
+//! - [`view`]: what the core answers about a run, from either record.
 //! - [`record`]: a run's record (status, cancellation, log, pending
 //!   approvals and inputs); [`registry`]: the runs of this replica.
 //!
@@ -34,11 +35,13 @@ pub mod events;
 pub mod failure;
 pub mod journal;
 pub mod launch;
-pub mod leases;
 pub mod log;
+pub mod quota;
 pub mod record;
 pub mod registry;
+pub mod shared;
 pub mod state;
+pub mod view;
 
 /// Runs built without a gRPC server, for the unit tests of the parts that
 /// run inside one (planning, people, drive).
@@ -47,17 +50,18 @@ pub(crate) mod testing {
     use std::{sync::Arc, time::Duration};
 
     use baton_common::ids::TraceId;
-    use baton_context_store::store::{Limits as StoreLimits, memory::MemoryStore};
     use baton_proto::v1 as pb;
+    use baton_store::{Limits as StoreLimits, memory::MemoryStore};
     use tokio::sync::mpsc;
     use tokio_util::sync::CancellationToken;
 
+    use super::shared::Shared;
     use super::{
         events::Draft,
         record::RunRecord,
         state::{Limits, Run, RunOptions},
     };
-    use crate::{catalog::Catalog, config::RunDefaults, services::Services};
+    use crate::{catalog::Catalog, config::RunDefaults};
 
     /// Limits of a test run: `max_depth` 3, short deadlines.
     pub fn limits() -> Limits {
@@ -79,11 +83,11 @@ pub(crate) mod testing {
     ) -> (Arc<Run>, mpsc::Receiver<Draft>) {
         let catalog = Arc::new(Catalog::from_yaml(yaml).expect("the test catalog is valid"));
         let store = Arc::new(MemoryStore::new(StoreLimits::default()));
-        let services = Services::new(
+        let services = Shared::new(
             catalog,
             store,
             RunDefaults::default(),
-            Services::untraced(),
+            Shared::untraced(),
             &|_| None,
         )
         .expect("services");

@@ -358,6 +358,27 @@ impl RunRecord {
         }
     }
 
+    /// What the core answers about the run (GetRun, ListRuns).
+    pub fn view(&self) -> super::view::RunView {
+        let s = self.state();
+        super::view::RunView {
+            run_id: self.run_id.clone(),
+            trace_id: self.trace_id.to_string(),
+            kind: self.kind,
+            target: self.target.clone(),
+            status: s.status,
+            started_at: self.started_at,
+            ended_at: s.ended_at,
+            output: s.output,
+            run_context_json: s.run_context_json,
+            usage: s.usage,
+            error_code: s.error_code,
+            error_message: s.error_message,
+            last_seq: s.last_seq,
+            detached: self.detached,
+        }
+    }
+
     /// A snapshot for GetRun.
     pub fn state(&self) -> RunState {
         lock(&self.state).clone()

@@ -1,4 +1,4 @@
-//! What a run shares: the [`Run`] (the service's [`Services`], the run's
+//! What a run shares: the [`Run`] (the service's [`Shared`], the run's
 //! record, limits, event sink, usage, run context), pending writes and the
 //! scope a `final` tool output ends.
 
@@ -11,8 +11,8 @@ use std::{
 };
 
 use baton_common::{auth::Tenant, ids::TraceId};
-use baton_context_store::store::Scope;
 use baton_proto::v1::{self as pb, run_event::Payload};
+use baton_store::Scope;
 use opentelemetry::Context;
 use opentelemetry_sdk::trace::SdkTracer;
 use serde_json::{Map, Value};
@@ -25,7 +25,7 @@ use crate::model::settings::Settings;
 use crate::{
     catalog::{Agent, Catalog},
     model::{Model, Models},
-    services::Services,
+    run::shared::Shared,
 };
 
 /// The limits of one run, after request values and server defaults merged.
@@ -53,12 +53,12 @@ pub(super) struct UsageCounters {
     pub(super) tool_calls: AtomicU64,
 }
 
-/// What every branch of a run shares: the service's [`Services`] and what
+/// What every branch of a run shares: the service's [`Shared`] and what
 /// is the run's own. Immutable but for the run context and the counters,
 /// which are synchronised.
 pub struct Run {
     /// The service's catalog, models, tools, store, tracer and metrics.
-    pub services: Arc<Services>,
+    pub services: Arc<Shared>,
     /// The run's record (status, cancellation, pending questions).
     pub record: Arc<RunRecord>,
     /// The run's trace.
@@ -88,7 +88,7 @@ pub struct Run {
     pub settings: Settings,
 }
 
-/// What a run is started with, besides the service's [`Services`]: its
+/// What a run is started with, besides the service's [`Shared`]: its
 /// record, span, limits and options (the request's, converted).
 pub struct RunOptions {
     /// Limits after request values and server defaults merged.
@@ -202,7 +202,7 @@ impl FinalScope {
 impl Run {
     /// A run of `services` whose events go to `events`.
     pub fn new(
-        services: Arc<Services>,
+        services: Arc<Shared>,
         record: Arc<RunRecord>,
         run_span: Context,
         options: RunOptions,
@@ -330,8 +330,18 @@ impl Run {
     }
 
     /// The model `agent` runs on: its own, else the run's default.
-    pub fn model_for(&self, agent: &Agent) -> Result<Arc<dyn Model>, String> {
+    pub fn model_for(&self, agent: &Agent) -> Result<Arc<dyn Model>, Unresolved> {
         model_of(&self.services.models, &self.default_model, agent)
+    }
+
+    /// Resolves `target` (an agent or group) for a frame of this run.
+    pub fn resolve(&self, target: &str) -> Result<Resolved, Unresolved> {
+        resolve(
+            &self.services.catalog,
+            &self.services.models,
+            &self.default_model,
+            target,
+        )
     }
 
     /// The root context of the run: a span named `name` under the run's.
@@ -349,6 +359,19 @@ impl Run {
     ) -> Arc<ContextInfo> {
         let span = self.replayed_span(&format!("{}.{segment}", parent.id));
         parent.child_with(self.tracer(), segment, name, span)
+    }
+
+    /// [`Self::child_context`] whose span is a child of `otel`, a span inside
+    /// `parent` (the `execute_tool` span of the call that starts it).
+    pub fn child_context_under(
+        &self,
+        parent: &ContextInfo,
+        segment: &str,
+        name: String,
+        otel: &Context,
+    ) -> Arc<ContextInfo> {
+        let span = self.replayed_span(&format!("{}.{segment}", parent.id));
+        parent.child_under(self.tracer(), segment, name, span, otel)
     }
 
     /// The span id a resumed run's context `id` had: its events keep it.
@@ -372,35 +395,66 @@ impl Run {
     }
 }
 
-/// Checks that `target` (an agent or group) exists and has a model, without
-/// starting anything: a request naming one that does not is a bad request.
-pub fn check_target(
+/// An agent or group resolved once, before anything runs: the agent that
+/// runs first (a group's root), the model it runs on, and a group's members.
+#[derive(Clone)]
+pub struct Resolved {
+    /// The agent or group as the caller named it.
+    pub target: String,
+    /// The agent that runs first.
+    pub agent: Arc<Agent>,
+    /// Its model.
+    pub model: Arc<dyn Model>,
+    /// When `target` is a group: the agents it may hand off among.
+    pub group_members: Option<Vec<String>>,
+}
+
+/// Why an agent cannot run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unresolved {
+    /// No agent or group has the name.
+    #[error("unknown agent {0:?}")]
+    UnknownAgent(String),
+    /// The agent names no model and there is no default.
+    #[error("agent {0} has no model, and neither the request nor the server names a default")]
+    NoModel(String),
+    /// The model reference does not resolve (the models' own message).
+    #[error("{0}")]
+    Model(String),
+}
+
+/// Resolves `target` (an agent or group) and its model, without starting
+/// anything.
+pub fn resolve(
     catalog: &Catalog,
     models: &Models,
     default_model: &str,
     target: &str,
-) -> Result<(), String> {
+) -> Result<Resolved, Unresolved> {
     let agent = catalog
         .entry(target)
-        .ok_or_else(|| format!("unknown agent {target:?}"))?;
-    model_of(models, default_model, &agent).map(|_| ())
+        .ok_or_else(|| Unresolved::UnknownAgent(target.to_owned()))?;
+    let model = model_of(models, default_model, &agent)?;
+    Ok(Resolved {
+        target: target.to_owned(),
+        group_members: catalog.groups.get(target).map(|g| g.members.clone()),
+        agent,
+        model,
+    })
 }
 
-pub(super) fn model_of(
+fn model_of(
     models: &Models,
     default_model: &str,
     agent: &Agent,
-) -> Result<Arc<dyn Model>, String> {
+) -> Result<Arc<dyn Model>, Unresolved> {
     let reference = if agent.spec.model.is_empty() {
         default_model
     } else {
         &agent.spec.model
     };
     if reference.is_empty() {
-        return Err(format!(
-            "agent {} has no model, and neither the request nor the server names a default",
-            agent.name
-        ));
+        return Err(Unresolved::NoModel(agent.name.clone()));
     }
-    models.resolve(reference)
+    models.resolve(reference).map_err(Unresolved::Model)
 }

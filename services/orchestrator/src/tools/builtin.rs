@@ -2,8 +2,8 @@
 
 use std::{sync::atomic::Ordering, time::Duration};
 
-use baton_context_store::store::{DEFAULT_PAGE_SIZE, Key, MAX_PAGE_SIZE, Page, PageToken, Put};
 use baton_proto::v1::{self as pb, run_event::Payload};
+use baton_store::{DEFAULT_PAGE_SIZE, Key, MAX_PAGE_SIZE, Page, PageToken, Put};
 use serde_json::{Value, json};
 
 use super::{Resume, Tool, ToolCtx, ToolOutcome, names};
@@ -127,7 +127,7 @@ impl Tool for ListContext {
 
     async fn call(&self, ctx: &ToolCtx<'_>, args: &Value, _: Option<Resume>) -> ToolOutcome {
         let prefix = args.get("prefix").and_then(Value::as_str).unwrap_or("");
-        if let Err(e) = baton_context_store::store::validate_key_chars("prefix", prefix, 256) {
+        if let Err(e) = baton_store::validate_key_chars("prefix", prefix, 256) {
             return ToolOutcome::Err(e.to_string());
         }
         let size = match args.get("page_size") {

@@ -24,7 +24,7 @@ use std::{
 use baton_proto::v1::{self as pb, run_event::Payload};
 use serde_json::Value;
 
-use baton_context_store::store::{ContextStore, Scope};
+use baton_store::{ContextStore, Scope};
 
 /// How a tool call ended.
 #[derive(Debug, Clone, PartialEq)]

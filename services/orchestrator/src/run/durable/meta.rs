@@ -9,6 +9,7 @@ use prost::Message as _;
 use redis::Value;
 
 use crate::error::Error;
+use crate::run::view::{RunView, from_ms};
 
 /// How a run started, as its metadata keeps it.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,45 +47,24 @@ pub struct RunMeta {
 }
 
 impl RunMeta {
-    /// What GetRun answers.
-    pub fn to_response(&self) -> pb::GetRunResponse {
-        pb::GetRunResponse {
+    /// What the core answers about the run (GetRun, ListRuns).
+    pub fn to_view(&self) -> RunView {
+        RunView {
             run_id: self.run_id.clone(),
             trace_id: self.trace_id.clone(),
-            kind: self.kind as i32,
+            kind: self.kind,
             target: self.target.clone(),
-            status: self.status as i32,
-            started_at: Some(timestamp(self.started_ms)),
-            ended_at: self.ended_ms.map(timestamp),
+            status: self.status,
+            started_at: from_ms(self.started_ms),
+            ended_at: self.ended_ms.map(from_ms),
             output: self.output.clone(),
             run_context_json: self.run_context_json.clone(),
-            usage: Some(self.usage),
+            usage: self.usage,
             error_code: self.error_code,
             error_message: self.error_message.clone(),
             last_seq: self.last_seq,
-        }
-    }
-
-    /// What ListRuns shows.
-    pub fn to_summary(&self) -> pb::RunSummary {
-        pb::RunSummary {
-            run_id: self.run_id.clone(),
-            trace_id: self.trace_id.clone(),
-            kind: self.kind as i32,
-            target: self.target.clone(),
-            status: self.status as i32,
-            started_at: Some(timestamp(self.started_ms)),
-            ended_at: self.ended_ms.map(timestamp),
-            last_seq: self.last_seq,
             detached: self.detached,
         }
-    }
-}
-
-fn timestamp(ms: i64) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: ms.div_euclid(1000),
-        nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
     }
 }
 

@@ -40,14 +40,14 @@ use lease::decode_claim;
 pub use meta::{RunEnd, RunMeta};
 use meta::{decode_entries, decode_meta};
 
-use baton_context_store::{
+use baton_proto::v1 as pb;
+use baton_store::{
     error::Error as StoreError,
-    store::{
-        redis::RedisConfig,
-        redis_conn::{ConnRef, Connection},
+    redis::{
+        RedisConfig,
+        conn::{ConnRef, Connection},
     },
 };
-use baton_proto::v1 as pb;
 use prost::Message as _;
 use redis::{Script, Value};
 

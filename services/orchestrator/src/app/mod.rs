@@ -1,0 +1,35 @@
+//! The application core: [`Orchestrator`] owns what the orchestrator runs —
+//! the shared [`Shared`], this replica's runs, their tasks, the peers and
+//! shutdown — and offers the operations every face needs, in domain values,
+//! with one error type ([`crate::error::Error`]):
+//!
+//! | operation | file |
+//! |---|---|
+//! | start an agent run, a pipeline run; resume a claimed run | `start.rs`, `resume.rs` |
+//! | watch a run from a seq, get one, list a tenant's | `read.rs` (producers in `watch.rs`) |
+//! | cancel a run, answer an approval, answer an input | `calls.rs` |
+//! | drain at shutdown | `drain.rs` |
+//! | keep durable runs' leases, park, claim | `leases.rs` |
+//!
+//! A face (`crate::grpc`; HTTP, A2A and MCP beside it) converts its wire
+//! form into these values, calls the core and converts the answer back;
+//! nothing here, nor in `run`, `agent` or `pipeline`, knows which face a
+//! run came from. Every operation is audited here, once, under its
+//! `baton.v1` method name, whatever the face.
+//!
+//! Where a run is: here (this replica's [`Runs`]), on a peer (asked through
+//! [`Peers`] when forwarding is on), or in the run store (durable runs:
+//! any replica answers from Redis).
+
+mod calls;
+mod drain;
+pub mod leases;
+mod orchestrator;
+mod read;
+mod resume;
+mod start;
+mod watch;
+
+pub use orchestrator::{Caller, Orchestrator};
+pub use resume::Claimed;
+pub use start::Started;

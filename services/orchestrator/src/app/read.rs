@@ -1,0 +1,179 @@
+//! Reading runs: get one, list a tenant's, watch one's events from a seq —
+//! from this replica's records, from the peer that has the run, or, when
+//! runs are durable, from the run store (a run that is not here, or a log
+//! here that does not reach back far enough: a run resumed here holds only
+//! its new events).
+
+use std::sync::Arc;
+
+use futures::StreamExt as _;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::{
+    orchestrator::{Caller, Orchestrator, not_found},
+    watch,
+};
+use crate::{
+    error::{Error, Result},
+    request::{RunsQuery, validate::check_filter},
+    run::{
+        durable::RedisRuns,
+        events::{self, EventStream, Filter},
+        log::LogRead,
+        view::{RunPage, RunView},
+    },
+};
+
+impl Orchestrator {
+    /// Run `run_id` of the caller's tenant (GetRun).
+    pub async fn get(&self, caller: &Caller, run_id: &str) -> Result<RunView> {
+        if let Some(durable) = &self.services.durable
+            && self
+                .runs
+                .get(run_id)
+                .is_err_and(|e| matches!(e, Error::NotFound { .. }))
+        {
+            return match durable.meta(run_id).await? {
+                Some(meta) if meta.tenant == caller.tenant => Ok(meta.to_view()),
+                _ => Err(not_found(run_id, "")),
+            };
+        }
+        match self.run_of(caller, run_id) {
+            Ok(run) => Ok(run.view()),
+            Err(missing) => {
+                self.on_peer(caller, run_id, missing, async |p, f| {
+                    p.get_run(f, run_id).await
+                })
+                .await
+            }
+        }
+    }
+
+    /// A page of the caller's tenant's runs (ListRuns): this replica's, or
+    /// every replica's when runs are durable.
+    pub async fn list(&self, caller: &Caller, query: &RunsQuery) -> Result<RunPage> {
+        let RunsQuery {
+            status,
+            after,
+            size,
+        } = query;
+        if let Some(durable) = &self.services.durable {
+            let (runs, more) = durable
+                .list(&caller.tenant, *status, after.as_deref(), *size)
+                .await?;
+            return Ok(RunPage::new(
+                runs.iter().map(|m| m.to_view()).collect(),
+                more,
+            ));
+        }
+        let (runs, more) = self
+            .runs
+            .list(&caller.tenant, *status, after.as_deref(), *size);
+        Ok(RunPage::new(runs.iter().map(|r| r.view()).collect(), more))
+    }
+
+    /// The events of run `run_id` after `after_seq` that pass `filter`,
+    /// then its live ones until its terminal event (WatchRun).
+    pub async fn watch(
+        &self,
+        caller: &Caller,
+        run_id: &str,
+        after_seq: u64,
+        filter: Filter,
+    ) -> Result<EventStream> {
+        self.check_running()?;
+        if run_id.is_empty() {
+            return Err(Error::invalid("run_id", "must not be empty"));
+        }
+        check_filter(&filter, &self.services.defaults)?;
+        if let Some(durable) = self.stored_log(caller, run_id, after_seq).await? {
+            return Ok(watch::stored(
+                durable,
+                run_id.to_owned(),
+                after_seq,
+                filter,
+                &self.runs_stop,
+                &self.tasks,
+            ));
+        }
+        match self.run_of(caller, run_id) {
+            Ok(run) => watch::stream(
+                run,
+                after_seq,
+                filter,
+                self.services.defaults.max_watchers_per_run,
+                &self.runs_stop,
+                &self.tasks,
+            ),
+            Err(missing) => {
+                let remote = self
+                    .on_peer(caller, run_id, missing, async |p, f| {
+                        p.watch_run(f, run_id, after_seq, &filter).await
+                    })
+                    .await?;
+                Ok(self.relay(remote))
+            }
+        }
+    }
+
+    /// Relays a peer's WatchRun stream to this replica's caller; ends when
+    /// either side does, or at shutdown.
+    fn relay(
+        &self,
+        mut remote: futures::stream::BoxStream<'static, Result<baton_proto::v1::RunEvent>>,
+    ) -> EventStream {
+        let (tx, rx) = mpsc::channel(events::CLIENT_BUFFER);
+        let shutdown = self.runs_stop.clone();
+        self.tasks.spawn(async move {
+            loop {
+                tokio::select! {
+                    item = remote.next() => match item {
+                        Some(item) => {
+                            if tx.send(item).await.is_err() {
+                                return;
+                            }
+                        }
+                        None => return,
+                    },
+                    _ = tx.closed() => return,
+                    _ = shutdown.cancelled() => {
+                        let _ = tx.send(Err(Error::ShuttingDown)).await;
+                        return;
+                    }
+                }
+            }
+        });
+        ReceiverStream::new(rx)
+    }
+
+    /// Where a watch of a durable run reads from: the run store, when the
+    /// run is not here or this replica's log of it does not reach back to
+    /// `after_seq`; `None` to read this replica's log.
+    async fn stored_log(
+        &self,
+        caller: &Caller,
+        run_id: &str,
+        after_seq: u64,
+    ) -> Result<Option<Arc<RedisRuns>>> {
+        let Some(durable) = &self.services.durable else {
+            return Ok(None);
+        };
+        let here = match self.runs.get(run_id) {
+            Ok(run) => Some(run),
+            Err(Error::NotFound { .. }) => None,
+            Err(e) => return Err(e),
+        };
+        if let Some(run) = here
+            && run.tenant == caller.tenant
+            && after_seq >= run.resumed_after
+            && !matches!(run.events_after(after_seq, 0), LogRead::Gone(_))
+        {
+            return Ok(None);
+        }
+        match durable.meta(run_id).await? {
+            Some(meta) if meta.tenant == caller.tenant => Ok(Some(durable.clone())),
+            _ => Err(not_found(run_id, "")),
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! Resuming a durable run this replica claimed (its owner stopped, or it
+//! was parked and an answer or its deadline woke it): the run is built
+//! again from the request that started it and runs from the start with its
+//! journal — every model turn, tool call, answer of a person and started
+//! agent it had recorded is taken from there, not done again, and its
+//! events are not sent again — so it picks up where it was: what was in
+//! flight when its owner stopped is done again (model and tool calls are at
+//! least once; ToolHost calls carry the same idempotency key). Its first
+//! new event is `RunResumed`.
+//!
+//! Pipelines resume the same way: a step that had finished (each attempt's
+//! end is recorded with its `StepCompleted` or `StepFailed`) is not run
+//! again — its output comes from the journal — and a step that was running
+//! runs again, its agents taking what they had recorded.
+
+use baton_common::ids::TraceId;
+use baton_proto::v1 as pb;
+use opentelemetry::{
+    Context, KeyValue,
+    trace::{
+        SpanBuilder, SpanContext, SpanId, SpanKind, TraceContextExt, TraceFlags, TraceState, Tracer,
+    },
+};
+use prost::Message as _;
+
+use super::{orchestrator::Orchestrator, start::Checked};
+use crate::{
+    error::{Error, Result},
+    request::{
+        AgentRequest, PipelineRequest,
+        validate::{agent_run, pipeline_run},
+    },
+    run::{
+        durable::RedisRuns, journal::Journal, launch, record::RunRecord, state::Replay,
+        view::from_ms,
+    },
+};
+
+/// A run this replica claimed.
+pub struct Claimed {
+    /// The run.
+    pub run_id: String,
+    /// The epoch this replica owns it with.
+    pub epoch: u64,
+    /// The seq of its last logged event.
+    pub last_seq: u64,
+}
+
+impl Orchestrator {
+    /// Resumes a claimed run here (see the module docs); `false` when it
+    /// cannot be (its request or journal is unreadable), and the caller
+    /// ends it instead.
+    pub async fn resume(&self, claimed: Claimed) -> bool {
+        let Some(durable) = self.services.durable.clone() else {
+            return false;
+        };
+        match self.try_resume(&durable, claimed).await {
+            Ok(resumed) => resumed,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot resume a claimed run");
+                false
+            }
+        }
+    }
+
+    async fn try_resume(&self, durable: &RedisRuns, claimed: Claimed) -> Result<bool> {
+        let id = claimed.run_id.as_str();
+        let Some(meta) = durable.meta(id).await? else {
+            return Ok(false);
+        };
+        let Some(request) = durable.request(id).await? else {
+            return Ok(false);
+        };
+        let Ok(trace_id) = TraceId::parse(&meta.trace_id) else {
+            return Ok(false);
+        };
+        let Some(mut checked) = self.check_stored(meta.kind, &request)? else {
+            return Ok(false);
+        };
+        let journal = durable.journal(id).await?;
+        let inbox = durable.inbox(id).await?;
+        let cancel = inbox
+            .get("cancel")
+            .map(|r| String::from_utf8_lossy(r).into_owned());
+        checked.options.replay = Some(Replay {
+            journal,
+            replica: durable.owner().to_owned(),
+            checkpoint_seq: claimed.last_seq,
+            inbox,
+        });
+        let record = RunRecord::resumed(
+            claimed.run_id.clone(),
+            from_ms(meta.started_ms.max(0)),
+            claimed.last_seq,
+            trace_id.clone(),
+            meta.kind,
+            meta.target.clone(),
+            meta.tenant.clone(),
+            &self.runs_stop,
+        );
+        record
+            .epoch
+            .store(claimed.epoch, std::sync::atomic::Ordering::Relaxed);
+        let span = self
+            .resumed_span(durable, &claimed.run_id, &trace_id, &meta.target)
+            .await;
+        let prepared = launch::prepare_record(&self.services, record, span, checked.options);
+        let body = checked.body.future(&prepared.run);
+        let record = prepared.record.clone();
+        let journal = Journal {
+            runs: self
+                .services
+                .durable
+                .clone()
+                .ok_or_else(|| Error::Internal("runs are not durable".into()))?,
+            epoch: claimed.epoch,
+        };
+        tracing::info!(run_id = %claimed.run_id, from_seq = claimed.last_seq, "resuming a claimed run");
+        // Nobody is attached: clients follow it with WatchRun.
+        drop(launch::launch(
+            prepared,
+            Some(journal),
+            &self.runs,
+            &self.tasks,
+            body,
+        ));
+        // A CancelRun given while the run was away.
+        if let Some(reason) = cancel {
+            record.cancel_by_request(&reason);
+        }
+        Ok(true)
+    }
+
+    /// The stored request of a run of `kind`, checked again as when it
+    /// started; `None` when it cannot be read (a version that no longer
+    /// reads it).
+    fn check_stored(&self, kind: pb::RunKind, request: &[u8]) -> Result<Option<Checked>> {
+        Ok(Some(match kind {
+            pb::RunKind::Pipeline => {
+                let Ok(request) = pb::RunPipelineRequest::decode(request) else {
+                    return Ok(None);
+                };
+                pipeline_run(&self.services, PipelineRequest::try_from(request)?)?.into()
+            }
+            _ => {
+                let Ok(request) = pb::RunAgentRequest::decode(request) else {
+                    return Ok(None);
+                };
+                agent_run(&self.services, AgentRequest::try_from(request)?)?.into()
+            }
+        }))
+    }
+
+    /// The span of a resumed run: in its trace, a child of its root
+    /// context's span (from its first event), so the trace shows both
+    /// replicas' work.
+    async fn resumed_span(
+        &self,
+        durable: &RedisRuns,
+        run_id: &str,
+        trace_id: &TraceId,
+        target: &str,
+    ) -> Context {
+        let parent_span = match durable.events_after(run_id, 0, 1).await {
+            Ok(first) => first
+                .first()
+                .and_then(|e| SpanId::from_hex(&e.span_id).ok())
+                .filter(|s| *s != SpanId::INVALID),
+            Err(_) => None,
+        };
+        let trace = opentelemetry::trace::TraceId::from_hex(&trace_id.to_string())
+            .unwrap_or(opentelemetry::trace::TraceId::INVALID);
+        let parent = SpanContext::new(
+            trace,
+            parent_span.unwrap_or(SpanId::from_bytes(rand_span())),
+            TraceFlags::SAMPLED,
+            true,
+            TraceState::default(),
+        );
+        let parent = Context::new().with_remote_span_context(parent);
+        let span = self.services.tracing.tracer().build_with_context(
+            SpanBuilder::from_name(format!("run {target} (resumed)"))
+                .with_kind(SpanKind::Server)
+                .with_attributes([
+                    KeyValue::new("baton.run.id", run_id.to_owned()),
+                    KeyValue::new("baton.run.resumed", true),
+                ]),
+            &parent,
+        );
+        parent.with_span(span)
+    }
+}
+
+fn rand_span() -> [u8; 8] {
+    let id = uuid::Uuid::new_v4();
+    let mut out = [0u8; 8];
+    out.copy_from_slice(&id.as_bytes()[..8]);
+    out[0] |= 1;
+    out
+}

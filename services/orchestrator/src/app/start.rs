@@ -1,0 +1,260 @@
+//! Starting runs: a request checked once (`request::validate`), its run
+//! built, admitted by the tenant's quota, recorded where runs are kept, and
+//! its body started beside its sequencer. [`Body`] is the one place a run's
+//! body is built, for a new run and for a resumed one alike.
+
+use std::{future::Future, sync::Arc};
+
+use baton_common::ids::TraceId;
+use baton_proto::v1 as pb;
+use futures::future::BoxFuture;
+use opentelemetry::{
+    Context, KeyValue,
+    trace::{Span as _, SpanBuilder, SpanKind, TraceContextExt, Tracer},
+};
+
+use super::orchestrator::{Caller, Orchestrator, audit};
+use crate::{
+    agent::{self, frame::CallFrame},
+    error::{Error, Result},
+    model::ChatMessage,
+    pipeline::{self, Plan},
+    request::{
+        AgentRequest, PipelineRequest, StoredRequest,
+        validate::{AgentRun, PipelineRun, agent_run, pipeline_run},
+    },
+    run::{
+        events::EventStream,
+        launch::{self, Prepared},
+        state::{Resolved, Run, RunOptions},
+    },
+};
+
+/// A run started: its ids and its caller's stream of events.
+pub struct Started {
+    /// The run.
+    pub run_id: String,
+    /// Its trace.
+    pub trace_id: String,
+    /// Its events, from the first; with `detach`, the run goes on when
+    /// this is dropped.
+    pub events: EventStream,
+}
+
+/// What a run runs, checked: an agent (or group) resolved with its model,
+/// or a planned pipeline.
+pub(super) enum Body {
+    Agent {
+        target: Resolved,
+        history: Vec<ChatMessage>,
+        input: String,
+    },
+    Pipeline {
+        plan: Plan,
+        initial: Vec<(String, String)>,
+        keep_context: bool,
+    },
+}
+
+/// A checked run: its body, options and the request the run store keeps.
+pub(super) struct Checked {
+    pub(super) body: Body,
+    pub(super) options: RunOptions,
+    pub(super) stored: StoredRequest,
+}
+
+impl From<AgentRun> for Checked {
+    fn from(r: AgentRun) -> Self {
+        Self {
+            body: Body::Agent {
+                target: r.target,
+                history: r.history,
+                input: r.input,
+            },
+            options: r.options,
+            stored: r.stored,
+        }
+    }
+}
+
+impl From<PipelineRun> for Checked {
+    fn from(r: PipelineRun) -> Self {
+        Self {
+            body: Body::Pipeline {
+                plan: r.plan,
+                initial: r.initial,
+                keep_context: r.keep_context,
+            },
+            options: r.options,
+            stored: r.stored,
+        }
+    }
+}
+
+impl Body {
+    /// What the run is of, for its record and span.
+    pub(super) fn kind_and_target(&self) -> (pb::RunKind, String) {
+        match self {
+            Body::Agent { target, .. } => (pb::RunKind::Agent, target.target.clone()),
+            Body::Pipeline { plan, .. } => (pb::RunKind::Pipeline, plan.target().to_owned()),
+        }
+    }
+
+    /// The future that runs the body of `run`; it cannot fail to build,
+    /// since the request was checked and its targets resolved.
+    pub(super) fn future(self, run: &Arc<Run>) -> BoxFuture<'static, ()> {
+        let run = run.clone();
+        match self {
+            Body::Agent {
+                target,
+                history,
+                input,
+            } => {
+                let name = target.target.clone();
+                let root = CallFrame::root(&run, target, history, input);
+                Box::pin(agent::run_agent(run, root, name))
+            }
+            Body::Pipeline {
+                plan,
+                initial,
+                keep_context,
+            } => Box::pin(pipeline::run::run_pipeline(
+                run,
+                plan,
+                initial,
+                keep_context,
+                agent::run_frame_boxed,
+            )),
+        }
+    }
+}
+
+impl Orchestrator {
+    /// Starts an agent run for `caller` (RunAgent).
+    pub async fn start_agent(&self, caller: &Caller, request: AgentRequest) -> Result<Started> {
+        let started = match self.check_running() {
+            Ok(()) => match agent_run(&self.services, request) {
+                Ok(run) => self.start(caller, "RunAgent", run.into()).await,
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
+        audit_start("RunAgent", caller, &started);
+        started
+    }
+
+    /// Starts a pipeline run for `caller` (RunPipeline).
+    pub async fn start_pipeline(
+        &self,
+        caller: &Caller,
+        request: PipelineRequest,
+    ) -> Result<Started> {
+        let started = match self.check_running() {
+            Ok(()) => match pipeline_run(&self.services, request) {
+                Ok(run) => self.start(caller, "RunPipeline", run.into()).await,
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
+        audit_start("RunPipeline", caller, &started);
+        started
+    }
+
+    /// Audits a start a face refused before it reached the core (its
+    /// request did not convert) and gives back the error.
+    pub fn refused(&self, method: &'static str, caller: &Caller, e: Error) -> Error {
+        let refused: Result<()> = Err(e);
+        audit(method, caller, "", "", &refused);
+        refused.expect_err("refused")
+    }
+
+    /// Builds, admits, records and launches a checked run.
+    async fn start(&self, caller: &Caller, method: &'static str, run: Checked) -> Result<Started> {
+        let Checked {
+            body,
+            options,
+            stored,
+        } = run;
+        let (kind, target) = body.kind_and_target();
+        let span = self.run_span(&caller.trace, method, kind, &target);
+        let prepared = launch::prepare(
+            &self.services,
+            span,
+            kind,
+            target,
+            caller.tenant.clone(),
+            options,
+            &self.runs_stop,
+        );
+        let future = body.future(&prepared.run);
+        self.launch(prepared, stored, future).await
+    }
+
+    /// Records a prepared run where runs are kept (with its request, when
+    /// runs are durable), then starts it.
+    async fn launch(
+        &self,
+        prepared: Prepared,
+        stored: StoredRequest,
+        body: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<Started> {
+        let record = prepared.record.clone();
+        let deadline = launch::now_ms() + prepared.run.limits.run_timeout.as_millis() as i64;
+        let quotas = &self.services.quotas;
+        quotas
+            .admit(&record.tenant, &record.run_id, deadline)
+            .await?;
+        let journal = match launch::register(&self.services, &prepared, stored.0).await {
+            Ok(journal) => journal,
+            Err(e) => {
+                quotas.stopped(&record.tenant, &record.run_id, true).await;
+                return Err(e);
+            }
+        };
+        let events = launch::launch(prepared, journal, &self.runs, &self.tasks, body);
+        Ok(Started {
+            run_id: record.run_id.clone(),
+            trace_id: record.trace_id.to_string(),
+            events,
+        })
+    }
+
+    /// A run's span, a child of the caller's trace when it has one; the
+    /// run's trace id is that span's.
+    fn run_span(
+        &self,
+        parent: &Context,
+        method: &'static str,
+        kind: pb::RunKind,
+        target: &str,
+    ) -> (Context, TraceId) {
+        let span = self.services.tracing.tracer().build_with_context(
+            SpanBuilder::from_name(format!("run {target}"))
+                .with_kind(SpanKind::Server)
+                .with_attributes([
+                    KeyValue::new("rpc.system", "grpc"),
+                    KeyValue::new("rpc.service", "baton.v1.Orchestrator"),
+                    KeyValue::new("rpc.method", method),
+                    KeyValue::new("baton.run.kind", kind.as_str_name()),
+                    KeyValue::new("baton.run.target", target.to_owned()),
+                ]),
+            parent,
+        );
+        let trace = span.span_context().trace_id().to_string();
+        let cx = parent.with_span(span);
+        // An OTel trace id is 32 lowercase hex and never all zeros, which is
+        // what a TraceId is.
+        let trace_id = TraceId::parse(&trace).unwrap_or_else(|_| TraceId::random());
+        (cx, trace_id)
+    }
+}
+
+/// Records a RunAgent or RunPipeline in the audit log: started (with the
+/// run's ids) or refused (with the code).
+fn audit_start(method: &'static str, caller: &Caller, started: &Result<Started>) {
+    let (run_id, trace_id) = match started {
+        Ok(s) => (s.run_id.as_str(), s.trace_id.as_str()),
+        Err(_) => ("", ""),
+    };
+    audit(method, caller, run_id, trace_id, started);
+}

@@ -1,0 +1,130 @@
+//! [`Shared`]: what the orchestrator builds once at start and every run
+//! shares — the catalog, model providers, tools, context store, tracer,
+//! metrics and the server's limits. The application core holds one `Arc`
+//! of it and each run another; nothing in it changes while the process runs.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
+use baton_common::otel::Tracing;
+use baton_store::ContextStore;
+
+use super::{durable::RedisRuns, quota::RunQuotas};
+use crate::{
+    catalog::Catalog,
+    config::{PipelineLimits, QuotaConfig, RunDefaults, RunStoreMode, SERVICE_NAME},
+    metrics::Metrics,
+    model::{Models, ToolDef},
+    tools::Toolbox,
+};
+
+/// An agent's tool definitions and the toolbox generation they were built at.
+type ToolDefs = (u64, Arc<[ToolDef]>);
+
+/// What every run shares, built once.
+pub struct Shared {
+    /// Agents, groups, scripts, tool servers.
+    pub catalog: Arc<Catalog>,
+    /// Model resolution.
+    pub models: Arc<Models>,
+    /// Built-in and remote tools by name.
+    pub tools: Arc<Toolbox>,
+    /// The context store of every trace's slots.
+    pub store: Arc<dyn ContextStore>,
+    /// Makes spans (exported when the config names an endpoint).
+    pub tracing: Tracing,
+    /// The service's metrics.
+    pub metrics: Arc<Metrics>,
+    /// The server's run defaults and limits (`runs.*`).
+    pub defaults: RunDefaults,
+    /// Limits on pipelines, from `defaults`.
+    pub pipeline_limits: PipelineLimits,
+    /// The run store in Redis when `runs.store = "redis"`.
+    pub durable: Option<Arc<RedisRuns>>,
+    /// The tenants' quotas and their usage.
+    pub quotas: Arc<RunQuotas>,
+    /// What each agent's model is told about its tools, by agent (and
+    /// group), with the toolbox generation it was built at.
+    tool_defs: Mutex<HashMap<String, ToolDefs>>,
+}
+
+impl Shared {
+    /// Everything `catalog`'s agents need on `store`; provider keys are read
+    /// through `env`.
+    pub fn new(
+        catalog: Arc<Catalog>,
+        store: Arc<dyn ContextStore>,
+        defaults: RunDefaults,
+        tracing: Tracing,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, String> {
+        let metrics = Arc::new(Metrics::with_catalog(&catalog));
+        let durable = match defaults.store {
+            RunStoreMode::Memory => None,
+            RunStoreMode::Redis => Some(Arc::new(RedisRuns::new(
+                &defaults.redis,
+                defaults.retention,
+                &defaults.replica_name(),
+                defaults.lease,
+            )?)),
+        };
+        Ok(Self {
+            models: Arc::new(Models::new(catalog.clone(), env)?),
+            tools: Arc::new(Toolbox::new(&catalog, env)?),
+            quotas: Arc::new(RunQuotas::new(
+                QuotaConfig::default(),
+                durable.clone(),
+                metrics.quota.clone(),
+            )),
+            metrics,
+            pipeline_limits: PipelineLimits {
+                max_steps: defaults.max_pipeline_steps,
+                default_concurrency: defaults.pipeline_concurrency,
+                max_concurrency: defaults.max_pipeline_concurrency,
+                max_retries: defaults.max_step_retries,
+                max_step_timeout: defaults.max_timeout,
+            },
+            durable,
+            catalog,
+            store,
+            tracing,
+            defaults,
+            tool_defs: Mutex::default(),
+        })
+    }
+
+    /// These services with the tenants' quotas of `config`.
+    pub fn with_quotas(mut self, config: QuotaConfig) -> Self {
+        self.quotas = Arc::new(RunQuotas::new(
+            config,
+            self.durable.clone(),
+            self.metrics.quota.clone(),
+        ));
+        self
+    }
+
+    /// The tool definitions of `key` (an agent, in a group or not), built by
+    /// `build` once and shared by every run until a tool server lists its
+    /// tools again: a run holds them for as long as an agent runs — parked
+    /// on a person too — so they must not be a copy per run.
+    pub fn tool_defs(&self, key: &str, build: impl FnOnce() -> Vec<ToolDef>) -> Arc<[ToolDef]> {
+        let generation = self.tools.generation();
+        let mut cache = self.tool_defs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((built_at, defs)) = cache.get(key)
+            && *built_at == generation
+        {
+            return defs.clone();
+        }
+        let defs: Arc<[ToolDef]> = build().into();
+        cache.insert(key.to_owned(), (generation, defs.clone()));
+        defs
+    }
+
+    /// Spans made but not exported (tests, fuzzing).
+    pub fn untraced() -> Tracing {
+        Tracing::with_env(&Default::default(), SERVICE_NAME, |_| None)
+            .expect("the default telemetry config is valid")
+    }
+}

@@ -1,0 +1,87 @@
+//! [`RunView`]: what the core answers about a run (GetRun, and each entry
+//! of ListRuns), whether it is read from this replica's record or from the
+//! run store. Faces convert it to their wire form.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use baton_proto::v1 as pb;
+
+/// A run as the core shows it. Status, kind and usage are the event
+/// vocabulary's (`baton.v1`), which the run store keeps as they are.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunView {
+    /// The run.
+    pub run_id: String,
+    /// Its trace.
+    pub trace_id: String,
+    /// Agent or pipeline.
+    pub kind: pb::RunKind,
+    /// The agent, group or pipeline it runs.
+    pub target: String,
+    /// Where it is.
+    pub status: pb::RunStatus,
+    /// When it started.
+    pub started_at: SystemTime,
+    /// When it ended, once it has.
+    pub ended_at: Option<SystemTime>,
+    /// The final output (once completed).
+    pub output: String,
+    /// The run context (JSON text), once ended.
+    pub run_context_json: String,
+    /// Totals so far.
+    pub usage: pb::Usage,
+    /// The failure's code (0 unless failed).
+    pub error_code: i32,
+    /// The failure's or cancellation's message.
+    pub error_message: String,
+    /// The seq of its last event.
+    pub last_seq: u64,
+    /// Whether it outlives its caller's stream.
+    pub detached: bool,
+}
+
+/// A page of runs: the runs, and the token of the next page (empty on the
+/// last one).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunPage {
+    /// The runs, oldest first.
+    pub runs: Vec<RunView>,
+    /// Where the next page starts (`v1.{run_id}`), empty when there is none.
+    pub next_page_token: String,
+}
+
+impl RunPage {
+    /// A page of `runs`, with a next page when there are `more`.
+    pub fn new(runs: Vec<RunView>, more: bool) -> Self {
+        let next_page_token = match runs.last() {
+            Some(last) if more => page_token(&last.run_id),
+            _ => String::new(),
+        };
+        Self {
+            runs,
+            next_page_token,
+        }
+    }
+}
+
+/// The token of the page after the one ending with run `run_id`.
+pub fn page_token(run_id: &str) -> String {
+    format!("v1.{run_id}")
+}
+
+/// The run `after` which a page starts, from its token; `None` when the
+/// token is not one [`page_token`] made.
+pub fn parse_page_token(token: &str) -> Option<&str> {
+    token
+        .strip_prefix("v1.")
+        .filter(|id| uuid::Uuid::try_parse(id).is_ok())
+}
+
+/// A time in ms since the epoch (the run store's form).
+pub fn from_ms(ms: i64) -> SystemTime {
+    if ms >= 0 {
+        UNIX_EPOCH + Duration::from_millis(ms as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_millis(ms.unsigned_abs())
+    }
+}

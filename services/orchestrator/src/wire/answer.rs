@@ -1,0 +1,109 @@
+//! What the core answers, into `baton.v1` messages: a run (GetRun), a page
+//! of runs (ListRuns), the agents (ListAgents); and back, for the answers
+//! of peers a forwarded call brings.
+
+use std::time::SystemTime;
+
+use baton_proto::v1 as pb;
+
+use crate::{
+    catalog::Catalog,
+    run::view::{RunPage, RunView},
+};
+
+impl From<RunView> for pb::GetRunResponse {
+    fn from(r: RunView) -> Self {
+        Self {
+            run_id: r.run_id,
+            trace_id: r.trace_id,
+            kind: r.kind as i32,
+            target: r.target,
+            status: r.status as i32,
+            started_at: Some(r.started_at.into()),
+            ended_at: r.ended_at.map(Into::into),
+            output: r.output,
+            run_context_json: r.run_context_json,
+            usage: Some(r.usage),
+            error_code: r.error_code,
+            error_message: r.error_message,
+            last_seq: r.last_seq,
+        }
+    }
+}
+
+impl From<pb::GetRunResponse> for RunView {
+    fn from(r: pb::GetRunResponse) -> Self {
+        Self {
+            kind: pb::RunKind::try_from(r.kind).unwrap_or_default(),
+            status: pb::RunStatus::try_from(r.status).unwrap_or_default(),
+            started_at: time(r.started_at).unwrap_or(SystemTime::UNIX_EPOCH),
+            ended_at: time(r.ended_at),
+            usage: r.usage.unwrap_or_default(),
+            run_id: r.run_id,
+            trace_id: r.trace_id,
+            target: r.target,
+            output: r.output,
+            run_context_json: r.run_context_json,
+            error_code: r.error_code,
+            error_message: r.error_message,
+            last_seq: r.last_seq,
+            // GetRun does not say; it matters to ListRuns only.
+            detached: false,
+        }
+    }
+}
+
+fn time(t: Option<prost_types::Timestamp>) -> Option<SystemTime> {
+    t.and_then(|t| SystemTime::try_from(t).ok())
+}
+
+impl From<RunView> for pb::RunSummary {
+    fn from(r: RunView) -> Self {
+        Self {
+            run_id: r.run_id,
+            trace_id: r.trace_id,
+            kind: r.kind as i32,
+            target: r.target,
+            status: r.status as i32,
+            started_at: Some(r.started_at.into()),
+            ended_at: r.ended_at.map(Into::into),
+            last_seq: r.last_seq,
+            detached: r.detached,
+        }
+    }
+}
+
+impl From<RunPage> for pb::ListRunsResponse {
+    fn from(page: RunPage) -> Self {
+        Self {
+            runs: page.runs.into_iter().map(Into::into).collect(),
+            next_page_token: page.next_page_token,
+        }
+    }
+}
+
+/// What ListAgents answers: the catalog's agents and groups.
+pub fn agents(catalog: &Catalog) -> pb::ListAgentsResponse {
+    let agents = catalog
+        .agents
+        .values()
+        .map(|a| pb::AgentInfo {
+            name: a.name.clone(),
+            description: a.spec.description.clone(),
+            model: a.spec.model.clone(),
+            tools: a.spec.tools.clone(),
+            handoffs: a.spec.handoffs.clone(),
+        })
+        .collect();
+    let groups = catalog
+        .groups
+        .iter()
+        .map(|(name, g)| pb::AgentGroupInfo {
+            name: name.clone(),
+            description: g.description.clone(),
+            root: g.root.clone(),
+            members: g.members.clone(),
+        })
+        .collect();
+    pb::ListAgentsResponse { agents, groups }
+}
