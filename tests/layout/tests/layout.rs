@@ -233,7 +233,7 @@ fn modules_collapse_to_their_subtree_at_every_level() {
             "src/lib.rs",
             "mod agent; mod catalog; mod model; mod pipeline; mod run; mod services; mod store; mod tools;\n\
              pub const SERVICE_NAME: &str = \"demo\";\n\
-             use crate::run::shared::Shared;",
+             use crate::services::Services;",
         ),
         (
             "src/services.rs",
@@ -281,7 +281,7 @@ fn modules_collapse_to_their_subtree_at_every_level() {
     assert_eq!(
         findings.file_cycles[1..3],
         [
-            "    crate -> services: src/lib.rs:3 crate::run::shared::Shared",
+            "    crate -> services: src/lib.rs:3 crate::services::Services",
             "    services -> crate: src/services.rs:1 crate::SERVICE_NAME",
         ]
     );
