@@ -19,7 +19,7 @@ use crate::run::record::LiveGuard;
 use crate::run::state::Run;
 use crate::{
     model::ToolCallRequest,
-    pipeline::{self},
+    pipeline::{self, RunStep},
     tools::{Resume, Tool, ToolCtx, ToolOutcome},
 };
 
@@ -118,6 +118,7 @@ pub(super) async fn execute(
     call: &ToolCallRequest,
     plan: CallPlan,
     run_frame: RunFrame,
+    run_step: RunStep,
 ) -> CallResult {
     let span = rt.tracer().build_with_context(
         SpanBuilder::from_name(format!("execute_tool {}", call.name)).with_attributes([
@@ -129,7 +130,7 @@ pub(super) async fn execute(
     );
     let cx = view.ctx.otel.with_span(span);
     let began = Instant::now();
-    let result = execute_call(rt, view, call, plan, run_frame)
+    let result = execute_call(rt, view, call, plan, run_frame, run_step)
         .with_context(cx.clone())
         .await;
     let seconds = began.elapsed().as_secs_f64();
@@ -156,6 +157,7 @@ pub(super) async fn execute_call(
     call: &ToolCallRequest,
     plan: CallPlan,
     run_frame: RunFrame,
+    run_step: RunStep,
 ) -> CallResult {
     let _live = LiveGuard::new(&rt.record);
     let started = Instant::now();
@@ -207,7 +209,7 @@ pub(super) async fn execute_call(
             }
             CallPlan::Pipeline(child) => {
                 let child_ctx = child.open(rt, &view.ctx);
-                pipeline::tool::run_as_tool(rt, &child_ctx, &call.arguments, run_frame).await
+                pipeline::tool::run_as_tool(rt, &child_ctx, &call.arguments, run_step).await
             }
             CallPlan::Agent(child, target) => {
                 let child_ctx = child.open(rt, &view.ctx);
@@ -273,7 +275,7 @@ async fn finish_call(
     };
     let mut ends_run = {
         let mut run_context = rt.run_context.lock().unwrap_or_else(|p| p.into_inner());
-        super::policy::apply_all(
+        crate::catalog::policy::apply_all(
             &rt.services.catalog.run_policies,
             "run",
             &call.name,
@@ -284,7 +286,7 @@ async fn finish_call(
     };
     if !ends_run {
         let mut agent_context = view.agent_context.lock().unwrap_or_else(|p| p.into_inner());
-        ends_run = super::policy::apply_all(
+        ends_run = crate::catalog::policy::apply_all(
             &view.agent.policies,
             "agent",
             &call.name,

@@ -24,9 +24,9 @@ use crate::{
 };
 
 /// Runs a frame until its final answer (the answer and what the frame
-/// consumed): `agent::run_frame_boxed`, handed as a value to the code that
-/// runs frames — an agent called as a tool, a pipeline step — so that code
-/// need not import the turn loop that calls it.
+/// consumed): `agent::run_frame_boxed`, handed as a value to a turn's calls
+/// (an agent called as a tool), so they need not import the turn loop that
+/// calls them. Pipelines get [`crate::pipeline::RunStep`] instead.
 pub type RunFrame =
     for<'a> fn(&'a Arc<Run>, CallFrame) -> BoxFuture<'a, Result<(String, pb::Usage), Failure>>;
 
@@ -62,7 +62,7 @@ pub struct CallFrame {
     /// to it, and to no delegate.
     pub(super) answers_request: bool,
     /// The generation settings of the active agent's model calls.
-    pub(super) settings: crate::model::settings::Settings,
+    pub(super) settings: crate::catalog::settings::Settings,
     /// Answers sent back for not matching `response_format`.
     pub(super) format_retries: u32,
 }
@@ -87,7 +87,7 @@ impl CallFrame {
 
     /// The settings of the active agent's model calls: the model's
     /// (provider and model entry), the agent's, the request's.
-    pub(super) fn settings_for(&self, rt: &Run) -> crate::model::settings::Settings {
+    pub(super) fn settings_for(&self, rt: &Run) -> crate::catalog::settings::Settings {
         let mut request = rt.settings.clone();
         if !self.answers_request {
             request.response_format = None;

@@ -17,20 +17,22 @@
 //! model turn (`turn`), a tool call (`dispatch::execute`), a handoff
 //! (`turn::switch_agent`), a wait for a person (`people::ask`).
 //!
-//! - [`frame`]: a branch, and [`frame::RunFrame`], how the code that runs
-//!   frames (agents called as tools, pipeline steps) is handed the turn
-//!   loop — agents call agents and pipelines, so the recursion is a value,
-//!   not an import cycle.
+//! - [`frame`]: a branch, and [`frame::RunFrame`], how a turn's calls are
+//!   handed the turn loop to run an agent called as a tool (the turn loop
+//!   calls them, so the recursion is a value, not an import cycle).
+//!   Pipelines sit below the agents: they are handed [`run_step_boxed`] as
+//!   a [`RunStep`](crate::pipeline::RunStep), and name the call they need
+//!   ([`StepCall`](crate::pipeline::StepCall)) themselves.
 //! - `turn`: the turn loop, handoffs, chat spans.
 //! - `dispatch`: a turn's calls — planning (child context ids in the
 //!   model's order), tool spans, output policies.
 //! - `people`: approvals and requests for input, through one `ask`.
-//! - [`policy`]: tool-output policies (a leaf the catalog parses with).
+//! - tool-output policies are the catalog's ([`crate::catalog::policy`]):
+//!   the agents file declares them, a call applies them.
 
 mod dispatch;
 pub mod frame;
 mod people;
-pub mod policy;
 mod turn;
 
 use std::sync::Arc;
@@ -39,7 +41,7 @@ use baton_proto::v1 as pb;
 
 use crate::run::{drive::drive, state::Run};
 use frame::CallFrame;
-pub use turn::{run_frame, run_frame_boxed};
+pub use turn::{run_frame, run_frame_boxed, run_step_boxed};
 
 /// Runs a whole RunAgent: RunStarted, the root frame, then exactly one
 /// terminal event (completed, failed, or cancelled when the run's token

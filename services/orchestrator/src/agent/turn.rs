@@ -15,6 +15,7 @@ use tracing::Instrument as _;
 use super::dispatch::{CallPlan, execute, plan};
 use super::frame::{CallFrame, FrameSink, add_usage, pb_call};
 use crate::model::{ChatMessage, ModelRequest, ModelTurn, Role};
+use crate::pipeline::StepCall;
 use crate::run::context::ContextInfo;
 use crate::run::failure::Failure;
 use crate::run::record::LiveGuard;
@@ -26,6 +27,28 @@ pub fn run_frame_boxed(
     frame: CallFrame,
 ) -> BoxFuture<'_, Result<(String, pb::Usage), Failure>> {
     Box::pin(run_frame(rt, frame))
+}
+
+/// Runs a pipeline step's agent: its frame, then [`run_frame`]; boxed, as
+/// the [`RunStep`](crate::pipeline::RunStep) value pipelines are handed.
+pub fn run_step_boxed(
+    rt: &Arc<Run>,
+    call: StepCall,
+) -> BoxFuture<'_, Result<(String, pb::Usage), Failure>> {
+    Box::pin(async move {
+        let StepCall {
+            ctx,
+            agent,
+            task,
+            scope,
+            answers_request,
+        } = call;
+        let mut frame = CallFrame::new(rt, ctx, &agent, Vec::new(), task, scope)?;
+        if answers_request {
+            frame.answer_request(rt);
+        }
+        run_frame(rt, frame).await
+    })
 }
 
 /// Runs the frame's agent (and whoever it hands off to) until a final
@@ -240,13 +263,11 @@ pub(super) async fn run_frame_inner(
 
         let plans: Vec<CallPlan> = turn.calls.iter().map(|c| plan(rt, &mut frame, c)).collect();
         let view = frame.view();
-        let results = join_all(
-            turn.calls
-                .iter()
-                .zip(plans)
-                .map(|(call, plan)| execute(rt, &view, call, plan, run_frame_boxed)),
-        )
-        .await;
+        let results =
+            join_all(turn.calls.iter().zip(plans).map(|(call, plan)| {
+                execute(rt, &view, call, plan, run_frame_boxed, run_step_boxed)
+            }))
+            .await;
         let failed = results.iter().filter(|r| r.output.is_err()).count() as u32;
         let batch = Payload::ToolBatchCompleted(pb::ToolBatchCompleted {
             calls: results.len() as u32,
@@ -292,7 +313,7 @@ pub(super) fn chat_span(
     rt: &Run,
     ctx: &ContextInfo,
     model: &dyn crate::model::Model,
-    settings: &crate::model::settings::Settings,
+    settings: &crate::catalog::settings::Settings,
 ) -> opentelemetry_sdk::trace::Span {
     let reference = model.reference();
     let name = reference.split_once(':').map_or(reference, |(_, m)| m);

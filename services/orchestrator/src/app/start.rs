@@ -123,7 +123,7 @@ impl Body {
                 plan,
                 initial,
                 keep_context,
-                agent::run_frame_boxed,
+                agent::run_step_boxed,
             )),
         }
     }

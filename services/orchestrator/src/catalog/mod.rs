@@ -1,9 +1,19 @@
 //! The agent catalog: agents, groups and scripted models, loaded from the
 //! agents file (YAML, `deploy/config/agents.yaml` is the commented example)
 //! and validated once at start, so a run never meets a dangling reference.
+//!
+//! The bottom of the crate's layers: it uses nothing of the crate but the
+//! client TLS settings; models, tools, runs, agents and pipelines read it.
+//! Its leaves hold what the file declares and the layers above act on:
+//! [`names`] (names, model references, durations), [`builtin`] (the
+//! built-in tools' names), [`settings`] (generation settings), [`policy`]
+//! (tool-output policies), [`models`] (providers and scripts).
 
+pub mod builtin;
 pub mod models;
 pub mod names;
+pub mod policy;
+pub mod settings;
 
 pub use names::{parse_model_ref, valid_name};
 
@@ -14,13 +24,12 @@ use std::{
 
 use serde::Deserialize;
 
-use crate::agent::policy::{Policy, PolicySpec};
 use models::{ProviderSpec, ScriptTurn};
+use policy::{Policy, PolicySpec};
+use settings::Settings;
 
-use crate::model::settings::Settings;
-
-/// Names of the built-in tools every agent may list (owned by the tools).
-pub use crate::tools::names::BUILTIN as BUILTIN_TOOLS;
+/// Names of the built-in tools every agent may list.
+pub use builtin::TOOLS as BUILTIN_TOOLS;
 
 /// When a tool call needs a person's approval.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]

@@ -8,7 +8,7 @@ use std::{collections::BTreeMap, time::Duration};
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
-use crate::model::settings::Settings;
+use super::settings::Settings;
 
 /// The wire protocol of a provider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -20,12 +20,16 @@ use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-use crate::catalog::models::{ProviderKind, ProviderSpec};
+use crate::catalog::{
+    models::{ProviderKind, ProviderSpec},
+    settings::Settings,
+};
 
 use super::http::{Endpoint, cause_chain, empty_answer, stream_error};
-use super::settings::Settings;
 use super::{
-    ChatMessage, DeltaSink, ModelError, ModelRequest, ModelTurn, Role, TokenUsage, ToolCallRequest,
+    chat::{ChatMessage, Role, ToolCallRequest},
+    error::ModelError,
+    turn::{DeltaSink, Model, ModelRequest, ModelTurn, TokenUsage},
 };
 
 /// The API version sent with every request.
@@ -422,7 +426,7 @@ fn wire_messages(messages: &[ChatMessage]) -> (String, Vec<Value>) {
 }
 
 #[async_trait::async_trait]
-impl super::Model for AnthropicModel {
+impl Model for AnthropicModel {
     fn reference(&self) -> &str {
         &self.reference
     }

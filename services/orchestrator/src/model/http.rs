@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{ModelError, ModelErrorKind};
+use super::error::{ModelError, ModelErrorKind};
 use crate::catalog::models::{ProviderKind, ProviderSpec};
 
 /// A configured HTTP endpoint.

@@ -19,12 +19,16 @@ use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-use crate::catalog::models::{ProviderKind, ProviderSpec};
+use crate::catalog::{
+    models::{ProviderKind, ProviderSpec},
+    settings::Settings,
+};
 
 use super::http::{Endpoint, empty_answer, stream_error};
-use super::settings::Settings;
 use super::{
-    ChatMessage, DeltaSink, ModelError, ModelRequest, ModelTurn, Role, TokenUsage, ToolCallRequest,
+    chat::{ChatMessage, Role, ToolCallRequest},
+    error::ModelError,
+    turn::{DeltaSink, Model, ModelRequest, ModelTurn, TokenUsage},
 };
 
 /// A configured OpenAI-compatible endpoint.
@@ -342,7 +346,7 @@ struct PartialCall {
 }
 
 #[async_trait::async_trait]
-impl super::Model for OpenAiModel {
+impl Model for OpenAiModel {
     fn reference(&self) -> &str {
         &self.reference
     }

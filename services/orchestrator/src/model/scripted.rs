@@ -14,7 +14,11 @@ use serde_json::Value;
 
 use crate::catalog::models::{ScriptTurn, empty_object};
 
-use super::{DeltaSink, ModelError, ModelRequest, ModelTurn, Role, TokenUsage, ToolCallRequest};
+use super::{
+    chat::{ChatMessage, Role, ToolCallRequest},
+    error::{ModelError, ModelErrorKind},
+    turn::{DeltaSink, Model, ModelRequest, ModelTurn, TokenUsage},
+};
 
 /// A scripted model.
 pub struct ScriptedModel {
@@ -70,7 +74,7 @@ fn template_value(v: &Value, input: &str, results: &str) -> Value {
 }
 
 /// The tool results that answered the last assistant turn.
-fn last_results(messages: &[super::ChatMessage]) -> String {
+fn last_results(messages: &[ChatMessage]) -> String {
     let tail: Vec<&str> = messages
         .iter()
         .rev()
@@ -81,7 +85,7 @@ fn last_results(messages: &[super::ChatMessage]) -> String {
 }
 
 #[async_trait::async_trait]
-impl super::Model for ScriptedModel {
+impl Model for ScriptedModel {
     fn reference(&self) -> &str {
         &self.reference
     }
@@ -94,7 +98,7 @@ impl super::Model for ScriptedModel {
         let fail = |message: String| {
             ModelError::new(
                 &self.reference,
-                super::ModelErrorKind::Unavailable,
+                ModelErrorKind::Unavailable,
                 "scripted",
                 message,
             )

@@ -16,10 +16,15 @@
 //! - [`tool`]: the `run_pipeline` tool.
 //! - [`file`]: the file and tool-argument form of a pipeline.
 //!
-//! The executor runs a step's agent through a [`crate::agent::frame::RunFrame`]
-//! it is handed, not by importing the turn loop: agents start pipelines and
-//! pipelines run agents, and that recursion is a value, not an import cycle.
+//! - [`call`]: what a step asks of the turn loop ([`StepCall`]), and the
+//!   [`RunStep`] value the executor is handed to run it.
+//!
+//! The executor runs a step's agent through the [`RunStep`] it is handed,
+//! not by importing the turn loop: agents start pipelines and pipelines run
+//! agents, so the pipeline sits below the agents and that recursion is a
+//! value, not an import cycle.
 
+pub mod call;
 mod file;
 pub mod plan;
 pub mod run;
@@ -27,5 +32,6 @@ pub mod schedule;
 mod step;
 pub mod tool;
 
+pub use call::{RunStep, StepCall};
 pub use file::{PipelineFile, StepFile};
 pub use plan::*;

@@ -11,7 +11,7 @@ use std::{
 use baton_proto::v1 as pb;
 
 /// The built-in tool through which an agent starts a pipeline.
-pub const TOOL_NAME: &str = crate::tools::names::RUN_PIPELINE;
+pub const TOOL_NAME: &str = crate::catalog::builtin::RUN_PIPELINE;
 
 use crate::{
     catalog::{Catalog, valid_name},

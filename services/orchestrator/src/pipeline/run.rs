@@ -54,12 +54,12 @@ use tonic::Code;
 
 use super::{
     Plan, Policy, Step,
+    call::RunStep,
     schedule::{self, Scheduler, Skip, Status},
 };
 use opentelemetry::{KeyValue, context::FutureExt as _};
 use tracing::Instrument as _;
 
-use crate::agent::frame::RunFrame;
 use crate::run::{context::ContextInfo, drive::drive, failure::Failure, state::Run};
 
 fn no_agent() -> Arc<str> {
@@ -73,7 +73,7 @@ pub async fn run_pipeline(
     plan: Plan,
     initial: Vec<(String, String)>,
     keep_context: bool,
-    run_frame: RunFrame,
+    run_agent: RunStep,
 ) {
     let root = rt.root_context(if plan.name.is_empty() {
         "pipeline".to_owned()
@@ -83,7 +83,7 @@ pub async fn run_pipeline(
     let _end = root.end_on_drop();
     let owned = owned_keys(&plan, &initial);
     let body = async {
-        let summary = execute(&rt, &root, &plan, initial, run_frame)
+        let summary = execute(&rt, &root, &plan, initial, run_agent)
             .with_context(root.otel.clone())
             .instrument(rt.log_span(&root))
             .await?;
@@ -238,7 +238,7 @@ pub(super) async fn execute(
     root: &Arc<ContextInfo>,
     plan: &Plan,
     initial: Vec<(String, String)>,
-    run_frame: RunFrame,
+    run_agent: RunStep,
 ) -> Result<Summary, Failure> {
     // One batch; a resumed pipeline does not seed again what it had seeded
     // (a step may have written the slot since).
@@ -340,7 +340,7 @@ pub(super) async fn execute(
                         async move {
                             (
                                 i,
-                                super::step::run_step(rt, ctx, step, known, run_frame).await,
+                                super::step::run_step(rt, ctx, step, known, run_agent).await,
                             )
                         }
                         .with_context(otel)

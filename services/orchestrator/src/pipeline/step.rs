@@ -13,8 +13,10 @@ use baton_store::Key;
 use opentelemetry::{KeyValue, trace::TraceContextExt as _};
 use tonic::Code;
 
-use super::Step;
-use crate::agent::frame::{CallFrame, RunFrame};
+use super::{
+    Step,
+    call::{RunStep, StepCall},
+};
 use crate::run::{
     context::ContextInfo,
     failure::Failure,
@@ -31,7 +33,7 @@ pub(super) async fn run_step(
     ctx: Arc<ContextInfo>,
     step: &Step,
     known: BTreeMap<String, String>,
-    run_frame: RunFrame,
+    run_agent: RunStep,
 ) -> Result<String, Failure> {
     let _end = ctx.end_on_drop();
     let attempts = step.retries + 1;
@@ -73,7 +75,7 @@ pub(super) async fn run_step(
         let began = Instant::now();
         let result = match tokio::time::timeout(
             step.timeout,
-            attempt_once(rt, &ctx, step, &known, run_frame),
+            attempt_once(rt, &ctx, step, &known, run_agent),
         )
         .await
         {
@@ -139,7 +141,7 @@ async fn attempt_once(
     ctx: &Arc<ContextInfo>,
     step: &Step,
     known: &BTreeMap<String, String>,
-    run_frame: RunFrame,
+    run_agent: RunStep,
 ) -> Result<String, Failure> {
     let max_key = rt.services.store.limits().max_key_len;
     let read = |k: String| async move {
@@ -184,23 +186,19 @@ async fn attempt_once(
     }
     // A final tool output ends this attempt successfully with that output.
     let scope = Arc::new(FinalScope::default());
-    let mut frame = CallFrame::new(
-        rt,
-        ctx.clone(),
-        &step.agent,
-        Vec::new(),
+    let call = StepCall {
+        ctx: ctx.clone(),
+        agent: step.agent.clone(),
         task,
-        scope.clone(),
-    )?;
-    // The steps of a RunPipeline (depth 1; a `run_pipeline` tool's steps
-    // are deeper) answer the request: its response_format applies.
-    if ctx.depth == 1 {
-        frame.answer_request(rt);
-    }
+        scope: scope.clone(),
+        // The steps of a RunPipeline (depth 1; a `run_pipeline` tool's
+        // steps are deeper) answer the request: its response_format applies.
+        answers_request: ctx.depth == 1,
+    };
     let ran = tokio::select! {
         biased;
         () = scope.ended() => Ok(String::new()),
-        r = run_frame(rt, frame) => r.map(|(output, _)| output),
+        r = run_agent(rt, call) => r.map(|(output, _)| output),
     };
     let output = match (scope.output(), ran) {
         (Some(final_output), _) => final_output,

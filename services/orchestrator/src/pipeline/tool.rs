@@ -8,12 +8,14 @@ use tracing::Instrument as _;
 
 use super::{
     Plan,
+    call::RunStep,
     run::{clear, execute, owned_keys},
 };
-use crate::{
-    agent::frame::{CallOutput, RunFrame},
-    run::{context::ContextInfo, state::Run},
-};
+use crate::run::{context::ContextInfo, state::Run};
+
+/// What the tool gives the calling model: the summary, or the error it
+/// reads (a failed pipeline does not fail the run: the model goes on).
+pub type ToolOutput = Result<String, String>;
 
 /// The `run_pipeline` tool: validates the agent's pipeline (its arguments
 /// are a [`PipelineFile`](super::PipelineFile) as JSON) and runs it in
@@ -30,19 +32,19 @@ pub fn run_as_tool<'a>(
     rt: &'a Arc<Run>,
     ctx: &'a Arc<ContextInfo>,
     arguments: &'a serde_json::Value,
-    run_frame: RunFrame,
-) -> Pin<Box<dyn Future<Output = CallOutput> + Send + 'a>> {
-    Box::pin(tool_body(rt, ctx, arguments, run_frame))
+    run_agent: RunStep,
+) -> Pin<Box<dyn Future<Output = ToolOutput> + Send + 'a>> {
+    Box::pin(tool_body(rt, ctx, arguments, run_agent))
 }
 
 async fn tool_body(
     rt: &Arc<Run>,
     ctx: &Arc<ContextInfo>,
     arguments: &serde_json::Value,
-    run_frame: RunFrame,
-) -> CallOutput {
+    run_agent: RunStep,
+) -> ToolOutput {
     let _end = ctx.end_on_drop();
-    let result = tool_run(rt, ctx, arguments, run_frame)
+    let result = tool_run(rt, ctx, arguments, run_agent)
         .with_context(ctx.otel.clone())
         .instrument(rt.log_span(ctx))
         .await;
@@ -56,8 +58,8 @@ async fn tool_run(
     rt: &Arc<Run>,
     ctx: &Arc<ContextInfo>,
     arguments: &serde_json::Value,
-    run_frame: RunFrame,
-) -> CallOutput {
+    run_agent: RunStep,
+) -> ToolOutput {
     let file: super::PipelineFile = serde_json::from_value(arguments.clone())
         .map_err(|e| format!("the arguments are not a pipeline: {e}"))?;
     let request = file.into_request()?;
@@ -93,7 +95,7 @@ async fn tool_run(
             .map_err(|e| format!("pipeline.steps[{i}].agent: {e}"))?;
     }
     let owned = owned_keys(&plan, &initial);
-    let outcome = execute(rt, ctx, &plan, initial, run_frame).await;
+    let outcome = execute(rt, ctx, &plan, initial, run_agent).await;
     if !request.keep_context {
         clear(rt, &owned).await;
     }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use baton_proto::v1 as pb;
 
-use crate::{model::ChatMessage, model::settings::Settings, run::events::Filter};
+use crate::{catalog::settings::Settings, model::ChatMessage, run::events::Filter};
 
 /// A request for an agent run (RunAgent).
 pub struct AgentRequest {

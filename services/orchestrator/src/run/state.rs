@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use super::context::ContextInfo;
 use super::events::{Draft, Filter};
 use super::record::RunRecord;
-use crate::model::settings::Settings;
+use crate::catalog::settings::Settings;
 use crate::{
     catalog::{Agent, Catalog},
     model::{Model, Models},

@@ -6,9 +6,10 @@ use baton_proto::v1::{self as pb, run_event::Payload};
 use baton_store::{DEFAULT_PAGE_SIZE, Key, MAX_PAGE_SIZE, Page, PageToken, Put};
 use serde_json::{Value, json};
 
-use super::{Resume, Tool, ToolCtx, ToolOutcome, names};
+use super::tool::{Resume, Tool, ToolCtx, ToolOutcome};
+use crate::catalog::builtin as names;
 
-/// Every built-in tool the toolbox runs, by name ([`names::BUILTIN`] but
+/// Every built-in tool the toolbox runs, by name ([`names::TOOLS`] but
 /// `run_pipeline`, which the runtime runs).
 pub fn all() -> Vec<(&'static str, std::sync::Arc<dyn Tool>)> {
     vec![
@@ -285,7 +286,7 @@ mod tests {
         let mut ran: Vec<&str> = all().into_iter().map(|(n, _)| n).collect();
         ran.push(names::RUN_PIPELINE);
         ran.sort_unstable();
-        let mut listed = names::BUILTIN.to_vec();
+        let mut listed = names::TOOLS.to_vec();
         listed.sort_unstable();
         assert_eq!(ran, listed);
     }

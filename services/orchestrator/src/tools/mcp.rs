@@ -45,7 +45,7 @@ use rmcp::{
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::{Resume, Tool, ToolCtx, ToolOutcome};
+use super::tool::{Resume, Tool, ToolCtx, ToolOutcome};
 use crate::catalog::McpServerSpec;
 
 /// The `_meta` key of a call's idempotency key.
@@ -278,7 +278,7 @@ impl McpServer {
                 format!(
                     "MCP server {name} ({}): handshake failed: {}",
                     self.spec.url,
-                    crate::model::http::cause_chain(&e)
+                    baton_client::cause_chain(&e)
                 )
             })
         }

@@ -10,122 +10,20 @@
 //! servers in any language; MCP tools ([`mcp`]) on Model Context Protocol
 //! servers. Agents and groups are tools too; the runtime runs
 //! those in child contexts.
+//!
+//! The files: [`tool`] is the interface every kind implements; [`builtin`],
+//! [`remote`] and [`mcp`] implement it; this file re-exports the interface
+//! and holds the [`Toolbox`] built from the catalog. The built-in tools'
+//! names are the catalog's ([`crate::catalog::builtin`]).
 
 pub mod builtin;
 pub mod mcp;
-pub mod names;
 pub mod remote;
+pub mod tool;
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, atomic::AtomicUsize},
-};
+use std::{collections::HashMap, sync::Arc};
 
-use baton_proto::v1::{self as pb, run_event::Payload};
-use serde_json::Value;
-
-use baton_store::{ContextStore, Scope};
-
-/// How a tool call ended.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ToolOutcome {
-    /// Success: the output the model sees.
-    Ok(String),
-    /// Failure: the error the model sees.
-    Err(String),
-    /// The tool needs a person's answer to go on.
-    NeedInput {
-        /// What to ask.
-        prompt: String,
-        /// Suggested answers.
-        options: Vec<String>,
-        /// Handed back with the answer.
-        resume_token: String,
-    },
-}
-
-/// An answer to a tool's earlier [`ToolOutcome::NeedInput`].
-#[derive(Debug, Clone)]
-pub struct Resume {
-    /// The token the tool gave.
-    pub token: String,
-    /// The person's answer.
-    pub input: String,
-}
-
-/// Where a running tool's events go: into the run's stream, tagged with
-/// the calling agent's context (the runtime implements it).
-#[async_trait::async_trait]
-pub trait ToolEvents: Send + Sync {
-    /// Sends an event of the call.
-    async fn emit(&self, payload: Payload);
-}
-
-/// What a running tool can see and do: the run's store and ids, and its
-/// events. Narrow on purpose: a tool cannot reach the run's other parts.
-pub struct ToolCtx<'a> {
-    /// The context store.
-    pub store: &'a Arc<dyn ContextStore>,
-    /// The run's tenant and trace: the tool's slots are this trace's, in
-    /// that tenant's namespace.
-    pub scope: &'a Scope,
-    /// The run's id.
-    pub run_id: &'a str,
-    /// The calling agent's context id.
-    pub context_id: &'a str,
-    /// That context's depth (root is 0).
-    pub depth: u32,
-    /// The calling agent.
-    pub agent: &'a str,
-    /// The call's id.
-    pub call_id: &'a str,
-    /// The tool's name.
-    pub tool: &'a str,
-    /// Where the call's events go.
-    pub events: &'a dyn ToolEvents,
-    /// The run's count of tool calls cancelled while they ran (`sleep`
-    /// counts itself; the cancellation tests read it).
-    pub cancelled_calls: &'a AtomicUsize,
-}
-
-impl ToolCtx<'_> {
-    /// Sends an event of the call (waits while the client is slow).
-    pub async fn emit(&self, payload: Payload) {
-        self.events.emit(payload).await;
-    }
-
-    /// Reports progress (percent is clamped to 0–100).
-    pub async fn progress(&self, percent: u32, message: impl Into<String>) {
-        let payload = Payload::ToolProgress(pb::ToolProgress {
-            call_id: self.call_id.to_owned(),
-            tool: self.tool.to_owned(),
-            percent: percent.min(100),
-            message: message.into(),
-        });
-        self.emit(payload).await;
-    }
-
-    /// Offers options.
-    pub async fn options(&self, question: impl Into<String>, options: Vec<String>) {
-        let payload = Payload::ToolOptions(pb::ToolOptions {
-            call_id: self.call_id.to_owned(),
-            tool: self.tool.to_owned(),
-            question: question.into(),
-            options,
-        });
-        self.emit(payload).await;
-    }
-}
-
-/// A tool.
-#[async_trait::async_trait]
-pub trait Tool: Send + Sync {
-    /// What the model is told about it: description and argument schema.
-    fn describe(&self) -> (String, Value);
-
-    /// Runs one call (again, with `resume`, after it asked for input).
-    async fn call(&self, ctx: &ToolCtx<'_>, args: &Value, resume: Option<Resume>) -> ToolOutcome;
-}
+pub use tool::{Resume, Tool, ToolCtx, ToolEvents, ToolOutcome};
 
 /// Every tool the orchestrator can run by name: the built-ins and the tools
 /// of the configured tool servers.

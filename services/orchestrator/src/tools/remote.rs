@@ -22,7 +22,7 @@ use baton_proto::v1::{self as pb, execute_response::Event, tool_host_client::Too
 use serde_json::{Value, json};
 use tonic::transport::Channel;
 
-use super::{Resume, Tool, ToolCtx, ToolOutcome};
+use super::tool::{Resume, Tool, ToolCtx, ToolOutcome};
 use crate::catalog::ToolServerSpec;
 
 /// One configured ToolHost server.

@@ -8,9 +8,9 @@ use baton_proto::v1 as pb;
 use prost::Message as _;
 
 use crate::{
-    catalog::names::valid_name,
+    catalog::{names::valid_name, settings::Settings},
     error::{Error, Result},
-    model::{ChatMessage, Role, ToolCallRequest, settings::Settings},
+    model::{ChatMessage, Role, ToolCallRequest},
     request::{
         AgentRequest, DEFAULT_RUNS_PAGE, MAX_RUNS_PAGE, PipelineRequest, RequestOptions,
         RequestedLimits, RunsQuery, StoredRequest,

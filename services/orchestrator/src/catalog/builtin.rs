@@ -1,6 +1,6 @@
 //! The names of the built-in tools: the one list the agents file is checked
-//! against and the toolbox is built from. A leaf: it uses nothing of the
-//! crate, so the catalog can depend on it without depending on the tools.
+//! against and the toolbox (`crate::tools::builtin`) is built from. A leaf
+//! of the catalog, below the tools that run them.
 
 /// `read_context`: a slot of the run's trace.
 pub const READ_CONTEXT: &str = "read_context";
@@ -17,7 +17,7 @@ pub const SLEEP: &str = "sleep";
 pub const RUN_PIPELINE: &str = "run_pipeline";
 
 /// Every built-in tool an agent may list.
-pub const BUILTIN: [&str; 6] = [
+pub const TOOLS: [&str; 6] = [
     READ_CONTEXT,
     WRITE_CONTEXT,
     LIST_CONTEXT,

@@ -6,6 +6,9 @@
 //! or the per-agent context (which resets when control changes agent).
 //! A policy that fails (a pointer into output that is not JSON, say) falls
 //! back to `Forward`, and the failure is reported in ToolCallCompleted.
+//!
+//! A leaf of the catalog: the agents file declares policies, the catalog
+//! validates them, and a turn's calls (`crate::agent`) apply them.
 
 use regex::Regex;
 use serde::Deserialize;
