@@ -94,7 +94,7 @@ impl Process {
 
 /// `server-everything` over Streamable HTTP on a free port (`/mcp`).
 pub fn mcp_everything_http() -> anyhow::Result<Process> {
-    let addr = crate::free_addr()?;
+    let addr = crate::ports::free_addr()?;
     let mut cmd = Command::new("node");
     cmd.arg(mcp_everything())
         .arg("streamableHttp")
@@ -104,7 +104,7 @@ pub fn mcp_everything_http() -> anyhow::Result<Process> {
 
 /// The Python MCP server over Streamable HTTP on a free port (`/mcp`).
 pub fn mcp_py_http() -> anyhow::Result<Process> {
-    let addr = crate::free_addr()?;
+    let addr = crate::ports::free_addr()?;
     let mut cmd = Command::new(servers_python());
     cmd.arg(mcp_py_server())
         .arg("--http")
@@ -152,7 +152,7 @@ general_settings:
 "#
             ),
         )?;
-        let addr = crate::free_addr()?;
+        let addr = crate::ports::free_addr()?;
         let mut cmd = Command::new(servers_python());
         cmd.args(["-m", "litellm.proxy.proxy_cli", "--config"])
             .arg(&config)
