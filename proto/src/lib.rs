@@ -1,7 +1,10 @@
 //! The `baton.v1` gRPC API, generated from `proto/baton/v1/*.proto`.
 //!
-//! These types stop at the edge of each service: domain code converts them
-//! with `TryFrom` in one module per service and never sees `prost` types.
+//! These types stop at the edge of each service: each converts requests
+//! into its domain values with `TryFrom` in one module (the orchestrator's
+//! `wire`, the context store's `grpc`). What a service keeps in this form on
+//! purpose — the orchestrator's events, which its run store holds and every
+//! face sends — says so where it is.
 //! [`FILE_DESCRIPTOR_SET`] is served for gRPC server reflection.
 
 #![allow(

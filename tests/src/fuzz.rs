@@ -81,19 +81,19 @@ fn service() -> &'static Orchestrator {
 
 /// RunAgent validation of any bytes decoded as a RunAgentRequest.
 pub fn run_agent_request(data: &[u8]) {
-    if let Ok(request) = pb::RunAgentRequest::decode(data) {
-        if let Ok(request) = AgentRequest::try_from(request) {
-            let _ = validate::agent_run(service().services(), request);
-        }
+    if let Ok(request) = pb::RunAgentRequest::decode(data)
+        && let Ok(request) = AgentRequest::try_from(request)
+    {
+        let _ = validate::agent_run(service().services(), request);
     }
 }
 
 /// RunPipeline validation of any bytes decoded as a RunPipelineRequest.
 pub fn run_pipeline_request(data: &[u8]) {
-    if let Ok(request) = pb::RunPipelineRequest::decode(data) {
-        if let Ok(request) = PipelineRequest::try_from(request) {
-            let _ = validate::pipeline_run(service().services(), request);
-        }
+    if let Ok(request) = pb::RunPipelineRequest::decode(data)
+        && let Ok(request) = PipelineRequest::try_from(request)
+    {
+        let _ = validate::pipeline_run(service().services(), request);
     }
 }
 
@@ -120,10 +120,10 @@ pub fn pipeline_file(data: &[u8]) {
     let Ok(file) = serde_norway::from_str::<PipelineFile>(text) else {
         return;
     };
-    if let Ok(request) = file.into_request() {
-        if let Ok(request) = PipelineRequest::try_from(request) {
-            let _ = validate::pipeline_run(service().services(), request);
-        }
+    if let Ok(request) = file.into_request()
+        && let Ok(request) = PipelineRequest::try_from(request)
+    {
+        let _ = validate::pipeline_run(service().services(), request);
     }
 }
 

@@ -5,30 +5,47 @@
 //!   loaded from YAML and validated at start; `catalog::names` is the leaf of
 //!   names, model references and durations that everyone uses.
 //! - [`model`]: model providers (`scripted`, `openai`).
-//! - [`services`]: what every run shares, built once at start.
-//! - [`run`]: a run's lifecycle whatever its body — launch, `drive`, the
-//!   sequencers (in memory, or durable in Redis), the registry, leases,
-//!   resume and parking.
+//! - [`run`]: a run's lifecycle whatever its body — what every run shares
+//!   (`run::shared`, built once at start), launch, `drive`, the sequencers
+//!   (in memory, or durable in Redis), the registry, the tenants' run
+//!   quotas, and what the core answers about a run (`run::view`).
 //! - [`agent`]: `CallFrame` (what a branch owns), the turn loop, a turn's
 //!   calls, tool-output policies, people (approvals and input).
 //! - [`pipeline`]: RunPipeline's validation (`Plan`), the pure scheduler
 //!   (`schedule`), the executor (steps, their attempts) and the file form.
 //! - [`tools`]: the tool interface, the built-in tools and their names
-//!   (`tools::names`, the one list), remote ToolHost tools.
-//! - [`grpc`]: the `baton.v1.Orchestrator` service: requests validated and
-//!   converted once (`grpc::convert`), the WatchRun producer
-//!   (`grpc::watch`), errors mapped once ([`error`]).
+//!   (their names are `catalog::builtin`), remote ToolHost tools.
+//! - [`app`]: the application core, [`app::Orchestrator`]: it owns the runs,
+//!   their tasks, the peers and shutdown, and offers every face the same
+//!   operations in domain values (start, watch, get, list, cancel, answer,
+//!   resume, drain), with one error ([`error`]); it also keeps durable runs'
+//!   leases.
+//! - [`request`]: what callers ask, in domain values, and its validation
+//!   against this server; [`wire`]: `baton.v1` messages into those values
+//!   and answers back, shared by every face.
+//! - [`grpc`]: the `baton.v1.Orchestrator` face: each handler converts,
+//!   calls the core, converts back; errors map to `Status` once.
 //! - [`peers`]: run-scoped calls of runs on another replica; [`auth`]: API
 //!   keys and tenants.
 //! - [`remote_store`]: the context store over gRPC behind the store trait.
 //! - [`config`]: the service config.
+//!
+//! Layers, bottom to top; a module reads only the layers below it (checked
+//! by `tests/layout`): `catalog` (the agents file, with the leaves it parses
+//! with: `names`, `builtin` tool names, generation `settings`, tool-output
+//! `policy`) and `config`; `metrics` and `model`; `tools`; `run` (knows no
+//! agent or pipeline); `pipeline` and `peers`; `agent`; `request` and
+//! `wire`; `app`; the faces (`grpc`); this file. Agents start pipelines and
+//! pipelines run agents: the pipeline names the call it needs
+//! (`pipeline::StepCall`) and is handed `agent::run_step_boxed` as a
+//! `pipeline::RunStep` value, so the recursion is a value, not an import.
 //!
 //! Readiness: grpc.health.v1 reports `SERVING` (for `""` and
 //! `baton.v1.Orchestrator`) while the context store's own health says
 //! `SERVING` (it reads no slot, so nothing a client writes changes it), and
 //! `NOT_SERVING` once shutdown begins. Shutdown refuses new runs at once
 //! (`UNAVAILABLE`); with durable runs it hands every run over to the other
-//! replicas (`grpc::drain`); the runs it keeps (memory mode, or Redis not
+//! replicas (`app::drain`); the runs it keeps (memory mode, or Redis not
 //! answering) may finish within `shutdown_grace`, then the rest are
 //! cancelled (`RunCancelled`, "server shutting down") and their streams get
 //! [`RUN_FLUSH`] to carry the terminal events out.

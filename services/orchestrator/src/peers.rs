@@ -142,27 +142,28 @@ impl Peers {
                     }
                 }
                 let call = call(client, request);
-                async move {
-                    tokio::time::timeout(timeout, call)
-                        .await
-                        .unwrap_or_else(|_| {
-                            Err(Status::deadline_exceeded("the peer did not answer"))
-                        })
-                }
+                // `None`: the peer did not answer in time.
+                async move { tokio::time::timeout(timeout, call).await.ok() }
             })
             .collect();
         let mut unanswered = 0;
         while let Some(answer) = calls.next().await {
+            let answer = match answer {
+                None => {
+                    tracing::debug!("a peer did not answer a forwarded call in time");
+                    unanswered += 1;
+                    continue;
+                }
+                Some(answer) => answer.map(Response::into_inner).map_err(from_status),
+            };
             match answer {
-                Err(s) if s.code() == Code::NotFound => {}
+                Err(e) if e.code() == Code::NotFound => {}
                 // That replica is unreachable or going away: ask the rest.
-                Err(s) if matches!(s.code(), Code::Unavailable | Code::DeadlineExceeded) => {
-                    tracing::debug!(error = %s, "a peer did not answer a forwarded call");
+                Err(e) if matches!(e.code(), Code::Unavailable | Code::DeadlineExceeded) => {
+                    tracing::debug!(error = %e, "a peer did not answer a forwarded call");
                     unanswered += 1;
                 }
-                found => {
-                    return Answer::Found(found.map(Response::into_inner).map_err(from_status));
-                }
+                found => return Answer::Found(found),
             }
         }
         Answer::Missing { asked, unanswered }

@@ -153,7 +153,7 @@ pub async fn sequence(
                 tracing::warn!(run_id = %run_id, error = %e, "cannot log the run's events; cancelling it");
                 record.cancel(&format!("the run's log cannot be written: {e}"));
                 if !client_gone {
-                    let _ = out.send(Err(e.into())).await;
+                    let _ = out.send(Err(e)).await;
                     client_gone = true;
                 }
             }
