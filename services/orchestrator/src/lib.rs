@@ -209,7 +209,7 @@ pub async fn serve_core(
     let core = core.with_peers(peers::Peers::new(&config.peers));
     // Durable runs: renew this replica's leases, claim lapsed ones.
     if let Some(durable) = core.durable() {
-        tasks.spawn(app::leases::keep(
+        tasks.spawn(app::upkeep::keep(
             core.clone(),
             durable,
             shutdown.clone(),

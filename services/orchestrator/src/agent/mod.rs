@@ -43,10 +43,10 @@ use crate::run::{drive::drive, state::Run};
 use frame::CallFrame;
 pub use turn::{run_frame, run_frame_boxed, run_step_boxed};
 
-/// Runs a whole RunAgent: RunStarted, the root frame, then exactly one
+/// The body of a RunAgent: RunStarted, the root frame, then exactly one
 /// terminal event (completed, failed, or cancelled when the run's token
 /// fires or its deadline passes).
-pub async fn run_agent(rt: Arc<Run>, root: CallFrame, target: String) {
+pub async fn body(rt: Arc<Run>, root: CallFrame, target: String) {
     let root_ctx = root.ctx.clone();
     let scope = root.scope.clone();
     let _end = root_ctx.end_on_drop();

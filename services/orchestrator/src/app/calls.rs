@@ -11,9 +11,9 @@ use std::sync::Arc;
 use baton_proto::v1 as pb;
 
 use super::{
-    leases::end_orphan,
     orchestrator::{Caller, Orchestrator, audit, audited_id, not_found},
     resume::Claimed,
+    upkeep::end_orphan,
 };
 use crate::{
     error::{Error, Result},

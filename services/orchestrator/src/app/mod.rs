@@ -9,7 +9,7 @@
 //! | watch a run from a seq, get one, list a tenant's | `read.rs` (producers in `watch.rs`) |
 //! | cancel a run, answer an approval, answer an input | `calls.rs` |
 //! | drain at shutdown | `drain.rs` |
-//! | keep durable runs' leases, park, claim | `leases.rs` |
+//! | keep durable runs: renew leases, deliver answers, park, claim | `upkeep.rs` |
 //!
 //! A face (`crate::grpc`; HTTP, A2A and MCP beside it) converts its wire
 //! form into these values, calls the core and converts the answer back;
@@ -23,11 +23,11 @@
 
 mod calls;
 mod drain;
-pub mod leases;
 mod orchestrator;
 mod read;
 mod resume;
 mod start;
+pub mod upkeep;
 mod watch;
 
 pub use orchestrator::{Caller, Orchestrator};

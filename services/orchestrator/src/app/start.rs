@@ -112,13 +112,13 @@ impl Body {
             } => {
                 let name = target.target.clone();
                 let root = CallFrame::root(&run, target, history, input);
-                Box::pin(agent::run_agent(run, root, name))
+                Box::pin(agent::body(run, root, name))
             }
             Body::Pipeline {
                 plan,
                 initial,
                 keep_context,
-            } => Box::pin(pipeline::run::run_pipeline(
+            } => Box::pin(pipeline::body(
                 run,
                 plan,
                 initial,

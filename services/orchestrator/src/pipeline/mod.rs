@@ -9,8 +9,9 @@
 //! - [`schedule`]: the pure scheduler (which step starts next, what a
 //!   failure skips, whether the pipeline succeeded, which output is its
 //!   output), unit-tested without any I/O.
-//! - [`run`]: the executor — the scheduler's decisions carried out: step
-//!   contexts, attempts with retries and timeouts, store writes, events.
+//! - [`executor`]: the scheduler's decisions carried out: step contexts,
+//!   attempts with retries and timeouts, store writes, events; its
+//!   [`body`] is the body of a RunPipeline.
 //! - `step`: one step's attempts (retries, timeouts, the task filled in;
 //!   attempts a resumed run had ended are taken from its journal).
 //! - [`tool`]: the `run_pipeline` tool.
@@ -25,13 +26,14 @@
 //! value, not an import cycle.
 
 pub mod call;
+pub mod executor;
 mod file;
 pub mod plan;
-pub mod run;
 pub mod schedule;
 mod step;
 pub mod tool;
 
 pub use call::{RunStep, StepCall};
+pub use executor::body;
 pub use file::{PipelineFile, StepFile};
 pub use plan::*;

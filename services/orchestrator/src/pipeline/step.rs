@@ -33,7 +33,7 @@ pub(super) async fn run_step(
     ctx: Arc<ContextInfo>,
     step: &Step,
     known: BTreeMap<String, String>,
-    run_agent: RunStep,
+    run_step: RunStep,
 ) -> Result<String, Failure> {
     let _end = ctx.end_on_drop();
     let attempts = step.retries + 1;
@@ -75,7 +75,7 @@ pub(super) async fn run_step(
         let began = Instant::now();
         let result = match tokio::time::timeout(
             step.timeout,
-            attempt_once(rt, &ctx, step, &known, run_agent),
+            attempt_once(rt, &ctx, step, &known, run_step),
         )
         .await
         {
@@ -141,7 +141,7 @@ async fn attempt_once(
     ctx: &Arc<ContextInfo>,
     step: &Step,
     known: &BTreeMap<String, String>,
-    run_agent: RunStep,
+    run_step: RunStep,
 ) -> Result<String, Failure> {
     let max_key = rt.services.store.limits().max_key_len;
     let read = |k: String| async move {
@@ -198,7 +198,7 @@ async fn attempt_once(
     let ran = tokio::select! {
         biased;
         () = scope.ended() => Ok(String::new()),
-        r = run_agent(rt, call) => r.map(|(output, _)| output),
+        r = run_step(rt, call) => r.map(|(output, _)| output),
     };
     let output = match (scope.output(), ran) {
         (Some(final_output), _) => final_output,

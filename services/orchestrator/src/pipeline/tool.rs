@@ -9,7 +9,7 @@ use tracing::Instrument as _;
 use super::{
     Plan,
     call::RunStep,
-    run::{clear, execute, owned_keys},
+    executor::{clear, execute, owned_keys},
 };
 use crate::run::{context::ContextInfo, state::Run};
 
@@ -32,19 +32,19 @@ pub fn run_as_tool<'a>(
     rt: &'a Arc<Run>,
     ctx: &'a Arc<ContextInfo>,
     arguments: &'a serde_json::Value,
-    run_agent: RunStep,
+    run_step: RunStep,
 ) -> Pin<Box<dyn Future<Output = ToolOutput> + Send + 'a>> {
-    Box::pin(tool_body(rt, ctx, arguments, run_agent))
+    Box::pin(tool_body(rt, ctx, arguments, run_step))
 }
 
 async fn tool_body(
     rt: &Arc<Run>,
     ctx: &Arc<ContextInfo>,
     arguments: &serde_json::Value,
-    run_agent: RunStep,
+    run_step: RunStep,
 ) -> ToolOutput {
     let _end = ctx.end_on_drop();
-    let result = tool_run(rt, ctx, arguments, run_agent)
+    let result = tool_run(rt, ctx, arguments, run_step)
         .with_context(ctx.otel.clone())
         .instrument(rt.log_span(ctx))
         .await;
@@ -58,7 +58,7 @@ async fn tool_run(
     rt: &Arc<Run>,
     ctx: &Arc<ContextInfo>,
     arguments: &serde_json::Value,
-    run_agent: RunStep,
+    run_step: RunStep,
 ) -> ToolOutput {
     let file: super::PipelineFile = serde_json::from_value(arguments.clone())
         .map_err(|e| format!("the arguments are not a pipeline: {e}"))?;
@@ -95,7 +95,7 @@ async fn tool_run(
             .map_err(|e| format!("pipeline.steps[{i}].agent: {e}"))?;
     }
     let owned = owned_keys(&plan, &initial);
-    let outcome = execute(rt, ctx, &plan, initial, run_agent).await;
+    let outcome = execute(rt, ctx, &plan, initial, run_step).await;
     if !request.keep_context {
         clear(rt, &owned).await;
     }

@@ -174,7 +174,7 @@ pub fn launch(
                 tokio::join!(sequencer, body);
             }
         }
-        let state = record.state();
+        let state = record.snapshot();
         let status = match state.status {
             pb::RunStatus::Completed => "completed",
             pb::RunStatus::Failed => "failed",

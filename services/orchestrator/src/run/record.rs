@@ -47,7 +47,7 @@ impl<T> Pending<T> {
 
 /// What GetRun reports.
 #[derive(Debug, Clone)]
-pub struct RunState {
+pub struct RunSnapshot {
     /// Where the run is.
     pub status: pb::RunStatus,
     /// When it ended.
@@ -102,7 +102,7 @@ pub struct RunRecord {
     cancel: CancellationToken,
     cancel_reason: Mutex<Option<String>>,
     seq: AtomicU64,
-    state: Mutex<RunState>,
+    state: Mutex<RunSnapshot>,
     finished: Mutex<Option<Instant>>,
     approvals: Mutex<HashMap<String, Pending<ApprovalAnswer>>>,
     inputs: Mutex<HashMap<String, Pending<String>>>,
@@ -150,7 +150,7 @@ impl RunRecord {
     /// the status after: `CANCELLED`, or the status the run already ended
     /// with.
     pub fn cancel_by_request(&self, reason: &str) -> pb::RunStatus {
-        let status = self.state().status;
+        let status = self.snapshot().status;
         if status != pb::RunStatus::Running {
             return status;
         }
@@ -226,7 +226,7 @@ impl RunRecord {
             cancel: parent.child_token(),
             cancel_reason: Mutex::new(None),
             seq: AtomicU64::new(started.last_seq),
-            state: Mutex::new(RunState {
+            state: Mutex::new(RunSnapshot {
                 status: pb::RunStatus::Running,
                 ended_at: None,
                 output: String::new(),
@@ -360,7 +360,7 @@ impl RunRecord {
 
     /// What the core answers about the run (GetRun, ListRuns).
     pub fn view(&self) -> super::view::RunView {
-        let s = self.state();
+        let s = self.snapshot();
         super::view::RunView {
             run_id: self.run_id.clone(),
             trace_id: self.trace_id.to_string(),
@@ -379,8 +379,8 @@ impl RunRecord {
         }
     }
 
-    /// A snapshot for GetRun.
-    pub fn state(&self) -> RunState {
+    /// Where the run is, read now (GetRun, ListRuns).
+    pub fn snapshot(&self) -> RunSnapshot {
         lock(&self.state).clone()
     }
 

@@ -133,7 +133,7 @@ impl Runs {
             .values()
             .filter(|r| r.tenant == tenant)
             .filter(|r| after.is_none_or(|a| r.run_id.as_str() < a))
-            .filter(|r| status.is_none_or(|s| r.state().status == s))
+            .filter(|r| status.is_none_or(|s| r.snapshot().status == s))
             .cloned()
             .collect();
         runs.sort_unstable_by(|a, b| b.run_id.cmp(&a.run_id));
@@ -152,7 +152,7 @@ impl Runs {
     pub fn running_runs(&self) -> Vec<Arc<RunRecord>> {
         lock(&self.map)
             .values()
-            .filter(|r| r.state().status == pb::RunStatus::Running)
+            .filter(|r| r.snapshot().status == pb::RunStatus::Running)
             .cloned()
             .collect()
     }
@@ -161,7 +161,7 @@ impl Runs {
     pub fn running(&self) -> usize {
         lock(&self.map)
             .values()
-            .filter(|r| r.state().status == pb::RunStatus::Running)
+            .filter(|r| r.snapshot().status == pb::RunStatus::Running)
             .count()
     }
 }
@@ -332,7 +332,7 @@ mod tests {
             "dropped just over it"
         );
         assert_eq!(
-            run.state().status,
+            run.snapshot().status,
             pb::RunStatus::Completed,
             "the result stays"
         );

@@ -66,14 +66,14 @@ fn no_agent() -> Arc<str> {
     Arc::from("")
 }
 
-/// Runs a pipeline: RunStarted, the seeded slots, the steps,
+/// The body of a RunPipeline: RunStarted, the seeded slots, the steps,
 /// PipelineCompleted, then exactly one terminal event.
-pub async fn run_pipeline(
+pub async fn body(
     rt: Arc<Run>,
     plan: Plan,
     initial: Vec<(String, String)>,
     keep_context: bool,
-    run_agent: RunStep,
+    run_step: RunStep,
 ) {
     let root = rt.root_context(if plan.name.is_empty() {
         "pipeline".to_owned()
@@ -83,7 +83,7 @@ pub async fn run_pipeline(
     let _end = root.end_on_drop();
     let owned = owned_keys(&plan, &initial);
     let body = async {
-        let summary = execute(&rt, &root, &plan, initial, run_agent)
+        let summary = execute(&rt, &root, &plan, initial, run_step)
             .with_context(root.otel.clone())
             .instrument(rt.log_span(&root))
             .await?;
@@ -238,7 +238,7 @@ pub(super) async fn execute(
     root: &Arc<ContextInfo>,
     plan: &Plan,
     initial: Vec<(String, String)>,
-    run_agent: RunStep,
+    run_step: RunStep,
 ) -> Result<Summary, Failure> {
     // One batch; a resumed pipeline does not seed again what it had seeded
     // (a step may have written the slot since).
@@ -340,7 +340,7 @@ pub(super) async fn execute(
                         async move {
                             (
                                 i,
-                                super::step::run_step(rt, ctx, step, known, run_agent).await,
+                                super::step::run_step(rt, ctx, step, known, run_step).await,
                             )
                         }
                         .with_context(otel)
