@@ -81,8 +81,68 @@ pub fn stated_tenant<T>(request: &Request<T>) -> Result<Tenant, Status> {
     }
 }
 
+/// Why the text of a credentials file (API keys or a service token) is
+/// refused; the message names the line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Malformed {
+    /// A line of an API keys file is not two words.
+    #[error("line {0}: expected `<tenant> <key>`")]
+    NotTenantAndKey(usize),
+    /// A line names no valid tenant.
+    #[error("line {line}: tenant {tenant:?} must be [a-z0-9_-]{{1,64}}")]
+    Tenant {
+        /// The line (from 1).
+        line: usize,
+        /// The tenant it names.
+        tenant: String,
+    },
+    /// A key is too short, too long or not printable.
+    #[error("line {line}: the key of {tenant:?} must be 16 to 256 printable ASCII characters")]
+    Key {
+        /// The line (from 1).
+        line: usize,
+        /// The tenant of the key.
+        tenant: String,
+    },
+    /// A key is listed twice.
+    #[error("line {0}: this key is already listed")]
+    DuplicateKey(usize),
+    /// An API keys file without a key.
+    #[error("no keys (lines of `<tenant> <key>`)")]
+    NoKeys,
+    /// A service token is too short, too long or not printable.
+    #[error("the token must be 16 to 4096 printable ASCII characters")]
+    Token,
+}
+
+/// Why a credentials file cannot be used: it cannot be read, or its text
+/// is [`Malformed`]. The message names the setting and the file.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// The file cannot be read.
+    #[error("{what} {}: {source}", path.display())]
+    Read {
+        /// The setting naming the file (`auth.api_keys_file`, say).
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file's text is refused.
+    #[error("{what} {}: {source}", path.display())]
+    Malformed {
+        /// The setting naming the file.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        source: Malformed,
+    },
+}
+
 /// Parses an API keys file: key → tenant. Errors name the line.
-pub fn parse_keys(text: &str) -> Result<HashMap<String, String>, String> {
+pub fn parse_keys(text: &str) -> Result<HashMap<String, String>, Malformed> {
     let mut keys = HashMap::new();
     for (i, raw) in text.lines().enumerate() {
         let line = raw.trim();
@@ -92,33 +152,35 @@ pub fn parse_keys(text: &str) -> Result<HashMap<String, String>, String> {
         let n = i + 1;
         let mut parts = line.split_whitespace();
         let (Some(tenant), Some(key), None) = (parts.next(), parts.next(), parts.next()) else {
-            return Err(format!("line {n}: expected `<tenant> <key>`"));
+            return Err(Malformed::NotTenantAndKey(n));
         };
         if !valid_tenant(tenant) {
-            return Err(format!(
-                "line {n}: tenant {tenant:?} must be [a-z0-9_-]{{1,64}}"
-            ));
+            return Err(Malformed::Tenant {
+                line: n,
+                tenant: tenant.to_owned(),
+            });
         }
         if !(16..=256).contains(&key.len()) || !key.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(format!(
-                "line {n}: the key of {tenant:?} must be 16 to 256 printable ASCII characters"
-            ));
+            return Err(Malformed::Key {
+                line: n,
+                tenant: tenant.to_owned(),
+            });
         }
         if keys.insert(key.to_owned(), tenant.to_owned()).is_some() {
-            return Err(format!("line {n}: this key is already listed"));
+            return Err(Malformed::DuplicateKey(n));
         }
     }
     if keys.is_empty() {
-        return Err("no keys (lines of `<tenant> <key>`)".into());
+        return Err(Malformed::NoKeys);
     }
     Ok(keys)
 }
 
 /// Parses a service token file.
-pub fn parse_token(text: &str) -> Result<String, String> {
+pub fn parse_token(text: &str) -> Result<String, Malformed> {
     let token = text.trim();
     if !(16..=4096).contains(&token.len()) || !token.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err("the token must be 16 to 4096 printable ASCII characters".into());
+        return Err(Malformed::Token);
     }
     Ok(token.to_owned())
 }
@@ -137,7 +199,7 @@ pub struct Reloaded<T> {
     /// What the file is, for messages (`auth.api_keys_file`, say).
     what: &'static str,
     path: PathBuf,
-    parse: fn(&str) -> Result<T, String>,
+    parse: fn(&str) -> Result<T, Malformed>,
     current: RwLock<(Arc<T>, Stamp)>,
     /// With [`Reloaded::refreshing`]: how often [`Reloaded::current`] looks
     /// at the file, and when it last did.
@@ -155,8 +217,8 @@ impl<T: Send + Sync + 'static> Reloaded<T> {
     pub fn load(
         what: &'static str,
         path: &Path,
-        parse: fn(&str) -> Result<T, String>,
-    ) -> Result<Arc<Self>, String> {
+        parse: fn(&str) -> Result<T, Malformed>,
+    ) -> Result<Arc<Self>, FileError> {
         Self::read_first(what, path, parse, None)
     }
 
@@ -166,9 +228,9 @@ impl<T: Send + Sync + 'static> Reloaded<T> {
     pub fn refreshing(
         what: &'static str,
         path: &Path,
-        parse: fn(&str) -> Result<T, String>,
+        parse: fn(&str) -> Result<T, Malformed>,
         every: Duration,
-    ) -> Result<Arc<Self>, String> {
+    ) -> Result<Arc<Self>, FileError> {
         let refresh = Some((every, std::sync::Mutex::new(std::time::Instant::now())));
         Self::read_first(what, path, parse, refresh)
     }
@@ -176,9 +238,9 @@ impl<T: Send + Sync + 'static> Reloaded<T> {
     fn read_first(
         what: &'static str,
         path: &Path,
-        parse: fn(&str) -> Result<T, String>,
+        parse: fn(&str) -> Result<T, Malformed>,
         refresh: Option<(Duration, std::sync::Mutex<std::time::Instant>)>,
-    ) -> Result<Arc<Self>, String> {
+    ) -> Result<Arc<Self>, FileError> {
         let (value, stamp) = read(what, path, parse)?;
         Ok(Arc::new(Self {
             what,
@@ -248,24 +310,31 @@ impl<T: Send + Sync + 'static> Reloaded<T> {
 }
 
 fn read<T>(
-    what: &str,
+    what: &'static str,
     path: &Path,
-    parse: fn(&str) -> Result<T, String>,
-) -> Result<(T, Stamp), String> {
+    parse: fn(&str) -> Result<T, Malformed>,
+) -> Result<(T, Stamp), FileError> {
     let stamp = stamp(path);
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("{what} {}: {e}", path.display()))?;
-    let value = parse(&text).map_err(|e| format!("{what} {}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(path).map_err(|source| FileError::Read {
+        what,
+        path: path.to_owned(),
+        source,
+    })?;
+    let value = parse(&text).map_err(|source| FileError::Malformed {
+        what,
+        path: path.to_owned(),
+        source,
+    })?;
     Ok((value, stamp))
 }
 
 /// Loads an API keys file.
-pub fn load_api_keys(what: &'static str, path: &Path) -> Result<Arc<ApiKeys>, String> {
+pub fn load_api_keys(what: &'static str, path: &Path) -> Result<Arc<ApiKeys>, FileError> {
     ApiKeys::load(what, path, parse_keys)
 }
 
 /// Loads a service token file.
-pub fn load_service_token(what: &'static str, path: &Path) -> Result<Arc<ServiceToken>, String> {
+pub fn load_service_token(what: &'static str, path: &Path) -> Result<Arc<ServiceToken>, FileError> {
     ServiceToken::load(what, path, parse_token)
 }
 
@@ -334,7 +403,7 @@ mod tests {
             ),
             ("# nothing\n", "no keys"),
         ] {
-            let err = parse_keys(text).expect_err(text);
+            let err = parse_keys(text).expect_err(text).to_string();
             assert!(err.contains(why), "{text:?}: {err}");
         }
         // At the limits: 16 and 256 characters, a 64-character tenant.
@@ -415,7 +484,8 @@ mod tests {
         let err = load_service_token("store.token_file", &dir.join("absent"))
             .err()
             .expect("absent");
-        assert!(err.starts_with("store.token_file "), "{err}");
+        assert!(matches!(err, FileError::Read { .. }), "{err}");
+        assert!(err.to_string().starts_with("store.token_file "), "{err}");
         std::fs::remove_dir_all(&dir).ok();
     }
 

@@ -159,8 +159,8 @@ pub fn read_secret_file(path: impl AsRef<Path>) -> std::io::Result<String> {
 }
 
 /// Renders a config as TOML (for `--print-config`).
-pub fn to_toml<T: Serialize>(config: &T) -> Result<String, String> {
-    toml::to_string(config).map_err(|e| e.to_string())
+pub fn to_toml<T: Serialize>(config: &T) -> Result<String, toml::ser::Error> {
+    toml::to_string(config)
 }
 
 fn scalar(v: &str) -> Value {
@@ -212,24 +212,38 @@ pub mod duration {
 
     use serde::{Deserialize, Deserializer, Serializer, de::Error};
 
+    /// Why a text is not a duration; the message quotes the text.
+    #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+    pub enum DurationError {
+        /// It does not start with a number.
+        #[error("{0:?} is not a duration like 30s, 5m, 1h or 7d")]
+        NotADuration(String),
+        /// Its unit is none of `ms`, `s`, `m`, `h`, `d`.
+        #[error("{0:?} has an unknown unit; use ms, s, m, h or d")]
+        UnknownUnit(String),
+        /// It does not fit in a `u64` of milliseconds.
+        #[error("{0:?} is too long")]
+        TooLong(String),
+    }
+
     /// Parses `500ms`, `30s`, `5m`, `1h`, `7d` or a plain number of seconds.
-    pub fn parse(s: &str) -> Result<Duration, String> {
+    pub fn parse(s: &str) -> Result<Duration, DurationError> {
         let s = s.trim();
         let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
         let (num, unit) = s.split_at(split);
         let n: u64 = num
             .parse()
-            .map_err(|_| format!("{s:?} is not a duration like 30s, 5m, 1h or 7d"))?;
+            .map_err(|_| DurationError::NotADuration(s.to_owned()))?;
         let ms = match unit {
             "ms" => Some(n),
             "" | "s" => n.checked_mul(1000),
             "m" => n.checked_mul(60_000),
             "h" => n.checked_mul(3_600_000),
             "d" => n.checked_mul(86_400_000),
-            _ => return Err(format!("{s:?} has an unknown unit; use ms, s, m, h or d")),
+            _ => return Err(DurationError::UnknownUnit(s.to_owned())),
         };
         ms.map(Duration::from_millis)
-            .ok_or_else(|| format!("{s:?} is too long"))
+            .ok_or_else(|| DurationError::TooLong(s.to_owned()))
     }
 
     /// Formats a duration with the largest unit that divides it exactly.

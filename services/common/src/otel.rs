@@ -48,23 +48,48 @@ pub struct TelemetryConfig {
     pub metrics_listen: String,
 }
 
+/// Why the `[telemetry]` section is refused, or the tracer provider it
+/// describes cannot be built; the message names the field.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    /// `otlp_endpoint` is not an `http(s)://` URL.
+    #[error("telemetry.otlp_endpoint: {0:?} is not http(s)://host:port")]
+    OtlpEndpoint(String),
+    /// `metrics_listen` is not `host:port`.
+    #[error("telemetry.metrics_listen: {0:?} is not host:port")]
+    MetricsListen(String),
+    /// The collector's CA file cannot be read.
+    #[error("telemetry.otlp_ca_file {}: {source}", path.display())]
+    OtlpCaFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The OTLP exporter refused its settings.
+    #[error("telemetry.otlp_endpoint: {0}")]
+    Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
+}
+
+/// For callers whose own errors are still messages (the orchestrator's
+/// config): the message.
+impl From<TelemetryError> for String {
+    fn from(e: TelemetryError) -> Self {
+        e.to_string()
+    }
+}
+
 impl TelemetryConfig {
-    /// Checks the section; returns the problem naming the field.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks the section.
+    pub fn validate(&self) -> Result<(), TelemetryError> {
         let e = &self.otlp_endpoint;
         if !(e.is_empty() || e.starts_with("http://") || e.starts_with("https://")) {
-            return Err(format!(
-                "telemetry.otlp_endpoint: {:?} is not http(s)://host:port",
-                self.otlp_endpoint
-            ));
+            return Err(TelemetryError::OtlpEndpoint(self.otlp_endpoint.clone()));
         }
         if !self.metrics_listen.is_empty()
             && self.metrics_listen.parse::<std::net::SocketAddr>().is_err()
         {
-            return Err(format!(
-                "telemetry.metrics_listen: {:?} is not host:port",
-                self.metrics_listen
-            ));
+            return Err(TelemetryError::MetricsListen(self.metrics_listen.clone()));
         }
         Ok(())
     }
@@ -88,7 +113,7 @@ impl Tracing {
     /// Builds the provider `config` and the standard variables describe.
     /// Must run inside a Tokio runtime when exporting (the OTLP channel is
     /// created lazily on it).
-    pub fn new(config: &TelemetryConfig, default_service: &str) -> Result<Self, String> {
+    pub fn new(config: &TelemetryConfig, default_service: &str) -> Result<Self, TelemetryError> {
         Self::with_env(config, default_service, |k| std::env::var(k).ok())
     }
 
@@ -97,7 +122,7 @@ impl Tracing {
         config: &TelemetryConfig,
         default_service: &str,
         env: impl Fn(&str) -> Option<String>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, TelemetryError> {
         let non_empty = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
         let endpoint = if config.otlp_endpoint.is_empty() {
             non_empty(env("OTEL_EXPORTER_OTLP_ENDPOINT"))
@@ -126,9 +151,8 @@ impl Tracing {
                 let tls = tonic::transport::ClientTlsConfig::new();
                 let tls = match ca {
                     Some(path) => {
-                        let pem = std::fs::read(&path).map_err(|e| {
-                            format!("telemetry.otlp_ca_file {}: {e}", path.display())
-                        })?;
+                        let pem = std::fs::read(&path)
+                            .map_err(|source| TelemetryError::OtlpCaFile { path, source })?;
                         tls.ca_certificate(tonic::transport::Certificate::from_pem(pem))
                     }
                     None => tls.with_native_roots(),
@@ -139,8 +163,7 @@ impl Tracing {
                 .with_endpoint(endpoint.clone())
                 .with_timeout(EXPORT_TIMEOUT)
                 .with_compression(opentelemetry_otlp::Compression::Gzip)
-                .build()
-                .map_err(|e| format!("telemetry.otlp_endpoint: {e}"))?;
+                .build()?;
             let batch = opentelemetry_sdk::trace::BatchSpanProcessor::builder(exporter)
                 .with_batch_config(
                     opentelemetry_sdk::trace::BatchConfigBuilder::default()
@@ -291,19 +314,17 @@ mod tests {
             otlp_endpoint: "jaeger:4317".into(),
             ..Default::default()
         };
-        assert!(
-            bad.validate()
-                .expect_err("bad")
-                .starts_with("telemetry.otlp_endpoint")
+        assert_eq!(
+            bad.validate().expect_err("bad").to_string(),
+            r#"telemetry.otlp_endpoint: "jaeger:4317" is not http(s)://host:port"#
         );
         let bad = TelemetryConfig {
             metrics_listen: "nine".into(),
             ..Default::default()
         };
-        assert!(
-            bad.validate()
-                .expect_err("bad")
-                .starts_with("telemetry.metrics_listen")
+        assert_eq!(
+            bad.validate().expect_err("bad").to_string(),
+            r#"telemetry.metrics_listen: "nine" is not host:port"#
         );
     }
 }

@@ -25,6 +25,22 @@ pub trait Limits: Clone + Default {
     fn over(&self, under: &Self) -> Self;
 }
 
+/// Why a `quotas` section is refused; the message names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QuotasError {
+    /// An entry of `quotas.tenants` is not a tenant name.
+    #[error("quotas.tenants.{0}: a tenant is 1 to 64 characters of [a-z0-9_-]")]
+    Tenant(String),
+}
+
+/// For callers whose own errors are still messages (the orchestrator's
+/// config): the message.
+impl From<QuotasError> for String {
+    fn from(e: QuotasError) -> Self {
+        e.to_string()
+    }
+}
+
 /// The quotas of every tenant: a default and per-tenant overrides.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -44,13 +60,11 @@ impl<T: Limits> Quotas<T> {
         }
     }
 
-    /// Checks the tenant names; errors name the field.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks the tenant names.
+    pub fn validate(&self) -> Result<(), QuotasError> {
         for name in self.tenants.keys() {
             if !crate::auth::valid_tenant(name) {
-                return Err(format!(
-                    "quotas.tenants.{name}: a tenant is 1 to 64 characters of [a-z0-9_-]"
-                ));
+                return Err(QuotasError::Tenant(name.clone()));
             }
         }
         Ok(())
@@ -110,10 +124,9 @@ mod tests {
         assert_eq!(q.of(""), q.default);
         assert!(q.validate().is_ok());
         let bad: Quotas<L> = toml::from_str("[tenants.Acme]\na = 1\n").expect("parses");
-        assert!(
-            bad.validate()
-                .expect_err("refused")
-                .contains("quotas.tenants.Acme")
+        assert_eq!(
+            bad.validate().expect_err("refused").to_string(),
+            "quotas.tenants.Acme: a tenant is 1 to 64 characters of [a-z0-9_-]"
         );
     }
 }

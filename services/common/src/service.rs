@@ -16,8 +16,11 @@ use crate::telemetry::LogConfig;
 pub trait ServiceConfig: Serialize + DeserializeOwned + Default {
     /// Prefix of the environment variables the service reads.
     const ENV_PREFIX: &'static str;
-    /// Checks the whole config; returns the first problem, naming the field.
-    fn validate(&self) -> Result<(), String>;
+    /// Why a config of the service is refused (its message names the
+    /// field).
+    type Invalid: std::fmt::Display;
+    /// Checks the whole config; returns the first problem.
+    fn validate(&self) -> Result<(), Self::Invalid>;
     /// Where to listen.
     fn listen(&self) -> SocketAddr;
     /// Runtime worker threads (see [`crate::runtime::build`]).
@@ -75,8 +78,7 @@ where
         .validate()
         .map_err(|e| anyhow::anyhow!("invalid config: {e}"))?;
     if args.print_config {
-        let text = crate::config::to_toml(&config)
-            .map_err(|e| anyhow::anyhow!("cannot print the config: {e}"))?;
+        let text = crate::config::to_toml(&config).context("cannot print the config")?;
         print!("{text}");
         return Ok(());
     }
@@ -86,8 +88,7 @@ where
     let runtime =
         crate::runtime::build(config.worker_threads()).context("cannot start the runtime")?;
     runtime.block_on(async move {
-        let _telemetry =
-            crate::telemetry::init(name, config.log()).map_err(|e| anyhow::anyhow!(e))?;
+        let _telemetry = crate::telemetry::init(name, config.log())?;
         let listen = config.listen();
         let listener = TcpListener::bind(listen)
             .await

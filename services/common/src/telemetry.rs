@@ -45,6 +45,25 @@ impl Default for LogConfig {
     }
 }
 
+/// Why logging cannot be set up; the message names the setting.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// `log.level` (or `RUST_LOG`) is not a filter directive.
+    #[error("invalid log level directive: {0}")]
+    Level(#[from] tracing_subscriber::filter::ParseError),
+    /// The audit log's file cannot be opened.
+    #[error("log.audit {path}: {source}")]
+    Audit {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A logger is already installed.
+    #[error("cannot install logger: {0}")]
+    Install(#[from] tracing_subscriber::util::TryInitError),
+}
+
 /// Keeps telemetry alive; dropping it flushes what is buffered.
 #[must_use = "telemetry stops when the guard is dropped"]
 pub struct TelemetryGuard {
@@ -62,7 +81,7 @@ pub struct TelemetryGuard {
 ///
 /// Text lines are coloured only when stdout is a terminal and `NO_COLOR` is
 /// not set.
-pub fn init(service: &str, log: &LogConfig) -> Result<TelemetryGuard, String> {
+pub fn init(service: &str, log: &LogConfig) -> Result<TelemetryGuard, LogError> {
     use std::io::IsTerminal;
     let ansi = std::io::stdout().is_terminal() && no_color_unset();
     install(service, log, std::io::stdout, ansi)
@@ -70,7 +89,7 @@ pub fn init(service: &str, log: &LogConfig) -> Result<TelemetryGuard, String> {
 
 /// Like [`init`], writing to stderr (a command whose stdout is its output:
 /// `baton up`), coloured only when stderr is a terminal.
-pub fn init_stderr(service: &str, log: &LogConfig) -> Result<TelemetryGuard, String> {
+pub fn init_stderr(service: &str, log: &LogConfig) -> Result<TelemetryGuard, LogError> {
     use std::io::IsTerminal;
     let ansi = std::io::stderr().is_terminal() && no_color_unset();
     install(service, log, std::io::stderr, ansi)
@@ -81,7 +100,7 @@ fn no_color_unset() -> bool {
 }
 
 /// Like [`init`], writing to `writer` (tests capture the lines).
-pub fn init_to<W>(service: &str, log: &LogConfig, writer: W) -> Result<TelemetryGuard, String>
+pub fn init_to<W>(service: &str, log: &LogConfig, writer: W) -> Result<TelemetryGuard, LogError>
 where
     W: for<'w> fmt::MakeWriter<'w> + Send + Sync + 'static,
 {
@@ -93,15 +112,14 @@ fn install<W>(
     log: &LogConfig,
     writer: W,
     ansi: bool,
-) -> Result<TelemetryGuard, String>
+) -> Result<TelemetryGuard, LogError>
 where
     W: for<'w> fmt::MakeWriter<'w> + Send + Sync + 'static,
 {
     let filter = match std::env::var("RUST_LOG") {
         Ok(v) if !v.is_empty() => EnvFilter::try_new(v),
         _ => EnvFilter::try_new(&log.level),
-    }
-    .map_err(|e| format!("invalid log level directive: {e}"))?;
+    }?;
     // The audit lines: JSON, their own filter (not the level's), their own
     // destination.
     let audit_layer = audit_writer(&log.audit)?.map(|w| {
@@ -138,13 +156,13 @@ where
             )
             .try_init(),
     };
-    result.map_err(|e| format!("cannot install logger: {e}"))?;
+    result?;
     tracing::debug!(service, "telemetry initialised");
     Ok(TelemetryGuard { _private: () })
 }
 
 /// The writer of the audit log's destination (see [`LogConfig::audit`]).
-fn audit_writer(destination: &str) -> Result<Option<BoxMakeWriter>, String> {
+fn audit_writer(destination: &str) -> Result<Option<BoxMakeWriter>, LogError> {
     Ok(match destination {
         "off" => None,
         "" | "stdout" => Some(BoxMakeWriter::new(std::io::stdout)),
@@ -154,7 +172,10 @@ fn audit_writer(destination: &str) -> Result<Option<BoxMakeWriter>, String> {
                 .create(true)
                 .append(true)
                 .open(path)
-                .map_err(|e| format!("log.audit {path}: {e}"))?;
+                .map_err(|source| LogError::Audit {
+                    path: path.to_owned(),
+                    source,
+                })?;
             Some(BoxMakeWriter::new(std::sync::Arc::new(file)))
         }
     })

@@ -59,18 +59,78 @@ impl TlsConfig {
         set(&self.cert_file)
     }
 
-    /// Checks the section; names the field at fault.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks the section.
+    pub fn validate(&self) -> Result<(), TlsError> {
         if set(&self.cert_file) != set(&self.key_file) {
-            return Err("tls.cert_file and tls.key_file go together: set both or neither".into());
+            return Err(TlsError::CertWithoutKey);
         }
         if set(&self.client_ca_file) && !self.enabled() {
-            return Err("tls.client_ca_file needs tls.cert_file and tls.key_file".into());
+            return Err(TlsError::ClientCaWithoutCert);
         }
         if self.reload.is_zero() {
-            return Err("tls.reload must be positive".into());
+            return Err(TlsError::Reload);
         }
         Ok(())
+    }
+}
+
+/// Why a `tls` section is refused, or the files it names do not make a
+/// server config; the message names the field (and the file).
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// Only one of `cert_file` and `key_file` is set.
+    #[error("tls.cert_file and tls.key_file go together: set both or neither")]
+    CertWithoutKey,
+    /// `client_ca_file` without a certificate of the server's own.
+    #[error("tls.client_ca_file needs tls.cert_file and tls.key_file")]
+    ClientCaWithoutCert,
+    /// `reload` is zero.
+    #[error("tls.reload must be positive")]
+    Reload,
+    /// A PEM file cannot be read or parsed.
+    #[error("{field} {}: {source}", path.display())]
+    Pem {
+        /// The setting naming the file.
+        field: String,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: rustls::pki_types::pem::Error,
+    },
+    /// A certificate file holds no certificate.
+    #[error("{field} {}: no certificate in it", path.display())]
+    NoCertificate {
+        /// The setting naming the file.
+        field: String,
+        /// The file.
+        path: PathBuf,
+    },
+    /// The client CA is not a usable trust anchor.
+    #[error("tls.client_ca_file {}: {source}", path.display())]
+    ClientCa {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: rustls::Error,
+    },
+    /// No client verifier can be built from the client CA.
+    #[error("tls.client_ca_file {}: {source}", path.display())]
+    ClientVerifier {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: rustls::server::VerifierBuilderError,
+    },
+    /// The certificate and key do not go together.
+    #[error("tls.cert_file / tls.key_file: {0}")]
+    KeyPair(rustls::Error),
+}
+
+/// For callers whose own errors are still messages (the orchestrator's
+/// config): the message.
+impl From<TlsError> for String {
+    fn from(e: TlsError) -> Self {
+        e.to_string()
     }
 }
 
@@ -80,21 +140,33 @@ pub fn crypto_provider() {
 }
 
 /// Reads a PEM certificate chain; errors name `field` and the file.
-pub fn read_certs(field: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+pub fn read_certs(field: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let pem = |source| TlsError::Pem {
+        field: field.to_owned(),
+        path: path.to_owned(),
+        source,
+    };
     let certs = CertificateDer::pem_file_iter(path)
         .and_then(|i| i.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("{field} {}: {e}", path.display()))?;
+        .map_err(pem)?;
     if certs.is_empty() {
-        return Err(format!("{field} {}: no certificate in it", path.display()));
+        return Err(TlsError::NoCertificate {
+            field: field.to_owned(),
+            path: path.to_owned(),
+        });
     }
     Ok(certs)
 }
 
-fn read_key(field: &str, path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    PrivateKeyDer::from_pem_file(path).map_err(|e| format!("{field} {}: {e}", path.display()))
+fn read_key(field: &str, path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_file(path).map_err(|source| TlsError::Pem {
+        field: field.to_owned(),
+        path: path.to_owned(),
+        source,
+    })
 }
 
-fn server_config(c: &TlsConfig) -> Result<rustls::ServerConfig, String> {
+fn server_config(c: &TlsConfig) -> Result<rustls::ServerConfig, TlsError> {
     crypto_provider();
     let certs = read_certs("tls.cert_file", &c.cert_file)?;
     let key = read_key("tls.key_file", &c.key_file)?;
@@ -102,20 +174,24 @@ fn server_config(c: &TlsConfig) -> Result<rustls::ServerConfig, String> {
     let builder = if set(&c.client_ca_file) {
         let mut roots = rustls::RootCertStore::empty();
         for ca in read_certs("tls.client_ca_file", &c.client_ca_file)? {
-            roots
-                .add(ca)
-                .map_err(|e| format!("tls.client_ca_file {}: {e}", c.client_ca_file.display()))?;
+            roots.add(ca).map_err(|source| TlsError::ClientCa {
+                path: c.client_ca_file.clone(),
+                source,
+            })?;
         }
         let verifier = rustls::server::WebPkiClientVerifier::builder(Arc::new(roots))
             .build()
-            .map_err(|e| format!("tls.client_ca_file {}: {e}", c.client_ca_file.display()))?;
+            .map_err(|source| TlsError::ClientVerifier {
+                path: c.client_ca_file.clone(),
+                source,
+            })?;
         builder.with_client_cert_verifier(verifier)
     } else {
         builder.with_no_client_auth()
     };
     let mut config = builder
         .with_single_cert(certs, key)
-        .map_err(|e| format!("tls.cert_file / tls.key_file: {e}"))?;
+        .map_err(TlsError::KeyPair)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
 }
@@ -141,7 +217,7 @@ pub struct ServerTls {
 impl ServerTls {
     /// Reads the files of `config`; `None` when TLS is off. A bad file is an
     /// error naming it.
-    pub fn load(config: &TlsConfig) -> Result<Option<Arc<Self>>, String> {
+    pub fn load(config: &TlsConfig) -> Result<Option<Arc<Self>>, TlsError> {
         if !config.enabled() {
             return Ok(None);
         }
@@ -250,7 +326,12 @@ mod tests {
         c.validate().expect("off");
         assert!(!c.enabled());
         c.cert_file = "/c.pem".into();
-        assert!(c.validate().expect_err("no key").contains("tls.key_file"));
+        assert!(
+            c.validate()
+                .expect_err("no key")
+                .to_string()
+                .contains("tls.key_file")
+        );
         c.key_file = "/k.pem".into();
         c.validate().expect("both");
         c = TlsConfig {
@@ -260,6 +341,7 @@ mod tests {
         assert!(
             c.validate()
                 .expect_err("ca alone")
+                .to_string()
                 .contains("tls.client_ca_file")
         );
         let err = ServerTls::load(&TlsConfig {
@@ -268,7 +350,8 @@ mod tests {
             ..TlsConfig::default()
         })
         .err()
-        .expect("missing files");
+        .expect("missing files")
+        .to_string();
         assert!(err.starts_with("tls.cert_file /nonexistent/c.pem"), "{err}");
     }
 }

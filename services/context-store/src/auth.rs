@@ -65,18 +65,37 @@ impl Default for AuthConfig {
     }
 }
 
+/// Why the `auth` section is refused, or the files it names cannot be
+/// loaded; the message names the setting.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// `auth.reload` is zero.
+    #[error("auth.reload must be positive")]
+    Reload,
+    /// Calls must be authenticated but nothing can authenticate them: the
+    /// config is well-formed, it only lacks a credential.
+    #[error(
+        "auth: the store authenticates every call, but no credential is configured: set auth.service_token_file (the orchestrator's token), auth.api_keys_file (clients' keys) or tls.client_ca_file (mTLS), or auth.mode = \"none\" on one trusted machine"
+    )]
+    NoCredential,
+    /// A keys or token file cannot be read, or is malformed.
+    #[error(transparent)]
+    File(#[from] baton_common::auth::FileError),
+}
+
 impl AuthConfig {
     /// Checks the section; `client_ca` tells whether the server verifies
-    /// client certificates (a service credential of its own).
-    pub fn validate(&self, client_ca: bool) -> Result<(), String> {
+    /// client certificates (a service credential of its own). A bad value
+    /// is reported before a missing credential.
+    pub fn validate(&self, client_ca: bool) -> Result<(), AuthError> {
         if self.reload.is_zero() {
-            return Err("auth.reload must be positive".into());
+            return Err(AuthError::Reload);
         }
         let none = self.api_keys_file.as_os_str().is_empty()
             && self.service_token_file.as_os_str().is_empty()
             && !client_ca;
         if self.mode == AuthMode::Keys && none {
-            return Err("auth: the store authenticates every call, but no credential is configured: set auth.service_token_file (the orchestrator's token), auth.api_keys_file (clients' keys) or tls.client_ca_file (mTLS), or auth.mode = \"none\" on one trusted machine".into());
+            return Err(AuthError::NoCredential);
         }
         Ok(())
     }
@@ -110,7 +129,7 @@ impl Credentials {
         client_certs: bool,
         shutdown: &CancellationToken,
         tasks: &TaskTracker,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, AuthError> {
         if config.mode == AuthMode::None {
             tracing::warn!(
                 "auth.mode is \"none\": every caller may read and write every tenant's slots; use it only on one trusted machine"

@@ -4,12 +4,23 @@
 
 use std::{net::SocketAddr, time::Duration};
 
-use baton_common::{otel::TelemetryConfig, server::ServerOptions, telemetry::LogConfig};
+use baton_common::{
+    otel::{TelemetryConfig, TelemetryError},
+    quota::QuotasError,
+    server::{ServerOptions, ServerOptionsError},
+    telemetry::LogConfig,
+    tls::TlsError,
+};
+use baton_store::{
+    limits::{Limits, LimitsError},
+    redis::config::{RedisConfig, RedisConfigError},
+};
 use serde::{Deserialize, Serialize};
 
-use baton_store::{limits::Limits, redis::config::RedisConfig};
-
-use crate::{auth::AuthConfig, quota::StoreQuotaConfig};
+use crate::{
+    auth::{AuthConfig, AuthError},
+    quota::StoreQuotaConfig,
+};
 
 /// Bounds on Watch streams (each holds a subscription and a buffer).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,12 +44,45 @@ impl Default for WatchLimits {
 
 impl WatchLimits {
     /// Checks the limits are usable.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidConfig> {
         if self.per_trace == 0 || self.per_connection == 0 {
-            return Err("watches.per_trace and watches.per_connection must be at least 1".into());
+            return Err(InvalidConfig::Watches);
         }
         Ok(())
     }
+}
+
+/// Why the store's config is refused: the first problem, its message
+/// naming the field (the sections' own errors keep their messages).
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidConfig {
+    /// `limits`.
+    #[error(transparent)]
+    Limits(#[from] LimitsError),
+    /// `telemetry`.
+    #[error(transparent)]
+    Telemetry(#[from] TelemetryError),
+    /// `server`.
+    #[error(transparent)]
+    Server(#[from] ServerOptionsError),
+    /// `watches`.
+    #[error("watches.per_trace and watches.per_connection must be at least 1")]
+    Watches,
+    /// `tls`.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// `quotas`.
+    #[error(transparent)]
+    Quotas(#[from] QuotasError),
+    /// `redis` (backend `redis`).
+    #[error(transparent)]
+    Redis(#[from] RedisConfigError),
+    /// `health_interval` is zero.
+    #[error("health_interval must be positive")]
+    HealthInterval,
+    /// `auth`.
+    #[error(transparent)]
+    Auth(#[from] AuthError),
 }
 
 /// Prefix of the environment variables the context store reads.
@@ -125,7 +169,9 @@ impl Default for Config {
 impl baton_common::service::ServiceConfig for Config {
     const ENV_PREFIX: &'static str = ENV_PREFIX;
 
-    fn validate(&self) -> Result<(), String> {
+    type Invalid = InvalidConfig;
+
+    fn validate(&self) -> Result<(), InvalidConfig> {
         Config::validate(self)
     }
 
@@ -144,8 +190,8 @@ impl baton_common::service::ServiceConfig for Config {
 
 impl Config {
     /// Checks the whole config; returns the first problem, naming the field.
-    pub fn validate(&self) -> Result<(), String> {
-        self.limits.validate().map_err(|e| e.to_string())?;
+    pub fn validate(&self) -> Result<(), InvalidConfig> {
+        self.limits.validate()?;
         self.telemetry.validate()?;
         self.server.validate()?;
         self.watches.validate()?;
@@ -157,7 +203,7 @@ impl Config {
             self.redis.validate()?;
         }
         if self.health_interval.is_zero() {
-            return Err("health_interval must be positive".into());
+            return Err(InvalidConfig::HealthInterval);
         }
         Ok(())
     }
@@ -178,7 +224,7 @@ mod tests {
         assert_eq!(c.limits.max_ttl, Duration::from_secs(7 * 86400));
         // Secure by default: a store must be told who may call it.
         let err = c.validate().expect_err("no credential");
-        assert!(err.contains("auth.service_token_file"), "{err}");
+        assert!(err.to_string().contains("auth.service_token_file"), "{err}");
         let mut open = c.clone();
         open.auth.mode = crate::auth::AuthMode::None;
         open.validate().expect("explicitly open");
@@ -210,9 +256,24 @@ mod tests {
         };
         let mut bad = open();
         bad.limits.default_ttl = Duration::from_secs(8 * 86400);
-        assert!(bad.validate().expect_err("ttl").contains("default_ttl"));
+        let err = bad.validate().expect_err("ttl");
+        assert_eq!(
+            err.to_string(),
+            "limits.default_ttl must be positive and at most limits.max_ttl"
+        );
         bad = open();
         bad.redis.url = "nope://x".into();
-        assert!(bad.validate().expect_err("url").contains("redis url"));
+        assert!(
+            bad.validate()
+                .expect_err("url")
+                .to_string()
+                .contains("redis url")
+        );
+        bad = Config::default();
+        bad.auth.reload = Duration::ZERO;
+        assert_eq!(
+            bad.validate().expect_err("reload").to_string(),
+            "auth.reload must be positive"
+        );
     }
 }

@@ -73,8 +73,7 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr().context("listener has no address")?;
     let tasks = TaskTracker::new();
-    let tracing = baton_common::otel::Tracing::new(&config.telemetry, SERVICE_NAME)
-        .map_err(|e| anyhow::anyhow!(e))?;
+    let tracing = baton_common::otel::Tracing::new(&config.telemetry, SERVICE_NAME)?;
     if let Some(endpoint) = tracing.endpoint() {
         tracing::info!(endpoint, "exporting spans over OTLP");
     }
@@ -98,10 +97,9 @@ pub async fn serve(
         shutdown.clone(),
     )
     .await?;
-    let tls = baton_common::tls::ServerTls::load(&config.tls).map_err(|e| anyhow::anyhow!(e))?;
+    let tls = baton_common::tls::ServerTls::load(&config.tls)?;
     let client_certs = tls.as_ref().is_some_and(|t| t.verifies_clients());
-    let credentials = auth::Credentials::load(&config.auth, client_certs, &shutdown, &tasks)
-        .map_err(|e| anyhow::anyhow!(e))?;
+    let credentials = auth::Credentials::load(&config.auth, client_certs, &shutdown, &tasks)?;
     let routes = Routes::new(service.into_server(credentials));
     tracing::info!(%addr, backend = ?config.backend, "context store listening");
     let ready = move || {

@@ -60,7 +60,9 @@ pub fn load(config: &AuthConfig) -> Result<Option<Arc<ApiKeys>>, String> {
     if config.api_keys_file.as_os_str().is_empty() {
         return Ok(None);
     }
-    baton_common::auth::load_api_keys("auth.api_keys_file", &config.api_keys_file).map(Some)
+    baton_common::auth::load_api_keys("auth.api_keys_file", &config.api_keys_file)
+        .map(Some)
+        .map_err(|e| e.to_string())
 }
 
 /// The interceptor that authenticates every call (see the module docs).

@@ -277,6 +277,8 @@ impl Default for Config {
 impl baton_common::service::ServiceConfig for Config {
     const ENV_PREFIX: &'static str = ENV_PREFIX;
 
+    type Invalid = String;
+
     fn validate(&self) -> Result<(), String> {
         Config::validate(self)
     }

@@ -28,7 +28,10 @@ use tonic::{
     transport::{Server, server::TcpIncoming},
 };
 
-pub use self::{options::ServerOptions, status::StatusLayer};
+pub use self::{
+    options::{ServerOptions, ServerOptionsError},
+    status::StatusLayer,
+};
 
 /// Why the server stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -39,9 +42,15 @@ pub enum ServeError {
     /// The transport failed.
     #[error("gRPC transport: {0}")]
     Transport(#[from] tonic::transport::Error),
-    /// A port could not be bound.
-    #[error("{0}")]
-    Bind(String),
+    /// The plaintext health port (`server.health_listen`) could not be
+    /// bound.
+    #[error("server.health_listen {addr}: {source}")]
+    HealthBind {
+        /// The address.
+        addr: String,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// Where a server listens: a bound listener, and the TLS it speaks there
@@ -230,11 +239,9 @@ where
     if !options.health_listen.is_empty() {
         let listener = tokio::net::TcpListener::bind(&options.health_listen)
             .await
-            .map_err(|e| {
-                ServeError::Bind(format!(
-                    "server.health_listen {}: {e}",
-                    options.health_listen
-                ))
+            .map_err(|source| ServeError::HealthBind {
+                addr: options.health_listen.clone(),
+                source,
             })?;
         tracing::info!(service = service_name, addr = %options.health_listen, "health port listening (plaintext, grpc.health.v1 only)");
         let health = health_service.clone();

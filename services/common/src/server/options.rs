@@ -46,24 +46,46 @@ impl Default for ServerOptions {
     }
 }
 
+/// Why a `server` section is refused; the message names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ServerOptionsError {
+    /// `max_concurrent_streams` is 0.
+    #[error("server.max_concurrent_streams must be at least 1")]
+    MaxConcurrentStreams,
+    /// A keepalive duration is zero.
+    #[error("server.keepalive_interval and server.keepalive_timeout must be positive")]
+    Keepalive,
+    /// `health_listen` is not `host:port`.
+    #[error("server.health_listen: {0:?} is not host:port")]
+    HealthListen(String),
+    /// An entry of `cors_allowed_origins` is not an origin.
+    #[error(
+        "server.cors_allowed_origins: {0:?} is not an origin (scheme://host[:port], no path), or *"
+    )]
+    CorsOrigin(String),
+}
+
+/// For callers whose own errors are still messages (the orchestrator's
+/// config): the message.
+impl From<ServerOptionsError> for String {
+    fn from(e: ServerOptionsError) -> Self {
+        e.to_string()
+    }
+}
+
 impl ServerOptions {
-    /// Checks the options are usable; returns what is wrong otherwise.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks the options are usable.
+    pub fn validate(&self) -> Result<(), ServerOptionsError> {
         if self.max_concurrent_streams == 0 {
-            return Err("server.max_concurrent_streams must be at least 1".into());
+            return Err(ServerOptionsError::MaxConcurrentStreams);
         }
         if self.keepalive_interval.is_zero() || self.keepalive_timeout.is_zero() {
-            return Err(
-                "server.keepalive_interval and server.keepalive_timeout must be positive".into(),
-            );
+            return Err(ServerOptionsError::Keepalive);
         }
         if !self.health_listen.is_empty()
             && self.health_listen.parse::<std::net::SocketAddr>().is_err()
         {
-            return Err(format!(
-                "server.health_listen: {:?} is not host:port",
-                self.health_listen
-            ));
+            return Err(ServerOptionsError::HealthListen(self.health_listen.clone()));
         }
         self.cors().map(|_| ())
     }
@@ -71,7 +93,7 @@ impl ServerOptions {
     /// The CORS layer of `cors_allowed_origins` (gRPC-web from browsers):
     /// `POST` with the headers gRPC-web, API keys and trace context use;
     /// gRPC's status headers readable by the page.
-    pub fn cors(&self) -> Result<CorsLayer, String> {
+    pub fn cors(&self) -> Result<CorsLayer, ServerOptionsError> {
         let origins = if self.cors_allowed_origins.iter().any(|o| o == "*") {
             AllowOrigin::any()
         } else {
@@ -84,11 +106,7 @@ impl ServerOptions {
                         .nth(1)
                         .is_some_and(|h| !h.is_empty() && !h.contains('/'));
                 let value = http::HeaderValue::from_str(origin).ok().filter(|_| valid);
-                list.push(value.ok_or_else(|| {
-                    format!(
-                        "server.cors_allowed_origins: {origin:?} is not an origin (scheme://host[:port], no path), or *"
-                    )
-                })?);
+                list.push(value.ok_or_else(|| ServerOptionsError::CorsOrigin(origin.clone()))?);
             }
             AllowOrigin::list(list)
         };

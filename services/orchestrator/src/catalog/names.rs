@@ -31,5 +31,5 @@ pub fn parse_model_ref(s: &str) -> Result<(&str, &str), String> {
 
 /// How long a scripted turn waits before answering, parsed from `500ms` etc.
 pub fn parse_delay(s: &str) -> Result<Duration, String> {
-    baton_common::config::duration::parse(s)
+    baton_common::config::duration::parse(s).map_err(|e| e.to_string())
 }
