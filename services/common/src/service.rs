@@ -1,6 +1,10 @@
 //! The `main` every service binary runs: parse `--config`, `--set` and
 //! `--print-config`, load and validate the config, build the runtime it asks
 //! for, start logging, bind, and run until SIGTERM or SIGINT.
+//!
+//! `--print-config` prints a config that only lacks what serving needs (a
+//! credential, say), with a note on stderr, and exits 0; a wrong value
+//! fails as it does at start.
 
 use std::{future::Future, net::SocketAddr, path::PathBuf};
 
@@ -19,8 +23,18 @@ pub trait ServiceConfig: Serialize + DeserializeOwned + Default {
     /// Why a config of the service is refused (its message names the
     /// field).
     type Invalid: std::fmt::Display;
-    /// Checks the whole config; returns the first problem.
+    /// Checks the whole config; returns the first problem. A wrong value is
+    /// reported before anything the config lacks to serve (see
+    /// [`ServiceConfig::incomplete`]).
     fn validate(&self) -> Result<(), Self::Invalid>;
+    /// Whether `invalid` only says that the config lacks something the
+    /// service needs to serve (a credential), every value in it being
+    /// well-formed: `--print-config` prints such a config, with a note on
+    /// stderr, where a wrong value fails. None does by default.
+    fn incomplete(invalid: &Self::Invalid) -> bool {
+        let _ = invalid;
+        false
+    }
     /// Where to listen.
     fn listen(&self) -> SocketAddr;
     /// Runtime worker threads (see [`crate::runtime::build`]).
@@ -74,9 +88,14 @@ where
         std::env::vars(),
         &args.sets,
     )?;
-    config
-        .validate()
-        .map_err(|e| anyhow::anyhow!("invalid config: {e}"))?;
+    if let Err(e) = config.validate() {
+        // A config that only lacks what serving needs (the default one of
+        // a service that requires a credential) is still worth printing.
+        if !(args.print_config && C::incomplete(&e)) {
+            anyhow::bail!("invalid config: {e}");
+        }
+        eprintln!("note: the service would not start with this config: {e}");
+    }
     if args.print_config {
         let text = crate::config::to_toml(&config).context("cannot print the config")?;
         print!("{text}");

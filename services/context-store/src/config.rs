@@ -85,6 +85,14 @@ pub enum InvalidConfig {
     Auth(#[from] AuthError),
 }
 
+impl InvalidConfig {
+    /// Whether the config is well-formed and only lacks a credential
+    /// ([`AuthError::NoCredential`]).
+    pub fn only_lacks_a_credential(&self) -> bool {
+        matches!(self, Self::Auth(AuthError::NoCredential))
+    }
+}
+
 /// Prefix of the environment variables the context store reads.
 pub const ENV_PREFIX: &str = "BATON_STORE_";
 
@@ -175,6 +183,10 @@ impl baton_common::service::ServiceConfig for Config {
         Config::validate(self)
     }
 
+    fn incomplete(invalid: &InvalidConfig) -> bool {
+        invalid.only_lacks_a_credential()
+    }
+
     fn listen(&self) -> SocketAddr {
         self.listen
     }
@@ -190,6 +202,9 @@ impl baton_common::service::ServiceConfig for Config {
 
 impl Config {
     /// Checks the whole config; returns the first problem, naming the field.
+    /// The auth section comes last, so that a config which only lacks a
+    /// credential has every other value checked
+    /// ([`InvalidConfig::only_lacks_a_credential`]).
     pub fn validate(&self) -> Result<(), InvalidConfig> {
         self.limits.validate()?;
         self.telemetry.validate()?;
@@ -197,14 +212,14 @@ impl Config {
         self.watches.validate()?;
         self.tls.validate()?;
         self.quotas.validate()?;
-        self.auth
-            .validate(!self.tls.client_ca_file.as_os_str().is_empty())?;
         if self.backend == Backend::Redis {
             self.redis.validate()?;
         }
         if self.health_interval.is_zero() {
             return Err(InvalidConfig::HealthInterval);
         }
+        self.auth
+            .validate(!self.tls.client_ca_file.as_os_str().is_empty())?;
         Ok(())
     }
 }
@@ -224,6 +239,7 @@ mod tests {
         assert_eq!(c.limits.max_ttl, Duration::from_secs(7 * 86400));
         // Secure by default: a store must be told who may call it.
         let err = c.validate().expect_err("no credential");
+        assert!(err.only_lacks_a_credential(), "{err}");
         assert!(err.to_string().contains("auth.service_token_file"), "{err}");
         let mut open = c.clone();
         open.auth.mode = crate::auth::AuthMode::None;
@@ -261,6 +277,7 @@ mod tests {
             err.to_string(),
             "limits.default_ttl must be positive and at most limits.max_ttl"
         );
+        assert!(!err.only_lacks_a_credential());
         bad = open();
         bad.redis.url = "nope://x".into();
         assert!(
@@ -269,6 +286,9 @@ mod tests {
                 .to_string()
                 .contains("redis url")
         );
+        // A bad value is named before a missing credential.
+        bad.auth.mode = crate::auth::AuthMode::Keys;
+        assert!(!bad.validate().expect_err("url").only_lacks_a_credential());
         bad = Config::default();
         bad.auth.reload = Duration::ZERO;
         assert_eq!(

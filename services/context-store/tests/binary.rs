@@ -246,3 +246,60 @@ async fn grpc_web_put_over_http1(addr: &str) {
         .expect("written via gRPC-web");
     assert_eq!(slot.value, b"hi");
 }
+
+/// Runs `baton-context-store --print-config` with only `env` in its
+/// environment; whether it succeeded, its stdout and its stderr.
+fn print_config(env: &[(&str, &str)]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_baton-context-store"))
+        .arg("--print-config")
+        .env_clear()
+        .envs(env.iter().copied())
+        .output()
+        .expect("run --print-config");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn print_config_prints_a_config_that_only_lacks_a_credential_and_refuses_a_wrong_one() {
+    // The defaults require a credential and configure none: the store
+    // would not start, but its configuration is printed, and stderr says
+    // what is missing.
+    let (ok, out, err) = print_config(&[]);
+    assert!(ok, "--print-config of the defaults succeeds: {err}");
+    assert!(out.contains("listen = \"0.0.0.0:50052\""), "{out}");
+    assert!(
+        out.contains("[auth]") && out.contains("mode = \"keys\""),
+        "{out}"
+    );
+    assert!(
+        err.starts_with("note: ") && err.contains("auth.service_token_file"),
+        "{err}"
+    );
+
+    // With a credential there is nothing to note.
+    let (ok, out, err) = print_config(&[("BATON_STORE_AUTH__MODE", "none")]);
+    assert!(
+        ok && out.contains("mode = \"none\"") && err.is_empty(),
+        "{err}"
+    );
+
+    // A wrong value fails, named, whether or not a credential is missing.
+    for env in [
+        &[("BATON_STORE_LIMITS__MAX_TRACE_KEYS", "0")][..],
+        &[
+            ("BATON_STORE_LIMITS__MAX_TRACE_KEYS", "0"),
+            ("BATON_STORE_AUTH__MODE", "none"),
+        ][..],
+    ] {
+        let (ok, out, err) = print_config(env);
+        assert!(!ok && out.is_empty(), "{env:?}: {out}");
+        assert!(
+            err.contains("invalid config: limits.max_trace_keys must be at least 1"),
+            "{env:?}: {err}"
+        );
+    }
+}
