@@ -28,8 +28,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let well_known = protoc_bin_vendored::include_path()?;
     let includes = [PathBuf::from("."), well_known];
     let protos: Vec<PathBuf> = PROTOS.iter().map(PathBuf::from).collect();
+    // Timestamp and Duration are this crate's (`wkt`): the same wire form
+    // as prost_types', with the proto3 JSON mapping.
+    let descriptors = out.join("baton_descriptor.bin");
     tonic_prost_build::configure()
-        .file_descriptor_set_path(out.join("baton_descriptor.bin"))
+        .file_descriptor_set_path(&descriptors)
+        .extern_path(".google.protobuf.Timestamp", "crate::wkt::Timestamp")
+        .extern_path(".google.protobuf.Duration", "crate::wkt::Duration")
         .compile_with_config(config, &protos, &includes)?;
+    // serde for every baton.v1 message, following the proto3 JSON mapping
+    // (the HTTP face's JSON).
+    let set = std::fs::read(&descriptors)?;
+    pbjson_build::Builder::new()
+        .register_descriptors(&set)?
+        .extern_path(".google.protobuf.Timestamp", "crate::wkt::Timestamp")
+        .extern_path(".google.protobuf.Duration", "crate::wkt::Duration")
+        .build(&[".baton"])?;
     Ok(())
 }

@@ -13,9 +13,13 @@
     clippy::doc_lazy_continuation
 )]
 
+pub mod wkt;
+
 /// Version 1 of the Baton API.
 pub mod v1 {
     tonic::include_proto!("baton.v1");
+    // serde following the proto3 JSON mapping (pbjson).
+    include!(concat!(env!("OUT_DIR"), "/baton.v1.serde.rs"));
 }
 
 /// The encoded `FileDescriptorSet` of every `baton.v1` file, for reflection.

@@ -498,7 +498,7 @@ async fn without_redis_a_durable_run_does_not_start_or_ends_unavailable() {
     redis.thaw();
     let local = server.core.runs().get(&first.run_id).expect("record");
     tokio::time::timeout(Duration::from_secs(5), async {
-        while local.state().status == pb::RunStatus::Running {
+        while local.snapshot().status == pb::RunStatus::Running {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })

@@ -458,7 +458,7 @@ async fn approval_deadline_turns_silence_into_a_denial() {
     let (_server, client) = example().await;
     let mut r = req("support", "order 9");
     r.limits = Some(pb::RunLimits {
-        approval_timeout: Some(prost_types::Duration {
+        approval_timeout: Some(baton_proto::wkt::Duration {
             seconds: 0,
             nanos: 200_000_000,
         }),
@@ -625,7 +625,7 @@ async fn client_disconnect_cancels_the_run() {
     let (_server, client, stream, _seen, run) = slow_run_started().await;
     drop(stream);
     eventually("the run to be cancelled", || {
-        run.state().status == pb::RunStatus::Cancelled
+        run.snapshot().status == pb::RunStatus::Cancelled
     })
     .await;
     eventually("no live task", || {
@@ -657,10 +657,10 @@ agents:
     // Not reading: once the bounded buffers and HTTP/2's flow-control
     // windows (about 1 MiB, some 10k small events) are full, the run stalls.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let stalled_at = run.state().last_seq;
+    let stalled_at = run.snapshot().last_seq;
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(
-        run.state().last_seq,
+        run.snapshot().last_seq,
         stalled_at,
         "the run is held, not running on"
     );
@@ -668,7 +668,7 @@ agents:
         stalled_at < 40_000,
         "backpressure holds the run (at seq {stalled_at})"
     );
-    assert_eq!(run.state().status, pb::RunStatus::Running);
+    assert_eq!(run.snapshot().status, pb::RunStatus::Running);
     let mut seen = vec![first];
     drain(&mut stream, &mut seen).await;
     check_stream_rules(&seen);

@@ -526,7 +526,7 @@ async fn retries_timeouts_and_concurrency() {
     let mut flaky = step("flaky", "fail", "x");
     flaky.retries = 2;
     let mut late = step("late", "slow", "x");
-    late.timeout = Some(prost_types::Duration {
+    late.timeout = Some(baton_proto::wkt::Duration {
         seconds: 0,
         nanos: 50_000_000,
     });
@@ -914,7 +914,7 @@ async fn invalid_specs_are_rejected_naming_the_field_before_anything_runs() {
     );
     for (seconds, nanos) in [(0, 0), (-1, 0), (86_401, 0)] {
         let mut a = step("a", "echo", "x");
-        a.timeout = Some(prost_types::Duration { seconds, nanos });
+        a.timeout = Some(baton_proto::wkt::Duration { seconds, nanos });
         check(
             c.run_pipeline(dag(vec![a])).await,
             "pipeline.steps[0].timeout",
@@ -953,7 +953,7 @@ async fn invalid_specs_are_rejected_naming_the_field_before_anything_runs() {
         .map(|i| step(&format!("s{i}"), "echo", "x"))
         .collect();
     at_limit[0].retries = 10;
-    at_limit[1].timeout = Some(prost_types::Duration {
+    at_limit[1].timeout = Some(baton_proto::wkt::Duration {
         seconds: 86_400,
         nanos: 0,
     });

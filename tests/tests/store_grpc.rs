@@ -239,7 +239,7 @@ async fn ttl_zero_negative_and_over_seven_days() {
         trace_id: t.clone(),
         key: "k".into(),
         value: b"v".to_vec(),
-        ttl: Some(prost_types::Duration { seconds, nanos }),
+        ttl: Some(baton_proto::wkt::Duration { seconds, nanos }),
         ..Default::default()
     };
     let seven_days = 7 * 86_400;

@@ -45,24 +45,37 @@ impl Default for AuthConfig {
     }
 }
 
+/// Why the `auth` section is refused, or the keys file it names cannot be
+/// loaded; the message names the setting.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// `auth.reload` is zero.
+    #[error("auth.reload must be positive")]
+    Reload,
+    /// The keys file cannot be read, or is malformed.
+    #[error(transparent)]
+    File(#[from] baton_common::auth::FileError),
+}
+
 impl AuthConfig {
-    /// Checks the section; names the field at fault.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks the section.
+    pub fn validate(&self) -> Result<(), AuthError> {
         if self.reload.is_zero() {
-            return Err("auth.reload must be positive".into());
+            return Err(AuthError::Reload);
         }
         Ok(())
     }
 }
 
 /// Loads `config.api_keys_file`; `None` when authentication is off.
-pub fn load(config: &AuthConfig) -> Result<Option<Arc<ApiKeys>>, String> {
+pub fn load(config: &AuthConfig) -> Result<Option<Arc<ApiKeys>>, AuthError> {
     if config.api_keys_file.as_os_str().is_empty() {
         return Ok(None);
     }
-    baton_common::auth::load_api_keys("auth.api_keys_file", &config.api_keys_file)
-        .map(Some)
-        .map_err(|e| e.to_string())
+    Ok(Some(baton_common::auth::load_api_keys(
+        "auth.api_keys_file",
+        &config.api_keys_file,
+    )?))
 }
 
 /// The interceptor that authenticates every call (see the module docs).

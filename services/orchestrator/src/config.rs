@@ -5,18 +5,23 @@
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
-use baton_common::quota::{Limits, Quotas};
-use baton_common::{otel::TelemetryConfig, server::ServerOptions, telemetry::LogConfig};
-use baton_store::Limits as StoreLimits;
+use baton_common::quota::{Limits, Quotas, QuotasError};
+use baton_common::{
+    otel::{TelemetryConfig, TelemetryError},
+    server::{ServerOptions, ServerOptionsError},
+    telemetry::LogConfig,
+    tls::TlsError,
+};
+use baton_store::{Limits as StoreLimits, LimitsError};
 
-use baton_store::redis::RedisConfig;
+use baton_store::redis::{RedisConfig, RedisConfigError};
 
-use crate::auth::AuthConfig;
+use crate::auth::{AuthConfig, AuthError};
 pub use crate::client_tls::TlsClient;
 
 /// `service.name` unless configured otherwise.
 pub const SERVICE_NAME: &str = "baton-orchestrator";
-use baton_client::balance::{DNS_SCHEME, Target};
+use baton_client::balance::{DNS_SCHEME, Target, TargetError};
 use serde::{Deserialize, Serialize};
 
 /// Prefix of the environment variables the orchestrator reads.
@@ -277,9 +282,9 @@ impl Default for Config {
 impl baton_common::service::ServiceConfig for Config {
     const ENV_PREFIX: &'static str = ENV_PREFIX;
 
-    type Invalid = String;
+    type Invalid = InvalidConfig;
 
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), InvalidConfig> {
         Config::validate(self)
     }
 
@@ -296,13 +301,83 @@ impl baton_common::service::ServiceConfig for Config {
     }
 }
 
+/// Why the orchestrator's config is refused: the first problem, its
+/// message naming the field (the sections' own errors keep their
+/// messages).
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidConfig {
+    /// `store.limits`.
+    #[error("store.{0}")]
+    StoreLimits(#[source] LimitsError),
+    /// `telemetry`.
+    #[error(transparent)]
+    Telemetry(#[from] TelemetryError),
+    /// `peers`.
+    #[error(transparent)]
+    Peers(#[from] PeersError),
+    /// `auth`.
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+    /// `tls`.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// `quotas`.
+    #[error(transparent)]
+    Quotas(#[from] QuotasError),
+    /// `server`.
+    #[error(transparent)]
+    Server(#[from] ServerOptionsError),
+    /// `store.timeout` is zero.
+    #[error("store.timeout must be positive")]
+    StoreTimeout,
+    /// `store.endpoint` is not a target (store `remote`).
+    #[error("store.endpoint: {0}")]
+    StoreEndpoint(#[source] TargetError),
+    /// `runs.redis` (run store `redis`).
+    #[error("runs.{0}")]
+    RunsRedis(#[source] RedisConfigError),
+    /// `runs.retention` is zero (run store `redis`).
+    #[error("runs.retention must be positive")]
+    Retention,
+    /// `runs.lease` is not longer than a Redis call may take.
+    #[error(
+        "runs.lease ({lease:?}) must be longer than runs.redis.timeout ({timeout:?}): a renewal may take that long"
+    )]
+    Lease {
+        /// `runs.lease`.
+        lease: Duration,
+        /// `runs.redis.timeout`.
+        timeout: Duration,
+    },
+    /// `runs.max_depth` over its limit.
+    #[error("runs.max_depth must be at most runs.max_depth_limit")]
+    MaxDepth,
+    /// Pipeline steps or concurrency zero, or concurrency over its limit.
+    #[error(
+        "runs.max_pipeline_steps and runs.pipeline_concurrency must be positive, and pipeline_concurrency at most max_pipeline_concurrency"
+    )]
+    Pipelines,
+    /// One of the bounds on filters, watchers and finished runs is zero.
+    #[error(
+        "runs.max_filter_entries, max_filter_prefix_len, max_watchers_per_run, max_finished_runs and finished_retention must be positive"
+    )]
+    RunBounds,
+    /// `runs.max_turns` is zero or over its limit.
+    #[error("runs.max_turns must be between 1 and runs.max_turns_limit")]
+    MaxTurns,
+    /// A run timeout (`run_timeout`, `tool_timeout`, `model_timeout`,
+    /// `approval_timeout`) is zero or over `runs.max_timeout`.
+    #[error("runs.{0} must be positive and at most runs.max_timeout")]
+    Timeout(&'static str),
+}
+
 impl Config {
     /// Checks the config; returns the first problem, naming the field.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidConfig> {
         self.store
             .limits
             .validate()
-            .map_err(|e| format!("store.{e}"))?;
+            .map_err(InvalidConfig::StoreLimits)?;
         self.telemetry.validate()?;
         self.peers.validate()?;
         self.auth.validate()?;
@@ -310,33 +385,33 @@ impl Config {
         self.quotas.validate()?;
         self.server.validate()?;
         if self.store.timeout.is_zero() {
-            return Err("store.timeout must be positive".into());
+            return Err(InvalidConfig::StoreTimeout);
         }
         if self.store.mode == StoreMode::Remote {
             baton_client::balance::check_target(&self.store.endpoint)
-                .map_err(|e| format!("store.endpoint: {e}"))?;
+                .map_err(InvalidConfig::StoreEndpoint)?;
         }
         let r = &self.runs;
         if r.store == RunStoreMode::Redis {
-            r.redis.validate().map_err(|e| format!("runs.{e}"))?;
+            r.redis.validate().map_err(InvalidConfig::RunsRedis)?;
             if r.retention.is_zero() {
-                return Err("runs.retention must be positive".into());
+                return Err(InvalidConfig::Retention);
             }
             if r.lease <= r.redis.timeout {
-                return Err(format!(
-                    "runs.lease ({:?}) must be longer than runs.redis.timeout ({:?}): a renewal may take that long",
-                    r.lease, r.redis.timeout
-                ));
+                return Err(InvalidConfig::Lease {
+                    lease: r.lease,
+                    timeout: r.redis.timeout,
+                });
             }
         }
         if r.max_depth > r.max_depth_limit {
-            return Err("runs.max_depth must be at most runs.max_depth_limit".into());
+            return Err(InvalidConfig::MaxDepth);
         }
         if r.max_pipeline_steps == 0
             || r.pipeline_concurrency == 0
             || r.pipeline_concurrency > r.max_pipeline_concurrency
         {
-            return Err("runs.max_pipeline_steps and runs.pipeline_concurrency must be positive, and pipeline_concurrency at most max_pipeline_concurrency".into());
+            return Err(InvalidConfig::Pipelines);
         }
         if r.max_filter_entries == 0
             || r.max_filter_prefix_len == 0
@@ -344,10 +419,10 @@ impl Config {
             || r.max_finished_runs == 0
             || r.finished_retention.is_zero()
         {
-            return Err("runs.max_filter_entries, max_filter_prefix_len, max_watchers_per_run, max_finished_runs and finished_retention must be positive".into());
+            return Err(InvalidConfig::RunBounds);
         }
         if r.max_turns == 0 || r.max_turns > r.max_turns_limit {
-            return Err("runs.max_turns must be between 1 and runs.max_turns_limit".into());
+            return Err(InvalidConfig::MaxTurns);
         }
         for (name, d) in [
             ("run_timeout", r.run_timeout),
@@ -356,9 +431,7 @@ impl Config {
             ("approval_timeout", r.approval_timeout),
         ] {
             if d.is_zero() || d > r.max_timeout {
-                return Err(format!(
-                    "runs.{name} must be positive and at most runs.max_timeout"
-                ));
+                return Err(InvalidConfig::Timeout(name));
             }
         }
         Ok(())
@@ -422,14 +495,30 @@ impl Default for PeersConfig {
     }
 }
 
+/// Why the `peers` section is refused; the message names the field.
+#[derive(Debug, thiserror::Error)]
+pub enum PeersError {
+    /// An endpoint is not a target with a host and a port.
+    #[error("peers.endpoints[{index}]: {source}")]
+    Endpoint {
+        /// Its index in `peers.endpoints`.
+        index: usize,
+        /// What is wrong with it.
+        source: TargetError,
+    },
+    /// `peers.timeout` is zero.
+    #[error("peers.timeout must be positive")]
+    Timeout,
+}
+
 impl PeersConfig {
-    /// Checks the section; names the field at fault.
-    pub fn validate(&self) -> Result<(), String> {
-        for (i, e) in self.endpoints.iter().enumerate() {
-            host_port(e).map_err(|m| format!("peers.endpoints[{i}]: {m}"))?;
+    /// Checks the section.
+    pub fn validate(&self) -> Result<(), PeersError> {
+        for (index, e) in self.endpoints.iter().enumerate() {
+            host_port(e).map_err(|source| PeersError::Endpoint { index, source })?;
         }
         if self.timeout.is_zero() {
-            return Err("peers.timeout must be positive".into());
+            return Err(PeersError::Timeout);
         }
         Ok(())
     }
@@ -437,13 +526,16 @@ impl PeersConfig {
 
 /// The name and port of a peers endpoint, parsed as the client parses
 /// targets; a bare `host:port` is a name to resolve (as `dns:///`).
-pub fn host_port(endpoint: &str) -> Result<(String, u16), String> {
+pub fn host_port(endpoint: &str) -> Result<(String, u16), TargetError> {
     let target = if endpoint.contains("://") {
         Target::parse(endpoint)?
     } else {
         Target::parse(&format!("{DNS_SCHEME}{endpoint}"))?
     };
-    target.host_port().map_err(|e| format!("{endpoint:?}: {e}"))
+    target.host_port().map_err(|source| TargetError::HostPort {
+        target: endpoint.to_owned(),
+        source,
+    })
 }
 
 /// Server limits on pipeline specs.

@@ -25,6 +25,8 @@
 //!   and answers back, shared by every face.
 //! - [`grpc`]: the `baton.v1.Orchestrator` face: each handler converts,
 //!   calls the core, converts back; errors map to `Status` once.
+//! - [`http`]: the HTTP/JSON + SSE face on the same port, its routes
+//!   declared once (the router and the OpenAPI document derive from them).
 //! - [`peers`]: run-scoped calls of runs on another replica; [`auth`]: API
 //!   keys and tenants.
 //! - [`remote_store`]: the context store over gRPC behind the store trait.
@@ -35,7 +37,7 @@
 //! with: `names`, `builtin` tool names, generation `settings`, tool-output
 //! `policy`) and `config`; `metrics` and `model`; `tools`; `run` (knows no
 //! agent or pipeline); `pipeline` and `peers`; `agent`; `request` and
-//! `wire`; `app`; the faces (`grpc`); this file. Agents start pipelines and
+//! `wire`; `app`; the faces (`grpc`, `http`); this file. Agents start pipelines and
 //! pipelines run agents: the pipeline names the call it needs
 //! (`pipeline::StepCall`) and is handed `agent::run_step_boxed` as a
 //! `pipeline::RunStep` value, so the recursion is a value, not an import.
@@ -58,6 +60,7 @@ pub mod client_tls;
 pub mod config;
 pub mod error;
 pub mod grpc;
+pub mod http;
 pub mod metrics;
 pub mod model;
 pub mod peers;
@@ -239,10 +242,12 @@ pub async fn serve_core(
     let tracing = core.tracing().clone();
     let durable = core.durable();
     core.list_remote_tools();
-    let routes = Routes::new(OrchestratorServer::with_interceptor(
-        OrchestratorService::new(core),
-        auth::Authenticate(keys),
+    // One port: gRPC (and gRPC-web) and the HTTP/JSON + SSE face.
+    let grpc = Routes::new(OrchestratorServer::with_interceptor(
+        OrchestratorService::new(core.clone()),
+        auth::Authenticate(keys.clone()),
     ));
+    let routes = Routes::from(grpc.into_axum_router().merge(http::router(core, keys)));
     tracing::info!(%addr, "orchestrator listening");
     // Ready while the context store answers, and, when runs are durable,
     // the run store's Redis too (no run can start without it).

@@ -36,6 +36,17 @@ use crate::{
 /// The header that marks a call forwarded by a peer.
 pub const FORWARDED: &str = "baton-forwarded";
 
+/// Why no channel to a peer can be made (logged; the peer is skipped).
+#[derive(Debug, thiserror::Error)]
+enum ChannelError {
+    /// The address makes no URI, or the TLS settings no endpoint.
+    #[error(transparent)]
+    Endpoint(#[from] tonic::transport::Error),
+    /// `peers.tls` names files that cannot be read.
+    #[error(transparent)]
+    Tls(#[from] baton_client::Error),
+}
+
 /// The other replicas, as far as forwarding is concerned.
 pub struct Peers {
     config: PeersConfig,
@@ -90,18 +101,16 @@ impl Peers {
 
     /// A lazily connected channel to the replica at `address`, over TLS
     /// (checked against `host`, the endpoint's name) when `peers.tls` is on.
-    fn channel(&self, address: SocketAddr, host: &str) -> Result<Channel, String> {
+    fn channel(&self, address: SocketAddr, host: &str) -> Result<Channel, ChannelError> {
         let tls = self.config.tls.client();
         let scheme = if tls.enabled { "https" } else { "http" };
-        let mut endpoint = tonic::transport::Endpoint::from_shared(format!("{scheme}://{address}"))
-            .map_err(|e| e.to_string())?
-            .tcp_nodelay(true)
-            .connect_timeout(self.config.timeout);
+        let mut endpoint =
+            tonic::transport::Endpoint::from_shared(format!("{scheme}://{address}"))?
+                .tcp_nodelay(true)
+                .connect_timeout(self.config.timeout);
         if tls.enabled {
-            let config = tls
-                .config(&format!("https://{host}:{}", address.port()), host)
-                .map_err(|e| e.to_string())?;
-            endpoint = endpoint.tls_config(config).map_err(|e| e.to_string())?;
+            let config = tls.config(&format!("https://{host}:{}", address.port()), host)?;
+            endpoint = endpoint.tls_config(config)?;
         }
         Ok(endpoint.connect_lazy())
     }
@@ -331,7 +340,7 @@ mod tests {
             ],
             ..PeersConfig::default()
         };
-        assert_eq!(ok.validate(), Ok(()));
+        ok.validate().expect("valid");
         for (bad, why) in [
             ("dns:///orch", "needs a port"),
             ("http://orch", "needs a port"),
@@ -342,7 +351,7 @@ mod tests {
                 endpoints: vec![bad.into()],
                 ..PeersConfig::default()
             };
-            let err = c.validate().expect_err(bad);
+            let err = c.validate().expect_err(bad).to_string();
             assert!(
                 err.starts_with("peers.endpoints[0]: ") && err.contains(why),
                 "{err}"
@@ -352,7 +361,10 @@ mod tests {
             timeout: Duration::ZERO,
             ..PeersConfig::default()
         };
-        assert!(zero.validate().expect_err("zero").contains("peers.timeout"));
+        assert_eq!(
+            zero.validate().expect_err("zero").to_string(),
+            "peers.timeout must be positive"
+        );
         assert!(Peers::new(&PeersConfig::default()).is_none());
     }
 }

@@ -159,7 +159,7 @@ impl RemoteStore {
     }
 }
 
-fn ms(ts: Option<prost_types::Timestamp>) -> u64 {
+fn ms(ts: Option<baton_proto::wkt::Timestamp>) -> u64 {
     ts.map_or(0, |t| {
         (t.seconds.max(0) as u64) * 1000 + (t.nanos.max(0) as u64) / 1_000_000
     })

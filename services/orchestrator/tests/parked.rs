@@ -45,7 +45,7 @@ fn request(agent: &str, detach: bool, approval_timeout: Option<Duration>) -> pb:
         input: "x".into(),
         detach,
         limits: approval_timeout.map(|t| pb::RunLimits {
-            approval_timeout: Some(prost_types::Duration {
+            approval_timeout: Some(baton_proto::wkt::Duration {
                 seconds: t.as_secs() as i64,
                 nanos: 0,
             }),

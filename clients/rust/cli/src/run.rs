@@ -329,7 +329,7 @@ fn usage(u: &Option<pb::Usage>) -> Value {
     json!({"input_tokens": u.input_tokens, "output_tokens": u.output_tokens, "model_calls": u.model_calls, "tool_calls": u.tool_calls})
 }
 
-fn millis(d: &Option<prost_types::Duration>) -> Value {
+fn millis(d: &Option<baton_client::wkt::Duration>) -> Value {
     d.map_or(Value::Null, |d| {
         json!(d.seconds * 1000 + i64::from(d.nanos) / 1_000_000)
     })

@@ -84,7 +84,7 @@ fn status_name(status: i32) -> String {
         .unwrap_or_else(|_| status.to_string())
 }
 
-fn time(t: &Option<prost_types::Timestamp>) -> String {
+fn time(t: &Option<baton_client::wkt::Timestamp>) -> String {
     t.map(|t| t.to_string()).unwrap_or_default()
 }
 

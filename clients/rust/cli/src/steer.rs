@@ -42,7 +42,7 @@ impl Steer {
     )> {
         let limits = (self.max_turns.is_some() || self.timeout.is_some()).then(|| pb::RunLimits {
             max_turns: self.max_turns.unwrap_or(0),
-            run_timeout: self.timeout.map(|t| prost_types::Duration {
+            run_timeout: self.timeout.map(|t| baton_client::wkt::Duration {
                 seconds: t.as_secs() as i64,
                 nanos: t.subsec_nanos() as i32,
             }),

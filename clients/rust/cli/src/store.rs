@@ -126,7 +126,7 @@ enum StoreCmd {
     },
 }
 
-fn expires(ts: Option<prost_types::Timestamp>) -> serde_json::Value {
+fn expires(ts: Option<baton_client::wkt::Timestamp>) -> serde_json::Value {
     ts.map_or(serde_json::Value::Null, |t| {
         json!(t.seconds * 1000 + i64::from(t.nanos) / 1_000_000)
     })

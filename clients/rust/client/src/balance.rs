@@ -70,7 +70,7 @@ fn lazy_channel_full(
         endpoint: target.to_owned(),
         message,
     };
-    let (host, port) = match Target::parse(target).map_err(bad)? {
+    let (host, port) = match Target::parse(target).map_err(|e| bad(e.to_string()))? {
         Target::One(endpoint) => {
             let mut endpoint = *endpoint;
             if tls.applies_to(target) {
@@ -145,8 +145,47 @@ fn lazy_channel_full(
 
 /// Checks that `target` is a target [`lazy_channel`] takes; the error says
 /// what is wrong. Needs no runtime (for config validation).
-pub fn check_target(target: &str) -> Result<(), String> {
+pub fn check_target(target: &str) -> Result<(), TargetError> {
     Target::parse(target).map(|_| ())
+}
+
+/// What is wrong with a `host:port` (what follows `dns:///`, or the
+/// authority of a target's URI).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostPortError {
+    /// No `:port` after the name.
+    #[error("needs a port: host:port or dns:///host:port")]
+    NoPort,
+    /// A URI without an explicit port.
+    #[error("needs a port: http://host:port or dns:///host:port")]
+    NoUriPort,
+    /// What follows the last `:` is not a port number.
+    #[error("{0:?} is not a port")]
+    NotAPort(String),
+    /// Nothing before the `:port`.
+    #[error("needs a host name")]
+    NoHost,
+}
+
+/// Why a target is refused; the message names the target.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    /// It is not a URI (and not a `dns:///` target).
+    #[error("{target:?}: {source}")]
+    NotAUri {
+        /// The target.
+        target: String,
+        /// What the URI parser said.
+        source: tonic::transport::Error,
+    },
+    /// Its name or port is missing or malformed.
+    #[error("{target:?}: {source}")]
+    HostPort {
+        /// The target.
+        target: String,
+        /// What is wrong with it.
+        source: HostPortError,
+    },
 }
 
 /// A target, parsed: one endpoint, or a name whose every address is one.
@@ -166,19 +205,25 @@ pub enum Target {
 impl Target {
     /// Parses a target as [`lazy_channel`] takes it; the error names the
     /// target and what is wrong.
-    pub fn parse(target: &str) -> Result<Self, String> {
+    pub fn parse(target: &str) -> Result<Self, TargetError> {
         let Some(name) = target.strip_prefix(DNS_SCHEME) else {
             return Endpoint::from_shared(target.to_owned())
                 .map(|e| Target::One(Box::new(e)))
-                .map_err(|e| format!("{target:?}: {e}"));
+                .map_err(|source| TargetError::NotAUri {
+                    target: target.to_owned(),
+                    source,
+                });
         };
-        let (host, port) = host_port(name).map_err(|e| format!("{target:?}: {e}"))?;
+        let (host, port) = host_port(name).map_err(|source| TargetError::HostPort {
+            target: target.to_owned(),
+            source,
+        })?;
         Ok(Target::Dns { host, port })
     }
 
     /// The host and port the target names (of the name to resolve, or of
     /// the endpoint's URI); an error when the URI has no explicit port.
-    pub fn host_port(&self) -> Result<(String, u16), String> {
+    pub fn host_port(&self) -> Result<(String, u16), HostPortError> {
         match self {
             Target::Dns { host, port } => Ok((host.clone(), *port)),
             Target::One(endpoint) => {
@@ -186,10 +231,8 @@ impl Target {
                 let host = uri
                     .host()
                     .filter(|h| !h.is_empty())
-                    .ok_or("needs a host name")?;
-                let port = uri
-                    .port_u16()
-                    .ok_or("needs a port: http://host:port or dns:///host:port")?;
+                    .ok_or(HostPortError::NoHost)?;
+                let port = uri.port_u16().ok_or(HostPortError::NoUriPort)?;
                 Ok((
                     host.trim_start_matches('[')
                         .trim_end_matches(']')
@@ -203,16 +246,14 @@ impl Target {
 
 /// Splits `host:port` (`[v6]:port` too): what follows `dns:///` in a target,
 /// or an address list entry. The error says what is missing.
-pub fn host_port(name: &str) -> Result<(String, u16), String> {
-    let (host, port) = name
-        .rsplit_once(':')
-        .ok_or("needs a port: host:port or dns:///host:port")?;
+pub fn host_port(name: &str) -> Result<(String, u16), HostPortError> {
+    let (host, port) = name.rsplit_once(':').ok_or(HostPortError::NoPort)?;
     let port: u16 = port
         .parse()
-        .map_err(|_| format!("{port:?} is not a port"))?;
+        .map_err(|_| HostPortError::NotAPort(port.to_owned()))?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     if host.is_empty() {
-        return Err("needs a host name".into());
+        return Err(HostPortError::NoHost);
     }
     Ok((host.to_owned(), port))
 }
@@ -246,7 +287,19 @@ mod tests {
                 "{target}: {err}"
             );
         }
-        assert!(check_target("dns:///store").is_err());
+        assert!(matches!(
+            check_target("dns:///store"),
+            Err(TargetError::HostPort {
+                source: HostPortError::NoPort,
+                ..
+            })
+        ));
+        assert_eq!(
+            check_target("dns:///store:http")
+                .expect_err("no port")
+                .to_string(),
+            r#""dns:///store:http": "http" is not a port"#
+        );
         assert!(check_target("dns:///store:50052").is_ok());
         assert!(lazy_channel("http://127.0.0.1:1").is_ok());
         assert!(lazy_channel("dns:///localhost:1").is_ok());

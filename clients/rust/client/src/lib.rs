@@ -30,6 +30,8 @@ pub mod tls;
 
 pub use balance::lazy_channel;
 pub use baton_proto::v1 as pb;
+/// `google.protobuf.Timestamp` and `Duration` as the `pb` messages hold them.
+pub use baton_proto::wkt;
 pub use channel::{channel, channel_with};
 pub use error::{Error, cause_chain};
 pub use orchestrator::{Events, OrchestratorClient};

@@ -51,8 +51,8 @@ pub enum DeleteSelection {
     Prefix(String),
 }
 
-fn duration(d: Duration) -> prost_types::Duration {
-    prost_types::Duration {
+fn duration(d: Duration) -> baton_proto::wkt::Duration {
+    baton_proto::wkt::Duration {
         seconds: d.as_secs() as i64,
         nanos: d.subsec_nanos() as i32,
     }

@@ -19,6 +19,7 @@
 
 pub mod options;
 pub mod status;
+pub mod web;
 
 use std::{future::Future, sync::Arc, time::Duration};
 
@@ -112,7 +113,7 @@ pub async fn serve(
         .http2_keepalive_interval(Some(options.keepalive_interval))
         .http2_keepalive_timeout(Some(options.keepalive_timeout))
         .layer(cors)
-        .layer(tonic_web::GrpcWebLayer::new())
+        .layer(web::WebLayer)
         .layer(StatusLayer::new(service_name))
         .add_routes(routes);
     let signal = async move {

@@ -27,15 +27,15 @@ pub(super) fn scope_of(extensions: &tonic::Extensions, trace_id: &str) -> Result
 }
 
 /// A time in Unix milliseconds as a protobuf timestamp.
-pub(super) fn timestamp(ms: u64) -> prost_types::Timestamp {
-    prost_types::Timestamp {
+pub(super) fn timestamp(ms: u64) -> baton_proto::wkt::Timestamp {
+    baton_proto::wkt::Timestamp {
         seconds: (ms / 1000) as i64,
         nanos: ((ms % 1000) * 1_000_000) as i32,
     }
 }
 
 /// A request's TTL: `None` when unset; a negative, malformed or sub-millisecond one names `ttl`.
-fn ttl(d: Option<prost_types::Duration>) -> Result<Option<Duration>> {
+fn ttl(d: Option<baton_proto::wkt::Duration>) -> Result<Option<Duration>> {
     let Some(d) = d else { return Ok(None) };
     if d.seconds < 0 || d.nanos < 0 {
         return Err(Error::invalid(

@@ -33,6 +33,7 @@ pub type RunFrame =
 /// What a call gives the model: its output, or the error the model reads.
 /// A failed call is not a failed run — the model sees the error and goes
 /// on — so it is text, not a [`Failure`].
+// A string is the honest error type here: the model reads text, not a type.
 pub type CallOutput = Result<String, String>;
 
 /// One branch of a run: a context and the agent active in it.
@@ -315,8 +316,8 @@ pub(super) fn pb_call(c: &ToolCallRequest) -> pb::ToolCall {
     }
 }
 
-pub(super) fn duration(d: Duration) -> prost_types::Duration {
-    prost_types::Duration {
+pub(super) fn duration(d: Duration) -> baton_proto::wkt::Duration {
+    baton_proto::wkt::Duration {
         seconds: d.as_secs() as i64,
         nanos: d.subsec_nanos() as i32,
     }

@@ -37,6 +37,8 @@ fn wait_span(
 }
 
 /// Asks for approval when the agent's policy for this tool wants it.
+// The error is a string because it is the denial the model reads as the
+// call's result (`… was denied: reason`), not an error of Baton's.
 pub(super) async fn approve(
     rt: &Arc<Run>,
     view: &FrameView,
@@ -260,8 +262,8 @@ impl Question {
         }
     }
 
-    fn deadline(&self) -> prost_types::Timestamp {
-        prost_types::Timestamp {
+    fn deadline(&self) -> baton_proto::wkt::Timestamp {
+        baton_proto::wkt::Timestamp {
             seconds: self.deadline_ms.div_euclid(1000),
             nanos: (self.deadline_ms.rem_euclid(1000) * 1_000_000) as i32,
         }

@@ -219,7 +219,9 @@ pub async fn end_orphan(
         run_id: run_id.to_owned(),
         context_id: "root".into(),
         span_id: root_span.clone(),
-        time: Some(prost_types::Timestamp::from(std::time::SystemTime::now())),
+        time: Some(baton_proto::wkt::Timestamp::from(
+            std::time::SystemTime::now(),
+        )),
         payload: Some(payload),
         ..Default::default()
     };

@@ -7,14 +7,17 @@
 //! Its leaves hold what the file declares and the layers above act on:
 //! [`names`] (names, model references, durations), [`builtin`] (the
 //! built-in tools' names), [`settings`] (generation settings), [`policy`]
-//! (tool-output policies), [`models`] (providers and scripts).
+//! (tool-output policies), [`models`] (providers and scripts), and
+//! [`error`] (why a file is refused, naming the YAML path).
 
 pub mod builtin;
+pub mod error;
 pub mod models;
 pub mod names;
 pub mod policy;
 pub mod settings;
 
+pub use error::CatalogError;
 pub use names::{parse_model_ref, valid_name};
 
 use std::{
@@ -197,33 +200,43 @@ pub struct Catalog {
 
 impl Catalog {
     /// Parses and validates an agents file.
-    pub fn from_yaml(text: &str) -> Result<Self, String> {
-        let file: AgentsFile =
-            serde_norway::from_str(text).map_err(|e| format!("agents file: {e}"))?;
+    pub fn from_yaml(text: &str) -> Result<Self, CatalogError> {
+        let file: AgentsFile = serde_norway::from_str(text).map_err(CatalogError::Yaml)?;
         Self::from_file(file)
     }
 
     /// Validates an agents file.
-    pub fn from_file(file: AgentsFile) -> Result<Self, String> {
+    pub fn from_file(file: AgentsFile) -> Result<Self, CatalogError> {
         for (name, turns) in &file.scripts {
             for (i, t) in turns.iter().enumerate() {
-                t.validate()
-                    .map_err(|e| format!("scripts.{name}[{i}]: {e}"))?;
+                t.validate().map_err(|source| CatalogError::Script {
+                    script: name.clone(),
+                    turn: i,
+                    source,
+                })?;
             }
         }
-        let check_model = |field: String, m: &str| -> Result<(), String> {
+        let check_model = |field: String, m: &str| -> Result<(), CatalogError> {
             if m.is_empty() {
                 return Ok(());
             }
-            let (provider, model) = parse_model_ref(m).map_err(|e| format!("{field}: {e}"))?;
+            let (provider, model) = match parse_model_ref(m) {
+                Ok(parsed) => parsed,
+                Err(source) => return Err(CatalogError::ModelRef { field, source }),
+            };
             if provider == "scripted" && !file.scripts.contains_key(model) {
-                return Err(format!("{field}: no script named {model:?} in scripts"));
+                return Err(CatalogError::NoScript {
+                    field,
+                    script: model.to_owned(),
+                });
             }
             if provider != "scripted" && !file.providers.contains_key(provider) {
-                return Err(format!(
-                    "{field}: {m:?}: unknown provider {provider:?} (known: {})",
-                    known_providers(&file.providers)
-                ));
+                return Err(CatalogError::UnknownProvider {
+                    field,
+                    reference: m.to_owned(),
+                    provider: provider.to_owned(),
+                    known: known_providers(&file.providers),
+                });
             }
             Ok(())
         };
@@ -234,23 +247,22 @@ impl Catalog {
 
         for name in file.agents.keys().chain(file.groups.keys()) {
             if !valid_name(name) {
-                return Err(format!(
-                    "{name:?}: agent and group names match [a-z0-9_-]{{1,64}}"
-                ));
+                return Err(CatalogError::AgentName(name.clone()));
             }
             if BUILTIN_TOOLS.contains(&name.as_str()) {
-                return Err(format!("{name:?}: the name of a built-in tool"));
+                return Err(CatalogError::BuiltinName(name.clone()));
             }
         }
         if let Some(both) = file.agents.keys().find(|n| file.groups.contains_key(*n)) {
-            return Err(format!("{both:?} is both an agent and a group"));
+            return Err(CatalogError::AgentAndGroup(both.clone()));
         }
         let mut remote = BTreeSet::new();
         for (server, spec) in &file.tool_servers {
             if !valid_name(server) {
-                return Err(format!(
-                    "tool_servers.{server}: server names match [a-z0-9_-]{{1,64}}"
-                ));
+                return Err(CatalogError::ServerName {
+                    section: "tool_servers",
+                    server: server.clone(),
+                });
             }
             // Parsed as every Baton client parses targets: one endpoint,
             // or `dns:///` to spread calls over every replica.
@@ -259,58 +271,59 @@ impl Catalog {
                 .iter()
                 .any(|scheme| endpoint.starts_with(scheme))
             {
-                return Err(format!(
-                    "tool_servers.{server}.endpoint: {endpoint:?} is not http(s)://host:port or dns:///host:port"
-                ));
+                return Err(CatalogError::ToolServerScheme {
+                    server: server.clone(),
+                    endpoint: endpoint.clone(),
+                });
             }
-            baton_client::balance::check_target(endpoint)
-                .map_err(|e| format!("tool_servers.{server}.endpoint: {e}"))?;
+            baton_client::balance::check_target(endpoint).map_err(|source| {
+                CatalogError::ToolServerEndpoint {
+                    server: server.clone(),
+                    source,
+                }
+            })?;
             for t in &spec.tools {
                 let taken = BUILTIN_TOOLS.contains(&t.as_str())
                     || file.agents.contains_key(t)
                     || file.groups.contains_key(t)
                     || t.starts_with("transfer_to_");
                 if !valid_name(t) || taken || !remote.insert(t.clone()) {
-                    return Err(format!(
-                        "tool_servers.{server}.tools: {t:?} is not a free tool name"
-                    ));
+                    return Err(CatalogError::ToolServerTool {
+                        server: server.clone(),
+                        tool: t.clone(),
+                    });
                 }
             }
         }
         for (server, spec) in &file.mcp_servers {
             if !valid_name(server) {
-                return Err(format!(
-                    "mcp_servers.{server}: server names match [a-z0-9_-]{{1,64}}"
-                ));
+                return Err(CatalogError::ServerName {
+                    section: "mcp_servers",
+                    server: server.clone(),
+                });
             }
             match (spec.command.is_empty(), spec.url.is_empty()) {
                 (true, true) | (false, false) => {
-                    return Err(format!(
-                        "mcp_servers.{server}: set exactly one of command (a stdio server) and url (a Streamable HTTP server)"
-                    ));
+                    return Err(CatalogError::McpCommandOrUrl(server.clone()));
                 }
                 (true, false) => {
                     let ok = (spec.url.starts_with("http://") || spec.url.starts_with("https://"))
                         && reqwest::Url::parse(&spec.url).is_ok();
                     if !ok {
-                        return Err(format!(
-                            "mcp_servers.{server}.url: {:?} is not an http(s) URL",
-                            spec.url
-                        ));
+                        return Err(CatalogError::McpUrl {
+                            server: server.clone(),
+                            url: spec.url.clone(),
+                        });
                     }
                 }
                 (false, true) => {
                     if !spec.headers.is_empty() || !spec.bearer_token_env.is_empty() {
-                        return Err(format!(
-                            "mcp_servers.{server}: headers and bearer_token_env are for url servers"
-                        ));
+                        return Err(CatalogError::McpHeaders(server.clone()));
                     }
                 }
             }
             if spec.tools.is_empty() {
-                return Err(format!(
-                    "mcp_servers.{server}.tools: list the tools agents may call"
-                ));
+                return Err(CatalogError::McpNoTools(server.clone()));
             }
             for t in &spec.tools {
                 let taken = BUILTIN_TOOLS.contains(&t.as_str())
@@ -318,34 +331,37 @@ impl Catalog {
                     || file.groups.contains_key(t)
                     || t.starts_with("transfer_to_");
                 if !valid_mcp_tool_name(t) || taken || !remote.insert(t.clone()) {
-                    return Err(format!(
-                        "mcp_servers.{server}.tools: {t:?} is not a free tool name ([a-zA-Z0-9_-]{{1,64}}, not taken by another tool)"
-                    ));
+                    return Err(CatalogError::McpTool {
+                        server: server.clone(),
+                        tool: t.clone(),
+                    });
                 }
             }
         }
         for (name, a) in &file.agents {
             check_model(format!("agents.{name}.model"), &a.model)?;
-            a.settings
-                .validate(&format!("agents.{name}.settings"))
-                .map_err(|(field, why)| format!("{field}: {why}"))?;
+            a.settings.validate(&format!("agents.{name}.settings"))?;
             for t in &a.tools {
                 if !(BUILTIN_TOOLS.contains(&t.as_str())
                     || file.agents.contains_key(t)
                     || file.groups.contains_key(t)
                     || remote.contains(t))
                 {
-                    return Err(format!("agents.{name}.tools: unknown tool {t:?}"));
+                    return Err(CatalogError::UnknownTool {
+                        field: format!("agents.{name}.tools"),
+                        tool: t.clone(),
+                    });
                 }
             }
             for h in &a.handoffs {
                 if !file.agents.contains_key(h) {
-                    return Err(format!("agents.{name}.handoffs: unknown agent {h:?}"));
+                    return Err(CatalogError::UnknownAgent {
+                        field: format!("agents.{name}.handoffs"),
+                        agent: h.clone(),
+                    });
                 }
                 if h == name {
-                    return Err(format!(
-                        "agents.{name}.handoffs: an agent cannot hand off to itself"
-                    ));
+                    return Err(CatalogError::SelfHandoff(name.clone()));
                 }
             }
             let callable: BTreeSet<String> = a
@@ -356,9 +372,10 @@ impl Catalog {
                 .collect();
             for tool in a.approvals.keys() {
                 if !callable.contains(tool) {
-                    return Err(format!(
-                        "agents.{name}.approvals: {tool:?} is not one of its tools"
-                    ));
+                    return Err(CatalogError::ApprovalOfNoTool {
+                        agent: name.clone(),
+                        tool: tool.clone(),
+                    });
                 }
             }
         }
@@ -372,19 +389,25 @@ impl Catalog {
                     || file.groups.contains_key(t)
                     || t.starts_with("transfer_to_");
                 if !known {
-                    return Err(format!("policies.{name}.tools: unknown tool {t:?}"));
+                    return Err(CatalogError::UnknownTool {
+                        field: format!("policies.{name}.tools"),
+                        tool: t.clone(),
+                    });
                 }
             }
             policies.insert(name.clone(), p);
         }
-        let resolve = |field: String, names: &[String]| -> Result<Vec<Policy>, String> {
+        let resolve = |field: String, names: &[String]| -> Result<Vec<Policy>, CatalogError> {
             names
                 .iter()
                 .map(|n| {
                     policies
                         .get(n)
                         .cloned()
-                        .ok_or_else(|| format!("{field}: unknown policy {n:?}"))
+                        .ok_or_else(|| CatalogError::UnknownPolicy {
+                            field: field.clone(),
+                            policy: n.clone(),
+                        })
                 })
                 .collect()
         };
@@ -398,14 +421,17 @@ impl Catalog {
         }
         for (name, g) in &file.groups {
             if !g.members.contains(&g.root) {
-                return Err(format!(
-                    "groups.{name}.root: {:?} is not in members",
-                    g.root
-                ));
+                return Err(CatalogError::RootNotMember {
+                    group: name.clone(),
+                    root: g.root.clone(),
+                });
             }
             for m in &g.members {
                 if !file.agents.contains_key(m) {
-                    return Err(format!("groups.{name}.members: unknown agent {m:?}"));
+                    return Err(CatalogError::UnknownAgent {
+                        field: format!("groups.{name}.members"),
+                        agent: m.clone(),
+                    });
                 }
             }
         }
@@ -473,7 +499,7 @@ mod tests {
 
     #[test]
     fn rejects_dangling_references_with_their_path() {
-        let err = |yaml: &str| Catalog::from_yaml(yaml).expect_err("invalid");
+        let err = |yaml: &str| Catalog::from_yaml(yaml).expect_err("invalid").to_string();
         assert!(err("agents: {a: {tools: [nope]}}").contains("agents.a.tools"));
         assert!(err("agents: {a: {handoffs: [b]}}").contains("agents.a.handoffs"));
         assert!(err("agents: {a: {model: 'scripted:x'}}").contains("no script named"));
@@ -485,6 +511,19 @@ mod tests {
         );
         assert!(err("agents: {a: {approvals: {sleep: always}}}").contains("approvals"));
         assert!(err("agents: {a: {unknown_field: 1}}").contains("unknown_field"));
+        // The messages as the docs quote them.
+        assert_eq!(
+            err("agents: {a: {tools: [nope]}}"),
+            r#"agents.a.tools: unknown tool "nope""#
+        );
+        assert_eq!(
+            err("agents: {a: {model: 'acme:x'}}"),
+            r#"agents.a.model: "acme:x": unknown provider "acme" (known: scripted)"#
+        );
+        assert_eq!(
+            err("default_model: nope"),
+            r#"default_model: "nope" is not provider:model"#
+        );
     }
 
     #[test]
@@ -510,7 +549,7 @@ mod tests {
             ("dns:///tools:http", "is not a port"),
             ("http://", "tool_servers.t.endpoint"),
         ] {
-            let err = with(bad).expect_err(bad);
+            let err = with(bad).expect_err(bad).to_string();
             assert!(
                 err.starts_with("tool_servers.t.endpoint: ") && err.contains(why),
                 "{bad}: {err}"

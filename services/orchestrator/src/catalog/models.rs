@@ -8,7 +8,7 @@ use std::{collections::BTreeMap, time::Duration};
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
-use super::settings::Settings;
+use super::settings::{InvalidSetting, Settings};
 
 /// The wire protocol of a provider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -79,16 +79,41 @@ pub struct ModelSpec {
 /// Names a provider entry may not take: the built-in `scripted` provider.
 pub const RESERVED_PROVIDERS: &[&str] = &["scripted"];
 
+/// Why an entry of `providers` is refused; the message names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    /// The entry takes the name of a built-in provider.
+    #[error("providers.{0}: {0:?} is a built-in provider and takes no settings")]
+    Reserved(String),
+    /// The entry's name is not `[a-z0-9_-]{1,64}`.
+    #[error("providers.{0}: provider names match [a-z0-9_-]{{1,64}}")]
+    Name(String),
+    /// No `kind`, and the name implies none.
+    #[error(
+        "providers.{0}.kind: missing; add `kind: openai` (any OpenAI-compatible endpoint) or `kind: anthropic`"
+    )]
+    NoKind(String),
+    /// `base_url` (or the kind's default) is not an http(s) URL.
+    #[error("providers.{name}.base_url: {url:?} is not an http(s) URL")]
+    BaseUrl {
+        /// The entry.
+        name: String,
+        /// The URL.
+        url: String,
+    },
+    /// A generation setting of the entry or of one of its models.
+    #[error(transparent)]
+    Settings(#[from] InvalidSetting),
+}
+
 impl ProviderSpec {
     /// The entry's kind: its own, else the one its name implies.
-    pub fn kind_of(&self, name: &str) -> Result<ProviderKind, String> {
+    pub fn kind_of(&self, name: &str) -> Result<ProviderKind, ProviderError> {
         match (self.kind, name) {
             (Some(k), _) => Ok(k),
             (None, "openai") => Ok(ProviderKind::Openai),
             (None, "anthropic") => Ok(ProviderKind::Anthropic),
-            (None, _) => Err(format!(
-                "providers.{name}.kind: missing; add `kind: openai` (any OpenAI-compatible endpoint) or `kind: anthropic`"
-            )),
+            (None, _) => Err(ProviderError::NoKind(name.to_owned())),
         }
     }
 
@@ -115,36 +140,28 @@ impl ProviderSpec {
     }
 
     /// Checks the entry (its name, kind, URL and settings).
-    pub fn validate(&self, name: &str) -> Result<(), String> {
+    pub fn validate(&self, name: &str) -> Result<(), ProviderError> {
         if RESERVED_PROVIDERS.contains(&name) {
-            return Err(format!(
-                "providers.{name}: {name:?} is a built-in provider and takes no settings"
-            ));
+            return Err(ProviderError::Reserved(name.to_owned()));
         }
         if !super::names::valid_name(name) {
-            return Err(format!(
-                "providers.{name}: provider names match [a-z0-9_-]{{1,64}}"
-            ));
+            return Err(ProviderError::Name(name.to_owned()));
         }
         let kind = self.kind_of(name)?;
         let url = self.base_url_or_default(kind);
         if !(url.starts_with("http://") || url.starts_with("https://"))
             || reqwest::Url::parse(&url).is_err()
         {
-            return Err(format!(
-                "providers.{name}.base_url: {url:?} is not an http(s) URL"
-            ));
+            return Err(ProviderError::BaseUrl {
+                name: name.to_owned(),
+                url,
+            });
         }
-        let settings = |field: String, s: &Settings| {
-            s.validate(&field)
-                .map_err(|(field, why)| format!("{field}: {why}"))
-        };
-        settings(format!("providers.{name}.settings"), &self.settings)?;
+        self.settings
+            .validate(&format!("providers.{name}.settings"))?;
         for (model, spec) in &self.models {
-            settings(
-                format!("providers.{name}.models.{model}.settings"),
-                &spec.settings,
-            )?;
+            spec.settings
+                .validate(&format!("providers.{name}.models.{model}.settings"))?;
         }
         Ok(())
     }
@@ -205,25 +222,38 @@ pub struct ScriptTurn {
     pub usage: Option<ScriptUsage>,
 }
 
+/// Why a scripted turn is refused; the message names the field within the
+/// turn.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScriptError {
+    /// A call's arguments are not a JSON object.
+    #[error("calls: the arguments of {0:?} must be an object")]
+    Arguments(String),
+    /// `repeat: 0`.
+    #[error("repeat must be at least 1")]
+    Repeat,
+    /// `deltas: 0`.
+    #[error("deltas must be at least 1")]
+    Deltas,
+    /// A `fail` turn that also calls tools or hands off.
+    #[error("a failing turn makes no calls")]
+    FailingCalls,
+}
+
 impl ScriptTurn {
     /// Checks the turn is coherent.
-    pub fn validate(&self) -> Result<(), String> {
-        for c in &self.calls {
-            if !c.args.is_object() {
-                return Err(format!(
-                    "calls: the arguments of {:?} must be an object",
-                    c.tool
-                ));
-            }
+    pub fn validate(&self) -> Result<(), ScriptError> {
+        if let Some(c) = self.calls.iter().find(|c| !c.args.is_object()) {
+            return Err(ScriptError::Arguments(c.tool.clone()));
         }
         if self.repeat == Some(0) {
-            return Err("repeat must be at least 1".into());
+            return Err(ScriptError::Repeat);
         }
         if self.deltas == Some(0) {
-            return Err("deltas must be at least 1".into());
+            return Err(ScriptError::Deltas);
         }
         if self.fail.is_some() && (!self.calls.is_empty() || self.handoff.is_some()) {
-            return Err("a failing turn makes no calls".into());
+            return Err(ScriptError::FailingCalls);
         }
         Ok(())
     }

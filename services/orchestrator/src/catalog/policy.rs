@@ -47,6 +47,48 @@ enum Action {
     Final,
 }
 
+/// Why a declared policy is refused; the message names the field.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PolicyError {
+    /// `redact` is not a regex.
+    #[error("policies.{name}.redact: {source}")]
+    Redact {
+        /// The policy.
+        name: String,
+        /// What the regex parser said.
+        source: regex::Error,
+    },
+    /// `replacement` without `redact`.
+    #[error("policies.{0}.replacement: only goes with redact")]
+    Replacement(String),
+    /// `json_pointer` is neither empty nor starts with `/`.
+    #[error("policies.{name}.json_pointer: {pointer:?} must be empty or start with /")]
+    JsonPointer {
+        /// The policy.
+        name: String,
+        /// The pointer.
+        pointer: String,
+    },
+    /// `record` names no key.
+    #[error("policies.{0}.record: must name a key")]
+    Record(String),
+    /// No action, or more than one.
+    #[error("policies.{0}: give exactly one of truncate, redact, json_pointer, record, final")]
+    Actions(String),
+}
+
+/// Why a policy could not act on an output (it forwards the output
+/// unchanged, and the message is reported in the call's outcome).
+#[derive(Debug, thiserror::Error)]
+enum ApplyError {
+    /// `json_pointer` on an output that is not JSON.
+    #[error("the output is not JSON: {0}")]
+    NotJson(serde_json::Error),
+    /// `json_pointer` points at nothing in the output.
+    #[error("the output has nothing at {0}")]
+    NothingAt(String),
+}
+
 /// A validated policy.
 #[derive(Debug, Clone)]
 pub struct Policy {
@@ -57,13 +99,16 @@ pub struct Policy {
 
 impl Policy {
     /// Validates a declared policy.
-    pub fn new(name: &str, spec: &PolicySpec) -> Result<Self, String> {
+    pub fn new(name: &str, spec: &PolicySpec) -> Result<Self, PolicyError> {
         let mut actions = Vec::new();
         if let Some(n) = spec.truncate {
             actions.push(Action::Truncate(n));
         }
         if let Some(re) = &spec.redact {
-            let re = Regex::new(re).map_err(|e| format!("policies.{name}.redact: {e}"))?;
+            let re = Regex::new(re).map_err(|source| PolicyError::Redact {
+                name: name.to_owned(),
+                source,
+            })?;
             actions.push(Action::Redact(
                 re,
                 spec.replacement
@@ -71,21 +116,20 @@ impl Policy {
                     .unwrap_or_else(|| "[redacted]".into()),
             ));
         } else if spec.replacement.is_some() {
-            return Err(format!(
-                "policies.{name}.replacement: only goes with redact"
-            ));
+            return Err(PolicyError::Replacement(name.to_owned()));
         }
         if let Some(p) = &spec.json_pointer {
             if !(p.is_empty() || p.starts_with('/')) {
-                return Err(format!(
-                    "policies.{name}.json_pointer: {p:?} must be empty or start with /"
-                ));
+                return Err(PolicyError::JsonPointer {
+                    name: name.to_owned(),
+                    pointer: p.clone(),
+                });
             }
             actions.push(Action::JsonPointer(p.clone()));
         }
         if let Some(key) = &spec.record {
             if key.is_empty() {
-                return Err(format!("policies.{name}.record: must name a key"));
+                return Err(PolicyError::Record(name.to_owned()));
             }
             actions.push(Action::Record(key.clone()));
         }
@@ -93,9 +137,7 @@ impl Policy {
             actions.push(Action::Final);
         }
         if actions.len() != 1 {
-            return Err(format!(
-                "policies.{name}: give exactly one of truncate, redact, json_pointer, record, final"
-            ));
+            return Err(PolicyError::Actions(name.to_owned()));
         }
         let action = actions.remove(0);
         Ok(Self {
@@ -119,7 +161,7 @@ impl Policy {
         &self,
         output: &mut String,
         context: &mut Map<String, Value>,
-    ) -> Result<pb::PolicyDecision, String> {
+    ) -> Result<pb::PolicyDecision, ApplyError> {
         use pb::PolicyDecision::{Final, Forward, Rewrite};
         match &self.action {
             Action::Truncate(n) => match output.char_indices().nth(*n) {
@@ -138,11 +180,10 @@ impl Policy {
                 Ok(Rewrite)
             }
             Action::JsonPointer(p) => {
-                let v: Value = serde_json::from_str(output)
-                    .map_err(|e| format!("the output is not JSON: {e}"))?;
+                let v: Value = serde_json::from_str(output).map_err(ApplyError::NotJson)?;
                 let picked = v
                     .pointer(p)
-                    .ok_or_else(|| format!("the output has nothing at {p}"))?;
+                    .ok_or_else(|| ApplyError::NothingAt(p.clone()))?;
                 *output = match picked {
                     Value::String(s) => s.clone(),
                     other => other.to_string(),
@@ -174,7 +215,7 @@ pub fn apply_all(
         let (decision, error) = match p.apply(output, context) {
             Ok(d) => (d, String::new()),
             // A failing policy must not take the call down: forward, report.
-            Err(e) => (pb::PolicyDecision::Forward, e),
+            Err(e) => (pb::PolicyDecision::Forward, e.to_string()),
         };
         outcomes.push(pb::PolicyOutcome {
             policy: p.name.clone(),
@@ -202,47 +243,56 @@ mod tests {
         let mut ctx = Map::new();
         let mut out = String::from("héllo world");
         assert_eq!(
-            policy("truncate: 5").apply(&mut out, &mut ctx),
-            Ok(pb::PolicyDecision::Rewrite)
+            policy("truncate: 5").apply(&mut out, &mut ctx).ok(),
+            Some(pb::PolicyDecision::Rewrite)
         );
         assert_eq!(out, "héllo…[truncated]");
         let mut out = String::from("call 555-1234");
         assert_eq!(
-            policy("redact: '[0-9]'\nreplacement: '#'").apply(&mut out, &mut ctx),
-            Ok(pb::PolicyDecision::Rewrite)
+            policy("redact: '[0-9]'\nreplacement: '#'")
+                .apply(&mut out, &mut ctx)
+                .ok(),
+            Some(pb::PolicyDecision::Rewrite)
         );
         assert_eq!(out, "call ###-####");
         let mut out = String::from(r#"{"a":{"b":"x"}}"#);
         assert_eq!(
-            policy("json_pointer: /a/b").apply(&mut out, &mut ctx),
-            Ok(pb::PolicyDecision::Rewrite)
+            policy("json_pointer: /a/b").apply(&mut out, &mut ctx).ok(),
+            Some(pb::PolicyDecision::Rewrite)
         );
         assert_eq!(out, "x");
         let mut out = String::from("not json");
-        assert!(
+        assert_eq!(
             policy("json_pointer: /a")
                 .apply(&mut out, &mut ctx)
-                .is_err()
+                .expect_err("not JSON")
+                .to_string(),
+            "the output is not JSON: expected ident at line 1 column 2"
         );
         assert_eq!(out, "not json", "a failing policy leaves the output alone");
         let mut out = String::from("42");
         assert_eq!(
-            policy("record: n").apply(&mut out, &mut ctx),
-            Ok(pb::PolicyDecision::Forward)
+            policy("record: n").apply(&mut out, &mut ctx).ok(),
+            Some(pb::PolicyDecision::Forward)
         );
         assert_eq!(ctx["n"], serde_json::json!(42));
         assert_eq!(
-            policy("final: true").apply(&mut out, &mut ctx),
-            Ok(pb::PolicyDecision::Final)
+            policy("final: true").apply(&mut out, &mut ctx).ok(),
+            Some(pb::PolicyDecision::Final)
         );
     }
 
     #[test]
     fn declarations_are_checked() {
         let bad = |yaml: &str| {
-            Policy::new("p", &serde_norway::from_str(yaml).expect("yaml")).expect_err("invalid")
+            Policy::new("p", &serde_norway::from_str(yaml).expect("yaml"))
+                .expect_err("invalid")
+                .to_string()
         };
-        assert!(bad("{}").contains("exactly one"));
+        assert_eq!(
+            bad("{}"),
+            "policies.p: give exactly one of truncate, redact, json_pointer, record, final"
+        );
         assert!(bad("truncate: 3\nfinal: true").contains("exactly one"));
         assert!(bad("redact: '('").contains("redact"));
         assert!(bad("json_pointer: a").contains("json_pointer"));

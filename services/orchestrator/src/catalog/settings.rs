@@ -108,8 +108,13 @@ impl Settings {
 
     /// Checks every field; the error names the field under `at` (e.g.
     /// `settings.temperature`).
-    pub fn validate(&self, at: &str) -> Result<(), (String, String)> {
-        let bad = |field: &str, why: String| Err((format!("{at}.{field}"), why));
+    pub fn validate(&self, at: &str) -> Result<(), InvalidSetting> {
+        let bad = |field: &str, why: String| {
+            Err(InvalidSetting {
+                field: format!("{at}.{field}"),
+                message: why,
+            })
+        };
         if let Some(t) = self.temperature
             && !(0.0..=2.0).contains(&t)
         {
@@ -185,6 +190,22 @@ impl Settings {
     }
 }
 
+/// A generation setting refused by [`Settings::validate`] or
+/// [`Settings::from_request`]: the field's path and what is wrong with its
+/// value. The message stays text rather than an enum per check: the
+/// request face hands field and message on as they are (an
+/// `INVALID_ARGUMENT` naming the field), and the agents file prints
+/// `{field}: {message}`; nothing branches on which check failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct InvalidSetting {
+    /// The field, under the path the caller gave (`settings.temperature`,
+    /// `agents.a.settings.stop`).
+    pub field: String,
+    /// What is wrong with its value.
+    pub message: String,
+}
+
 fn valid_tool_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 128
@@ -195,6 +216,8 @@ fn valid_tool_name(s: &str) -> bool {
 impl ResponseFormat {
     /// Checks a final answer: `Ok` when it is JSON matching the schema, else
     /// what is wrong, in words the model can act on.
+    // A string is the honest type: the text is sent back to the model as
+    // the reason its answer was rejected (and quoted in the run's failure).
     pub fn check(&self, answer: &str) -> Result<(), String> {
         let value: Value = serde_json::from_str(answer.trim())
             .map_err(|e| format!("the answer is not JSON ({e})"))?;
@@ -223,15 +246,19 @@ impl Settings {
     /// A request's settings (`RunAgentRequest.settings`,
     /// `RunPipelineRequest.settings`), checked as the agents file's are;
     /// the error names the request's field.
-    pub fn from_request(s: Option<pb::GenerationSettings>) -> Result<Settings, (String, String)> {
+    pub fn from_request(s: Option<pb::GenerationSettings>) -> Result<Settings, InvalidSetting> {
         let Some(s) = s else {
             return Ok(Settings::default());
         };
-        let json_object = |field: &str, text: &str| -> Result<Value, (String, String)> {
-            let v: Value = serde_json::from_str(text)
-                .map_err(|e| (field.to_owned(), format!("not JSON: {e}")))?;
+        let bad = |field: &str, message: String| InvalidSetting {
+            field: field.to_owned(),
+            message,
+        };
+        let json_object = |field: &str, text: &str| -> Result<Value, InvalidSetting> {
+            let v: Value =
+                serde_json::from_str(text).map_err(|e| bad(field, format!("not JSON: {e}")))?;
             if !v.is_object() {
-                return Err((field.to_owned(), "must be a JSON object".into()));
+                return Err(bad(field, "must be a JSON object".into()));
             }
             Ok(v)
         };
@@ -239,8 +266,8 @@ impl Settings {
             None => None,
             Some(f) => {
                 if f.schema_json.is_empty() {
-                    return Err((
-                        "settings.response_format.schema_json".into(),
+                    return Err(bad(
+                        "settings.response_format.schema_json",
                         "is required".into(),
                     ));
                 }
@@ -274,13 +301,12 @@ impl Settings {
             response_format,
             extra,
         };
-        settings.validate("settings").map_err(|(field, why)| {
+        settings.validate("settings").map_err(|mut e| {
             // The schema's field in the request is `schema_json`.
-            if field == "settings.response_format.schema" {
-                ("settings.response_format.schema_json".into(), why)
-            } else {
-                (field, why)
+            if e.field == "settings.response_format.schema" {
+                e.field = "settings.response_format.schema_json".into();
             }
+            e
         })?;
         Ok(settings)
     }
@@ -318,7 +344,7 @@ mod tests {
     #[test]
     fn limits_hold_at_the_limit_and_fail_just_over() {
         let ok = |v: Value| s(v).validate("settings").map(|_| ());
-        let field = |v: Value| s(v).validate("settings").expect_err("invalid").0;
+        let field = |v: Value| s(v).validate("settings").expect_err("invalid").field;
         assert!(ok(json!({"temperature": 2.0, "top_p": 1.0, "max_tokens": 1})).is_ok());
         assert_eq!(field(json!({"temperature": 2.01})), "settings.temperature");
         assert_eq!(field(json!({"top_p": 0.0})), "settings.top_p");

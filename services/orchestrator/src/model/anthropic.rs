@@ -28,7 +28,7 @@ use crate::catalog::{
 use super::http::{Endpoint, cause_chain, empty_answer, stream_error};
 use super::{
     chat::{ChatMessage, Role, ToolCallRequest},
-    error::ModelError,
+    error::{ModelError, SetupError},
     turn::{DeltaSink, Model, ModelRequest, ModelTurn, TokenUsage},
 };
 
@@ -49,7 +49,7 @@ impl AnthropicProvider {
         name: &str,
         spec: &ProviderSpec,
         env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, SetupError> {
         let endpoint = Endpoint::new(name, spec, ProviderKind::Anthropic, env)?;
         Ok(Self {
             url: format!("{}/messages", endpoint.base_url),

@@ -1,5 +1,9 @@
 //! How a model call fails: a [`ModelError`] of a [`ModelErrorKind`], which
-//! decides the gRPC code the run fails with.
+//! decides the gRPC code the run fails with. And what goes wrong before any
+//! call: a provider that cannot be set up at start ([`SetupError`]), a
+//! model reference that names no model ([`ResolveError`]).
+
+use crate::catalog::{models::ProviderError, names::ModelRefError};
 
 /// What kind of failure a model call ended with; it decides the gRPC code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,4 +63,58 @@ impl ModelError {
             }
         }
     }
+}
+
+/// Why the providers of the agents file cannot be set up at start; the
+/// message names the field.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The entry itself is refused (its kind is missing).
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+    /// The variable holding the provider's key is not set.
+    #[error(
+        "providers.{provider}.api_key_env: {variable} is not set (set it or {variable}_FILE, or set api_key_env to \"\" for a server without keys)"
+    )]
+    KeyNotSet {
+        /// The entry.
+        provider: String,
+        /// The variable.
+        variable: String,
+    },
+    /// The HTTP client cannot be built (no TLS backend, say).
+    #[error("providers.{provider}: cannot build the HTTP client: {source}")]
+    HttpClient {
+        /// The entry.
+        provider: String,
+        /// What reqwest said.
+        source: reqwest::Error,
+    },
+}
+
+/// Why a model reference resolves to no model; the message quotes the
+/// reference.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    /// It is not `provider:model`.
+    #[error(transparent)]
+    Reference(#[from] ModelRefError),
+    /// A `scripted:` reference names no script of the agents file.
+    #[error("{reference:?}: no script named {script:?}")]
+    NoScript {
+        /// The reference.
+        reference: String,
+        /// The script it names.
+        script: String,
+    },
+    /// It names a provider the agents file does not configure.
+    #[error("{reference:?}: unknown provider {provider:?} (known: {known})")]
+    UnknownProvider {
+        /// The reference.
+        reference: String,
+        /// The provider it names.
+        provider: String,
+        /// The providers it may name, comma-separated.
+        known: String,
+    },
 }

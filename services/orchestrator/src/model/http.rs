@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::error::{ModelError, ModelErrorKind};
+use super::error::{ModelError, ModelErrorKind, SetupError};
 use crate::catalog::models::{ProviderKind, ProviderSpec};
 
 /// A configured HTTP endpoint.
@@ -38,24 +38,29 @@ impl Endpoint {
         spec: &ProviderSpec,
         kind: ProviderKind,
         env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, SetupError> {
         let key_env = spec.api_key_env_or_default(kind);
-        let api_key = if key_env.is_empty() {
-            None
-        } else {
-            Some(env(&key_env).filter(|k| !k.is_empty()).ok_or_else(|| {
-                format!(
-                    "providers.{name}.api_key_env: {key_env} is not set (set it or {key_env}_FILE, or set api_key_env to \"\" for a server without keys)"
-                )
-            })?)
-        };
+        let api_key =
+            if key_env.is_empty() {
+                None
+            } else {
+                Some(env(&key_env).filter(|k| !k.is_empty()).ok_or_else(|| {
+                    SetupError::KeyNotSet {
+                        provider: name.to_owned(),
+                        variable: key_env.clone(),
+                    }
+                })?)
+            };
         let timeout = spec.timeout.unwrap_or(Duration::from_secs(60));
         let http = reqwest::Client::builder()
             .connect_timeout(timeout)
             .read_timeout(timeout)
             .tcp_nodelay(true)
             .build()
-            .map_err(|e| format!("providers.{name}: cannot build the HTTP client: {e}"))?;
+            .map_err(|source| SetupError::HttpClient {
+                provider: name.to_owned(),
+                source,
+            })?;
         Ok(Self {
             name: name.to_owned(),
             http,

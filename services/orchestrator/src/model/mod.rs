@@ -28,7 +28,7 @@ use std::{collections::BTreeMap, sync::Arc};
 use crate::catalog::{Catalog, models::ProviderKind, parse_model_ref};
 
 pub use chat::{ChatMessage, Role, ToolCallRequest, ToolDef};
-pub use error::{ModelError, ModelErrorKind};
+pub use error::{ModelError, ModelErrorKind, ResolveError, SetupError};
 pub use turn::{DeltaSink, Model, ModelRequest, ModelTurn, TokenUsage};
 
 /// A configured provider entry.
@@ -49,7 +49,7 @@ impl Models {
     pub fn new(
         catalog: Arc<Catalog>,
         env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, SetupError> {
         let mut providers = BTreeMap::new();
         for (name, spec) in &catalog.providers {
             let provider = match spec.kind_of(name)? {
@@ -66,14 +66,17 @@ impl Models {
     }
 
     /// The model for `reference`.
-    pub fn resolve(&self, reference: &str) -> Result<Arc<dyn Model>, String> {
+    pub fn resolve(&self, reference: &str) -> Result<Arc<dyn Model>, ResolveError> {
         let (provider, name) = parse_model_ref(reference)?;
         if provider == "scripted" {
             let turns = self
                 .catalog
                 .scripts
                 .get(name)
-                .ok_or_else(|| format!("{reference:?}: no script named {name:?}"))?;
+                .ok_or_else(|| ResolveError::NoScript {
+                    reference: reference.to_owned(),
+                    script: name.to_owned(),
+                })?;
             return Ok(Arc::new(scripted::ScriptedModel::new(
                 reference,
                 turns.clone(),
@@ -81,10 +84,11 @@ impl Models {
         }
         let spec = self.catalog.providers.get(provider);
         let (Some(spec), Some(p)) = (spec, self.providers.get(provider)) else {
-            return Err(format!(
-                "{reference:?}: unknown provider {provider:?} (known: {})",
-                self.catalog.known_providers()
-            ));
+            return Err(ResolveError::UnknownProvider {
+                reference: reference.to_owned(),
+                provider: provider.to_owned(),
+                known: self.catalog.known_providers(),
+            });
         };
         let entry = spec.models.get(name);
         let settings = match entry {

@@ -27,7 +27,7 @@ use crate::catalog::{
 use super::http::{Endpoint, empty_answer, stream_error};
 use super::{
     chat::{ChatMessage, Role, ToolCallRequest},
-    error::ModelError,
+    error::{ModelError, SetupError},
     turn::{DeltaSink, Model, ModelRequest, ModelTurn, TokenUsage},
 };
 
@@ -43,7 +43,7 @@ impl OpenAiProvider {
         name: &str,
         spec: &ProviderSpec,
         env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, SetupError> {
         let endpoint = Endpoint::new(name, spec, ProviderKind::Openai, env)?;
         Ok(Self {
             url: format!("{}/chat/completions", endpoint.base_url),

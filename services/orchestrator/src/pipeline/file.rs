@@ -4,9 +4,29 @@
 
 use std::{collections::HashMap, time::Duration};
 
+use baton_common::config::duration::DurationError;
 use baton_proto::v1 as pb;
 use serde::Deserialize;
 use serde_json::{Value, json};
+
+/// Why a pipeline file makes no request; the message names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PipelineFileError {
+    /// `mode` is none of the modes.
+    #[error("mode: {0:?} is not sequential, parallel or dag")]
+    Mode(String),
+    /// `policy` is none of the policies.
+    #[error("policy: {0:?} is not fail, continue or best_effort")]
+    Policy(String),
+    /// A step's `timeout` is not a duration.
+    #[error("steps[{step}].timeout: {source}")]
+    StepTimeout {
+        /// The step's index.
+        step: usize,
+        /// What is wrong with it.
+        source: DurationError,
+    },
+}
 
 /// A pipeline written as YAML or JSON.
 #[derive(Debug, Deserialize)]
@@ -68,26 +88,18 @@ pub struct StepFile {
 impl PipelineFile {
     /// The request this file describes (approval mode, limits and filter
     /// left at their defaults). Errors name the field.
-    pub fn into_request(self) -> Result<pb::RunPipelineRequest, String> {
+    pub fn into_request(self) -> Result<pb::RunPipelineRequest, PipelineFileError> {
         let mode = match self.mode.as_deref() {
             None | Some("sequential") => pb::PipelineMode::Sequential,
             Some("parallel") => pb::PipelineMode::Parallel,
             Some("dag") => pb::PipelineMode::Dag,
-            Some(other) => {
-                return Err(format!(
-                    "mode: {other:?} is not sequential, parallel or dag"
-                ));
-            }
+            Some(other) => return Err(PipelineFileError::Mode(other.to_owned())),
         };
         let policy = match self.policy.as_deref() {
             None | Some("fail") => pb::FailurePolicy::Fail,
             Some("continue") => pb::FailurePolicy::Continue,
             Some("best_effort") => pb::FailurePolicy::BestEffort,
-            Some(other) => {
-                return Err(format!(
-                    "policy: {other:?} is not fail, continue or best_effort"
-                ));
-            }
+            Some(other) => return Err(PipelineFileError::Policy(other.to_owned())),
         };
         let steps = self
             .steps
@@ -98,10 +110,10 @@ impl PipelineFile {
                     .timeout
                     .map(|t| {
                         baton_common::config::duration::parse(&t)
-                            .map_err(|e| format!("steps[{i}].timeout: {e}"))
+                            .map_err(|source| PipelineFileError::StepTimeout { step: i, source })
                     })
                     .transpose()?
-                    .map(|d: Duration| prost_types::Duration {
+                    .map(|d: Duration| baton_proto::wkt::Duration {
                         seconds: d.as_secs() as i64,
                         nanos: d.subsec_nanos() as i32,
                     });
@@ -117,7 +129,7 @@ impl PipelineFile {
                     retries: s.retries,
                 })
             })
-            .collect::<Result<Vec<_>, String>>()?;
+            .collect::<Result<Vec<_>, PipelineFileError>>()?;
         Ok(pb::RunPipelineRequest {
             pipeline: Some(pb::PipelineSpec {
                 name: self.name,
@@ -196,21 +208,17 @@ mod tests {
     fn bad_fields_are_named() {
         let bad_mode: PipelineFile =
             serde_json::from_value(json!({"mode": "loop", "steps": []})).expect("valid");
-        assert!(
-            bad_mode
-                .into_request()
-                .expect_err("invalid")
-                .starts_with("mode:")
+        assert_eq!(
+            bad_mode.into_request().expect_err("invalid").to_string(),
+            r#"mode: "loop" is not sequential, parallel or dag"#
         );
         let bad_timeout: PipelineFile = serde_json::from_value(
             json!({"steps": [{"id": "a", "agent": "x", "timeout": "soon"}]}),
         )
         .expect("valid");
-        assert!(
-            bad_timeout
-                .into_request()
-                .expect_err("invalid")
-                .starts_with("steps[0].timeout:")
+        assert_eq!(
+            bad_timeout.into_request().expect_err("invalid").to_string(),
+            r#"steps[0].timeout: "soon" is not a duration like 30s, 5m, 1h or 7d"#
         );
         assert!(serde_json::from_value::<PipelineFile>(json!({"steps": [], "colour": 1})).is_err());
     }

@@ -35,5 +35,5 @@ pub mod tool;
 
 pub use call::{RunStep, StepCall};
 pub use executor::body;
-pub use file::{PipelineFile, StepFile};
+pub use file::{PipelineFile, PipelineFileError, StepFile};
 pub use plan::*;

@@ -91,7 +91,7 @@ pub(super) async fn run_step(
                     step_id: step.id.clone(),
                     attempt,
                     output: output.clone(),
-                    duration: Some(prost_types::Duration {
+                    duration: Some(baton_proto::wkt::Duration {
                         seconds: began.elapsed().as_secs() as i64,
                         nanos: began.elapsed().subsec_nanos() as i32,
                     }),

@@ -15,6 +15,8 @@ use crate::run::{context::ContextInfo, state::Run};
 
 /// What the tool gives the calling model: the summary, or the error it
 /// reads (a failed pipeline does not fail the run: the model goes on).
+// Strings on both sides are the honest type: the model reads text, and a
+// bad pipeline's error is what it reads to fix its arguments.
 pub type ToolOutput = Result<String, String>;
 
 /// The `run_pipeline` tool: validates the agent's pipeline (its arguments
@@ -62,7 +64,7 @@ async fn tool_run(
 ) -> ToolOutput {
     let file: super::PipelineFile = serde_json::from_value(arguments.clone())
         .map_err(|e| format!("the arguments are not a pipeline: {e}"))?;
-    let request = file.into_request()?;
+    let request = file.into_request().map_err(|e| e.to_string())?;
     let max_key = rt.services.store.limits().max_key_len;
     let mut initial: Vec<(String, String)> = request.initial_slots.into_iter().collect();
     initial.sort();

@@ -236,10 +236,10 @@ fn model_or_default(s: &Shared, requested: &str) -> Result<String> {
     if requested.is_empty() {
         return Ok(s.catalog.default_model.clone());
     }
-    parse_model_ref(requested).map_err(|e| Error::invalid("default_model", e))?;
+    parse_model_ref(requested).map_err(|e| Error::invalid("default_model", e.to_string()))?;
     s.models
         .resolve(requested)
-        .map_err(|e| Error::invalid("default_model", e))?;
+        .map_err(|e| Error::invalid("default_model", e.to_string()))?;
     Ok(requested.to_owned())
 }
 

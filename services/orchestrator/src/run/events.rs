@@ -156,7 +156,7 @@ pub async fn sequence(
         }
         let logged = Logged {
             seq,
-            time: prost_types::Timestamp::from(SystemTime::now()),
+            time: baton_proto::wkt::Timestamp::from(SystemTime::now()),
             ctx: draft.ctx,
             agent: draft.agent,
             payload: draft.payload,

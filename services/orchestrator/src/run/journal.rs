@@ -116,7 +116,7 @@ pub async fn sequence(
                 Err(_) => break,
             }
         }
-        let now = prost_types::Timestamp::from(SystemTime::now());
+        let now = baton_proto::wkt::Timestamp::from(SystemTime::now());
         let mut records: Vec<(String, Vec<u8>)> = Vec::new();
         for d in &mut batch {
             if d.record_span {

@@ -14,7 +14,7 @@ pub struct Logged {
     /// Its seq.
     pub seq: u64,
     /// When it happened.
-    pub time: prost_types::Timestamp,
+    pub time: baton_proto::wkt::Timestamp,
     /// Where.
     pub ctx: Arc<ContextInfo>,
     /// The active agent.

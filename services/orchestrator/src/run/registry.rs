@@ -184,7 +184,7 @@ mod tests {
     fn logged(seq: u64, payload: Payload) -> Logged {
         Logged {
             seq,
-            time: prost_types::Timestamp::default(),
+            time: baton_proto::wkt::Timestamp::default(),
             ctx: Arc::new(ContextInfo {
                 id: "root".into(),
                 parent: String::new(),

@@ -11,14 +11,32 @@ use std::{
 use baton_common::otel::Tracing;
 use baton_store::ContextStore;
 
-use super::{durable::RedisRuns, quota::RunQuotas};
+use super::{
+    durable::{OpenError, RedisRuns},
+    quota::RunQuotas,
+};
 use crate::{
     catalog::Catalog,
     config::{PipelineLimits, QuotaConfig, RunDefaults, RunStoreMode, SERVICE_NAME},
     metrics::Metrics,
-    model::{Models, ToolDef},
-    tools::Toolbox,
+    model::{Models, SetupError, ToolDef},
+    tools::{ToolServerError, Toolbox},
 };
+
+/// Why what runs share cannot be built at start; each part's message
+/// names its field (`providers.openai.api_key_env`, `runs.redis…`).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The run store (`runs.store = "redis"`).
+    #[error(transparent)]
+    RunStore(#[from] OpenError),
+    /// A model provider.
+    #[error(transparent)]
+    Models(#[from] SetupError),
+    /// A tool server.
+    #[error(transparent)]
+    Tools(#[from] ToolServerError),
+}
 
 /// An agent's tool definitions and the toolbox generation they were built at.
 type ToolDefs = (u64, Arc<[ToolDef]>);
@@ -59,7 +77,7 @@ impl Shared {
         defaults: RunDefaults,
         tracing: Tracing,
         env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, StartError> {
         let metrics = Arc::new(Metrics::with_catalog(&catalog));
         let durable = match defaults.store {
             RunStoreMode::Memory => None,

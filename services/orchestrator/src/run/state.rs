@@ -420,7 +420,7 @@ pub enum Unresolved {
     NoModel(String),
     /// The model reference does not resolve (the models' own message).
     #[error("{0}")]
-    Model(String),
+    Model(crate::model::ResolveError),
 }
 
 /// Resolves `target` (an agent or group) and its model, without starting

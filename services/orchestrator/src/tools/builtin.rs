@@ -21,12 +21,15 @@ pub fn all() -> Vec<(&'static str, std::sync::Arc<dyn Tool>)> {
     ]
 }
 
+// The built-ins' argument errors are strings: they become the call's
+// `ToolOutcome::Err`, the text the model reads to fix its arguments.
 fn str_arg<'a>(args: &'a Value, name: &str) -> Result<&'a str, String> {
     args.get(name)
         .and_then(Value::as_str)
         .ok_or_else(|| format!("argument {name:?} must be a string"))
 }
 
+// A string for the same reason as `str_arg`: the model reads it.
 fn key_arg(ctx: &ToolCtx<'_>, args: &Value) -> Result<Key, String> {
     let key = str_arg(args, "key")?;
     Key::parse("key", key, ctx.store.limits().max_key_len).map_err(|e| e.to_string())

@@ -45,7 +45,10 @@ use rmcp::{
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::tool::{Resume, Tool, ToolCtx, ToolOutcome};
+use super::{
+    error::ToolServerError,
+    tool::{Resume, Tool, ToolCtx, ToolOutcome},
+};
 use crate::catalog::McpServerSpec;
 
 /// The `_meta` key of a call's idempotency key.
@@ -64,11 +67,14 @@ struct Shared {
 }
 
 impl Shared {
-    async fn list(&self, peer: &Peer<RoleClient>) -> Result<usize, String> {
+    async fn list(&self, peer: &Peer<RoleClient>) -> Result<usize, ToolServerError> {
         let tools = peer
             .list_all_tools()
             .await
-            .map_err(|e| format!("MCP server {}: tools/list: {e}", self.name))?;
+            .map_err(|source| ToolServerError::McpList {
+                server: self.name.clone(),
+                source,
+            })?;
         let mut specs = HashMap::new();
         for t in tools {
             let t = serde_json::to_value(&t).unwrap_or_default();
@@ -144,16 +150,14 @@ impl McpServer {
         name: &str,
         spec: &McpServerSpec,
         env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, ToolServerError> {
         let mut vars = Vec::new();
         if !spec.bearer_token_env.is_empty() {
             let token = env(&spec.bearer_token_env)
                 .filter(|t| !t.is_empty())
-                .ok_or_else(|| {
-                    format!(
-                        "mcp_servers.{name}.bearer_token_env: {} is not set",
-                        spec.bearer_token_env
-                    )
+                .ok_or_else(|| ToolServerError::McpToken {
+                    server: name.to_owned(),
+                    variable: spec.bearer_token_env.clone(),
                 })?;
             vars.push(("token".to_owned(), token));
         }
@@ -189,7 +193,7 @@ impl McpServer {
 
     /// The live connection's peer, connecting (and listing the tools)
     /// first when there is none or it broke.
-    pub async fn peer(&self) -> Result<Peer<RoleClient>, String> {
+    pub async fn peer(&self) -> Result<Peer<RoleClient>, ToolServerError> {
         let mut conn = self.conn.lock().await;
         if let Some(c) = conn.as_ref()
             && !c.is_closed()
@@ -199,27 +203,23 @@ impl McpServer {
         let timeout = self.spec.connect_timeout.unwrap_or(Duration::from_secs(30));
         let c = tokio::time::timeout(timeout, self.connect())
             .await
-            .map_err(|_| {
-                format!(
-                    "MCP server {}: no handshake within {timeout:?}",
-                    self.name()
-                )
+            .map_err(|_| ToolServerError::McpHandshakeTimeout {
+                server: self.name().to_owned(),
+                timeout,
             })??;
         let peer = c.peer().clone();
         let n = tokio::time::timeout(timeout, self.shared.list(&peer))
             .await
-            .map_err(|_| {
-                format!(
-                    "MCP server {}: tools/list took over {timeout:?}",
-                    self.name()
-                )
+            .map_err(|_| ToolServerError::McpListTimeout {
+                server: self.name().to_owned(),
+                timeout,
             })??;
         tracing::info!(server = %self.name(), tools = n, "MCP server connected and listed its tools");
         *conn = Some(c);
         Ok(peer)
     }
 
-    async fn connect(&self) -> Result<Connection, String> {
+    async fn connect(&self) -> Result<Connection, ToolServerError> {
         let handler = Handler {
             shared: self.shared.clone(),
         };
@@ -233,11 +233,10 @@ impl McpServer {
             let (transport, stderr) = TokioChildProcess::builder(cmd)
                 .stderr(std::process::Stdio::piped())
                 .spawn()
-                .map_err(|e| {
-                    format!(
-                        "MCP server {name}: cannot start {:?}: {e}",
-                        self.spec.command
-                    )
+                .map_err(|source| ToolServerError::McpSpawn {
+                    server: name.clone(),
+                    command: self.spec.command.clone(),
+                    source,
                 })?;
             if let Some(stderr) = stderr {
                 let server = name.clone();
@@ -252,7 +251,10 @@ impl McpServer {
             handler
                 .serve(transport)
                 .await
-                .map_err(|e| format!("MCP server {name}: handshake failed: {e}"))
+                .map_err(|source| ToolServerError::McpHandshake {
+                    server: name,
+                    source: Box::new(source),
+                })
         } else {
             let mut config = StreamableHttpClientTransportConfig::with_uri(self.spec.url.as_str());
             if let Some((_, token)) = self.env.iter().find(|(k, _)| k == "token") {
@@ -263,7 +265,10 @@ impl McpServer {
                     http::HeaderName::from_bytes(k.as_bytes()),
                     http::HeaderValue::from_str(v),
                 ) else {
-                    return Err(format!("MCP server {name}: header {k:?} is not valid"));
+                    return Err(ToolServerError::McpHeader {
+                        server: name,
+                        header: k.clone(),
+                    });
                 };
                 config.custom_headers.insert(k, v);
             }
@@ -271,16 +276,20 @@ impl McpServer {
                 reqwest::Client::builder()
                     .tcp_nodelay(true)
                     .build()
-                    .map_err(|e| format!("MCP server {name}: HTTP client: {e}"))?,
+                    .map_err(|source| ToolServerError::McpHttpClient {
+                        server: name.clone(),
+                        source,
+                    })?,
                 config,
             );
-            handler.serve(transport).await.map_err(|e| {
-                format!(
-                    "MCP server {name} ({}): handshake failed: {}",
-                    self.spec.url,
-                    baton_client::cause_chain(&e)
-                )
-            })
+            handler
+                .serve(transport)
+                .await
+                .map_err(|source| ToolServerError::McpUrlHandshake {
+                    server: name,
+                    url: self.spec.url.clone(),
+                    source: Box::new(source),
+                })
         }
     }
 

@@ -12,17 +12,20 @@
 //! those in child contexts.
 //!
 //! The files: [`tool`] is the interface every kind implements; [`builtin`],
-//! [`remote`] and [`mcp`] implement it; this file re-exports the interface
-//! and holds the [`Toolbox`] built from the catalog. The built-in tools'
+//! [`remote`] and [`mcp`] implement it; [`error`] says why a server cannot
+//! be set up or reached; this file re-exports the interface and holds the
+//! [`Toolbox`] built from the catalog. The built-in tools'
 //! names are the catalog's ([`crate::catalog::builtin`]).
 
 pub mod builtin;
+pub mod error;
 pub mod mcp;
 pub mod remote;
 pub mod tool;
 
 use std::{collections::HashMap, sync::Arc};
 
+pub use error::ToolServerError;
 pub use tool::{Resume, Tool, ToolCtx, ToolEvents, ToolOutcome};
 
 /// Every tool the orchestrator can run by name: the built-ins and the tools
@@ -40,7 +43,7 @@ impl Toolbox {
     pub fn new(
         catalog: &crate::catalog::Catalog,
         env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, ToolServerError> {
         let mut tools: HashMap<String, Arc<dyn Tool>> = builtin::all()
             .into_iter()
             .map(|(n, t)| (n.to_owned(), t))

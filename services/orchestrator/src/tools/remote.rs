@@ -22,7 +22,10 @@ use baton_proto::v1::{self as pb, execute_response::Event, tool_host_client::Too
 use serde_json::{Value, json};
 use tonic::transport::Channel;
 
-use super::tool::{Resume, Tool, ToolCtx, ToolOutcome};
+use super::{
+    error::ToolServerError,
+    tool::{Resume, Tool, ToolCtx, ToolOutcome},
+};
 use crate::catalog::ToolServerSpec;
 
 /// One configured ToolHost server.
@@ -37,11 +40,14 @@ pub struct ToolServer {
 
 impl ToolServer {
     /// A server connected lazily (and re-connected by itself).
-    pub fn new(name: &str, spec: &ToolServerSpec) -> Result<Self, String> {
+    pub fn new(name: &str, spec: &ToolServerSpec) -> Result<Self, ToolServerError> {
         // `http://host:port`, or `dns:///host:port` to spread calls over
         // every replica of a tool server.
         let channel = baton_client::balance::lazy_channel_tls(&spec.endpoint, &spec.tls.client())
-            .map_err(|e| format!("tool_servers.{name}.endpoint: {e}"))?;
+            .map_err(|source| ToolServerError::Endpoint {
+            server: name.to_owned(),
+            source,
+        })?;
         Ok(Self {
             name: name.to_owned(),
             endpoint: spec.endpoint.clone(),
@@ -57,19 +63,16 @@ impl ToolServer {
     }
 
     /// Fetches the server's tool descriptions.
-    pub async fn refresh(&self) -> Result<usize, String> {
+    pub async fn refresh(&self) -> Result<usize, ToolServerError> {
         let list = self
             .client
             .clone()
             .list_tools(pb::ListToolsRequest {})
             .await
-            .map_err(|e| {
-                format!(
-                    "tool server {} ({}): {}",
-                    self.name,
-                    self.endpoint,
-                    e.message()
-                )
+            .map_err(|status| ToolServerError::List {
+                server: self.name.clone(),
+                endpoint: self.endpoint.clone(),
+                status,
             })?
             .into_inner();
         let mut specs = HashMap::new();

@@ -53,7 +53,7 @@ impl From<pb::GetRunResponse> for RunView {
     }
 }
 
-fn time(t: Option<prost_types::Timestamp>) -> Option<SystemTime> {
+fn time(t: Option<baton_proto::wkt::Timestamp>) -> Option<SystemTime> {
     t.and_then(|t| SystemTime::try_from(t).ok())
 }
 

@@ -108,12 +108,12 @@ impl TryFrom<&pb::ListRunsRequest> for RunsQuery {
 
 /// The request's generation settings, checked.
 fn settings(settings: Option<pb::GenerationSettings>) -> Result<Settings> {
-    Settings::from_request(settings).map_err(|(field, why)| Error::invalid(field, why))
+    Settings::from_request(settings).map_err(|e| Error::invalid(e.field, e.message))
 }
 
 fn limits(l: Option<pb::RunLimits>) -> Result<RequestedLimits> {
     let l = l.unwrap_or_default();
-    let timeout = |field: &'static str, v: Option<prost_types::Duration>| -> Result<_> {
+    let timeout = |field: &'static str, v: Option<baton_proto::wkt::Duration>| -> Result<_> {
         let Some(v) = v else { return Ok(None) };
         if v.seconds < 0 || v.nanos < 0 || v.nanos >= 1_000_000_000 {
             return Err(Error::invalid(field, "must be a positive duration"));

@@ -44,7 +44,7 @@ use baton_proto::v1 as pb;
 use baton_store::{
     error::Error as StoreError,
     redis::{
-        RedisConfig,
+        RedisConfig, RedisConfigError,
         conn::{ConnRef, Connection},
     },
 };
@@ -149,6 +149,17 @@ pub(super) fn redis_error(e: redis::RedisError) -> Error {
     Error::Unavailable(format!("run store: redis: {e}"))
 }
 
+/// Why the run store cannot be opened at start.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// `runs.redis` is refused (the message names the field within it).
+    #[error(transparent)]
+    Config(#[from] RedisConfigError),
+    /// The connection cannot be set up (its TLS files, say).
+    #[error(transparent)]
+    Connection(#[from] StoreError),
+}
+
 impl RedisRuns {
     /// Runs in the Redis `config` names, kept `retention` after they end,
     /// owned by this replica (`owner`) through leases of `lease`. Connects
@@ -158,10 +169,10 @@ impl RedisRuns {
         retention: Duration,
         owner: &str,
         lease: Duration,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, OpenError> {
         config.validate()?;
         Ok(Self {
-            conn: Connection::open(config).map_err(|e| e.to_string())?,
+            conn: Connection::open(config)?,
             config: config.clone(),
             retention,
             append: Script::new(APPEND),

@@ -1,0 +1,85 @@
+// Baton's web console: the header (API key), error alerts, and the router
+// between the runs page (#/runs) and a run's page (#/runs/{runId}).
+
+import { api, getKey, setKey } from './api.js';
+import { openRun } from './run.js';
+import { openRuns } from './runs.js';
+import { clear, h } from './util.js';
+
+const main = document.getElementById('main');
+const alerts = document.getElementById('alerts');
+
+/** What every page shares. */
+const app = {
+  config: { traceUrl: '' },
+  /** Shows an error (an ApiError or any Error) until dismissed; `key` replaces an earlier alert of that key. */
+  alert(err, key) {
+    const code = err.code || 'ERROR';
+    const text = err.describe ? err.describe() : String(err.message || err);
+    const hint = code === 'UNAUTHENTICATED' ? ' Type an API key at the top of the page.' : '';
+    const id = key || text;
+    for (const old of alerts.children) if (old.dataset.key === id) old.remove();
+    const box = h('div', { class: 'alert', role: 'alert', 'data-testid': 'error', 'data-code': code, 'data-key': id },
+      h('span', { text: text + hint }),
+      h('button', { type: 'button', class: 'btn small', 'aria-label': 'Dismiss this error', on: { click: () => box.remove() } }, 'Dismiss'));
+    alerts.append(box);
+    while (alerts.children.length > 4) alerts.firstChild.remove();
+  },
+};
+
+// ---- the API key (sessionStorage: this tab only) ----
+const keyIn = document.getElementById('api-key');
+const keyState = document.getElementById('key-state');
+function drawKey() {
+  const k = getKey();
+  keyIn.value = k;
+  keyState.textContent = k ? 'key set for this tab' : 'no key';
+  keyState.dataset.state = k ? 'set' : 'none';
+}
+document.getElementById('key-form').addEventListener('submit', (e) => {
+  e.preventDefault();
+  setKey(keyIn.value.trim());
+  drawKey();
+  loadConfig();
+  route();
+});
+document.getElementById('key-clear').addEventListener('click', () => {
+  setKey('');
+  drawKey();
+  route();
+});
+drawKey();
+
+async function loadConfig() {
+  try {
+    const c = await api.config(AbortSignal.timeout(3000));
+    app.config = { traceUrl: c.traceUrl || '' };
+  } catch {
+    app.config = { traceUrl: '' };
+  }
+}
+
+// ---- routing ----
+let page = null;
+let first = true;
+function route() {
+  page?.destroy();
+  page = null;
+  clear(alerts);
+  const m = /^#\/runs\/([^/?#]+)/.exec(location.hash);
+  if (m) {
+    const runId = decodeURIComponent(m[1]);
+    document.title = `Run ${runId.slice(0, 8)} · Baton`;
+    page = openRun(main, runId, app);
+  } else {
+    if (location.hash !== '#/runs') history.replaceState(null, '', '#/runs');
+    document.title = 'Runs · Baton';
+    page = openRuns(main, app);
+  }
+  if (!first) main.focus({ preventScroll: true });
+  first = false;
+  window.scrollTo(0, 0);
+}
+window.addEventListener('hashchange', route);
+
+loadConfig().finally(route);

@@ -1,0 +1,547 @@
+// The page of one run (#/runs/{runId}): its summary, then tabs for the
+// conversation tree, the pipeline graph, the timeline, the trace's slots
+// and the raw events. The run's events are followed from seq 1 and, after
+// a drop, from the last seq seen; duplicates are dropped, a gap makes the
+// stream start again from the last seq, so the model sees 1, 2, 3, ...
+// exactly once (window.batonConsole.seqs lists them).
+
+import { api, ApiError, streamSSE } from './api.js';
+import { GraphView } from './graph.js';
+import { payloadKey, RunModel } from './model.js';
+import { recallSpec } from './pipeline.js';
+import { TimelineView } from './timeline.js';
+import { TreeView } from './tree.js';
+import {
+  add, clear, codeName, fmtAgo, fmtBytes, fmtDuration, fmtInt, fmtTime, fmtUsage, h,
+  kindWord, parseTime, sleep, statusWord,
+} from './util.js';
+
+/** A stream this quiet is taken for dead (the server sends keep-alives). */
+const IDLE_MS = 45000;
+/** While replaying a long run, draw at most this often. */
+const CATCHUP_DRAW_MS = 300;
+/** Errors that retrying cannot mend. */
+const FATAL = new Set(['NOT_FOUND', 'FAILED_PRECONDITION', 'UNAUTHENTICATED', 'PERMISSION_DENIED', 'INVALID_ARGUMENT', 'UNIMPLEMENTED', 'ABORTED', 'RESOURCE_EXHAUSTED']);
+
+/** Opens the page of `runId` in `main`; returns `{destroy()}`. */
+export function openRun(main, runId, app) {
+  const model = new RunModel(runId);
+  const stop = new AbortController();
+  const stats = { runId, seqs: model.seqs, duplicates: 0, gaps: 0, reconnects: 0, status: '', done: false, model };
+  window.batonConsole = stats;
+  const spec = recallSpec(runId);
+  if (spec) model.setPipelineSpec(spec);
+
+  // ---- the page ----
+  const el = {};
+  el.target = h('span', { 'data-testid': 'run-target', text: '…' });
+  el.status = h('span', { class: 'badge', 'data-testid': 'run-status', 'aria-live': 'polite' });
+  el.kind = h('dd', { 'data-testid': 'run-kind' });
+  el.trace = h('dd', { 'data-testid': 'run-trace' });
+  el.started = h('dd', { 'data-testid': 'run-started' });
+  el.duration = h('dd', { 'data-testid': 'run-duration' });
+  el.usage = h('dd', { 'data-testid': 'run-usage' });
+  el.events = h('dd', { 'data-testid': 'run-events' });
+  el.stream = h('dd', { 'data-testid': 'stream-state' });
+  el.cancel = h('button', { type: 'button', class: 'btn danger', 'data-testid': 'cancel-run', disabled: true }, 'Cancel run');
+  el.outcome = h('div', { class: 'outcome', 'data-testid': 'run-outcome', hidden: true });
+  el.pending = h('div', { class: 'pending', 'data-testid': 'pending', hidden: true, role: 'region', 'aria-label': 'Waiting for you' });
+  el.replay = h('div', { class: 'replay muted', 'data-testid': 'replay-progress', hidden: true, 'aria-live': 'polite' });
+  const fact = (label, dd) => h('div', null, h('dt', { text: label }), dd);
+  const expandAll = h('button', { type: 'button', class: 'btn', 'data-testid': 'expand-all' }, 'Expand all');
+  const collapseAll = h('button', { type: 'button', class: 'btn', 'data-testid': 'collapse-all' }, 'Collapse all');
+
+  const tabs = [
+    ['conversation', 'Conversation'],
+    ['graph', 'Pipeline graph'],
+    ['timeline', 'Timeline'],
+    ['slots', 'Slots'],
+    ['events', 'Raw events'],
+  ];
+  const tabBtn = {};
+  const panel = {};
+  const tablist = h('div', { class: 'tabs', role: 'tablist', 'aria-label': 'Views of the run' });
+  for (const [id, label] of tabs) {
+    tabBtn[id] = h('button', {
+      type: 'button', role: 'tab', id: `tab-${id}`, 'aria-controls': `panel-${id}`, 'aria-selected': 'false',
+      tabindex: '-1', 'data-testid': `tab-${id}`, on: { click: () => select(id) },
+    }, label);
+    panel[id] = h('section', { role: 'tabpanel', id: `panel-${id}`, 'aria-labelledby': `tab-${id}`, class: 'panel', hidden: true });
+    tablist.append(tabBtn[id]);
+  }
+  tabBtn.graph.hidden = true;
+  tablist.addEventListener('keydown', (e) => {
+    if (e.key !== 'ArrowRight' && e.key !== 'ArrowLeft') return;
+    const shown = tabs.map(([id]) => id).filter((id) => !tabBtn[id].hidden);
+    const i = shown.indexOf(active);
+    const next = shown[(i + (e.key === 'ArrowRight' ? 1 : shown.length - 1)) % shown.length];
+    select(next);
+    tabBtn[next].focus();
+  });
+  panel.conversation.append(h('div', { class: 'tree-tools' }, expandAll, collapseAll));
+  const treeBox = h('div', { class: 'tree', 'data-testid': 'tree' });
+  panel.conversation.append(treeBox);
+  const timelineBox = h('div');
+  panel.timeline.append(timelineBox);
+  const graphBox = h('div');
+  panel.graph.append(graphBox);
+  const eventsBox = h('pre', { class: 'raw', 'data-testid': 'raw-events' });
+  panel.events.append(h('p', { class: 'muted', text: 'The last 200 events, as the API sent them.' }), eventsBox);
+  const slots = new SlotsPanel(panel.slots, () => model.traceId, app);
+
+  clear(main).append(h('div', { class: 'run-page', 'data-testid': 'run-page', 'data-run-id': runId },
+    h('nav', { class: 'crumbs', 'aria-label': 'Breadcrumb' }, h('a', { href: '#/runs' }, '← Runs')),
+    h('header', { class: 'run-head' },
+      h('h1', null, el.target, ' ', el.status),
+      h('dl', { class: 'facts' },
+        fact('Run', h('dd', null, h('code', { 'data-testid': 'run-id', text: runId }))),
+        fact('Kind', el.kind), fact('Trace', el.trace), fact('Started', el.started),
+        fact('Duration', el.duration), fact('Usage', el.usage), fact('Events', el.events), fact('Stream', el.stream)),
+      h('div', { class: 'actions' }, el.cancel),
+      el.outcome, el.replay, el.pending),
+    tablist, ...Object.values(panel)));
+
+  // ---- views ----
+  const tree = new TreeView(model, treeBox, {
+    approve: (item, approved, reason) => api.resolveApproval(runId, item.approvalId, approved, reason),
+    answer: (item, text) => api.submitInput(runId, item.inputId, text),
+  });
+  const graph = new GraphView(model, graphBox, (step) => {
+    const ctx = model.contexts.get(step.ctxId);
+    if (!ctx) return;
+    select('conversation');
+    tree.reveal(ctx.parentItem, false);
+    if (!ctx._r.body) tree.toggle(ctx);
+    ctx._r.sec.scrollIntoView({ block: 'start' });
+    ctx._r.toggle.focus({ preventScroll: true });
+  });
+  const timeline = new TimelineView(model, timelineBox);
+  expandAll.addEventListener('click', () => tree.expandAll());
+  collapseAll.addEventListener('click', () => tree.collapseAll());
+
+  let active = '';
+  function select(id) {
+    if (active === id) return;
+    if (active) {
+      tabBtn[active].setAttribute('aria-selected', 'false');
+      tabBtn[active].tabIndex = -1;
+      panel[active].hidden = true;
+      if (active === 'slots') slots.deactivate();
+    }
+    active = id;
+    tabBtn[id].setAttribute('aria-selected', 'true');
+    tabBtn[id].tabIndex = 0;
+    panel[id].hidden = false;
+    if (id === 'slots') slots.activate();
+    if (id === 'timeline') timeline.flush(true);
+    if (id === 'graph') {
+      model.graphDirty = true;
+      graph.flush();
+    }
+    if (id === 'events') drawRaw();
+  }
+  select('conversation');
+
+  // ---- drawing ----
+  let catchUpTo = 0;
+  let streamState = 'loading';
+  let rawAt = 0;
+  const catchingUp = () => model.lastSeq < catchUpTo && !model.terminal;
+
+  let frameQueued = false;
+  let timerQueued = 0;
+  function schedule() {
+    if (catchingUp()) {
+      if (!timerQueued) timerQueued = setTimeout(() => { timerQueued = 0; draw(); }, CATCHUP_DRAW_MS);
+      return;
+    }
+    if (frameQueued) return;
+    frameQueued = true;
+    requestAnimationFrame(() => {
+      frameQueued = false;
+      draw();
+    });
+  }
+
+  function draw() {
+    if (stop.signal.aborted) return;
+    const replaying = catchingUp();
+    tree.flush(!replaying);
+    if (model.summaryDirty) drawSummary();
+    if (active === 'graph') graph.flush();
+    if (active === 'timeline') timeline.flush(false);
+    if (active === 'events' && Date.now() - rawAt > 1000) drawRaw();
+    if (active === 'slots' && model.slotsDirty) {
+      model.slotsDirty = false;
+      slots.refreshSoon();
+    }
+    if ((model.pipelines.size || model.kind === 'RUN_KIND_PIPELINE') && tabBtn.graph.hidden) tabBtn.graph.hidden = false;
+    el.events.textContent = fmtInt(model.lastSeq);
+    el.replay.hidden = !replaying;
+    if (replaying) el.replay.textContent = `Loading events: ${fmtInt(model.lastSeq)} of ${fmtInt(catchUpTo)}…`;
+    drawPending();
+    stats.status = model.status;
+  }
+
+  function drawSummary() {
+    model.summaryDirty = false;
+    el.target.textContent = model.target || '…';
+    const word = statusWord(model.status);
+    el.status.textContent = word;
+    el.status.className = `badge st-${word}`;
+    el.status.dataset.status = model.status || '';
+    el.kind.textContent = kindWord(model.kind) || '—';
+    drawTrace();
+    el.started.textContent = Number.isFinite(model.startedAt) ? `${fmtTime(model.startedAt)} (${fmtAgo(model.startedAt)})` : '—';
+    el.started.title = Number.isFinite(model.startedAt) ? new Date(model.startedAt).toISOString() : '';
+    drawDuration();
+    el.usage.textContent = fmtUsage(model.usage) || '—';
+    el.cancel.disabled = model.status !== 'RUN_STATUS_RUNNING' || model.terminal || cancelling;
+    clear(el.outcome);
+    el.outcome.hidden = true;
+    if (model.error) {
+      el.outcome.hidden = false;
+      el.outcome.className = 'outcome failed';
+      el.outcome.append(h('strong', { text: 'Failed: ' }),
+        h('code', { 'data-testid': 'run-error-code', 'data-code': model.error.code, text: `${codeName(model.error.code)} (${model.error.code})` }),
+        ' ', h('span', { 'data-testid': 'run-error-message', text: model.error.message }));
+    } else if (model.status === 'RUN_STATUS_CANCELLED') {
+      el.outcome.hidden = false;
+      el.outcome.className = 'outcome cancelled';
+      el.outcome.append(h('strong', { text: 'Cancelled' }), model.cancelReason ? `: ${model.cancelReason}` : '');
+    } else if (model.status === 'RUN_STATUS_COMPLETED' && model.output) {
+      el.outcome.hidden = false;
+      el.outcome.className = 'outcome completed';
+      add(el.outcome,
+        h('details', { open: model.output.length < 400 },
+          h('summary', null, h('strong', { text: 'Output' })),
+          h('div', { class: 'output', 'data-testid': 'run-output', text: model.output })),
+        model.runContextJson && model.runContextJson !== '{}'
+          ? h('details', null, h('summary', { text: 'Run context' }), h('pre', { text: model.runContextJson }))
+          : null);
+    }
+  }
+
+  function drawTrace() {
+    clear(el.trace);
+    const id = model.traceId;
+    if (!id) {
+      el.trace.textContent = '—';
+      return;
+    }
+    const tpl = app.config.traceUrl || '';
+    const url = tpl ? tpl.replaceAll('{trace_id}', id) : '';
+    if (/^https?:\/\//i.test(url)) {
+      el.trace.append(h('a', { href: url, target: '_blank', rel: 'noopener noreferrer', 'data-testid': 'trace-id', 'data-trace-id': id }, h('code', { text: id })));
+    } else {
+      el.trace.append(h('code', { 'data-testid': 'trace-id', 'data-trace-id': id, text: id }));
+    }
+  }
+
+  function drawDuration() {
+    const start = Number.isFinite(model.startedAt) ? model.startedAt : model.firstMs;
+    const end = Number.isFinite(model.endedAt) ? model.endedAt : model.terminal ? model.lastMs : Date.now();
+    el.duration.textContent = Number.isFinite(start) ? fmtDuration(end - start) : '—';
+  }
+
+  function setStream(state, note = '') {
+    streamState = state;
+    el.stream.dataset.state = state;
+    el.stream.textContent = note ? `${state}: ${note}` : state;
+    el.stream.className = `stream-${state}`;
+  }
+
+  let pendingKey = '';
+  function drawPending() {
+    const items = [...model.pending.values()];
+    const key = items.map((i) => `${i.kind}:${i.approvalId || i.inputId}`).join(',');
+    if (key === pendingKey) return;
+    pendingKey = key;
+    clear(el.pending);
+    el.pending.hidden = !items.length;
+    if (!items.length) return;
+    el.pending.append(h('strong', { text: `Waiting for you (${items.length}): ` }));
+    const list = h('ul');
+    for (const item of items.slice(0, 8)) {
+      const what = item.kind === 'approval' ? `approve ${item.tool}` : `answer ${item.tool}: ${item.prompt}`;
+      list.append(h('li', null,
+        h('button', {
+          type: 'button', class: 'link', 'data-testid': 'pending-jump',
+          on: { click: () => { select('conversation'); tree.reveal(item, true); } },
+        }, what), ' in ', h('code', { text: item.ctx.id })));
+    }
+    el.pending.append(list);
+  }
+
+  function drawRaw() {
+    rawAt = Date.now();
+    eventsBox.textContent = model.recentEvents().map((e) => JSON.stringify(e)).join('\n') || 'No events yet.';
+  }
+
+  // ---- actions ----
+  let cancelling = false;
+  el.cancel.addEventListener('click', async () => {
+    cancelling = true;
+    el.cancel.disabled = true;
+    el.cancel.textContent = 'Cancelling…';
+    try {
+      const r = await api.cancel(runId, 'cancelled from the console');
+      if (r.status && !model.terminal) {
+        model.status = r.status;
+        model.summaryDirty = true;
+      }
+    } catch (e) {
+      app.alert(e);
+      cancelling = false;
+    }
+    el.cancel.textContent = 'Cancel run';
+    model.summaryDirty = true;
+    schedule();
+  });
+
+  // ---- following the events ----
+  /** GetRun; the error when it failed (shown), else null. */
+  async function loadRun() {
+    try {
+      const r = await api.getRun(runId, stop.signal);
+      model.applyRun(r);
+      catchUpTo = Math.max(catchUpTo, Number(r.lastSeq || 0));
+      schedule();
+      return null;
+    } catch (e) {
+      if (e.name === 'AbortError') return e;
+      app.alert(e);
+      return e;
+    }
+  }
+
+  async function follow() {
+    let backoff = 250;
+    let streamCtrl = null;
+    stop.signal.addEventListener('abort', () => streamCtrl?.abort());
+    while (!stop.signal.aborted && !model.terminal) {
+      streamCtrl = new AbortController();
+      const ctrl = streamCtrl;
+      let gap = false;
+      const before = model.lastSeq;
+      setStream(model.lastSeq ? 'reconnecting' : 'loading');
+      try {
+        await streamSSE(api.eventsPath(runId, model.lastSeq), (frames) => {
+          if (gap) return;
+          for (const f of frames) {
+            let ev;
+            try {
+              ev = JSON.parse(f.data);
+            } catch {
+              continue;
+            }
+            const seq = Number(ev.seq || f.id || 0);
+            if (seq <= model.lastSeq) {
+              stats.duplicates++;
+              continue;
+            }
+            if (seq !== model.lastSeq + 1) {
+              // Never skip: start again right after the last seq we have.
+              stats.gaps++;
+              gap = true;
+              ctrl.abort();
+              break;
+            }
+            model.apply(ev, payloadKey(ev, f.event), seq);
+          }
+          schedule();
+        }, { signal: ctrl.signal, idleMs: IDLE_MS, onOpen: () => setStream('live') });
+      } catch (e) {
+        if (stop.signal.aborted) return;
+        if (!gap && e instanceof ApiError && FATAL.has(e.code)) {
+          setStream('error', e.describe());
+          app.alert(e);
+          await loadRun();
+          schedule();
+          pollWhileBroken();
+          return;
+        }
+        if (!gap && !(e instanceof ApiError) && e.name !== 'AbortError') {
+          setStream('reconnecting', String(e.message || e));
+        } else if (e instanceof ApiError) {
+          setStream('reconnecting', e.describe());
+        }
+      }
+      if (model.terminal || stop.signal.aborted) break;
+      stats.reconnects++;
+      if (model.lastSeq > before) backoff = 250;
+      if (gap) setStream('reconnecting', `seq ${model.lastSeq + 1} was skipped; asking again from there`);
+      // A gap right after progress is retried at once; one that repeats backs off.
+      await sleep(gap && model.lastSeq > before ? 0 : backoff, stop.signal);
+      backoff = Math.min(backoff * 2, 5000);
+    }
+    if (model.terminal) {
+      setStream('ended');
+      stats.done = true;
+      schedule();
+      // GetRun has the final word on output and totals.
+      await sleep(200, stop.signal);
+      if (!stop.signal.aborted) await loadRun();
+      schedule();
+    }
+  }
+
+  async function pollWhileBroken() {
+    while (!stop.signal.aborted && model.status === 'RUN_STATUS_RUNNING') {
+      await sleep(5000, stop.signal);
+      if (!stop.signal.aborted) await loadRun();
+    }
+  }
+
+  const tick = setInterval(() => {
+    if (document.hidden) return;
+    if (!model.terminal && model.status === 'RUN_STATUS_RUNNING') {
+      drawDuration();
+      if (active === 'timeline') timeline.flush(true);
+      if (active === 'graph') {
+        model.graphDirty = true;
+        graph.flush();
+      }
+    }
+  }, 1000);
+
+  (async () => {
+    const err = await loadRun();
+    if (stop.signal.aborted) return;
+    if (err && FATAL.has(err.code)) {
+      setStream('error', err.describe ? err.describe() : String(err.message));
+      return;
+    }
+    follow();
+  })();
+
+  return {
+    destroy() {
+      stop.abort();
+      clearInterval(tick);
+      slots.deactivate();
+    },
+  };
+}
+
+/** The slots of the run's trace in the context store, kept live while shown. */
+class SlotsPanel {
+  constructor(container, traceId, app) {
+    this.container = container;
+    this.traceId = traceId;
+    this.app = app;
+    this.ctrl = null;
+    this.timer = 0;
+    this.flash = new Map();
+    this.note = h('p', { class: 'muted', 'data-testid': 'slots-state', 'aria-live': 'polite' });
+    this.body = h('tbody');
+    this.table = h('table', { class: 'slots', 'data-testid': 'slots', hidden: true },
+      h('caption', { class: 'sr-only', text: 'Slots of the trace' }),
+      h('thead', null, h('tr', null, ...['Key', 'Type', 'Version', 'Size', 'Expires'].map((t) => h('th', { scope: 'col', text: t })))),
+      this.body);
+    container.append(this.note, h('div', { class: 'table-scroll' }, this.table));
+  }
+
+  activate() {
+    if (this.ctrl) return;
+    this.ctrl = new AbortController();
+    this.refresh();
+    this.watch(this.ctrl.signal);
+  }
+
+  deactivate() {
+    this.ctrl?.abort();
+    this.ctrl = null;
+    clearTimeout(this.timer);
+    this.timer = 0;
+  }
+
+  refreshSoon() {
+    if (!this.ctrl || this.timer) return;
+    this.timer = setTimeout(() => {
+      this.timer = 0;
+      this.refresh();
+    }, 300);
+  }
+
+  async refresh() {
+    const trace = this.traceId();
+    if (!trace) {
+      this.note.textContent = 'No trace id yet.';
+      return;
+    }
+    const signal = this.ctrl?.signal;
+    try {
+      const r = await api.slots(trace, signal);
+      this.draw(r.slots || []);
+    } catch (e) {
+      if (e.name === 'AbortError') return;
+      if (e.status === 404) this.unavailable();
+      else this.note.textContent = `Cannot list slots: ${e.describe ? e.describe() : e.message}`;
+    }
+  }
+
+  unavailable() {
+    this.table.hidden = true;
+    this.note.dataset.state = 'unavailable';
+    this.note.setAttribute('data-testid', 'slots-unavailable');
+    this.note.textContent = 'Slots unavailable: this orchestrator does not serve the context store\'s slots.';
+    this.deactivate();
+  }
+
+  draw(slots) {
+    this.note.setAttribute('data-testid', 'slots-state');
+    this.note.dataset.state = 'ok';
+    this.note.textContent = slots.length ? `${slots.length} slot${slots.length === 1 ? '' : 's'} in the trace.` : 'The trace has no slots (a pipeline deletes its own when it ends, unless keep_context).';
+    this.table.hidden = !slots.length;
+    clear(this.body);
+    const now = Date.now();
+    for (const s of slots.slice().sort((a, b) => String(a.key).localeCompare(String(b.key)))) {
+      const exp = parseTime(s.expiresAt);
+      const flash = this.flash.get(s.key);
+      this.body.append(h('tr', { 'data-testid': 'slot-row', 'data-key': s.key, class: flash && now - flash < 2000 ? 'flash' : '' },
+        h('th', { scope: 'row' }, h('code', { text: s.key })),
+        h('td', { text: s.contentType || '' }),
+        h('td', { text: String(s.version ?? '') }),
+        h('td', { text: fmtBytes(s.sizeBytes) }),
+        h('td', { text: Number.isFinite(exp) ? `${fmtTime(exp)} (in ${fmtDuration(exp - now)})` : '—' })));
+    }
+  }
+
+  async watch(signal) {
+    let backoff = 500;
+    while (!signal.aborted) {
+      const trace = this.traceId();
+      if (!trace) {
+        await sleep(1000, signal);
+        continue;
+      }
+      try {
+        await streamSSE(api.slotsWatchPath(trace), (frames) => {
+          for (const f of frames) {
+            try {
+              const c = JSON.parse(f.data);
+              if (c.key) this.flash.set(c.key, Date.now());
+            } catch {
+              /* a frame we do not read */
+            }
+          }
+          this.refreshSoon();
+          backoff = 500;
+        }, { signal, idleMs: 0 });
+      } catch (e) {
+        if (signal.aborted) return;
+        if (e instanceof ApiError && e.status === 404) {
+          this.unavailable();
+          return;
+        }
+        if (e instanceof ApiError && FATAL.has(e.code)) {
+          this.note.textContent = `Slots are not followed live: ${e.describe()}`;
+          return;
+        }
+      }
+      await sleep(backoff, signal);
+      backoff = Math.min(backoff * 2, 10000);
+    }
+  }
+}

@@ -1,0 +1,340 @@
+//! The HTTP/JSON + SSE face, on the main port beside gRPC: the routes of
+//! [`routes::ROUTES`] (from which [`openapi`] derives its document, served
+//! at `GET /v1/openapi.json`), each converting its JSON — the proto3 JSON
+//! mapping of the same `baton.v1` messages, so names and fields match the
+//! gRPC API — calling the application core and converting back; errors are
+//! JSON (`error.rs`), streams are Server-Sent Events (`sse.rs`).
+//!
+//! The same rules as the gRPC face, because the same core applies them:
+//! `Authorization: Bearer` keys name the tenant, quotas and audit lines,
+//! lossless streams with backpressure, a disconnected attached caller
+//! cancels its run, durable runs answered by any replica. CORS is the
+//! port's (`cors.allowed_origins`).
+
+pub mod error;
+pub mod openapi;
+mod request;
+pub mod routes;
+pub mod sse;
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use axum::{
+    Router,
+    body::{Body, Bytes},
+    extract::DefaultBodyLimit,
+    extract::{Path, RawQuery, State},
+    http::{HeaderMap, HeaderValue, Method, header},
+    response::{IntoResponse, Response},
+    routing::{MethodRouter, on},
+};
+use baton_common::auth::ApiKeys;
+use baton_proto::v1 as pb;
+use tonic::Code;
+
+use self::{
+    error::HttpError,
+    request::{Query, json_body},
+    routes::{ROUTES, Route, Rpc},
+};
+use crate::{
+    app::{Caller, Orchestrator},
+    peers::{FORWARDED, Forward},
+    request::{AgentRequest, PipelineRequest, RunsQuery},
+    run::record::ApprovalAnswer,
+    wire,
+};
+
+/// What every handler of the face shares.
+struct Face {
+    core: Orchestrator,
+    keys: Option<Arc<ApiKeys>>,
+}
+
+type Answer = Result<Response, HttpError>;
+
+/// The HTTP face of `core`, authenticating with `keys` (none: every caller
+/// is the tenant `""`).
+pub fn router(core: Orchestrator, keys: Option<Arc<ApiKeys>>) -> Router {
+    let face = Arc::new(Face { core, keys });
+    let mut paths: BTreeMap<String, MethodRouter<Arc<Face>>> = BTreeMap::new();
+    for route in ROUTES {
+        let (path, handler) = (axum_path(route.path), method_router(route));
+        let merged = match paths.remove(&path) {
+            Some(existing) => existing.merge(handler),
+            None => handler,
+        };
+        paths.insert(path, merged);
+    }
+    let mut router = Router::new();
+    for (path, methods) in paths {
+        router = router.route(&path, methods);
+    }
+    router
+        .route("/v1/openapi.json", axum::routing::get(openapi_json))
+        .route("/v1/{*rest}", axum::routing::any(no_route))
+        // The face reads bodies itself, up to its own limit.
+        .layer(DefaultBodyLimit::disable())
+        .with_state(face)
+}
+
+/// The path axum matches: an action suffix (`{run_id}:cancel`) is read by
+/// the handler from the whole segment.
+fn axum_path(path: &str) -> String {
+    match path.split_once("}:") {
+        Some((head, _)) => format!("{head}}}"),
+        None => path.to_owned(),
+    }
+}
+
+fn method_router(route: &'static Route) -> MethodRouter<Arc<Face>> {
+    let method = match route.method {
+        "POST" => axum::routing::MethodFilter::POST,
+        _ => axum::routing::MethodFilter::GET,
+    };
+    on(
+        method,
+        move |State(face): State<Arc<Face>>,
+              Path(params): Path<BTreeMap<String, String>>,
+              RawQuery(query): RawQuery,
+              headers: HeaderMap,
+              body: Body| async move {
+            let body = match request::read_body(body).await {
+                Ok(body) => body,
+                Err(e) => return e.into_response(),
+            };
+            let call = Call {
+                route,
+                params,
+                query: Query::parse(query.as_deref()),
+                headers,
+                body,
+            };
+            match face.handle(call).await {
+                Ok(response) => response,
+                Err(e) => e.into_response(),
+            }
+        },
+    )
+}
+
+/// One request to a route.
+struct Call {
+    route: &'static Route,
+    params: BTreeMap<String, String>,
+    query: Query,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Call {
+    /// A path parameter; an action route's id comes without its action.
+    fn param(&self, name: &str) -> Result<String, HttpError> {
+        let value = self.params.get(name).cloned().unwrap_or_default();
+        match self.route.path.split_once("}:") {
+            Some((_, action)) if self.route.path.contains(&format!("{{{name}}}:")) => value
+                .strip_suffix(&format!(":{action}"))
+                .map(str::to_owned)
+                .ok_or_else(|| {
+                    HttpError::new(
+                        Code::NotFound,
+                        format!("no route POST {} (use :{action})", self.route.path),
+                        None,
+                    )
+                }),
+            _ => Ok(value),
+        }
+    }
+
+    /// Whether the caller asked for an event stream.
+    fn wants_stream(&self) -> bool {
+        self.headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.contains("text/event-stream"))
+    }
+}
+
+impl Face {
+    /// Who calls: the tenant its key names, its trace, what a forwarded
+    /// call would carry.
+    fn caller(&self, headers: &HeaderMap) -> Result<Caller, HttpError> {
+        let text = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let authorization = text("authorization");
+        let tenant = match &self.keys {
+            None => String::new(),
+            Some(keys) => {
+                let presented = authorization.as_deref().ok_or_else(|| {
+                    HttpError::new(
+                        Code::Unauthenticated,
+                        "authorization: missing; send `Authorization: Bearer <API key>`",
+                        None,
+                    )
+                })?;
+                let key = presented
+                    .strip_prefix("Bearer ")
+                    .or_else(|| presented.strip_prefix("bearer "))
+                    .map(str::trim)
+                    .ok_or_else(|| {
+                        HttpError::new(
+                            Code::Unauthenticated,
+                            "authorization: expected `Bearer <API key>`",
+                            None,
+                        )
+                    })?;
+                keys.tenant_of_key(key)
+                    .ok_or_else(|| {
+                        HttpError::new(
+                            Code::Unauthenticated,
+                            "authorization: unknown API key",
+                            None,
+                        )
+                    })?
+                    .0
+            }
+        };
+        let metadata = tonic::metadata::MetadataMap::from_headers(headers.clone());
+        Ok(Caller {
+            tenant,
+            trace: baton_common::otel::extract(&metadata),
+            forward: Forward {
+                forwarded: headers.contains_key(FORWARDED),
+                traceparent: text("traceparent"),
+                authorization,
+            },
+        })
+    }
+
+    async fn handle(&self, call: Call) -> Answer {
+        let caller = self.caller(&call.headers)?;
+        let core = &self.core;
+        match call.route.rpc {
+            Rpc::RunAgent => {
+                let mut r: pb::RunAgentRequest = json_body(&call.body)?;
+                let stream = call.wants_stream();
+                if !stream {
+                    r.detach = true;
+                }
+                let started = match AgentRequest::try_from(r) {
+                    Ok(r) => core.start_agent(&caller, r).await,
+                    Err(e) => Err(core.refused("RunAgent", &caller, e)),
+                }?;
+                Ok(started_answer(started, stream))
+            }
+            Rpc::RunPipeline => {
+                let mut r: pb::RunPipelineRequest = json_body(&call.body)?;
+                let stream = call.wants_stream();
+                if !stream {
+                    r.detach = true;
+                }
+                let started = match PipelineRequest::try_from(r) {
+                    Ok(r) => core.start_pipeline(&caller, r).await,
+                    Err(e) => Err(core.refused("RunPipeline", &caller, e)),
+                }?;
+                Ok(started_answer(started, stream))
+            }
+            Rpc::ListRuns => {
+                let r = call.query.list_runs()?;
+                let query = RunsQuery::try_from(&r)?;
+                let page = core.list(&caller, &query).await?;
+                Ok(json(&pb::ListRunsResponse::from(page)))
+            }
+            Rpc::GetRun => {
+                let run = core.get(&caller, &call.param("run_id")?).await?;
+                Ok(json(&pb::GetRunResponse::from(run)))
+            }
+            Rpc::WatchRun => {
+                let after_seq = call.query.after_seq(&call.headers)?;
+                let filter = wire::request::filter(Some(call.query.filter()?))?;
+                let run_id = call.param("run_id")?;
+                let events = core.watch(&caller, &run_id, after_seq, filter).await?;
+                Ok(sse::response(events))
+            }
+            Rpc::CancelRun => {
+                let run_id = call.param("run_id")?;
+                let r: pb::CancelRunRequest = json_body_or_empty(&call.body)?;
+                let status = core.cancel(&caller, &run_id, &r.reason).await?;
+                Ok(json(&pb::CancelRunResponse {
+                    status: status as i32,
+                }))
+            }
+            Rpc::ResolveApproval => {
+                let r: pb::ResolveApprovalRequest = json_body(&call.body)?;
+                let answer = ApprovalAnswer {
+                    approved: r.approved,
+                    reason: r.reason,
+                };
+                let (run_id, approval_id) = (call.param("run_id")?, call.param("approval_id")?);
+                core.resolve_approval(&caller, &run_id, &approval_id, answer)
+                    .await?;
+                Ok(json(&pb::ResolveApprovalResponse {}))
+            }
+            Rpc::SubmitInput => {
+                let text = request::input_text(&call.body)?;
+                let (run_id, input_id) = (call.param("run_id")?, call.param("input_id")?);
+                core.submit_input(&caller, &run_id, &input_id, text).await?;
+                Ok(json(&pb::SubmitInputResponse {}))
+            }
+            Rpc::ListAgents => Ok(json(&wire::answer::agents(core.catalog()))),
+        }
+    }
+}
+
+/// A started run's answer: its stream, or (detached) its ids.
+fn started_answer(started: crate::app::Started, stream: bool) -> Response {
+    if stream {
+        return sse::response(started.events);
+    }
+    // Detached: the run goes on without its stream.
+    drop(started.events);
+    let body = serde_json::json!({"runId": started.run_id, "traceId": started.trace_id});
+    json_value(&body)
+}
+
+/// A body that may be empty (`{}` then).
+fn json_body_or_empty<T: serde::de::DeserializeOwned + Default>(
+    body: &Bytes,
+) -> Result<T, HttpError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        Ok(T::default())
+    } else {
+        json_body(body)
+    }
+}
+
+/// A message as a JSON answer.
+fn json<T: serde::Serialize>(message: &T) -> Response {
+    let body = serde_json::to_vec(message).unwrap_or_default();
+    let mut response = Response::new(Body::from(body));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn json_value(value: &serde_json::Value) -> Response {
+    json(value)
+}
+
+async fn openapi_json() -> Response {
+    json_value(openapi::document())
+}
+
+async fn no_route(method: Method, uri: axum::http::Uri) -> Response {
+    HttpError::new(
+        Code::NotFound,
+        format!(
+            "no route {method} {} (see GET /v1/openapi.json)",
+            uri.path()
+        ),
+        None,
+    )
+    .into_response()
+}

@@ -1,0 +1,132 @@
+//! The HTTP face's routes, declared once: the router (`super::router`)
+//! and the OpenAPI document (`super::openapi`) are both built from
+//! [`ROUTES`], so they cannot drift; each route names the `baton.v1` RPC it
+//! is and the messages it reads and answers, so it cannot drift from the
+//! gRPC API either.
+
+/// What a route does: the `baton.v1.Orchestrator` RPC it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rpc {
+    /// `RunAgent`: attached (SSE) or detached.
+    RunAgent,
+    /// `RunPipeline`: attached (SSE) or detached.
+    RunPipeline,
+    /// `ListRuns`.
+    ListRuns,
+    /// `GetRun`.
+    GetRun,
+    /// `WatchRun` (SSE).
+    WatchRun,
+    /// `CancelRun`.
+    CancelRun,
+    /// `ResolveApproval`.
+    ResolveApproval,
+    /// `SubmitInput`.
+    SubmitInput,
+    /// `ListAgents`.
+    ListAgents,
+}
+
+/// One route of the HTTP face.
+#[derive(Debug, Clone, Copy)]
+pub struct Route {
+    /// The HTTP method.
+    pub method: &'static str,
+    /// The path, with `{name}` parameters (OpenAPI's form).
+    pub path: &'static str,
+    /// The RPC it is.
+    pub rpc: Rpc,
+    /// The message its JSON body is, if it has one (full `baton.v1` name).
+    pub body: Option<&'static str>,
+    /// The message it answers with (for a stream: each event's).
+    pub answer: &'static str,
+    /// Whether it can answer with an SSE stream.
+    pub stream: bool,
+    /// What it does.
+    pub summary: &'static str,
+}
+
+/// Every route of the HTTP face.
+pub const ROUTES: &[Route] = &[
+    Route {
+        method: "POST",
+        path: "/v1/runs",
+        rpc: Rpc::RunAgent,
+        body: Some("baton.v1.RunAgentRequest"),
+        answer: "baton.v1.RunEvent",
+        stream: true,
+        summary: "Start an agent run. With `Accept: text/event-stream` the answer is its event stream (the run is cancelled when the caller goes, unless `detach`); otherwise it starts detached and the answer is `{runId, traceId}`.",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/pipelines:run",
+        rpc: Rpc::RunPipeline,
+        body: Some("baton.v1.RunPipelineRequest"),
+        answer: "baton.v1.RunEvent",
+        stream: true,
+        summary: "Start a pipeline run; answers as `POST /v1/runs` does.",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/runs",
+        rpc: Rpc::ListRuns,
+        body: None,
+        answer: "baton.v1.ListRunsResponse",
+        stream: false,
+        summary: "The caller's tenant's runs, newest first, a page at a time (`status`, `page_size`, `page_token`).",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/runs/{run_id}",
+        rpc: Rpc::GetRun,
+        body: None,
+        answer: "baton.v1.GetRunResponse",
+        stream: false,
+        summary: "A run: status, output, usage, error, last seq.",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/runs/{run_id}/events",
+        rpc: Rpc::WatchRun,
+        body: None,
+        answer: "baton.v1.RunEvent",
+        stream: true,
+        summary: "A run's events as Server-Sent Events from `after_seq` (or `Last-Event-ID`), filtered by `max_depth`, `context_prefixes` and `kinds`, until its terminal event.",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/runs/{run_id}:cancel",
+        rpc: Rpc::CancelRun,
+        body: Some("baton.v1.CancelRunRequest"),
+        answer: "baton.v1.CancelRunResponse",
+        stream: false,
+        summary: "Cancel a run and everything under it (body: `{reason}`, optional).",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/runs/{run_id}/approvals/{approval_id}",
+        rpc: Rpc::ResolveApproval,
+        body: Some("baton.v1.ResolveApprovalRequest"),
+        answer: "baton.v1.ResolveApprovalResponse",
+        stream: false,
+        summary: "Answer an approval: `{approved, reason}`.",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/runs/{run_id}/inputs/{input_id}",
+        rpc: Rpc::SubmitInput,
+        body: Some("baton.v1.SubmitInputRequest"),
+        answer: "baton.v1.SubmitInputResponse",
+        stream: false,
+        summary: "Answer a request for input: `{text}` (or `{input}`, the gRPC field's name).",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/agents",
+        rpc: Rpc::ListAgents,
+        body: None,
+        answer: "baton.v1.ListAgentsResponse",
+        stream: false,
+        summary: "The agents and groups runs can name.",
+    },
+];

@@ -1,0 +1,148 @@
+//! A run's events as Server-Sent Events: each frame is `id:` the event's
+//! seq, `event:` its payload's kind as the JSON mapping names it
+//! (`textDelta`, `runCompleted`), `data:` the `RunEvent` in the JSON
+//! mapping; a comment (`: keep-alive`) every [`KEEP_ALIVE`] while nothing
+//! happens, so proxies keep the connection. The body is read from the
+//! run's bounded stream as the client takes it: a slow reader slows the
+//! run and nothing is dropped; a reader that goes away drops the stream,
+//! which cancels an attached run. An error ends the stream with an
+//! `event: error` frame carrying `{code, message, field}`.
+
+use std::{collections::HashMap, sync::OnceLock, time::Duration};
+
+use axum::{
+    body::{Body, Bytes},
+    http::{HeaderValue, header},
+    response::Response,
+};
+use baton_proto::v1::{self as pb};
+use futures::StreamExt as _;
+
+use crate::{
+    error::Error,
+    run::events::{EventStream, kind_of},
+};
+
+/// How long an idle stream waits before a keep-alive comment.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// The SSE answer of `events`.
+pub fn response(events: EventStream) -> Response {
+    let frames = futures::stream::unfold(Some(events), |state| async move {
+        let mut events = state?;
+        let frame = match tokio::time::timeout(KEEP_ALIVE, events.next()).await {
+            Err(_) => Bytes::from_static(b": keep-alive\n\n"),
+            Ok(None) => return None,
+            Ok(Some(Ok(event))) => Bytes::from(frame(&event)),
+            Ok(Some(Err(e))) => {
+                return Some((
+                    Ok::<_, std::convert::Infallible>(Bytes::from(error_frame(&e))),
+                    None,
+                ));
+            }
+        };
+        Some((Ok(frame), Some(events)))
+    });
+    let mut response = Response::new(Body::from_stream(frames));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    // Proxies that buffer (nginx) must not hold the stream back.
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+/// One event's frame.
+pub fn frame(event: &pb::RunEvent) -> Vec<u8> {
+    let data = serde_json::to_vec(event).unwrap_or_default();
+    let kind = event.payload.as_ref().map_or("unknown", |p| kind_name(p));
+    let mut out = Vec::with_capacity(data.len() + 48);
+    out.extend_from_slice(b"id: ");
+    out.extend_from_slice(event.seq.to_string().as_bytes());
+    out.extend_from_slice(b"\nevent: ");
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(b"\ndata: ");
+    // JSON text has no raw newline: one data line.
+    out.extend_from_slice(&data);
+    out.extend_from_slice(b"\n\n");
+    out
+}
+
+fn error_frame(e: &Error) -> Vec<u8> {
+    let mut body = serde_json::json!({
+        "code": baton_proto::code_name(e.code()),
+        "message": e.message(),
+    });
+    if let Some(field) = e.field() {
+        body["field"] = serde_json::Value::String(field.to_owned());
+    }
+    format!("event: error\ndata: {body}\n\n").into_bytes()
+}
+
+/// The payload's kind as the JSON mapping names its field (`textDelta`).
+pub fn kind_name(p: &pb::run_event::Payload) -> &'static str {
+    static NAMES: OnceLock<HashMap<i32, &'static str>> = OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        (0..128)
+            .filter_map(|i| pb::EventKind::try_from(i).ok())
+            .map(|k| {
+                let snake = k
+                    .as_str_name()
+                    .trim_start_matches("EVENT_KIND_")
+                    .to_ascii_lowercase();
+                let camel: String = snake
+                    .split('_')
+                    .enumerate()
+                    .map(|(i, w)| {
+                        if i == 0 {
+                            w.to_owned()
+                        } else {
+                            let mut c = w.chars();
+                            c.next()
+                                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                                .unwrap_or_default()
+                        }
+                    })
+                    .collect();
+                (k as i32, &*Box::leak(camel.into_boxed_str()))
+            })
+            .collect()
+    });
+    names
+        .get(&(kind_of(p) as i32))
+        .copied()
+        .unwrap_or("unknown")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_names_its_seq_kind_and_carries_the_json_mapping() {
+        let event = pb::RunEvent {
+            seq: 7,
+            context_id: "root.summarizer.1".into(),
+            depth: 1,
+            payload: Some(pb::run_event::Payload::TextDelta(pb::TextDelta {
+                text: "hi\nthere".into(),
+            })),
+            ..Default::default()
+        };
+        let text = String::from_utf8(frame(&event)).expect("utf-8");
+        let mut lines = text.lines();
+        assert_eq!(lines.next(), Some("id: 7"));
+        assert_eq!(lines.next(), Some("event: textDelta"));
+        let data = lines.next().expect("data").trim_start_matches("data: ");
+        let json: serde_json::Value = serde_json::from_str(data).expect("json");
+        assert_eq!(json["seq"], "7", "uint64 is a string in the JSON mapping");
+        assert_eq!(json["contextId"], "root.summarizer.1");
+        assert_eq!(json["textDelta"]["text"], "hi\nthere");
+        assert_eq!(lines.next(), Some(""));
+        let done = pb::run_event::Payload::RunCompleted(Default::default());
+        assert_eq!(kind_name(&done), "runCompleted");
+    }
+}
