@@ -254,6 +254,8 @@ pub struct Config {
     /// Connection limits of the gRPC server (concurrent streams, HTTP/2
     /// keepalive).
     pub server: ServerOptions,
+    /// The web console (see `http::console`).
+    pub console: ConsoleConfig,
 }
 
 impl Default for Config {
@@ -275,6 +277,7 @@ impl Default for Config {
             tls: Default::default(),
             quotas: Default::default(),
             server: ServerOptions::default(),
+            console: ConsoleConfig::default(),
         }
     }
 }
@@ -330,6 +333,9 @@ pub enum InvalidConfig {
     /// `store.timeout` is zero.
     #[error("store.timeout must be positive")]
     StoreTimeout,
+    /// `console.trace_url` names no `{trace_id}`.
+    #[error("console.trace_url must contain {{trace_id}} (e.g. https://jaeger.example/trace/{{trace_id}})")]
+    TraceUrl,
     /// `store.endpoint` is not a target (store `remote`).
     #[error("store.endpoint: {0}")]
     StoreEndpoint(#[source] TargetError),
@@ -384,6 +390,9 @@ impl Config {
         self.tls.validate()?;
         self.quotas.validate()?;
         self.server.validate()?;
+        if !self.console.trace_url.is_empty() && !self.console.trace_url.contains("{trace_id}") {
+            return Err(InvalidConfig::TraceUrl);
+        }
         if self.store.timeout.is_zero() {
             return Err(InvalidConfig::StoreTimeout);
         }
@@ -551,4 +560,13 @@ pub struct PipelineLimits {
     pub max_retries: u32,
     /// Longest step timeout; also the default.
     pub max_step_timeout: Duration,
+}
+
+/// The `console` section of the config.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConsoleConfig {
+    /// Where a trace id links, with `{trace_id}` in it (e.g.
+    /// `https://jaeger.example/trace/{trace_id}`); empty: no link.
+    pub trace_url: String,
 }

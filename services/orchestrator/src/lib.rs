@@ -247,7 +247,11 @@ pub async fn serve_core(
         OrchestratorService::new(core.clone()),
         auth::Authenticate(keys.clone()),
     ));
-    let routes = Routes::from(grpc.into_axum_router().merge(http::router(core, keys)));
+    let routes = Routes::from(grpc.into_axum_router().merge(http::router(
+        core,
+        keys,
+        config.console.clone(),
+    )));
     tracing::info!(%addr, "orchestrator listening");
     // Ready while the context store answers, and, when runs are durable,
     // the run store's Redis too (no run can start without it).

@@ -11,6 +11,7 @@
 //! cancels its run, durable runs answered by any replica. CORS is the
 //! port's (`cors.allowed_origins`).
 
+pub mod console;
 pub mod error;
 pub mod openapi;
 mod request;
@@ -39,6 +40,7 @@ use self::{
 };
 use crate::{
     app::{Caller, Orchestrator},
+    config::ConsoleConfig,
     peers::{FORWARDED, Forward},
     request::{AgentRequest, PipelineRequest, RunsQuery},
     run::record::ApprovalAnswer,
@@ -49,14 +51,19 @@ use crate::{
 struct Face {
     core: Orchestrator,
     keys: Option<Arc<ApiKeys>>,
+    console: Arc<ConsoleConfig>,
 }
 
 type Answer = Result<Response, HttpError>;
 
 /// The HTTP face of `core`, authenticating with `keys` (none: every caller
-/// is the tenant `""`).
-pub fn router(core: Orchestrator, keys: Option<Arc<ApiKeys>>) -> Router {
-    let face = Arc::new(Face { core, keys });
+/// is the tenant `""`), and the web console.
+pub fn router(core: Orchestrator, keys: Option<Arc<ApiKeys>>, console: ConsoleConfig) -> Router {
+    let face = Arc::new(Face {
+        core,
+        keys,
+        console: Arc::new(console),
+    });
     let mut paths: BTreeMap<String, MethodRouter<Arc<Face>>> = BTreeMap::new();
     for route in ROUTES {
         let (path, handler) = (axum_path(route.path), method_router(route));
@@ -72,6 +79,8 @@ pub fn router(core: Orchestrator, keys: Option<Arc<ApiKeys>>) -> Router {
     }
     router
         .route("/v1/openapi.json", axum::routing::get(openapi_json))
+        .route("/v1/console/config", axum::routing::get(console_config))
+        .merge(console::router())
         .route("/v1/{*rest}", axum::routing::any(no_route))
         // The face reads bodies itself, up to its own limit.
         .layer(DefaultBodyLimit::disable())
@@ -321,6 +330,12 @@ fn json<T: serde::Serialize>(message: &T) -> Response {
 
 fn json_value(value: &serde_json::Value) -> Response {
     json(value)
+}
+
+/// What the console is told of the operator's settings (no key needed:
+/// it holds no secret).
+async fn console_config(State(face): State<Arc<Face>>) -> Response {
+    json_value(&serde_json::json!({"traceUrl": face.console.trace_url}))
 }
 
 async fn openapi_json() -> Response {
