@@ -16,7 +16,7 @@ const app = {
   alert(err, key) {
     const code = err.code || 'ERROR';
     const text = err.describe ? err.describe() : String(err.message || err);
-    const hint = code === 'UNAUTHENTICATED' ? ' Type an API key at the top of the page.' : '';
+    const hint = code === 'UNAUTHENTICATED' ? ' — type an API key at the top of the page.' : '';
     const id = key || text;
     for (const old of alerts.children) if (old.dataset.key === id) old.remove();
     const box = h('div', { class: 'alert', role: 'alert', 'data-testid': 'error', 'data-code': code, 'data-key': id },

@@ -8,7 +8,7 @@
 
 import { clear, fmtDuration, h, short } from './util.js';
 
-const W = 190;
+const W = 210;
 const H = 68;
 const GX = 56;
 const GY = 16;
@@ -133,7 +133,7 @@ export class GraphView {
       box.agent.textContent = agent;
       const dur = stepDuration(s, this.model);
       box.state.textContent = [s.state, s.attempt > 1 ? `attempt ${s.attempt}` : '', dur].filter(Boolean).join(' · ');
-      const detail = s.error || s.reason || (s.output ? short(s.output, 200) : '');
+      const detail = s.state === 'completed' ? short(s.output, 200) : s.state === 'skipped' ? s.reason : s.error;
       box.el.title = detail;
       box.el.setAttribute('aria-label', `step ${s.id}, ${agent}, ${box.state.textContent}${detail ? `: ${detail}` : ''}. Show in the conversation`);
       const row = g.rows.get(s);

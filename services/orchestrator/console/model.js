@@ -336,6 +336,10 @@ export class RunModel {
     const item = this.toolItem(ctx, p.callId, p.tool);
     if (known) {
       // Started again after a resume: the same call, done again.
+      if (item.span && !Number.isFinite(item.span.end)) {
+        item.span.end = t;
+        item.span.state = 'superseded';
+      }
       item.restarts++;
       item.done = false;
       item.result = '';

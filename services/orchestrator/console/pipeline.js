@@ -304,7 +304,10 @@ function pick(obj, allowed, where) {
   const out = {};
   for (const k of Object.keys(obj)) {
     const c = camel(k);
-    if (!allowed.includes(c)) throw new Error(`${where ? `${where}.` : ''}${k}: unknown field (known: ${allowed.join(', ')})`);
+    if (!allowed.includes(c)) {
+      const known = allowed.map((x) => (k.includes('_') || k === c ? x.replace(/[A-Z]/g, (m) => `_${m.toLowerCase()}`) : x));
+      throw new Error(`${where ? `${where}.` : ''}${k}: unknown field (known: ${known.join(', ')})`);
+    }
     out[c] = obj[k];
   }
   return out;

@@ -410,6 +410,7 @@ export function openRun(main, runId, app) {
     if (stop.signal.aborted) return;
     if (err && FATAL.has(err.code)) {
       setStream('error', err.describe ? err.describe() : String(err.message));
+      schedule();
       return;
     }
     follow();

@@ -316,7 +316,8 @@ export class TreeView {
       if (item.args) p.args.append(block('arguments', pretty(item.args), 'tool-args', item.args.length <= ARGS_INLINE));
     }
     // Progress changes thousands of times: patch the bar, rebuild nothing.
-    if (item.progress && !item.done) {
+    // The bar stays when the call ends, at its last value.
+    if (item.progress) {
       if (!p.bar) {
         p.bar = h('progress', { max: '100', 'data-testid': 'progress', 'data-call-id': item.callId });
         p.barText = h('span', { class: 'progress-text', 'data-testid': 'progress-message' });
@@ -329,9 +330,6 @@ export class TreeView {
         p.bar.setAttribute('value', v);
       }
       p.barText.textContent = `${v}%${item.progress.message ? ` ${item.progress.message}` : ''}`;
-    } else if (p.barRow && item.done) {
-      p.barRow.remove();
-      p.bar = p.barRow = p.barText = null;
     }
     if (item.options && p.optionsShown !== item.options) {
       p.optionsShown = item.options;
