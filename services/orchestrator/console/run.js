@@ -20,8 +20,10 @@ import {
 const IDLE_MS = 45000;
 /** While replaying a long run, draw at most this often. */
 const CATCHUP_DRAW_MS = 300;
-/** Errors that retrying cannot mend. */
-const FATAL = new Set(['NOT_FOUND', 'FAILED_PRECONDITION', 'UNAUTHENTICATED', 'PERMISSION_DENIED', 'INVALID_ARGUMENT', 'UNIMPLEMENTED', 'ABORTED', 'RESOURCE_EXHAUSTED']);
+/** Errors that retrying cannot mend (ABORTED, a watcher that fell too far
+ * behind, and UNAVAILABLE, a replica draining, are asked again from the
+ * last seq). */
+const FATAL = new Set(['NOT_FOUND', 'FAILED_PRECONDITION', 'UNAUTHENTICATED', 'PERMISSION_DENIED', 'INVALID_ARGUMENT', 'UNIMPLEMENTED', 'RESOURCE_EXHAUSTED']);
 
 /** Opens the page of `runId` in `main`; returns `{destroy()}`. */
 export function openRun(main, runId, app) {
@@ -334,6 +336,11 @@ export function openRun(main, runId, app) {
               ev = JSON.parse(f.data);
             } catch {
               continue;
+            }
+            if (f.event === 'error') {
+              // The server ends a failing stream with `{code, message, field}`.
+              schedule();
+              throw new ApiError(0, String(ev.code || 'UNKNOWN'), ev.message, ev.field);
             }
             const seq = Number(ev.seq || f.id || 0);
             if (seq <= model.lastSeq) {
