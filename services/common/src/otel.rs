@@ -71,14 +71,6 @@ pub enum TelemetryError {
     Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
 }
 
-/// For callers whose own errors are still messages (the orchestrator's
-/// config): the message.
-impl From<TelemetryError> for String {
-    fn from(e: TelemetryError) -> Self {
-        e.to_string()
-    }
-}
-
 impl TelemetryConfig {
     /// Checks the section.
     pub fn validate(&self) -> Result<(), TelemetryError> {

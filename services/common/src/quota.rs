@@ -33,14 +33,6 @@ pub enum QuotasError {
     Tenant(String),
 }
 
-/// For callers whose own errors are still messages (the orchestrator's
-/// config): the message.
-impl From<QuotasError> for String {
-    fn from(e: QuotasError) -> Self {
-        e.to_string()
-    }
-}
-
 /// The quotas of every tenant: a default and per-tenant overrides.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

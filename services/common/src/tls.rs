@@ -126,14 +126,6 @@ pub enum TlsError {
     KeyPair(rustls::Error),
 }
 
-/// For callers whose own errors are still messages (the orchestrator's
-/// config): the message.
-impl From<TlsError> for String {
-    fn from(e: TlsError) -> Self {
-        e.to_string()
-    }
-}
-
 /// Installs the process's rustls crypto provider (aws-lc-rs) once.
 pub fn crypto_provider() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();

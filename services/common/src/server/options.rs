@@ -65,14 +65,6 @@ pub enum ServerOptionsError {
     CorsOrigin(String),
 }
 
-/// For callers whose own errors are still messages (the orchestrator's
-/// config): the message.
-impl From<ServerOptionsError> for String {
-    fn from(e: ServerOptionsError) -> Self {
-        e.to_string()
-    }
-}
-
 impl ServerOptions {
     /// Checks the options are usable.
     pub fn validate(&self) -> Result<(), ServerOptionsError> {

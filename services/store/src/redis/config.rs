@@ -82,14 +82,6 @@ pub enum RedisConfigError {
     TlsFilesWithPlainUrl(String),
 }
 
-/// For callers whose own errors are still messages (the orchestrator's
-/// config and durable runs): the message.
-impl From<RedisConfigError> for String {
-    fn from(e: RedisConfigError) -> Self {
-        e.to_string()
-    }
-}
-
 impl RedisConfig {
     /// Checks the config is usable; reads the TLS files it names.
     pub fn validate(&self) -> Result<(), RedisConfigError> {
