@@ -17,7 +17,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     names.sort();
-    let mut out = String::from("/// The console's files: name, bytes.\npub static ASSETS: &[(&str, &[u8])] = &[\n");
+    let mut out = String::from(
+        "/// The console's files: name, bytes.\npub static ASSETS: &[(&str, &[u8])] = &[\n",
+    );
     for name in &names {
         writeln!(
             out,
@@ -26,6 +28,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         )?;
     }
     out.push_str("];\n");
-    fs::write(PathBuf::from(env::var("OUT_DIR")?).join("console_assets.rs"), out)?;
+    fs::write(
+        PathBuf::from(env::var("OUT_DIR")?).join("console_assets.rs"),
+        out,
+    )?;
     Ok(())
 }

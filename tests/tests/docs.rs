@@ -3,7 +3,7 @@
 //! structs with their defaults, and every agents file shown in the docs is
 //! one the orchestrator accepts.
 
-use std::{collections::BTreeMap, path::PathBuf};
+use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 
 use serde_json::Value;
 
@@ -209,4 +209,69 @@ fn every_link_of_the_readme_and_the_docs_resolves() {
     }
     assert!(checked > 40, "only {checked} links found");
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+/// The shell blocks of `page`, in order.
+fn shell_blocks(page: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(docs().join(page)).expect("read the page");
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        match (&mut current, line.trim_end()) {
+            (None, "```sh") => current = Some(String::new()),
+            (Some(block), "```") => {
+                blocks.push(std::mem::take(block));
+                current = None;
+            }
+            (Some(block), line) => {
+                block.push_str(line);
+                block.push('\n');
+            }
+            (None, _) => {}
+        }
+    }
+    blocks
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_curl_example_of_the_http_page_runs_as_written() {
+    let server = baton_e2e::OrchestratorServer::start(baton_e2e::EXAMPLE_AGENTS, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let blocks = shell_blocks("http.md");
+    assert!(blocks.len() >= 12, "found only {} examples", blocks.len());
+    // One shell, in order, as a reader would paste them; a block that
+    // fails stops it (and names itself). A `grep -m 1` on a stream returns
+    // at the next keep-alive (5 s) at most.
+    let mut script = String::from("set -e\n");
+    for (i, block) in blocks.iter().enumerate() {
+        script.push_str(&format!("echo '>>> example {i}'\n{block}"));
+    }
+    let out = tokio::time::timeout(
+        Duration::from_secs(90),
+        tokio::process::Command::new("bash")
+            .arg("-c")
+            .arg(&script)
+            .env("BATON", server.endpoint())
+            .output(),
+    )
+    .await
+    .expect("the examples finish within 90 s")
+    .expect("bash");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for shown in [
+        "researcher",
+        "event: runCompleted",
+        "\"RUN_STATUS_RUNNING\"",
+        "Planning a trip to Lisbon.",
+        "\"status\":\"RUN_STATUS_CANCELLED\"",
+        "event: stepCompleted",
+        "\"field\":\"limits.max_depth\"",
+        "} HTTP 400",
+        "/v1/runs/{run_id}/events",
+    ] {
+        assert!(stdout.contains(shown), "no {shown:?} in\n{stdout}");
+    }
 }

@@ -334,7 +334,9 @@ pub enum InvalidConfig {
     #[error("store.timeout must be positive")]
     StoreTimeout,
     /// `console.trace_url` names no `{trace_id}`.
-    #[error("console.trace_url must contain {{trace_id}} (e.g. https://jaeger.example/trace/{{trace_id}})")]
+    #[error(
+        "console.trace_url must contain {{trace_id}} (e.g. https://jaeger.example/trace/{{trace_id}})"
+    )]
     TraceUrl,
     /// `store.endpoint` is not a target (store `remote`).
     #[error("store.endpoint: {0}")]

@@ -118,7 +118,7 @@ impl Body {
                 plan,
                 initial,
                 keep_context,
-            } => Box::pin(pipeline::body(
+            } => Box::pin(pipeline::executor::body(
                 run,
                 plan,
                 initial,

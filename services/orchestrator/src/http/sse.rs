@@ -24,7 +24,7 @@ use crate::{
 };
 
 /// How long an idle stream waits before a keep-alive comment.
-pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+pub const KEEP_ALIVE: Duration = Duration::from_secs(5);
 
 /// The SSE answer of `events`.
 pub fn response(events: EventStream) -> Response {

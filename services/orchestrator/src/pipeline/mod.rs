@@ -11,7 +11,7 @@
 //!   output), unit-tested without any I/O.
 //! - [`executor`]: the scheduler's decisions carried out: step contexts,
 //!   attempts with retries and timeouts, store writes, events; its
-//!   [`body`] is the body of a RunPipeline.
+//!   [`executor::body`] is the body of a RunPipeline.
 //! - `step`: one step's attempts (retries, timeouts, the task filled in;
 //!   attempts a resumed run had ended are taken from its journal).
 //! - [`tool`]: the `run_pipeline` tool.
@@ -34,6 +34,5 @@ mod step;
 pub mod tool;
 
 pub use call::{RunStep, StepCall};
-pub use executor::body;
 pub use file::{PipelineFile, PipelineFileError, StepFile};
 pub use plan::*;

@@ -159,7 +159,7 @@ fn options(s: &Shared, o: RequestOptions) -> Result<RunOptions> {
 pub fn check_filter(f: &Filter, limits: &RunDefaults) -> Result<()> {
     for (field, n) in [
         ("filter.context_prefixes", f.prefixes.len()),
-        ("filter.kinds", f.kinds.len()),
+        ("filter.kinds", f.listed_kinds.max(f.kinds.len())),
     ] {
         if n > limits.max_filter_entries {
             return Err(Error::Exhausted {

@@ -56,6 +56,9 @@ pub struct Filter {
     pub prefixes: Vec<String>,
     /// Only these kinds (empty: all).
     pub kinds: HashSet<i32>,
+    /// How many kinds the request listed, duplicates included: what the
+    /// server's bound on a filter's entries counts.
+    pub listed_kinds: usize,
 }
 
 /// The kind of a payload, as EventKind.

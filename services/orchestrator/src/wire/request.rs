@@ -169,6 +169,7 @@ pub fn filter(f: Option<pb::EventFilter>) -> Result<Filter> {
         max_depth: f.max_depth,
         prefixes: f.context_prefixes,
         kinds,
+        listed_kinds: f.kinds.len(),
     })
 }
 
