@@ -578,3 +578,39 @@ async fn an_attached_caller_that_goes_away_cancels_its_run() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_traces_slots_are_listed_and_watched_in_the_callers_tenant() {
+    let server = OrchestratorServer::start(EXAMPLE_AGENTS, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let api = Api::new(&server, None);
+    // The run continues the caller's trace, so the watch can start first.
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let watch = api
+        .stream(&format!("/v1/traces/{trace}/slots:watch"), None)
+        .await;
+    let started = api
+        .req(reqwest::Method::POST, "/v1/runs")
+        .header("traceparent", format!("00-{trace}-00f067aa0ba902b7-01"))
+        .json(&json!({"agent": "researcher", "input": "rust"}))
+        .send()
+        .await
+        .expect("start");
+    let started: Value = started.json().await.expect("json");
+    assert_eq!(started["traceId"], trace);
+    let changes = frames_until(watch, |f| f.event == "change").await;
+    let change = &changes.last().expect("a change").data;
+    assert_eq!(change["kind"], "SLOT_CHANGE_KIND_PUT");
+    assert_eq!(change["key"], "research/topic");
+
+    let (status, listing) = api.get(&format!("/v1/traces/{trace}/slots")).await;
+    assert_eq!(status, StatusCode::OK, "{listing}");
+    assert_eq!(listing["slots"][0]["key"], "research/topic");
+    assert!(listing["slots"][0]["version"].is_string());
+    let (status, err) = api.get("/v1/traces/not-a-trace/slots").await;
+    assert_eq!(
+        (status, err["field"].clone()),
+        (StatusCode::BAD_REQUEST, json!("trace_id"))
+    );
+}

@@ -64,6 +64,9 @@ pub enum Error {
     /// Something that cannot happen did (a corrupt record).
     #[error("{0}")]
     Internal(String),
+    /// The context store refused or failed (its code and field).
+    #[error("{0}")]
+    Store(#[from] baton_store::Error),
     /// What another replica answered a forwarded call with, passed on as
     /// it is (its code, message and field).
     #[error("{message}")]
@@ -97,6 +100,7 @@ impl Error {
             Error::ShuttingDown | Error::Unavailable(_) => Code::Unavailable,
             Error::Internal(_) => Code::Internal,
             Error::Peer { code, .. } => *code,
+            Error::Store(e) => e.code(),
         }
     }
 
@@ -106,6 +110,10 @@ impl Error {
             Error::InvalidArgument { field, .. } | Error::Exhausted { field, .. } => Some(field),
             Error::NotFound { field, .. } | Error::FailedPrecondition { field, .. } => Some(field),
             Error::Peer { field, .. } => field.as_deref(),
+            Error::Store(e) => match e.field() {
+                Some(std::borrow::Cow::Borrowed(f)) => Some(f),
+                _ => None,
+            },
             Error::Aborted(_)
             | Error::ShuttingDown
             | Error::Unavailable(_)

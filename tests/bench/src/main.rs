@@ -8,6 +8,8 @@
 //!   shapes of the OpenAI Agents SDK figures the orchestrator issue quotes.
 //! - `durable`: shapes (a)–(c) of `agent` with runs kept in Redis
 //!   (`runs.store = "redis"`) against memory mode, in one invocation.
+//! - `http`: events per second on one SSE stream of the HTTP face against
+//!   the same run over gRPC, in one invocation.
 //! - `pipeline`: RunPipeline with no-op steps, in the shapes of the LangGraph
 //!   figures the pipeline issue quotes, on memory and on Redis.
 
@@ -18,6 +20,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod agent;
 mod durable;
 mod failover;
+mod http;
 mod pipeline;
 mod store;
 
@@ -41,6 +44,8 @@ enum Bench {
     Durable(durable::Options),
     /// RunPipeline: a 200-step chain and a 1000-step fan-out with a join.
     Pipeline(pipeline::Options),
+    /// The HTTP face: events per second on one SSE stream against gRPC.
+    Http(http::Options),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -51,5 +56,6 @@ fn main() -> anyhow::Result<()> {
         Bench::Agent(options) => agent::run(options),
         Bench::Durable(options) => durable::run(options),
         Bench::Pipeline(options) => pipeline::run(options),
+        Bench::Http(options) => http::run(options),
     }
 }

@@ -8,6 +8,7 @@
 //! | start an agent run, a pipeline run; resume a claimed run | `start.rs`, `resume.rs` |
 //! | watch a run from a seq, get one, list a tenant's | `read.rs` (producers in `watch.rs`) |
 //! | cancel a run, answer an approval, answer an input | `calls.rs` |
+//! | a trace's slots, and a watch of them | `slots.rs` |
 //! | drain at shutdown | `drain.rs` |
 //! | keep durable runs: renew leases, deliver answers, park, claim | `upkeep.rs` |
 //!
@@ -26,6 +27,7 @@ mod drain;
 mod orchestrator;
 mod read;
 mod resume;
+mod slots;
 mod start;
 pub mod upkeep;
 mod watch;

@@ -291,6 +291,17 @@ impl Face {
                 Ok(json(&pb::SubmitInputResponse {}))
             }
             Rpc::ListAgents => Ok(json(&wire::answer::agents(core.catalog()))),
+            Rpc::ListSlots => {
+                let (after, size) = call.query.slots_page()?;
+                let listing = core
+                    .slots(&caller, &call.param("trace_id")?, after, size)
+                    .await?;
+                Ok(json(&wire::answer::listing(listing)))
+            }
+            Rpc::WatchSlots => {
+                let changes = core.watch_slots(&caller, &call.param("trace_id")?).await?;
+                Ok(sse::changes(changes))
+            }
         }
     }
 }

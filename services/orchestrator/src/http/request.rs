@@ -123,6 +123,23 @@ impl Query {
         })
     }
 
+    /// A page of slots: `page_token` (the key after which it starts) and
+    /// `page_size` (0: the store's default).
+    pub fn slots_page(&self) -> Result<(Option<String>, usize), HttpError> {
+        self.only(&["page_size", "page_token"])?;
+        let size: usize = self.number("page_size")?.unwrap_or(0);
+        let size = if size == 0 {
+            baton_store::DEFAULT_PAGE_SIZE
+        } else {
+            size
+        };
+        let after = self
+            .one("page_token")?
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned);
+        Ok((after, size))
+    }
+
     /// Where a watch starts: `after_seq`, else the `Last-Event-ID` header
     /// (an EventSource that reconnects sends it), else 0.
     pub fn after_seq(&self, headers: &HeaderMap) -> Result<u64, HttpError> {

@@ -25,6 +25,10 @@ pub enum Rpc {
     SubmitInput,
     /// `ListAgents`.
     ListAgents,
+    /// The context store's `List` of a trace's slots (metadata only).
+    ListSlots,
+    /// The context store's `Watch` of a trace's slots (SSE).
+    WatchSlots,
 }
 
 /// One route of the HTTP face.
@@ -128,5 +132,23 @@ pub const ROUTES: &[Route] = &[
         answer: "baton.v1.ListAgentsResponse",
         stream: false,
         summary: "The agents and groups runs can name.",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/traces/{trace_id}/slots",
+        rpc: Rpc::ListSlots,
+        body: None,
+        answer: "baton.v1.ListResponse",
+        stream: false,
+        summary: "The slots of a trace in the caller's tenant (metadata, not values), a page at a time (`page_size`, `page_token`).",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/traces/{trace_id}/slots:watch",
+        rpc: Rpc::WatchSlots,
+        body: None,
+        answer: "baton.v1.WatchResponse",
+        stream: true,
+        summary: "The changes of a trace's slots from now on, as Server-Sent Events (`event: change`).",
     },
 ];

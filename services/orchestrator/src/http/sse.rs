@@ -43,7 +43,37 @@ pub fn response(events: EventStream) -> Response {
         };
         Some((Ok(frame), Some(events)))
     });
-    let mut response = Response::new(Body::from_stream(frames));
+    stream_response(Body::from_stream(frames))
+}
+
+/// The SSE answer of a watch of slots: `event: change` frames whose data
+/// is a `WatchResponse` in the JSON mapping.
+pub fn changes(changes: baton_store::ChangeStream) -> Response {
+    let frames = futures::stream::unfold(Some(changes), |state| async move {
+        let mut changes = state?;
+        let frame = match tokio::time::timeout(KEEP_ALIVE, changes.next()).await {
+            Err(_) => Bytes::from_static(b": keep-alive\n\n"),
+            Ok(None) => return None,
+            Ok(Some(Ok(change))) => {
+                let data =
+                    serde_json::to_string(&crate::wire::answer::change(change)).unwrap_or_default();
+                Bytes::from(format!("event: change\ndata: {data}\n\n"))
+            }
+            Ok(Some(Err(e))) => {
+                let e = Error::from(e);
+                return Some((
+                    Ok::<_, std::convert::Infallible>(Bytes::from(error_frame(&e))),
+                    None,
+                ));
+            }
+        };
+        Some((Ok(frame), Some(changes)))
+    });
+    stream_response(Body::from_stream(frames))
+}
+
+fn stream_response(body: Body) -> Response {
+    let mut response = Response::new(body);
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,

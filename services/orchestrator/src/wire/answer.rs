@@ -82,6 +82,50 @@ impl From<RunPage> for pb::ListRunsResponse {
     }
 }
 
+/// A page of a trace's slots as the context store's `List` answers it.
+pub fn listing(l: baton_store::Listing) -> pb::ListResponse {
+    pb::ListResponse {
+        next_page_token: l.next_after.unwrap_or_default(),
+        used_bytes: l.used_bytes,
+        used_keys: l.used_keys,
+        slots: l
+            .slots
+            .into_iter()
+            .map(|s| pb::SlotInfo {
+                key: s.key,
+                content_type: s.content_type,
+                version: s.version,
+                size_bytes: s.size_bytes,
+                expires_at: ms_time(s.expires_at_ms),
+            })
+            .collect(),
+    }
+}
+
+/// A change of a slot as the context store's `Watch` sends it.
+pub fn change(c: baton_store::Change) -> pb::WatchResponse {
+    use baton_store::ChangeKind as K;
+    let kind = match c.kind {
+        K::Put => pb::SlotChangeKind::Put,
+        K::Deleted => pb::SlotChangeKind::Deleted,
+        K::Expired => pb::SlotChangeKind::Expired,
+        K::Cleared => pb::SlotChangeKind::Cleared,
+    };
+    pb::WatchResponse {
+        kind: kind as i32,
+        key: c.key,
+        version: c.version,
+        size_bytes: c.size_bytes,
+        content_type: c.content_type,
+        expires_at: ms_time(c.expires_at_ms),
+    }
+}
+
+/// A time in Unix ms (0: none).
+fn ms_time(ms: u64) -> Option<baton_proto::wkt::Timestamp> {
+    (ms > 0).then(|| (std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)).into())
+}
+
 /// What ListAgents answers: the catalog's agents and groups.
 pub fn agents(catalog: &Catalog) -> pb::ListAgentsResponse {
     let agents = catalog
