@@ -1,0 +1,425 @@
+// Browser tests of Baton's web console: Debian's chromium, headless, driven
+// by playwright-core, against two real `baton up` started by ./run (which
+// sets the variables below): `example` serves deploy/config/agents.yaml,
+// `nested` serves ./agents.yaml. Everything is done the way a person does it
+// — typing the key, choosing from the form, clicking the buttons — and
+// checked on the page (the console's data-testid attributes) and on
+// window.batonConsole, the stream's own record of the seqs it applied.
+//
+// Screenshots go to artifacts/ (ignored by git), one per test and one more
+// for a test that failed; UPDATE_DOCS_SCREENSHOT=1 also writes the nested
+// run to docs/console.png (1280×800), the README's picture.
+
+import assert from 'node:assert/strict';
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { after, before, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+const here = dirname(fileURLToPath(import.meta.url));
+
+function need(name) {
+  const v = process.env[name];
+  if (!v) throw new Error(`${name} is not set: run these tests with tests/console/run`);
+  return v;
+}
+const EXAMPLE = need('BATON_CONSOLE_URL');
+const NESTED = need('BATON_CONSOLE_NESTED_URL');
+const KEY_A = need('BATON_KEY_A');
+const KEY_B = need('BATON_KEY_B');
+const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
+const ARTIFACTS = join(here, 'artifacts');
+const DOCS_PNG = join(here, '..', '..', 'docs', 'console.png');
+
+const TEST_TIMEOUT = 90_000;
+const WAIT = 20_000;
+
+let context = null;
+let profile = null;
+/** Why the browser went away under a test, if it did. */
+let lost = '';
+
+/** A headless chromium with a fresh profile; another one if the last one went away. */
+async function browser() {
+  if (context) return context;
+  if (profile) rmSync(profile, { recursive: true, force: true });
+  profile = mkdtempSync(join(tmpdir(), 'baton-console-chromium-'));
+  const c = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--no-first-run',
+    ],
+    viewport: { width: 1280, height: 800 },
+    timeout: 60_000,
+  });
+  c.setDefaultTimeout(WAIT);
+  c.on('close', () => {
+    if (context === c) {
+      context = null;
+      lost = 'chromium went away (crashed or was killed) during this test';
+    }
+  });
+  context = c;
+  return c;
+}
+
+before(async () => {
+  mkdirSync(ARTIFACTS, { recursive: true });
+  await browser();
+});
+
+after(async () => {
+  const c = context;
+  context = null;
+  await c?.close();
+  if (profile) rmSync(profile, { recursive: true, force: true });
+});
+
+// ---- helpers ---------------------------------------------------------------
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const tid = (id) => `[data-testid="${id}"]`;
+const ctxSel = (id) => `[data-testid="context"][data-context-id="${id}"]`;
+
+/**
+ * One browser tab for one test: every uncaught error of the page fails the
+ * test; a screenshot of the page is kept when the test fails.
+ */
+function consoleTest(name, fn) {
+  test(name, { timeout: TEST_TIMEOUT }, async () => {
+    lost = '';
+    const page = await (await browser()).newPage();
+    const errors = [];
+    page.on('pageerror', (e) => errors.push(String(e.stack || e)));
+    try {
+      await fn(page);
+      assert.deepEqual(errors, [], 'uncaught errors in the page');
+    } catch (e) {
+      if (lost) throw new Error(`${lost}: ${e.message}`, { cause: e });
+      await page.screenshot({ path: join(ARTIFACTS, `FAILED-${slug(name)}.png`), fullPage: true }).catch(() => {});
+      throw e;
+    } finally {
+      await page.close().catch(() => {});
+    }
+  });
+}
+
+const slug = (s) => s.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-|-$/g, '').slice(0, 60);
+const shot = (page, name, opts = {}) => page.screenshot({ path: join(ARTIFACTS, `${name}.png`), ...opts });
+
+/** Opens the console at `base` and types `key` into the header, as a person does. */
+async function openConsole(page, base, key) {
+  await page.goto(`${base}/`);
+  await page.locator(tid('runs-page')).waitFor();
+  await page.locator(tid('api-key')).fill(key);
+  await page.locator(tid('api-key-save')).click();
+  await page.locator(`${tid('api-key-state')}[data-state="set"]`).waitFor();
+  await page.locator(`${tid('list-state')}[data-state="ok"]`).waitFor();
+}
+
+/** Starts `agent` with `input` from the runs page's form; resolves to the run id once its page is open. */
+async function startRun(page, agent, input) {
+  const select = page.locator(tid('start-agent'));
+  await select.locator(`option[value="${agent}"]`).waitFor({ state: 'attached' });
+  await select.selectOption(agent);
+  await page.locator(tid('start-input')).fill(input);
+  await page.locator(tid('start-approval-mode')).selectOption('APPROVAL_MODE_ASK');
+  await page.locator(tid('start-run')).click();
+  const runPage = page.locator(tid('run-page'));
+  await runPage.waitFor();
+  const runId = await runPage.getAttribute('data-run-id');
+  assert.match(runId, /^[0-9a-f-]{36}$/);
+  assert.equal(new URL(page.url()).hash, `#/runs/${runId}`);
+  return runId;
+}
+
+/** Waits for the run's status badge to read `status` (RUN_STATUS_…). */
+async function waitStatus(page, status, timeout = WAIT) {
+  await page.locator(`${tid('run-status')}[data-status="${status}"]`).waitFor({ timeout });
+}
+
+/** Opens a collapsed context (clicks its toggle) and waits for its body. */
+async function expand(page, contextId) {
+  const toggle = page.locator(`${ctxSel(contextId)} > .ctx-head ${tid('context-toggle')}`);
+  await toggle.waitFor();
+  if ((await toggle.getAttribute('aria-expanded')) !== 'true') await toggle.click();
+  await page.locator(`${ctxSel(contextId)} > .ctx-head ${tid('context-toggle')}[aria-expanded="true"]`).waitFor();
+}
+
+/** What window.batonConsole says of the open run. */
+const streamStats = (page) => page.evaluate(() => {
+  const s = window.batonConsole;
+  return { seqs: [...s.seqs], duplicates: s.duplicates, gaps: s.gaps, reconnects: s.reconnects, done: s.done };
+});
+
+/** GetRun with the tab's key, from the page (its own origin). */
+const getRun = (page, runId) => page.evaluate(async (id) => {
+  const key = sessionStorage.getItem('baton.apiKey');
+  const r = await fetch(`/v1/runs/${encodeURIComponent(id)}`, { headers: { Authorization: `Bearer ${key}` } });
+  return { status: r.status, body: await r.json() };
+}, runId);
+
+/** Every seq from 1 to n, once, in order. */
+function assertContiguous(seqs, n, what) {
+  assert.ok(seqs.length > 0, `${what}: no seqs`);
+  assert.equal(new Set(seqs).size, seqs.length, `${what}: duplicate seqs ${seqs}`);
+  assert.deepEqual(seqs, Array.from({ length: n }, (_, i) => i + 1), `${what}: seqs are not 1..${n}`);
+}
+
+/** Waits for the stream to have ended and checks the seqs against GetRun's last seq. */
+async function assertStreamComplete(page, runId, what) {
+  await page.waitForFunction(() => window.batonConsole?.done === true);
+  const run = await getRun(page, runId);
+  assert.equal(run.status, 200);
+  const last = Number(run.body.lastSeq);
+  const s = await streamStats(page);
+  assertContiguous(s.seqs, last, what);
+  assert.equal(s.duplicates, 0, `${what}: duplicates dropped`);
+  assert.equal(s.gaps, 0, `${what}: gaps seen`);
+  assert.equal(await page.locator(tid('run-events')).textContent(), String(last));
+  return s;
+}
+
+// ---- the scenarios ---------------------------------------------------------
+
+consoleTest('a key typed into the console starts researcher; its nested contexts open to root.summarizer.1.fact_checker.1', async (page) => {
+  // Without a key the API says who is missing.
+  await page.goto(`${EXAMPLE}/`);
+  await page.locator(`${tid('error')}[data-code="UNAUTHENTICATED"]`).waitFor();
+  assert.equal(await page.locator(`${tid('api-key-state')}[data-state="none"]`).count(), 1);
+  await openConsole(page, EXAMPLE, KEY_A);
+  assert.equal(await page.locator(tid('error')).count(), 0, 'the error stayed after a key was typed');
+  const runId = await startRun(page, 'researcher', 'the history of Rust');
+  await waitStatus(page, 'RUN_STATUS_COMPLETED');
+  assert.match(await page.locator(tid('run-output')).textContent(), /^Research done\./);
+
+  // Sub-agents start collapsed: open the way down, two deep.
+  const summarizer = page.locator(ctxSel('root.summarizer.1'));
+  await summarizer.waitFor();
+  assert.equal(await summarizer.getAttribute('data-depth'), '1');
+  assert.equal(await page.locator(ctxSel('root.summarizer.1.fact_checker.1')).count(), 0, 'drawn before its parent was opened');
+  await expand(page, 'root.summarizer.1');
+  const checker = page.locator(ctxSel('root.summarizer.1.fact_checker.1'));
+  await checker.waitFor();
+  assert.equal(await checker.getAttribute('data-depth'), '2');
+  assert.equal(await checker.getAttribute('data-agent'), 'fact_checker');
+  // Nested in the DOM too: inside summarizer's section.
+  assert.equal(await summarizer.locator(ctxSel('root.summarizer.1.fact_checker.1')).count(), 1);
+  await expand(page, 'root.summarizer.1.fact_checker.1');
+  assert.equal(
+    await checker.locator(tid('message-text')).first().textContent(),
+    'Checked: Check the facts about: Summarize what is known about the history of Rust. Looks right.',
+  );
+  assert.equal(await checker.locator(tid('context-status')).textContent(), 'completed');
+  // The root's own tools: the sleep's bar stayed at its last value.
+  const bar = page.locator(`${ctxSel('root')} > .ctx-body ${tid('progress')}`);
+  assert.equal(await bar.getAttribute('value'), '100');
+
+  await assertStreamComplete(page, runId, 'researcher');
+  await shot(page, 'nested-run-full', { fullPage: true });
+  // The tree from the tabs down.
+  await page.locator(tid('tab-conversation')).evaluate((el) => el.scrollIntoView({ block: 'start' }));
+  await shot(page, 'nested-run-tree');
+  // The README's picture: the run's head, its output folded, the tree two
+  // deep. (The page redraws the output once more, 200 ms after the stream
+  // ended, with GetRun's last word: fold it after that.)
+  await sleep(500);
+  await page.locator(`${tid('run-outcome')} summary`).first().click();
+  await page.locator(tid('run-target')).evaluate((el) => el.scrollIntoView({ block: 'start' }));
+  await shot(page, 'nested-run');
+  if (process.env.UPDATE_DOCS_SCREENSHOT === '1') copyFileSync(join(ARTIFACTS, 'nested-run.png'), DOCS_PNG);
+});
+
+consoleTest('a progress bar moves while a tool reports progress', async (page) => {
+  await openConsole(page, NESTED, KEY_A);
+  const runId = await startRun(page, 'slow', 'the sleep');
+  const seen = [];
+  const deadline = Date.now() + WAIT;
+  let shotTaken = false;
+  while (Date.now() < deadline) {
+    const v = await page.evaluate(() => {
+      const bar = document.querySelector('[data-testid="progress"]');
+      return bar ? Number(bar.getAttribute('value')) : null;
+    });
+    if (v !== null && seen[seen.length - 1] !== v) seen.push(v);
+    if (!shotTaken && v !== null && v >= 30 && v < 100) {
+      shotTaken = true;
+      await shot(page, 'progress');
+    }
+    if (v === 100) break;
+    await sleep(40);
+  }
+  assert.equal(seen[seen.length - 1], 100, `the bar never reached 100: ${seen}`);
+  assert.ok(seen.length >= 4, `the bar did not move in steps: ${seen}`);
+  for (let i = 1; i < seen.length; i++) assert.ok(seen[i] > seen[i - 1], `the bar went back: ${seen}`);
+  assert.match(await page.locator(tid('progress-message')).textContent(), /^100% step 20 of 20$/);
+  await waitStatus(page, 'RUN_STATUS_COMPLETED');
+  assert.equal(await page.locator(tid('run-output')).textContent(), 'Done: slept 4000 ms');
+  await assertStreamComplete(page, runId, 'slow');
+});
+
+consoleTest('a question is answered by clicking one of its suggested answers', async (page) => {
+  await openConsole(page, EXAMPLE, KEY_A);
+  const runId = await startRun(page, 'interviewer', 'a trip');
+  const question = page.locator(`${tid('input-request')}[data-state="pending"]`);
+  await question.waitFor();
+  assert.equal(await question.locator(tid('input-prompt')).textContent(), 'Which city should I plan for?');
+  assert.deepEqual(await question.locator(tid('input-option')).allTextContents(), ['Paris', 'Lisbon']);
+  assert.match(await page.locator(tid('pending')).textContent(), /Waiting for you \(1\)/);
+  await shot(page, 'question');
+  await question.locator(`${tid('input-option')}[data-option="Lisbon"]`).click();
+  await waitStatus(page, 'RUN_STATUS_COMPLETED');
+  assert.equal(await page.locator(tid('run-output')).textContent(), 'Planning a trip to Lisbon.');
+  const answered = page.locator(`${tid('input-request')}[data-state="answered"]`);
+  assert.equal(await answered.locator(tid('input-answer')).textContent(), 'answered: Lisbon');
+  assert.equal(await page.locator(tid('pending')).isHidden(), true);
+  await assertStreamComplete(page, runId, 'interviewer');
+});
+
+consoleTest('two approvals two deep: one approved, one denied', async (page) => {
+  await openConsole(page, NESTED, KEY_A);
+  const runId = await startRun(page, 'outer', 'order 7');
+  const clerk = page.locator(ctxSel('root.middle.1.clerk.1'));
+  // Open questions open the way to themselves: no clicking needed.
+  const first = clerk.locator(tid('approval'), { has: page.locator(tid('approval-args'), { hasText: 'refunds/first' }) });
+  const second = clerk.locator(tid('approval'), { has: page.locator(tid('approval-args'), { hasText: 'refunds/second' }) });
+  await first.and(page.locator('[data-state="pending"]')).waitFor();
+  assert.equal(await clerk.getAttribute('data-depth'), '2');
+  assert.match(await first.getAttribute('data-approval-id'), /.+/);
+  await second.and(page.locator('[data-state="pending"]')).waitFor();
+  await shot(page, 'approvals');
+  await first.locator(tid('approval-reason')).fill('checked by Ana');
+  await first.locator(tid('approve')).click();
+  await first.and(page.locator('[data-state="approved"]')).waitFor();
+  await second.locator(tid('approval-reason')).fill('not this one');
+  await second.locator(tid('deny')).click();
+  await second.and(page.locator('[data-state="denied"]')).waitFor();
+  assert.equal(await first.locator(tid('approval-result')).textContent(), 'approved by person: checked by Ana');
+  assert.equal(await second.locator(tid('approval-result')).textContent(), 'denied by person: not this one');
+  await waitStatus(page, 'RUN_STATUS_COMPLETED');
+  const output = await page.locator(tid('run-output')).textContent();
+  assert.match(output, /^outer: middle: clerk: /);
+  assert.match(output, /wrote refunds\/first at version 1/);
+  assert.match(output, /write_context was denied: not this one/);
+  await shot(page, 'approvals-done');
+  await assertStreamComplete(page, runId, 'outer');
+});
+
+consoleTest('a question is answered by typing', async (page) => {
+  await openConsole(page, EXAMPLE, KEY_A);
+  const runId = await startRun(page, 'interviewer', 'a trip');
+  const question = page.locator(`${tid('input-request')}[data-state="pending"]`);
+  await question.waitFor();
+  await question.locator(tid('input-text')).fill('Porto');
+  await question.locator(tid('input-submit')).click();
+  await waitStatus(page, 'RUN_STATUS_COMPLETED');
+  assert.equal(await page.locator(tid('run-output')).textContent(), 'Planning a trip to Porto.');
+  assert.equal(await page.locator(tid('input-answer')).textContent(), 'answered: Porto');
+  await assertStreamComplete(page, runId, 'interviewer (typed)');
+});
+
+consoleTest('the cancel button cancels a run', async (page) => {
+  await openConsole(page, EXAMPLE, KEY_A);
+  const runId = await startRun(page, 'interviewer', 'a trip nobody answers');
+  await page.locator(`${tid('input-request')}[data-state="pending"]`).waitFor();
+  const cancel = page.locator(tid('cancel-run'));
+  await cancel.click();
+  await waitStatus(page, 'RUN_STATUS_CANCELLED');
+  await page.locator(`${tid('run-end')}[data-outcome="cancelled"]`).waitFor();
+  assert.match(await page.locator(tid('run-outcome')).textContent(), /^Cancelled: cancelled by request: cancelled from the console$/);
+  assert.equal(await page.locator(`${tid('input-request')}[data-state="closed"]`).count(), 1);
+  assert.equal(await cancel.isDisabled(), true);
+  await shot(page, 'cancelled');
+  await assertStreamComplete(page, runId, 'cancelled');
+  // The runs page says so too.
+  await page.locator('a[href="#/runs"]').first().click();
+  await page.locator(`${tid('run-row')}[data-run-id="${runId}"][data-status="RUN_STATUS_CANCELLED"]`).waitFor();
+});
+
+consoleTest('a reload while a run waits for a person replays every seq once', async (page) => {
+  await openConsole(page, EXAMPLE, KEY_A);
+  const runId = await startRun(page, 'interviewer', 'a trip after a reload');
+  await page.locator(`${tid('input-request')}[data-state="pending"]`).waitFor();
+  const before = await streamStats(page);
+  assertContiguous(before.seqs, before.seqs.length, 'before the reload');
+  await page.reload();
+  // The key stays with the tab (sessionStorage), the page with the address.
+  await page.locator(`${tid('run-page')}[data-run-id="${runId}"]`).waitFor();
+  const question = page.locator(`${tid('input-request')}[data-state="pending"]`);
+  await question.waitFor();
+  await page.locator(`${tid('stream-state')}[data-state="live"]`).waitFor();
+  const after = await streamStats(page);
+  assertContiguous(after.seqs, after.seqs.length, 'after the reload');
+  assert.ok(after.seqs.length >= before.seqs.length, `${after.seqs.length} seqs after the reload, ${before.seqs.length} before`);
+  await question.locator(`${tid('input-option')}[data-option="Paris"]`).click();
+  await waitStatus(page, 'RUN_STATUS_COMPLETED');
+  assert.equal(await page.locator(tid('run-output')).textContent(), 'Planning a trip to Paris.');
+  await assertStreamComplete(page, runId, 'interviewer after a reload');
+});
+
+consoleTest('a reload in the middle of a slow run replays every seq once', async (page) => {
+  await openConsole(page, NESTED, KEY_A);
+  const runId = await startRun(page, 'slow', 'a reload');
+  await page.waitForFunction(() => Number(document.querySelector('[data-testid="progress"]')?.getAttribute('value')) >= 10);
+  await page.reload();
+  await page.locator(`${tid('run-page')}[data-run-id="${runId}"]`).waitFor();
+  // Still running after the reload: the rest arrives live.
+  await page.waitForFunction(() => {
+    const v = Number(document.querySelector('[data-testid="progress"]')?.getAttribute('value'));
+    return v >= 10 && v < 100;
+  });
+  await page.locator(`${tid('stream-state')}[data-state="live"]`).waitFor();
+  const mid = await streamStats(page);
+  assertContiguous(mid.seqs, mid.seqs.length, 'mid-run after the reload');
+  await waitStatus(page, 'RUN_STATUS_COMPLETED');
+  await assertStreamComplete(page, runId, 'slow after a reload');
+});
+
+consoleTest("another tenant's key sees none of the first tenant's runs", async (page) => {
+  // Tenant alpha has runs (the tests above, and this one).
+  await openConsole(page, EXAMPLE, KEY_A);
+  const runId = await startRun(page, 'assistant', 'only for alpha');
+  await waitStatus(page, 'RUN_STATUS_COMPLETED');
+  await page.locator('a[href="#/runs"]').first().click();
+  await page.locator(`${tid('run-row')}[data-run-id="${runId}"]`).waitFor();
+  const alphaRows = await page.locator(tid('run-row')).count();
+  assert.ok(alphaRows >= 1, `alpha lists ${alphaRows} runs`);
+
+  // The same tab with beta's key: an empty list.
+  await page.locator(tid('api-key')).fill(KEY_B);
+  await page.locator(tid('api-key-save')).click();
+  await page.locator(`${tid('list-state')}[data-state="ok"]`).waitFor();
+  await page.locator(tid('runs-empty')).waitFor();
+  // Several polls later, still nothing.
+  await sleep(2000);
+  assert.equal(await page.locator(tid('run-row')).count(), 0);
+  assert.equal(await page.locator(tid('runs-empty')).textContent(), 'No runs yet: start one with the form.');
+  await shot(page, 'tenant-beta-runs');
+
+  // Alpha's run by its address: not found for beta.
+  await page.goto(`${EXAMPLE}/#/runs/${runId}`);
+  await page.locator(`${tid('error')}[data-code="NOT_FOUND"]`).waitFor();
+  assert.equal(await page.locator(tid('message')).count(), 0);
+  assert.equal(await page.locator(tid('run-output')).count(), 0);
+  await shot(page, 'tenant-beta-not-found');
+
+  // Beta's own run is beta's alone.
+  await page.goto(`${EXAMPLE}/#/runs`);
+  await page.locator(`${tid('list-state')}[data-state="ok"]`).waitFor();
+  const betaRun = await startRun(page, 'assistant', 'only for beta');
+  await waitStatus(page, 'RUN_STATUS_COMPLETED');
+  await page.locator('a[href="#/runs"]').first().click();
+  await page.locator(`${tid('run-row')}[data-run-id="${betaRun}"]`).waitFor();
+  assert.equal(await page.locator(tid('run-row')).count(), 1);
+  await page.locator(tid('api-key')).fill(KEY_A);
+  await page.locator(tid('api-key-save')).click();
+  await page.locator(`${tid('run-row')}[data-run-id="${runId}"]`).waitFor();
+  assert.equal(await page.locator(`${tid('run-row')}[data-run-id="${betaRun}"]`).count(), 0);
+});
