@@ -14,7 +14,8 @@ use tonic::Code;
 
 use crate::run::context::ContextInfo;
 use crate::run::failure::Failure;
-use crate::run::state::{FinalScope, Resolved, Run};
+use crate::run::state::{FinalScope, Run};
+use crate::run::target::Resolved;
 use crate::{
     catalog::{Agent, Catalog},
     model::{ChatMessage, DeltaSink, Model, Role, ToolCallRequest, ToolDef},

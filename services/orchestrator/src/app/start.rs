@@ -26,7 +26,8 @@ use crate::{
     run::{
         events::EventStream,
         launch::{self, Prepared},
-        state::{Resolved, Run, RunOptions},
+        state::{Run, RunOptions},
+        target::Resolved,
     },
 };
 

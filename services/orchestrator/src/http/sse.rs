@@ -26,22 +26,37 @@ use crate::{
 /// How long an idle stream waits before a keep-alive comment.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(5);
 
+/// Events put in one body chunk at most: what is ready when the client
+/// takes more is written in one go, so a fast run costs a write per batch,
+/// not per event.
+const BATCH: usize = 512;
+
 /// The SSE answer of `events`.
 pub fn response(events: EventStream) -> Response {
-    let frames = futures::stream::unfold(Some(events), |state| async move {
-        let mut events = state?;
-        let frame = match tokio::time::timeout(KEEP_ALIVE, events.next()).await {
-            Err(_) => Bytes::from_static(b": keep-alive\n\n"),
-            Ok(None) => return None,
-            Ok(Some(Ok(event))) => Bytes::from(frame(&event)),
-            Ok(Some(Err(e))) => {
+    let batches = events.ready_chunks(BATCH);
+    let frames = futures::stream::unfold(Some(batches), |state| async move {
+        let mut batches = state?;
+        let batch = match tokio::time::timeout(KEEP_ALIVE, batches.next()).await {
+            Err(_) => {
                 return Some((
-                    Ok::<_, std::convert::Infallible>(Bytes::from(error_frame(&e))),
-                    None,
+                    Ok::<_, std::convert::Infallible>(Bytes::from_static(b": keep-alive\n\n")),
+                    Some(batches),
                 ));
             }
+            Ok(None) => return None,
+            Ok(Some(batch)) => batch,
         };
-        Some((Ok(frame), Some(events)))
+        let mut out = Vec::with_capacity(batch.len() * 256);
+        for item in batch {
+            match item {
+                Ok(event) => write_frame(&mut out, &event),
+                Err(e) => {
+                    out.extend_from_slice(&error_frame(&e));
+                    return Some((Ok(Bytes::from(out)), None));
+                }
+            }
+        }
+        Some((Ok(Bytes::from(out)), Some(batches)))
     });
     stream_response(Body::from_stream(frames))
 }
@@ -87,18 +102,20 @@ fn stream_response(body: Body) -> Response {
 
 /// One event's frame.
 pub fn frame(event: &pb::RunEvent) -> Vec<u8> {
-    let data = serde_json::to_vec(event).unwrap_or_default();
-    let kind = event.payload.as_ref().map_or("unknown", |p| kind_name(p));
-    let mut out = Vec::with_capacity(data.len() + 48);
-    out.extend_from_slice(b"id: ");
-    out.extend_from_slice(event.seq.to_string().as_bytes());
-    out.extend_from_slice(b"\nevent: ");
-    out.extend_from_slice(kind.as_bytes());
-    out.extend_from_slice(b"\ndata: ");
-    // JSON text has no raw newline: one data line.
-    out.extend_from_slice(&data);
-    out.extend_from_slice(b"\n\n");
+    let mut out = Vec::with_capacity(256);
+    write_frame(&mut out, event);
     out
+}
+
+/// Appends one event's frame to `out`.
+fn write_frame(out: &mut Vec<u8>, event: &pb::RunEvent) {
+    use std::io::Write as _;
+    let kind = event.payload.as_ref().map_or("unknown", |p| kind_name(p));
+    let _ = write!(out, "id: {}\nevent: {kind}\ndata: ", event.seq);
+    // JSON text has no raw newline: one data line. Writing to a Vec cannot
+    // fail, and a RunEvent always serializes.
+    let _ = serde_json::to_writer(&mut *out, event);
+    out.extend_from_slice(b"\n\n");
 }
 
 fn error_frame(e: &Error) -> Vec<u8> {

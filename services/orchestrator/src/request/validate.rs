@@ -18,7 +18,8 @@ use crate::{
     run::shared::Shared,
     run::{
         events::Filter,
-        state::{Limits, Resolved, RunOptions, resolve},
+        state::{Limits, RunOptions},
+        target::{Resolved, resolve},
     },
 };
 

@@ -21,6 +21,7 @@
 //!   and claiming every replica does.
 //! - [`context`]: a context of the tree and its span (a leaf).
 //! - [`log`]: a run's event log, in fixed chunks (a leaf).
+//! - [`target`]: an agent or group resolved with its model, once.
 //! - [`view`]: what the core answers about a run, from either record.
 //! - [`record`]: a run's record (status, cancellation, log, pending
 //!   approvals and inputs); [`registry`]: the runs of this replica.
@@ -41,6 +42,7 @@ pub mod record;
 pub mod registry;
 pub mod shared;
 pub mod state;
+pub mod target;
 pub mod view;
 
 /// Runs built without a gRPC server, for the unit tests of the parts that
