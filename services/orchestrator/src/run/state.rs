@@ -23,11 +23,7 @@ use super::events::{Draft, Filter};
 use super::record::RunRecord;
 use super::target::{Resolved, Unresolved, resolve};
 use crate::catalog::settings::Settings;
-use crate::{
-    catalog::Agent,
-    model::{Model, Models},
-    run::shared::Shared,
-};
+use crate::{catalog::Agent, model::Model, run::shared::Shared};
 
 /// The limits of one run, after request values and server defaults merged.
 #[derive(Debug, Clone, Copy)]
