@@ -130,9 +130,9 @@ const MAX_SECONDS: i64 = 253_402_300_799;
 fn fraction(nanos: u32) -> String {
     if nanos == 0 {
         String::new()
-    } else if nanos % 1_000_000 == 0 {
+    } else if nanos.is_multiple_of(1_000_000) {
         format!(".{:03}", nanos / 1_000_000)
-    } else if nanos % 1_000 == 0 {
+    } else if nanos.is_multiple_of(1_000) {
         format!(".{:06}", nanos / 1_000)
     } else {
         format!(".{nanos:09}")

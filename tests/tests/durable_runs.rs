@@ -627,3 +627,57 @@ async fn redis_restarted_without_persistence_fails_running_runs_and_takes_new_on
     .expect("a new run completes");
     baton_e2e::events::check_stream_rules(&events);
 }
+
+/// Over the HTTP face too: a run started on one replica is read, listed
+/// and followed (SSE) on another that shares only Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_replica_answers_a_durable_run_over_http() {
+    let redis = RedisServer::start().expect("redis-server");
+    let (a, b) = (durable_replica(&redis).await, durable_replica(&redis).await);
+    let http = reqwest::Client::new();
+    let started: serde_json::Value = http
+        .post(format!("{}/v1/runs", a.endpoint()))
+        .body(r#"{"agent": "chatty", "input": "go"}"#)
+        .send()
+        .await
+        .expect("start on a")
+        .json()
+        .await
+        .expect("json");
+    let run_id = started["runId"].as_str().expect("runId").to_owned();
+    // Its events from b, to the end.
+    let events = http
+        .get(format!("{}/v1/runs/{run_id}/events", b.endpoint()))
+        .send()
+        .await
+        .expect("watch on b")
+        .text()
+        .await
+        .expect("the whole stream");
+    let ids: Vec<u64> = events
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .map(|n| n.parse().expect("seq"))
+        .collect();
+    assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>());
+    assert!(events.contains("event: runCompleted"), "{events}");
+    let run: serde_json::Value = http
+        .get(format!("{}/v1/runs/{run_id}", b.endpoint()))
+        .send()
+        .await
+        .expect("get on b")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(run["status"], "RUN_STATUS_COMPLETED");
+    assert_eq!(run["lastSeq"], ids.len().to_string());
+    let page: serde_json::Value = http
+        .get(format!("{}/v1/runs", b.endpoint()))
+        .send()
+        .await
+        .expect("list on b")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(page["runs"][0]["runId"], run_id);
+}

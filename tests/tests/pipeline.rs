@@ -1247,8 +1247,10 @@ async fn a_refused_output_write_names_its_own_step_and_slot() {
     let mut config = StoreServer::config(Backend::Redis, Some(redis.url()));
     config.limits.max_trace_keys = 5;
     let store_server = StoreServer::start(config).await.expect("store");
-    let mut limits = baton_store::Limits::default();
-    limits.max_trace_keys = 5;
+    let limits = baton_store::Limits {
+        max_trace_keys: 5,
+        ..Default::default()
+    };
     let env = env_on(redis, store_server, limits).await;
     let steps = (0..6)
         .map(|i| {
