@@ -265,6 +265,14 @@ async fn a_run_over_http_streams_the_same_events_as_grpc_in_the_json_mapping() {
     .await;
     assert_eq!(frames.last().expect("end").event, "runCompleted");
     assert!(frames.iter().any(|f| f.event == "pipelineCompleted"));
+    // Each step says what it waited for: a client draws the graph from
+    // the events alone.
+    let waits: Vec<Value> = frames
+        .iter()
+        .filter(|f| f.event == "stepStarted")
+        .map(|f| f.data["stepStarted"]["dependsOn"].clone())
+        .collect();
+    assert_eq!(waits, [Value::Null, json!(["a"])]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -66,6 +66,8 @@ export class GraphView {
     const spec = group.spec;
     g.note.textContent = spec
       ? `${String(spec.mode || 'PIPELINE_MODE_SEQUENTIAL').replace(/^PIPELINE_MODE_/, '').toLowerCase()} mode: columns by dependency depth.`
+      : group.order.some((s) => Array.isArray(s.dependsOn))
+      ? 'Columns by dependency depth, from the steps the events say each waited for.'
       : 'Columns inferred from the order the steps ran (this browser did not start the run, so it does not know the spec): each step follows the step that completed last before it started.';
 
     const pos = new Map();
@@ -185,6 +187,10 @@ export function layout(group) {
       if ((mode === 'PIPELINE_MODE_SEQUENTIAL' || mode === 'PIPELINE_MODE_UNSPECIFIED') && i > 0) ids.add(spec.steps[i - 1].id);
       for (const id of ids) if (byId.has(id)) deps.get(s).push(byId.get(id));
     });
+  } else if (steps.some((s) => Array.isArray(s.dependsOn))) {
+    // From the events: each started step names the steps it waited for.
+    const byId = new Map(steps.map((s) => [s.id, s]));
+    for (const s of steps) for (const id of s.dependsOn || []) if (byId.has(id)) deps.get(s).push(byId.get(id));
   } else {
     inferred = true;
     for (const s of steps) if (s.trigger && s.trigger !== s) deps.get(s).push(s.trigger);

@@ -476,6 +476,9 @@ export class RunModel {
     step.agent = p.agent || step.agent;
     step.attempt = p.attempt || step.attempt + 1;
     step.state = 'running';
+    // The server says what the step waited for (StepStarted.dependsOn):
+    // the graph's edges, whoever started the run.
+    step.dependsOn = Array.isArray(p.dependsOn) ? p.dependsOn : [];
     if (!Number.isFinite(step.startMs)) {
       step.startMs = t;
       // What started it, for a graph without a spec: the step that

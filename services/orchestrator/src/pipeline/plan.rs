@@ -38,6 +38,10 @@ pub struct Step {
     /// In sequential mode, the step before it in the list: it starts only
     /// after that one ended, whichever way. Order only, not a dependency.
     pub after: Option<usize>,
+    /// The ids of the steps it waits for (`deps`, then `after`), sorted:
+    /// what `StepStarted` tells a watcher, so any client can draw the
+    /// graph from the run's events.
+    pub waits_for: Vec<String>,
     /// Whether its failure can fail the pipeline.
     pub required: bool,
     /// Deadline of one attempt.
@@ -318,6 +322,7 @@ impl Plan {
                 output_to: (!s.output_to.is_empty()).then_some(s.output_to),
                 deps,
                 after,
+                waits_for: Vec::new(),
                 required: s.required.unwrap_or(true),
                 timeout,
                 retries: s.retries,
@@ -329,6 +334,19 @@ impl Plan {
                 "pipeline.steps",
                 format!("dependency cycle: {}", names.join(" → ")),
             ));
+        }
+        let mut steps = steps;
+        let ids: Vec<String> = steps.iter().map(|s| s.id.clone()).collect();
+        for step in &mut steps {
+            let mut waits: Vec<String> = step
+                .deps
+                .iter()
+                .chain(step.after.iter())
+                .map(|&j| ids[j].clone())
+                .collect();
+            waits.sort();
+            waits.dedup();
+            step.waits_for = waits;
         }
         Ok(Self {
             name: spec.name,

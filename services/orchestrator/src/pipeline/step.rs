@@ -68,6 +68,7 @@ pub(super) async fn run_step(
             step_id: step.id.clone(),
             agent: step.agent.clone(),
             attempt,
+            depends_on: step.waits_for.clone(),
         });
         let unit = format!("ss/{}/{attempt}", ctx.id);
         rt.emit_point(&ctx, &no_agent(), started, unit, Vec::new)
