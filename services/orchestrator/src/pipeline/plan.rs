@@ -335,7 +335,6 @@ impl Plan {
                 format!("dependency cycle: {}", names.join(" → ")),
             ));
         }
-        let mut steps = steps;
         let ids: Vec<String> = steps.iter().map(|s| s.id.clone()).collect();
         for step in &mut steps {
             let mut waits: Vec<String> = step

@@ -226,6 +226,7 @@ mod tests {
                 output_to: None,
                 deps: d.to_vec(),
                 after: if sequential { i.checked_sub(1) } else { None },
+                waits_for: Vec::new(),
                 required: true,
                 timeout: Duration::from_secs(1),
                 retries: 0,
