@@ -191,9 +191,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     }
     println!("Baton is up: {summary}");
     println!("  orchestrator   http://{orch_addr}   (baton agents / baton run AGENT \"input\")");
-    println!(
-        "  web console    http://{orch_addr}/   (HTTP API: http://{orch_addr}/v1/openapi.json)"
-    );
+    println!("  web console    http://{orch_addr}/   (the HTTP API: /v1/openapi.json)");
     println!("  context store  http://{store_addr}   (baton store …)");
     println!("  store backend  in memory (lost on exit)");
     if let Some((agent, input)) = hint {
