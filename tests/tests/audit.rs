@@ -3,7 +3,7 @@
 //! whatever the log level, never among the other lines (one test: it
 //! installs the process's logger).
 
-use baton_common::telemetry::{LogConfig, LogFormat};
+use baton_common::logging::{LogConfig, LogFormat};
 use baton_e2e::{Captured, OrchestratorServer, StoreServer, agent_request};
 use futures::StreamExt;
 use serde_json::Value;
@@ -14,7 +14,7 @@ async fn audited_calls_are_one_json_line_each_in_their_own_file() {
     let audit = dir.path().join("audit.jsonl");
     let captured = Captured::default();
     let sink = captured.clone();
-    let _guard = baton_common::telemetry::init_to(
+    let _guard = baton_common::logging::init_to(
         "test",
         &LogConfig {
             format: LogFormat::Json,

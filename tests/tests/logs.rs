@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use baton_common::telemetry::{LogConfig, LogFormat};
+use baton_common::logging::{LogConfig, LogFormat};
 use baton_e2e::{Captured, OrchestratorServer, agent_request};
 use serde_json::Value;
 
@@ -24,7 +24,7 @@ agents:
 async fn every_line_logged_inside_a_run_carries_its_ids() {
     let captured = Captured::default();
     let sink = captured.clone();
-    let _guard = baton_common::telemetry::init_to(
+    let _guard = baton_common::logging::init_to(
         "test",
         &LogConfig {
             format: LogFormat::Json,

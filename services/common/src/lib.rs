@@ -3,7 +3,8 @@
 //!
 //! - [`config`]: one loader for every service config: defaults → file (TOML) →
 //!   environment (`BATON_<SERVICE>_…`) → flags, then the service validates it.
-//! - [`telemetry`]: logging set-up in one function that returns a guard.
+//! - [`logging`]: logging set-up in one function that returns a guard
+//!   (spans and their export are [`otel`]'s).
 //! - [`otel`]: the tracer provider of a service instance, OTLP export and
 //!   W3C trace context in gRPC metadata.
 //! - [`metrics`]: Prometheus text on `/metrics`.
@@ -21,6 +22,7 @@ pub mod audit;
 pub mod auth;
 pub mod config;
 pub mod ids;
+pub mod logging;
 pub mod metrics;
 pub mod otel;
 pub mod quota;
@@ -28,5 +30,4 @@ pub mod runtime;
 pub mod server;
 pub mod service;
 pub mod shutdown;
-pub mod telemetry;
 pub mod tls;

@@ -14,7 +14,7 @@ use serde::{Serialize, de::DeserializeOwned};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::telemetry::LogConfig;
+use crate::logging::LogConfig;
 
 /// What `main` needs to know of a service's config.
 pub trait ServiceConfig: Serialize + DeserializeOwned + Default {
@@ -107,7 +107,7 @@ where
     let runtime =
         crate::runtime::build(config.worker_threads()).context("cannot start the runtime")?;
     runtime.block_on(async move {
-        let _telemetry = crate::telemetry::init(name, config.log())?;
+        let _telemetry = crate::logging::init(name, config.log())?;
         let listen = config.listen();
         let listener = TcpListener::bind(listen)
             .await

@@ -5,10 +5,10 @@
 use std::{net::SocketAddr, time::Duration};
 
 use baton_common::{
+    logging::LogConfig,
     otel::{TelemetryConfig, TelemetryError},
     quota::QuotasError,
     server::{ServerOptions, ServerOptionsError},
-    telemetry::LogConfig,
     tls::TlsError,
 };
 use baton_store::{

@@ -7,9 +7,9 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use baton_common::quota::{Limits, Quotas, QuotasError};
 use baton_common::{
+    logging::LogConfig,
     otel::{TelemetryConfig, TelemetryError},
     server::{ServerOptions, ServerOptionsError},
-    telemetry::LogConfig,
     tls::TlsError,
 };
 use baton_store::{Limits as StoreLimits, LimitsError};

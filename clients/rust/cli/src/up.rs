@@ -46,9 +46,9 @@ pub struct UpArgs {
 
 /// Runs both services until Ctrl-C or SIGTERM.
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
-    let _telemetry = baton_common::telemetry::init_stderr(
+    let _telemetry = baton_common::logging::init_stderr(
         "baton",
-        &baton_common::telemetry::LogConfig {
+        &baton_common::logging::LogConfig {
             level: "warn,baton_orchestrator=info,baton_context_store=info,baton_store=info".into(),
             // One process on a developer's machine: no audit trail.
             audit: "off".into(),
