@@ -52,6 +52,29 @@ async fn audited_calls_are_one_json_line_each_in_their_own_file() {
         .await
         .expect_err("no such approval");
 
+    // The HTTP face audits through the same core, under the same names.
+    let http = reqwest::Client::new();
+    let started: Value = http
+        .post(format!("{}/v1/runs", server.endpoint()))
+        .body(r#"{"agent": "hi", "input": "x"}"#)
+        .send()
+        .await
+        .expect("HTTP run")
+        .json()
+        .await
+        .expect("json");
+    let (http_run, http_trace) = (
+        started["runId"].as_str().expect("runId").to_owned(),
+        started["traceId"].as_str().expect("traceId").to_owned(),
+    );
+    let refused = http
+        .post(format!("{}/v1/runs", server.endpoint()))
+        .body(r#"{"agent": "nobody", "input": "x"}"#)
+        .send()
+        .await
+        .expect("HTTP refusal");
+    assert_eq!(refused.status(), reqwest::StatusCode::BAD_REQUEST);
+
     // The store records the tenant its caller's key names.
     let keys = dir.path().join("api-keys");
     std::fs::write(&keys, "acme acme-key-0123456789\n").expect("keys");
@@ -93,6 +116,8 @@ async fn audited_calls_are_one_json_line_each_in_their_own_file() {
         ("RunAgent", "", "", "InvalidArgument"),
         ("CancelRun", run_id.as_str(), "", "OK"),
         ("ResolveApproval", run_id.as_str(), "", "NotFound"),
+        ("RunAgent", http_run.as_str(), http_trace.as_str(), "OK"),
+        ("RunAgent", "", "", "InvalidArgument"),
         ("Put", "", trace_id.as_str(), "OK"),
         ("Clear", "", trace_id.as_str(), "OK"),
     ];

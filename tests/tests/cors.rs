@@ -99,6 +99,34 @@ async fn browsers_call_both_services_from_allowed_origins_only() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_api_follows_the_same_origins() {
+    let orchestrator = OrchestratorServer::start("scripts: {}\nagents: {}\n", None, |c| {
+        c.server.cors_allowed_origins = vec![ALLOWED.into()]
+    })
+    .await
+    .expect("orchestrator");
+    let endpoint = orchestrator.endpoint();
+    let ok = preflight(&endpoint, "/v1/runs", ALLOWED).await;
+    assert!(ok.status().is_success(), "{:?}", ok.status());
+    assert_eq!(header(&ok, "access-control-allow-origin"), ALLOWED);
+    assert!(
+        header(&ok, "access-control-allow-headers")
+            .to_ascii_lowercase()
+            .contains("authorization")
+    );
+    let other = preflight(&endpoint, "/v1/runs", "https://evil.example").await;
+    assert_eq!(header(&other, "access-control-allow-origin"), "");
+    let call = reqwest::Client::new()
+        .get(format!("{endpoint}/v1/agents"))
+        .header("origin", ALLOWED)
+        .send()
+        .await
+        .expect("GET /v1/agents");
+    assert_eq!(call.status(), StatusCode::OK);
+    assert_eq!(header(&call, "access-control-allow-origin"), ALLOWED);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_allowed_origins_no_cross_origin_call_is_allowed() {
     let orchestrator = OrchestratorServer::start("scripts: {}\nagents: {}\n", None, |_| {})
         .await
