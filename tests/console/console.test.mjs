@@ -423,3 +423,24 @@ consoleTest("another tenant's key sees none of the first tenant's runs", async (
   await page.locator(`${tid('run-row')}[data-run-id="${runId}"]`).waitFor();
   assert.equal(await page.locator(`${tid('run-row')}[data-run-id="${betaRun}"]`).count(), 0);
 });
+
+consoleTest('on a 390×844 phone screen, keyboard only: a question is answered and nothing scrolls sideways', async (page) => {
+  await page.setViewportSize({ width: 390, height: 844 });
+  await openConsole(page, EXAMPLE, KEY_A);
+  const fits = () => page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth + 1);
+  assert.equal(await fits(), true, 'the runs page fits 390 px');
+  const runId = await startRun(page, 'interviewer', 'a phone trip');
+  const question = page.locator(`${tid('input-request')}[data-state="pending"]`);
+  await question.waitFor();
+  assert.equal(await fits(), true, 'the run page fits 390 px');
+  // Keyboard only: focus the first suggested answer and press Enter.
+  const lisbon = question.locator(`${tid('input-option')}[data-option="Lisbon"]`);
+  await lisbon.focus();
+  assert.equal(await lisbon.evaluate((el) => el === document.activeElement), true, 'an answer takes the focus');
+  await page.keyboard.press('Enter');
+  await waitStatus(page, 'RUN_STATUS_COMPLETED');
+  assert.equal(await page.locator(tid('run-output')).textContent(), 'Planning a trip to Lisbon.');
+  assert.equal(await fits(), true, 'the finished run fits 390 px');
+  await shot(page, 'phone-run', { fullPage: true });
+  await assertStreamComplete(page, runId, 'interviewer (phone)');
+});
