@@ -8,6 +8,10 @@ import { add, clear, codeName, fmtBytes, fmtDuration, fmtTime, fmtUsage, h, pret
 
 const WINDOW = 300;
 const EARLIER = 300;
+// What "Expand all" draws of each context it opens: a whole tree of a
+// hundred busy sub-agents at WINDOW each was ~83,000 elements (~390 MB in
+// the tab); "Show earlier" still draws the rest of any one of them.
+const WINDOW_EXPAND_ALL = 8;
 const ARGS_INLINE = 160;
 
 export class TreeView {
@@ -97,6 +101,10 @@ export class TreeView {
   buildBody(ctx) {
     const r = ctx._r;
     if (r.body) return;
+    if (ctx.brief) {
+      r.cap = Math.min(r.cap, WINDOW_EXPAND_ALL);
+      ctx.brief = false;
+    }
     r.list = h('ol', { class: 'items' });
     r.more = h('button', {
       type: 'button', class: 'btn small more', 'data-testid': 'show-earlier', hidden: true,
@@ -217,7 +225,11 @@ export class TreeView {
   }
 
   expandAll() {
-    for (const c of this.model.contexts.values()) c.expanded = true;
+    for (const c of this.model.contexts.values()) {
+      c.expanded = true;
+      // Opened by "Expand all", not by a person: a short window each.
+      if (c.depth > 0 && !(c._r && c._r.body)) c.brief = true;
+    }
     const open = (c) => {
       if (!c._r) return;
       if (!c._r.body) this.buildBody(c);
