@@ -25,15 +25,15 @@ impl TryFrom<pb::RunAgentRequest> for AgentRequest {
         let stored = StoredRequest(r.encode_to_vec());
         Ok(Self {
             history: history(r.history)?,
-            options: RequestOptions {
-                run_context_json: r.run_context_json,
-                default_model: r.default_model,
-                limits: limits(r.limits)?,
-                approval_mode: approval_mode(r.approval_mode)?,
-                filter: filter(r.filter)?,
-                detach: r.detach,
-                settings: settings(r.settings)?,
-            },
+            options: options(
+                r.run_context_json,
+                r.default_model,
+                r.limits,
+                r.approval_mode,
+                r.filter,
+                r.detach,
+                r.settings,
+            )?,
             agent: r.agent,
             input: r.input,
             stored,
@@ -52,15 +52,15 @@ impl TryFrom<pb::RunPipelineRequest> for PipelineRequest {
             pipeline: r.pipeline,
             initial_slots,
             keep_context: r.keep_context,
-            options: RequestOptions {
-                run_context_json: r.run_context_json,
-                default_model: r.default_model,
-                limits: limits(r.limits)?,
-                approval_mode: approval_mode(r.approval_mode)?,
-                filter: filter(r.filter)?,
-                detach: r.detach,
-                settings: settings(r.settings)?,
-            },
+            options: options(
+                r.run_context_json,
+                r.default_model,
+                r.limits,
+                r.approval_mode,
+                r.filter,
+                r.detach,
+                r.settings,
+            )?,
             stored,
         })
     }
@@ -104,6 +104,27 @@ impl TryFrom<&pb::ListRunsRequest> for RunsQuery {
             size,
         })
     }
+}
+
+/// The options RunAgent and RunPipeline share, converted.
+fn options(
+    run_context_json: String,
+    default_model: String,
+    run_limits: Option<pb::RunLimits>,
+    mode: i32,
+    events: Option<pb::EventFilter>,
+    detach: bool,
+    generation: Option<pb::GenerationSettings>,
+) -> Result<RequestOptions> {
+    Ok(RequestOptions {
+        run_context_json,
+        default_model,
+        limits: limits(run_limits)?,
+        approval_mode: approval_mode(mode)?,
+        filter: filter(events)?,
+        detach,
+        settings: settings(generation)?,
+    })
 }
 
 /// The request's generation settings, checked.
