@@ -4,11 +4,13 @@
 
 use std::{env, path::PathBuf};
 
-const PROTOS: [&str; 4] = [
+const PROTOS: [&str; 5] = [
     "baton/v1/context_store.proto",
     "baton/v1/events.proto",
     "baton/v1/orchestrator.proto",
     "baton/v1/tool_host.proto",
+    // The Agent2Agent protocol (vendored; see the file's header).
+    "lf/a2a/v1/a2a.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -35,6 +37,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .file_descriptor_set_path(&descriptors)
         .extern_path(".google.protobuf.Timestamp", "crate::wkt::Timestamp")
         .extern_path(".google.protobuf.Duration", "crate::wkt::Duration")
+        // A2A's Struct and Value: pbjson's, with their JSON mapping.
+        .extern_path(".google.protobuf.Struct", "::pbjson_types::Struct")
+        .extern_path(".google.protobuf.Value", "::pbjson_types::Value")
         .compile_with_config(config, &protos, &includes)?;
     // serde for every baton.v1 message, following the proto3 JSON mapping
     // (the HTTP face's JSON).
@@ -43,6 +48,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .register_descriptors(&set)?
         .extern_path(".google.protobuf.Timestamp", "crate::wkt::Timestamp")
         .extern_path(".google.protobuf.Duration", "crate::wkt::Duration")
-        .build(&[".baton"])?;
+        .extern_path(".google.protobuf.Struct", "::pbjson_types::Struct")
+        .extern_path(".google.protobuf.Value", "::pbjson_types::Value")
+        .build(&[".baton", ".lf.a2a"])?;
     Ok(())
 }

@@ -22,6 +22,18 @@ pub mod v1 {
     include!(concat!(env!("OUT_DIR"), "/baton.v1.serde.rs"));
 }
 
+/// The Agent2Agent protocol, version 1.0 (`lf.a2a.v1`), generated from
+/// `proto/lf/a2a/v1/a2a.proto`: the messages and the `A2AService` client
+/// and server, with serde following the proto3 JSON mapping (the JSON-RPC
+/// and HTTP+JSON bindings).
+pub mod a2a {
+    /// `lf.a2a.v1`.
+    pub mod v1 {
+        tonic::include_proto!("lf.a2a.v1");
+        include!(concat!(env!("OUT_DIR"), "/lf.a2a.v1.serde.rs"));
+    }
+}
+
 /// The encoded `FileDescriptorSet` of every `baton.v1` file, for reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("baton_descriptor");
 

@@ -52,6 +52,7 @@
 //! cancelled (`RunCancelled`, "server shutting down") and their streams get
 //! [`RUN_FLUSH`] to carry the terminal events out.
 
+pub mod a2a;
 pub mod agent;
 pub mod app;
 pub mod auth;
@@ -75,7 +76,9 @@ use std::{sync::Arc, time::Duration};
 
 use anyhow::Context;
 use baton_common::otel::Tracing;
-use baton_proto::v1::orchestrator_server::OrchestratorServer;
+use baton_proto::{
+    a2a::v1::a2a_service_server::A2aServiceServer, v1::orchestrator_server::OrchestratorServer,
+};
 use baton_store::{ContextStore, memory::MemoryStore};
 use tokio::net::TcpListener;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
@@ -242,16 +245,27 @@ pub async fn serve_core(
     let tracing = core.tracing().clone();
     let durable = core.durable();
     core.list_remote_tools();
-    // One port: gRPC (and gRPC-web) and the HTTP/JSON + SSE face.
+    // One port: gRPC (and gRPC-web), the HTTP/JSON + SSE face, and the A2A
+    // face's three bindings.
+    let a2a = a2a::A2a::new(
+        core.clone(),
+        &config.a2a,
+        keys.clone(),
+        !config.tls.cert_file.as_os_str().is_empty(),
+    )?;
     let grpc = Routes::new(OrchestratorServer::with_interceptor(
         OrchestratorService::new(core.clone()),
         auth::Authenticate(keys.clone()),
+    ))
+    .add_service(A2aServiceServer::with_interceptor(
+        a2a::grpc::A2aGrpc::new(a2a.clone()),
+        auth::Authenticate(keys.clone()),
     ));
-    let routes = Routes::from(grpc.into_axum_router().merge(http::router(
-        core,
-        keys,
-        config.console.clone(),
-    )));
+    let routes = Routes::from(
+        grpc.into_axum_router()
+            .merge(http::router(core, keys, config.console.clone()))
+            .merge(a2a::router(a2a)),
+    );
     tracing::info!(%addr, "orchestrator listening");
     // Ready while the context store answers, and, when runs are durable,
     // the run store's Redis too (no run can start without it).

@@ -49,6 +49,11 @@ pub use turn::{run_frame, run_frame_boxed, run_step_boxed};
 pub async fn body(rt: Arc<Run>, root: CallFrame, target: String) {
     let root_ctx = root.ctx.clone();
     let scope = root.scope.clone();
+    let started = pb::RunStarted {
+        kind: pb::RunKind::Agent as i32,
+        target,
+        input: root.input.clone(),
+    };
     let _end = root_ctx.end_on_drop();
     let body = async {
         let ran = tokio::select! {
@@ -63,13 +68,5 @@ pub async fn body(rt: Arc<Run>, root: CallFrame, target: String) {
             None => ran,
         }
     };
-    drive(
-        &rt,
-        &root_ctx,
-        pb::RunKind::Agent,
-        target,
-        Box::pin(body),
-        async {},
-    )
-    .await;
+    drive(&rt, &root_ctx, started, Box::pin(body), async {}).await;
 }

@@ -69,6 +69,8 @@ pub struct AgentSpec {
     pub policies: Vec<String>,
     /// Generation settings over its provider's (a request's override them).
     pub settings: Settings,
+    /// Whether it is served as an A2A agent (see the config's `a2a`).
+    pub a2a: bool,
 }
 
 /// An agent group: a root agent plus the agents it may hand off to, usable

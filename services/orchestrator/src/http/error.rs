@@ -41,6 +41,23 @@ impl HttpError {
     }
 }
 
+impl HttpError {
+    /// Its gRPC code.
+    pub fn code(&self) -> Code {
+        self.code
+    }
+
+    /// What a person reads.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The field it is about.
+    pub fn field(&self) -> Option<&str> {
+        self.field.as_deref()
+    }
+}
+
 impl From<Error> for HttpError {
     fn from(e: Error) -> Self {
         Self {

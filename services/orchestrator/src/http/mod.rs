@@ -14,7 +14,7 @@
 pub mod console;
 pub mod error;
 pub mod openapi;
-mod request;
+pub mod request;
 pub mod routes;
 pub mod sse;
 
@@ -165,59 +165,64 @@ impl Call {
     }
 }
 
-impl Face {
-    /// Who calls: the tenant its key names, its trace, what a forwarded
-    /// call would carry.
-    fn caller(&self, headers: &HeaderMap) -> Result<Caller, HttpError> {
-        let text = |name: &str| {
-            headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        };
-        let authorization = text("authorization");
-        let tenant = match &self.keys {
-            None => String::new(),
-            Some(keys) => {
-                let presented = authorization.as_deref().ok_or_else(|| {
+/// Who calls an HTTP route (this face's, the A2A face's): the tenant its
+/// `Authorization: Bearer` key names (`keys`; none: every caller is the
+/// tenant `""`), its trace, what a forwarded call would carry.
+pub fn caller(keys: Option<&ApiKeys>, headers: &HeaderMap) -> Result<Caller, HttpError> {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let authorization = text("authorization");
+    let tenant = match keys {
+        None => String::new(),
+        Some(keys) => {
+            let presented = authorization.as_deref().ok_or_else(|| {
+                HttpError::new(
+                    Code::Unauthenticated,
+                    "authorization: missing; send `Authorization: Bearer <API key>`",
+                    None,
+                )
+            })?;
+            let key = presented
+                .strip_prefix("Bearer ")
+                .or_else(|| presented.strip_prefix("bearer "))
+                .map(str::trim)
+                .ok_or_else(|| {
                     HttpError::new(
                         Code::Unauthenticated,
-                        "authorization: missing; send `Authorization: Bearer <API key>`",
+                        "authorization: expected `Bearer <API key>`",
                         None,
                     )
                 })?;
-                let key = presented
-                    .strip_prefix("Bearer ")
-                    .or_else(|| presented.strip_prefix("bearer "))
-                    .map(str::trim)
-                    .ok_or_else(|| {
-                        HttpError::new(
-                            Code::Unauthenticated,
-                            "authorization: expected `Bearer <API key>`",
-                            None,
-                        )
-                    })?;
-                keys.tenant_of_key(key)
-                    .ok_or_else(|| {
-                        HttpError::new(
-                            Code::Unauthenticated,
-                            "authorization: unknown API key",
-                            None,
-                        )
-                    })?
-                    .0
-            }
-        };
-        let metadata = tonic::metadata::MetadataMap::from_headers(headers.clone());
-        Ok(Caller {
-            tenant,
-            trace: baton_common::otel::extract(&metadata),
-            forward: Forward {
-                forwarded: headers.contains_key(FORWARDED),
-                traceparent: text("traceparent"),
-                authorization,
-            },
-        })
+            keys.tenant_of_key(key)
+                .ok_or_else(|| {
+                    HttpError::new(
+                        Code::Unauthenticated,
+                        "authorization: unknown API key",
+                        None,
+                    )
+                })?
+                .0
+        }
+    };
+    let metadata = tonic::metadata::MetadataMap::from_headers(headers.clone());
+    Ok(Caller {
+        tenant,
+        trace: baton_common::otel::extract(&metadata),
+        forward: Forward {
+            forwarded: headers.contains_key(FORWARDED),
+            traceparent: text("traceparent"),
+            authorization,
+        },
+    })
+}
+
+impl Face {
+    fn caller(&self, headers: &HeaderMap) -> Result<Caller, HttpError> {
+        caller(self.keys.as_deref(), headers)
     }
 
     async fn handle(&self, call: Call) -> Answer {

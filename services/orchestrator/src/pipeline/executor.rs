@@ -101,8 +101,11 @@ pub async fn body(
     drive(
         &rt,
         &root,
-        pb::RunKind::Pipeline,
-        plan.name.clone(),
+        pb::RunStarted {
+            kind: pb::RunKind::Pipeline as i32,
+            target: plan.name.clone(),
+            input: String::new(),
+        },
         Box::pin(body),
         cleanup,
     )

@@ -10,8 +10,8 @@ use tonic::Code;
 
 use super::{context::ContextInfo, failure::Failure, state::Run};
 
-/// Runs `body` as a whole run in `root`: `RunStarted` (of `kind`, naming
-/// `target`), then the body until it ends, the run's token is cancelled or
+/// Runs `body` as a whole run in `root`: `started` (its kind, target and
+/// input), then the body until it ends, the run's token is cancelled or
 /// `run_timeout` passes; then `cleanup` (whatever happened); then the one
 /// terminal event: `RunCompleted` with the body's output, `RunFailed` with
 /// its failure (or the deadline), `RunCancelled` with the reason.
@@ -23,8 +23,7 @@ use super::{context::ContextInfo, failure::Failure, state::Run};
 pub async fn drive(
     rt: &Arc<Run>,
     root: &Arc<ContextInfo>,
-    kind: pb::RunKind,
-    target: String,
+    started: pb::RunStarted,
     body: BoxFuture<'_, Result<String, Failure>>,
     cleanup: impl Future<Output = ()>,
 ) {
@@ -39,10 +38,7 @@ pub async fn drive(
             rt.emit(root, &no_agent, resumed).await;
         }
         None => {
-            let started = Payload::RunStarted(pb::RunStarted {
-                kind: kind as i32,
-                target,
-            });
+            let started = Payload::RunStarted(started);
             // A point: it records the root context's span id.
             rt.emit_point(root, &no_agent, started, "r".into(), Vec::new)
                 .await;
@@ -116,8 +112,11 @@ mod tests {
         drive(
             &rt,
             &root,
-            pb::RunKind::Agent,
-            "a".into(),
+            pb::RunStarted {
+                kind: pb::RunKind::Agent as i32,
+                target: "a".into(),
+                input: String::new(),
+            },
             Box::pin(body),
             async {
                 cleaned.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -1,0 +1,116 @@
+//! An exposed agent's card (A2A §8): its name and description, its
+//! skills (the agent itself, and each tool it may call), the interfaces
+//! of all three bindings in preference order (JSON-RPC, HTTP+JSON, gRPC),
+//! capabilities as they are (streaming yes; push notifications and an
+//! extended card no; Baton's context extension, optional), and, when the
+//! server takes API keys, the bearer scheme they are sent with.
+
+use std::collections::HashMap;
+
+use axum::{
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    response::Response,
+};
+use baton_proto::a2a::v1 as lf;
+
+use super::{A2a, Exposed, VERSION, error::json_response, task::EXTENSION};
+
+/// The name of the bearer scheme in the cards.
+pub const BEARER: &str = "bearer";
+
+/// The card of `agent`, for a caller that reached this port at `base`.
+pub fn card(face: &A2a, agent: &Exposed, base: &str) -> lf::AgentCard {
+    let url = format!("{base}/a2a/{}", agent.name);
+    let interface = |binding: &str, url: String, tenant: &str| lf::AgentInterface {
+        url,
+        protocol_binding: binding.to_owned(),
+        tenant: tenant.to_owned(),
+        protocol_version: VERSION.to_owned(),
+    };
+    let description = if agent.description.is_empty() {
+        format!("The Baton agent {}.", agent.name)
+    } else {
+        agent.description.clone()
+    };
+    let mut skills = vec![lf::AgentSkill {
+        id: agent.name.clone(),
+        name: agent.name.clone(),
+        description: description.clone(),
+        tags: vec!["baton".to_owned(), "agent".to_owned()],
+        ..Default::default()
+    }];
+    skills.extend(agent.tools.iter().map(|tool| lf::AgentSkill {
+        id: format!("{}.{tool}", agent.name),
+        name: tool.clone(),
+        description: format!("{} can call {tool} while it works.", agent.name),
+        tags: vec!["baton".to_owned(), "tool".to_owned()],
+        ..Default::default()
+    }));
+    let (security_schemes, security_requirements) = if face.keys_required() {
+        let scheme = lf::SecurityScheme {
+            scheme: Some(lf::security_scheme::Scheme::HttpAuthSecurityScheme(
+                lf::HttpAuthSecurityScheme {
+                    description: "A Baton API key: `Authorization: Bearer <key>`; the key names the tenant whose tasks the caller sees.".to_owned(),
+                    scheme: "Bearer".to_owned(),
+                    bearer_format: "Baton API key".to_owned(),
+                },
+            )),
+        };
+        let requirement = lf::SecurityRequirement {
+            schemes: HashMap::from([(BEARER.to_owned(), lf::StringList::default())]),
+        };
+        (
+            HashMap::from([(BEARER.to_owned(), scheme)]),
+            vec![requirement],
+        )
+    } else {
+        (HashMap::new(), Vec::new())
+    };
+    lf::AgentCard {
+        name: agent.name.clone(),
+        description,
+        supported_interfaces: vec![
+            interface("JSONRPC", url.clone(), ""),
+            interface("HTTP+JSON", url, ""),
+            interface("GRPC", face.grpc_address(base), &agent.name),
+        ],
+        provider: Some(lf::AgentProvider {
+            url: base.to_owned(),
+            organization: "Baton".to_owned(),
+        }),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        documentation_url: None,
+        capabilities: Some(lf::AgentCapabilities {
+            streaming: Some(true),
+            push_notifications: Some(false),
+            extensions: vec![lf::AgentExtension {
+                uri: EXTENSION.to_owned(),
+                description: "Where in the run's tree of agents each update happened: metadata[uri] = {contextId, parentContextId, depth, agent, kind, seq}.".to_owned(),
+                required: false,
+                params: None,
+            }],
+            extended_agent_card: Some(false),
+        }),
+        security_schemes,
+        security_requirements,
+        default_input_modes: vec!["text/plain".to_owned(), "application/json".to_owned()],
+        default_output_modes: vec!["text/plain".to_owned()],
+        skills,
+        signatures: Vec::new(),
+        icon_url: None,
+    }
+}
+
+/// The card as its HTTP answer (public: a card holds no secret; cached for
+/// a minute).
+pub fn response(face: &A2a, agent: &Exposed, headers: &HeaderMap) -> Response {
+    let base = face.base_url(headers);
+    let card = card(face, agent, &base);
+    let body = serde_json::to_value(&card).unwrap_or_default();
+    let mut response = json_response(&body, StatusCode::OK);
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=60"),
+    );
+    response
+}

@@ -1,0 +1,215 @@
+//! The HTTP+JSON binding (A2A §11) under `/a2a/{agent}/`: the routes the
+//! `google.api.http` annotations of `a2a.proto` declare, with the agent's
+//! URL as their base —
+//!
+//! | route | operation |
+//! |---|---|
+//! | `POST message:send` | SendMessage |
+//! | `POST message:stream` | SendStreamingMessage (SSE) |
+//! | `GET tasks/{id}` | GetTask (`historyLength`) |
+//! | `GET tasks` | ListTasks (`contextId`, `status`, `pageSize`, `pageToken`, `historyLength`, `statusTimestampAfter`, `includeArtifacts`) |
+//! | `POST tasks/{id}:cancel` | CancelTask |
+//! | `GET`/`POST tasks/{id}:subscribe` | SubscribeToTask (SSE) |
+//! | `… tasks/{id}/pushNotificationConfigs…` | PushNotificationNotSupportedError |
+//! | `GET extendedAgentCard` | UnsupportedOperationError |
+//!
+//! Bodies and answers are the proto3 JSON of the `lf.a2a.v1` messages
+//! (`application/a2a+json` or `application/json`); errors are
+//! `{"error": google.rpc.Status}` with A2A's HTTP statuses (`error.rs`);
+//! each SSE frame is one `StreamResponse`.
+
+use std::sync::Arc;
+
+use axum::{
+    body::Body,
+    extract::{Path, RawQuery, State},
+    http::{HeaderMap, HeaderValue, Method, StatusCode, header},
+    response::Response,
+};
+use baton_proto::a2a::v1 as lf;
+use serde_json::{Value, json};
+
+use super::{A2a, check_version, error::A2aError, error::json_response, http_version, sse};
+
+/// The media type of the binding's JSON.
+pub const MEDIA_TYPE: &str = "application/a2a+json";
+
+/// Handles one HTTP+JSON request to `agent` (`rest` is the path after the
+/// agent's URL).
+pub async fn handle(
+    State(face): State<Arc<A2a>>,
+    Path((agent, rest)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+    method: Method,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    match call(
+        &face,
+        &agent,
+        &rest,
+        query.as_deref(),
+        &method,
+        &headers,
+        body,
+    )
+    .await
+    {
+        Ok(response) => response,
+        Err(e) => e.rest_response(),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn call(
+    face: &A2a,
+    agent: &str,
+    rest: &str,
+    query: Option<&str>,
+    method: &Method,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, A2aError> {
+    let caller = face.caller(headers)?;
+    face.agent(agent)?;
+    check_version(http_version(headers, query))?;
+    let body = crate::http::request::read_body(body).await?;
+    let service = face.service();
+    let segments: Vec<&str> = rest.split('/').collect();
+    let no_route = || {
+        A2aError::NoAgent(format!(
+            "no A2A route {method} /a2a/{agent}/{rest} (A2A §11.3 lists the routes)"
+        ))
+    };
+    match (method.as_str(), segments.as_slice()) {
+        ("POST", ["message:send"]) => {
+            let r: lf::SendMessageRequest = json_body(&body)?;
+            Ok(json(&service.send(&caller, agent, r).await?))
+        }
+        ("POST", ["message:stream"]) => {
+            let r: lf::SendMessageRequest = json_body(&body)?;
+            Ok(stream(service.send_streaming(&caller, agent, r).await?))
+        }
+        ("GET", ["tasks"]) => {
+            let r = list_request(query)?;
+            Ok(json_value(&list_json(
+                &service.list(&caller, agent, &r).await?,
+            )))
+        }
+        ("GET" | "POST", ["tasks", last]) if last.ends_with(":subscribe") => {
+            let id = last.trim_end_matches(":subscribe");
+            Ok(stream(service.subscribe(&caller, agent, id).await?))
+        }
+        ("POST", ["tasks", last]) if last.ends_with(":cancel") => {
+            let id = last.trim_end_matches(":cancel");
+            Ok(json(&service.cancel(&caller, agent, id).await?))
+        }
+        ("GET", ["tasks", id]) if !id.contains(':') => {
+            let history_length = query_number(query, "historyLength")?;
+            let r = lf::GetTaskRequest {
+                tenant: String::new(),
+                id: (*id).to_owned(),
+                history_length,
+            };
+            Ok(json(&service.get(&caller, agent, &r).await?))
+        }
+        (_, ["tasks", _, "pushNotificationConfigs", ..]) => Err(A2aError::PushNotSupported),
+        ("GET", ["extendedAgentCard"]) => Err(A2aError::Unsupported(
+            "this agent has no extended card (its card says extendedAgentCard: false)".into(),
+        )),
+        _ => Err(no_route()),
+    }
+}
+
+/// A JSON body as the message `T`; a bad one names the field.
+fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, A2aError> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." || path.is_empty() {
+            "body".to_owned()
+        } else {
+            path
+        };
+        A2aError::invalid(&field, e.inner())
+    })
+}
+
+/// The query's parameters, in order.
+fn params(query: Option<&str>) -> Vec<(String, String)> {
+    form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
+fn query_number(query: Option<&str>, name: &str) -> Result<Option<i32>, A2aError> {
+    params(query)
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| {
+            v.parse()
+                .map_err(|_| A2aError::invalid(name, format!("{v:?} is not a number")))
+        })
+        .transpose()
+}
+
+/// A `ListTasks` request from the query (camelCase names, as the JSON).
+fn list_request(query: Option<&str>) -> Result<lf::ListTasksRequest, A2aError> {
+    let mut object = serde_json::Map::new();
+    for (k, v) in params(query) {
+        let value = match k.as_str() {
+            "pageSize" | "historyLength" => json!(
+                v.parse::<i64>()
+                    .map_err(|_| A2aError::invalid(&k, format!("{v:?} is not a number")))?
+            ),
+            "includeArtifacts" => match v.as_str() {
+                "true" => json!(true),
+                "false" => json!(false),
+                _ => return Err(A2aError::invalid(&k, "must be true or false")),
+            },
+            "contextId" | "status" | "pageToken" | "statusTimestampAfter" | "tenant" => json!(v),
+            _ if k.eq_ignore_ascii_case(super::VERSION_HEADER) => continue,
+            _ => return Err(A2aError::invalid(&k, "is not a ListTasks parameter")),
+        };
+        object.insert(k, value);
+    }
+    json_body(Value::Object(object).to_string().as_bytes())
+}
+
+/// A `ListTasksResponse` as JSON: its required fields always present (A2A
+/// §3.1.4: `nextPageToken` is `""` on the last page).
+pub fn list_json(list: &lf::ListTasksResponse) -> Value {
+    let mut value = serde_json::to_value(list).unwrap_or_default();
+    if let Some(o) = value.as_object_mut() {
+        o.entry("tasks").or_insert_with(|| json!([]));
+        o.entry("nextPageToken").or_insert_with(|| json!(""));
+        o.entry("pageSize").or_insert_with(|| json!(list.page_size));
+        o.entry("totalSize")
+            .or_insert_with(|| json!(list.total_size));
+    }
+    value
+}
+
+fn json<T: serde::Serialize>(message: &T) -> Response {
+    json_value(&serde_json::to_value(message).unwrap_or_default())
+}
+
+fn json_value(value: &Value) -> Response {
+    let mut response = json_response(value, StatusCode::OK);
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(MEDIA_TYPE));
+    response
+}
+
+fn stream(updates: super::service::Updates) -> Response {
+    sse::response(updates, |item| match item {
+        Ok(update) => serde_json::to_value(update).unwrap_or_default(),
+        Err(e) => json!({"error": {
+            "code": e.http_status().as_u16(),
+            "status": baton_proto::code_name(e.code()),
+            "message": e.message(),
+            "details": e.details_json(),
+        }}),
+    })
+}

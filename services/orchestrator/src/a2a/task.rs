@@ -1,0 +1,536 @@
+//! A run seen as an A2A task: [`Task`] folds the run's events, in order,
+//! into the task's state, status message, history and artifacts, and
+//! gives, for each event, the stream updates it means. `GetTask`, a
+//! blocking `SendMessage`, and the first `Task` of every stream are the
+//! fold of the events so far; streams then send the updates of the events
+//! that follow. The same fold on every replica, from the run's events, so
+//! any replica answers for any task of a durable run.
+//!
+//! How events become updates (see `docs/a2a.md`):
+//! - text as it arrives (`TextDelta`, at any depth): a `WORKING` status
+//!   update whose message carries the text;
+//! - a sub-agent starting or ending, a tool call starting or ending, tool
+//!   progress, a handoff, a pipeline step: a `WORKING` status update with a
+//!   line saying what happened;
+//! - an approval or a question anywhere in the run: `INPUT_REQUIRED`, its
+//!   message what is asked (the stream ends there, as A2A's interrupted
+//!   states end streams); the answer (`ApprovalResolved`,
+//!   `InputReceived`): back to `WORKING`;
+//! - the run's end: its output as the artifact `output`, then
+//!   `COMPLETED`; `FAILED` with the code and message; `CANCELED`.
+//!
+//! Every update's metadata carries, under the [`EXTENSION`] key, where in
+//! the run's tree it happened: `contextId`, `parentContextId`, `depth`,
+//! `agent`, `kind` (the Baton event's) and `seq`.
+
+use std::collections::HashMap;
+
+use baton_proto::{
+    a2a::v1::{self as lf, stream_response::Payload as Update},
+    v1::{self as pb, run_event::Payload},
+};
+use pbjson_types::{Struct, Value, value::Kind};
+
+use crate::run::view::RunView;
+
+/// The URI of Baton's A2A extension: nested-context detail on every
+/// update (see the module docs).
+pub const EXTENSION: &str = "https://baton.dev/a2a/extensions/context/v1";
+
+/// The id of the artifact that holds a completed task's output.
+pub const OUTPUT_ARTIFACT: &str = "output";
+
+/// What a task waits for from a person.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ask {
+    /// An approval of a tool call.
+    Approval {
+        /// The approval.
+        approval_id: String,
+        /// The tool.
+        tool: String,
+    },
+    /// A question.
+    Question {
+        /// The request for input.
+        input_id: String,
+    },
+}
+
+/// A run folded into an A2A task (see the module docs).
+#[derive(Debug, Clone)]
+pub struct Task {
+    id: String,
+    context_id: String,
+    state: lf::TaskState,
+    message: Option<lf::Message>,
+    time: Option<baton_proto::wkt::Timestamp>,
+    history: Vec<lf::Message>,
+    output: Option<lf::Artifact>,
+    /// What the run waits for, oldest first, with the message that asks it.
+    asks: Vec<(Ask, lf::Message)>,
+    /// The seq of the last event folded in.
+    pub last_seq: u64,
+    /// Whether the run has ended.
+    pub ended: bool,
+}
+
+impl Task {
+    /// The task of run `run_id` in trace `trace_id`, before any event.
+    pub fn new(run_id: &str, trace_id: &str) -> Self {
+        Self {
+            id: run_id.to_owned(),
+            context_id: trace_id.to_owned(),
+            state: lf::TaskState::Submitted,
+            message: None,
+            time: None,
+            history: Vec::new(),
+            output: None,
+            asks: Vec::new(),
+            last_seq: 0,
+            ended: false,
+        }
+    }
+
+    /// The task of a run as its view shows it, without its events: what
+    /// `ListTasks` answers (a running task is `WORKING` there; `GetTask`
+    /// tells whether it waits for input).
+    pub fn of_view(view: &RunView) -> Self {
+        let mut task = Self::new(&view.run_id, &view.trace_id);
+        task.last_seq = view.last_seq;
+        task.time = Some(view.ended_at.unwrap_or(view.started_at).into());
+        match view.status {
+            pb::RunStatus::Completed => {
+                task.state = lf::TaskState::Completed;
+                task.output = Some(output_artifact(&view.output));
+                task.ended = true;
+            }
+            pb::RunStatus::Failed => {
+                task.state = lf::TaskState::Failed;
+                task.message = Some(task.agent_message(
+                    0,
+                    failure_text(view.error_code, &view.error_message),
+                    None,
+                ));
+                task.ended = true;
+            }
+            pb::RunStatus::Cancelled => {
+                task.state = lf::TaskState::Canceled;
+                task.ended = true;
+            }
+            pb::RunStatus::Running | pb::RunStatus::Unspecified => {
+                task.state = lf::TaskState::Working;
+            }
+        }
+        task
+    }
+
+    /// The task id (the run id).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The context id (the run's trace id).
+    pub fn context_id(&self) -> &str {
+        &self.context_id
+    }
+
+    /// Its state.
+    pub fn state(&self) -> lf::TaskState {
+        self.state
+    }
+
+    /// What the run waits for, oldest first.
+    pub fn asks(&self) -> impl Iterator<Item = &Ask> {
+        self.asks.iter().map(|(ask, _)| ask)
+    }
+
+    /// What the run waits for first, if anything.
+    pub fn first_ask(&self) -> Option<&Ask> {
+        self.asks.first().map(|(ask, _)| ask)
+    }
+
+    /// Whether a blocking call or a stream stops here: the task ended or
+    /// waits for input.
+    pub fn interrupted_or_ended(&self) -> bool {
+        self.ended || self.state == lf::TaskState::InputRequired
+    }
+
+    /// Records the caller's message that started or answered the task, in
+    /// its history.
+    pub fn push_user_message(&mut self, message: lf::Message) {
+        self.history.push(message);
+    }
+
+    /// Folds `event` in and gives the updates it means.
+    pub fn apply(&mut self, event: &pb::RunEvent) -> Vec<Update> {
+        self.last_seq = event.seq;
+        self.time = event.time;
+        let Some(payload) = &event.payload else {
+            return Vec::new();
+        };
+        let meta = || Some(extension_meta(event, payload));
+        match payload {
+            Payload::RunStarted(s) => {
+                self.state = lf::TaskState::Working;
+                if !s.input.is_empty() {
+                    let mut m = message(
+                        format!("{}-{}", self.id, event.seq),
+                        &self.id,
+                        &self.context_id,
+                        lf::Role::User,
+                        s.input.clone(),
+                    );
+                    m.metadata = meta();
+                    self.history.push(m);
+                }
+                vec![self.status_update(None, meta())]
+            }
+            Payload::RunResumed(_) => Vec::new(),
+            Payload::TextDelta(d) => {
+                let m = self.agent_message(event.seq, d.text.clone(), meta());
+                vec![self.status_update(Some(m), meta())]
+            }
+            Payload::AgentStarted(_)
+            | Payload::AgentCompleted(_)
+            | Payload::Handoff(_)
+            | Payload::ToolCallStarted(_)
+            | Payload::ToolProgress(_)
+            | Payload::ToolOptions(_)
+            | Payload::ToolCallCompleted(_)
+            | Payload::StepStarted(_)
+            | Payload::StepCompleted(_)
+            | Payload::StepFailed(_)
+            | Payload::StepSkipped(_)
+            | Payload::PipelineCompleted(_) => {
+                let Some(line) = progress_line(event, payload) else {
+                    return Vec::new();
+                };
+                let m = self.agent_message(event.seq, line, meta());
+                vec![self.status_update(Some(m), meta())]
+            }
+            Payload::MessageCompleted(_)
+            | Payload::ToolBatchCompleted(_)
+            | Payload::ContextWritten(_) => Vec::new(),
+            Payload::ApprovalRequested(a) => {
+                let text = format!(
+                    "Approve the call of tool `{}` with {} (by {} at depth {})? Answer `approve` or `deny`, optionally followed by a reason.",
+                    a.tool,
+                    if a.arguments_json.is_empty() {
+                        "no arguments"
+                    } else {
+                        &a.arguments_json
+                    },
+                    if event.agent.is_empty() {
+                        "the run"
+                    } else {
+                        &event.agent
+                    },
+                    event.depth
+                );
+                let m = self.agent_message(event.seq, text, meta());
+                let ask = Ask::Approval {
+                    approval_id: a.approval_id.clone(),
+                    tool: a.tool.clone(),
+                };
+                self.ask(ask, m, meta())
+            }
+            Payload::InputRequested(q) => {
+                let text = if q.options.is_empty() {
+                    q.prompt.clone()
+                } else {
+                    format!("{} [{}]", q.prompt, q.options.join("/"))
+                };
+                let m = self.agent_message(event.seq, text, meta());
+                let ask = Ask::Question {
+                    input_id: q.input_id.clone(),
+                };
+                self.ask(ask, m, meta())
+            }
+            Payload::ApprovalResolved(r) => {
+                self.asks.retain(|(a, _)| {
+                    !matches!(a, Ask::Approval { approval_id, .. } if *approval_id == r.approval_id)
+                });
+                let verdict = if r.approved { "approved" } else { "denied" };
+                let text = if r.reason.is_empty() {
+                    verdict.to_owned()
+                } else {
+                    format!("{verdict}: {}", r.reason)
+                };
+                self.answered(event, text, meta())
+            }
+            Payload::InputReceived(r) => {
+                self.asks.retain(
+                    |(a, _)| !matches!(a, Ask::Question { input_id } if *input_id == r.input_id),
+                );
+                self.answered(event, r.input.clone(), meta())
+            }
+            Payload::RunCompleted(c) => {
+                self.ended = true;
+                self.asks.clear();
+                self.state = lf::TaskState::Completed;
+                self.message = None;
+                let artifact = output_artifact(&c.output);
+                self.output = Some(artifact.clone());
+                let artifact_update = Update::ArtifactUpdate(lf::TaskArtifactUpdateEvent {
+                    task_id: self.id.clone(),
+                    context_id: self.context_id.clone(),
+                    artifact: Some(artifact),
+                    append: false,
+                    last_chunk: true,
+                    metadata: meta(),
+                });
+                vec![artifact_update, self.status_update(None, meta())]
+            }
+            Payload::RunFailed(f) => {
+                self.ended = true;
+                self.asks.clear();
+                self.state = lf::TaskState::Failed;
+                let m = self.agent_message(event.seq, failure_text(f.code, &f.message), meta());
+                vec![self.status_update(Some(m), meta())]
+            }
+            Payload::RunCancelled(c) => {
+                self.ended = true;
+                self.asks.clear();
+                self.state = lf::TaskState::Canceled;
+                let text = if c.reason.is_empty() {
+                    "cancelled".to_owned()
+                } else {
+                    format!("cancelled: {}", c.reason)
+                };
+                let m = self.agent_message(event.seq, text, meta());
+                vec![self.status_update(Some(m), meta())]
+            }
+        }
+    }
+
+    /// A person is asked something: the task waits for input.
+    fn ask(&mut self, ask: Ask, m: lf::Message, meta: Option<Struct>) -> Vec<Update> {
+        self.history.push(m.clone());
+        self.asks.push((ask, m.clone()));
+        self.state = lf::TaskState::InputRequired;
+        vec![self.status_update(Some(m), meta)]
+    }
+
+    /// A person's answer arrived: the next question, or back to work.
+    fn answered(
+        &mut self,
+        event: &pb::RunEvent,
+        text: String,
+        meta: Option<Struct>,
+    ) -> Vec<Update> {
+        let mut m = message(
+            format!("{}-{}", self.id, event.seq),
+            &self.id,
+            &self.context_id,
+            lf::Role::User,
+            text,
+        );
+        m.metadata = meta.clone();
+        self.history.push(m);
+        match self.asks.first() {
+            Some((_, next)) => {
+                let next = next.clone();
+                vec![self.status_update(Some(next), meta)]
+            }
+            None => {
+                self.state = lf::TaskState::Working;
+                vec![self.status_update(None, meta)]
+            }
+        }
+    }
+
+    /// A status update of the current state, remembering `m` as the
+    /// status message.
+    fn status_update(&mut self, m: Option<lf::Message>, meta: Option<Struct>) -> Update {
+        self.message = m;
+        Update::StatusUpdate(lf::TaskStatusUpdateEvent {
+            task_id: self.id.clone(),
+            context_id: self.context_id.clone(),
+            status: Some(self.status()),
+            metadata: meta,
+        })
+    }
+
+    fn status(&self) -> lf::TaskStatus {
+        let message = match (self.state, &self.message) {
+            // A waiting task's status says what it waits for.
+            (lf::TaskState::InputRequired, _) => self.asks.first().map(|(_, m)| m.clone()),
+            (_, m) => m.clone(),
+        };
+        lf::TaskStatus {
+            state: self.state as i32,
+            message,
+            timestamp: self.time,
+        }
+    }
+
+    fn agent_message(&self, seq: u64, text: String, meta: Option<Struct>) -> lf::Message {
+        let mut m = message(
+            format!("{}-{seq}", self.id),
+            &self.id,
+            &self.context_id,
+            lf::Role::Agent,
+            text,
+        );
+        m.metadata = meta;
+        m
+    }
+
+    /// The task as A2A shows it, with at most `history_length` messages
+    /// of history (none: all) and, unless `artifacts` is false, its
+    /// artifacts.
+    pub fn to_task(&self, history_length: Option<i32>, artifacts: bool) -> lf::Task {
+        let history = match history_length {
+            Some(n) if n <= 0 => Vec::new(),
+            Some(n) => {
+                let skip = self.history.len().saturating_sub(n as usize);
+                self.history[skip..].to_vec()
+            }
+            None => self.history.clone(),
+        };
+        lf::Task {
+            id: self.id.clone(),
+            context_id: self.context_id.clone(),
+            status: Some(self.status()),
+            artifacts: if artifacts {
+                self.output.iter().cloned().collect()
+            } else {
+                Vec::new()
+            },
+            history,
+            metadata: None,
+        }
+    }
+}
+
+/// A one-text-part message.
+pub fn message(
+    message_id: String,
+    task_id: &str,
+    context_id: &str,
+    role: lf::Role,
+    text: String,
+) -> lf::Message {
+    lf::Message {
+        message_id,
+        context_id: context_id.to_owned(),
+        task_id: task_id.to_owned(),
+        role: role as i32,
+        parts: vec![text_part(text)],
+        metadata: None,
+        extensions: Vec::new(),
+        reference_task_ids: Vec::new(),
+    }
+}
+
+/// A text part.
+pub fn text_part(text: String) -> lf::Part {
+    lf::Part {
+        content: Some(lf::part::Content::Text(text)),
+        metadata: None,
+        filename: String::new(),
+        media_type: String::new(),
+    }
+}
+
+fn output_artifact(output: &str) -> lf::Artifact {
+    lf::Artifact {
+        artifact_id: OUTPUT_ARTIFACT.to_owned(),
+        name: OUTPUT_ARTIFACT.to_owned(),
+        description: "The run's final output.".to_owned(),
+        parts: vec![text_part(output.to_owned())],
+        metadata: None,
+        extensions: Vec::new(),
+    }
+}
+
+fn failure_text(code: i32, message: &str) -> String {
+    format!(
+        "{}: {message}",
+        baton_proto::code_name(tonic::Code::from_i32(code))
+    )
+}
+
+/// The line a progress event shows a client that does not know the
+/// extension; `None` for events that say nothing new.
+fn progress_line(event: &pb::RunEvent, payload: &Payload) -> Option<String> {
+    let at = if event.agent.is_empty() {
+        String::new()
+    } else {
+        format!("{}: ", event.agent)
+    };
+    Some(match payload {
+        Payload::AgentStarted(a) if event.depth > 0 => {
+            format!("{}: sub-agent started at depth {}", a.agent, event.depth)
+        }
+        Payload::AgentStarted(_) => return None,
+        Payload::AgentCompleted(_) if event.depth > 0 => format!("{at}sub-agent done"),
+        Payload::AgentCompleted(_) => return None,
+        Payload::Handoff(h) => format!("handoff from {} to {}", h.from_agent, h.to_agent),
+        Payload::ToolCallStarted(t) => format!("{at}calling tool {}", t.tool),
+        Payload::ToolProgress(p) if p.message.is_empty() => {
+            format!("{at}tool {}: {}%", p.tool, p.percent)
+        }
+        Payload::ToolProgress(p) => format!("{at}tool {}: {}% {}", p.tool, p.percent, p.message),
+        Payload::ToolOptions(o) => format!("{at}tool {} offers: {}", o.tool, o.options.join(", ")),
+        Payload::ToolCallCompleted(t) if t.error.is_empty() => format!("{at}tool {} done", t.tool),
+        Payload::ToolCallCompleted(t) => format!("{at}tool {} failed: {}", t.tool, t.error),
+        Payload::StepStarted(s) => format!("step {} started ({})", s.step_id, s.agent),
+        Payload::StepCompleted(s) => format!("step {} done", s.step_id),
+        Payload::StepFailed(s) => format!("step {} failed: {}", s.step_id, s.error),
+        Payload::StepSkipped(s) => format!("step {} skipped", s.step_id),
+        Payload::PipelineCompleted(_) => "pipeline done".to_owned(),
+        _ => return None,
+    })
+}
+
+/// The extension's metadata of an update made from `event`.
+fn extension_meta(event: &pb::RunEvent, payload: &Payload) -> Struct {
+    let kind = crate::run::events::kind_of(payload);
+    let kind = kind
+        .as_str_name()
+        .strip_prefix("EVENT_KIND_")
+        .unwrap_or(kind.as_str_name());
+    let detail = [
+        ("contextId", string(&event.context_id)),
+        ("parentContextId", string(&event.parent_context_id)),
+        ("depth", number(f64::from(event.depth))),
+        ("agent", string(&event.agent)),
+        ("kind", string(kind)),
+        ("seq", number(event.seq as f64)),
+    ];
+    let mut ids = HashMap::new();
+    match payload {
+        Payload::ApprovalRequested(a) => {
+            ids.insert("approvalId".to_owned(), string(&a.approval_id));
+        }
+        Payload::InputRequested(q) => {
+            ids.insert("inputId".to_owned(), string(&q.input_id));
+        }
+        _ => {}
+    }
+    let mut fields: HashMap<String, Value> =
+        detail.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+    fields.extend(ids);
+    let mut outer = HashMap::with_capacity(1);
+    outer.insert(
+        EXTENSION.to_owned(),
+        Value {
+            kind: Some(Kind::StructValue(Struct { fields })),
+        },
+    );
+    Struct { fields: outer }
+}
+
+fn string(s: &str) -> Value {
+    Value {
+        kind: Some(Kind::StringValue(s.to_owned())),
+    }
+}
+
+fn number(n: f64) -> Value {
+    Value {
+        kind: Some(Kind::NumberValue(n)),
+    }
+}
