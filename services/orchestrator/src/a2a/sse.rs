@@ -11,7 +11,10 @@ use axum::{
 use futures::StreamExt as _;
 
 use super::{error::A2aError, service::Updates};
-use crate::http::sse::KEEP_ALIVE;
+
+/// How long an idle stream waits before a keep-alive comment: under the
+/// 5 s an `a2a-sdk` client waits for data by default.
+pub const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Updates put in one chunk at most.
 const BATCH: usize = 256;

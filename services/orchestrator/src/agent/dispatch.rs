@@ -28,6 +28,7 @@ use crate::{
 pub(super) enum CallPlan {
     Handoff(String),
     Agent(Child, String),
+    Remote(Child, Arc<crate::tools::a2a::RemoteAgent>),
     Pipeline(Child),
     Tool(Arc<dyn Tool>),
     Refused(String),
@@ -92,7 +93,8 @@ pub(super) fn plan(rt: &Run, frame: &mut CallFrame, call: &ToolCallRequest) -> C
     if let Some(tool) = rt.services.tools.get(name) {
         return CallPlan::Tool(tool.clone());
     }
-    if rt.services.catalog.is_callable(name) {
+    let remote = rt.services.tools.remote_agent(name).cloned();
+    if remote.is_some() || rt.services.catalog.is_callable(name) {
         let n = frame.children.entry(name.to_owned()).or_insert(0);
         *n += 1;
         let segment = format!("{name}.{n}");
@@ -104,7 +106,10 @@ pub(super) fn plan(rt: &Run, frame: &mut CallFrame, call: &ToolCallRequest) -> C
             ));
         }
         let child = Child::of(segment, crate::run::context::invoke_agent_span_name(name));
-        return CallPlan::Agent(child, name.to_owned());
+        return match remote {
+            Some(agent) => CallPlan::Remote(child, agent),
+            None => CallPlan::Agent(child, name.to_owned()),
+        };
     }
     CallPlan::Refused(format!("unknown tool {name:?}"))
 }
@@ -206,6 +211,10 @@ pub(super) async fn execute_call(
                 // store service): let written-behind outputs land first.
                 rt.pending_writes.settled().await;
                 run_tool(rt, view, call, tool.as_ref()).await
+            }
+            CallPlan::Remote(child, agent) => {
+                let child_ctx = child.open(rt, &view.ctx);
+                super::remote::call(rt, view, call, child_ctx, &agent).await
             }
             CallPlan::Pipeline(child) => {
                 let child_ctx = child.open(rt, &view.ctx);
@@ -420,6 +429,7 @@ agents:
         match plan {
             CallPlan::Handoff(to) => format!("handoff {to}"),
             CallPlan::Agent(child, name) => format!("agent {name} root.{} d1", child.segment),
+            CallPlan::Remote(child, _) => format!("remote root.{} d1", child.segment),
             CallPlan::Pipeline(child) => format!("pipeline root.{} d1", child.segment),
             CallPlan::Tool(_) => "tool".into(),
             CallPlan::Refused(why) => format!("refused: {why}"),

@@ -237,11 +237,14 @@ impl CallFrame {
             } else {
                 let description = match catalog.agents.get(t) {
                     Some(a) => a.spec.description.clone(),
-                    None => catalog
-                        .groups
-                        .get(t)
-                        .map(|g| g.description.clone())
-                        .unwrap_or_default(),
+                    None => match catalog.groups.get(t) {
+                        Some(g) => g.description.clone(),
+                        None => catalog
+                            .remote_agents
+                            .get(t)
+                            .map(|r| r.description.clone())
+                            .unwrap_or_default(),
+                    },
                 };
                 defs.push(ToolDef {
                     name: t.clone(),

@@ -33,6 +33,7 @@
 mod dispatch;
 pub mod frame;
 mod people;
+mod remote;
 mod turn;
 
 use std::sync::Arc;

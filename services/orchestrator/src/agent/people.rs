@@ -185,6 +185,20 @@ pub(super) async fn input(
     options: Vec<String>,
 ) -> CallOutput {
     let input_id = format!("input:{}:{n}", call.id);
+    input_as(rt, view, call, input_id, prompt, options).await
+}
+
+/// Asks a person for input for `call` under the id `input_id` (unique in
+/// the run), in `view`'s context; a resumed run takes the answer it had
+/// received.
+pub(super) async fn input_as(
+    rt: &Arc<Run>,
+    view: &FrameView,
+    call: &ToolCallRequest,
+    input_id: String,
+    prompt: String,
+    options: Vec<String>,
+) -> CallOutput {
     // A resumed run does not ask again for input it received.
     let unit = format!("in/{input_id}");
     if let Some(input) = rt.replayed(&unit) {

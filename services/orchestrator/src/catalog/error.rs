@@ -135,6 +135,14 @@ pub enum CatalogError {
     /// A generation setting of an agent.
     #[error(transparent)]
     Settings(#[from] InvalidSetting),
+    /// A remote A2A agent's entry is wrong.
+    #[error("remote_agents.{agent}: {problem}")]
+    RemoteAgent {
+        /// The entry.
+        agent: String,
+        /// What is wrong.
+        problem: String,
+    },
     /// A list names a tool that is none of the built-ins, agents, groups
     /// or servers' tools.
     #[error("{field}: unknown tool {tool:?}")]

@@ -15,6 +15,7 @@ pub mod error;
 pub mod models;
 pub mod names;
 pub mod policy;
+pub mod remote;
 pub mod settings;
 
 pub use error::CatalogError;
@@ -162,6 +163,8 @@ pub struct AgentsFile {
     pub tool_servers: BTreeMap<String, ToolServerSpec>,
     /// MCP servers by name.
     pub mcp_servers: BTreeMap<String, McpServerSpec>,
+    /// Remote A2A agents agents may call like their own.
+    pub remote_agents: BTreeMap<String, remote::RemoteAgentSpec>,
     /// Tool-output policies by name.
     pub policies: BTreeMap<String, PolicySpec>,
     /// Policies applied to every tool output of a run, before the agent's.
@@ -194,6 +197,8 @@ pub struct Catalog {
     pub tool_servers: BTreeMap<String, ToolServerSpec>,
     /// MCP servers by name.
     pub mcp_servers: BTreeMap<String, McpServerSpec>,
+    /// Remote A2A agents agents may call like their own.
+    pub remote_agents: BTreeMap<String, remote::RemoteAgentSpec>,
     /// Policies applied to every tool output, before the agent's.
     pub run_policies: Vec<Policy>,
     /// Provider settings.
@@ -340,6 +345,19 @@ impl Catalog {
                 }
             }
         }
+        for (name, spec) in &file.remote_agents {
+            spec.validate(name)?;
+            let taken = BUILTIN_TOOLS.contains(&name.as_str())
+                || file.agents.contains_key(name)
+                || file.groups.contains_key(name)
+                || name.starts_with("transfer_to_");
+            if taken || !remote.insert(name.clone()) {
+                return Err(CatalogError::RemoteAgent {
+                    agent: name.clone(),
+                    problem: "the name is taken by an agent, group, built-in or server tool".into(),
+                });
+            }
+        }
         for (name, a) in &file.agents {
             check_model(format!("agents.{name}.model"), &a.model)?;
             a.settings.validate(&format!("agents.{name}.settings"))?;
@@ -462,6 +480,7 @@ impl Catalog {
                 .collect(),
             tool_servers: file.tool_servers,
             mcp_servers: file.mcp_servers,
+            remote_agents: file.remote_agents,
             run_policies,
             providers: file.providers,
         })

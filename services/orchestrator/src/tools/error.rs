@@ -31,6 +31,14 @@ pub enum ToolServerError {
         /// What it (or the channel) answered.
         status: tonic::Status,
     },
+    /// A remote A2A agent cannot be set up (its key, its TLS files).
+    #[error("remote_agents.{agent}: {problem}")]
+    RemoteAgent {
+        /// The agent.
+        agent: String,
+        /// What is wrong.
+        problem: String,
+    },
     /// An MCP server's bearer token variable is not set.
     #[error("mcp_servers.{server}.bearer_token_env: {variable} is not set")]
     McpToken {

@@ -17,6 +17,7 @@
 //! [`Toolbox`] built from the catalog. The built-in tools'
 //! names are the catalog's ([`crate::catalog::builtin`]).
 
+pub mod a2a;
 pub mod builtin;
 pub mod error;
 pub mod mcp;
@@ -35,6 +36,7 @@ pub struct Toolbox {
     tools: HashMap<String, Arc<dyn Tool>>,
     servers: Vec<Arc<remote::ToolServer>>,
     mcp: Vec<Arc<mcp::McpServer>>,
+    remote_agents: HashMap<String, Arc<a2a::RemoteAgent>>,
 }
 
 impl Toolbox {
@@ -70,11 +72,22 @@ impl Toolbox {
             }
             mcp.push(server);
         }
+        let mut remote_agents = HashMap::new();
+        for (name, spec) in &catalog.remote_agents {
+            let agent = a2a::RemoteAgent::new(name, spec, env)?;
+            remote_agents.insert(name.clone(), Arc::new(agent));
+        }
         Ok(Self {
             tools,
             servers,
             mcp,
+            remote_agents,
         })
+    }
+
+    /// The remote A2A agent called `name`.
+    pub fn remote_agent(&self, name: &str) -> Option<&Arc<a2a::RemoteAgent>> {
+        self.remote_agents.get(name)
     }
 
     /// The tool called `name`.
