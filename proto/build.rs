@@ -37,9 +37,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .file_descriptor_set_path(&descriptors)
         .extern_path(".google.protobuf.Timestamp", "crate::wkt::Timestamp")
         .extern_path(".google.protobuf.Duration", "crate::wkt::Duration")
-        // A2A's Struct and Value: pbjson's, with their JSON mapping.
-        .extern_path(".google.protobuf.Struct", "::pbjson_types::Struct")
-        .extern_path(".google.protobuf.Value", "::pbjson_types::Value")
+        // A2A's Struct and Value: this crate's (`json_value`), with their JSON
+        // mapping and a deterministic encoding.
+        .extern_path(".google.protobuf.Struct", "crate::json_value::Struct")
+        .extern_path(".google.protobuf.Value", "crate::json_value::Value")
+        .extern_path(".google.protobuf.ListValue", "crate::json_value::ListValue")
         .compile_with_config(config, &protos, &includes)?;
     // serde for every baton.v1 message, following the proto3 JSON mapping
     // (the HTTP face's JSON).
@@ -48,8 +50,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .register_descriptors(&set)?
         .extern_path(".google.protobuf.Timestamp", "crate::wkt::Timestamp")
         .extern_path(".google.protobuf.Duration", "crate::wkt::Duration")
-        .extern_path(".google.protobuf.Struct", "::pbjson_types::Struct")
-        .extern_path(".google.protobuf.Value", "::pbjson_types::Value")
-        .build(&[".baton", ".lf.a2a"])?;
+        .build(&[".baton"])?;
+    // A2A's JSON: fields a newer peer sends that this version does not know
+    // are ignored (A2A §5.7: implementations SHOULD ignore them).
+    pbjson_build::Builder::new()
+        .register_descriptors(&set)?
+        .extern_path(".google.protobuf.Timestamp", "crate::wkt::Timestamp")
+        .extern_path(".google.protobuf.Struct", "crate::json_value::Struct")
+        .extern_path(".google.protobuf.Value", "crate::json_value::Value")
+        .ignore_unknown_fields()
+        .build(&[".lf.a2a"])?;
     Ok(())
 }

@@ -13,6 +13,7 @@
     clippy::doc_lazy_continuation
 )]
 
+pub mod json_value;
 pub mod wkt;
 
 /// Version 1 of the Baton API.

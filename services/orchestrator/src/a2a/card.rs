@@ -107,10 +107,36 @@ pub fn response(face: &A2a, agent: &Exposed, headers: &HeaderMap) -> Response {
     let base = face.base_url(headers);
     let card = card(face, agent, &base);
     let body = serde_json::to_value(&card).unwrap_or_default();
-    let mut response = json_response(&body, StatusCode::OK);
-    response.headers_mut().insert(
+    // The same card, the same tag: a client revalidates with If-None-Match.
+    let etag = format!("\"{:016x}\"", fnv(body.to_string().as_bytes()));
+    let fresh = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag));
+    let mut response = if fresh {
+        let mut r = Response::new(axum::body::Body::empty());
+        *r.status_mut() = StatusCode::NOT_MODIFIED;
+        r
+    } else {
+        json_response(&body, StatusCode::OK)
+    };
+    let h = response.headers_mut();
+    h.insert(
         header::CACHE_CONTROL,
         HeaderValue::from_static("public, max-age=60"),
     );
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        h.insert(header::ETAG, v);
+    }
     response
+}
+
+/// FNV-1a, for the card's tag.
+fn fnv(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
 }

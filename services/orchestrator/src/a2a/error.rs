@@ -219,6 +219,18 @@ impl A2aError {
         details
     }
 
+    /// The gRPC binding's code: [`Self::code`], but `UNIMPLEMENTED` for
+    /// push notifications and versions this server does not speak, as the
+    /// A2A 1.0.0 table says and A2A clients and the A2A test kit expect
+    /// (A2A 1.0.1 moved both to `FAILED_PRECONDITION`; the ErrorInfo
+    /// reason tells them apart either way).
+    pub fn grpc_code(&self) -> Code {
+        match self {
+            A2aError::PushNotSupported | A2aError::Version(_) => Code::Unimplemented,
+            _ => self.code(),
+        }
+    }
+
     /// The gRPC binding's status: the code, the message, and the details in
     /// `grpc-status-details-bin`.
     pub fn status(&self) -> tonic::Status {
@@ -230,7 +242,8 @@ impl A2aError {
         if let Some(field) = self.field() {
             details.add_bad_request_violation(field, self.message());
         }
-        let mut status = tonic::Status::with_error_details(self.code(), self.message(), details);
+        let mut status =
+            tonic::Status::with_error_details(self.grpc_code(), self.message(), details);
         if let Some(v) = self
             .field()
             .and_then(|f| tonic::metadata::MetadataValue::try_from(f).ok())
@@ -266,6 +279,13 @@ impl A2aError {
             "data": self.details_json(),
         })
     }
+}
+
+/// The HTTP+JSON answer to a body that is not JSON: 415.
+pub fn unsupported_media_type_response(e: &A2aError) -> Response {
+    let mut response = e.rest_response();
+    *response.status_mut() = StatusCode::UNSUPPORTED_MEDIA_TYPE;
+    response
 }
 
 /// A JSON answer with `status`.

@@ -85,7 +85,8 @@ impl A2aService for A2aGrpc {
         let caller = self.caller(&request)?;
         let r = request.into_inner();
         let agent = self.agent(&r.tenant)?;
-        let answer = self.face.service().send(&caller, &agent, r).await;
+        let exposed = self.face.agent(&agent).map_err(|e| e.status())?;
+        let answer = self.face.service().send(&caller, exposed, r).await;
         answer.map(Response::new).map_err(|e| e.status())
     }
 
@@ -96,7 +97,12 @@ impl A2aService for A2aGrpc {
         let caller = self.caller(&request)?;
         let r = request.into_inner();
         let agent = self.agent(&r.tenant)?;
-        let updates = self.face.service().send_streaming(&caller, &agent, r).await;
+        let exposed = self.face.agent(&agent).map_err(|e| e.status())?;
+        let updates = self
+            .face
+            .service()
+            .send_streaming(&caller, exposed, r)
+            .await;
         updates
             .map(|u| Response::new(statuses(u)))
             .map_err(|e| e.status())

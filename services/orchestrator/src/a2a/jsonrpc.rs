@@ -26,6 +26,9 @@ pub async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    if let Some(e) = unsupported_media_type(&headers) {
+        return reply(&Value::Null, Err(e));
+    }
     let body = match crate::http::request::read_body(body).await {
         Ok(b) => b,
         Err(e) => return reply(&Value::Null, Err(A2aError::from(e))),
@@ -59,21 +62,22 @@ pub async fn handle(
             return response;
         }
     };
-    if let Err(e) = face.agent(&agent) {
-        return reply(&id, Err(e));
-    }
+    let exposed = match face.agent(&agent) {
+        Ok(a) => a,
+        Err(e) => return reply(&id, Err(e)),
+    };
     if let Err(e) = check_version(http_version(&headers, query.as_deref())) {
         return reply(&id, Err(e));
     }
     let service = face.service();
     let result: Result<Value, A2aError> = match method {
         "SendMessage" => match parse::<lf::SendMessageRequest>(params) {
-            Ok(r) => service.send(&caller, &agent, r).await.map(to_json),
+            Ok(r) => service.send(&caller, exposed, r).await.map(to_json),
             Err(e) => Err(e),
         },
         "SendStreamingMessage" => {
             return match parse::<lf::SendMessageRequest>(params) {
-                Ok(r) => match service.send_streaming(&caller, &agent, r).await {
+                Ok(r) => match service.send_streaming(&caller, exposed, r).await {
                     Ok(updates) => stream(id, updates),
                     Err(e) => reply(&id, Err(e)),
                 },
@@ -120,6 +124,22 @@ pub async fn handle(
         }
     };
     reply(&id, result)
+}
+
+/// A request whose `Content-Type` is not JSON: `ContentTypeNotSupportedError`
+/// naming the header (no `Content-Type` at all is taken as JSON).
+pub fn unsupported_media_type(headers: &HeaderMap) -> Option<A2aError> {
+    let value = headers.get(axum::http::header::CONTENT_TYPE)?;
+    let text = value.to_str().unwrap_or_default();
+    let essence = text.split(';').next().unwrap_or_default().trim();
+    let json = essence.eq_ignore_ascii_case("application/json")
+        || (essence.starts_with("application/") && essence.ends_with("+json"));
+    (!json).then(|| A2aError::ContentType {
+        field: "Content-Type".into(),
+        message: format!(
+            "Content-Type: {text:?} is not supported; send application/json (or application/a2a+json)"
+        ),
+    })
 }
 
 /// The method and params of a JSON-RPC request object; why not, if it is

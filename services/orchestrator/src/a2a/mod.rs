@@ -25,6 +25,7 @@ pub mod card;
 pub mod error;
 pub mod grpc;
 pub mod jsonrpc;
+pub mod message;
 pub mod rest;
 pub mod service;
 pub mod sse;
@@ -65,6 +66,8 @@ pub struct Exposed {
     pub description: String,
     /// The tools it may call (its card's skills).
     pub tools: Vec<String>,
+    /// What it reads and writes.
+    pub io: crate::catalog::A2aIo,
 }
 
 /// The A2A face: the exposed agents and the operations over the core.
@@ -98,12 +101,18 @@ impl A2a {
                     name: name.to_owned(),
                     description: a.spec.description.clone(),
                     tools: a.spec.tools.clone(),
+                    io: a.spec.a2a_io,
                 }
             } else if let Some(g) = catalog.groups.get(name) {
                 Exposed {
                     name: name.to_owned(),
                     description: g.description.clone(),
                     tools: g.members.clone(),
+                    io: catalog
+                        .agents
+                        .get(&g.root)
+                        .map(|a| a.spec.a2a_io)
+                        .unwrap_or_default(),
                 }
             } else {
                 return Err(UnknownAgent(name.to_owned()));
@@ -234,6 +243,8 @@ pub fn router(face: Arc<A2a>) -> Router {
         .route("/a2a", get(list_agents))
         .route("/a2a/{agent}/.well-known/agent-card.json", get(agent_card))
         .route("/a2a/{agent}", post(jsonrpc::handle))
+        // Clients that join the interface URL and "/" (httpx's base_url).
+        .route("/a2a/{agent}/", post(jsonrpc::handle))
         .route("/a2a/{agent}/{*rest}", axum::routing::any(rest::handle))
         .with_state(face)
 }

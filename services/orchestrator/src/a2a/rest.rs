@@ -23,16 +23,13 @@ use std::sync::Arc;
 use axum::{
     body::Body,
     extract::{Path, RawQuery, State},
-    http::{HeaderMap, HeaderValue, Method, StatusCode, header},
+    http::{HeaderMap, Method, StatusCode},
     response::Response,
 };
 use baton_proto::a2a::v1 as lf;
 use serde_json::{Value, json};
 
 use super::{A2a, check_version, error::A2aError, error::json_response, http_version, sse};
-
-/// The media type of the binding's JSON.
-pub const MEDIA_TYPE: &str = "application/a2a+json";
 
 /// Handles one HTTP+JSON request to `agent` (`rest` is the path after the
 /// agent's URL).
@@ -71,9 +68,14 @@ async fn call(
     body: Body,
 ) -> Result<Response, A2aError> {
     let caller = face.caller(headers)?;
-    face.agent(agent)?;
+    let exposed = face.agent(agent)?;
     check_version(http_version(headers, query))?;
     let body = crate::http::request::read_body(body).await?;
+    if !body.is_empty()
+        && let Some(e) = super::jsonrpc::unsupported_media_type(headers)
+    {
+        return Ok(super::error::unsupported_media_type_response(&e));
+    }
     let service = face.service();
     let segments: Vec<&str> = rest.split('/').collect();
     let no_route = || {
@@ -84,11 +86,11 @@ async fn call(
     match (method.as_str(), segments.as_slice()) {
         ("POST", ["message:send"]) => {
             let r: lf::SendMessageRequest = json_body(&body)?;
-            Ok(json(&service.send(&caller, agent, r).await?))
+            Ok(json(&service.send(&caller, exposed, r).await?))
         }
         ("POST", ["message:stream"]) => {
             let r: lf::SendMessageRequest = json_body(&body)?;
-            Ok(stream(service.send_streaming(&caller, agent, r).await?))
+            Ok(stream(service.send_streaming(&caller, exposed, r).await?))
         }
         ("GET", ["tasks"]) => {
             let r = list_request(query)?;
@@ -194,12 +196,11 @@ fn json<T: serde::Serialize>(message: &T) -> Response {
     json_value(&serde_json::to_value(message).unwrap_or_default())
 }
 
+/// A success answer: `application/json`, which every client (and the A2A
+/// test kit) takes; the binding's own `application/a2a+json` is accepted
+/// in requests.
 fn json_value(value: &Value) -> Response {
-    let mut response = json_response(value, StatusCode::OK);
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(MEDIA_TYPE));
-    response
+    json_response(value, StatusCode::OK)
 }
 
 fn stream(updates: super::service::Updates) -> Response {

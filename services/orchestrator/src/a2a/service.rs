@@ -7,25 +7,26 @@
 
 use std::time::Duration;
 
-use baton_common::ids::TraceId;
 use baton_proto::{
     a2a::v1::{self as lf, stream_response::Payload as Update},
     v1 as pb,
 };
 use futures::{StreamExt as _, stream::BoxStream};
-use opentelemetry::{
-    Context,
-    trace::{SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceState},
-};
 
 use super::{
+    Exposed,
     error::A2aError,
+    message::{
+        CONTEXT_LABEL, IO_LABEL, Named, approval_answer, checked_message, context_trace, named_ask,
+        trace_parent,
+    },
     task::{Ask, EXTENSION, Task},
 };
 use crate::{
     app::{Caller, Orchestrator},
+    catalog::A2aIo,
     request::{AgentRequest, MAX_RUNS_PAGE, RunsQuery},
-    run::{events::Filter, record::ApprovalAnswer, view::RunView},
+    run::{events::Filter, view::RunView},
 };
 
 /// A stream of A2A updates; an error ends it.
@@ -57,7 +58,7 @@ impl Service {
     pub async fn send(
         &self,
         caller: &Caller,
-        agent: &str,
+        agent: &Exposed,
         request: lf::SendMessageRequest,
     ) -> Result<lf::SendMessageResponse> {
         let config = request.configuration.clone().unwrap_or_default();
@@ -66,6 +67,7 @@ impl Service {
         let task = if message.task_id.is_empty() {
             let started = self.start(caller, agent, &message, text).await?;
             let mut task = Task::new(&started.run_id, &started.trace_id);
+            task.set_context(&message.context_id);
             let mut events = started.events;
             if !config.return_immediately {
                 while let Some(Ok(event)) = events.next().await {
@@ -87,10 +89,14 @@ impl Service {
                     .await?
             }
         };
+        // An agent that answers with a message (A2A messages mode) is
+        // answered with that message.
+        let payload = match task.reply() {
+            Some(reply) => lf::send_message_response::Payload::Message(reply.clone()),
+            None => lf::send_message_response::Payload::Task(task.to_task(history_length, true)),
+        };
         Ok(lf::SendMessageResponse {
-            payload: Some(lf::send_message_response::Payload::Task(
-                task.to_task(history_length, true),
-            )),
+            payload: Some(payload),
         })
     }
 
@@ -99,13 +105,14 @@ impl Service {
     pub async fn send_streaming(
         &self,
         caller: &Caller,
-        agent: &str,
+        agent: &Exposed,
         request: lf::SendMessageRequest,
     ) -> Result<Updates> {
         let (message, text) = checked_message(request.message)?;
         if message.task_id.is_empty() {
             let started = self.start(caller, agent, &message, text).await?;
             let mut task = Task::new(&started.run_id, &started.trace_id);
+            task.set_context(&message.context_id);
             task.push_user_message(message);
             let first = task_update(&task);
             Ok(updates(task, started.events, first, true, None))
@@ -227,7 +234,10 @@ impl Service {
         }
         let mut tasks: Vec<(Cursor, Task)> = all
             .iter()
-            .filter(|r| request.context_id.is_empty() || r.trace_id == request.context_id)
+            .filter(|r| {
+                request.context_id.is_empty()
+                    || r.trace_id == context_trace(&caller.tenant, &request.context_id)
+            })
             .filter(|r| since.is_none_or(|t| updated(r) > t))
             .map(|r| (cursor(r), Task::of_view(r)))
             .filter(|(_, t)| state == lf::TaskState::Unspecified || t.state() == state)
@@ -246,11 +256,21 @@ impl Service {
         };
         let artifacts = request.include_artifacts.unwrap_or(false);
         let history = Some(request.history_length.unwrap_or(0));
+        let mut listed = Vec::with_capacity(page.len());
+        for (_, t) in page {
+            let mut task = t.to_task(history, artifacts);
+            // A context a caller chose is kept on the run's RunStarted.
+            task.context_id = if request.context_id.is_empty() {
+                self.context_of(caller, t.id())
+                    .await
+                    .unwrap_or(task.context_id)
+            } else {
+                request.context_id.clone()
+            };
+            listed.push(task);
+        }
         Ok(lf::ListTasksResponse {
-            tasks: page
-                .iter()
-                .map(|(_, t)| t.to_task(history, artifacts))
-                .collect(),
+            tasks: listed,
             next_page_token,
             page_size: size as i32,
             total_size: total as i32,
@@ -262,24 +282,37 @@ impl Service {
     async fn start(
         &self,
         caller: &Caller,
-        agent: &str,
+        agent: &Exposed,
         message: &lf::Message,
         text: String,
     ) -> Result<crate::app::Started> {
         let mut caller = caller.clone();
+        let mut labels = std::collections::BTreeMap::new();
         if !message.context_id.is_empty() {
-            caller.trace = trace_of_context(&message.context_id)?;
+            let trace = context_trace(&caller.tenant, &message.context_id);
+            if trace != message.context_id {
+                labels.insert(CONTEXT_LABEL.to_owned(), message.context_id.clone());
+            }
+            caller.trace = trace_parent(&trace);
         }
+        let input = match agent.io {
+            A2aIo::Text => text,
+            A2aIo::Message => {
+                labels.insert(IO_LABEL.to_owned(), "message".to_owned());
+                serde_json::to_string(message).unwrap_or_default()
+            }
+        };
         let request = pb::RunAgentRequest {
-            agent: agent.to_owned(),
-            input: text,
+            agent: agent.name.clone(),
+            input,
             detach: true,
             ..Default::default()
         };
-        let request = match AgentRequest::try_from(request) {
+        let mut request = match AgentRequest::try_from(request) {
             Ok(r) => r,
             Err(e) => return Err(self.core.refused("RunAgent", &caller, e).into()),
         };
+        request.labels = labels;
         Ok(self.core.start_agent(&caller, request).await?)
     }
 
@@ -288,18 +321,20 @@ impl Service {
     async fn answer(
         &self,
         caller: &Caller,
-        agent: &str,
+        agent: &Exposed,
         message: &lf::Message,
         text: &str,
     ) -> Result<Ask> {
         let id = &message.task_id;
-        let view = self.view_of(caller, agent, id).await?;
-        if !message.context_id.is_empty() && message.context_id != view.trace_id {
+        let view = self.view_of(caller, &agent.name, id).await?;
+        if !message.context_id.is_empty()
+            && context_trace(&caller.tenant, &message.context_id) != view.trace_id
+        {
             return Err(A2aError::invalid(
                 "message.contextId",
                 format!(
-                    "task {id} is in context {}, not {}",
-                    view.trace_id, message.context_id
+                    "task {id} is in another context than {}",
+                    message.context_id
                 ),
             ));
         }
@@ -340,18 +375,44 @@ impl Service {
                     .await?;
             }
             Ask::Question { input_id } => {
+                let input = match agent.io {
+                    A2aIo::Text => text.to_owned(),
+                    A2aIo::Message => serde_json::to_string(message).unwrap_or_default(),
+                };
                 self.core
-                    .submit_input(caller, id, input_id.as_str(), text.to_owned())
+                    .submit_input(caller, id, input_id.as_str(), input)
                     .await?;
             }
         }
         Ok(ask)
     }
 
+    /// The context id a caller chose for task `id`, from its `RunStarted`.
+    async fn context_of(&self, caller: &Caller, id: &str) -> Option<String> {
+        let mut events = self
+            .core
+            .watch(caller, id, 0, Filter::default())
+            .await
+            .ok()?;
+        match events.next().await {
+            Some(Ok(pb::RunEvent {
+                payload: Some(pb::run_event::Payload::RunStarted(s)),
+                ..
+            })) => s.labels.get(CONTEXT_LABEL).cloned(),
+            _ => None,
+        }
+    }
+
     /// The run of task `id`, if the caller may see it and it runs `agent`.
     async fn view_of(&self, caller: &Caller, agent: &str, id: &str) -> Result<RunView> {
         if id.is_empty() {
             return Err(A2aError::invalid("id", "must not be empty"));
+        }
+        // Task ids are run ids (UUIDs): anything else names no task.
+        if uuid::Uuid::try_parse(id).is_err() {
+            return Err(A2aError::TaskNotFound(format!(
+                "task {id} not found (for this agent and key)"
+            )));
         }
         match self.core.get(caller, id).await {
             Ok(view) if view.target == agent && view.kind == pb::RunKind::Agent => Ok(view),
@@ -400,10 +461,14 @@ impl Service {
         let view = self.core.get(caller, id).await?;
         let mut task = Task::new(id, &view.trace_id);
         let mut events = self.core.watch(caller, id, 0, Filter::default()).await?;
-        let mut past = false;
+        // The events are replayed from the start: the answered ask is only
+        // behind us once it has been asked and then taken off the list.
+        let (mut asked, mut past) = (false, false);
         while let Some(item) = events.next().await {
             task.apply(&item?);
-            past = past || !task.asks().any(|a| a == answered);
+            let open = task.asks().any(|a| a == answered);
+            asked = asked || open;
+            past = past || (asked && !open);
             if past && (task.ended || (!only_end && task.interrupted_or_ended())) {
                 break;
             }
@@ -507,143 +572,6 @@ fn updates(
     futures::stream::once(async move { Ok(first) })
         .chain(rest)
         .boxed()
-}
-
-/// Which approval or question a message names in the extension's
-/// metadata.
-enum Named {
-    Approval(String),
-    Input(String),
-}
-
-fn named_ask(message: &lf::Message) -> Option<Named> {
-    use pbjson_types::value::Kind;
-    let meta = message.metadata.as_ref()?.fields.get(EXTENSION)?;
-    let Some(Kind::StructValue(s)) = &meta.kind else {
-        return None;
-    };
-    let text = |k: &str| match s.fields.get(k).and_then(|v| v.kind.as_ref()) {
-        Some(Kind::StringValue(v)) if !v.is_empty() => Some(v.clone()),
-        _ => None,
-    };
-    text("approvalId")
-        .map(Named::Approval)
-        .or_else(|| text("inputId").map(Named::Input))
-}
-
-/// A checked message and its text: what the run's input is.
-fn checked_message(message: Option<lf::Message>) -> Result<(lf::Message, String)> {
-    use lf::part::Content;
-    let message = message.ok_or_else(|| A2aError::invalid("message", "is required"))?;
-    if message.message_id.is_empty() {
-        return Err(A2aError::invalid("message.messageId", "is required"));
-    }
-    match lf::Role::try_from(message.role) {
-        Ok(lf::Role::User) => {}
-        _ => {
-            return Err(A2aError::invalid(
-                "message.role",
-                "must be ROLE_USER (a caller's message)",
-            ));
-        }
-    }
-    if message.parts.is_empty() {
-        return Err(A2aError::invalid(
-            "message.parts",
-            "at least one part is required",
-        ));
-    }
-    let mut texts = Vec::with_capacity(message.parts.len());
-    for (i, part) in message.parts.iter().enumerate() {
-        match &part.content {
-            Some(Content::Text(t)) => texts.push(t.clone()),
-            Some(Content::Data(v)) => texts.push(serde_json::to_string(v).unwrap_or_default()),
-            Some(Content::Raw(_) | Content::Url(_)) => {
-                return Err(A2aError::ContentType {
-                    field: format!("message.parts[{i}]"),
-                    message: format!(
-                        "message.parts[{i}]: files are not supported; Baton agents take text (text/plain) and JSON data (application/json) parts"
-                    ),
-                });
-            }
-            None => {
-                return Err(A2aError::invalid(
-                    &format!("message.parts[{i}]"),
-                    "has no content (text, data, raw or url)",
-                ));
-            }
-        }
-    }
-    let text = texts.join("\n");
-    if text.trim().is_empty() {
-        return Err(A2aError::invalid("message.parts", "hold no text"));
-    }
-    Ok((message, text))
-}
-
-/// The approval a message gives: `approve`/`deny` (or yes/no) first, a
-/// reason after; or a data part `{"approved": bool, "reason": "..."}`.
-fn approval_answer(message: &lf::Message, text: &str) -> Result<ApprovalAnswer> {
-    use lf::part::Content;
-    for part in &message.parts {
-        if let Some(Content::Data(v)) = &part.content
-            && let Ok(serde_json::Value::Object(o)) = serde_json::to_value(v)
-            && let Some(approved) = o.get("approved").and_then(|v| v.as_bool())
-        {
-            let reason = o.get("reason").and_then(|v| v.as_str()).unwrap_or_default();
-            return Ok(ApprovalAnswer {
-                approved,
-                reason: reason.to_owned(),
-            });
-        }
-    }
-    let text = text.trim();
-    let (word, rest) = text
-        .split_once(|c: char| c.is_whitespace() || c == ':' || c == ',')
-        .unwrap_or((text, ""));
-    let approved = match word.to_ascii_lowercase().as_str() {
-        "approve" | "approved" | "yes" | "y" | "ok" | "allow" => true,
-        "deny" | "denied" | "no" | "n" | "reject" => false,
-        _ => {
-            return Err(A2aError::invalid(
-                "message.parts",
-                "the task waits for an approval: answer `approve` or `deny` (a reason may follow), or a data part {\"approved\": true|false, \"reason\": \"...\"}",
-            ));
-        }
-    };
-    Ok(ApprovalAnswer {
-        approved,
-        reason: rest.trim().to_owned(),
-    })
-}
-
-/// The trace a context id names: Baton's context ids are trace ids.
-fn trace_of_context(context_id: &str) -> Result<Context> {
-    let trace = TraceId::parse(context_id).map_err(|_| {
-        A2aError::invalid(
-            "message.contextId",
-            "is not a context id of this server (they are 32 lowercase hex digits, the trace id of an earlier task); leave it out to start a new context",
-        )
-    })?;
-    let trace_id = opentelemetry::trace::TraceId::from_hex(trace.as_str())
-        .map_err(|_| A2aError::invalid("message.contextId", "is not a trace id"))?;
-    let span_id = SpanId::from_bytes(rand_span());
-    let parent = SpanContext::new(
-        trace_id,
-        span_id,
-        TraceFlags::SAMPLED,
-        true,
-        TraceState::default(),
-    );
-    Ok(Context::new().with_remote_span_context(parent))
-}
-
-fn rand_span() -> [u8; 8] {
-    let id = uuid::Uuid::new_v4();
-    let mut out = [0u8; 8];
-    out.copy_from_slice(&id.as_bytes()[..8]);
-    out[0] |= 1;
-    out
 }
 
 /// When a run was last updated (its end, or its start).

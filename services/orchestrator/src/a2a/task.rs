@@ -23,14 +23,15 @@
 //! the run's tree it happened: `contextId`, `parentContextId`, `depth`,
 //! `agent`, `kind` (the Baton event's) and `seq`.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
+use baton_proto::json_value::{Struct, Value, value::Kind};
 use baton_proto::{
     a2a::v1::{self as lf, stream_response::Payload as Update},
     v1::{self as pb, run_event::Payload},
 };
-use pbjson_types::{Struct, Value, value::Kind};
 
+use super::message::{CONTEXT_LABEL, IO_LABEL};
 use crate::run::view::RunView;
 
 /// The URI of Baton's A2A extension: nested-context detail on every
@@ -66,7 +67,12 @@ pub struct Task {
     message: Option<lf::Message>,
     time: Option<baton_proto::wkt::Timestamp>,
     history: Vec<lf::Message>,
-    output: Option<lf::Artifact>,
+    artifacts: Vec<lf::Artifact>,
+    /// The message an agent in A2A messages mode answered with.
+    reply: Option<lf::Message>,
+    /// Whether the run's input and output are A2A messages (`a2a_io:
+    /// message`).
+    native: bool,
     /// What the run waits for, oldest first, with the message that asks it.
     asks: Vec<(Ask, lf::Message)>,
     /// The seq of the last event folded in.
@@ -85,7 +91,9 @@ impl Task {
             message: None,
             time: None,
             history: Vec::new(),
-            output: None,
+            artifacts: Vec::new(),
+            reply: None,
+            native: false,
             asks: Vec::new(),
             last_seq: 0,
             ended: false,
@@ -102,7 +110,7 @@ impl Task {
         match view.status {
             pb::RunStatus::Completed => {
                 task.state = lf::TaskState::Completed;
-                task.output = Some(output_artifact(&view.output));
+                task.artifacts = vec![output_artifact(&view.output)];
                 task.ended = true;
             }
             pb::RunStatus::Failed => {
@@ -123,6 +131,18 @@ impl Task {
             }
         }
         task
+    }
+
+    /// Takes the context id the caller gave (none: the trace id stays).
+    pub fn set_context(&mut self, context_id: &str) {
+        if !context_id.is_empty() {
+            self.context_id = context_id.to_owned();
+        }
+    }
+
+    /// The message an agent in A2A messages mode answered with.
+    pub fn reply(&self) -> Option<&lf::Message> {
+        self.reply.as_ref()
     }
 
     /// The task id (the run id).
@@ -173,15 +193,12 @@ impl Task {
         match payload {
             Payload::RunStarted(s) => {
                 self.state = lf::TaskState::Working;
+                if let Some(c) = s.labels.get(CONTEXT_LABEL) {
+                    self.context_id = c.clone();
+                }
+                self.native = s.labels.get(IO_LABEL).is_some_and(|v| v == "message");
                 if !s.input.is_empty() {
-                    let mut m = message(
-                        format!("{}-{}", self.id, event.seq),
-                        &self.id,
-                        &self.context_id,
-                        lf::Role::User,
-                        s.input.clone(),
-                    );
-                    m.metadata = meta();
+                    let m = self.user_message(event.seq, &s.input, meta());
                     self.history.push(m);
                 }
                 vec![self.status_update(None, meta())]
@@ -257,30 +274,52 @@ impl Task {
                 } else {
                     format!("{verdict}: {}", r.reason)
                 };
-                self.answered(event, text, meta())
+                let mut m = message(
+                    format!("{}-{}", self.id, event.seq),
+                    &self.id,
+                    &self.context_id,
+                    lf::Role::User,
+                    text,
+                );
+                m.metadata = meta();
+                self.answered(m, meta())
             }
             Payload::InputReceived(r) => {
                 self.asks.retain(
                     |(a, _)| !matches!(a, Ask::Question { input_id } if *input_id == r.input_id),
                 );
-                self.answered(event, r.input.clone(), meta())
+                let m = self.user_message(event.seq, &r.input, meta());
+                self.answered(m, meta())
             }
             Payload::RunCompleted(c) => {
                 self.ended = true;
                 self.asks.clear();
                 self.state = lf::TaskState::Completed;
                 self.message = None;
-                let artifact = output_artifact(&c.output);
-                self.output = Some(artifact.clone());
-                let artifact_update = Update::ArtifactUpdate(lf::TaskArtifactUpdateEvent {
-                    task_id: self.id.clone(),
-                    context_id: self.context_id.clone(),
-                    artifact: Some(artifact),
-                    append: false,
-                    last_chunk: true,
-                    metadata: meta(),
-                });
-                vec![artifact_update, self.status_update(None, meta())]
+                let mut updates = Vec::new();
+                match self.native.then(|| native_output(&c.output)).flatten() {
+                    Some(NativeOutput::Message(mut m)) => {
+                        m.task_id = self.id.clone();
+                        m.context_id = self.context_id.clone();
+                        self.reply = Some(m.clone());
+                        self.history.push(m.clone());
+                        updates.push(Update::Message(m));
+                    }
+                    Some(NativeOutput::Artifacts(artifacts)) => self.artifacts = artifacts,
+                    None => self.artifacts = vec![output_artifact(&c.output)],
+                }
+                for artifact in &self.artifacts {
+                    updates.push(Update::ArtifactUpdate(lf::TaskArtifactUpdateEvent {
+                        task_id: self.id.clone(),
+                        context_id: self.context_id.clone(),
+                        artifact: Some(artifact.clone()),
+                        append: false,
+                        last_chunk: true,
+                        metadata: meta(),
+                    }));
+                }
+                updates.push(self.status_update(None, meta()));
+                updates
             }
             Payload::RunFailed(f) => {
                 self.ended = true;
@@ -312,21 +351,29 @@ impl Task {
         vec![self.status_update(Some(m), meta)]
     }
 
-    /// A person's answer arrived: the next question, or back to work.
-    fn answered(
-        &mut self,
-        event: &pb::RunEvent,
-        text: String,
-        meta: Option<Struct>,
-    ) -> Vec<Update> {
+    /// A caller's message the run took in (its input, an answer): in A2A
+    /// messages mode the message itself, as the caller sent it.
+    fn user_message(&self, seq: u64, input: &str, meta: Option<Struct>) -> lf::Message {
+        if self.native
+            && let Ok(mut m) = serde_json::from_str::<lf::Message>(input)
+        {
+            m.task_id = self.id.clone();
+            m.context_id = self.context_id.clone();
+            return m;
+        }
         let mut m = message(
-            format!("{}-{}", self.id, event.seq),
+            format!("{}-{seq}", self.id),
             &self.id,
             &self.context_id,
             lf::Role::User,
-            text,
+            input.to_owned(),
         );
-        m.metadata = meta.clone();
+        m.metadata = meta;
+        m
+    }
+
+    /// A person's answer (`m`) arrived: the next question, or back to work.
+    fn answered(&mut self, m: lf::Message, meta: Option<Struct>) -> Vec<Update> {
         self.history.push(m);
         match self.asks.first() {
             Some((_, next)) => {
@@ -394,7 +441,7 @@ impl Task {
             context_id: self.context_id.clone(),
             status: Some(self.status()),
             artifacts: if artifacts {
-                self.output.iter().cloned().collect()
+                self.artifacts.clone()
             } else {
                 Vec::new()
             },
@@ -431,6 +478,34 @@ pub fn text_part(text: String) -> lf::Part {
         metadata: None,
         filename: String::new(),
         media_type: String::new(),
+    }
+}
+
+/// What an agent in A2A messages mode answered: a message, or artifacts.
+enum NativeOutput {
+    Message(lf::Message),
+    Artifacts(Vec<lf::Artifact>),
+}
+
+/// An output `{"message": Message}` or `{"artifacts": [Artifact]}`; `None`
+/// for any other (a text answer).
+fn native_output(output: &str) -> Option<NativeOutput> {
+    #[derive(serde::Deserialize)]
+    struct Native {
+        message: Option<lf::Message>,
+        artifacts: Option<Vec<lf::Artifact>>,
+    }
+    let native: Native = serde_json::from_str(output.trim()).ok()?;
+    match (native.message, native.artifacts) {
+        (Some(mut m), None) => {
+            m.role = lf::Role::Agent as i32;
+            if m.message_id.is_empty() {
+                m.message_id = uuid::Uuid::new_v4().to_string();
+            }
+            Some(NativeOutput::Message(m))
+        }
+        (None, Some(a)) if !a.is_empty() => Some(NativeOutput::Artifacts(a)),
+        _ => None,
     }
 }
 
@@ -500,7 +575,7 @@ fn extension_meta(event: &pb::RunEvent, payload: &Payload) -> Struct {
         ("kind", string(kind)),
         ("seq", number(event.seq as f64)),
     ];
-    let mut ids = HashMap::new();
+    let mut ids = BTreeMap::new();
     match payload {
         Payload::ApprovalRequested(a) => {
             ids.insert("approvalId".to_owned(), string(&a.approval_id));
@@ -510,10 +585,10 @@ fn extension_meta(event: &pb::RunEvent, payload: &Payload) -> Struct {
         }
         _ => {}
     }
-    let mut fields: HashMap<String, Value> =
+    let mut fields: BTreeMap<String, Value> =
         detail.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
     fields.extend(ids);
-    let mut outer = HashMap::with_capacity(1);
+    let mut outer = BTreeMap::new();
     outer.insert(
         EXTENSION.to_owned(),
         Value {

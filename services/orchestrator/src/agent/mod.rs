@@ -47,13 +47,19 @@ pub use turn::{run_frame, run_frame_boxed, run_step_boxed};
 /// The body of a RunAgent: RunStarted, the root frame, then exactly one
 /// terminal event (completed, failed, or cancelled when the run's token
 /// fires or its deadline passes).
-pub async fn body(rt: Arc<Run>, root: CallFrame, target: String) {
+pub async fn body(
+    rt: Arc<Run>,
+    root: CallFrame,
+    target: String,
+    labels: std::collections::BTreeMap<String, String>,
+) {
     let root_ctx = root.ctx.clone();
     let scope = root.scope.clone();
     let started = pb::RunStarted {
         kind: pb::RunKind::Agent as i32,
         target,
         input: root.input.clone(),
+        labels: labels.into_iter().collect(),
     };
     let _end = root_ctx.end_on_drop();
     let body = async {

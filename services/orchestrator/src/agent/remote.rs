@@ -207,7 +207,7 @@ async fn report(
     ctx: &Arc<ContextInfo>,
     name: &Arc<str>,
     m: &lf::Message,
-    meta: Option<&pbjson_types::Struct>,
+    meta: Option<&baton_proto::json_value::Struct>,
 ) {
     let text = text_of(&m.parts);
     if text.is_empty() {
@@ -216,11 +216,11 @@ async fn report(
     let kind = meta
         .and_then(|s| s.fields.get(EXTENSION))
         .and_then(|v| match &v.kind {
-            Some(pbjson_types::value::Kind::StructValue(s)) => s.fields.get("kind"),
+            Some(baton_proto::json_value::value::Kind::StructValue(s)) => s.fields.get("kind"),
             _ => None,
         })
         .and_then(|v| match &v.kind {
-            Some(pbjson_types::value::Kind::StringValue(k)) => Some(k.clone()),
+            Some(baton_proto::json_value::value::Kind::StringValue(k)) => Some(k.clone()),
             _ => None,
         });
     match kind.as_deref() {

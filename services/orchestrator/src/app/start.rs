@@ -49,6 +49,7 @@ pub(super) enum Body {
         target: Resolved,
         history: Vec<ChatMessage>,
         input: String,
+        labels: std::collections::BTreeMap<String, String>,
     },
     Pipeline {
         plan: Plan,
@@ -71,6 +72,7 @@ impl From<AgentRun> for Checked {
                 target: r.target,
                 history: r.history,
                 input: r.input,
+                labels: r.labels,
             },
             options: r.options,
             stored: r.stored,
@@ -110,10 +112,11 @@ impl Body {
                 target,
                 history,
                 input,
+                labels,
             } => {
                 let name = target.target.clone();
                 let root = CallFrame::root(&run, target, history, input);
-                Box::pin(agent::body(run, root, name))
+                Box::pin(agent::body(run, root, name, labels))
             }
             Body::Pipeline {
                 plan,

@@ -72,6 +72,24 @@ pub struct AgentSpec {
     pub settings: Settings,
     /// Whether it is served as an A2A agent (see the config's `a2a`).
     pub a2a: bool,
+    /// What it reads and writes over A2A.
+    pub a2a_io: A2aIo,
+}
+
+/// What an agent served over A2A reads and writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum A2aIo {
+    /// Text: the input is the message's text (a file part becomes a line
+    /// saying what was attached); the output is the text artifact `output`.
+    #[default]
+    Text,
+    /// A2A messages: the input (and every answer to a question) is the
+    /// caller's whole A2A `Message` as proto3 JSON, ids, file parts and
+    /// metadata included; a final output that is a JSON object with
+    /// `artifacts` (A2A `Artifact`s) or `message` (an A2A `Message`) is
+    /// answered as those artifacts or as that direct message.
+    Message,
 }
 
 /// An agent group: a root agent plus the agents it may hand off to, usable

@@ -105,6 +105,7 @@ pub async fn body(
             kind: pb::RunKind::Pipeline as i32,
             target: plan.name.clone(),
             input: String::new(),
+            labels: Default::default(),
         },
         Box::pin(body),
         cleanup,

@@ -28,6 +28,9 @@ pub struct AgentRequest {
     pub options: RequestOptions,
     /// The request as the run store keeps it (see [`StoredRequest`]).
     pub stored: StoredRequest,
+    /// What the face tags the run with, in its `RunStarted` (the A2A face's
+    /// context id); none through baton.v1.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// A request for a pipeline run (RunPipeline).

@@ -35,6 +35,8 @@ pub struct AgentRun {
     pub options: RunOptions,
     /// The request as the run store keeps it.
     pub stored: StoredRequest,
+    /// What the face tagged the run with.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// A RunPipeline request checked: what the run is started with.
@@ -78,6 +80,7 @@ pub fn agent_run(s: &Shared, r: AgentRequest) -> Result<AgentRun> {
         input: r.input,
         options,
         stored: r.stored,
+        labels: r.labels,
     })
 }
 

@@ -116,6 +116,7 @@ mod tests {
                 kind: pb::RunKind::Agent as i32,
                 target: "a".into(),
                 input: String::new(),
+                labels: Default::default(),
             },
             Box::pin(body),
             async {

@@ -446,6 +446,15 @@ impl RunRecord {
         approvals.into_iter().chain(inputs).min()
     }
 
+    /// Whether the run only waits for people now: a question open and no
+    /// model or tool call working (`baton up` cancels such a run when it
+    /// stops instead of holding its shutdown for it).
+    pub fn waits_for_people(&self) -> bool {
+        self.working.load(Ordering::SeqCst) == 0
+            && (earliest_deadline(&lock(&self.approvals)).is_some()
+                || earliest_deadline(&lock(&self.inputs)).is_some())
+    }
+
     /// Marks an input request closed without an answer.
     pub fn close_input(&self, id: &str) {
         if let Some(p) = lock(&self.inputs).get_mut(id) {

@@ -37,6 +37,7 @@ impl TryFrom<pb::RunAgentRequest> for AgentRequest {
             agent: r.agent,
             input: r.input,
             stored,
+            labels: Default::default(),
         })
     }
 }
