@@ -6,7 +6,7 @@ Its card is named "remote-echo". What it does depends on the text it is sent:
               message on the same task is the answer, and the task completes
               with "You chose <answer>." (as an artifact and as the status
               message).
-- "slow ..."  20 updates, 100 ms apart (odd steps are WORKING status updates
+- "slow ..."  20 updates, 100 ms apart by default (odd steps are WORKING status updates
               "tick i/20", even steps artifact chunks "tick i "), then
               completes. Cancelling it ends it as TASK_STATE_CANCELED.
 - "fail ..."  ends as TASK_STATE_FAILED with the message
@@ -15,13 +15,20 @@ Its card is named "remote-echo". What it does depends on the text it is sent:
               artifact ("echo") and completes.
 
 Usage: remote_agent.py [--port 0] [--grpc-port 0] [--key TOKEN]
+                       [--log FILE] [--slow-interval SECONDS]
 Prints "LISTENING <port>" (plus " GRPC <port>" with --grpc-port) when ready.
+
+--log FILE appends one JSON line per message the agent receives (each call
+of execute()): {"messageId", "taskId", "contextId", "text", "followUp"}, so
+a test can count what was sent to it. --slow-interval sets the pause
+between the updates of "slow" (default 0.1 s).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
@@ -37,10 +44,29 @@ SLOW_INTERVAL = 0.1
 class RemoteEchoExecutor(AgentExecutor):
     """The behaviours listed in the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, log: str | None = None, slow_interval: float = SLOW_INTERVAL
+    ) -> None:
         # Tasks whose cancel() has run; execute() checks this before every
         # event so nothing is published after the CANCELED status.
         self._cancelled: set[str] = set()
+        self._log = log
+        self._slow_interval = slow_interval
+
+    def _record(self, context: RequestContext, context_id: str, text: str) -> None:
+        """Appends the received message to the --log file, if any."""
+        if not self._log:
+            return
+        message = context.message
+        line = {
+            'messageId': message.message_id if message else '',
+            'taskId': context.task_id or '',
+            'contextId': context_id,
+            'text': text,
+            'followUp': context.current_task is not None,
+        }
+        with open(self._log, 'a', encoding='utf-8') as f:
+            f.write(json.dumps(line, sort_keys=True) + '\n')
 
     async def execute(
         self, context: RequestContext, event_queue: EventQueue
@@ -52,6 +78,7 @@ class RemoteEchoExecutor(AgentExecutor):
         context_id = (task.context_id if task else None) or context.context_id or ''
         updater = TaskUpdater(event_queue, task_id, context_id)
         text = context.get_user_input().strip()
+        self._record(context, context_id, text)
 
         # A follow-up message on a task waiting for input is the answer.
         if task is not None and (
@@ -100,7 +127,7 @@ class RemoteEchoExecutor(AgentExecutor):
     async def _slow(self, updater: TaskUpdater, task_id: str) -> None:
         await updater.start_work()
         for step in range(1, SLOW_STEPS + 1):
-            await asyncio.sleep(SLOW_INTERVAL)
+            await asyncio.sleep(self._slow_interval)
             if task_id in self._cancelled:
                 return
             if step % 2:
@@ -154,10 +181,19 @@ class RemoteEchoExecutor(AgentExecutor):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_server_args(parser)
+    parser.add_argument(
+        '--log', default=None, help='append each received message as a JSON line'
+    )
+    parser.add_argument(
+        '--slow-interval',
+        type=float,
+        default=SLOW_INTERVAL,
+        help='seconds between the updates of "slow"',
+    )
     args = parser.parse_args()
     asyncio.run(
         serve(
-            RemoteEchoExecutor(),
+            RemoteEchoExecutor(log=args.log, slow_interval=args.slow_interval),
             name='remote-echo',
             description='Echoes, asks a question, streams slowly or fails.',
             args=args,
