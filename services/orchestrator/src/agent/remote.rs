@@ -8,7 +8,8 @@
 //! - its updates become events of the child context: artifact text and
 //!   status messages as `TextDelta` (updates of a Baton agent that carry
 //!   Baton's context extension and are not text become `ToolProgress` of
-//!   the call instead);
+//!   the call instead, and a Baton agent's output artifact, whose text
+//!   streamed already, is not sent again);
 //! - `TASK_STATE_INPUT_REQUIRED` becomes a question (`InputRequested`) in
 //!   the child context; the person's answer is sent back on the same task;
 //! - the end: `COMPLETED` is the call's output (the artifacts' text, or the
@@ -154,7 +155,8 @@ pub(super) async fn call(
                     && !terminal(s)
                     && s != lf::TaskState::InputRequired
                 {
-                    report(rt, view, call, &ctx, &name, m, u.metadata.as_ref()).await;
+                    texts.streamed |=
+                        report(rt, view, call, &ctx, &name, m, u.metadata.as_ref()).await;
                     texts.last_message = text_of(&m.parts);
                 }
                 if terminal(s) {
@@ -178,7 +180,11 @@ pub(super) async fn call(
             Some(Update::ArtifactUpdate(a)) => {
                 if let Some(artifact) = &a.artifact {
                     let text = text_of(&artifact.parts);
-                    if !text.is_empty() {
+                    // A Baton agent streams its text as status messages and
+                    // then sends its run's output as an artifact: that text
+                    // is not new (unless none streamed).
+                    let repeated = texts.streamed && baton_kind(a.metadata.as_ref()).is_some();
+                    if !text.is_empty() && !repeated {
                         let delta = Payload::TextDelta(pb::TextDelta { text: text.clone() });
                         rt.emit(&ctx, &name, delta).await;
                     }
@@ -198,8 +204,23 @@ pub(super) async fn call(
     Ok(output)
 }
 
+/// The kind of the Baton event an update of a Baton agent stands for (its
+/// context extension's `kind`); `None` for other agents' updates.
+fn baton_kind(meta: Option<&baton_proto::json_value::Struct>) -> Option<String> {
+    meta.and_then(|s| s.fields.get(EXTENSION))
+        .and_then(|v| match &v.kind {
+            Some(baton_proto::json_value::value::Kind::StructValue(s)) => s.fields.get("kind"),
+            _ => None,
+        })
+        .and_then(|v| match &v.kind {
+            Some(baton_proto::json_value::value::Kind::StringValue(k)) => Some(k.clone()),
+            _ => None,
+        })
+}
+
 /// A status message of the remote task: text as it arrives, or (an update
 /// of a Baton agent about something else than text) progress of the call.
+/// Whether it was text.
 async fn report(
     rt: &Arc<Run>,
     view: &FrameView,
@@ -208,25 +229,16 @@ async fn report(
     name: &Arc<str>,
     m: &lf::Message,
     meta: Option<&baton_proto::json_value::Struct>,
-) {
+) -> bool {
     let text = text_of(&m.parts);
     if text.is_empty() {
-        return;
+        return false;
     }
-    let kind = meta
-        .and_then(|s| s.fields.get(EXTENSION))
-        .and_then(|v| match &v.kind {
-            Some(baton_proto::json_value::value::Kind::StructValue(s)) => s.fields.get("kind"),
-            _ => None,
-        })
-        .and_then(|v| match &v.kind {
-            Some(baton_proto::json_value::value::Kind::StringValue(k)) => Some(k.clone()),
-            _ => None,
-        });
-    match kind.as_deref() {
+    match baton_kind(meta).as_deref() {
         None | Some("TEXT_DELTA") => {
             rt.emit(ctx, name, Payload::TextDelta(pb::TextDelta { text }))
                 .await;
+            true
         }
         Some(_) => {
             let progress = Payload::ToolProgress(pb::ToolProgress {
@@ -236,6 +248,7 @@ async fn report(
                 message: text,
             });
             rt.emit(&view.ctx, &view.agent_name, progress).await;
+            false
         }
     }
 }
@@ -334,6 +347,8 @@ struct Texts {
     artifacts: BTreeMap<String, String>,
     order: Vec<String>,
     last_message: String,
+    /// Whether status messages brought text (a Baton agent's way).
+    streamed: bool,
 }
 
 impl Texts {
