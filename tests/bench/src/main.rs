@@ -10,6 +10,9 @@
 //!   (`runs.store = "redis"`) against memory mode, in one invocation.
 //! - `http`: events per second on one SSE stream of the HTTP face against
 //!   the same run over gRPC, in one invocation.
+//! - `a2a`: the A2A face's SendMessage round trip and streamed updates per
+//!   second against the `a2a-sdk` server, and what an A2A remote sub-agent
+//!   costs over a local one.
 //! - `pipeline`: RunPipeline with no-op steps, in the shapes of the LangGraph
 //!   figures the pipeline issue quotes, on memory and on Redis.
 
@@ -17,6 +20,7 @@
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod a2a;
 mod agent;
 mod durable;
 mod failover;
@@ -46,6 +50,8 @@ enum Bench {
     Pipeline(pipeline::Options),
     /// The HTTP face: events per second on one SSE stream against gRPC.
     Http(http::Options),
+    /// The A2A face against the a2a-sdk server; a remote sub-agent's cost.
+    A2a(a2a::Options),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -57,5 +63,6 @@ fn main() -> anyhow::Result<()> {
         Bench::Durable(options) => durable::run(options),
         Bench::Pipeline(options) => pipeline::run(options),
         Bench::Http(options) => http::run(options),
+        Bench::A2a(options) => a2a::run(options),
     }
 }

@@ -128,6 +128,10 @@ pub fn response(face: &A2a, agent: &Exposed, headers: &HeaderMap) -> Response {
     if let Ok(v) = HeaderValue::from_str(&etag) {
         h.insert(header::ETAG, v);
     }
+    // The cards change only with the agents file, loaded at start.
+    if let Ok(v) = HeaderValue::from_str(&httpdate::fmt_http_date(face.loaded_at())) {
+        h.insert(header::LAST_MODIFIED, v);
+    }
     response
 }
 

@@ -77,6 +77,7 @@ pub struct A2a {
     config: A2aConfig,
     keys: Option<Arc<ApiKeys>>,
     tls: bool,
+    loaded_at: std::time::SystemTime,
 }
 
 /// The exposure named an agent that the agents file does not have.
@@ -140,6 +141,7 @@ impl A2a {
             config: config.clone(),
             keys,
             tls,
+            loaded_at: std::time::SystemTime::now(),
         }))
     }
 
@@ -167,6 +169,11 @@ impl A2a {
             1 => self.agents.keys().next().cloned(),
             _ => None,
         }
+    }
+
+    /// When the agents the cards describe were loaded.
+    pub fn loaded_at(&self) -> std::time::SystemTime {
+        self.loaded_at
     }
 
     /// The operations.

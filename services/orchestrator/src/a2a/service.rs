@@ -258,16 +258,15 @@ impl Service {
         let history = Some(request.history_length.unwrap_or(0));
         let mut listed = Vec::with_capacity(page.len());
         for (_, t) in page {
-            let mut task = t.to_task(history, artifacts);
-            // A context a caller chose is kept on the run's RunStarted.
-            task.context_id = if request.context_id.is_empty() {
-                self.context_of(caller, t.id())
-                    .await
-                    .unwrap_or(task.context_id)
-            } else {
-                request.context_id.clone()
+            // A context a caller chose, and an agent's A2A messages mode,
+            // are kept on the run's RunStarted.
+            let labels = self.labels_of(caller, t.id()).await;
+            let view = all.iter().find(|r| r.run_id == t.id());
+            let task = match view {
+                Some(view) if !labels.is_empty() => Task::of_view_labelled(view, &labels),
+                _ => t.clone(),
             };
-            listed.push(task);
+            listed.push(task.to_task(history, artifacts));
         }
         Ok(lf::ListTasksResponse {
             tasks: listed,
@@ -387,19 +386,21 @@ impl Service {
         Ok(ask)
     }
 
-    /// The context id a caller chose for task `id`, from its `RunStarted`.
-    async fn context_of(&self, caller: &Caller, id: &str) -> Option<String> {
-        let mut events = self
-            .core
-            .watch(caller, id, 0, Filter::default())
-            .await
-            .ok()?;
+    /// The labels of task `id`'s run, from its `RunStarted`.
+    async fn labels_of(
+        &self,
+        caller: &Caller,
+        id: &str,
+    ) -> std::collections::HashMap<String, String> {
+        let Ok(mut events) = self.core.watch(caller, id, 0, Filter::default()).await else {
+            return Default::default();
+        };
         match events.next().await {
             Some(Ok(pb::RunEvent {
                 payload: Some(pb::run_event::Payload::RunStarted(s)),
                 ..
-            })) => s.labels.get(CONTEXT_LABEL).cloned(),
-            _ => None,
+            })) => s.labels,
+            _ => Default::default(),
         }
     }
 

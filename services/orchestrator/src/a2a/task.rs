@@ -104,13 +104,31 @@ impl Task {
     /// `ListTasks` answers (a running task is `WORKING` there; `GetTask`
     /// tells whether it waits for input).
     pub fn of_view(view: &RunView) -> Self {
+        Self::of_view_labelled(view, &Default::default())
+    }
+
+    /// [`Self::of_view`], with the run's labels (from its `RunStarted`):
+    /// the caller's context id, and the output of an agent in A2A messages
+    /// mode as its artifacts or message.
+    pub fn of_view_labelled(
+        view: &RunView,
+        labels: &std::collections::HashMap<String, String>,
+    ) -> Self {
         let mut task = Self::new(&view.run_id, &view.trace_id);
+        if let Some(c) = labels.get(CONTEXT_LABEL) {
+            task.context_id = c.clone();
+        }
+        task.native = labels.get(IO_LABEL).is_some_and(|v| v == "message");
         task.last_seq = view.last_seq;
         task.time = Some(view.ended_at.unwrap_or(view.started_at).into());
         match view.status {
             pb::RunStatus::Completed => {
                 task.state = lf::TaskState::Completed;
-                task.artifacts = vec![output_artifact(&view.output)];
+                match task.native.then(|| native_output(&view.output)).flatten() {
+                    Some(NativeOutput::Message(m)) => task.reply = Some(m),
+                    Some(NativeOutput::Artifacts(a)) => task.artifacts = a,
+                    None => task.artifacts = vec![output_artifact(&view.output)],
+                }
                 task.ended = true;
             }
             pb::RunStatus::Failed => {
@@ -178,7 +196,9 @@ impl Task {
 
     /// Records the caller's message that started or answered the task, in
     /// its history.
-    pub fn push_user_message(&mut self, message: lf::Message) {
+    pub fn push_user_message(&mut self, mut message: lf::Message) {
+        message.task_id = self.id.clone();
+        message.context_id = self.context_id.clone();
         self.history.push(message);
     }
 
@@ -204,6 +224,9 @@ impl Task {
                 vec![self.status_update(None, meta())]
             }
             Payload::RunResumed(_) => Vec::new(),
+            // An agent in A2A messages mode writes its answer as JSON: its
+            // own text is the output, not progress (its sub-agents' is).
+            Payload::TextDelta(_) if self.native && event.depth == 0 => Vec::new(),
             Payload::TextDelta(d) => {
                 let m = self.agent_message(event.seq, d.text.clone(), meta());
                 vec![self.status_update(Some(m), meta())]
@@ -297,13 +320,17 @@ impl Task {
                 self.state = lf::TaskState::Completed;
                 self.message = None;
                 let mut updates = Vec::new();
+                // A direct message answer travels, in a task's stream, as
+                // the COMPLETED status's message (a bare Message belongs
+                // only to message-only streams, A2A §3.1.2).
+                let mut said = None;
                 match self.native.then(|| native_output(&c.output)).flatten() {
                     Some(NativeOutput::Message(mut m)) => {
                         m.task_id = self.id.clone();
                         m.context_id = self.context_id.clone();
                         self.reply = Some(m.clone());
                         self.history.push(m.clone());
-                        updates.push(Update::Message(m));
+                        said = Some(m);
                     }
                     Some(NativeOutput::Artifacts(artifacts)) => self.artifacts = artifacts,
                     None => self.artifacts = vec![output_artifact(&c.output)],
@@ -318,7 +345,7 @@ impl Task {
                         metadata: meta(),
                     }));
                 }
-                updates.push(self.status_update(None, meta()));
+                updates.push(self.status_update(said, meta()));
                 updates
             }
             Payload::RunFailed(f) => {
