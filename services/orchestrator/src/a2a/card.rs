@@ -5,15 +5,22 @@
 //! extended card no; Baton's context extension, optional), and, when the
 //! server takes API keys, the bearer scheme they are sent with.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use axum::{
+    extract::{Path, State},
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::Response,
 };
 use baton_proto::a2a::v1 as lf;
 
-use super::{A2a, Exposed, VERSION, error::json_response, task::EXTENSION};
+use super::{
+    error::A2aError,
+    face::A2a,
+    json::json_response,
+    names::{EXTENSION, VERSION},
+    service::Exposed,
+};
 
 /// The name of the bearer scheme in the cards.
 pub const BEARER: &str = "bearer";
@@ -143,4 +150,67 @@ fn fnv(bytes: &[u8]) -> u64 {
         h = h.wrapping_mul(0x100000001b3);
     }
     h
+}
+
+/// `GET /a2a/{agent}/.well-known/agent-card.json`.
+pub async fn agent_card(
+    State(face): State<Arc<A2a>>,
+    Path(agent): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    match face.agent(&agent) {
+        Ok(exposed) => response(&face, exposed, &headers),
+        Err(e) => e.rest_response(),
+    }
+}
+
+/// `GET /.well-known/agent-card.json`: the default agent's card.
+pub async fn default_card(State(face): State<Arc<A2a>>, headers: HeaderMap) -> Response {
+    let name = match face.default_agent() {
+        Some(name) => name,
+        None => match face.agents().count() {
+            0 => {
+                return A2aError::NoAgent(
+                    "this server exposes no agent over A2A (a2a.agents in the config, or `a2a: true` on an agent)".into(),
+                )
+                .rest_response();
+            }
+            _ => {
+                let urls: Vec<String> = face
+                    .agents()
+                    .map(|a| &a.name)
+                    .map(|n| {
+                        format!(
+                            "{}/a2a/{n}/.well-known/agent-card.json",
+                            face.base_url(&headers)
+                        )
+                    })
+                    .collect();
+                return A2aError::NoAgent(format!(
+                    "this server exposes {} A2A agents, each with its own card: {} (GET /a2a lists them)",
+                    urls.len(),
+                    urls.join(", ")
+                ))
+                .rest_response();
+            }
+        },
+    };
+    agent_card(State(face), Path(name), headers).await
+}
+
+/// `GET /a2a`: the exposed agents and their cards.
+pub async fn list_agents(State(face): State<Arc<A2a>>, headers: HeaderMap) -> Response {
+    let base = face.base_url(&headers);
+    let agents: Vec<serde_json::Value> = face
+        .agents()
+        .map(|a| {
+            serde_json::json!({
+                "name": a.name,
+                "description": a.description,
+                "cardUrl": format!("{base}/a2a/{}/.well-known/agent-card.json", a.name),
+                "url": format!("{base}/a2a/{}", a.name),
+            })
+        })
+        .collect();
+    json_response(&serde_json::json!({ "agents": agents }), StatusCode::OK)
 }

@@ -6,7 +6,6 @@
 //! the field when one is wrong.
 
 use axum::{
-    body::Body,
     http::{HeaderValue, StatusCode, header},
     response::Response,
 };
@@ -262,7 +261,7 @@ impl A2aError {
             "message": self.message(),
             "details": self.details_json(),
         }});
-        let mut response = json_response(&body, status);
+        let mut response = super::json::json_response(&body, status);
         if matches!(self.code(), Code::Unauthenticated) {
             response
                 .headers_mut()
@@ -281,21 +280,26 @@ impl A2aError {
     }
 }
 
+/// A request whose `Content-Type` is not JSON: `ContentTypeNotSupportedError`
+/// naming the header (no `Content-Type` at all is taken as JSON).
+pub fn unsupported_media_type(headers: &axum::http::HeaderMap) -> Option<A2aError> {
+    let value = headers.get(axum::http::header::CONTENT_TYPE)?;
+    let text = value.to_str().unwrap_or_default();
+    let essence = text.split(';').next().unwrap_or_default().trim();
+    let json = essence.eq_ignore_ascii_case("application/json")
+        || (essence.starts_with("application/") && essence.ends_with("+json"));
+    (!json).then(|| A2aError::ContentType {
+        field: "Content-Type".into(),
+        message: format!(
+            "Content-Type: {text:?} is not supported; send application/json (or application/a2a+json)"
+        ),
+    })
+}
+
 /// The HTTP+JSON answer to a body that is not JSON: 415.
 pub fn unsupported_media_type_response(e: &A2aError) -> Response {
     let mut response = e.rest_response();
     *response.status_mut() = StatusCode::UNSUPPORTED_MEDIA_TYPE;
-    response
-}
-
-/// A JSON answer with `status`.
-pub fn json_response(body: &Value, status: StatusCode) -> Response {
-    let mut response = Response::new(Body::from(body.to_string()));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
     response
 }
 
@@ -307,7 +311,7 @@ fn version_message(asked: &str) -> String {
     };
     format!(
         "A2A-Version: {asked} is not supported; this agent speaks A2A {} (send the header `A2A-Version: {}`)",
-        super::VERSION,
-        super::VERSION
+        super::names::VERSION,
+        super::names::VERSION
     )
 }

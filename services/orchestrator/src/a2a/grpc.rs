@@ -11,7 +11,11 @@ use baton_proto::a2a::v1::{self as lf, a2a_service_server::A2aService};
 use futures::{Stream, StreamExt as _};
 use tonic::{Request, Response, Status};
 
-use super::{A2a, VERSION_HEADER, check_version, error::A2aError};
+use super::{
+    error::A2aError,
+    face::{A2a, check_version},
+    names::VERSION_HEADER,
+};
 use crate::{app::Caller, auth::tenant_of};
 
 /// The gRPC face of the A2A operations.

@@ -16,7 +16,12 @@ use axum::{
 use baton_proto::a2a::v1 as lf;
 use serde_json::{Value, json};
 
-use super::{A2a, check_version, error::A2aError, error::json_response, http_version, sse};
+use super::{
+    error::A2aError,
+    face::{A2a, check_version, http_version},
+    json::json_response,
+    sse,
+};
 
 /// Handles one JSON-RPC request to `agent`.
 pub async fn handle(
@@ -26,7 +31,7 @@ pub async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    if let Some(e) = unsupported_media_type(&headers) {
+    if let Some(e) = super::error::unsupported_media_type(&headers) {
         return reply(&Value::Null, Err(e));
     }
     let body = match crate::http::request::read_body(body).await {
@@ -101,7 +106,7 @@ pub async fn handle(
             Ok(r) => service
                 .list(&caller, &agent, &r)
                 .await
-                .map(|l| super::rest::list_json(&l)),
+                .map(|l| super::json::list_json(&l)),
             Err(e) => Err(e),
         },
         "CancelTask" => match parse::<lf::CancelTaskRequest>(params) {
@@ -124,22 +129,6 @@ pub async fn handle(
         }
     };
     reply(&id, result)
-}
-
-/// A request whose `Content-Type` is not JSON: `ContentTypeNotSupportedError`
-/// naming the header (no `Content-Type` at all is taken as JSON).
-pub fn unsupported_media_type(headers: &HeaderMap) -> Option<A2aError> {
-    let value = headers.get(axum::http::header::CONTENT_TYPE)?;
-    let text = value.to_str().unwrap_or_default();
-    let essence = text.split(';').next().unwrap_or_default().trim();
-    let json = essence.eq_ignore_ascii_case("application/json")
-        || (essence.starts_with("application/") && essence.ends_with("+json"));
-    (!json).then(|| A2aError::ContentType {
-        field: "Content-Type".into(),
-        message: format!(
-            "Content-Type: {text:?} is not supported; send application/json (or application/a2a+json)"
-        ),
-    })
 }
 
 /// The method and params of a JSON-RPC request object; why not, if it is

@@ -9,7 +9,7 @@ use opentelemetry::{
     trace::{SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceState},
 };
 
-use super::{error::A2aError, task::EXTENSION};
+use super::{error::A2aError, names::EXTENSION};
 use crate::run::record::ApprovalAnswer;
 
 type Result<T> = std::result::Result<T, A2aError>;
@@ -146,14 +146,6 @@ pub fn approval_answer(message: &lf::Message, text: &str) -> Result<ApprovalAnsw
         reason: rest.trim().to_owned(),
     })
 }
-
-/// The label of a run that keeps the caller's context id, when it is not
-/// the run's trace id.
-pub const CONTEXT_LABEL: &str = "a2a.context_id";
-
-/// The label of a run of an agent in A2A messages mode (`a2a_io:
-/// message`): its input, answers and output are A2A messages as JSON.
-pub const IO_LABEL: &str = "a2a.io";
 
 /// The trace of the context `context_id` of `tenant`'s: a context id this
 /// server gave out is a trace id; any other a caller chose is mapped to

@@ -29,7 +29,12 @@ use axum::{
 use baton_proto::a2a::v1 as lf;
 use serde_json::{Value, json};
 
-use super::{A2a, check_version, error::A2aError, error::json_response, http_version, sse};
+use super::{
+    error::A2aError,
+    face::{A2a, check_version, http_version},
+    json::{json_response, list_json},
+    sse,
+};
 
 /// Handles one HTTP+JSON request to `agent` (`rest` is the path after the
 /// agent's URL).
@@ -72,7 +77,7 @@ async fn call(
     check_version(http_version(headers, query))?;
     let body = crate::http::request::read_body(body).await?;
     if !body.is_empty()
-        && let Some(e) = super::jsonrpc::unsupported_media_type(headers)
+        && let Some(e) = super::error::unsupported_media_type(headers)
     {
         return Ok(super::error::unsupported_media_type_response(&e));
     }
@@ -170,26 +175,12 @@ fn list_request(query: Option<&str>) -> Result<lf::ListTasksRequest, A2aError> {
                 _ => return Err(A2aError::invalid(&k, "must be true or false")),
             },
             "contextId" | "status" | "pageToken" | "statusTimestampAfter" | "tenant" => json!(v),
-            _ if k.eq_ignore_ascii_case(super::VERSION_HEADER) => continue,
+            _ if k.eq_ignore_ascii_case(super::names::VERSION_HEADER) => continue,
             _ => return Err(A2aError::invalid(&k, "is not a ListTasks parameter")),
         };
         object.insert(k, value);
     }
     json_body(Value::Object(object).to_string().as_bytes())
-}
-
-/// A `ListTasksResponse` as JSON: its required fields always present (A2A
-/// §3.1.4: `nextPageToken` is `""` on the last page).
-pub fn list_json(list: &lf::ListTasksResponse) -> Value {
-    let mut value = serde_json::to_value(list).unwrap_or_default();
-    if let Some(o) = value.as_object_mut() {
-        o.entry("tasks").or_insert_with(|| json!([]));
-        o.entry("nextPageToken").or_insert_with(|| json!(""));
-        o.entry("pageSize").or_insert_with(|| json!(list.page_size));
-        o.entry("totalSize")
-            .or_insert_with(|| json!(list.total_size));
-    }
-    value
 }
 
 fn json<T: serde::Serialize>(message: &T) -> Response {

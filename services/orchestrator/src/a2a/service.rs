@@ -14,28 +14,33 @@ use baton_proto::{
 use futures::{StreamExt as _, stream::BoxStream};
 
 use super::{
-    Exposed,
     error::A2aError,
-    message::{
-        CONTEXT_LABEL, IO_LABEL, Named, approval_answer, checked_message, context_trace, named_ask,
-        trace_parent,
-    },
-    task::{Ask, EXTENSION, Task},
+    message::{Named, approval_answer, checked_message, context_trace, named_ask, trace_parent},
+    names::{CONTEXT_LABEL, EXTENSION, IO_LABEL},
+    task::{Ask, Task},
 };
 use crate::{
     app::{Caller, Orchestrator},
     catalog::A2aIo,
-    request::{AgentRequest, MAX_RUNS_PAGE, RunsQuery},
+    request::AgentRequest,
     run::{events::Filter, view::RunView},
 };
 
+/// An agent served over A2A.
+#[derive(Debug, Clone)]
+pub struct Exposed {
+    /// Its name in the agents file.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// The tools it may call (its card's skills).
+    pub tools: Vec<String>,
+    /// What it reads and writes.
+    pub io: crate::catalog::A2aIo,
+}
+
 /// A stream of A2A updates; an error ends it.
 pub type Updates = BoxStream<'static, std::result::Result<lf::StreamResponse, A2aError>>;
-
-/// The default and largest `ListTasks` page.
-pub const DEFAULT_PAGE: usize = 50;
-/// The largest `ListTasks` page.
-pub const MAX_PAGE: usize = 100;
 
 /// How long a `CancelTask` waits for the run's end before answering.
 const CANCEL_WAIT: Duration = Duration::from_secs(10);
@@ -43,7 +48,7 @@ const CANCEL_WAIT: Duration = Duration::from_secs(10);
 /// The A2A operations over the core.
 #[derive(Clone)]
 pub struct Service {
-    core: Orchestrator,
+    pub(super) core: Orchestrator,
 }
 
 type Result<T> = std::result::Result<T, A2aError>;
@@ -179,103 +184,6 @@ impl Service {
         self.follow(caller, id, false, None).await
     }
 
-    /// `ListTasks`: the caller's tenant's tasks of this agent, the most
-    /// recently updated first.
-    pub async fn list(
-        &self,
-        caller: &Caller,
-        agent: &str,
-        request: &lf::ListTasksRequest,
-    ) -> Result<lf::ListTasksResponse> {
-        let size = match request.page_size {
-            None | Some(0) => DEFAULT_PAGE,
-            Some(n) if n < 0 || n as usize > MAX_PAGE => {
-                return Err(A2aError::invalid(
-                    "pageSize",
-                    format!("must be between 1 and {MAX_PAGE} (got {n})"),
-                ));
-            }
-            Some(n) => n as usize,
-        };
-        if let Some(n) = request.history_length
-            && n < 0
-        {
-            return Err(A2aError::invalid("historyLength", "must not be negative"));
-        }
-        let state = lf::TaskState::try_from(request.status).map_err(|_| {
-            A2aError::invalid("status", format!("{} is not a TaskState", request.status))
-        })?;
-        let after = if request.page_token.is_empty() {
-            None
-        } else {
-            Some(parse_cursor(&request.page_token).ok_or_else(|| {
-                A2aError::invalid("pageToken", "is not a token this server gave out")
-            })?)
-        };
-        let since = request
-            .status_timestamp_after
-            .and_then(|t| std::time::SystemTime::try_from(t).ok());
-        // Every run of the tenant, then this agent's, filtered and sorted
-        // here: the core keeps runs in start order.
-        let mut all = Vec::new();
-        let mut query = RunsQuery {
-            status: None,
-            after: None,
-            size: MAX_RUNS_PAGE,
-        };
-        loop {
-            let page = self.core.list(caller, &query).await?;
-            let last = page.runs.last().map(|r| r.run_id.clone());
-            all.extend(page.runs.into_iter().filter(|r| r.target == agent));
-            match (last, page.next_page_token.is_empty()) {
-                (Some(last), false) => query.after = Some(last),
-                _ => break,
-            }
-        }
-        let mut tasks: Vec<(Cursor, Task)> = all
-            .iter()
-            .filter(|r| {
-                request.context_id.is_empty()
-                    || r.trace_id == context_trace(&caller.tenant, &request.context_id)
-            })
-            .filter(|r| since.is_none_or(|t| updated(r) > t))
-            .map(|r| (cursor(r), Task::of_view(r)))
-            .filter(|(_, t)| state == lf::TaskState::Unspecified || t.state() == state)
-            .collect();
-        let total = tasks.len();
-        tasks.sort_by(|a, b| b.0.cmp(&a.0));
-        let start = match &after {
-            Some(after) => tasks.partition_point(|(c, _)| c >= after),
-            None => 0,
-        };
-        let page: Vec<_> = tasks.iter().skip(start).take(size).collect();
-        let more = start + page.len() < tasks.len();
-        let next_page_token = match page.last() {
-            Some((c, _)) if more => format!("v1.{}.{}", c.0, c.1),
-            _ => String::new(),
-        };
-        let artifacts = request.include_artifacts.unwrap_or(false);
-        let history = Some(request.history_length.unwrap_or(0));
-        let mut listed = Vec::with_capacity(page.len());
-        for (_, t) in page {
-            // A context a caller chose, and an agent's A2A messages mode,
-            // are kept on the run's RunStarted.
-            let labels = self.labels_of(caller, t.id()).await;
-            let view = all.iter().find(|r| r.run_id == t.id());
-            let task = match view {
-                Some(view) if !labels.is_empty() => Task::of_view_labelled(view, &labels),
-                _ => t.clone(),
-            };
-            listed.push(task.to_task(history, artifacts));
-        }
-        Ok(lf::ListTasksResponse {
-            tasks: listed,
-            next_page_token,
-            page_size: size as i32,
-            total_size: total as i32,
-        })
-    }
-
     /// Starts a run of `agent` for `message` (detached: the task outlives
     /// the call), in the trace `message.contextId` names, if it names one.
     async fn start(
@@ -384,24 +292,6 @@ impl Service {
             }
         }
         Ok(ask)
-    }
-
-    /// The labels of task `id`'s run, from its `RunStarted`.
-    async fn labels_of(
-        &self,
-        caller: &Caller,
-        id: &str,
-    ) -> std::collections::HashMap<String, String> {
-        let Ok(mut events) = self.core.watch(caller, id, 0, Filter::default()).await else {
-            return Default::default();
-        };
-        match events.next().await {
-            Some(Ok(pb::RunEvent {
-                payload: Some(pb::run_event::Payload::RunStarted(s)),
-                ..
-            })) => s.labels,
-            _ => Default::default(),
-        }
     }
 
     /// The run of task `id`, if the caller may see it and it runs `agent`.
@@ -573,26 +463,4 @@ fn updates(
     futures::stream::once(async move { Ok(first) })
         .chain(rest)
         .boxed()
-}
-
-/// When a run was last updated (its end, or its start).
-fn updated(view: &RunView) -> std::time::SystemTime {
-    view.ended_at.unwrap_or(view.started_at)
-}
-
-/// Where a task sorts in `ListTasks`: last update (ms), then id.
-type Cursor = (i64, String);
-
-fn cursor(view: &RunView) -> Cursor {
-    let ms = updated(view)
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0);
-    (ms, view.run_id.clone())
-}
-
-fn parse_cursor(token: &str) -> Option<Cursor> {
-    let rest = token.strip_prefix("v1.")?;
-    let (ms, id) = rest.split_once('.')?;
-    Some((ms.parse().ok()?, id.to_owned()))
 }

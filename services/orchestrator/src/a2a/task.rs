@@ -21,25 +21,22 @@
 //!
 //! Every update's metadata carries, under the [`EXTENSION`] key, where in
 //! the run's tree it happened: `contextId`, `parentContextId`, `depth`,
-//! `agent`, `kind` (the Baton event's) and `seq`.
+//! `agent`, `kind` (the Baton event's) and `seq` (see `updates`).
 
-use std::collections::BTreeMap;
-
-use baton_proto::json_value::{Struct, Value, value::Kind};
+use baton_proto::json_value::Struct;
 use baton_proto::{
     a2a::v1::{self as lf, stream_response::Payload as Update},
     v1::{self as pb, run_event::Payload},
 };
 
-use super::message::{CONTEXT_LABEL, IO_LABEL};
+use super::{
+    names::{CONTEXT_LABEL, IO_LABEL},
+    updates::{
+        NativeOutput, extension_meta, failure_text, message, native_output, output_artifact,
+        progress_line,
+    },
+};
 use crate::run::view::RunView;
-
-/// The URI of Baton's A2A extension: nested-context detail on every
-/// update (see the module docs).
-pub const EXTENSION: &str = "https://baton.dev/a2a/extensions/context/v1";
-
-/// The id of the artifact that holds a completed task's output.
-pub const OUTPUT_ARTIFACT: &str = "output";
 
 /// What a task waits for from a person.
 #[derive(Debug, Clone, PartialEq)]
@@ -475,164 +472,5 @@ impl Task {
             history,
             metadata: None,
         }
-    }
-}
-
-/// A one-text-part message.
-pub fn message(
-    message_id: String,
-    task_id: &str,
-    context_id: &str,
-    role: lf::Role,
-    text: String,
-) -> lf::Message {
-    lf::Message {
-        message_id,
-        context_id: context_id.to_owned(),
-        task_id: task_id.to_owned(),
-        role: role as i32,
-        parts: vec![text_part(text)],
-        metadata: None,
-        extensions: Vec::new(),
-        reference_task_ids: Vec::new(),
-    }
-}
-
-/// A text part.
-pub fn text_part(text: String) -> lf::Part {
-    lf::Part {
-        content: Some(lf::part::Content::Text(text)),
-        metadata: None,
-        filename: String::new(),
-        media_type: String::new(),
-    }
-}
-
-/// What an agent in A2A messages mode answered: a message, or artifacts.
-enum NativeOutput {
-    Message(lf::Message),
-    Artifacts(Vec<lf::Artifact>),
-}
-
-/// An output `{"message": Message}` or `{"artifacts": [Artifact]}`; `None`
-/// for any other (a text answer).
-fn native_output(output: &str) -> Option<NativeOutput> {
-    #[derive(serde::Deserialize)]
-    struct Native {
-        message: Option<lf::Message>,
-        artifacts: Option<Vec<lf::Artifact>>,
-    }
-    let native: Native = serde_json::from_str(output.trim()).ok()?;
-    match (native.message, native.artifacts) {
-        (Some(mut m), None) => {
-            m.role = lf::Role::Agent as i32;
-            if m.message_id.is_empty() {
-                m.message_id = uuid::Uuid::new_v4().to_string();
-            }
-            Some(NativeOutput::Message(m))
-        }
-        (None, Some(a)) if !a.is_empty() => Some(NativeOutput::Artifacts(a)),
-        _ => None,
-    }
-}
-
-fn output_artifact(output: &str) -> lf::Artifact {
-    lf::Artifact {
-        artifact_id: OUTPUT_ARTIFACT.to_owned(),
-        name: OUTPUT_ARTIFACT.to_owned(),
-        description: "The run's final output.".to_owned(),
-        parts: vec![text_part(output.to_owned())],
-        metadata: None,
-        extensions: Vec::new(),
-    }
-}
-
-fn failure_text(code: i32, message: &str) -> String {
-    format!(
-        "{}: {message}",
-        baton_proto::code_name(tonic::Code::from_i32(code))
-    )
-}
-
-/// The line a progress event shows a client that does not know the
-/// extension; `None` for events that say nothing new.
-fn progress_line(event: &pb::RunEvent, payload: &Payload) -> Option<String> {
-    let at = if event.agent.is_empty() {
-        String::new()
-    } else {
-        format!("{}: ", event.agent)
-    };
-    Some(match payload {
-        Payload::AgentStarted(a) if event.depth > 0 => {
-            format!("{}: sub-agent started at depth {}", a.agent, event.depth)
-        }
-        Payload::AgentStarted(_) => return None,
-        Payload::AgentCompleted(_) if event.depth > 0 => format!("{at}sub-agent done"),
-        Payload::AgentCompleted(_) => return None,
-        Payload::Handoff(h) => format!("handoff from {} to {}", h.from_agent, h.to_agent),
-        Payload::ToolCallStarted(t) => format!("{at}calling tool {}", t.tool),
-        Payload::ToolProgress(p) if p.message.is_empty() => {
-            format!("{at}tool {}: {}%", p.tool, p.percent)
-        }
-        Payload::ToolProgress(p) => format!("{at}tool {}: {}% {}", p.tool, p.percent, p.message),
-        Payload::ToolOptions(o) => format!("{at}tool {} offers: {}", o.tool, o.options.join(", ")),
-        Payload::ToolCallCompleted(t) if t.error.is_empty() => format!("{at}tool {} done", t.tool),
-        Payload::ToolCallCompleted(t) => format!("{at}tool {} failed: {}", t.tool, t.error),
-        Payload::StepStarted(s) => format!("step {} started ({})", s.step_id, s.agent),
-        Payload::StepCompleted(s) => format!("step {} done", s.step_id),
-        Payload::StepFailed(s) => format!("step {} failed: {}", s.step_id, s.error),
-        Payload::StepSkipped(s) => format!("step {} skipped", s.step_id),
-        Payload::PipelineCompleted(_) => "pipeline done".to_owned(),
-        _ => return None,
-    })
-}
-
-/// The extension's metadata of an update made from `event`.
-fn extension_meta(event: &pb::RunEvent, payload: &Payload) -> Struct {
-    let kind = crate::run::events::kind_of(payload);
-    let kind = kind
-        .as_str_name()
-        .strip_prefix("EVENT_KIND_")
-        .unwrap_or(kind.as_str_name());
-    let detail = [
-        ("contextId", string(&event.context_id)),
-        ("parentContextId", string(&event.parent_context_id)),
-        ("depth", number(f64::from(event.depth))),
-        ("agent", string(&event.agent)),
-        ("kind", string(kind)),
-        ("seq", number(event.seq as f64)),
-    ];
-    let mut ids = BTreeMap::new();
-    match payload {
-        Payload::ApprovalRequested(a) => {
-            ids.insert("approvalId".to_owned(), string(&a.approval_id));
-        }
-        Payload::InputRequested(q) => {
-            ids.insert("inputId".to_owned(), string(&q.input_id));
-        }
-        _ => {}
-    }
-    let mut fields: BTreeMap<String, Value> =
-        detail.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
-    fields.extend(ids);
-    let mut outer = BTreeMap::new();
-    outer.insert(
-        EXTENSION.to_owned(),
-        Value {
-            kind: Some(Kind::StructValue(Struct { fields })),
-        },
-    );
-    Struct { fields: outer }
-}
-
-fn string(s: &str) -> Value {
-    Value {
-        kind: Some(Kind::StringValue(s.to_owned())),
-    }
-}
-
-fn number(n: f64) -> Value {
-    Value {
-        kind: Some(Kind::NumberValue(n)),
     }
 }
