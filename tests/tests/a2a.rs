@@ -943,3 +943,68 @@ async fn a_remote_task_survives_a_failover_of_the_calling_replica_sent_once() {
     b.shutdown().await.expect("b");
     eprintln!("failover: {:?}", began.elapsed());
 }
+
+/// A JSON-RPC call of `method` on `agent` of `server`: the response.
+async fn jsonrpc(server: &OrchestratorServer, agent: &str, method: &str, params: Value) -> Value {
+    reqwest::Client::new()
+        .post(format!("{}/a2a/{agent}", server.endpoint()))
+        .header("A2A-Version", "1.0")
+        .json(&json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}))
+        .send()
+        .await
+        .expect("JSON-RPC call")
+        .json()
+        .await
+        .expect("JSON-RPC answer")
+}
+
+/// The limits of the A2A face at and just over them, and the tenant's run
+/// quota applied to tasks: ListTasks' page size (100 is the most, 101 is
+/// refused naming `pageSize`, 0 is the default 50), and a second task over
+/// `concurrent_runs = 1` refused as the quota (RESOURCE_EXHAUSTED, -32012),
+/// accepted again once the first is cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a2a_limits_and_the_run_quota_apply_to_tasks() {
+    let server = OrchestratorServer::start(&example_agents(), None, |c| {
+        c.quotas.default.concurrent_runs = Some(1);
+    })
+    .await
+    .expect("orchestrator");
+    let message = |id: &str| {
+        json!({"message": {"messageId": id, "role": "ROLE_USER", "parts": [{"text": "x"}]},
+        "configuration": {"returnImmediately": true}})
+    };
+
+    let first = jsonrpc(&server, "slow", "SendMessage", message("m1")).await;
+    let task = first["result"]["task"]["id"]
+        .as_str()
+        .expect("task")
+        .to_owned();
+    let over = jsonrpc(&server, "slow", "SendMessage", message("m2")).await;
+    assert_eq!(over["error"]["code"], -32012, "{over}");
+    let why = over["error"]["message"].as_str().unwrap_or_default();
+    assert!(why.contains("concurrent_runs"), "{why}");
+
+    for (size, ok) in [(100, true), (101, false), (1, true)] {
+        let list = jsonrpc(&server, "slow", "ListTasks", json!({"pageSize": size})).await;
+        if ok {
+            assert_eq!(list["result"]["pageSize"], size, "{list}");
+            assert_eq!(list["result"]["tasks"][0]["id"], task.as_str(), "{list}");
+        } else {
+            assert_eq!(list["error"]["code"], -32602, "{list}");
+            let text = list["error"]["message"].as_str().unwrap_or_default();
+            assert!(text.starts_with("pageSize:"), "{text}");
+        }
+    }
+    let default = jsonrpc(&server, "slow", "ListTasks", json!({})).await;
+    assert_eq!(default["result"]["pageSize"], 50, "{default}");
+    assert_eq!(default["result"]["nextPageToken"], "", "{default}");
+
+    let cancelled = jsonrpc(&server, "slow", "CancelTask", json!({"id": task})).await;
+    assert_eq!(
+        cancelled["result"]["status"]["state"], "TASK_STATE_CANCELED",
+        "{cancelled}"
+    );
+    let again = jsonrpc(&server, "slow", "SendMessage", message("m3")).await;
+    assert!(again["result"]["task"]["id"].is_string(), "{again}");
+}

@@ -26,7 +26,7 @@ async fn audited_calls_are_one_json_line_each_in_their_own_file() {
     )
     .expect("logger");
     let server = OrchestratorServer::start(
-        "scripts:\n  hi: [{text: hi}]\nagents:\n  hi: {model: \"scripted:hi\"}\n",
+        "scripts:\n  hi: [{text: hi}]\nagents:\n  hi: {model: \"scripted:hi\", a2a: true}\n",
         None,
         |_| {},
     )
@@ -75,6 +75,27 @@ async fn audited_calls_are_one_json_line_each_in_their_own_file() {
         .expect("HTTP refusal");
     assert_eq!(refused.status(), reqwest::StatusCode::BAD_REQUEST);
 
+    // So does the A2A face: a task is a run, started by RunAgent.
+    let task: Value = http
+        .post(format!("{}/a2a/hi", server.endpoint()))
+        .header("A2A-Version", "1.0")
+        .json(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+            "params": {"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "x"}]}}}))
+        .send()
+        .await
+        .expect("A2A send")
+        .json()
+        .await
+        .expect("json");
+    let a2a_run = task["result"]["task"]["id"]
+        .as_str()
+        .expect("task id")
+        .to_owned();
+    let a2a_trace = task["result"]["task"]["contextId"]
+        .as_str()
+        .expect("context id")
+        .to_owned();
+
     // The store records the tenant its caller's key names.
     let keys = dir.path().join("api-keys");
     std::fs::write(&keys, "acme acme-key-0123456789\n").expect("keys");
@@ -118,6 +139,7 @@ async fn audited_calls_are_one_json_line_each_in_their_own_file() {
         ("ResolveApproval", run_id.as_str(), "", "NotFound"),
         ("RunAgent", http_run.as_str(), http_trace.as_str(), "OK"),
         ("RunAgent", "", "", "InvalidArgument"),
+        ("RunAgent", a2a_run.as_str(), a2a_trace.as_str(), "OK"),
         ("Put", "", trace_id.as_str(), "OK"),
         ("Clear", "", trace_id.as_str(), "OK"),
     ];

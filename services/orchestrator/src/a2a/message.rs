@@ -189,3 +189,78 @@ fn rand_span() -> [u8; 8] {
     out[0] |= 1;
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text_message(parts: Vec<lf::part::Content>) -> lf::Message {
+        lf::Message {
+            message_id: "m".into(),
+            role: lf::Role::User as i32,
+            parts: parts
+                .into_iter()
+                .map(|c| lf::Part {
+                    content: Some(c),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_message_is_checked_field_by_field_and_files_become_lines() {
+        use lf::part::Content;
+        let field = |m: Option<lf::Message>| match checked_message(m) {
+            Err(A2aError::Invalid { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(field(None), "message");
+        let mut m = text_message(vec![Content::Text("hi".into())]);
+        m.message_id.clear();
+        assert_eq!(field(Some(m)), "message.messageId");
+        let mut m = text_message(vec![Content::Text("hi".into())]);
+        m.role = lf::Role::Agent as i32;
+        assert_eq!(field(Some(m)), "message.role");
+        assert_eq!(field(Some(text_message(vec![]))), "message.parts");
+        let (_, text) = checked_message(Some(text_message(vec![
+            Content::Text("look".into()),
+            Content::Raw(vec![1, 2, 3].into()),
+            Content::Url("https://x/y.pdf".into()),
+        ])))
+        .expect("checked");
+        assert_eq!(
+            text,
+            "look\n[file: application/octet-stream, 3 bytes]\n[file: application/octet-stream, at https://x/y.pdf]"
+        );
+    }
+
+    #[test]
+    fn an_approval_is_approve_or_deny_with_a_reason_or_a_data_part() {
+        use lf::part::Content;
+        let m = text_message(vec![Content::Text("x".into())]);
+        let a = approval_answer(&m, "approve: looks fine").expect("answer");
+        assert!(a.approved);
+        assert_eq!(a.reason, "looks fine");
+        let a = approval_answer(&m, "No").expect("answer");
+        assert!(!a.approved);
+        assert!(approval_answer(&m, "perhaps").is_err());
+        let data: baton_proto::json_value::Value =
+            serde_json::json!({"approved": true, "reason": "ok"}).into();
+        let m = text_message(vec![Content::Data(data)]);
+        let a = approval_answer(&m, "").expect("answer");
+        assert!(a.approved);
+        assert_eq!(a.reason, "ok");
+    }
+
+    #[test]
+    fn a_context_id_is_a_trace_id_or_maps_to_one_per_tenant() {
+        let trace = "0af7651916cd43dd8448eb211c80319c";
+        assert_eq!(context_trace("t", trace), trace);
+        let a = context_trace("t1", "my-conversation");
+        assert_eq!(a, context_trace("t1", "my-conversation"));
+        assert_ne!(a, context_trace("t2", "my-conversation"));
+        assert!(TraceId::parse(&a).is_ok(), "{a}");
+    }
+}

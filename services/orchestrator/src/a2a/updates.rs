@@ -174,3 +174,26 @@ fn number(n: f64) -> Value {
         kind: Some(Kind::NumberValue(n)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_a2a_messages_output_is_a_message_artifacts_or_text() {
+        let m = native_output(r#"{"message": {"parts": [{"text": "hi"}]}}"#);
+        match m {
+            Some(NativeOutput::Message(m)) => {
+                assert_eq!(m.role, lf::Role::Agent as i32);
+                assert!(!m.message_id.is_empty());
+            }
+            _ => panic!("a message"),
+        }
+        let a = native_output(
+            r#"{"artifacts": [{"artifactId": "a", "parts": [{"url": "https://x/o.txt", "filename": "o.txt", "mediaType": "text/plain"}]}]}"#,
+        );
+        assert!(matches!(a, Some(NativeOutput::Artifacts(a)) if a.len() == 1));
+        assert!(native_output("plain text").is_none());
+        assert!(native_output(r#"{"artifacts": []}"#).is_none());
+    }
+}
