@@ -226,7 +226,7 @@ mod tests {
         assert_eq!(field(Some(text_message(vec![]))), "message.parts");
         let (_, text) = checked_message(Some(text_message(vec![
             Content::Text("look".into()),
-            Content::Raw(vec![1, 2, 3].into()),
+            Content::Raw(vec![1, 2, 3]),
             Content::Url("https://x/y.pdf".into()),
         ])))
         .expect("checked");
