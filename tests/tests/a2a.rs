@@ -1008,3 +1008,73 @@ async fn a2a_limits_and_the_run_quota_apply_to_tasks() {
     let again = jsonrpc(&server, "slow", "SendMessage", message("m3")).await;
     assert!(again["result"]["task"]["id"].is_string(), "{again}");
 }
+
+/// Durable runs: any replica answers for any task. A task sent to replica
+/// A is read (GetTask, ListTasks), followed (SubscribeToTask) and
+/// cancelled (CancelTask) through replica B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_replica_answers_for_a_durable_task() {
+    let redis = RedisServer::start().expect("redis-server");
+    let agents = example_agents();
+    let a = durable_replica(&redis, &agents).await;
+    let b = durable_replica(&redis, &agents).await;
+    let sent = jsonrpc(
+        &a,
+        "slow",
+        "SendMessage",
+        json!({"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "x"}]},
+               "configuration": {"returnImmediately": true}}),
+    )
+    .await;
+    let task = sent["result"]["task"]["id"]
+        .as_str()
+        .expect("task")
+        .to_owned();
+
+    let got = jsonrpc(&b, "slow", "GetTask", json!({"id": task})).await;
+    assert_eq!(got["result"]["id"], task.as_str(), "{got}");
+    assert_eq!(
+        got["result"]["status"]["state"], "TASK_STATE_WORKING",
+        "{got}"
+    );
+    let listed = jsonrpc(&b, "slow", "ListTasks", json!({})).await;
+    assert_eq!(
+        listed["result"]["tasks"][0]["id"],
+        task.as_str(),
+        "{listed}"
+    );
+
+    // B follows the task that A runs, then cancels it.
+    let subscribed = reqwest::Client::new()
+        .post(format!("{}/a2a/slow", b.endpoint()))
+        .header("A2A-Version", "1.0")
+        .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "SubscribeToTask", "params": {"id": task}}))
+        .send()
+        .await
+        .expect("subscribe");
+    let mut body = subscribed.bytes_stream();
+    let first = tokio::time::timeout(Duration::from_secs(10), body.next())
+        .await
+        .expect("first frame in time")
+        .expect("a frame")
+        .expect("bytes");
+    let first = String::from_utf8_lossy(&first).into_owned();
+    assert!(first.contains(r#""task""#), "{first}");
+    let cancelled = jsonrpc(&b, "slow", "CancelTask", json!({"id": task})).await;
+    assert_eq!(
+        cancelled["result"]["status"]["state"], "TASK_STATE_CANCELED",
+        "{cancelled}"
+    );
+    let rest = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut text = String::new();
+        while let Some(chunk) = body.next().await {
+            text.push_str(&String::from_utf8_lossy(&chunk.expect("bytes")));
+        }
+        text
+    })
+    .await
+    .expect("the subscription ends with the task");
+    assert!(rest.contains("TASK_STATE_CANCELED"), "{rest}");
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}
