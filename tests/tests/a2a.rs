@@ -1078,3 +1078,52 @@ async fn any_replica_answers_for_a_durable_task() {
     a.shutdown().await.expect("a");
     b.shutdown().await.expect("b");
 }
+
+/// A remote agent whose card offers only A2A 0.3 (served by a bare HTTP
+/// listener: an agent of an older SDK) is a tool error that says so; the
+/// run goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_agent_without_a_version_in_common_is_a_tool_error() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let card = json!({
+        "name": "old", "description": "An A2A 0.3 agent.", "version": "1",
+        "supportedInterfaces": [{"url": format!("http://127.0.0.1:{port}/"),
+            "protocolBinding": "JSONRPC", "protocolVersion": "0.3"}],
+        "capabilities": {"streaming": true}, "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"], "skills": []
+    })
+    .to_string();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut request = [0u8; 4096];
+            let _ = socket.read(&mut request).await;
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{card}",
+                card.len()
+            );
+            let _ = socket.write_all(answer.as_bytes()).await;
+        }
+    });
+    let agents = remote_agents_file(&format!("http://127.0.0.1:{port}/old"), "", &[]);
+    let server = OrchestratorServer::start(&agents, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let client = server.client().await.expect("client");
+    let events = client
+        .run_agent_to_end(agent_request("caller", "x"))
+        .await
+        .expect("run");
+    let call = tool_completed(&events, "echo");
+    assert!(
+        call.error
+            .starts_with("remote agent echo: its card offers no interface Baton can use")
+            && call.error.contains("JSONRPC 0.3"),
+        "{call:?}"
+    );
+    baton_e2e::events::completed_output(&events);
+    server.shutdown().await.expect("shutdown");
+}
