@@ -9,8 +9,9 @@
 //!
 //! This file parses the command line and hands each command to its module;
 //! no module reads this file. `out` (the `outln!` every command prints
-//! with) is the leaf; `view` draws event trees; `run` holds what the run
-//! commands share (`Target`), which `pipeline`, `runs` and `store` use.
+//! with) is the leaf; `view` draws event trees; `follow` follows a run
+//! (its events, its questions, Ctrl-C); `run` holds what the run commands
+//! share (`Target`), which `pipeline`, `runs` and `store` use.
 
 /// mimalloc instead of the system allocator: the runtime allocates many
 /// small, short-lived objects across threads; on the pipeline benchmark's
@@ -18,6 +19,7 @@
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod follow;
 mod out;
 mod pipeline;
 mod run;
@@ -127,6 +129,10 @@ async fn main() -> std::process::ExitCode {
             }) =>
         {
             std::process::ExitCode::SUCCESS
+        }
+        // Ctrl-C: what it did is printed already; 130, as a shell says.
+        Err(e) if e.downcast_ref::<follow::Interrupted>().is_some() => {
+            std::process::ExitCode::from(130)
         }
         Err(e) => {
             // One line a person can act on; the chain only when it adds to it.

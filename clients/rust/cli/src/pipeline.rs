@@ -68,6 +68,9 @@ pub async fn run(args: PipelineArgs) -> anyhow::Result<()> {
         if l.max_turns > 0 {
             mine.max_turns = l.max_turns;
         }
+        if l.max_depth.is_some() {
+            mine.max_depth = l.max_depth;
+        }
         if l.run_timeout.is_some() {
             mine.run_timeout = l.run_timeout;
         }
@@ -75,7 +78,15 @@ pub async fn run(args: PipelineArgs) -> anyhow::Result<()> {
     if settings.is_some() {
         request.settings = settings;
     }
-    let client = args.target.connect().await?;
+    let (client, links) = crate::follow::with_links(args.target.connect().await?);
     let events = client.run_pipeline(request).await?;
-    crate::run::follow(&client, events, args.json, args.answers).await
+    crate::follow::follow(
+        &client,
+        events,
+        links,
+        args.json,
+        args.answers,
+        crate::follow::CtrlC::Cancel,
+    )
+    .await
 }

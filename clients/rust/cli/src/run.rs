@@ -3,13 +3,11 @@
 //!
 //! The tree view prints one line per event that matters to a person,
 //! indented by depth; tool progress is drawn as a bar; approvals and input
-//! requests are asked on the terminal and answered through the API. `--json`
-//! prints every event as one JSON object per line instead (prompts then go to
-//! stderr). Ctrl-C closes the stream, which cancels the run on the server.
+//! requests are asked on the terminal and answered through the API (see
+//! `follow`). `--json` prints every event as one JSON object per line
+//! instead (prompts then go to stderr). Ctrl-C cancels the run and says
+//! `cancelled`.
 
-use std::io::{BufRead, Write};
-
-use anyhow::Context;
 use baton_client::{OrchestratorClient, pb, pb::run_event::Payload};
 use clap::Args;
 use futures::StreamExt;
@@ -27,9 +25,11 @@ pub struct RunArgs {
     /// Print events as JSON lines.
     #[arg(long)]
     json: bool,
-    /// Show only events at most this deep (the run's max_depth is separate).
-    #[arg(long)]
-    max_depth: Option<u32>,
+    /// Show only events at most this deep (0: the top-level conversation);
+    /// the run itself goes as deep as `--max-depth` lets it. The request's
+    /// `filter.max_depth`.
+    #[arg(long, value_name = "N")]
+    filter_max_depth: Option<u32>,
     /// Approve every approval without asking.
     #[arg(long, conflicts_with = "deny")]
     approve: bool,
@@ -41,7 +41,7 @@ pub struct RunArgs {
     context: Option<String>,
     /// Start the run detached (it outlives this command), print its id and
     /// return; follow it with `baton runs watch`.
-    #[arg(long, conflicts_with_all = ["approve", "deny", "max_depth"])]
+    #[arg(long, conflicts_with_all = ["approve", "deny", "filter_max_depth"])]
     detach: bool,
     /// The answer to the run's next input request, instead of asking;
     /// repeat for several, in order.
@@ -195,7 +195,7 @@ pub async fn agents(args: AgentsArgs) -> anyhow::Result<()> {
 
 /// Runs an agent, drawing its events; fails unless the run completes.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let client = args.target.connect().await?;
+    let (client, links) = crate::follow::with_links(args.target.connect().await?);
     let approval_mode = if args.approve {
         pb::ApprovalMode::AutoApprove
     } else if args.deny {
@@ -212,7 +212,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         input: args.input.clone(),
         run_context_json: args.context.clone().unwrap_or_default(),
         approval_mode: approval_mode as i32,
-        filter: args.max_depth.map(|d| pb::EventFilter {
+        filter: args.filter_max_depth.map(|d| pb::EventFilter {
             max_depth: Some(d),
             ..Default::default()
         }),
@@ -241,87 +241,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    follow(&client, events, args.json, args.answers).await
-}
-
-/// Prints a run's events (tree or JSON), answers its input requests with
-/// `answers` (in order) and then, like its approvals, from stdin with the
-/// question on stderr, and fails unless the run completes.
-pub async fn follow(
-    client: &OrchestratorClient,
-    mut events: baton_client::Events,
-    json: bool,
-    answers: Vec<String>,
-) -> anyhow::Result<()> {
-    let mut answers = std::collections::VecDeque::from(answers);
-    let mut view = crate::view::View::default();
-    let mut outcome = None;
-    while let Some(event) = events.next().await {
-        let event = event?;
-        if json {
-            crate::out::outln!("{}", event_json(&event))?;
-        } else {
-            view.draw(&event)?;
-        }
-        match &event.payload {
-            Some(Payload::ApprovalRequested(a)) => {
-                let question = format!("approve {} {}? [y/N] ", a.tool, a.arguments_json);
-                let answer = ask(question, "--approve or --deny").await?;
-                let approved = matches!(answer.trim(), "y" | "Y" | "yes");
-                let reason = if approved {
-                    ""
-                } else {
-                    "denied at the terminal"
-                };
-                client
-                    .resolve_approval(&event.run_id, &a.approval_id, approved, reason)
-                    .await?;
-            }
-            Some(Payload::InputRequested(i)) => {
-                let options = if i.options.is_empty() {
-                    String::new()
-                } else {
-                    format!(" [{}]", i.options.join("/"))
-                };
-                let answer = match answers.pop_front() {
-                    Some(answer) => answer,
-                    None => ask(format!("{}{options} ", i.prompt), "--answer TEXT").await?,
-                };
-                client
-                    .submit_input(&event.run_id, &i.input_id, answer.trim())
-                    .await?;
-            }
-            Some(Payload::RunCompleted(_)) => outcome = Some(Ok(())),
-            Some(Payload::RunFailed(f)) => {
-                outcome = Some(Err(anyhow::anyhow!("run failed: {}", f.message)))
-            }
-            Some(Payload::RunCancelled(c)) => {
-                outcome = Some(Err(anyhow::anyhow!("run cancelled: {}", c.reason)))
-            }
-            _ => {}
-        }
-    }
-    outcome.unwrap_or_else(|| Err(anyhow::anyhow!("the stream ended without a terminal event")))
-}
-
-/// Asks a question on stderr (stdout carries the run's output, and may be
-/// redirected) and reads the answer from stdin. No answer — stdin closed,
-/// as when nobody is there — is an error naming `flags`, never a silent
-/// "no".
-async fn ask(question: String, flags: &'static str) -> anyhow::Result<String> {
-    let line = tokio::task::spawn_blocking(move || {
-        eprint!("{question}");
-        std::io::stderr().flush()?;
-        let mut line = String::new();
-        let n = std::io::stdin().lock().read_line(&mut line)?;
-        Ok::<_, std::io::Error>((n > 0).then_some(line))
-    })
+    crate::follow::follow(
+        &client,
+        events,
+        links,
+        args.json,
+        args.answers,
+        crate::follow::CtrlC::Cancel,
+    )
     .await
-    .context("prompt task")?
-    .context("cannot read the answer from stdin")?;
-    line.with_context(|| {
-        format!("the run asks a question and stdin is closed: answer it with {flags}, or run in a terminal")
-    })
 }
 
 fn usage(u: &Option<pb::Usage>) -> Value {

@@ -5,7 +5,8 @@ use baton_client::pb;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
 
-use crate::run::{Target, follow};
+use crate::follow::{CtrlC, follow};
+use crate::run::Target;
 
 /// `baton runs …`.
 #[derive(Args)]
@@ -176,8 +177,17 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
             Ok(())
         }
         RunsCmd::Watch { run_id, after } => {
+            let (client, links) = crate::follow::with_links(client);
             let events = client.watch_run(&run_id, after, None).await?;
-            follow(&client, events, args.json, Vec::new()).await
+            follow(
+                &client,
+                events,
+                links,
+                args.json,
+                Vec::new(),
+                CtrlC::StopWatching,
+            )
+            .await
         }
         RunsCmd::Cancel { run_id, reason } => {
             let status = client.cancel(&run_id, &reason).await?;

@@ -1,6 +1,6 @@
 //! What `baton run` and `baton pipeline` may change about a run's models:
 //! `--model` (the model of agents that name none), `--max-turns`,
-//! `--timeout` (the whole run's deadline) and `--set key=value` generation
+//! `--max-depth` (how deep agents may call agents), `--timeout` (the whole run's deadline) and `--set key=value` generation
 //! settings, sent as the request's `settings` (over every agent's and
 //! provider's own; the server checks the values and names a bad one).
 
@@ -18,6 +18,12 @@ pub struct Steer {
     /// Most model turns per agent context.
     #[arg(long)]
     max_turns: Option<u32>,
+    /// How deep agents may call agents (root is 0): a call that would go
+    /// deeper fails as a tool error the model sees. The request's
+    /// `limits.max_depth`, `max_depth` in the Python client, `maxDepth` in
+    /// TypeScript; default: the server's `runs.max_depth` (4).
+    #[arg(long, value_name = "N")]
+    max_depth: Option<u32>,
     /// Deadline of the whole run (`90s`, `5m`).
     #[arg(long, value_parser = baton_common::config::duration::parse)]
     timeout: Option<std::time::Duration>,
@@ -40,7 +46,9 @@ impl Steer {
         Option<pb::RunLimits>,
         Option<pb::GenerationSettings>,
     )> {
-        let limits = (self.max_turns.is_some() || self.timeout.is_some()).then(|| pb::RunLimits {
+        let set = self.max_turns.is_some() || self.timeout.is_some() || self.max_depth.is_some();
+        let limits = set.then(|| pb::RunLimits {
+            max_depth: self.max_depth,
             max_turns: self.max_turns.unwrap_or(0),
             run_timeout: self.timeout.map(|t| baton_client::wkt::Duration {
                 seconds: t.as_secs() as i64,

@@ -1,13 +1,17 @@
 //! The live tree view of `baton run` and `baton pipeline`: one line per
 //! event that matters, indented by depth.
 //!
-//! On a terminal, text streams in as the model writes it (`TextDelta`),
-//! a tool's progress bar is redrawn in place, lines are cut to the
-//! terminal's width, and the markers are symbols and emoji. Into a pipe or
-//! a file the view is plain: no emoji, no ANSI codes, whole lines only, one
-//! line per message. Either way an answer is printed once: a message shown
-//! (streamed or whole) is not repeated by its agent's completion or the
-//! run's, and status codes are printed by name (`UNAVAILABLE`).
+//! Answers (an agent's messages, its output, the run's output and failure)
+//! are printed whole, keeping their line breaks; continuation lines are
+//! indented under the first. On a terminal they are also wrapped to its
+//! width (at spaces, a word longer than a line is broken), text streams in
+//! as the model writes it (`TextDelta`), a tool's progress bar is redrawn
+//! in place, other lines (tool calls, progress, steps) are cut to the
+//! width, and the markers are symbols and emoji. Into a pipe or a file the
+//! view is plain: no emoji, no ANSI codes, nothing cut or wrapped. Either
+//! way an answer is printed once: a message shown (streamed or whole) is not
+//! repeated by its agent's completion or the run's, and status codes are
+//! printed by name (`UNAVAILABLE`).
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
@@ -16,11 +20,177 @@ use baton_client::{pb, pb::run_event::Payload};
 
 /// What the last write left open on the current line.
 enum Open {
-    /// Streamed text of this context, and the column it reached (past the
-    /// width once cut).
-    Text(String, usize),
+    /// Streamed text of this context, wrapped as it comes.
+    Text(String, Wrap),
     /// The progress bar of this tool call.
     Progress(String),
+}
+
+/// Columns a character takes on a terminal: 2 for wide ones (CJK, emoji),
+/// 0 for controls, else 1.
+fn char_cols(c: char) -> usize {
+    let u = u32::from(c);
+    if c.is_control() {
+        return 0;
+    }
+    let wide = matches!(u,
+        0x1100..=0x115F
+        | 0x231A..=0x231B
+        | 0x23E9..=0x23EC
+        | 0x23F0..=0x23FA
+        | 0x25FD..=0x25FE
+        | 0x2614..=0x2615
+        | 0x26A1 | 0x26AA..=0x26AB | 0x26BD..=0x26BE | 0x26C4..=0x26C5 | 0x26D4
+        | 0x26F2..=0x26F5 | 0x26FA | 0x26FD
+        | 0x2705 | 0x270A..=0x270B | 0x2728 | 0x274C | 0x274E | 0x2753..=0x2755
+        | 0x2757 | 0x2795..=0x2797 | 0x27B0 | 0x27BF
+        | 0x2B1B..=0x2B1C | 0x2B50 | 0x2B55
+        | 0x2E80..=0x303E
+        | 0x3041..=0x33FF
+        | 0x3400..=0x4DBF
+        | 0x4E00..=0x9FFF
+        | 0xA000..=0xA4CF
+        | 0xAC00..=0xD7A3
+        | 0xF900..=0xFAFF
+        | 0xFE30..=0xFE4F
+        | 0xFF00..=0xFF60
+        | 0xFFE0..=0xFFE6
+        | 0x1F300..=0x1F64F
+        | 0x1F680..=0x1F6FF
+        | 0x1F900..=0x1F9FF
+        | 0x1FA70..=0x1FAFF
+        | 0x20000..=0x3FFFD);
+    if wide { 2 } else { 1 }
+}
+
+/// Columns `s` takes on a terminal.
+pub(crate) fn cols(s: &str) -> usize {
+    s.chars().map(char_cols).sum()
+}
+
+/// Writes text after a line's head, keeping its line breaks and, with a
+/// width, wrapping it there: at spaces, breaking a word only when it is
+/// longer than a line. Continuation lines start with `cont`. Fed piece by
+/// piece (streamed text) or at once.
+pub(crate) struct Wrap {
+    /// Columns a line may take; `None`: never wrap.
+    width: Option<usize>,
+    /// The start of every continuation line (indentation).
+    cont: String,
+    /// The column the cursor is at.
+    col: usize,
+    /// Spaces seen since the last word, not yet written.
+    spaces: usize,
+    /// The word being written (already on the line).
+    word: String,
+    /// The spaces written before it.
+    lead: usize,
+    /// The current line has nothing written after its start yet (`cont`
+    /// is written before its first character, so no line ends in spaces).
+    fresh: bool,
+}
+
+impl Wrap {
+    /// After a head of `head_cols` columns.
+    pub(crate) fn new(head_cols: usize, cont: String, width: Option<usize>) -> Self {
+        Self {
+            width,
+            cont,
+            col: head_cols,
+            spaces: 0,
+            word: String::new(),
+            lead: 0,
+            fresh: false,
+        }
+    }
+
+    fn newline(&mut self, out: &mut String) {
+        out.push('\n');
+        self.col = 0;
+        self.spaces = 0;
+        self.word.clear();
+        self.lead = 0;
+        self.fresh = true;
+    }
+
+    /// Writes the continuation start on a fresh line.
+    fn start(&mut self, out: &mut String) {
+        if self.fresh {
+            out.push_str(&self.cont);
+            self.col = cols(&self.cont);
+            self.fresh = false;
+        }
+    }
+
+    /// Appends `text` to `out`. A word that outgrows its line moves to the
+    /// next: cut from `out` when it is all there, else (streamed, partly
+    /// written already) erased on the terminal with ANSI codes.
+    pub(crate) fn push(&mut self, text: &str, out: &mut String) {
+        for c in text.chars() {
+            match c {
+                '\r' => {}
+                '\n' => self.newline(out),
+                ' ' | '\t' => {
+                    self.word.clear();
+                    self.spaces += 1;
+                }
+                c => {
+                    self.start(out);
+                    let w = char_cols(c);
+                    let width = self.width;
+                    let room = move |col: usize, need: usize| match width {
+                        Some(width) => col + need <= width,
+                        None => true,
+                    };
+                    let line_start = cols(&self.cont);
+                    if self.word.is_empty() {
+                        let need = self.spaces + w;
+                        if self.spaces > 0 && self.col > line_start && !room(self.col, need) {
+                            self.newline(out);
+                            self.start(out);
+                            self.lead = 0;
+                        } else {
+                            out.extend(std::iter::repeat_n(' ', self.spaces));
+                            self.col += self.spaces;
+                            self.lead = self.spaces;
+                        }
+                        self.spaces = 0;
+                    } else if !room(self.col, w) {
+                        let word_cols = cols(&self.word);
+                        let at_line_start = self.col - word_cols - self.lead <= line_start;
+                        if !at_line_start && room(line_start, word_cols + w) {
+                            // Move the word to the next line.
+                            let word = std::mem::take(&mut self.word);
+                            let gone = format!("{}{word}", " ".repeat(self.lead));
+                            if out.ends_with(&gone) {
+                                out.truncate(out.len() - gone.len());
+                            } else {
+                                let back = word_cols + self.lead;
+                                out.push_str(&format!("\x1b[{back}D\x1b[K"));
+                            }
+                            self.lead = 0;
+                            self.newline(out);
+                            self.start(out);
+                            out.push_str(&word);
+                            self.col += word_cols;
+                            self.word = word;
+                        } else {
+                            // Longer than a line: break it.
+                            self.newline(out);
+                            self.start(out);
+                        }
+                    }
+                    if !room(self.col, w) && self.col > line_start {
+                        self.newline(out);
+                        self.start(out);
+                    }
+                    out.push(c);
+                    self.col += w;
+                    self.word.push(c);
+                }
+            }
+        }
+    }
 }
 
 /// The view's state across events.
@@ -86,6 +256,14 @@ impl View {
         Ok(())
     }
 
+    /// Ends an open line after Ctrl-C; whether the view is on a terminal
+    /// (where `^C` was echoed, on a line of its own only if one was open).
+    pub fn close_after_ctrl_c(&mut self) -> bool {
+        let open = self.open.is_some();
+        let _ = self.close();
+        self.live && !open
+    }
+
     /// Cuts `line` to the terminal's width (plain output keeps it whole).
     pub(crate) fn fit(&self, line: String) -> String {
         if !self.live {
@@ -95,6 +273,23 @@ impl View {
             Some((cut, _)) => format!("{}…", &line[..cut]),
             None => line,
         }
+    }
+
+    /// Where continuation lines of a block at `indent` start: under the
+    /// text after the marker.
+    fn cont(&self, indent: &str) -> String {
+        format!("{indent}{}", self.mark("   ", "  "))
+    }
+
+    /// Prints `head` then `text` whole: its line breaks kept, continuation
+    /// lines indented, wrapped at the width on a terminal.
+    fn block(&mut self, head: String, indent: &str, text: &str) -> std::io::Result<()> {
+        self.close()?;
+        let width = self.live.then_some(self.width);
+        let mut wrap = Wrap::new(cols(&head), self.cont(indent), width);
+        let mut out = head;
+        wrap.push(text.trim_end(), &mut out);
+        crate::out::outln!("{out}")
     }
 
     fn line(&mut self, line: String) -> std::io::Result<()> {
@@ -114,31 +309,23 @@ impl View {
         let ctx = e.context_id.clone();
         let line = match e.payload.as_ref() {
             Some(Payload::TextDelta(d)) if self.live => {
-                let mut out = std::io::stdout().lock();
+                let mut text = String::new();
                 if !matches!(&self.open, Some(Open::Text(c, _)) if *c == ctx) {
                     if self.open.take().is_some() {
-                        writeln!(out)?;
+                        text.push('\n');
                     }
                     let head = format!("{indent}{}{who}", self.mark("💬 ", "> "));
-                    write!(out, "{head}")?;
-                    self.open = Some(Open::Text(ctx.clone(), head.chars().count()));
+                    text.push_str(&head);
+                    let wrap = Wrap::new(cols(&head), self.cont(&indent), Some(self.width));
+                    self.open = Some(Open::Text(ctx.clone(), wrap));
                 }
-                // Streamed text stays on its line (newlines become spaces)
-                // and stops at the width, with an ellipsis.
-                let width = self.width;
-                if let Some(Open::Text(_, col)) = &mut self.open
-                    && *col < width
-                {
-                    let room = width - 1 - (*col).min(width - 1);
-                    let text: String = d.text.replace(['\n', '\r'], " ");
-                    let fits: String = text.chars().take(room).collect();
-                    *col += fits.chars().count();
-                    write!(out, "{fits}")?;
-                    if fits.chars().count() < text.chars().count() {
-                        write!(out, "…")?;
-                        *col = width;
-                    }
+                // Streamed text wraps at the width as it comes, keeping
+                // its line breaks.
+                if let Some(Open::Text(_, wrap)) = &mut self.open {
+                    wrap.push(&d.text, &mut text);
                 }
+                let mut out = std::io::stdout().lock();
+                write!(out, "{text}")?;
                 out.flush()?;
                 self.streamed.entry(ctx).or_default().push_str(&d.text);
                 return Ok(());
@@ -153,7 +340,8 @@ impl View {
                     // Already on screen: end its line.
                     return self.close();
                 }
-                format!("{}{who}{}", self.mark("💬 ", "> "), short(&m.text))
+                let head = format!("{indent}{}{who}", self.mark("💬 ", "> "));
+                return self.block(head, &indent, &m.text);
             }
             Some(Payload::RunStarted(r)) => format!(
                 "{}run of {} (trace {})",
@@ -229,10 +417,10 @@ impl View {
                 w.size_bytes
             ),
             Some(Payload::AgentCompleted(a)) => {
-                if self.was_shown(&ctx, &a.output) {
+                if self.was_shown(&ctx, &a.output) || a.output.is_empty() {
                     format!("■ {who}done")
                 } else {
-                    format!("■ {who}done: {}", short(&a.output))
+                    return self.block(format!("{indent}■ {who}done: "), &indent, &a.output);
                 }
             }
             Some(Payload::StepStarted(st)) => format!(
@@ -256,29 +444,49 @@ impl View {
             Some(Payload::StepSkipped(st)) => {
                 format!("⤼ step {} skipped: {}", st.step_id, st.reason)
             }
-            Some(Payload::PipelineCompleted(p)) => format!(
-                "■ pipeline {}: succeeded [{}] failed [{}] skipped [{}]",
-                if p.success { "succeeded" } else { "failed" },
-                p.succeeded.join(", "),
-                p.failed.join(", "),
-                p.skipped.join(", ")
-            ),
+            Some(Payload::PipelineCompleted(p)) => {
+                let head = format!(
+                    "{indent}■ pipeline {}: ",
+                    if p.success { "succeeded" } else { "failed" }
+                );
+                let text = format!(
+                    "succeeded [{}] failed [{}] skipped [{}]",
+                    p.succeeded.join(", "),
+                    p.failed.join(", "),
+                    p.skipped.join(", ")
+                );
+                return self.block(head, &indent, &text);
+            }
             Some(Payload::RunCompleted(r)) => {
                 let mark = self.mark("✅ ", "");
-                if self.was_shown(&ctx, &r.output) {
+                // A pipeline's output is its last step's: shown there.
+                if self.shown.values().any(|t| *t == r.output) || r.output.is_empty() {
                     format!("{mark}completed")
                 } else {
-                    format!("{mark}completed: {}", short(&r.output))
+                    return self.block(format!("{indent}{mark}completed: "), &indent, &r.output);
                 }
             }
-            Some(Payload::RunFailed(f)) => format!(
-                "{}failed ({}): {}",
-                self.mark("❌ ", ""),
-                baton_common::metrics::code_name(tonic::Code::from(f.code)),
-                f.message
-            ),
+            Some(Payload::RunFailed(f)) => {
+                let head = format!(
+                    "{indent}{}failed ({}): ",
+                    self.mark("❌ ", ""),
+                    baton_common::metrics::code_name(tonic::Code::from(f.code)),
+                );
+                return self.block(head, &indent, &f.message);
+            }
             Some(Payload::RunCancelled(c)) => {
-                format!("{}cancelled: {}", self.mark("⏹ ", ""), c.reason)
+                // "cancelled by request: Ctrl-C" reads "cancelled: Ctrl-C".
+                let why = c
+                    .reason
+                    .strip_prefix("cancelled by request")
+                    .map(|r| r.trim_start_matches(':').trim())
+                    .unwrap_or(&c.reason);
+                let mark = self.mark("⏹ ", "");
+                if why.is_empty() {
+                    format!("{mark}cancelled")
+                } else {
+                    format!("{mark}cancelled: {why}")
+                }
             }
             Some(Payload::RunResumed(r)) => {
                 format!("↻ resumed on {} from seq {}", r.replica, r.checkpoint_seq)

@@ -34,7 +34,7 @@ pub use baton_proto::v1 as pb;
 pub use baton_proto::wkt;
 pub use channel::{channel, channel_with};
 pub use error::{Error, cause_chain};
-pub use orchestrator::{Events, OrchestratorClient};
+pub use orchestrator::{Events, Link, OrchestratorClient, REATTACH_FOR};
 pub use store::{DeleteSelection, MetadataHook, PutEntry, PutOptions, StoreClient};
 pub use target::with_scheme;
 pub use tls::ClientTls;

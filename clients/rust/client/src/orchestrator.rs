@@ -13,6 +13,8 @@ pub struct OrchestratorClient {
     inner: Raw<Channel>,
     /// `Bearer <key>`, sent with every call when set.
     authorization: Option<tonic::metadata::AsciiMetadataValue>,
+    /// Told when a stream breaks and when it re-attaches.
+    link: Option<LinkHook>,
 }
 
 /// A run's event stream. Dropping it cancels the run (unless it was
@@ -28,6 +30,28 @@ pub type Events = std::pin::Pin<Box<dyn Stream<Item = Result<pb::RunEvent, Error
 
 /// How long a broken stream keeps trying to re-attach.
 pub const REATTACH_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// What happens to a run's stream on its way, for a caller that shows it
+/// (see [`OrchestratorClient::on_link`]): a prompt waiting for a person,
+/// say, ends when the stream breaks instead of waiting out the re-attach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Link {
+    /// The stream broke with this error; it tries to re-attach for up to
+    /// [`REATTACH_FOR`] (and yields the error if it cannot).
+    Broken(String),
+    /// It re-attached, and goes on after the last event it yielded.
+    Reattached,
+}
+
+/// The function [`OrchestratorClient::on_link`] installs.
+#[derive(Clone)]
+struct LinkHook(std::sync::Arc<dyn Fn(Link) + Send + Sync>);
+
+impl std::fmt::Debug for LinkHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LinkHook")
+    }
+}
 
 /// Where a re-attaching stream is.
 struct Following {
@@ -72,12 +96,14 @@ impl OrchestratorClient {
                     // broke): re-attach, as often as it takes within
                     // REATTACH_FOR each time.
                     Some(Err(e)) if broken(&e) && s.run_id.is_some() => {
+                        s.client.tell(Link::Broken(e.to_string()));
                         // Boxed: a stream that never breaks holds only a
                         // pointer.
                         if Box::pin(s.reattach()).await.is_err() {
                             s.ended = true;
                             return Some((Err(e), s));
                         }
+                        s.client.tell(Link::Reattached);
                     }
                     Some(Err(e)) => {
                         s.ended = true;
@@ -160,6 +186,20 @@ impl OrchestratorClient {
         Self {
             inner: Raw::new(channel).max_decoding_message_size(64 << 20),
             authorization: None,
+            link: None,
+        }
+    }
+
+    /// Calls `f` when a run stream of this client breaks and when it
+    /// re-attaches (see [`Events`]).
+    pub fn on_link(mut self, f: impl Fn(Link) + Send + Sync + 'static) -> Self {
+        self.link = Some(LinkHook(std::sync::Arc::new(f)));
+        self
+    }
+
+    fn tell(&self, link: Link) {
+        if let Some(hook) = &self.link {
+            (hook.0)(link);
         }
     }
 
