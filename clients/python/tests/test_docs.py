@@ -109,3 +109,28 @@ def test_the_first_agent_guide_runs_as_written(tmp_path):
             up.kill()
         tools.send_signal(signal.SIGTERM)
         assert tools.wait(timeout=10) == 0
+
+
+def test_the_readme_quick_start_prints_what_it_shows(tmp_path):
+    """clients/python/README.md's quick start, saved as a file and run with
+    python against `baton up` on the example agents, prints the lines the
+    README shows: the researcher's run three deep within its max_depth."""
+    readme = (REPO / "clients" / "python" / "README.md").read_text()
+    start = readme.index("## Quick start")
+    [code] = re.findall(r"```python\n(.*?)```", readme[start:readme.index("## The API")], re.S)
+    shown = re.search(r"It prints .*?\n\n```text\n(.*?)```", readme[start:], re.S).group(1)
+    orch_port, store_port = free_port(), free_port()
+    script = tmp_path / "quickstart.py"
+    script.write_text(code.replace("127.0.0.1:50051", f"127.0.0.1:{orch_port}"))
+    up = subprocess.Popen(
+        [BIN, "up", "--listen", f"127.0.0.1:{orch_port}", "--store-listen", f"127.0.0.1:{store_port}"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO)
+    try:
+        wait_for_line(up.stdout, "Baton is up", "baton up")
+        ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout == shown, f"the README shows:\n{shown}\nit printed:\n{ran.stdout}"
+        assert "over max_depth" not in ran.stdout
+    finally:
+        up.send_signal(signal.SIGINT)
+        assert up.wait(timeout=30) == 0

@@ -3,7 +3,7 @@
 
 >>> from baton_client import Orchestrator, kind
 >>> async with Orchestrator("127.0.0.1:50051") as baton:
-...     async for event in baton.run_agent("researcher", "tides", max_depth=1):
+...     async for event in baton.run_agent("researcher", "tides", max_depth=2):
 ...         print(event.depth, event.context_id, kind(event))
 """
 

@@ -245,7 +245,7 @@ class Orchestrator:
     """A client of ``baton.v1.Orchestrator``.
 
     >>> async with Orchestrator("127.0.0.1:50051") as baton:
-    ...     async for event in baton.run_agent("researcher", "tides", max_depth=1):
+    ...     async for event in baton.run_agent("researcher", "tides", max_depth=2):
     ...         print(event.context_id, kind(event))
     """
 
@@ -300,6 +300,11 @@ class Orchestrator:
         settings: Mapping[str, Any] | pb.GenerationSettings | None = None,
     ) -> RunStream:
         """Starts ``agent`` (or a group) on ``input``; returns its events.
+        ``max_depth`` is how deep agents may call agents in this run (the
+        request's ``limits.max_depth``; root is 0, the server's default 4;
+        a call that would go deeper is a tool error the model sees), not
+        what the stream shows: that is ``filter``
+        (``EventFilter(max_depth=0)``: only the top-level conversation).
         A ``detach``\ ed run outlives the stream: leaving it does not cancel
         the run (follow it with ``watch``, find it with ``list_runs``).
         ``settings`` are the run's generation settings, over every agent's
