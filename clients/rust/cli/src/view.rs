@@ -515,3 +515,54 @@ fn short(text: &str) -> String {
         None => flat,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wrapped(head: &str, text: &str, width: Option<usize>) -> String {
+        let mut out = head.to_owned();
+        Wrap::new(cols(head), "  ".into(), width).push(text, &mut out);
+        out
+    }
+
+    #[test]
+    fn text_wraps_at_spaces_and_keeps_its_line_breaks() {
+        assert_eq!(
+            wrapped("> a: ", "one two three four", Some(12)),
+            "> a: one two\n  three four"
+        );
+        // Line breaks and blank lines kept; no line ends in spaces.
+        assert_eq!(
+            wrapped("> ", "list:\n\n- x y\n- z", Some(40)),
+            "> list:\n\n  - x y\n  - z"
+        );
+        // A word longer than a line is broken.
+        assert_eq!(wrapped("> ", "abcdefghij", Some(6)), "> abcd\n  efgh\n  ij");
+        // No width: nothing wrapped, line breaks kept.
+        let long = "word ".repeat(40);
+        assert_eq!(
+            wrapped("> ", long.trim_end(), None),
+            format!("> {}", long.trim_end())
+        );
+        // Wide characters count two columns.
+        assert_eq!(cols("💬 日本"), 7);
+        assert_eq!(
+            wrapped("> ", "日本語 日本語", Some(9)),
+            "> 日本語\n  日本語"
+        );
+    }
+
+    #[test]
+    fn a_streamed_word_that_outgrows_its_line_moves_to_the_next() {
+        let mut wrap = Wrap::new(2, "  ".into(), Some(10));
+        let mut first = String::new();
+        wrap.push("one tw", &mut first);
+        assert_eq!(first, "one tw");
+        // The rest of the word does not fit: what was written of it is
+        // erased on the terminal and written again on the next line.
+        let mut second = String::new();
+        wrap.push("elve", &mut second);
+        assert_eq!(second, "el\u{1b}[5D\u{1b}[K\n  twelve");
+    }
+}
