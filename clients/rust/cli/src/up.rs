@@ -376,6 +376,11 @@ async fn stop_on_signals(
         let mut names: Vec<&str> = runs.iter().map(|r| r.target.as_str()).collect();
         names.sort_unstable();
         names.dedup();
+        // A line that fits a terminal: the first three names.
+        if names.len() > 3 {
+            names.truncate(3);
+            names.push("…");
+        }
         names.join(", ")
     };
     let plural = |n: usize| if n == 1 { "run" } else { "runs" };
@@ -393,7 +398,7 @@ async fn stop_on_signals(
     }
     if !working.is_empty() {
         let _ = crate::out::outln!(
-            "  waiting up to {} for {} {} to finish ({}); Ctrl-C again stops at once",
+            "  waiting up to {} for {} {} to finish ({})\n  Ctrl-C again stops at once",
             baton_common::config::duration::format(grace),
             working.len(),
             plural(working.len()),

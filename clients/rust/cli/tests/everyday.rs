@@ -471,7 +471,7 @@ fn ctrl_c_of_baton_up_says_what_it_waits_for_and_a_second_stops_at_once() {
         "baton up",
     );
     assert!(
-        said.contains("Stopping.\n  cancelled 1 run waiting for a person (payer)\n  waiting up to 30s for 1 run to finish (forever); Ctrl-C again stops at once\n"),
+        said.contains("Stopping.\n  cancelled 1 run waiting for a person (payer)\n  waiting up to 30s for 1 run to finish (forever)\n  Ctrl-C again stops at once\n"),
         "{said}"
     );
     std::thread::sleep(Duration::from_millis(500));
