@@ -63,6 +63,8 @@ enum Cmd {
   baton run support \"order 42 arrived broken\" --approve
   baton run interviewer \"a trip\" --answer Lisbon
   baton run researcher \"tides\" --model local:qwen2.5 --set temperature=0 --max-turns 6
+  baton run researcher \"tides\" --filter-max-depth 0  only the top-level conversation
+  baton run researcher \"tides\" --max-depth 1         agents call agents one deep at most
   baton run researcher \"tides\" --json > events.jsonl
   baton run researcher \"tides\" --detach           then: baton runs watch RUN_ID")]
     Run(run::RunArgs),
