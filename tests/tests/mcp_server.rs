@@ -1,0 +1,526 @@
+//! Baton as an MCP server (`/mcp`), against the official Python `mcp` SDK
+//! client (`tests/mcp/client.py`, streamable_http_client + ClientSession,
+//! from the `.tools/servers-venv` that `./tests/run` installs; nothing here
+//! is a mock): the tools it lists, a call with progress, a question
+//! answered and one declined through elicitation, approvals, a call the
+//! client cancels, API keys (a wrong key, two tenants), and the protocol
+//! revisions `initialize` negotiates.
+
+use std::{process::Stdio, time::Duration};
+
+use baton_client::pb;
+use baton_e2e::{EXAMPLE_AGENTS, OrchestratorServer, eventually, servers::servers_python};
+use baton_orchestrator::{app::Caller, config::McpConfig};
+use serde_json::{Value, json};
+
+/// The longest one `client.py` run may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+const KEY_T1: &str = "t1-key-0123456789abcdef";
+const KEY_T2: &str = "t2-key-fedcba9876543210";
+
+/// The example agents, plus `slow` (served over MCP), which takes 30 s to
+/// answer.
+fn example_agents() -> String {
+    EXAMPLE_AGENTS
+        .replacen(
+            "\nscripts:\n",
+            "\nscripts:\n  slow:\n    - text: \"worked on {{input}}\"\n      delay: 30s\n",
+            1,
+        )
+        .replacen(
+            "\nagents:\n",
+            "\nagents:\n  slow:\n    description: Takes its time.\n    model: scripted:slow\n    mcp: true\n",
+            1,
+        )
+}
+
+/// What one `client.py` run printed, and how it exited.
+#[derive(Debug)]
+struct Output {
+    code: i32,
+    lines: Vec<Value>,
+    stderr: String,
+}
+
+impl Output {
+    /// The first line that has `key`.
+    #[track_caller]
+    fn line(&self, key: &str) -> &Value {
+        self.lines
+            .iter()
+            .find_map(|l| l.get(key))
+            .unwrap_or_else(|| panic!("no {key:?} line: {:?}\n{}", self.lines, self.stderr))
+    }
+
+    /// Every line that has `key`.
+    fn all(&self, key: &str) -> Vec<&Value> {
+        self.lines.iter().filter_map(|l| l.get(key)).collect()
+    }
+
+    /// The call's result (the run must have answered).
+    #[track_caller]
+    fn result(&self) -> &Value {
+        assert_eq!(
+            self.code, 0,
+            "client.py failed: {:?}\n{}",
+            self.lines, self.stderr
+        );
+        self.line("result")
+    }
+
+    /// The result's text.
+    #[track_caller]
+    fn text(&self) -> &str {
+        self.result()["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+    }
+
+    /// The error a failed run printed.
+    #[track_caller]
+    fn error(&self) -> &Value {
+        assert_eq!(
+            self.code, 3,
+            "client.py should have failed: {:?}\n{}",
+            self.lines, self.stderr
+        );
+        self.line("error")
+    }
+}
+
+/// Runs `tests/mcp/client.py URL args…` to its end.
+async fn client(url: &str, args: &[&str]) -> Output {
+    let script = baton_e2e::servers::repo_root().join("tests/mcp/client.py");
+    let mut cmd = tokio::process::Command::new(servers_python());
+    cmd.arg(script)
+        .arg(url)
+        .args(args)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let child = cmd.spawn().expect("start client.py");
+    let out = tokio::time::timeout(CALL_TIMEOUT, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("client.py {args:?} did not end within {CALL_TIMEOUT:?}"))
+        .expect("client.py output");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    Output {
+        code: out.status.code().unwrap_or(-1),
+        lines: stdout
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A ListRuns query of every run.
+fn all_runs() -> baton_orchestrator::request::RunsQuery {
+    baton_orchestrator::request::RunsQuery {
+        status: None,
+        after: None,
+        size: 100,
+    }
+}
+
+fn url(server: &OrchestratorServer) -> String {
+    format!("{}/mcp", server.endpoint())
+}
+
+fn tenant(name: &str) -> Caller {
+    Caller {
+        tenant: name.into(),
+        ..Default::default()
+    }
+}
+
+async fn start(
+    configure: impl FnOnce(&mut baton_orchestrator::config::Config),
+) -> OrchestratorServer {
+    OrchestratorServer::start(&example_agents(), None, configure)
+        .await
+        .expect("orchestrator")
+}
+
+/// Run `id` (of `caller`'s tenant) once it has ended.
+async fn ended(
+    server: &OrchestratorServer,
+    caller: &Caller,
+    id: &str,
+) -> baton_orchestrator::run::view::RunView {
+    eventually("the run ends", || async {
+        server
+            .core
+            .get(caller, id)
+            .await
+            .is_ok_and(|v| v.status != pb::RunStatus::Running)
+    })
+    .await;
+    server.core.get(caller, id).await.expect("the run")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_list_names_each_exposed_agent_with_its_description_and_input_schema() {
+    let server = start(|c| c.mcp.agents = vec!["support".into()]).await;
+    let out = client(&url(&server), &["list"]).await;
+    let init = out.line("initialized");
+    assert_eq!(init["protocolVersion"], "2025-11-25");
+    assert_eq!(init["serverInfo"]["name"], "baton");
+    let tools = out.line("tools").as_array().expect("tools").clone();
+    let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    // The four example agents marked `mcp: true`, `slow`, and the group the
+    // config names; nothing else of the agents file.
+    assert_eq!(
+        names,
+        [
+            "assistant",
+            "billing",
+            "interviewer",
+            "researcher",
+            "slow",
+            "support"
+        ]
+    );
+    let assistant = &tools[0];
+    assert_eq!(assistant["description"], "Echoes what it is told.");
+    assert_eq!(assistant["inputSchema"]["required"], json!(["input"]));
+    assert_eq!(
+        assistant["inputSchema"]["properties"]["input"]["type"],
+        "string"
+    );
+    assert_eq!(
+        assistant["inputSchema"]["properties"]["context"]["type"],
+        "object"
+    );
+    assert_eq!(
+        tools[5]["description"],
+        "Customer support (triage, then billing)."
+    );
+
+    // A tool that is not served is a protocol error naming it.
+    let out = client(&url(&server), &["call", "summarizer", "x"]).await;
+    let error = out.error();
+    assert_eq!(error["type"], "MCPError", "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("summarizer"),
+        "{error}"
+    );
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_reports_progress_and_answers_with_the_output_and_the_run_ids() {
+    let server = start(|_| {}).await;
+    let out = client(
+        &url(&server),
+        &["call", "researcher", "the history of Rust", "--progress"],
+    )
+    .await;
+    let result = out.result();
+    assert_eq!(result["isError"], false);
+    assert!(
+        out.text().starts_with("Research done. Summary: Checked:"),
+        "{}",
+        out.text()
+    );
+    let run_id = result["_meta"]["runId"].as_str().expect("runId").to_owned();
+    let view = ended(&server, &tenant(""), &run_id).await;
+    assert_eq!(view.status, pb::RunStatus::Completed);
+    assert_eq!(result["_meta"]["traceId"], view.trace_id.as_str());
+
+    // Text as it arrives, the slow tool's progress, the sub-agents starting
+    // and ending; a counter that goes up by one.
+    let progress = out.all("progress");
+    let counters: Vec<f64> = progress.iter().filter_map(|p| p.as_f64()).collect();
+    assert!(counters.len() > 10, "{progress:?}");
+    assert!(
+        counters.windows(2).all(|w| w[1] == w[0] + 1.0),
+        "{counters:?}"
+    );
+    let messages: Vec<&str> = out
+        .lines
+        .iter()
+        .filter(|l| l.get("progress").is_some())
+        .filter_map(|l| l["message"].as_str())
+        .collect();
+    for wanted in [
+        "Let ",
+        "▶ summarizer started in root.summarizer.1",
+        "▶ fact_checker started in root.summarizer.1.fact_checker.1",
+        "■ summarizer done in root.summarizer.1",
+        "sleep: 50% step 2 of 4",
+    ] {
+        assert!(messages.contains(&wanted), "no {wanted:?} in {messages:?}");
+    }
+
+    // The context argument is the run context.
+    let out = client(
+        &url(&server),
+        &[
+            "call",
+            "assistant",
+            "hello",
+            "--context",
+            r#"{"customer": "c-7"}"#,
+        ],
+    )
+    .await;
+    assert_eq!(out.text(), "You said: hello");
+    let run_id = out.result()["_meta"]["runId"]
+        .as_str()
+        .expect("runId")
+        .to_owned();
+    let view = ended(&server, &tenant(""), &run_id).await;
+    assert!(
+        view.run_context_json.contains("c-7"),
+        "{}",
+        view.run_context_json
+    );
+    // Without a progress token there are no progress notifications.
+    assert!(out.all("progress").is_empty(), "{:?}", out.lines);
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_is_an_elicitation_answered_or_declined_by_the_client() {
+    let server = start(|_| {}).await;
+    let out = client(
+        &url(&server),
+        &["call", "interviewer", "a trip", "--answer", "Lisbon"],
+    )
+    .await;
+    assert_eq!(out.text(), "Planning a trip to Lisbon.");
+    let asked = out.line("elicit");
+    assert_eq!(
+        asked["message"],
+        "interviewer (in root) asks: Which city should I plan for?"
+    );
+    assert_eq!(
+        asked["requestedSchema"]["properties"]["answer"]["enum"],
+        json!(["Paris", "Lisbon"])
+    );
+
+    // Declined: the call fails saying so, and the run is cancelled.
+    let out = client(
+        &url(&server),
+        &["call", "interviewer", "a trip", "--decline"],
+    )
+    .await;
+    let result = out.result();
+    assert_eq!(result["isError"], true);
+    assert_eq!(result["_meta"]["code"], "ABORTED");
+    assert!(
+        out.text().contains("was declined by the MCP client"),
+        "{}",
+        out.text()
+    );
+    let run_id = result["_meta"]["runId"].as_str().expect("runId").to_owned();
+    let view = ended(&server, &tenant(""), &run_id).await;
+    assert_eq!(view.status, pb::RunStatus::Cancelled);
+
+    // A client without elicitation cannot answer: the call fails saying so.
+    let out = client(&url(&server), &["call", "interviewer", "a trip"]).await;
+    let result = out.result();
+    assert_eq!(result["isError"], true);
+    assert_eq!(result["_meta"]["code"], "FAILED_PRECONDITION");
+    assert!(
+        out.text().contains("cannot answer questions"),
+        "{}",
+        out.text()
+    );
+    assert!(out.all("elicit").is_empty());
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_are_elicited_when_the_client_can_answer_and_follow_the_config_when_not() {
+    let server = start(|_| {}).await;
+    let out = client(&url(&server), &["call", "billing", "order 42", "--approve"]).await;
+    assert_eq!(out.text(), "Done. wrote refunds/last at version 1");
+    let asked = out.line("elicit");
+    assert_eq!(
+        asked["requestedSchema"]["properties"]["approve"]["type"],
+        "boolean"
+    );
+    assert!(
+        asked["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("write_context")
+    );
+
+    let out = client(&url(&server), &["call", "billing", "order 42", "--deny"]).await;
+    assert!(
+        out.text().contains("denied by the MCP client"),
+        "{}",
+        out.text()
+    );
+
+    // No elicitation: `mcp.approval_mode`, auto_deny by default.
+    let out = client(&url(&server), &["call", "billing", "order 42"]).await;
+    assert!(
+        out.text().contains("denied by the run's approval mode"),
+        "{}",
+        out.text()
+    );
+    server.shutdown().await.expect("shutdown");
+
+    let server =
+        start(|c| c.mcp.approval_mode = baton_orchestrator::config::McpApprovalMode::AutoApprove)
+            .await;
+    let out = client(&url(&server), &["call", "billing", "order 42"]).await;
+    assert_eq!(out.text(), "Done. wrote refunds/last at version 1");
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_clients_cancellation_cancels_the_run() {
+    let server = start(|_| {}).await;
+    let out = client(
+        &url(&server),
+        &["call", "slow", "the report", "--cancel-after", "1.5"],
+    )
+    .await;
+    assert_eq!(out.line("cancelled"), &json!(true), "{:?}", out.lines);
+    let core = server.core.clone();
+    let page = core.list(&tenant(""), &all_runs()).await.expect("runs");
+    let slow = page
+        .runs
+        .iter()
+        .find(|r| r.target == "slow")
+        .expect("the slow run")
+        .run_id
+        .clone();
+    let view = ended(&server, &tenant(""), &slow).await;
+    assert_eq!(view.status, pb::RunStatus::Cancelled);
+    assert!(
+        view.error_message.contains("cancelled by the MCP client"),
+        "{}",
+        view.error_message
+    );
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_api_keys_a_wrong_key_is_refused_and_a_tenant_sees_only_its_runs() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("api-keys");
+    std::fs::write(&file, format!("t1 {KEY_T1}\nt2 {KEY_T2}\n")).expect("keys");
+    let server = start(|c| c.auth.api_keys_file = file.clone()).await;
+
+    for key in [Some("wrong"), None] {
+        let mut args = vec![];
+        if let Some(key) = key {
+            args.extend(["--key", key]);
+        }
+        args.push("list");
+        let out = client(&url(&server), &args).await;
+        assert_eq!(out.error()["type"], "MCPError", "{key:?}");
+    }
+    // What the SDK's error hides: 401, saying what to send.
+    let answer = reqwest::Client::new()
+        .post(url(&server))
+        .header("authorization", "Bearer wrong")
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(answer.status(), 401);
+    let body: Value = answer.json().await.expect("json");
+    assert_eq!(body["code"], "UNAUTHENTICATED");
+
+    let out = client(
+        &url(&server),
+        &["--key", KEY_T1, "call", "assistant", "mine"],
+    )
+    .await;
+    assert_eq!(out.text(), "You said: mine");
+    let run_id = out.result()["_meta"]["runId"]
+        .as_str()
+        .expect("runId")
+        .to_owned();
+    let view = ended(&server, &tenant("t1"), &run_id).await;
+    assert_eq!(view.status, pb::RunStatus::Completed);
+    let core = server.core.clone();
+    assert!(
+        matches!(
+            core.get(&tenant("t2"), &run_id).await,
+            Err(baton_orchestrator::error::Error::NotFound { .. })
+        ),
+        "t2 sees t1's run"
+    );
+    let t2_runs = core.list(&tenant("t2"), &all_runs()).await.expect("runs");
+    assert!(t2_runs.runs.is_empty(), "{:?}", t2_runs.runs.len());
+    let out = client(
+        &url(&server),
+        &["--key", KEY_T2, "call", "assistant", "theirs"],
+    )
+    .await;
+    assert_eq!(out.text(), "You said: theirs");
+    let t1_runs = core.list(&tenant("t1"), &all_runs()).await.expect("runs");
+    assert_eq!(t1_runs.runs.len(), 1);
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initialize_negotiates_2025_11_25_or_2025_06_18_and_unknown_agents_are_refused() {
+    let server = start(|_| {}).await;
+    let http = reqwest::Client::new();
+    for (asked, answered) in [
+        ("2025-06-18", "2025-06-18"),
+        ("2025-11-25", "2025-11-25"),
+        ("2025-03-26", "2025-11-25"),
+    ] {
+        let answer = http
+            .post(url(&server))
+            .header("accept", "application/json, text/event-stream")
+            .json(&json!({
+                "jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {
+                    "protocolVersion": asked,
+                    "capabilities": {},
+                    "clientInfo": {"name": "test", "version": "0"},
+                },
+            }))
+            .send()
+            .await
+            .expect("post");
+        assert_eq!(answer.status(), 200, "{asked}");
+        assert!(answer.headers().contains_key("mcp-session-id"), "{asked}");
+        let body = answer.text().await.expect("body");
+        let data = body
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(str::trim)
+            .find(|d| !d.is_empty())
+            .unwrap_or_else(|| panic!("no data in {body}"));
+        let message: Value = serde_json::from_str(data).expect("json");
+        assert_eq!(
+            message["result"]["protocolVersion"], answered,
+            "{asked}: {message}"
+        );
+    }
+
+    let refused = baton_orchestrator::mcp::Mcp::new(
+        server.core.clone(),
+        &McpConfig {
+            agents: vec!["nobody".into()],
+            ..Default::default()
+        },
+        None,
+    );
+    let message = refused.err().expect("refused").to_string();
+    assert_eq!(
+        message,
+        "mcp.agents: \"nobody\" is not an agent or group of the agents file"
+    );
+    server.shutdown().await.expect("shutdown");
+}
