@@ -1,10 +1,13 @@
-//! Baton as an MCP server (`/mcp`), against the official Python `mcp` SDK
-//! client (`tests/mcp/client.py`, streamable_http_client + ClientSession,
-//! from the `.tools/servers-venv` that `./tests/run` installs; nothing here
-//! is a mock): the tools it lists, a call with progress, a question
+//! Baton as an MCP server (`/mcp`), against the official SDKs' clients,
+//! nothing here a mock: the Python `mcp` SDK (`tests/mcp/client.py`,
+//! streamable_http_client + ClientSession, from `.tools/servers-venv`) and
+//! the TypeScript `@modelcontextprotocol/sdk` (`tests/mcp/client.mjs`,
+//! Client + StreamableHTTPClientTransport, from `.tools/node_modules`),
+//! both installed by `./tests/run` and driven alike (the same command line,
+//! the same JSON lines): the tools listed, a call with progress, a question
 //! answered and one declined through elicitation, approvals, a call the
-//! client cancels, API keys (a wrong key, two tenants), and the protocol
-//! revisions `initialize` negotiates.
+//! client cancels, API keys (a wrong key, two tenants), a tenant's run
+//! quota, and the protocol revisions `initialize` negotiates.
 
 use std::{process::Stdio, time::Duration};
 
@@ -89,23 +92,56 @@ impl Output {
     }
 }
 
-/// Runs `tests/mcp/client.py URL args…` to its end.
-async fn client(url: &str, args: &[&str]) -> Output {
-    let script = baton_e2e::servers::repo_root().join("tests/mcp/client.py");
-    let mut cmd = tokio::process::Command::new(servers_python());
-    cmd.arg(script)
-        .arg(url)
+/// The two clients.
+#[derive(Debug, Clone, Copy)]
+enum Sdk {
+    /// `tests/mcp/client.py` on the Python `mcp` SDK.
+    Python,
+    /// `tests/mcp/client.mjs` on `@modelcontextprotocol/sdk`.
+    TypeScript,
+}
+
+const SDKS: [Sdk; 2] = [Sdk::Python, Sdk::TypeScript];
+
+/// `.tools/node_modules`, with the TypeScript SDK in it.
+fn node_modules() -> std::path::PathBuf {
+    let dir = baton_e2e::servers::repo_root().join(".tools/node_modules");
+    assert!(
+        dir.join("@modelcontextprotocol/sdk/package.json").exists(),
+        "@modelcontextprotocol/sdk is not installed in {}: run ./tests/run once (it installs the test clients into .tools/)",
+        dir.display()
+    );
+    dir
+}
+
+/// Runs `sdk`'s client on `URL args…` to its end.
+async fn client(sdk: Sdk, url: &str, args: &[&str]) -> Output {
+    let dir = baton_e2e::servers::repo_root().join("tests/mcp");
+    let mut cmd = match sdk {
+        Sdk::Python => {
+            let mut cmd = tokio::process::Command::new(servers_python());
+            cmd.arg(dir.join("client.py"))
+                .env("PYTHONDONTWRITEBYTECODE", "1");
+            cmd
+        }
+        Sdk::TypeScript => {
+            let mut cmd = tokio::process::Command::new("node");
+            cmd.arg(dir.join("client.mjs"))
+                .env("NODE_PATH", node_modules());
+            cmd
+        }
+    };
+    cmd.arg(url)
         .args(args)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    let child = cmd.spawn().expect("start client.py");
+    let child = cmd.spawn().expect("start the client");
     let out = tokio::time::timeout(CALL_TIMEOUT, child.wait_with_output())
         .await
-        .unwrap_or_else(|_| panic!("client.py {args:?} did not end within {CALL_TIMEOUT:?}"))
-        .expect("client.py output");
+        .unwrap_or_else(|_| panic!("{sdk:?} client {args:?} did not end within {CALL_TIMEOUT:?}"))
+        .expect("the client's output");
     let stdout = String::from_utf8_lossy(&out.stdout);
     Output {
         code: out.status.code().unwrap_or(-1),
@@ -166,245 +202,270 @@ async fn ended(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tools_list_names_each_exposed_agent_with_its_description_and_input_schema() {
     let server = start(|c| c.mcp.agents = vec!["support".into()]).await;
-    let out = client(&url(&server), &["list"]).await;
-    let init = out.line("initialized");
-    assert_eq!(init["protocolVersion"], "2025-11-25");
-    assert_eq!(init["serverInfo"]["name"], "baton");
-    let tools = out.line("tools").as_array().expect("tools").clone();
-    let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
-    // The four example agents marked `mcp: true`, `slow`, and the group the
-    // config names; nothing else of the agents file.
-    assert_eq!(
-        names,
-        [
-            "assistant",
-            "billing",
-            "interviewer",
-            "researcher",
-            "slow",
-            "support"
-        ]
-    );
-    let assistant = &tools[0];
-    assert_eq!(assistant["description"], "Echoes what it is told.");
-    assert_eq!(assistant["inputSchema"]["required"], json!(["input"]));
-    assert_eq!(
-        assistant["inputSchema"]["properties"]["input"]["type"],
-        "string"
-    );
-    assert_eq!(
-        assistant["inputSchema"]["properties"]["context"]["type"],
-        "object"
-    );
-    assert_eq!(
-        tools[5]["description"],
-        "Customer support (triage, then billing)."
-    );
+    for sdk in SDKS {
+        let out = client(sdk, &url(&server), &["list"]).await;
+        let init = out.line("initialized");
+        assert_eq!(init["protocolVersion"], "2025-11-25", "{sdk:?}");
+        assert_eq!(init["serverInfo"]["name"], "baton", "{sdk:?}");
+        let tools = out.line("tools").as_array().expect("tools").clone();
+        let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+        // The four example agents marked `mcp: true`, `slow`, and the group
+        // the config names; nothing else of the agents file.
+        assert_eq!(
+            names,
+            [
+                "assistant",
+                "billing",
+                "interviewer",
+                "researcher",
+                "slow",
+                "support"
+            ],
+            "{sdk:?}"
+        );
+        let assistant = &tools[0];
+        assert_eq!(assistant["description"], "Echoes what it is told.");
+        let schema = &assistant["inputSchema"];
+        assert_eq!(schema["required"], json!(["input"]), "{sdk:?}");
+        assert_eq!(schema["properties"]["input"]["type"], "string");
+        assert_eq!(schema["properties"]["context"]["type"], "object");
+        assert_eq!(
+            tools[5]["description"],
+            "Customer support (triage, then billing)."
+        );
 
-    // A tool that is not served is a protocol error naming it.
-    let out = client(&url(&server), &["call", "summarizer", "x"]).await;
-    let error = out.error();
-    assert_eq!(error["type"], "MCPError", "{error}");
-    assert!(
-        error["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("summarizer"),
-        "{error}"
-    );
+        // A tool that is not served is a protocol error naming it.
+        let out = client(sdk, &url(&server), &["call", "summarizer", "x"]).await;
+        let error = out.error();
+        assert!(
+            error["type"]
+                .as_str()
+                .unwrap_or_default()
+                .eq_ignore_ascii_case("McpError"),
+            "{sdk:?}: {error}"
+        );
+        let message = error["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("no tool \"summarizer\""),
+            "{sdk:?}: {error}"
+        );
+    }
     server.shutdown().await.expect("shutdown");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_reports_progress_and_answers_with_the_output_and_the_run_ids() {
     let server = start(|_| {}).await;
-    let out = client(
-        &url(&server),
-        &["call", "researcher", "the history of Rust", "--progress"],
-    )
-    .await;
-    let result = out.result();
-    assert_eq!(result["isError"], false);
-    assert!(
-        out.text().starts_with("Research done. Summary: Checked:"),
-        "{}",
-        out.text()
-    );
-    let run_id = result["_meta"]["runId"].as_str().expect("runId").to_owned();
-    let view = ended(&server, &tenant(""), &run_id).await;
-    assert_eq!(view.status, pb::RunStatus::Completed);
-    assert_eq!(result["_meta"]["traceId"], view.trace_id.as_str());
+    for sdk in SDKS {
+        let out = client(
+            sdk,
+            &url(&server),
+            &["call", "researcher", "the history of Rust", "--progress"],
+        )
+        .await;
+        let result = out.result();
+        assert_eq!(result["isError"], false, "{sdk:?}");
+        assert!(
+            out.text().starts_with("Research done. Summary: Checked:"),
+            "{sdk:?}: {}",
+            out.text()
+        );
+        let run_id = result["_meta"]["runId"].as_str().expect("runId").to_owned();
+        let view = ended(&server, &tenant(""), &run_id).await;
+        assert_eq!(view.status, pb::RunStatus::Completed);
+        assert_eq!(result["_meta"]["traceId"], view.trace_id.as_str());
 
-    // Text as it arrives, the slow tool's progress, the sub-agents starting
-    // and ending; a counter that goes up by one.
-    let progress = out.all("progress");
-    let counters: Vec<f64> = progress.iter().filter_map(|p| p.as_f64()).collect();
-    assert!(counters.len() > 10, "{progress:?}");
-    assert!(
-        counters.windows(2).all(|w| w[1] == w[0] + 1.0),
-        "{counters:?}"
-    );
-    let messages: Vec<&str> = out
-        .lines
-        .iter()
-        .filter(|l| l.get("progress").is_some())
-        .filter_map(|l| l["message"].as_str())
-        .collect();
-    for wanted in [
-        "Let ",
-        "▶ summarizer started in root.summarizer.1",
-        "▶ fact_checker started in root.summarizer.1.fact_checker.1",
-        "■ summarizer done in root.summarizer.1",
-        "sleep: 50% step 2 of 4",
-    ] {
-        assert!(messages.contains(&wanted), "no {wanted:?} in {messages:?}");
+        // Text as it arrives, the slow tool's progress, the sub-agents
+        // starting and ending; a counter that goes up by one.
+        let counters: Vec<f64> = out
+            .all("progress")
+            .iter()
+            .filter_map(|p| p.as_f64())
+            .collect();
+        assert!(counters.len() > 10, "{sdk:?}: {counters:?}");
+        assert!(
+            counters.windows(2).all(|w| w[1] == w[0] + 1.0),
+            "{sdk:?}: {counters:?}"
+        );
+        let messages: Vec<&str> = out
+            .lines
+            .iter()
+            .filter(|l| l.get("progress").is_some())
+            .filter_map(|l| l["message"].as_str())
+            .collect();
+        for wanted in [
+            "Let ",
+            "▶ summarizer started in root.summarizer.1",
+            "▶ fact_checker started in root.summarizer.1.fact_checker.1",
+            "■ summarizer done in root.summarizer.1",
+            "sleep: 50% step 2 of 4",
+        ] {
+            assert!(
+                messages.contains(&wanted),
+                "{sdk:?}: no {wanted:?} in {messages:?}"
+            );
+        }
+
+        // The context argument is the run context.
+        let out = client(
+            sdk,
+            &url(&server),
+            &[
+                "call",
+                "assistant",
+                "hello",
+                "--context",
+                r#"{"customer": "c-7"}"#,
+            ],
+        )
+        .await;
+        assert_eq!(out.text(), "You said: hello", "{sdk:?}");
+        let run_id = out.result()["_meta"]["runId"]
+            .as_str()
+            .expect("runId")
+            .to_owned();
+        let view = ended(&server, &tenant(""), &run_id).await;
+        assert!(
+            view.run_context_json.contains("c-7"),
+            "{}",
+            view.run_context_json
+        );
+        // Without a progress token there are no progress notifications.
+        assert!(out.all("progress").is_empty(), "{sdk:?}: {:?}", out.lines);
     }
-
-    // The context argument is the run context.
-    let out = client(
-        &url(&server),
-        &[
-            "call",
-            "assistant",
-            "hello",
-            "--context",
-            r#"{"customer": "c-7"}"#,
-        ],
-    )
-    .await;
-    assert_eq!(out.text(), "You said: hello");
-    let run_id = out.result()["_meta"]["runId"]
-        .as_str()
-        .expect("runId")
-        .to_owned();
-    let view = ended(&server, &tenant(""), &run_id).await;
-    assert!(
-        view.run_context_json.contains("c-7"),
-        "{}",
-        view.run_context_json
-    );
-    // Without a progress token there are no progress notifications.
-    assert!(out.all("progress").is_empty(), "{:?}", out.lines);
     server.shutdown().await.expect("shutdown");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_question_is_an_elicitation_answered_or_declined_by_the_client() {
     let server = start(|_| {}).await;
-    let out = client(
-        &url(&server),
-        &["call", "interviewer", "a trip", "--answer", "Lisbon"],
-    )
-    .await;
-    assert_eq!(out.text(), "Planning a trip to Lisbon.");
-    let asked = out.line("elicit");
-    assert_eq!(
-        asked["message"],
-        "interviewer (in root) asks: Which city should I plan for?"
-    );
-    assert_eq!(
-        asked["requestedSchema"]["properties"]["answer"]["enum"],
-        json!(["Paris", "Lisbon"])
-    );
+    for sdk in SDKS {
+        let args = ["call", "interviewer", "a trip", "--answer", "Lisbon"];
+        let out = client(sdk, &url(&server), &args).await;
+        assert_eq!(out.text(), "Planning a trip to Lisbon.", "{sdk:?}");
+        let asked = out.line("elicit");
+        assert_eq!(
+            asked["message"],
+            "interviewer (in root) asks: Which city should I plan for?"
+        );
+        assert_eq!(
+            asked["requestedSchema"]["properties"]["answer"]["enum"],
+            json!(["Paris", "Lisbon"])
+        );
 
-    // Declined: the call fails saying so, and the run is cancelled.
-    let out = client(
-        &url(&server),
-        &["call", "interviewer", "a trip", "--decline"],
-    )
-    .await;
-    let result = out.result();
-    assert_eq!(result["isError"], true);
-    assert_eq!(result["_meta"]["code"], "ABORTED");
-    assert!(
-        out.text().contains("was declined by the MCP client"),
-        "{}",
-        out.text()
-    );
-    let run_id = result["_meta"]["runId"].as_str().expect("runId").to_owned();
-    let view = ended(&server, &tenant(""), &run_id).await;
-    assert_eq!(view.status, pb::RunStatus::Cancelled);
+        // Declined: the call fails saying so, and the run is cancelled.
+        let args = ["call", "interviewer", "a trip", "--decline"];
+        let out = client(sdk, &url(&server), &args).await;
+        let result = out.result();
+        assert_eq!(result["isError"], true, "{sdk:?}");
+        assert_eq!(result["_meta"]["code"], "ABORTED");
+        assert!(
+            out.text().contains("was declined by the MCP client"),
+            "{sdk:?}: {}",
+            out.text()
+        );
+        let run_id = result["_meta"]["runId"].as_str().expect("runId").to_owned();
+        let view = ended(&server, &tenant(""), &run_id).await;
+        assert_eq!(view.status, pb::RunStatus::Cancelled);
 
-    // A client without elicitation cannot answer: the call fails saying so.
-    let out = client(&url(&server), &["call", "interviewer", "a trip"]).await;
-    let result = out.result();
-    assert_eq!(result["isError"], true);
-    assert_eq!(result["_meta"]["code"], "FAILED_PRECONDITION");
-    assert!(
-        out.text().contains("cannot answer questions"),
-        "{}",
-        out.text()
-    );
-    assert!(out.all("elicit").is_empty());
+        // A client without elicitation cannot answer: the call fails
+        // saying so.
+        let out = client(sdk, &url(&server), &["call", "interviewer", "a trip"]).await;
+        let result = out.result();
+        assert_eq!(result["isError"], true, "{sdk:?}");
+        assert_eq!(result["_meta"]["code"], "FAILED_PRECONDITION");
+        assert!(
+            out.text().contains("cannot answer questions"),
+            "{sdk:?}: {}",
+            out.text()
+        );
+        assert!(out.all("elicit").is_empty());
+    }
     server.shutdown().await.expect("shutdown");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approvals_are_elicited_when_the_client_can_answer_and_follow_the_config_when_not() {
     let server = start(|_| {}).await;
-    let out = client(&url(&server), &["call", "billing", "order 42", "--approve"]).await;
-    assert_eq!(out.text(), "Done. wrote refunds/last at version 1");
-    let asked = out.line("elicit");
-    assert_eq!(
-        asked["requestedSchema"]["properties"]["approve"]["type"],
-        "boolean"
-    );
-    assert!(
-        asked["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("write_context")
-    );
+    let auto = start(|c| {
+        c.mcp.approval_mode = baton_orchestrator::config::McpApprovalMode::AutoApprove;
+    })
+    .await;
+    for sdk in SDKS {
+        let args = ["call", "billing", "order 42", "--approve"];
+        let out = client(sdk, &url(&server), &args).await;
+        assert_eq!(
+            out.text(),
+            "Done. wrote refunds/last at version 1",
+            "{sdk:?}"
+        );
+        let asked = out.line("elicit");
+        let schema = &asked["requestedSchema"];
+        assert_eq!(schema["properties"]["approve"]["type"], "boolean");
+        assert_eq!(schema["required"], json!(["approve"]));
+        let message = asked["message"].as_str().unwrap_or_default();
+        assert!(message.contains("write_context"), "{message}");
 
-    let out = client(&url(&server), &["call", "billing", "order 42", "--deny"]).await;
-    assert!(
-        out.text().contains("denied by the MCP client"),
-        "{}",
-        out.text()
-    );
+        let args = ["call", "billing", "order 42", "--deny"];
+        let out = client(sdk, &url(&server), &args).await;
+        assert!(
+            out.text().contains("denied by the MCP client"),
+            "{sdk:?}: {}",
+            out.text()
+        );
 
-    // No elicitation: `mcp.approval_mode`, auto_deny by default.
-    let out = client(&url(&server), &["call", "billing", "order 42"]).await;
-    assert!(
-        out.text().contains("denied by the run's approval mode"),
-        "{}",
-        out.text()
-    );
+        // No elicitation: `mcp.approval_mode`, auto_deny by default.
+        let out = client(sdk, &url(&server), &["call", "billing", "order 42"]).await;
+        assert!(
+            out.text().contains("denied by the run's approval mode"),
+            "{sdk:?}: {}",
+            out.text()
+        );
+        let out = client(sdk, &url(&auto), &["call", "billing", "order 42"]).await;
+        assert_eq!(
+            out.text(),
+            "Done. wrote refunds/last at version 1",
+            "{sdk:?}"
+        );
+    }
     server.shutdown().await.expect("shutdown");
-
-    let server =
-        start(|c| c.mcp.approval_mode = baton_orchestrator::config::McpApprovalMode::AutoApprove)
-            .await;
-    let out = client(&url(&server), &["call", "billing", "order 42"]).await;
-    assert_eq!(out.text(), "Done. wrote refunds/last at version 1");
-    server.shutdown().await.expect("shutdown");
+    auto.shutdown().await.expect("shutdown");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_clients_cancellation_cancels_the_run() {
     let server = start(|_| {}).await;
-    let out = client(
-        &url(&server),
-        &["call", "slow", "the report", "--cancel-after", "1.5"],
-    )
-    .await;
-    assert_eq!(out.line("cancelled"), &json!(true), "{:?}", out.lines);
-    let core = server.core.clone();
-    let page = core.list(&tenant(""), &all_runs()).await.expect("runs");
-    let slow = page
-        .runs
-        .iter()
-        .find(|r| r.target == "slow")
-        .expect("the slow run")
-        .run_id
-        .clone();
-    let view = ended(&server, &tenant(""), &slow).await;
-    assert_eq!(view.status, pb::RunStatus::Cancelled);
-    assert!(
-        view.error_message.contains("cancelled by the MCP client"),
-        "{}",
-        view.error_message
-    );
+    let mut seen = Vec::new();
+    for sdk in SDKS {
+        let args = ["call", "slow", "the report", "--cancel-after", "1.5"];
+        let out = client(sdk, &url(&server), &args).await;
+        assert_eq!(
+            out.line("cancelled"),
+            &json!(true),
+            "{sdk:?}: {:?}",
+            out.lines
+        );
+        let page = server
+            .core
+            .list(&tenant(""), &all_runs())
+            .await
+            .expect("runs");
+        let slow = page
+            .runs
+            .iter()
+            .find(|r| r.target == "slow" && !seen.contains(&r.run_id))
+            .expect("the slow run")
+            .run_id
+            .clone();
+        seen.push(slow.clone());
+        let view = ended(&server, &tenant(""), &slow).await;
+        assert_eq!(view.status, pb::RunStatus::Cancelled, "{sdk:?}");
+        assert!(
+            view.error_message.contains("cancelled by the MCP client"),
+            "{sdk:?}: {}",
+            view.error_message
+        );
+    }
     server.shutdown().await.expect("shutdown");
 }
 
@@ -415,16 +476,7 @@ async fn with_api_keys_a_wrong_key_is_refused_and_a_tenant_sees_only_its_runs() 
     std::fs::write(&file, format!("t1 {KEY_T1}\nt2 {KEY_T2}\n")).expect("keys");
     let server = start(|c| c.auth.api_keys_file = file.clone()).await;
 
-    for key in [Some("wrong"), None] {
-        let mut args = vec![];
-        if let Some(key) = key {
-            args.extend(["--key", key]);
-        }
-        args.push("list");
-        let out = client(&url(&server), &args).await;
-        assert_eq!(out.error()["type"], "MCPError", "{key:?}");
-    }
-    // What the SDK's error hides: 401, saying what to send.
+    // What the SDKs' errors hide: 401, saying what to send.
     let answer = reqwest::Client::new()
         .post(url(&server))
         .header("authorization", "Bearer wrong")
@@ -437,36 +489,103 @@ async fn with_api_keys_a_wrong_key_is_refused_and_a_tenant_sees_only_its_runs() 
     let body: Value = answer.json().await.expect("json");
     assert_eq!(body["code"], "UNAUTHENTICATED");
 
-    let out = client(
-        &url(&server),
-        &["--key", KEY_T1, "call", "assistant", "mine"],
-    )
-    .await;
-    assert_eq!(out.text(), "You said: mine");
-    let run_id = out.result()["_meta"]["runId"]
-        .as_str()
-        .expect("runId")
-        .to_owned();
-    let view = ended(&server, &tenant("t1"), &run_id).await;
-    assert_eq!(view.status, pb::RunStatus::Completed);
     let core = server.core.clone();
-    assert!(
-        matches!(
-            core.get(&tenant("t2"), &run_id).await,
-            Err(baton_orchestrator::error::Error::NotFound { .. })
-        ),
-        "t2 sees t1's run"
-    );
-    let t2_runs = core.list(&tenant("t2"), &all_runs()).await.expect("runs");
-    assert!(t2_runs.runs.is_empty(), "{:?}", t2_runs.runs.len());
-    let out = client(
-        &url(&server),
-        &["--key", KEY_T2, "call", "assistant", "theirs"],
-    )
+    for (n, sdk) in SDKS.into_iter().enumerate() {
+        for key in [Some("wrong"), None] {
+            let mut args = vec![];
+            if let Some(key) = key {
+                args.extend(["--key", key]);
+            }
+            args.push("list");
+            let out = client(sdk, &url(&server), &args).await;
+            let error = out.error();
+            assert!(
+                out.all("initialized").is_empty(),
+                "{sdk:?} {key:?}: {error}"
+            );
+        }
+
+        let args = ["--key", KEY_T1, "call", "assistant", "mine"];
+        let out = client(sdk, &url(&server), &args).await;
+        assert_eq!(out.text(), "You said: mine", "{sdk:?}");
+        let run_id = out.result()["_meta"]["runId"]
+            .as_str()
+            .expect("runId")
+            .to_owned();
+        let view = ended(&server, &tenant("t1"), &run_id).await;
+        assert_eq!(view.status, pb::RunStatus::Completed);
+        assert!(
+            matches!(
+                core.get(&tenant("t2"), &run_id).await,
+                Err(baton_orchestrator::error::Error::NotFound { .. })
+            ),
+            "t2 sees t1's run"
+        );
+        let t2_runs = core.list(&tenant("t2"), &all_runs()).await.expect("runs");
+        assert_eq!(t2_runs.runs.len(), n, "{sdk:?}");
+        let args = ["--key", KEY_T2, "call", "assistant", "theirs"];
+        let out = client(sdk, &url(&server), &args).await;
+        assert_eq!(out.text(), "You said: theirs", "{sdk:?}");
+        let t1_runs = core.list(&tenant("t1"), &all_runs()).await.expect("runs");
+        assert_eq!(t1_runs.runs.len(), n + 1, "{sdk:?}");
+    }
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_run_quota_refuses_a_call_over_it_as_a_tool_error() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("api-keys");
+    std::fs::write(&file, format!("t1 {KEY_T1}\nt2 {KEY_T2}\n")).expect("keys");
+    let server = start(|c| {
+        c.auth.api_keys_file = file.clone();
+        c.quotas.default = baton_orchestrator::config::RunQuota {
+            concurrent_runs: Some(1),
+            parked_runs: None,
+            model_tokens_per_hour: None,
+        };
+    })
     .await;
-    assert_eq!(out.text(), "You said: theirs");
-    let t1_runs = core.list(&tenant("t1"), &all_runs()).await.expect("runs");
-    assert_eq!(t1_runs.runs.len(), 1);
+    for sdk in SDKS {
+        // t1's one run, in the background while the next call is refused.
+        let busy = {
+            let url = url(&server);
+            tokio::spawn(async move {
+                let args = ["--key", KEY_T1, "call", "slow", "x", "--cancel-after", "4"];
+                client(sdk, &url, &args).await
+            })
+        };
+        eventually("t1's slow run runs", || async {
+            server
+                .core
+                .list(&tenant("t1"), &all_runs())
+                .await
+                .is_ok_and(|p| p.runs.iter().any(|r| r.status == pb::RunStatus::Running))
+        })
+        .await;
+        let args = ["--key", KEY_T1, "call", "assistant", "one more"];
+        let out = client(sdk, &url(&server), &args).await;
+        let result = out.result();
+        assert_eq!(result["isError"], true, "{sdk:?}");
+        assert_eq!(result["_meta"]["code"], "RESOURCE_EXHAUSTED", "{sdk:?}");
+        assert!(out.text().contains("concurrent_runs"), "{}", out.text());
+        // Another tenant's quota is its own.
+        let args = ["--key", KEY_T2, "call", "assistant", "mine"];
+        assert_eq!(
+            client(sdk, &url(&server), &args).await.text(),
+            "You said: mine"
+        );
+        let busy = busy.await.expect("the slow call");
+        assert_eq!(busy.line("cancelled"), &json!(true), "{sdk:?}");
+        eventually("t1's slow run ends", || async {
+            server
+                .core
+                .list(&tenant("t1"), &all_runs())
+                .await
+                .is_ok_and(|p| p.runs.iter().all(|r| r.status != pb::RunStatus::Running))
+        })
+        .await;
+    }
     server.shutdown().await.expect("shutdown");
 }
 
