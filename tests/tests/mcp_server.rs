@@ -7,7 +7,8 @@
 //! the same JSON lines): the tools listed, a call with progress, a question
 //! answered and one declined through elicitation, approvals, a call the
 //! client cancels, API keys (a wrong key, two tenants), a tenant's run
-//! quota, and the protocol revisions `initialize` negotiates.
+//! quota, and the protocol revisions `initialize` negotiates; over plain
+//! HTTP, a session ended (`DELETE`) mid-call.
 
 use std::{process::Stdio, time::Duration};
 
@@ -641,5 +642,85 @@ async fn initialize_negotiates_2025_11_25_or_2025_06_18_and_unknown_agents_are_r
         message,
         "mcp.agents: \"nobody\" is not an agent or group of the agents file"
     );
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ending_the_session_mid_call_cancels_the_run() {
+    let server = start(|_| {}).await;
+    let http = reqwest::Client::new();
+    let post = |session: Option<&str>, body: Value| {
+        let mut request = http
+            .post(url(&server))
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&body);
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session);
+        }
+        request.send()
+    };
+    let init = post(
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}}),
+    )
+    .await
+    .expect("initialize");
+    let session = init
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .expect("a session id")
+        .to_owned();
+    drop(init.text().await);
+    let initialized = post(
+        Some(&session),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await
+    .expect("initialized");
+    assert_eq!(initialized.status(), 202);
+    // The call's response stream stays open while the run runs.
+    let call = post(
+        Some(&session),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "slow", "arguments": {"input": "x"}}}),
+    )
+    .await
+    .expect("tools/call");
+    assert_eq!(call.status(), 200);
+    eventually("the slow run runs", || async {
+        server
+            .core
+            .list(&tenant(""), &all_runs())
+            .await
+            .is_ok_and(|p| p.runs.iter().any(|r| r.status == pb::RunStatus::Running))
+    })
+    .await;
+    let ended_session = http
+        .delete(url(&server))
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await
+        .expect("DELETE");
+    assert_eq!(ended_session.status(), 204);
+    // rmcp lets the session's calls finish for 5 s, then cancels them.
+    let page = server
+        .core
+        .list(&tenant(""), &all_runs())
+        .await
+        .expect("runs");
+    let run_id = page.runs[0].run_id.clone();
+    let view = ended(&server, &tenant(""), &run_id).await;
+    assert_eq!(view.status, pb::RunStatus::Cancelled);
+    assert!(
+        view.error_message.contains("cancelled by the MCP client"),
+        "{}",
+        view.error_message
+    );
+    drop(call);
     server.shutdown().await.expect("shutdown");
 }
