@@ -115,7 +115,9 @@ pub async fn call(
             item = events.next() => {
                 let event = match item {
                     Some(Ok(event)) => event,
-                    Some(Err(e)) => return Err(e.into()),
+                    // The stream lost its place (a reader too slow): the
+                    // call ends, and the run attached to it with it.
+                    Some(Err(e)) => return Ok(tool_error(e.code(), &e.message(), Some(&ids))),
                     None => {
                         return Ok(tool_error(Code::Unavailable, "the run's events ended before the run did", Some(&ids)));
                     }
