@@ -294,6 +294,11 @@ async fn a_call_reports_progress_and_answers_with_the_output_and_the_run_ids() {
             .filter(|l| l.get("progress").is_some())
             .filter_map(|l| l["message"].as_str())
             .collect();
+        assert_eq!(
+            messages.first().copied(),
+            Some(format!("run {run_id} started (trace {})", view.trace_id).as_str()),
+            "{sdk:?}"
+        );
         for wanted in [
             "Let ",
             "▶ summarizer started in root.summarizer.1",
@@ -636,6 +641,7 @@ async fn initialize_negotiates_2025_11_25_or_2025_06_18_and_unknown_agents_are_r
             ..Default::default()
         },
         None,
+        tokio_util::sync::CancellationToken::new(),
     );
     let message = refused.err().expect("refused").to_string();
     assert_eq!(
@@ -723,4 +729,42 @@ async fn ending_the_session_mid_call_cancels_the_run() {
     );
     drop(call);
     server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_shutdown_mid_call_fails_the_call_and_cancels_its_run() {
+    let server = start(|_| {}).await;
+    let core = server.core.clone();
+    let call = {
+        let url = url(&server);
+        tokio::spawn(async move {
+            let args = ["call", "slow", "x", "--progress"];
+            client(Sdk::Python, &url, &args).await
+        })
+    };
+    eventually("the slow run runs", || async {
+        core.list(&tenant(""), &all_runs())
+            .await
+            .is_ok_and(|p| p.runs.iter().any(|r| r.status == pb::RunStatus::Running))
+    })
+    .await;
+    server.shutdown().await.expect("shutdown");
+    let out = call.await.expect("the call");
+    // The client had the run's ids from the first progress line; the call
+    // itself fails (its session is gone).
+    let first = out.lines.iter().find_map(|l| l["message"].as_str());
+    let run_id = first
+        .and_then(|m| m.strip_prefix("run "))
+        .and_then(|m| m.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no run line: {:?}", out.lines))
+        .to_owned();
+    assert!(out.all("result").is_empty(), "{:?}", out.lines);
+    assert_eq!(out.code, 3, "{:?}\n{}", out.lines, out.stderr);
+    let view = core.get(&tenant(""), &run_id).await.expect("the run");
+    assert_eq!(view.status, pb::RunStatus::Cancelled);
+    assert!(
+        view.error_message.contains("server shutting down"),
+        "{}",
+        view.error_message
+    );
 }

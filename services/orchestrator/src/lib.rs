@@ -256,7 +256,7 @@ pub async fn serve_core(
         keys.clone(),
         !config.tls.cert_file.as_os_str().is_empty(),
     )?;
-    let mcp = mcp::Mcp::new(core.clone(), &config.mcp, keys.clone())?;
+    let mcp = mcp::Mcp::new(core.clone(), &config.mcp, keys.clone(), shutdown.clone())?;
     let grpc = Routes::new(OrchestratorServer::with_interceptor(
         OrchestratorService::new(core.clone()),
         auth::Authenticate(keys.clone()),
@@ -269,7 +269,7 @@ pub async fn serve_core(
         grpc.into_axum_router()
             .merge(http::router(core, keys, config.console.clone()))
             .merge(a2a::router(a2a))
-            .merge(mcp::router(mcp, &shutdown)),
+            .merge(mcp::router(mcp)),
     );
     tracing::info!(%addr, "orchestrator listening");
     // Ready while the context store answers, and, when runs are durable,

@@ -93,6 +93,13 @@ pub async fn call(
         run_id: &run_id,
         trace_id: &trace_id,
     };
+    // The run's ids first, so a client that loses the call (its replica
+    // gone) can still find the run through another face.
+    if let Some(progress) = client.progress.as_mut() {
+        progress
+            .line(format!("run {run_id} started (trace {trace_id})"))
+            .await;
+    }
     let mut asking: FuturesUnordered<Asking<'_>> = FuturesUnordered::new();
     // Why the call fails though the run may not have (a question nobody
     // answers); the run is cancelled and its end awaited.
@@ -102,7 +109,12 @@ pub async fn call(
         tokio::select! {
             () = client.cancelled.cancelled(), if !cancelling => {
                 cancelling = true;
-                let _ = core.cancel(caller, &run_id, "cancelled by the MCP client").await;
+                let reason = if face.shutdown().is_cancelled() {
+                    "the MCP session ended: server shutting down"
+                } else {
+                    "cancelled by the MCP client"
+                };
+                let _ = core.cancel(caller, &run_id, reason).await;
             }
             Some(settled) = asking.next(), if !asking.is_empty() => {
                 if let Some(why) = settled

@@ -8,6 +8,7 @@ use axum::http::HeaderMap;
 use baton_common::auth::ApiKeys;
 use rmcp::model::{JsonObject, Tool};
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 
 use crate::{
     app::{Caller, Orchestrator},
@@ -31,6 +32,7 @@ pub struct Mcp {
     keys: Option<Arc<ApiKeys>>,
     approval_mode: McpApprovalMode,
     allowed_hosts: Vec<String>,
+    shutdown: CancellationToken,
 }
 
 /// The exposure named an agent that the agents file does not have.
@@ -40,11 +42,12 @@ pub struct UnknownAgent(pub String);
 
 impl Mcp {
     /// The face of `core`, serving the agents `config` and the agents file
-    /// name.
+    /// name, until `shutdown` (which ends its sessions).
     pub fn new(
         core: Orchestrator,
         config: &McpConfig,
         keys: Option<Arc<ApiKeys>>,
+        shutdown: CancellationToken,
     ) -> Result<Arc<Self>, UnknownAgent> {
         let catalog = core.catalog();
         let mut agents = BTreeMap::new();
@@ -73,6 +76,7 @@ impl Mcp {
             keys,
             approval_mode: config.approval_mode,
             allowed_hosts: config.allowed_hosts.clone(),
+            shutdown,
         }))
     }
 
@@ -99,6 +103,11 @@ impl Mcp {
     /// The `Host` names the endpoint answers (empty: any).
     pub fn allowed_hosts(&self) -> &[String] {
         &self.allowed_hosts
+    }
+
+    /// Cancelled when the server shuts down.
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.shutdown
     }
 
     /// Who calls: the tenant the request's API key names.

@@ -37,7 +37,6 @@ use axum::{
 use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
 };
-use tokio_util::sync::CancellationToken;
 
 pub use self::face::{Mcp, UnknownAgent};
 use self::handler::Handler;
@@ -45,11 +44,11 @@ use self::handler::Handler;
 /// Where the endpoint is.
 pub const PATH: &str = "/mcp";
 
-/// The MCP endpoint of the HTTP port; its sessions end when `shutdown` is
-/// cancelled.
-pub fn router(face: Arc<Mcp>, shutdown: &CancellationToken) -> Router {
+/// The MCP endpoint of the HTTP port; its sessions end when the server
+/// shuts down.
+pub fn router(face: Arc<Mcp>) -> Router {
     let mut config = StreamableHttpServerConfig::default()
-        .with_cancellation_token(shutdown.child_token())
+        .with_cancellation_token(face.shutdown().child_token())
         .disable_allowed_origins();
     config = if face.allowed_hosts().is_empty() {
         config.disable_allowed_hosts()

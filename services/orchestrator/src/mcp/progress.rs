@@ -55,9 +55,13 @@ impl Progress {
     /// Notifies the line `event` makes, if any. A notification that cannot
     /// be sent (the client left) is dropped: the call's end says the rest.
     pub async fn event(&mut self, event: &RunEvent) {
-        let Some(line) = line(event) else {
-            return;
-        };
+        if let Some(line) = line(event) {
+            self.line(line).await;
+        }
+    }
+
+    /// Notifies `line`.
+    pub async fn line(&mut self, line: String) {
         self.sent += 1;
         let param = ProgressNotificationParam::new(self.token.clone(), f64::from(self.sent))
             .with_message(line);
