@@ -595,8 +595,17 @@ async fn a_tenants_run_quota_refuses_a_call_over_it_as_a_tool_error() {
     server.shutdown().await.expect("shutdown");
 }
 
+/// The JSON-RPC message answering request `id` in an SSE body.
+fn sse_answer(body: String, id: u64) -> Value {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .find(|m| m["id"] == id)
+        .unwrap_or_else(|| panic!("no answer to {id} in {body}"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn initialize_negotiates_2025_11_25_or_2025_06_18_and_unknown_agents_are_refused() {
+async fn sessions_on_2025_11_25_and_2025_06_18_work_end_to_end_and_unknown_agents_are_refused() {
     let server = start(|_| {}).await;
     let http = reqwest::Client::new();
     for (asked, answered) in [
@@ -619,19 +628,56 @@ async fn initialize_negotiates_2025_11_25_or_2025_06_18_and_unknown_agents_are_r
             .await
             .expect("post");
         assert_eq!(answer.status(), 200, "{asked}");
-        assert!(answer.headers().contains_key("mcp-session-id"), "{asked}");
-        let body = answer.text().await.expect("body");
-        let data = body
-            .lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .map(str::trim)
-            .find(|d| !d.is_empty())
-            .unwrap_or_else(|| panic!("no data in {body}"));
-        let message: Value = serde_json::from_str(data).expect("json");
+        let session = answer
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_else(|| panic!("{asked}: no session id"))
+            .to_owned();
+        let message = sse_answer(answer.text().await.expect("body"), 1);
         assert_eq!(
             message["result"]["protocolVersion"], answered,
             "{asked}: {message}"
         );
+
+        // The whole session on the negotiated revision: initialized, a call,
+        // its end.
+        let in_session = |request: reqwest::RequestBuilder| {
+            request
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-session-id", &session)
+                .header("mcp-protocol-version", answered)
+        };
+        let initialized = in_session(http.post(url(&server)))
+            .json(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .send()
+            .await
+            .expect("initialized");
+        assert_eq!(initialized.status(), 202, "{asked}");
+        let called = in_session(http.post(url(&server)))
+            .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "assistant", "arguments": {"input": answered}}}))
+            .send()
+            .await
+            .expect("tools/call");
+        assert_eq!(called.status(), 200, "{asked}");
+        let message = sse_answer(called.text().await.expect("body"), 2);
+        assert_eq!(
+            message["result"]["content"][0]["text"],
+            format!("You said: {answered}"),
+            "{asked}: {message}"
+        );
+        let ended = in_session(http.delete(url(&server)))
+            .send()
+            .await
+            .expect("DELETE");
+        assert_eq!(ended.status(), 204, "{asked}");
+        let after = in_session(http.post(url(&server)))
+            .json(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}))
+            .send()
+            .await
+            .expect("tools/list");
+        assert_eq!(after.status(), 404, "{asked}: a session ended is gone");
     }
 
     let refused = baton_orchestrator::mcp::Mcp::new(
