@@ -8,7 +8,8 @@
 //! answered and one declined through elicitation, approvals, a call the
 //! client cancels, API keys (a wrong key, two tenants), a tenant's run
 //! quota, and the protocol revisions `initialize` negotiates; over plain
-//! HTTP, a session ended (`DELETE`) mid-call.
+//! HTTP, a session ended (`DELETE`) mid-call; a server shut down mid-call,
+//! in memory and with durable runs (two replicas on one `redis-server`).
 
 use std::{process::Stdio, time::Duration};
 
@@ -813,4 +814,52 @@ async fn a_server_shutdown_mid_call_fails_the_call_and_cancels_its_run() {
         "{}",
         view.error_message
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_durable_runs_a_replica_shut_down_mid_call_cancels_the_calls_run_everywhere() {
+    let redis = baton_e2e::RedisServer::start().expect("redis-server");
+    let durable = |c: &mut baton_orchestrator::config::Config| {
+        c.runs.store = baton_orchestrator::config::RunStoreMode::Redis;
+        c.runs.redis.url = redis.url();
+        c.runs.redis.timeout = Duration::from_millis(500);
+    };
+    let a = start(durable).await;
+    let b = start(durable).await;
+    let call = {
+        let url = url(&a);
+        tokio::spawn(async move {
+            let args = ["call", "slow", "x", "--progress"];
+            client(Sdk::Python, &url, &args).await
+        })
+    };
+    eventually("the slow run runs", || async {
+        b.core
+            .list(&tenant(""), &all_runs())
+            .await
+            .is_ok_and(|p| p.runs.iter().any(|r| r.status == pb::RunStatus::Running))
+    })
+    .await;
+    a.shutdown().await.expect("shutdown");
+    let out = call.await.expect("the call");
+    assert_eq!(out.code, 3, "{:?}\n{}", out.lines, out.stderr);
+    let run_id = b
+        .core
+        .list(&tenant(""), &all_runs())
+        .await
+        .expect("runs")
+        .runs[0]
+        .run_id
+        .clone();
+    // Another replica answers for the run, which ended: nobody could have
+    // had its answer.
+    let view = ended(&b, &tenant(""), &run_id).await;
+    assert_eq!(view.status, pb::RunStatus::Cancelled);
+    assert!(
+        view.error_message
+            .contains("the MCP session ended: server shutting down"),
+        "{}",
+        view.error_message
+    );
+    b.shutdown().await.expect("shutdown");
 }
