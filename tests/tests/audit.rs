@@ -26,7 +26,7 @@ async fn audited_calls_are_one_json_line_each_in_their_own_file() {
     )
     .expect("logger");
     let server = OrchestratorServer::start(
-        "scripts:\n  hi: [{text: hi}]\nagents:\n  hi: {model: \"scripted:hi\", a2a: true}\n",
+        "scripts:\n  hi: [{text: hi}]\nagents:\n  hi: {model: \"scripted:hi\", a2a: true, mcp: true}\n",
         None,
         |_| {},
     )
@@ -96,6 +96,61 @@ async fn audited_calls_are_one_json_line_each_in_their_own_file() {
         .expect("context id")
         .to_owned();
 
+    // And the MCP face: a tools/call is a run, started by RunAgent.
+    let mcp = format!("{}/mcp", server.endpoint());
+    let post = |session: Option<&str>, body: Value| {
+        let mut request = http
+            .post(&mcp)
+            .header("accept", "application/json, text/event-stream")
+            .json(&body);
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session);
+        }
+        request.send()
+    };
+    let init = post(
+        None,
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "audit", "version": "0"}}}),
+    )
+    .await
+    .expect("MCP initialize");
+    let session = init
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .expect("session id")
+        .to_owned();
+    drop(init.text().await);
+    post(
+        Some(&session),
+        serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await
+    .expect("MCP initialized");
+    let answer = post(
+        Some(&session),
+        serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "hi", "arguments": {"input": "x"}}}),
+    )
+    .await
+    .expect("MCP tools/call")
+    .text()
+    .await
+    .expect("MCP answer");
+    let result: Value = answer
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .find(|m| m["id"] == 2)
+        .unwrap_or_else(|| panic!("no answer in {answer}"));
+    let meta = &result["result"]["_meta"];
+    let (mcp_run, mcp_trace) = (
+        meta["runId"].as_str().expect("runId").to_owned(),
+        meta["traceId"].as_str().expect("traceId").to_owned(),
+    );
+
     // The store records the tenant its caller's key names.
     let keys = dir.path().join("api-keys");
     std::fs::write(&keys, "acme acme-key-0123456789\n").expect("keys");
@@ -140,6 +195,7 @@ async fn audited_calls_are_one_json_line_each_in_their_own_file() {
         ("RunAgent", http_run.as_str(), http_trace.as_str(), "OK"),
         ("RunAgent", "", "", "InvalidArgument"),
         ("RunAgent", a2a_run.as_str(), a2a_trace.as_str(), "OK"),
+        ("RunAgent", mcp_run.as_str(), mcp_trace.as_str(), "OK"),
         ("Put", "", trace_id.as_str(), "OK"),
         ("Clear", "", trace_id.as_str(), "OK"),
     ];

@@ -27,6 +27,8 @@
 //!   calls the core, converts back; errors map to `Status` once.
 //! - [`http`]: the HTTP/JSON + SSE face on the same port, its routes
 //!   declared once (the router and the OpenAPI document derive from them).
+//! - [`a2a`] and [`mcp`]: the A2A face and the MCP server (`/mcp`), each
+//!   serving the agents the operator chooses.
 //! - [`peers`]: run-scoped calls of runs on another replica; [`auth`]: API
 //!   keys and tenants.
 //! - [`remote_store`]: the context store over gRPC behind the store trait.
@@ -37,7 +39,7 @@
 //! with: `names`, `builtin` tool names, generation `settings`, tool-output
 //! `policy`) and `config`; `metrics` and `model`; `tools`; `run` (knows no
 //! agent or pipeline); `pipeline` and `peers`; `agent`; `request` and
-//! `wire`; `app`; the faces (`grpc`, `http`); this file. Agents start pipelines and
+//! `wire`; `app`; the faces (`grpc`, `http`, `a2a`, `mcp`); this file. Agents start pipelines and
 //! pipelines run agents: the pipeline names the call it needs
 //! (`pipeline::StepCall`) and is handed `agent::run_step_boxed` as a
 //! `pipeline::RunStep` value, so the recursion is a value, not an import.
@@ -62,6 +64,7 @@ pub mod config;
 pub mod error;
 pub mod grpc;
 pub mod http;
+pub mod mcp;
 pub mod metrics;
 pub mod model;
 pub mod peers;
@@ -245,14 +248,15 @@ pub async fn serve_core(
     let tracing = core.tracing().clone();
     let durable = core.durable();
     core.list_remote_tools();
-    // One port: gRPC (and gRPC-web), the HTTP/JSON + SSE face, and the A2A
-    // face's three bindings.
+    // One port: gRPC (and gRPC-web), the HTTP/JSON + SSE face, the A2A
+    // face's three bindings and the MCP endpoint.
     let a2a = a2a::A2a::new(
         core.clone(),
         &config.a2a,
         keys.clone(),
         !config.tls.cert_file.as_os_str().is_empty(),
     )?;
+    let mcp = mcp::Mcp::new(core.clone(), &config.mcp, keys.clone(), shutdown.clone())?;
     let grpc = Routes::new(OrchestratorServer::with_interceptor(
         OrchestratorService::new(core.clone()),
         auth::Authenticate(keys.clone()),
@@ -264,7 +268,8 @@ pub async fn serve_core(
     let routes = Routes::from(
         grpc.into_axum_router()
             .merge(http::router(core, keys, config.console.clone()))
-            .merge(a2a::router(a2a)),
+            .merge(a2a::router(a2a))
+            .merge(mcp::router(mcp)),
     );
     tracing::info!(%addr, "orchestrator listening");
     // Ready while the context store answers, and, when runs are durable,

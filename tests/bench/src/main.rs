@@ -13,6 +13,8 @@
 //! - `a2a`: the A2A face's SendMessage round trip and streamed updates per
 //!   second against the `a2a-sdk` server, and what an A2A remote sub-agent
 //!   costs over a local one.
+//! - `mcp`: the MCP face's `tools/call` round trip to an instant agent
+//!   beside the same run through gRPC, p50 and p99.
 //! - `pipeline`: RunPipeline with no-op steps, in the shapes of the LangGraph
 //!   figures the pipeline issue quotes, on memory and on Redis.
 
@@ -25,6 +27,7 @@ mod agent;
 mod durable;
 mod failover;
 mod http;
+mod mcp;
 mod pipeline;
 mod store;
 
@@ -52,6 +55,8 @@ enum Bench {
     Http(http::Options),
     /// The A2A face against the a2a-sdk server; a remote sub-agent's cost.
     A2a(a2a::Options),
+    /// The MCP face: tools/call round trip beside gRPC.
+    Mcp(mcp::Options),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -64,5 +69,6 @@ fn main() -> anyhow::Result<()> {
         Bench::Pipeline(options) => pipeline::run(options),
         Bench::Http(options) => http::run(options),
         Bench::A2a(options) => a2a::run(options),
+        Bench::Mcp(options) => mcp::run(options),
     }
 }

@@ -74,6 +74,8 @@ pub struct AgentSpec {
     pub a2a: bool,
     /// What it reads and writes over A2A.
     pub a2a_io: A2aIo,
+    /// Whether it is served as an MCP tool (see the config's `mcp`).
+    pub mcp: bool,
 }
 
 /// What an agent served over A2A reads and writes.

@@ -18,6 +18,9 @@ use baton_store::redis::{RedisConfig, RedisConfigError};
 
 use crate::auth::{AuthConfig, AuthError};
 pub use crate::client_tls::TlsClient;
+pub use faces::{A2aConfig, ConsoleConfig, McpApprovalMode, McpConfig};
+
+mod faces;
 
 /// `service.name` unless configured otherwise.
 pub const SERVICE_NAME: &str = "baton-orchestrator";
@@ -259,6 +262,9 @@ pub struct Config {
     /// The A2A face: which agents other frameworks' agents may call (see
     /// `crate::a2a`).
     pub a2a: A2aConfig,
+    /// The MCP face: which agents MCP clients may call as tools (see
+    /// `crate::mcp`).
+    pub mcp: McpConfig,
 }
 
 impl Default for Config {
@@ -282,6 +288,7 @@ impl Default for Config {
             server: ServerOptions::default(),
             console: ConsoleConfig::default(),
             a2a: A2aConfig::default(),
+            mcp: McpConfig::default(),
         }
     }
 }
@@ -566,34 +573,4 @@ pub struct PipelineLimits {
     pub max_retries: u32,
     /// Longest step timeout; also the default.
     pub max_step_timeout: Duration,
-}
-
-/// The `console` section of the config.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ConsoleConfig {
-    /// Where a trace id links, with `{trace_id}` in it (e.g.
-    /// `https://jaeger.example/trace/{trace_id}`); empty: no link.
-    pub trace_url: String,
-}
-
-/// The `a2a` section of the config: the agents served as A2A agents (none
-/// unless named here or marked `a2a: true` in the agents file) and the
-/// address their cards give out.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct A2aConfig {
-    /// Agents (or groups) of the agents file served over A2A, beside those
-    /// the agents file marks `a2a: true`.
-    pub agents: Vec<String>,
-    /// The agent whose card `/.well-known/agent-card.json` serves (empty:
-    /// the only exposed agent, if there is just one).
-    pub default_agent: String,
-    /// The base URL clients reach this port at (`https://baton.example`),
-    /// which the cards' interface URLs start with; empty: taken from each
-    /// request's `Host` (behind a proxy, set it).
-    pub public_url: String,
-    /// The gRPC address the cards give for the gRPC binding (`host:port`);
-    /// empty: the public URL's host and port.
-    pub grpc_address: String,
 }
