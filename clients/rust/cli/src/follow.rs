@@ -323,7 +323,7 @@ pub async fn follow(
     let mut broken = false;
     let draw = |view: &mut crate::view::View, e: &pb::RunEvent| {
         if json {
-            crate::out::outln!("{}", crate::run::event_json(e))
+            crate::out::outln!("{}", crate::jsonl::event_json(e))
         } else {
             view.draw(e)
         }

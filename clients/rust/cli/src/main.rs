@@ -20,6 +20,7 @@
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod follow;
+mod jsonl;
 mod out;
 mod pipeline;
 mod run;
