@@ -34,6 +34,16 @@ impl std::fmt::Display for Interrupted {
 
 impl std::error::Error for Interrupted {}
 
+/// How the questions of a followed run are answered without asking.
+#[derive(Default)]
+pub struct Answers {
+    /// Approve (`true`) or deny every approval (`baton runs watch
+    /// --approve/--deny`; `baton run` sets the run's approval mode instead).
+    pub approvals: Option<bool>,
+    /// The answers to its input requests, in order (`--answer`).
+    pub inputs: Vec<String>,
+}
+
 /// What Ctrl-C does to the run being followed.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum CtrlC {
@@ -164,6 +174,21 @@ impl Question {
                     .await
             }
             Kind::Input { id, .. } => client.submit_input(&self.run_id, id, answer.trim()).await,
+        }
+    }
+
+    /// For a question with options, the option `answer` names (its
+    /// spelling, any case); `Err` says what to choose from. Anything goes
+    /// for an approval or a free question.
+    fn check(&self, answer: &str) -> Result<String, String> {
+        let answer = answer.trim();
+        match &self.kind {
+            Kind::Input { options, .. } if !options.is_empty() => options
+                .iter()
+                .find(|o| o.eq_ignore_ascii_case(answer))
+                .cloned()
+                .ok_or_else(|| format!("answer one of: {}", options.join(", "))),
+            _ => Ok(answer.to_owned()),
         }
     }
 
@@ -302,10 +327,11 @@ pub async fn follow(
     mut events: baton_client::Events,
     mut links: Links,
     json: bool,
-    answers: Vec<String>,
+    answers: Answers,
     ctrl_c: CtrlC,
 ) -> anyhow::Result<()> {
-    let mut answers = VecDeque::from(answers);
+    let approvals = answers.approvals;
+    let mut answers = VecDeque::from(answers.inputs);
     let mut view = crate::view::View::default();
     let mut outcome: Option<anyhow::Result<()>> = None;
     let mut run_id: Option<String> = None;
@@ -350,15 +376,29 @@ pub async fn follow(
                 && asking.is_none()
                 && let Some(q) = waiting.pop_front()
             {
+                if let (Kind::Approval { id, .. }, Some(approved)) = (&q.kind, approvals) {
+                    let reason = if approved { "--approve" } else { "--deny" };
+                    client
+                        .resolve_approval(&q.run_id, id, approved, reason)
+                        .await?;
+                    continue;
+                }
                 if matches!(q.kind, Kind::Input { .. })
                     && let Some(answer) = answers.pop_front()
                 {
+                    let answer = q
+                        .check(&answer)
+                        .map_err(|e| anyhow::anyhow!("--answer {answer:?}: {e}"))?;
                     q.answer(client, &answer).await?;
                     continue;
                 }
                 view.close()?;
-                eprint!("{}", q.text());
-                std::io::stderr().flush()?;
+                // stdin not a terminal: the question is shown with the
+                // line read for it (or in the error if there is none).
+                if std::io::stdin().is_terminal() {
+                    eprint!("{}", q.text());
+                    std::io::stderr().flush()?;
+                }
                 asked += 1;
                 asking = Some((q, asked));
             }
@@ -401,20 +441,39 @@ pub async fn follow(
                 }
             } => {
                 let Some((q, _)) = asking.take() else { continue };
+                let tty = std::io::stdin().is_terminal();
+                if !tty && let Line::Text(answer) = &line {
+                    eprintln!("{}{}", q.text(), answer.trim());
+                }
                 match line {
-                    Line::Text(answer) => match q.answer(client, &answer).await {
-                        Ok(()) => {}
-                        // Answered elsewhere, or the run ended, meanwhile:
-                        // the stream says which.
-                        Err(e) if matches!(e.code(), tonic::Code::FailedPrecondition | tonic::Code::NotFound) => {
-                            eprintln!("(not taken: {})", e.message());
+                    Line::Text(answer) => match q.check(&answer) {
+                        Err(choose) if !tty => {
+                            anyhow::bail!("{choose} (read {:?} from stdin)", answer.trim());
                         }
-                        Err(e) => return Err(e.into()),
+                        Err(choose) => {
+                            // Asked again.
+                            eprint!("({choose}) {}", q.text());
+                            std::io::stderr().flush()?;
+                            asked += 1;
+                            asking = Some((q, asked));
+                        }
+                        Ok(answer) => match q.answer(client, &answer).await {
+                            Ok(()) => {}
+                            // Answered elsewhere, or the run ended,
+                            // meanwhile: the stream says which.
+                            Err(e) if matches!(e.code(), tonic::Code::FailedPrecondition | tonic::Code::NotFound) => {
+                                eprintln!("(not taken: {})", e.message());
+                            }
+                            Err(e) => return Err(e.into()),
+                        },
                     },
                     Line::Closed => {
-                        eprintln!();
+                        if tty {
+                            eprintln!();
+                        }
                         anyhow::bail!(
-                            "the run asks a question and stdin is closed: answer it with {}, or run in a terminal",
+                            "the run asks {:?} and stdin is closed: answer it with {}, or run in a terminal",
+                            q.text().trim_end(),
                             q.flags()
                         );
                     }

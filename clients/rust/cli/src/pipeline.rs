@@ -85,7 +85,10 @@ pub async fn run(args: PipelineArgs) -> anyhow::Result<()> {
         events,
         links,
         args.json,
-        args.answers,
+        crate::follow::Answers {
+            approvals: None,
+            inputs: args.answers,
+        },
         crate::follow::CtrlC::Cancel,
     )
     .await

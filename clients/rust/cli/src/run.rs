@@ -12,13 +12,14 @@ use baton_client::{OrchestratorClient, pb};
 use clap::Args;
 use futures::StreamExt;
 use serde_json::json;
+use std::io::IsTerminal as _;
 
 /// `baton run` arguments.
 #[derive(Args)]
 pub struct RunArgs {
     /// The agent or group to run.
     agent: String,
-    /// The input.
+    /// The input (quote it if it has spaces); `-` reads it from stdin.
     input: String,
     #[command(flatten)]
     pub(crate) target: Target,
@@ -40,7 +41,8 @@ pub struct RunArgs {
     #[arg(long)]
     context: Option<String>,
     /// Start the run detached (it outlives this command), print its id and
-    /// return; follow it with `baton runs watch`.
+    /// return; follow it with `baton runs watch`. Into a pipe or `$(…)` the
+    /// id alone is printed.
     #[arg(long, conflicts_with_all = ["approve", "deny", "filter_max_depth"])]
     detach: bool,
     /// The answer to the run's next input request, instead of asking;
@@ -204,12 +206,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         pb::ApprovalMode::Ask
     };
     let (default_model, limits, settings) = args.steer.apply()?;
+    let input = read_input(args.input)?;
     let request = pb::RunAgentRequest {
         default_model,
         limits,
         settings,
         agent: args.agent.clone(),
-        input: args.input.clone(),
+        input,
         run_context_json: args.context.clone().unwrap_or_default(),
         approval_mode: approval_mode as i32,
         filter: args.filter_max_depth.map(|d| pb::EventFilter {
@@ -231,6 +234,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 "{}",
                 json!({"run_id": first.run_id, "trace_id": first.trace_id})
             )?;
+        } else if !std::io::stdout().is_terminal() {
+            // `RID=$(baton run … --detach)`: the id alone.
+            crate::out::outln!("{}", first.run_id)?;
         } else {
             crate::out::outln!(
                 "run {} started, detached (trace {}): baton runs watch {}",
@@ -246,8 +252,25 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         events,
         links,
         args.json,
-        args.answers,
+        crate::follow::Answers {
+            approvals: None,
+            inputs: args.answers,
+        },
         crate::follow::CtrlC::Cancel,
     )
     .await
+}
+
+/// The run's input: `input`, or stdin's text when it is `-`.
+pub(crate) fn read_input(input: String) -> anyhow::Result<String> {
+    if input != "-" {
+        return Ok(input);
+    }
+    use anyhow::Context as _;
+    use std::io::Read as _;
+    let mut text = String::new();
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .context("cannot read the input from stdin")?;
+    Ok(text.trim_end_matches(['\n', '\r']).to_owned())
 }

@@ -6,7 +6,10 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
 
 use crate::follow::{CtrlC, follow};
+
+mod list;
 use crate::run::Target;
+use list::{clock, date, time};
 
 /// `baton runs …`.
 #[derive(Args)]
@@ -22,7 +25,13 @@ pub struct RunsArgs {
 
 #[derive(Subcommand)]
 enum RunsCmd {
-    /// The caller's runs, newest first.
+    /// The caller's runs, newest first: `waiting` when a run waits for
+    /// a person.
+    #[command(after_help = "Examples:
+  baton runs list
+  baton runs list --status running --limit 10
+  baton runs list | awk 'NR > 1 {print $1}'   the ids (into a pipe: one line a run)
+  baton runs list --json | jq -r .trace_id")]
     List {
         /// Only runs with this status.
         #[arg(long)]
@@ -31,11 +40,18 @@ enum RunsCmd {
         #[arg(long, default_value_t = 50)]
         limit: usize,
     },
-    /// One run's status and result.
+    /// One run's status and result (`--json`: as JSON).
+    #[command(after_help = "Examples:
+  baton runs get RUN_ID
+  baton runs get RUN_ID --json | jq -r .output")]
     Get {
         /// The run's id.
         run_id: String,
     },
+    #[command(after_help = "Examples:
+  baton runs watch RUN_ID
+  baton runs watch RUN_ID --approve --answer Lisbon
+  baton runs watch RUN_ID --after 12 --json")]
     /// Follow a run's events (answering its approvals and input requests),
     /// from its first event or after a seq.
     Watch {
@@ -44,8 +60,21 @@ enum RunsCmd {
         /// Only events after this seq.
         #[arg(long, default_value_t = 0)]
         after: u64,
+        /// Approve every approval without asking.
+        #[arg(long, conflicts_with = "deny")]
+        approve: bool,
+        /// Deny every approval without asking.
+        #[arg(long)]
+        deny: bool,
+        /// The answer to the run's next input request, instead of asking;
+        /// repeat for several, in order.
+        #[arg(long = "answer", value_name = "TEXT")]
+        answers: Vec<String>,
     },
     /// Cancel a run.
+    #[command(after_help = "Examples:
+  baton runs cancel RUN_ID
+  baton runs cancel RUN_ID --reason \"no longer needed\"")]
     Cancel {
         /// The run's id.
         run_id: String,
@@ -85,27 +114,21 @@ fn status_name(status: i32) -> String {
         .unwrap_or_else(|_| status.to_string())
 }
 
-fn time(t: &Option<baton_client::wkt::Timestamp>) -> String {
-    t.map(|t| t.to_string()).unwrap_or_default()
-}
-
 /// Runs `baton runs …`.
 pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
     let client = args.target.connect().await?;
     match args.command {
         RunsCmd::List { status, limit } => {
             let status = status.map_or(pb::RunStatus::Unspecified, Into::into);
+            let view = crate::view::View::default();
+            let today: String = date(&Some(std::time::SystemTime::now().into()))
+                .chars()
+                .take(10)
+                .collect();
             let mut token = String::new();
             let mut shown = 0;
             if !args.json {
-                crate::out::outln!(
-                    "{:<36}  {:<9}  {:<8}  {:<20}  {:>6}  started",
-                    "run",
-                    "status",
-                    "kind",
-                    "target",
-                    "events"
-                )?;
+                crate::out::outln!("{}", list::header(view.wrap_width()))?;
             }
             'pages: loop {
                 let page_size = (limit - shown).min(1000) as i32;
@@ -115,6 +138,11 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
                         break 'pages;
                     }
                     shown += 1;
+                    let waits = if r.status == pb::RunStatus::Running as i32 {
+                        list::waits_for(&client, r).await
+                    } else {
+                        None
+                    };
                     if args.json {
                         crate::out::outln!(
                             "{}",
@@ -124,6 +152,7 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
                                 "kind": r.kind().as_str_name(),
                                 "target": r.target,
                                 "status": status_name(r.status),
+                                "waiting_for": waits,
                                 "started_at": time(&r.started_at),
                                 "ended_at": time(&r.ended_at),
                                 "last_seq": r.last_seq,
@@ -131,18 +160,19 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
                             })
                         )?;
                     } else {
+                        let started = match time(&r.started_at) {
+                            t if !today.is_empty() && t.starts_with(&today) => clock(&r.started_at),
+                            _ => date(&r.started_at),
+                        };
                         crate::out::outln!(
-                            "{:<36}  {:<9}  {:<8}  {:<20}  {:>6}  {}{}",
-                            r.run_id,
-                            status_name(r.status),
-                            r.kind()
-                                .as_str_name()
-                                .trim_start_matches("RUN_KIND_")
-                                .to_lowercase(),
-                            r.target,
-                            r.last_seq,
-                            time(&r.started_at),
-                            if r.detached { "  (detached)" } else { "" }
+                            "{}",
+                            list::row(
+                                r,
+                                &status_name(r.status),
+                                waits,
+                                &started,
+                                view.wrap_width()
+                            )
                         )?;
                     }
                 }
@@ -155,36 +185,57 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
         }
         RunsCmd::Get { run_id } => {
             let r = client.get_run(&run_id).await?;
-            let value = json!({
-                "run_id": r.run_id,
-                "trace_id": r.trace_id,
-                "kind": r.kind().as_str_name(),
-                "target": r.target,
-                "status": status_name(r.status),
-                "started_at": time(&r.started_at),
-                "ended_at": time(&r.ended_at),
-                "output": r.output,
-                "run_context_json": r.run_context_json,
-                "error_code": r.error_code,
-                "error_message": r.error_message,
-                "last_seq": r.last_seq,
-            });
             if args.json {
+                let value = json!({
+                    "run_id": r.run_id,
+                    "trace_id": r.trace_id,
+                    "kind": r.kind().as_str_name(),
+                    "target": r.target,
+                    "status": status_name(r.status),
+                    "started_at": time(&r.started_at),
+                    "ended_at": time(&r.ended_at),
+                    "output": r.output,
+                    "run_context_json": r.run_context_json,
+                    "error_code": r.error_code,
+                    "error_message": r.error_message,
+                    "last_seq": r.last_seq,
+                });
                 crate::out::outln!("{value}")?;
-            } else {
-                crate::out::outln!("{}", serde_json::to_string_pretty(&value)?)?;
+                return Ok(());
             }
+            let waits = if r.status == pb::RunStatus::Running as i32 {
+                let summary = pb::RunSummary {
+                    run_id: r.run_id.clone(),
+                    last_seq: r.last_seq,
+                    ..Default::default()
+                };
+                list::waits_for(&client, &summary).await
+            } else {
+                None
+            };
+            let width = crate::view::View::default().wrap_width();
+            crate::out::outln!("{}", list::get(&r, &status_name(r.status), waits, width))?;
             Ok(())
         }
-        RunsCmd::Watch { run_id, after } => {
+        RunsCmd::Watch {
+            run_id,
+            after,
+            approve,
+            deny,
+            answers,
+        } => {
             let (client, links) = crate::follow::with_links(client);
             let events = client.watch_run(&run_id, after, None).await?;
+            let answers = crate::follow::Answers {
+                approvals: (approve || deny).then_some(approve),
+                inputs: answers,
+            };
             follow(
                 &client,
                 events,
                 links,
                 args.json,
-                Vec::new(),
+                answers,
                 CtrlC::StopWatching,
             )
             .await

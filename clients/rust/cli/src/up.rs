@@ -314,7 +314,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         }
     }
     println!("Baton is up: {summary}");
-    println!("  orchestrator   http://{orch_addr}   (baton agents / baton run AGENT \"input\")");
+    println!("  orchestrator   http://{orch_addr}   (baton agents, baton run …)");
     println!("  web console    http://{orch_addr}/   (the HTTP API: /v1/openapi.json)");
     println!("  context store  http://{store_addr}   (baton store …)");
     println!("  store backend  in memory (lost on exit)");

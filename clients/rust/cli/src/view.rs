@@ -206,6 +206,8 @@ pub struct View {
     streamed: HashMap<String, String>,
     /// The tool of each pending approval, by approval id.
     approvals: HashMap<String, String>,
+    /// The tool of each call started, by call id.
+    calls: HashMap<String, String>,
 }
 
 impl Default for View {
@@ -232,6 +234,7 @@ impl View {
             shown: HashMap::new(),
             streamed: HashMap::new(),
             approvals: HashMap::new(),
+            calls: HashMap::new(),
         }
     }
 
@@ -262,6 +265,11 @@ impl View {
         let open = self.open.is_some();
         let _ = self.close();
         self.live && !open
+    }
+
+    /// The width text is wrapped at: the terminal's, none in a pipe.
+    pub(crate) fn wrap_width(&self) -> Option<usize> {
+        self.live.then_some(self.width)
     }
 
     /// Cuts `line` to the terminal's width (plain output keeps it whole).
@@ -353,12 +361,15 @@ impl View {
                 format!("● {} [{}] on {}", a.agent, e.context_id, a.model)
             }
             Some(Payload::Handoff(h)) => format!("⇢ handoff {} → {}", h.from_agent, h.to_agent),
-            Some(Payload::ToolCallStarted(c)) => format!(
-                "{}{who}{} {}",
-                self.mark("🔧 ", "- "),
-                c.tool,
-                short(&c.arguments_json)
-            ),
+            Some(Payload::ToolCallStarted(c)) => {
+                self.calls.insert(c.call_id.clone(), c.tool.clone());
+                format!(
+                    "{}{who}{} {}",
+                    self.mark("🔧 ", "- "),
+                    c.tool,
+                    short(&c.arguments_json)
+                )
+            }
             Some(Payload::ToolProgress(p)) => {
                 let line = self.fit(format!(
                     "{indent}   {} {} {}",
@@ -395,18 +406,27 @@ impl View {
                 return self.close();
             }
             Some(Payload::ApprovalResolved(a)) => {
-                let tool = self.approvals.remove(&a.approval_id).unwrap_or_default();
+                // Asked (the approval's tool), or decided by the run's
+                // approval mode unasked (the tool of its call).
+                let tool = self.approvals.remove(&a.approval_id).or_else(|| {
+                    let (_, tool) = self
+                        .calls
+                        .iter()
+                        .find(|(call, _)| a.approval_id.ends_with(call.as_str()))?;
+                    Some(tool.clone())
+                });
                 let verdict = if a.approved {
                     "✔ approved"
                 } else {
                     "✘ denied"
                 };
-                let reason = if a.reason.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", a.reason)
+                let tool = tool.map(|t| format!(" {t}")).unwrap_or_default();
+                let reason = match (a.source(), a.reason.as_str()) {
+                    (pb::ApprovalSource::Mode, r) => format!(" (the run's approval mode, {r})"),
+                    (_, "") => String::new(),
+                    (_, r) => format!(" ({r})"),
                 };
-                format!("{verdict} {tool}{reason}")
+                format!("{verdict}{tool}{reason}")
             }
             Some(Payload::InputReceived(i)) => format!("✎ answered {}", i.input),
             Some(Payload::ContextWritten(w)) => format!(

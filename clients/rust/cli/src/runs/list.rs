@@ -1,0 +1,193 @@
+//! How `baton runs list` and `baton runs get` show runs to a person: each
+//! run on two lines fitting the terminal (id, status and target; then its
+//! trace id, kind, events and start), one line a run into a pipe; whether
+//! a running run waits for a person, read from its events.
+
+use std::collections::HashSet;
+
+use baton_client::{OrchestratorClient, pb, pb::run_event::Payload};
+use futures::StreamExt;
+
+use crate::view::{Wrap, cols};
+
+pub(super) fn time(t: &Option<baton_client::wkt::Timestamp>) -> String {
+    t.map(|t| t.to_string()).unwrap_or_default()
+}
+
+/// `2026-11-26 15:48:02` (UTC), from a timestamp.
+pub(super) fn date(t: &Option<baton_client::wkt::Timestamp>) -> String {
+    time(t).get(..19).unwrap_or_default().replace('T', " ")
+}
+
+/// `15:48:02` (UTC): a time of today.
+pub(super) fn clock(t: &Option<baton_client::wkt::Timestamp>) -> String {
+    date(t).get(11..).unwrap_or_default().to_owned()
+}
+
+/// What a running run waits for: `an approval` or `an answer`, read from
+/// its events (questions asked and not yet settled).
+pub(super) async fn waits_for(
+    client: &OrchestratorClient,
+    r: &pb::RunSummary,
+) -> Option<&'static str> {
+    let read = async {
+        let mut events = client.watch_run(&r.run_id, 0, None).await.ok()?;
+        let mut approvals = HashSet::new();
+        let mut inputs = HashSet::new();
+        while let Some(Ok(e)) = events.next().await {
+            match &e.payload {
+                Some(Payload::ApprovalRequested(a)) => {
+                    approvals.insert(a.approval_id.clone());
+                }
+                Some(Payload::ApprovalResolved(a)) => {
+                    approvals.remove(&a.approval_id);
+                }
+                Some(Payload::InputRequested(i)) => {
+                    inputs.insert(i.input_id.clone());
+                }
+                Some(Payload::InputReceived(i)) => {
+                    inputs.remove(&i.input_id);
+                }
+                _ => {}
+            }
+            if e.seq >= r.last_seq {
+                break;
+            }
+        }
+        Some((approvals.is_empty(), inputs.is_empty()))
+    };
+    match tokio::time::timeout(std::time::Duration::from_secs(2), read).await {
+        Ok(Some((false, _))) => Some("an approval"),
+        Ok(Some((true, false))) => Some("an answer"),
+        _ => None,
+    }
+}
+
+/// The status shown: `waiting` for a run waiting for a person.
+fn shown_status(status: &str, waits: Option<&str>) -> String {
+    match waits {
+        Some(_) => "waiting".into(),
+        None => status.into(),
+    }
+}
+
+/// The header line.
+pub(super) fn header(width: Option<usize>) -> String {
+    match width {
+        Some(_) => format!("{:<36}  {:<9}  TARGET", "RUN", "STATUS"),
+        None => format!(
+            "{:<36}  {:<9}  {:<8}  {:<20}  {:>6}  {:<19}  TRACE",
+            "RUN", "STATUS", "KIND", "TARGET", "EVENTS", "STARTED"
+        ),
+    }
+}
+
+fn kind(r: &pb::RunSummary) -> String {
+    r.kind()
+        .as_str_name()
+        .trim_start_matches("RUN_KIND_")
+        .to_lowercase()
+}
+
+/// One run: on a terminal of `width` columns two lines (the second
+/// wrapped), into a pipe one line with every column.
+pub(super) fn row(
+    r: &pb::RunSummary,
+    status: &str,
+    waits: Option<&str>,
+    started: &str,
+    width: Option<usize>,
+) -> String {
+    let status = shown_status(status, waits);
+    let Some(width) = width else {
+        return format!(
+            "{:<36}  {:<9}  {:<8}  {:<20}  {:>6}  {:<19}  {}{}",
+            r.run_id,
+            status,
+            kind(r),
+            r.target,
+            r.last_seq,
+            started,
+            r.trace_id,
+            if r.detached { "  detached" } else { "" }
+        );
+    };
+    let mut first = format!("{:<36}  {:<9}  {}", r.run_id, status, r.target);
+    let mut details = vec![];
+    if cols(&first) > width {
+        // The target moves to the details.
+        first = format!("{:<36}  {status}", r.run_id);
+        details.push(r.target.clone());
+    }
+    details.extend([
+        format!("trace {}", r.trace_id),
+        kind(r),
+        format!("{} events", r.last_seq),
+        format!("started {started}"),
+    ]);
+    if r.detached {
+        details.push("detached".into());
+    }
+    if let Some(w) = waits {
+        details.push(format!("waits for {w}"));
+    }
+    let mut out = format!("{first}\n  ");
+    let mut wrap = Wrap::new(2, "  ".into(), Some(width));
+    wrap.push(&details.join(", "), &mut out);
+    out
+}
+
+/// `baton runs get`'s view: what the run is, then its answer whole.
+pub(super) fn get(
+    r: &pb::GetRunResponse,
+    status: &str,
+    waits: Option<&str>,
+    width: Option<usize>,
+) -> String {
+    let status = match waits {
+        Some(w) => format!("{status}, waiting for {w} (baton runs watch {})", r.run_id),
+        None => status.to_owned(),
+    };
+    let ended = date(&r.ended_at);
+    let mut lines = vec![
+        ("run", r.run_id.clone()),
+        ("status", status),
+        (
+            "target",
+            format!(
+                "{} ({})",
+                r.target,
+                r.kind()
+                    .as_str_name()
+                    .trim_start_matches("RUN_KIND_")
+                    .to_lowercase()
+            ),
+        ),
+        ("trace", r.trace_id.clone()),
+        ("started", format!("{} UTC", date(&r.started_at))),
+    ];
+    if !ended.is_empty() {
+        lines.push(("ended", format!("{ended} UTC")));
+    }
+    lines.push(("events", r.last_seq.to_string()));
+    if !r.error_message.is_empty() || r.error_code != 0 {
+        lines.push(("error", format!("{}: {}", r.error_code, r.error_message)));
+    }
+    if !r.run_context_json.is_empty() && r.run_context_json != "{}" {
+        lines.push(("context", r.run_context_json.clone()));
+    }
+    if !r.output.is_empty() {
+        lines.push(("output", r.output.clone()));
+    }
+    let mut out = String::new();
+    for (i, (name, value)) in lines.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let head = format!("{name:<8} ");
+        out.push_str(&head);
+        let mut wrap = Wrap::new(cols(&head), " ".repeat(9), width);
+        wrap.push(value.trim_end(), &mut out);
+    }
+    out
+}

@@ -1,0 +1,226 @@
+//! `baton` in scripts and at 80 columns (issue 30, items 7, 8 and 10): the
+//! id alone from `run --detach` into `$(…)`, `runs watch` answering
+//! questions, `runs get` for people and `--json` for programs, `runs list`
+//! saying which runs wait for a person and their traces, the input from
+//! stdin with `-`; lists and the banner fitting 80 and 60 columns; how
+//! people's answers are worded and checked. Each runs the binary against a
+//! real `baton up`, on a pseudo-terminal (util-linux `script`) where what
+//! it does depends on one.
+
+mod support;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use support::*;
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `baton ARGS` with `input` on stdin.
+fn with_stdin(up: &Up, args: &[&str], input: &str) -> std::process::Output {
+    let mut child = Command::new(BATON)
+        .args(args)
+        .env("BATON_ENDPOINT", &up.endpoint)
+        .env_remove("BATON_API_KEY")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run baton");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("write stdin");
+    child.wait_with_output().expect("wait")
+}
+
+/// `baton run AGENT x --detach` into a pipe: the run's id.
+fn detach(up: &Up, agent: &str) -> String {
+    let out = up.cli(&["run", agent, "x", "--detach"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout).trim_end().to_owned()
+}
+
+/// Item 8: `RID=$(baton run … --detach)` is the id; `-` reads the input
+/// from stdin.
+#[test]
+fn detach_prints_the_id_alone_into_a_pipe_and_dash_reads_stdin() {
+    let up = Up::start(&[]);
+    let id = detach(&up, "long");
+    assert!(
+        id.len() == 36 && !id.contains(char::is_whitespace),
+        "the id alone: {id:?}"
+    );
+    let got = up.cli(&["runs", "get", &id, "--json"]);
+    assert!(got.status.success(), "{}", text(&got.stderr));
+
+    let out = with_stdin(&up, &["run", "fact_checker", "-"], "the tides\n");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("Checked: the tides."),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+/// Item 8: `baton runs watch` answers approvals and questions as `baton
+/// run` does.
+#[test]
+fn runs_watch_approves_denies_and_answers() {
+    let up = Up::start(&[]);
+    let payer = detach(&up, "payer");
+    let out = up.cli(&["runs", "watch", &payer, "--approve"]);
+    let shown = text(&out.stdout);
+    assert!(out.status.success(), "{shown}{}", text(&out.stderr));
+    assert!(
+        shown.contains("✔ approved write_context (--approve)"),
+        "{shown}"
+    );
+    assert!(shown.contains("paid: "), "{shown}");
+
+    let payer = detach(&up, "payer");
+    let out = up.cli(&["runs", "watch", &payer, "--deny"]);
+    let shown = text(&out.stdout);
+    assert!(shown.contains("✘ denied write_context (--deny)"), "{shown}");
+
+    let interviewer = detach(&up, "interviewer");
+    let out = up.cli(&["runs", "watch", &interviewer, "--answer", "Lisbon"]);
+    let shown = text(&out.stdout);
+    assert!(out.status.success(), "{shown}{}", text(&out.stderr));
+    assert!(shown.contains("Planning a trip to Lisbon."), "{shown}");
+}
+
+/// Item 8: `baton runs get` is for people (the answer whole), `--json`
+/// for programs; `baton runs list` says which runs wait for a person, and
+/// their traces.
+#[test]
+fn runs_get_and_list_for_people_and_scripts() {
+    let up = Up::start(&[]);
+    let done = detach(&up, "long");
+    let out = up.cli(&["runs", "watch", &done]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = up.cli(&["runs", "get", &done]);
+    let shown = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(serde_json::from_str::<serde_json::Value>(&shown).is_err());
+    assert!(shown.contains("status   completed"), "{shown}");
+    assert!(shown.contains("target   long (agent)"), "{shown}");
+    assert!(shown.contains("It has a list:\n"), "whole: {shown}");
+    let json: serde_json::Value =
+        serde_json::from_slice(&up.cli(&["runs", "get", &done, "--json"]).stdout).expect("json");
+    assert_eq!(json["output"], LONG);
+
+    let waiting = detach(&up, "interviewer");
+    let trace = {
+        let out = up.cli(&["runs", "get", &waiting, "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        v["trace_id"].as_str().expect("trace").to_owned()
+    };
+    // Until it asks.
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    let row = loop {
+        let out = up.cli(&["runs", "list"]);
+        let list = text(&out.stdout);
+        let row = list
+            .lines()
+            .find(|l| l.starts_with(&waiting))
+            .unwrap_or_default()
+            .to_owned();
+        if row.contains("waiting") || std::time::Instant::now() > end {
+            break row;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(row.contains("waiting"), "{row}");
+    assert!(row.contains(&trace), "{row}");
+    let out = up.cli(&["runs", "list", "--json"]);
+    let mine = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json"))
+        .find(|r| r["run_id"] == waiting.as_str())
+        .expect("listed");
+    assert_eq!(mine["waiting_for"], "an answer");
+    let out = up.cli(&["runs", "get", &waiting]);
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("status   running, waiting for an answer"),
+        "{shown}"
+    );
+}
+
+/// Item 7: `baton runs list` and `baton up`'s banner fit 80 and 60
+/// columns, every id whole.
+#[test]
+fn lists_and_the_banner_fit_80_and_60_columns() {
+    let up = Up::start(&[]);
+    for line in up.banner.lines() {
+        assert!(columns(line) <= 80, "the banner fits 80 columns: {line:?}");
+    }
+    let ids = [detach(&up, "interviewer"), detach(&up, "long")];
+    std::thread::sleep(Duration::from_millis(500));
+    for cols in [80, 60] {
+        let pty = Pty::start(&["runs", "list"], &up.endpoint, cols);
+        let (status, screen) = pty.exit(Duration::from_secs(20));
+        assert!(status.success(), "{screen}");
+        let lines = visible_lines(&screen);
+        for line in &lines {
+            assert!(
+                columns(line) <= cols,
+                "fits {cols} columns: {line:?} in\n{screen}"
+            );
+        }
+        for id in &ids {
+            assert!(
+                lines.iter().any(|l| l.starts_with(id.as_str())),
+                "{id} whole at {cols} columns:\n{screen}"
+            );
+        }
+        assert!(words(&screen).contains("waits for an answer"), "{screen}");
+    }
+}
+
+/// Item 10: `--deny` names the tool and why; with stdin closed the error
+/// names the question; a question with options asks again until one is
+/// chosen.
+#[test]
+fn answers_are_worded_alike_and_checked_against_the_options() {
+    let up = Up::start(&[]);
+    let out = up.cli(&["run", "payer", "x", "--deny"]);
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("✘ denied write_context (the run's approval mode, auto_deny)"),
+        "{shown}"
+    );
+    assert!(!shown.contains("denied  ("), "{shown}");
+
+    let out = up.cli(&["run", "interviewer", "x"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.starts_with(
+            "error: the run asks \"Which city should I plan for? [Paris/Lisbon]\" and stdin is closed"
+        ),
+        "{err}"
+    );
+
+    let mut pty = Pty::start(&["run", "interviewer", "x"], &up.endpoint, 80);
+    pty.wait_for("[Paris/Lisbon] ");
+    pty.type_keys(b"\n");
+    pty.wait_for("(answer one of: Paris, Lisbon)");
+    pty.type_keys(b"Rome\n");
+    let screen = pty.wait_for("Rome");
+    assert!(!screen.contains("Planning a trip to Rome"), "{screen}");
+    pty.type_keys(b"lisbon\n");
+    let (status, screen) = pty.exit(Duration::from_secs(20));
+    assert!(status.success(), "{screen}");
+    assert!(screen.contains("Planning a trip to Lisbon."), "{screen}");
+    assert_eq!(
+        screen.matches("(answer one of: Paris, Lisbon)").count(),
+        2,
+        "{screen}"
+    );
+}
