@@ -93,16 +93,68 @@ enum Cmd {
     /// Print a shell completion script: `source <(baton completion bash)`,
     /// `baton completion zsh > "${fpath[1]}/_baton"`, `baton completion
     /// fish > ~/.config/fish/completions/baton.fish`.
+    #[command(after_help = "Examples:
+  source <(baton completion bash)                 in ~/.bashrc
+  baton completion zsh > \"${fpath[1]}/_baton\"
+  baton completion fish > ~/.config/fish/completions/baton.fish")]
     Completion {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
 }
 
+/// The connection flags every command takes, also before the command
+/// (`baton --endpoint URL runs list`, as kubectl and gh take theirs).
+const GLOBAL_FLAGS: [&str; 3] = ["--endpoint", "--api-key", "--ca-file"];
+
+/// The command line, with connection flags given before the command moved
+/// after it; a stray word after `run AGENT INPUT` says to quote the input.
+fn parse() -> Args {
+    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut hoisted = Vec::new();
+    let mut i = 1;
+    while i < argv.len() {
+        let arg = argv[i].to_string_lossy().into_owned();
+        let flag = GLOBAL_FLAGS
+            .iter()
+            .find(|f| arg == **f || arg.starts_with(&format!("{f}=")));
+        match flag {
+            Some(f) if arg == *f && i + 1 < argv.len() => {
+                hoisted.extend(argv.drain(i..i + 2));
+            }
+            Some(_) => hoisted.push(argv.remove(i)),
+            None if arg.starts_with('-') => i += 1,
+            // The command: the flags go after it.
+            None => {
+                argv.splice(i + 1..i + 1, std::mem::take(&mut hoisted));
+                break;
+            }
+        }
+    }
+    argv.extend(hoisted);
+    match Args::try_parse_from(&argv) {
+        Ok(args) => args,
+        Err(e) => {
+            let run = argv.get(1).is_some_and(|a| a == "run");
+            let word = e
+                .get(clap::error::ContextKind::InvalidArg)
+                .is_some_and(|a| !a.to_string().starts_with('-'));
+            if run && word && e.kind() == clap::error::ErrorKind::UnknownArgument {
+                let _ = e.print();
+                eprintln!(
+                    "  tip: quote an input of several words: baton run AGENT \"the history of Rust\""
+                );
+                std::process::exit(e.exit_code());
+            }
+            e.exit()
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     baton_common::runtime::disable_transparent_huge_pages();
-    let result = match Args::parse().command {
+    let result = match parse().command {
         Cmd::Up(args) => Box::pin(up::run(args)).await,
         Cmd::Agents(args) => run::agents(args).await,
         Cmd::Run(args) => run::run(args).await,

@@ -222,7 +222,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         detach: args.detach,
         ..Default::default()
     };
-    let mut events = client.run_agent(request).await?;
+    let mut events = match client.run_agent(request).await {
+        Ok(events) => events,
+        Err(e) if e.code() == tonic::Code::InvalidArgument && e.field() == Some("agent") => {
+            return Err(did_you_mean(&client, &args.agent, e).await);
+        }
+        Err(e) => return Err(e.into()),
+    };
     if args.detach {
         // The first event is RunStarted: the run exists and goes on alone.
         let first = events
@@ -259,6 +265,59 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         crate::follow::CtrlC::Cancel,
     )
     .await
+}
+
+/// An unknown agent's error, with the nearest name (`did you mean …?`)
+/// and the agents and groups there are.
+async fn did_you_mean(
+    client: &OrchestratorClient,
+    agent: &str,
+    error: baton_client::Error,
+) -> anyhow::Error {
+    let Ok(list) = client.list_agents().await else {
+        return error.into();
+    };
+    let agents: Vec<&str> = list.agents.iter().map(|a| a.name.as_str()).collect();
+    let groups: Vec<&str> = list.groups.iter().map(|g| g.name.as_str()).collect();
+    let nearest = agents
+        .iter()
+        .chain(&groups)
+        .map(|name| (distance(agent, name), *name))
+        .filter(|(d, name)| *d <= 2.max(name.len() / 3))
+        .min();
+    let mut message = format!("no agent or group is called {agent:?}");
+    if let Some((_, name)) = nearest {
+        message.push_str(&format!(": did you mean {name:?}?"));
+    }
+    // Wrapped as on an 80-column terminal, under the names.
+    for (what, names) in [("agents", &agents), ("groups", &groups)] {
+        if names.is_empty() {
+            continue;
+        }
+        let head = format!("\n  {what}: ");
+        message.push_str(&head);
+        let mut wrap = crate::view::Wrap::new(head.len() - 1, " ".repeat(10), Some(79));
+        wrap.push(&names.join(", "), &mut message);
+    }
+    anyhow::anyhow!(message)
+}
+
+/// Edits (insert, delete, replace a character) from `a` to `b`.
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let next = (prev + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
+            prev = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
 }
 
 /// The run's input: `input`, or stdin's text when it is `-`.

@@ -38,6 +38,10 @@ pub struct StoreArgs {
 #[derive(Subcommand)]
 enum StoreCmd {
     /// Write a slot; VALUE `-` reads it from stdin. Prints version and expiry.
+    #[command(after_help = "Examples (a trace id is 32 lowercase hex characters):
+  baton store put $TRACE notes/plan \"step 1\" --ttl 10m
+  baton store put $TRACE report.pdf - --content-type application/pdf < report.pdf
+  baton store put $TRACE counter 2 --expected-version 1   only over version 1")]
     Put {
         /// The trace id (32 lowercase hex characters).
         trace_id: String,
@@ -57,6 +61,9 @@ enum StoreCmd {
         expected_version: Option<u64>,
     },
     /// Print a slot's value (with --meta, its metadata as JSON).
+    #[command(after_help = "Examples (a trace id is 32 lowercase hex characters):
+  baton store get $TRACE notes/plan
+  baton store get $TRACE notes/plan --meta | jq .version")]
     Get {
         /// The trace id.
         trace_id: String,
@@ -67,6 +74,9 @@ enum StoreCmd {
         meta: bool,
     },
     /// List a trace's slots as JSON lines, then its usage.
+    #[command(after_help = "Examples (a trace id is 32 lowercase hex characters):
+  baton store list $TRACE
+  baton store list $TRACE --prefix notes/ | jq -r .key")]
     List {
         /// The trace id.
         trace_id: String,
@@ -75,6 +85,9 @@ enum StoreCmd {
         prefix: String,
     },
     /// Delete a slot.
+    #[command(after_help = "Examples (a trace id is 32 lowercase hex characters):
+  baton store delete $TRACE notes/plan
+  baton store delete $TRACE notes/plan --expected-version 3")]
     Delete {
         /// The trace id.
         trace_id: String,
@@ -86,6 +99,8 @@ enum StoreCmd {
     },
     /// Write several slots of a trace in one call, all or none. Prints each
     /// entry's version and expiry as JSON lines, in order.
+    #[command(after_help = "Examples (a trace id is 32 lowercase hex characters):
+  baton store put-many $TRACE a=1 b=2 --ttl 1h")]
     PutMany {
         /// The trace id.
         trace_id: String,
@@ -101,6 +116,9 @@ enum StoreCmd {
     },
     /// Delete several slots in one call: the keys given, or every slot
     /// under --prefix. Prints how many were removed.
+    #[command(after_help = "Examples (a trace id is 32 lowercase hex characters):
+  baton store delete-many $TRACE a b
+  baton store delete-many $TRACE --prefix notes/")]
     DeleteMany {
         /// The trace id.
         trace_id: String,
@@ -112,11 +130,16 @@ enum StoreCmd {
         prefix: Option<String>,
     },
     /// Delete every slot of a trace.
+    #[command(after_help = "Examples (a trace id is 32 lowercase hex characters):
+  baton store clear $TRACE")]
     Clear {
         /// The trace id.
         trace_id: String,
     },
     /// Print a trace's changes as JSON lines until interrupted.
+    #[command(after_help = "Examples (a trace id is 32 lowercase hex characters):
+  baton store watch $TRACE
+  baton store watch $TRACE --prefix research/ | jq -c .")]
     Watch {
         /// The trace id.
         trace_id: String,

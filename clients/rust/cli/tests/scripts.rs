@@ -224,3 +224,80 @@ fn answers_are_worded_alike_and_checked_against_the_options() {
         "{screen}"
     );
 }
+
+/// Item 9: habits from kubectl and gh: `did you mean` for an unknown
+/// agent, a tip to quote an input of several words, connection flags
+/// before the command, examples in every leaf command's `--help`.
+#[test]
+fn habits_from_kubectl_and_gh() {
+    let up = Up::start(&[]);
+    let out = up.cli(&["run", "fact_chekcer", "x"]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.starts_with(
+            "error: no agent or group is called \"fact_chekcer\": did you mean \"fact_checker\"?"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("agents: "), "{err}");
+    for line in err.lines() {
+        assert!(columns(line) <= 80, "{line:?}");
+    }
+
+    let out = up.cli(&["run", "fact_checker", "the", "tides"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(
+            "tip: quote an input of several words: baton run AGENT \"the history of Rust\""
+        ),
+        "{err}"
+    );
+
+    let out = Command::new(BATON)
+        .args(["--endpoint", &up.endpoint, "agents"])
+        .env_remove("BATON_ENDPOINT")
+        .output()
+        .expect("run baton");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("fact_checker"));
+    let out = Command::new(BATON)
+        .args([&format!("--endpoint={}", up.endpoint), "runs", "list"])
+        .env_remove("BATON_ENDPOINT")
+        .output()
+        .expect("run baton");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    for leaf in [
+        &["runs", "get"][..],
+        &["runs", "watch"],
+        &["runs", "cancel"],
+        &["runs", "list"],
+        &["store", "put"],
+        &["store", "get"],
+        &["store", "list"],
+        &["store", "delete"],
+        &["store", "put-many"],
+        &["store", "delete-many"],
+        &["store", "clear"],
+        &["store", "watch"],
+        &["completion"],
+        &["run"],
+        &["agents"],
+        &["pipeline"],
+        &["up"],
+    ] {
+        let out = Command::new(BATON)
+            .args(leaf)
+            .arg("--help")
+            .output()
+            .expect("help");
+        let help = text(&out.stdout);
+        assert!(
+            help.contains("Examples"),
+            "baton {} --help has examples:\n{help}",
+            leaf.join(" ")
+        );
+    }
+}
