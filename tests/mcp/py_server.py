@@ -3,13 +3,18 @@
 Tools: `count` (reports progress), `whoami` (echoes what the request's
 `_meta` carried), `grow` (adds the tool `fresh` and tells the client the tool
 list changed), `hang` (waits until cancelled, then writes the marker file it
-was given), `broken` (fails). Serves stdio by default, Streamable HTTP with
+was given), `broken` (fails), `plan` (asks the client which city, an
+elicitation, reporting progress before and after), `signup` (asks for a
+name and an age, one elicitation of two fields). Serves stdio by default, Streamable HTTP with
 `--http PORT`.
 """
 
 import asyncio
 import json
 import sys
+from typing import Literal
+
+from pydantic import BaseModel, Field
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -63,6 +68,38 @@ async def hang(marker: str) -> str:
 async def broken() -> str:
     """Always fails."""
     raise ToolError("broken on purpose")
+
+
+class City(BaseModel):
+    city: Literal["Paris", "Lisbon", "Oslo"] = Field(description="where to go")
+
+
+@server.tool()
+async def plan(trip: str, ctx: Context) -> str:
+    """Plans a trip, asking the client which city."""
+    await ctx.report_progress(1, 3, "looking at cities")
+    answer = await ctx.elicit(f"Which city for {trip}?", City)
+    await ctx.report_progress(2, 3, f"answered: {answer.action}")
+    if answer.action == "accept":
+        result = f"{trip} in {answer.data.city}"
+    else:
+        result = f"no city ({answer.action})"
+    await ctx.report_progress(3, 3, "planned")
+    return result
+
+
+class Person(BaseModel):
+    name: str = Field(description="your name")
+    age: int = Field(description="your age in years")
+
+
+@server.tool()
+async def signup(ctx: Context) -> str:
+    """Signs a person up, asking for a name and an age."""
+    answer = await ctx.elicit("Who are you?", Person)
+    if answer.action == "accept":
+        return f"signed up {answer.data.name}, {answer.data.age}"
+    return f"not signed up ({answer.action})"
 
 
 if __name__ == "__main__":

@@ -46,6 +46,26 @@ pub fn servers_python() -> PathBuf {
     )
 }
 
+/// The `baton` command line, as `cargo build -p baton-cli` (and
+/// `./tests/run`, whose `cargo test --workspace` builds it) leaves it;
+/// `BATON_BIN` names another.
+pub fn baton_cli() -> PathBuf {
+    let path = std::env::var_os("BATON_BIN").map_or_else(
+        || {
+            std::env::var_os("CARGO_TARGET_DIR")
+                .map_or_else(|| repo_root().join("target"), PathBuf::from)
+                .join("debug/baton")
+        },
+        PathBuf::from,
+    );
+    assert!(
+        path.exists(),
+        "the baton command line is not built at {}: cargo build -p baton-cli",
+        path.display()
+    );
+    path
+}
+
 /// The Python MCP test server's script.
 pub fn mcp_py_server() -> PathBuf {
     repo_root().join("tests/mcp/py_server.py")

@@ -12,7 +12,8 @@ use opentelemetry::{
 };
 use serde_json::Value;
 
-use super::frame::{CallFrame, CallOutput, CallResult, FrameSink, FrameView, RunFrame, duration};
+use super::call_sink::CallSink;
+use super::frame::{CallFrame, CallOutput, CallResult, FrameView, RunFrame, duration};
 use super::people::{self, approve};
 use crate::run::context::ContextInfo;
 use crate::run::record::LiveGuard;
@@ -342,11 +343,7 @@ pub(super) async fn run_tool(
     call: &ToolCallRequest,
     tool: &dyn Tool,
 ) -> CallOutput {
-    let events = FrameSink {
-        rt,
-        ctx: &view.ctx,
-        agent: &view.agent_name,
-    };
+    let events = CallSink::new(rt, view, call);
     let ctx = ToolCtx {
         store: &rt.services.store,
         scope: &rt.scope,
@@ -360,7 +357,6 @@ pub(super) async fn run_tool(
         cancelled_calls: &rt.record.cancelled_tool_calls,
     };
     let mut resume = None;
-    let mut asked = 0u32;
     loop {
         // Working while the tool runs, not while it waits for input.
         let working = rt.record.work();
@@ -383,9 +379,9 @@ pub(super) async fn run_tool(
                 options,
                 resume_token,
             } => {
-                asked += 1;
                 drop(working);
-                let input = people::input(rt, view, call, asked, prompt, options).await?;
+                let n = events.next_question();
+                let input = people::input(rt, view, call, n, prompt, options).await?;
                 resume = Some(Resume {
                     token: resume_token,
                     input,

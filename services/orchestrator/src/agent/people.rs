@@ -185,12 +185,13 @@ pub(super) async fn input(
     options: Vec<String>,
 ) -> CallOutput {
     let input_id = format!("input:{}:{n}", call.id);
-    input_as(rt, view, call, input_id, prompt, options).await
+    input_as(rt, view, call, input_id, prompt, options, String::new()).await
 }
 
 /// Asks a person for input for `call` under the id `input_id` (unique in
 /// the run), in `view`'s context; a resumed run takes the answer it had
-/// received.
+/// received. `schema_json` is the JSON Schema the answer is asked in, if
+/// any (an MCP server's elicitation).
 pub(super) async fn input_as(
     rt: &Arc<Run>,
     view: &FrameView,
@@ -198,6 +199,7 @@ pub(super) async fn input_as(
     input_id: String,
     prompt: String,
     options: Vec<String>,
+    schema_json: String,
 ) -> CallOutput {
     // A resumed run does not ask again for input it received.
     let unit = format!("in/{input_id}");
@@ -213,6 +215,7 @@ pub(super) async fn input_as(
         prompt,
         options,
         deadline: Some(question.deadline()),
+        schema_json,
     });
     let wait = Wait {
         span: "wait input",

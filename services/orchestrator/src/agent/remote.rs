@@ -285,7 +285,8 @@ async fn answer(
         asked_by
     };
     let input_id = format!("input:{}:a2a:{}", call.id, short_hash(&key));
-    let given = people::input_as(rt, child, call, input_id, prompt, Vec::new()).await?;
+    let given =
+        people::input_as(rt, child, call, input_id, prompt, Vec::new(), String::new()).await?;
     texts.last_message.clear();
     let message = user_message(Some(&task.id), Some(&task.context_id), given);
     agent.send(ep, message).await

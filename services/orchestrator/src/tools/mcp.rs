@@ -14,7 +14,10 @@
 //! idempotency key (`baton/idempotency_key`, the same key a ToolHost call
 //! carries: a call replayed by a resumed run has the same key) and the
 //! W3C `traceparent` of the tool span; progress notifications become
-//! `ToolProgress` events; a result with `isError` is a tool error; the
+//! `ToolProgress` events; an elicitation request the server sends while the
+//! call runs is a question of the call (`InputRequested`, see [`elicit`]),
+//! and the person's answer its result (the connection declares form
+//! elicitation); a result with `isError` is a tool error; the
 //! content blocks become the output text (text as it is, other blocks
 //! named). Dropping the call (the run cancelled, the tool timeout) sends
 //! `notifications/cancelled` for it. A server that cannot be reached is a
@@ -30,22 +33,24 @@ use std::{
 };
 
 use rmcp::{
-    ClientHandler, RoleClient, ServiceExt,
+    ClientHandler, ErrorData, RoleClient, ServiceExt,
     model::{
-        CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest,
-        MetaObject, ProgressNotificationParam, ProgressToken, RequestId, RequestMetaObject,
-        ServerResult,
+        CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientConfig,
+        ClientRequest, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,
+        FormElicitationCapability, MetaObject, ProgressNotificationParam, ProgressToken, RequestId,
+        RequestMetaObject, ServerResult,
     },
-    service::{NotificationContext, Peer, PeerRequestOptions, RunningService},
+    service::{NotificationContext, Peer, PeerRequestOptions, RequestContext, RunningService},
     transport::{
         StreamableHttpClientTransport, TokioChildProcess,
         streamable_http_client::StreamableHttpClientTransportConfig,
     },
 };
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::{
+    elicit,
     error::ToolServerError,
     tool::{Resume, Tool, ToolCtx, ToolOutcome},
 };
@@ -62,8 +67,22 @@ struct Shared {
     specs: RwLock<HashMap<String, (String, Value)>>,
     /// Bumped whenever the descriptions are fetched again.
     generation: AtomicU64,
-    /// Where each running call's progress goes, by progress token.
-    progress: Mutex<HashMap<ProgressToken, mpsc::UnboundedSender<ProgressNotificationParam>>>,
+    /// Where each running call's progress and questions go, by progress
+    /// token.
+    progress: Mutex<HashMap<ProgressToken, Route>>,
+    /// Numbers the calls in the order they started.
+    calls: AtomicU64,
+}
+
+/// A server's elicitation request, and where its result goes.
+type Elicitation = (ElicitRequestParams, oneshot::Sender<ElicitResult>);
+
+/// Where a running call's progress and questions go.
+struct Route {
+    /// The call's number on the connection.
+    seq: u64,
+    progress: mpsc::UnboundedSender<ProgressNotificationParam>,
+    asks: mpsc::UnboundedSender<Elicitation>,
 }
 
 impl Shared {
@@ -113,10 +132,50 @@ impl ClientHandler for Handler {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&params.progress_token)
-            .cloned();
+            .map(|r| r.progress.clone());
         if let Some(tx) = route {
             let _ = tx.send(params);
         }
+    }
+
+    // The protocol does not say which call an elicitation request is for
+    // (a server sends it while handling one, and over stdio nothing links
+    // them): it is the call's when one call runs on the connection, the
+    // earliest call's when several do.
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let asks = self
+            .shared
+            .progress
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .min_by_key(|r| r.seq)
+            .map(|r| r.asks.clone());
+        let Some(asks) = asks else {
+            tracing::warn!(server = %self.shared.name, "MCP elicitation outside a tool call declined");
+            return Ok(ElicitResult::new(ElicitationAction::Decline));
+        };
+        let (tx, rx) = oneshot::channel();
+        if asks.send((request, tx)).is_err() {
+            return Ok(ElicitResult::new(ElicitationAction::Cancel));
+        }
+        // The call ended (or was dropped) before an answer: cancelled.
+        Ok(rx
+            .await
+            .unwrap_or_else(|_| ElicitResult::new(ElicitationAction::Cancel)))
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        let mut config = ClientConfig::default();
+        // Every call runs in a run whose person can answer (form mode:
+        // Baton has no way to send a person to a URL).
+        config.capabilities.elicitation =
+            Some(ElicitationCapability::new().with_form(FormElicitationCapability::new()));
+        config
     }
 
     async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
@@ -452,12 +511,21 @@ impl Tool for McpTool {
             Err(e) => return ToolOutcome::Err(format!("MCP server {server}: {e}")),
         };
         let (tx, mut progress) = mpsc::unbounded_channel();
+        let (asks_tx, mut asks) = mpsc::unbounded_channel::<Elicitation>();
+        let seq = self.server.shared.calls.fetch_add(1, Ordering::Relaxed);
         self.server
             .shared
             .progress
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(handle.progress_token.clone(), tx);
+            .insert(
+                handle.progress_token.clone(),
+                Route {
+                    seq,
+                    progress: tx,
+                    asks: asks_tx,
+                },
+            );
         let mut guard = CancelOnDrop {
             peer: peer.clone(),
             id: Some(handle.id.clone()),
@@ -468,6 +536,9 @@ impl Tool for McpTool {
         tokio::pin!(answer);
         // The last (progress, total) reported.
         let mut last: Option<(f64, Option<f64>)> = None;
+        // The question being asked, one at a time (the person answers them
+        // in the order the server asked).
+        let mut asking: Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send + '_>>> = None;
         let answer = loop {
             tokio::select! {
                 biased;
@@ -475,9 +546,16 @@ impl Tool for McpTool {
                     last = Some((p.progress, p.total));
                     report(ctx, p).await;
                 }
+                () = async { asking.as_mut().expect("asking").await }, if asking.is_some() => {
+                    asking = None;
+                }
+                Some((params, reply)) = asks.recv(), if asking.is_none() => {
+                    asking = Some(Box::pin(elicit::ask(ctx, params, reply)));
+                }
                 a = &mut answer => break a,
             }
         };
+        drop(asking);
         // rmcp handles notifications on tasks of their own, so progress the
         // server sent before its answer may still be on its way: take what
         // is there, and wait a little for the rest of a count that had not

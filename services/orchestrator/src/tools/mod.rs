@@ -19,6 +19,7 @@
 
 pub mod a2a;
 pub mod builtin;
+pub mod elicit;
 pub mod error;
 pub mod mcp;
 pub mod remote;
@@ -27,7 +28,7 @@ pub mod tool;
 use std::{collections::HashMap, sync::Arc};
 
 pub use error::ToolServerError;
-pub use tool::{Resume, Tool, ToolCtx, ToolEvents, ToolOutcome};
+pub use tool::{Question, Resume, Tool, ToolCtx, ToolEvents, ToolOutcome};
 
 /// Every tool the orchestrator can run by name: the built-ins and the tools
 /// of the configured tool servers.

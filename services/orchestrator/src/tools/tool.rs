@@ -36,12 +36,32 @@ pub struct Resume {
     pub input: String,
 }
 
+/// A question a tool asks a person while its call is in progress.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Question {
+    /// What to ask.
+    pub prompt: String,
+    /// Suggested answers.
+    pub options: Vec<String>,
+    /// The JSON Schema the answer is asked in (an MCP elicitation's
+    /// `requestedSchema`), or empty.
+    pub schema_json: String,
+}
+
 /// Where a running tool's events go: into the run's stream, tagged with
 /// the calling agent's context (the runtime implements it).
 #[async_trait::async_trait]
 pub trait ToolEvents: Send + Sync {
     /// Sends an event of the call.
     async fn emit(&self, payload: Payload);
+
+    /// Asks a person `question` in the call's context and waits for the
+    /// answer; the error says why there is none (nobody answered before
+    /// the deadline, or nobody can be asked here).
+    async fn ask(&self, question: Question) -> Result<String, String> {
+        let _ = question;
+        Err("nobody can be asked during this tool call".into())
+    }
 }
 
 /// What a running tool can see and do: the run's store and ids, and its
@@ -86,6 +106,13 @@ impl ToolCtx<'_> {
             message: message.into(),
         });
         self.emit(payload).await;
+    }
+
+    /// Asks a person while the call runs (an MCP server's elicitation),
+    /// and waits for the answer: an `InputRequested` of the call, answered
+    /// like any question; a resumed run takes the answer it had received.
+    pub async fn ask(&self, question: Question) -> Result<String, String> {
+        self.events.ask(question).await
     }
 
     /// Offers options.
