@@ -117,6 +117,11 @@ pub struct Up {
 
 impl Up {
     pub fn start(extra: &[&str]) -> Self {
+        Self::start_with_env(extra, &[])
+    }
+
+    /// As `start`, with these environment variables.
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let agents = dir.path().join("agents.yaml");
         std::fs::write(&agents, AGENTS).expect("write agents");
@@ -131,6 +136,7 @@ impl Up {
             .arg("--agents")
             .arg(&agents)
             .args(extra)
+            .envs(env.iter().copied())
             .env_remove("RUST_LOG")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
