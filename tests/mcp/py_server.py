@@ -75,11 +75,12 @@ class City(BaseModel):
 
 
 @server.tool()
-async def plan(trip: str, ctx: Context) -> str:
-    """Plans a trip, asking the client which city."""
+async def plan(trip: str, ctx: Context, pause: float = 0) -> str:
+    """Plans a trip, asking the client which city (then pausing `pause` s)."""
     await ctx.report_progress(1, 3, "looking at cities")
     answer = await ctx.elicit(f"Which city for {trip}?", City)
     await ctx.report_progress(2, 3, f"answered: {answer.action}")
+    await asyncio.sleep(pause)
     if answer.action == "accept":
         result = f"{trip} in {answer.data.city}"
     else:

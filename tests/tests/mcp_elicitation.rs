@@ -10,7 +10,9 @@
 use std::{io::Write, process::Stdio, time::Duration};
 
 use baton_client::{OrchestratorClient, pb, pb::run_event::Payload};
-use baton_e2e::{OrchestratorServer, agent_request, events::completed_output, servers};
+use baton_e2e::{
+    OrchestratorServer, RedisServer, agent_request, events::completed_output, servers,
+};
 use futures::StreamExt;
 use serde_json::Value;
 
@@ -28,8 +30,12 @@ scripts:
   joiner:
     - calls: [{{tool: signup}}]
     - text: "{{{{results}}}}"
+  slow_planner:
+    - calls: [{{tool: plan, args: {{trip: "{{{{input}}}}", pause: 3}}}}]
+    - text: "{{{{results}}}}"
 agents:
   planner: {{model: "scripted:planner", tools: [plan]}}
+  slow_planner: {{model: "scripted:slow_planner", tools: [plan]}}
   joiner: {{model: "scripted:joiner", tools: [signup]}}
 "#
     )
@@ -224,4 +230,82 @@ async fn an_elicitation_answered_and_declined_in_the_cli() {
     assert!(stderr.contains("Who are you?"), "{stderr}");
     assert!(stdout.contains("signed up Grace, 85"), "{stdout}");
     orchestrator.shutdown().await.expect("shutdown");
+}
+
+/// A replica keeping runs in `redis`, with a short lease.
+async fn durable_replica(redis: &RedisServer) -> OrchestratorServer {
+    let url = redis.url();
+    OrchestratorServer::start(&agents(&stdio_server()), None, move |c| {
+        c.runs.store = baton_orchestrator::config::RunStoreMode::Redis;
+        c.runs.redis.url = url;
+        c.runs.redis.timeout = Duration::from_millis(500);
+        c.runs.lease = Duration::from_secs(1);
+    })
+    .await
+    .expect("replica")
+}
+
+/// Durable runs: the question answered on replica a, a goes away while the
+/// tool call still runs; b resumes the run, calls the tool again, the
+/// server asks again, and b answers with the journaled answer — nobody is
+/// asked twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_durable_run_does_not_ask_an_answered_elicitation_again() {
+    let redis = RedisServer::start().expect("redis-server");
+    let a = durable_replica(&redis).await;
+    let b = durable_replica(&redis).await;
+    let on_a = a.client().await.expect("client a");
+    let mut stream = on_a
+        .run_agent(agent_request("slow_planner", "a weekend"))
+        .await
+        .expect("run on a");
+    let mut run_id = String::new();
+    while let Some(e) = tokio::time::timeout(Duration::from_secs(20), stream.next())
+        .await
+        .expect("the run goes on")
+    {
+        let e = e.expect("event");
+        match &e.payload {
+            Some(Payload::InputRequested(q)) => {
+                run_id = e.run_id.clone();
+                on_a.submit_input(&e.run_id, &q.input_id, "Oslo")
+                    .await
+                    .expect("submit input");
+            }
+            Some(Payload::InputReceived(_)) => break,
+            _ => {}
+        }
+    }
+    assert!(!run_id.is_empty(), "asked on a");
+    // The server now pauses 3 s: a goes away mid-call, handing the run over.
+    tokio::time::timeout(Duration::from_secs(20), a.shutdown())
+        .await
+        .expect("a stops in time")
+        .expect("a stops");
+    drop(stream);
+
+    let on_b = b.client().await.expect("client b");
+    let mut watch = on_b.watch_run(&run_id, 0, None).await.expect("watch on b");
+    let mut events = Vec::new();
+    while let Some(e) = tokio::time::timeout(Duration::from_secs(30), watch.next())
+        .await
+        .expect("the run goes on on b")
+    {
+        events.push(e.expect("event"));
+    }
+    let position = |f: fn(&Payload) -> bool| {
+        events
+            .iter()
+            .position(|e| e.payload.as_ref().is_some_and(f))
+    };
+    let resumed = position(|p| matches!(p, Payload::RunResumed(_))).expect("b resumed the run");
+    let done = position(|p| matches!(p, Payload::ToolCallCompleted(_))).expect("the call ended");
+    assert!(resumed < done, "b called the tool again");
+    let asked = events
+        .iter()
+        .filter(|e| matches!(e.payload, Some(Payload::InputRequested(_))))
+        .count();
+    assert_eq!(asked, 1, "asked once, on a");
+    assert_eq!(completed_output(&events), "a weekend in Oslo");
+    b.shutdown().await.expect("b");
 }
