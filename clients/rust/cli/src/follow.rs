@@ -178,8 +178,10 @@ impl Question {
     }
 
     /// For a question with options, the option `answer` names (its
-    /// spelling, any case); `Err` says what to choose from. Anything goes
-    /// for an approval or a free question.
+    /// spelling, any case); `Err` says what to choose from (the terminal
+    /// asks again; `--answer` and a pipe are taken as given, options being
+    /// suggestions in the API). Anything goes for an approval or a free
+    /// question.
     fn check(&self, answer: &str) -> Result<String, String> {
         let answer = answer.trim();
         match &self.kind {
@@ -386,9 +388,7 @@ pub async fn follow(
                 if matches!(q.kind, Kind::Input { .. })
                     && let Some(answer) = answers.pop_front()
                 {
-                    let answer = q
-                        .check(&answer)
-                        .map_err(|e| anyhow::anyhow!("--answer {answer:?}: {e}"))?;
+                    let answer = q.check(&answer).unwrap_or(answer);
                     q.answer(client, &answer).await?;
                     continue;
                 }
@@ -447,17 +447,15 @@ pub async fn follow(
                 }
                 match line {
                     Line::Text(answer) => match q.check(&answer) {
-                        Err(choose) if !tty => {
-                            anyhow::bail!("{choose} (read {:?} from stdin)", answer.trim());
-                        }
-                        Err(choose) => {
+                        Err(choose) if tty => {
                             // Asked again.
                             eprint!("({choose}) {}", q.text());
                             std::io::stderr().flush()?;
                             asked += 1;
                             asking = Some((q, asked));
                         }
-                        Ok(answer) => match q.answer(client, &answer).await {
+                        // From a pipe, as from --answer: taken as given.
+                        checked => match q.answer(client, &checked.unwrap_or(answer)).await {
                             Ok(()) => {}
                             // Answered elsewhere, or the run ended,
                             // meanwhile: the stream says which.

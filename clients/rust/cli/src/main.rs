@@ -190,8 +190,21 @@ async fn main() -> std::process::ExitCode {
             std::process::ExitCode::from(130)
         }
         Err(e) => {
-            // One line a person can act on; the chain only when it adds to it.
-            eprintln!("error: {e}");
+            // One line a person can act on; the chain only when it adds to
+            // it. Wrapped on a terminal.
+            use std::io::IsTerminal as _;
+            let message = e.to_string();
+            // A message of several lines is laid out already.
+            let width = (std::io::stderr().is_terminal() && !message.contains('\n'))
+                .then(|| view::terminal_columns() - 1);
+            match width {
+                Some(width) => {
+                    let mut line = String::from("error: ");
+                    view::Wrap::new(7, "  ".into(), Some(width)).push(&message, &mut line);
+                    eprintln!("{line}");
+                }
+                None => eprintln!("error: {message}"),
+            }
             for cause in e.chain().skip(1) {
                 eprintln!("  caused by: {cause}");
             }

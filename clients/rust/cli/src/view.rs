@@ -213,15 +213,19 @@ pub struct View {
 impl Default for View {
     fn default() -> Self {
         let live = std::io::stdout().is_terminal();
-        let width = terminal_size::terminal_size()
-            .map(|(w, _)| usize::from(w.0))
-            .filter(|w| *w > 0)
-            .or_else(|| std::env::var("COLUMNS").ok()?.parse().ok())
-            .unwrap_or(80)
-            .max(20);
         // One column of slack: a line's emoji marker is two columns wide.
-        Self::new(live, width - 1)
+        Self::new(live, terminal_columns() - 1)
     }
+}
+
+/// The terminal's width in columns (`COLUMNS`, else 80, when it says none).
+pub(crate) fn terminal_columns() -> usize {
+    terminal_size::terminal_size()
+        .map(|(w, _)| usize::from(w.0))
+        .filter(|w| *w > 0)
+        .or_else(|| std::env::var("COLUMNS").ok()?.parse().ok())
+        .unwrap_or(80)
+        .max(20)
 }
 
 impl View {

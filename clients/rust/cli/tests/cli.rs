@@ -411,7 +411,10 @@ fn up_then_agents_and_run() {
 
     let failed = run(&["run", "nobody", "x"], b"");
     assert!(!failed.status.success());
-    assert!(String::from_utf8_lossy(&failed.stderr).contains("INVALID_ARGUMENT: agent"));
+    assert!(
+        String::from_utf8_lossy(&failed.stderr)
+            .starts_with("error: no agent or group is called \"nobody\"\n  agents: ")
+    );
 
     // The store server shares the orchestrator's store: the researcher's
     // write is readable under the run's trace.

@@ -301,3 +301,42 @@ fn habits_from_kubectl_and_gh() {
         );
     }
 }
+
+/// Item 7: a pipeline's summary keeps its failed and skipped lists whole,
+/// wrapped at 80 and 60 columns.
+#[test]
+fn a_pipeline_summary_keeps_its_failed_and_skipped_lists_whole() {
+    let up = Up::start(&[]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("p.yaml");
+    std::fs::write(
+        &file,
+        "name: p\nmode: dag\npolicy: continue\nsteps:\n  \
+         - {id: a_step_that_runs_out_of_time, agent: forever, task: go, timeout: 200ms}\n  \
+         - {id: the_first_step_that_needed_it, agent: long, task: go, depends_on: [a_step_that_runs_out_of_time]}\n  \
+         - {id: the_second_step_that_needed_it, agent: long, task: go, depends_on: [a_step_that_runs_out_of_time]}\n  \
+         - {id: a_step_that_did_not_need_it, agent: fact_checker, task: go}\n",
+    )
+    .expect("write");
+    let file = file.to_str().expect("path");
+    for cols in [80, 60] {
+        let pty = Pty::start(&["pipeline", file], &up.endpoint, cols);
+        let (_, screen) = pty.exit(Duration::from_secs(30));
+        let lines = visible_lines(&screen);
+        for line in &lines {
+            assert!(columns(line) <= cols, "fits {cols}: {line:?} in\n{screen}");
+        }
+        let all = words(&lines.join("\n"));
+        let summary = &all[all.find("■ pipeline").unwrap_or_else(|| panic!("{screen}"))..];
+        assert!(
+            summary.contains("failed [a_step_that_runs_out_of_time]"),
+            "{summary}"
+        );
+        assert!(
+            summary.contains(
+                "skipped [the_first_step_that_needed_it, the_second_step_that_needed_it]"
+            ),
+            "{summary}"
+        );
+    }
+}
