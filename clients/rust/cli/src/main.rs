@@ -19,6 +19,7 @@
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod complete;
 mod follow;
 mod jsonl;
 mod out;
@@ -92,11 +93,14 @@ enum Cmd {
     Store(store::StoreArgs),
     /// Print a shell completion script: `source <(baton completion bash)`,
     /// `baton completion zsh > "${fpath[1]}/_baton"`, `baton completion
-    /// fish > ~/.config/fish/completions/baton.fish`.
+    /// fish > ~/.config/fish/completions/baton.fish`. The script asks
+    /// `baton` for candidates: `baton run res<TAB>` offers the agents of
+    /// the orchestrator at --endpoint / BATON_ENDPOINT.
     #[command(after_help = "Examples:
   source <(baton completion bash)                 in ~/.bashrc
   baton completion zsh > \"${fpath[1]}/_baton\"
-  baton completion fish > ~/.config/fish/completions/baton.fish")]
+  baton completion fish > ~/.config/fish/completions/baton.fish
+  baton run res<TAB>                              researcher (agents from the orchestrator)")]
     Completion {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
@@ -151,8 +155,15 @@ fn parse() -> Args {
     }
 }
 
+fn main() -> std::process::ExitCode {
+    // A shell asking for candidates (`COMPLETE=bash baton -- …`): answer
+    // and exit, before any runtime starts.
+    complete::answer_if_asked(<Args as clap::CommandFactory>::command);
+    run_command()
+}
+
 #[tokio::main]
-async fn main() -> std::process::ExitCode {
+async fn run_command() -> std::process::ExitCode {
     baton_common::runtime::disable_transparent_huge_pages();
     let result = match parse().command {
         Cmd::Up(args) => Box::pin(up::run(args)).await,
@@ -161,18 +172,7 @@ async fn main() -> std::process::ExitCode {
         Cmd::Pipeline(args) => pipeline::run(args).await,
         Cmd::Runs(args) => runs::run(args).await,
         Cmd::Store(args) => store::run(args).await,
-        Cmd::Completion { shell } => {
-            use clap::CommandFactory;
-            use std::io::Write as _;
-            // Into memory first: generating straight into stdout panics
-            // on a closed pipe.
-            let mut script = Vec::new();
-            clap_complete::generate(shell, &mut Args::command(), "baton", &mut script);
-            std::io::stdout()
-                .lock()
-                .write_all(&script)
-                .map_err(anyhow::Error::from)
-        }
+        Cmd::Completion { shell } => complete::registration(shell),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

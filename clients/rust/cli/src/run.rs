@@ -18,6 +18,7 @@ use std::io::IsTerminal as _;
 #[derive(Args)]
 pub struct RunArgs {
     /// The agent or group to run.
+    #[arg(add = clap_complete::engine::ArgValueCompleter::new(agent_names))]
     agent: String,
     /// The input (quote it if it has spaces); `-` reads it from stdin.
     input: String,
@@ -332,4 +333,82 @@ pub(crate) fn read_input(input: String) -> anyhow::Result<String> {
         .read_to_string(&mut text)
         .context("cannot read the input from stdin")?;
     Ok(text.trim_end_matches(['\n', '\r']).to_owned())
+}
+
+/// How long completing an agent waits for the orchestrator: a shell must
+/// not hang.
+const COMPLETION_DEADLINE: std::time::Duration = std::time::Duration::from_millis(800);
+
+/// The value of a connection flag on the line being completed
+/// (`--endpoint URL` or `--endpoint=URL`), else its environment variable.
+fn completion_flag(words: &[String], name: &str, env: &str) -> Option<String> {
+    let long = format!("--{name}");
+    let mut found = None;
+    for (i, w) in words.iter().enumerate() {
+        if *w == long {
+            found = words.get(i + 1).cloned();
+        } else if let Some(v) = w.strip_prefix(&format!("{long}=")) {
+            found = Some(v.to_owned());
+        }
+    }
+    found.or_else(|| std::env::var(env).ok().filter(|v| !v.is_empty()))
+}
+
+/// The agents and groups starting with `current`; none when the
+/// orchestrator does not answer within [`COMPLETION_DEADLINE`]. Prints
+/// nothing: a shell asked (`baton completion`).
+pub(crate) fn agent_names(
+    current: &std::ffi::OsStr,
+) -> Vec<clap_complete::engine::CompletionCandidate> {
+    let Some(prefix) = current.to_str() else {
+        return Vec::new();
+    };
+    // The words of the line, after clap_complete's `--`.
+    let words: Vec<String> = std::env::args().skip_while(|a| a != "--").skip(1).collect();
+    let endpoint = completion_flag(&words, "endpoint", "BATON_ENDPOINT")
+        .unwrap_or_else(|| "http://127.0.0.1:50051".to_owned());
+    let target = Target {
+        endpoint,
+        api_key: completion_flag(&words, "api-key", "BATON_API_KEY"),
+        ca_file: completion_flag(&words, "ca-file", "BATON_CA_FILE").map(Into::into),
+    };
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return Vec::new();
+    };
+    let names = runtime.block_on(async {
+        let list = tokio::time::timeout(COMPLETION_DEADLINE, async {
+            target
+                .connect()
+                .await?
+                .list_agents()
+                .await
+                .map_err(anyhow::Error::from)
+        })
+        .await;
+        match list {
+            Ok(Ok(list)) => list
+                .agents
+                .into_iter()
+                .map(|a| (a.name, a.description))
+                .chain(list.groups.into_iter().map(|g| (g.name, g.description)))
+                .collect::<Vec<_>>(),
+            _ => Vec::new(),
+        }
+    });
+    // Dropping a runtime with a connect still under way must not wait.
+    runtime.shutdown_background();
+    names
+        .into_iter()
+        .filter(|(name, _)| name.starts_with(prefix))
+        .map(|(name, description)| {
+            let candidate = clap_complete::engine::CompletionCandidate::new(name);
+            match description.lines().next() {
+                Some(line) if !line.is_empty() => candidate.help(Some(line.to_owned().into())),
+                _ => candidate,
+            }
+        })
+        .collect()
 }

@@ -790,13 +790,14 @@ fn connection_errors_say_what_to_do() {
     );
 }
 
-/// Shell completion scripts for the shells people use.
+/// Shell completion scripts for the shells people use: each registers
+/// `baton` as the one to ask for candidates (`COMPLETE=SHELL baton -- …`).
 #[test]
 fn completion_scripts() {
     for (shell, marker) in [
-        ("bash", "complete -F _baton"),
+        ("bash", "-F _clap_complete_baton baton"),
         ("zsh", "#compdef baton"),
-        ("fish", "complete -c baton"),
+        ("fish", "complete --keep-order --exclusive --command baton"),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_baton"))
             .args(["completion", shell])
@@ -805,7 +806,11 @@ fn completion_scripts() {
         assert!(out.status.success(), "{shell}");
         let script = String::from_utf8_lossy(&out.stdout);
         assert!(script.contains(marker), "{shell}: {script}");
-        assert!(script.contains("pipeline"), "{shell} completes subcommands");
+        assert!(
+            script.contains(&format!("COMPLETE=\"{shell}\""))
+                || script.contains(&format!("COMPLETE={shell} ")),
+            "{shell} asks the binary: {script}"
+        );
     }
 }
 

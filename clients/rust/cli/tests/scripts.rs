@@ -340,3 +340,76 @@ fn a_pipeline_summary_keeps_its_failed_and_skipped_lists_whole() {
         );
     }
 }
+
+/// `baton run res<TAB>` (issue 30, item 9): the shell asks the binary for
+/// candidates, as the script of `baton completion bash` does
+/// (`COMPLETE=bash baton -- baton run res`, clap_complete's protocol), and
+/// it offers the agents the server at `BATON_ENDPOINT` or `--endpoint`
+/// serves; with no server, or one that never answers, nothing, quickly and
+/// without a word on stderr.
+#[test]
+fn completion_offers_the_servers_agents() {
+    let up = Up::start(&[]);
+    let complete = |endpoint: &str, words: &[&str]| {
+        let start = std::time::Instant::now();
+        let out = Command::new(BATON)
+            .arg("--")
+            .args(words)
+            .env("COMPLETE", "bash")
+            .env("_CLAP_COMPLETE_INDEX", (words.len() - 1).to_string())
+            .env("_CLAP_IFS", "\n")
+            .env("BATON_ENDPOINT", endpoint)
+            .env_remove("BATON_API_KEY")
+            .stdin(Stdio::null())
+            .output()
+            .expect("complete");
+        let took = start.elapsed();
+        assert!(out.status.success(), "{words:?}: {}", text(&out.stderr));
+        assert!(out.stderr.is_empty(), "{words:?}: {}", text(&out.stderr));
+        (text(&out.stdout), took)
+    };
+    let (offered, _) = complete(&up.endpoint, &["baton", "run", "res"]);
+    assert_eq!(offered.lines().collect::<Vec<_>>(), ["researcher"]);
+    let (all, _) = complete(&up.endpoint, &["baton", "run", ""]);
+    for agent in ["researcher", "summarizer", "interviewer", "fact_checker"] {
+        assert!(all.lines().any(|l| l == agent), "{agent} in {all}");
+    }
+
+    // Nothing listens on a port just freed; a listener that never accepts
+    // takes the connection and never answers.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        format!("http://{}", l.local_addr().expect("addr"))
+    };
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let silent = format!("http://{}", silent.local_addr().expect("addr"));
+
+    // `--endpoint` on the line wins over the environment.
+    for words in [
+        ["baton", "run", "--endpoint", up.endpoint.as_str(), "res"].as_slice(),
+        &["baton", "--endpoint", up.endpoint.as_str(), "run", "res"],
+        &[
+            "baton",
+            "run",
+            &format!("--endpoint={}", up.endpoint),
+            "res",
+        ],
+    ] {
+        let (offered, _) = complete(&dead, words);
+        assert_eq!(offered.trim(), "researcher", "{words:?}");
+    }
+
+    for endpoint in [&dead, &silent] {
+        let (offered, took) = complete(endpoint, &["baton", "run", "res"]);
+        assert!(offered.is_empty(), "{endpoint}: {offered}");
+        assert!(took < Duration::from_secs(2), "{endpoint}: took {took:?}");
+    }
+
+    // Subcommands still complete, and the registration script asks the
+    // binary.
+    let (offered, _) = complete(&dead, &["baton", "ru"]);
+    assert_eq!(offered.lines().collect::<Vec<_>>(), ["run", "runs"]);
+    let script = text(&up.cli(&["completion", "bash"]).stdout);
+    assert!(script.contains("COMPLETE=\"bash\""), "{script}");
+    assert!(script.contains("-F _clap_complete_baton baton"), "{script}");
+}
