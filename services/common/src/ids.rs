@@ -64,6 +64,18 @@ impl fmt::Debug for TraceId {
     }
 }
 
+/// FNV-1a of `bytes`, from `seed` (0 for the plain hash): a stable,
+/// non-cryptographic hash for ids and tags derived from text (a card's
+/// ETag, a question's id, a context's trace).
+pub fn fnv1a(seed: u64, bytes: impl IntoIterator<Item = u8>) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
+    for b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

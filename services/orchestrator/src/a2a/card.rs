@@ -115,7 +115,10 @@ pub fn response(face: &A2a, agent: &Exposed, headers: &HeaderMap) -> Response {
     let card = card(face, agent, &base);
     let body = serde_json::to_value(&card).unwrap_or_default();
     // The same card, the same tag: a client revalidates with If-None-Match.
-    let etag = format!("\"{:016x}\"", fnv(body.to_string().as_bytes()));
+    let etag = format!(
+        "\"{:016x}\"",
+        baton_common::ids::fnv1a(0, body.to_string().bytes())
+    );
     let fresh = headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
@@ -140,16 +143,6 @@ pub fn response(face: &A2a, agent: &Exposed, headers: &HeaderMap) -> Response {
         h.insert(header::LAST_MODIFIED, v);
     }
     response
-}
-
-/// FNV-1a, for the card's tag.
-fn fnv(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    h
 }
 
 /// `GET /a2a/{agent}/.well-known/agent-card.json`.

@@ -296,6 +296,19 @@ pub fn unsupported_media_type(headers: &axum::http::HeaderMap) -> Option<A2aErro
     })
 }
 
+/// A JSON value or body that is not the message it should be: invalid
+/// params naming the field (`message.parts[0]`), or `whole` for the value
+/// itself.
+pub fn invalid_json(e: serde_path_to_error::Error<serde_json::Error>, whole: &str) -> A2aError {
+    let path = e.path().to_string();
+    let field = if path == "." || path.is_empty() {
+        whole.to_owned()
+    } else {
+        path
+    };
+    A2aError::invalid(&field, e.inner())
+}
+
 /// The HTTP+JSON answer to a body that is not JSON: 415.
 pub fn unsupported_media_type_response(e: &A2aError) -> Response {
     let mut response = e.rest_response();

@@ -164,15 +164,7 @@ fn envelope(request: &Value) -> Result<(&str, Value), String> {
 
 /// The params as the message `T`; invalid params name the field.
 fn parse<T: serde::de::DeserializeOwned>(params: Value) -> Result<T, A2aError> {
-    serde_path_to_error::deserialize(params).map_err(|e| {
-        let path = e.path().to_string();
-        let field = if path == "." || path.is_empty() {
-            "params".to_owned()
-        } else {
-            path
-        };
-        A2aError::invalid(&field, e.inner())
-    })
+    serde_path_to_error::deserialize(params).map_err(|e| super::error::invalid_json(e, "params"))
 }
 
 fn to_json<T: serde::Serialize>(message: T) -> Value {

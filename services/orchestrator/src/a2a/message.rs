@@ -156,12 +156,8 @@ pub fn context_trace(tenant: &str, context_id: &str) -> String {
         return trace.as_str().to_owned();
     }
     let hash = |seed: u64| {
-        let mut h: u64 = 0xcbf29ce484222325 ^ seed;
-        for b in tenant.bytes().chain([0]).chain(context_id.bytes()) {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x100000001b3);
-        }
-        h
+        let bytes = tenant.bytes().chain([0]).chain(context_id.bytes());
+        baton_common::ids::fnv1a(seed, bytes)
     };
     let (hi, lo) = (hash(0x9e37_79b9_7f4a_7c15), hash(0x2545_f491_4f6c_dd1d));
     format!("{hi:016x}{:016x}", lo | 1)

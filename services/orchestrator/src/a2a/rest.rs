@@ -131,15 +131,7 @@ async fn call(
 /// A JSON body as the message `T`; a bad one names the field.
 fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, A2aError> {
     let mut de = serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        let field = if path == "." || path.is_empty() {
-            "body".to_owned()
-        } else {
-            path
-        };
-        A2aError::invalid(&field, e.inner())
-    })
+    serde_path_to_error::deserialize(&mut de).map_err(|e| super::error::invalid_json(e, "body"))
 }
 
 /// The query's parameters, in order.

@@ -284,7 +284,11 @@ async fn answer(
     } else {
         asked_by
     };
-    let input_id = format!("input:{}:a2a:{}", call.id, short_hash(&key));
+    let input_id = format!(
+        "input:{}:a2a:{:016x}",
+        call.id,
+        baton_common::ids::fnv1a(0, key.bytes())
+    );
     let given =
         people::input_as(rt, child, call, input_id, prompt, Vec::new(), String::new()).await?;
     texts.last_message.clear();
@@ -468,14 +472,4 @@ fn user_message(task: Option<&str>, context: Option<&str>, text: String) -> lf::
         }],
         ..Default::default()
     }
-}
-
-/// A short stable hash (FNV-1a, hex) for ids.
-fn short_hash(s: &str) -> String {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in s.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    format!("{h:016x}")
 }
