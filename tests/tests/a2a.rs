@@ -984,6 +984,26 @@ async fn a2a_limits_and_the_run_quota_apply_to_tasks() {
     assert_eq!(over["error"]["code"], -32012, "{over}");
     let why = over["error"]["message"].as_str().unwrap_or_default();
     assert!(why.contains("concurrent_runs"), "{why}");
+    // A message without parts is refused naming the field.
+    let bad = jsonrpc(
+        &server,
+        "slow",
+        "SendMessage",
+        json!({"message": {"messageId": "m9", "role": "ROLE_USER", "parts": []}}),
+    )
+    .await;
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+    assert!(
+        bad["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("message.parts:"),
+        "{bad}"
+    );
+    // Neither refusal started anything: the one task is all there is.
+    let all = jsonrpc(&server, "slow", "ListTasks", json!({})).await;
+    assert_eq!(all["result"]["totalSize"], 1, "{all}");
+    assert_eq!(server.core.runs().running(), 1, "nothing else started");
 
     for (size, ok) in [(100, true), (101, false), (1, true)] {
         let list = jsonrpc(&server, "slow", "ListTasks", json!({"pageSize": size})).await;
