@@ -17,8 +17,9 @@
 //! The modules: `ports` (free loopback ports) and [`pki`] are leaves;
 //! `redis_server` (Redis), `in_process` (Baton's services) and `probe`
 //! (awaiting events, polling, health, reflection, metrics) build on them;
-//! [`servers`] holds the third-party servers and [`a2a`] the a2a-sdk peers
-//! (an A2A client and a remote agent), [`toolhost`], [`openai`] and [`otlp`]
+//! [`servers`] holds the third-party servers, [`a2a`] the a2a-sdk peers
+//! (an A2A client and a remote agent) and [`mcp_clients`] the MCP SDKs'
+//! clients, [`toolhost`], [`openai`] and [`otlp`]
 //! stand-ins for what Baton calls; [`events`] the rules every event stream
 //! keeps; [`fuzz`] the fuzz targets' bodies. This file declares them
 //! and re-exports what the tests use (`baton_e2e::RedisServer`, …).
@@ -27,6 +28,7 @@ pub mod a2a;
 pub mod events;
 pub mod fuzz;
 mod in_process;
+pub mod mcp_clients;
 pub mod openai;
 pub mod otlp;
 pub mod pki;

@@ -10,196 +10,20 @@
 //! quota, and the protocol revisions `initialize` negotiates; over plain
 //! HTTP, a session ended (`DELETE`) mid-call; a server shut down mid-call,
 //! in memory and with durable runs (two replicas on one `redis-server`).
+//! Revision 2026-07-28, which has no sessions: `mcp_rounds.rs`.
 
-use std::{process::Stdio, time::Duration};
+use std::time::Duration;
 
 use baton_client::pb;
-use baton_e2e::{EXAMPLE_AGENTS, OrchestratorServer, eventually, servers::servers_python};
-use baton_orchestrator::{app::Caller, config::McpConfig};
+use baton_e2e::{
+    eventually,
+    mcp_clients::{SDKS, Sdk, all_runs, client, ended, start, tenant, until_running, url},
+};
+use baton_orchestrator::config::McpConfig;
 use serde_json::{Value, json};
-
-/// The longest one `client.py` run may take.
-const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 const KEY_T1: &str = "t1-key-0123456789abcdef";
 const KEY_T2: &str = "t2-key-fedcba9876543210";
-
-/// The example agents, plus `slow` (served over MCP), which takes 30 s to
-/// answer.
-fn example_agents() -> String {
-    EXAMPLE_AGENTS
-        .replacen(
-            "\nscripts:\n",
-            "\nscripts:\n  slow:\n    - text: \"worked on {{input}}\"\n      delay: 30s\n",
-            1,
-        )
-        .replacen(
-            "\nagents:\n",
-            "\nagents:\n  slow:\n    description: Takes its time.\n    model: scripted:slow\n    mcp: true\n",
-            1,
-        )
-}
-
-/// What one `client.py` run printed, and how it exited.
-#[derive(Debug)]
-struct Output {
-    code: i32,
-    lines: Vec<Value>,
-    stderr: String,
-}
-
-impl Output {
-    /// The first line that has `key`.
-    #[track_caller]
-    fn line(&self, key: &str) -> &Value {
-        self.lines
-            .iter()
-            .find_map(|l| l.get(key))
-            .unwrap_or_else(|| panic!("no {key:?} line: {:?}\n{}", self.lines, self.stderr))
-    }
-
-    /// Every line that has `key`.
-    fn all(&self, key: &str) -> Vec<&Value> {
-        self.lines.iter().filter_map(|l| l.get(key)).collect()
-    }
-
-    /// The call's result (the run must have answered).
-    #[track_caller]
-    fn result(&self) -> &Value {
-        assert_eq!(
-            self.code, 0,
-            "client.py failed: {:?}\n{}",
-            self.lines, self.stderr
-        );
-        self.line("result")
-    }
-
-    /// The result's text.
-    #[track_caller]
-    fn text(&self) -> &str {
-        self.result()["content"][0]["text"]
-            .as_str()
-            .unwrap_or_default()
-    }
-
-    /// The error a failed run printed.
-    #[track_caller]
-    fn error(&self) -> &Value {
-        assert_eq!(
-            self.code, 3,
-            "client.py should have failed: {:?}\n{}",
-            self.lines, self.stderr
-        );
-        self.line("error")
-    }
-}
-
-/// The two clients.
-#[derive(Debug, Clone, Copy)]
-enum Sdk {
-    /// `tests/mcp/client.py` on the Python `mcp` SDK.
-    Python,
-    /// `tests/mcp/client.mjs` on `@modelcontextprotocol/sdk`.
-    TypeScript,
-}
-
-const SDKS: [Sdk; 2] = [Sdk::Python, Sdk::TypeScript];
-
-/// `.tools/node_modules`, with the TypeScript SDK in it.
-fn node_modules() -> std::path::PathBuf {
-    let dir = baton_e2e::servers::repo_root().join(".tools/node_modules");
-    assert!(
-        dir.join("@modelcontextprotocol/sdk/package.json").exists(),
-        "@modelcontextprotocol/sdk is not installed in {}: run ./tests/run once (it installs the test clients into .tools/)",
-        dir.display()
-    );
-    dir
-}
-
-/// Runs `sdk`'s client on `URL args…` to its end.
-async fn client(sdk: Sdk, url: &str, args: &[&str]) -> Output {
-    let dir = baton_e2e::servers::repo_root().join("tests/mcp");
-    let mut cmd = match sdk {
-        Sdk::Python => {
-            let mut cmd = tokio::process::Command::new(servers_python());
-            cmd.arg(dir.join("client.py"))
-                .env("PYTHONDONTWRITEBYTECODE", "1");
-            cmd
-        }
-        Sdk::TypeScript => {
-            let mut cmd = tokio::process::Command::new("node");
-            cmd.arg(dir.join("client.mjs"))
-                .env("NODE_PATH", node_modules());
-            cmd
-        }
-    };
-    cmd.arg(url)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let child = cmd.spawn().expect("start the client");
-    let out = tokio::time::timeout(CALL_TIMEOUT, child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("{sdk:?} client {args:?} did not end within {CALL_TIMEOUT:?}"))
-        .expect("the client's output");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    Output {
-        code: out.status.code().unwrap_or(-1),
-        lines: stdout
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-            .collect(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-/// A ListRuns query of every run.
-fn all_runs() -> baton_orchestrator::request::RunsQuery {
-    baton_orchestrator::request::RunsQuery {
-        status: None,
-        after: None,
-        size: 100,
-    }
-}
-
-fn url(server: &OrchestratorServer) -> String {
-    format!("{}/mcp", server.endpoint())
-}
-
-fn tenant(name: &str) -> Caller {
-    Caller {
-        tenant: name.into(),
-        ..Default::default()
-    }
-}
-
-async fn start(
-    configure: impl FnOnce(&mut baton_orchestrator::config::Config),
-) -> OrchestratorServer {
-    OrchestratorServer::start(&example_agents(), None, configure)
-        .await
-        .expect("orchestrator")
-}
-
-/// Run `id` (of `caller`'s tenant) once it has ended.
-async fn ended(
-    server: &OrchestratorServer,
-    caller: &Caller,
-    id: &str,
-) -> baton_orchestrator::run::view::RunView {
-    eventually("the run ends", || async {
-        server
-            .core
-            .get(caller, id)
-            .await
-            .is_ok_and(|v| v.status != pb::RunStatus::Running)
-    })
-    .await;
-    server.core.get(caller, id).await.expect("the run")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tools_list_names_each_exposed_agent_with_its_description_and_input_schema() {
@@ -555,21 +379,14 @@ async fn a_tenants_run_quota_refuses_a_call_over_it_as_a_tool_error() {
     .await;
     for sdk in SDKS {
         // t1's one run, in the background while the next call is refused.
-        let busy = {
+        let mut busy = {
             let url = url(&server);
             tokio::spawn(async move {
                 let args = ["--key", KEY_T1, "call", "slow", "x", "--cancel-after", "4"];
                 client(sdk, &url, &args).await
             })
         };
-        eventually("t1's slow run runs", || async {
-            server
-                .core
-                .list(&tenant("t1"), &all_runs())
-                .await
-                .is_ok_and(|p| p.runs.iter().any(|r| r.status == pb::RunStatus::Running))
-        })
-        .await;
+        until_running(&server.core, &tenant("t1"), &mut busy).await;
         let args = ["--key", KEY_T1, "call", "assistant", "one more"];
         let out = client(sdk, &url(&server), &args).await;
         let result = out.result();
@@ -613,6 +430,9 @@ async fn sessions_on_2025_11_25_and_2025_06_18_work_end_to_end_and_unknown_agent
         ("2025-06-18", "2025-06-18"),
         ("2025-11-25", "2025-11-25"),
         ("2025-03-26", "2025-11-25"),
+        // 2026-07-28 has no handshake: an `initialize` asking for it gets
+        // the newest revision that has one (mcp_rounds.rs speaks it).
+        ("2026-07-28", "2025-11-25"),
     ] {
         let answer = http
             .post(url(&server))
@@ -782,19 +602,14 @@ async fn ending_the_session_mid_call_cancels_the_run() {
 async fn a_server_shutdown_mid_call_fails_the_call_and_cancels_its_run() {
     let server = start(|_| {}).await;
     let core = server.core.clone();
-    let call = {
+    let mut call = {
         let url = url(&server);
         tokio::spawn(async move {
             let args = ["call", "slow", "x", "--progress"];
             client(Sdk::Python, &url, &args).await
         })
     };
-    eventually("the slow run runs", || async {
-        core.list(&tenant(""), &all_runs())
-            .await
-            .is_ok_and(|p| p.runs.iter().any(|r| r.status == pb::RunStatus::Running))
-    })
-    .await;
+    until_running(&core, &tenant(""), &mut call).await;
     server.shutdown().await.expect("shutdown");
     let out = call.await.expect("the call");
     // The client had the run's ids from the first progress line; the call
@@ -826,20 +641,15 @@ async fn with_durable_runs_a_replica_shut_down_mid_call_cancels_the_calls_run_ev
     };
     let a = start(durable).await;
     let b = start(durable).await;
-    let call = {
+    let mut call = {
         let url = url(&a);
         tokio::spawn(async move {
             let args = ["call", "slow", "x", "--progress"];
             client(Sdk::Python, &url, &args).await
         })
     };
-    eventually("the slow run runs", || async {
-        b.core
-            .list(&tenant(""), &all_runs())
-            .await
-            .is_ok_and(|p| p.runs.iter().any(|r| r.status == pb::RunStatus::Running))
-    })
-    .await;
+    // Seen from the other replica: the run is in the run store.
+    until_running(&b.core, &tenant(""), &mut call).await;
     a.shutdown().await.expect("shutdown");
     let out = call.await.expect("the call");
     assert_eq!(out.code, 3, "{:?}\n{}", out.lines, out.stderr);
