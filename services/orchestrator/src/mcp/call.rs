@@ -12,7 +12,11 @@
 //!   request to the client, when the client declared the elicitation
 //!   capability ([`super::ask`]). The requests are sent from the call's
 //!   own task (so they ride the call's response stream) while the events
-//!   keep flowing: approvals in parallel branches are asked side by side;
+//!   keep flowing: approvals in parallel branches are asked side by side.
+//!   On revision 2026-07-28, which has no such requests, the call asks in
+//!   rounds instead: what is open ends the round as an
+//!   `InputRequiredResult`, and the client's retry answers it and goes on
+//!   ([`super::rounds`]);
 //! - without the capability, the run's approval mode is the config's
 //!   `mcp.approval_mode` (by default `auto_deny`: such a client gets a
 //!   denial, never a run that waits for nobody), and a question fails the
@@ -22,14 +26,18 @@
 //! The result is the run's output as text, with `runId` and `traceId` in
 //! `_meta`; a failed or cancelled run is a tool error ([`super::error`]).
 
-use std::{future::Future, pin::Pin};
+use std::{collections::HashSet, future::Future, pin::Pin, time::Duration};
 
 use baton_proto::v1::{self as pb, run_event::Payload};
 use futures::{StreamExt as _, stream::FuturesUnordered};
 use rmcp::{
     Peer, RoleServer,
-    model::{CallToolResult, ContentBlock, JsonObject},
+    model::{
+        CallToolResponse, CallToolResult, ContentBlock, ElicitRequest, InputRequiredResult,
+        InputResponses, JsonObject,
+    },
 };
+use tokio::time::sleep_until;
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
@@ -38,11 +46,13 @@ use super::{
     error::{McpError, RunIds, meta, tool_error},
     face::Mcp,
     progress::Progress,
+    rounds::{self, Open, Response, RoundState},
 };
 use crate::{
     app::{Caller, Started},
     config::McpApprovalMode,
     request::AgentRequest,
+    run::events::{EventStream, Filter},
 };
 
 /// What the client can do for a call.
@@ -53,22 +63,91 @@ pub struct Client {
     pub progress: Option<Progress>,
     /// Whether it declared elicitation (in form mode).
     pub elicits: bool,
+    /// Whether it asks in rounds (revision 2026-07-28: an
+    /// `InputRequiredResult`, then a retry) rather than by elicitation
+    /// requests ([`super::rounds`]).
+    pub rounds: bool,
     /// Its cancellation of the call.
     pub cancelled: CancellationToken,
+}
+
+/// What the client sent: the arguments and, on a retry of a round, its
+/// answers and the round's state.
+pub struct Request {
+    /// `{input, context}`.
+    pub arguments: Option<JsonObject>,
+    /// The answers to the round's `inputRequests`.
+    pub input_responses: Option<InputResponses>,
+    /// The round's `requestState`.
+    pub request_state: Option<String>,
 }
 
 /// An elicitation under way: what it settles to.
 type Asking<'a> = Pin<Box<dyn Future<Output = Option<String>> + Send + 'a>>;
 
-/// Runs `agent` on `arguments` for `caller`, answering the call.
+/// How long a round waits, after something is first asked, for other
+/// questions to gather (approvals in parallel branches come together).
+const GATHER: Duration = Duration::from_millis(50);
+
+/// The run a call follows, and where it picks it up.
+struct Followed {
+    run_id: String,
+    trace_id: String,
+    events: EventStream,
+    /// Events up to this sequence number were seen by an earlier round:
+    /// they are folded, not reported again.
+    seen: u64,
+    /// What this round answered, not to be asked again.
+    answered: HashSet<String>,
+    /// Why the call fails though the run may not have.
+    failure: Option<(Code, String)>,
+}
+
+/// Runs `agent` on the request's arguments for `caller`, or on a retry
+/// goes on with the run of the round it retries, answering the call.
 pub async fn call(
     face: &Mcp,
     caller: &Caller,
     agent: &str,
-    arguments: Option<JsonObject>,
+    request: Request,
     mut client: Client,
-) -> Result<CallToolResult, McpError> {
-    let (input, context) = parse(arguments)?;
+) -> Result<CallToolResponse, McpError> {
+    let (input, context) = parse(request.arguments)?;
+    let followed = match request.request_state {
+        Some(state) => resume(face, caller, agent, &state, request.input_responses).await?,
+        None if request.input_responses.is_some() => {
+            return Err(McpError::params(
+                "inputResponses",
+                "come with the requestState of the round that asked them (there is none)",
+            ));
+        }
+        None => {
+            let started = start(face, caller, agent, input, context, &client).await?;
+            // The run's ids first, so a client that loses the call (its
+            // replica gone) can still find the run through another face.
+            if let Some(progress) = client.progress.as_mut() {
+                progress
+                    .line(format!(
+                        "run {} started (trace {})",
+                        started.run_id, started.trace_id
+                    ))
+                    .await;
+            }
+            started
+        }
+    };
+    follow(face, caller, followed, client).await
+}
+
+/// Starts the run of a first call.
+async fn start(
+    face: &Mcp,
+    caller: &Caller,
+    agent: &str,
+    input: String,
+    context: String,
+    client: &Client,
+) -> Result<Followed, McpError> {
     let approval_mode = match (client.elicits, face.approval_mode()) {
         (true, _) | (false, McpApprovalMode::Ask) => pb::ApprovalMode::Ask,
         (false, McpApprovalMode::AutoApprove) => pb::ApprovalMode::AutoApprove,
@@ -79,6 +158,9 @@ pub async fn call(
         input,
         run_context_json: context,
         approval_mode: approval_mode as i32,
+        // A call in rounds outlives each round's request; the call
+        // cancels it itself when the client goes away mid-round.
+        detach: client.rounds,
         ..Default::default()
     };
     let core = face.core();
@@ -87,23 +169,130 @@ pub async fn call(
     let Started {
         run_id,
         trace_id,
-        mut events,
+        events,
     } = core.start_agent(caller, request).await?;
+    Ok(Followed {
+        run_id,
+        trace_id,
+        events,
+        seen: 0,
+        answered: HashSet::new(),
+        failure: None,
+    })
+}
+
+/// A retry of a round: its answers checked, then given, then the run
+/// followed from its first event.
+async fn resume(
+    face: &Mcp,
+    caller: &Caller,
+    agent: &str,
+    state: &str,
+    responses: Option<InputResponses>,
+) -> Result<Followed, McpError> {
+    let state = RoundState::decode(state)?;
+    let core = face.core();
+    let view = match core.get(caller, &state.run).await {
+        Ok(view) => view,
+        Err(e) if e.code() == Code::NotFound => {
+            return Err(McpError::params(
+                "requestState",
+                format!("names run {:?}, which this caller has not got", state.run),
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if view.target != agent {
+        return Err(McpError::params(
+            "requestState",
+            format!(
+                "is a round of a call of {:?}, not of {agent:?}",
+                view.target
+            ),
+        ));
+    }
+    let mut answered = HashSet::new();
+    let mut failure = None;
+    for response in rounds::responses(&state, responses)? {
+        let given = match response {
+            Response::Approval {
+                approval_id,
+                result,
+            } => {
+                let answer = ask::approval_answer(Ok(result));
+                let given = core
+                    .resolve_approval(caller, &view.run_id, &approval_id, answer)
+                    .await;
+                answered.insert(approval_id);
+                given
+            }
+            Response::Question {
+                input_id,
+                prompt,
+                result,
+            } => {
+                let given = match ask::question_answer(&prompt, Ok(result)) {
+                    Ok(answer) => {
+                        core.submit_input(caller, &view.run_id, &input_id, answer)
+                            .await
+                    }
+                    Err(why) => {
+                        let cancelled = core.cancel(caller, &view.run_id, &why).await;
+                        failure = Some((Code::Aborted, why));
+                        cancelled.map(|_| ())
+                    }
+                };
+                answered.insert(input_id);
+                given
+            }
+        };
+        match given {
+            // Answered elsewhere, or the run is over: following it says
+            // what became of it.
+            Err(e) if matches!(e.code(), Code::FailedPrecondition | Code::NotFound) => {}
+            Err(e) => return Err(e.into()),
+            Ok(_) => {}
+        }
+    }
+    let events = core
+        .watch(caller, &view.run_id, 0, Filter::default())
+        .await?;
+    Ok(Followed {
+        run_id: view.run_id,
+        trace_id: view.trace_id,
+        events,
+        seen: state.seq,
+        answered,
+        failure,
+    })
+}
+
+/// Follows the run to its end (the call's result) or, in rounds, to what
+/// it asks (an `InputRequiredResult`).
+async fn follow(
+    face: &Mcp,
+    caller: &Caller,
+    followed: Followed,
+    mut client: Client,
+) -> Result<CallToolResponse, McpError> {
+    let core = face.core();
+    let Followed {
+        run_id,
+        trace_id,
+        mut events,
+        seen,
+        answered,
+        mut failure,
+    } = followed;
     let ids = RunIds {
         run_id: &run_id,
         trace_id: &trace_id,
     };
-    // The run's ids first, so a client that loses the call (its replica
-    // gone) can still find the run through another face.
-    if let Some(progress) = client.progress.as_mut() {
-        progress
-            .line(format!("run {run_id} started (trace {trace_id})"))
-            .await;
-    }
     let mut asking: FuturesUnordered<Asking<'_>> = FuturesUnordered::new();
-    // Why the call fails though the run may not have (a question nobody
-    // answers); the run is cancelled and its end awaited.
-    let mut failure: Option<(Code, String)> = None;
+    // In rounds: what is open, and when the round ends with it.
+    let mut open = Open::default();
+    let mut gathered: Option<tokio::time::Instant> = None;
+    let mut last_seq = 0;
     let mut cancelling = false;
     loop {
         tokio::select! {
@@ -124,22 +313,47 @@ pub async fn call(
                     failure = Some((Code::Aborted, why));
                 }
             }
+            () = sleep_until(gathered.unwrap_or_else(tokio::time::Instant::now)), if gathered.is_some() => {
+                gathered = None;
+                if !open.is_empty() && !cancelling && failure.is_none() {
+                    let (requests, state) = std::mem::take(&mut open).into_round(&run_id, last_seq);
+                    let mut round = InputRequiredResult::new(Some(requests), Some(state.encode()));
+                    round.meta = meta(Some(&ids), None);
+                    return Ok(round.into());
+                }
+            }
             item = events.next() => {
                 let event = match item {
                     Some(Ok(event)) => event,
                     // The stream lost its place (a reader too slow): the
                     // call ends, and the run attached to it with it.
-                    Some(Err(e)) => return Ok(tool_error(e.code(), &e.message(), Some(&ids))),
+                    Some(Err(e)) => return Ok(tool_error(e.code(), &e.message(), Some(&ids)).into()),
                     None => {
-                        return Ok(tool_error(Code::Unavailable, "the run's events ended before the run did", Some(&ids)));
+                        return Ok(tool_error(Code::Unavailable, "the run's events ended before the run did", Some(&ids)).into());
                     }
                 };
-                if let Some(progress) = client.progress.as_mut() {
+                last_seq = event.seq;
+                let live = event.seq > seen;
+                if live && let Some(progress) = client.progress.as_mut() {
                     progress.event(&event).await;
                 }
                 let at = Asker { agent: &event.agent, context: &event.context_id };
                 match event.payload {
-                    Some(Payload::ApprovalRequested(a)) if client.elicits => {
+                    Some(Payload::ApprovalRequested(a))
+                        if client.elicits && client.rounds && !answered.contains(&a.approval_id) =>
+                    {
+                        let request = ElicitRequest::new(ask::approval_request(&at, &a));
+                        open.approval(&a.approval_id, request);
+                    }
+                    Some(Payload::InputRequested(q))
+                        if client.elicits && client.rounds && !answered.contains(&q.input_id) =>
+                    {
+                        let request = ElicitRequest::new(ask::question_request(&at, &q));
+                        open.question(&q.input_id, &q.prompt, request);
+                    }
+                    Some(Payload::ApprovalResolved(r)) => open.settled(&r.approval_id),
+                    Some(Payload::InputReceived(r)) => open.settled(&r.input_id),
+                    Some(Payload::ApprovalRequested(a)) if client.elicits && !client.rounds && live => {
                         let params = ask::approval_request(&at, &a);
                         let peer = client.peer.clone();
                         let (caller, run_id) = (caller.clone(), run_id.clone());
@@ -150,7 +364,7 @@ pub async fn call(
                             None
                         }));
                     }
-                    Some(Payload::InputRequested(q)) if client.elicits => {
+                    Some(Payload::InputRequested(q)) if client.elicits && !client.rounds && live => {
                         let params = ask::question_request(&at, &q);
                         let peer = client.peer.clone();
                         let (caller, run_id) = (caller.clone(), run_id.clone());
@@ -164,7 +378,7 @@ pub async fn call(
                             }
                         }));
                     }
-                    Some(Payload::InputRequested(q)) if failure.is_none() => {
+                    Some(Payload::InputRequested(q)) if !client.elicits && failure.is_none() && live => {
                         let why = format!(
                             "the run asks {:?}, and this MCP client cannot answer questions (it did not declare the elicitation capability), so the run was cancelled",
                             q.prompt
@@ -175,17 +389,22 @@ pub async fn call(
                     Some(Payload::RunCompleted(done)) => {
                         let mut result = CallToolResult::success(vec![ContentBlock::text(done.output)]);
                         result.meta = meta(Some(&ids), None);
-                        return Ok(result);
+                        return Ok(result.into());
                     }
                     Some(Payload::RunFailed(failed)) => {
                         let code = Code::from_i32(failed.code);
-                        return Ok(tool_error(code, &failed.message, Some(&ids)));
+                        return Ok(tool_error(code, &failed.message, Some(&ids)).into());
                     }
                     Some(Payload::RunCancelled(c)) => {
                         let (code, message) = failure.take().unwrap_or((Code::Cancelled, c.reason));
-                        return Ok(tool_error(code, &message, Some(&ids)));
+                        return Ok(tool_error(code, &message, Some(&ids)).into());
                     }
                     _ => {}
+                }
+                // A round ends once the run has caught up with the last
+                // one and something is open, after a moment to gather.
+                if gathered.is_none() && !open.is_empty() && event.seq >= seen {
+                    gathered = Some(tokio::time::Instant::now() + GATHER);
                 }
             }
         }

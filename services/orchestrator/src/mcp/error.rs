@@ -31,6 +31,15 @@ pub enum McpError {
         /// What is wrong.
         message: String,
     },
+    /// A parameter of the request other than the arguments is wrong (the
+    /// `requestState` or `inputResponses` of a retry).
+    #[error("{field}: {message}")]
+    Params {
+        /// The parameter (`requestState`, `inputResponses["key"]`).
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
     /// The core refused the call.
     #[error(transparent)]
     Core(#[from] crate::error::Error),
@@ -45,11 +54,21 @@ impl McpError {
         }
     }
 
+    /// A bad parameter of the request.
+    pub fn params(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::Params {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
     /// The call's answer: a protocol error, or a tool result that says what
     /// went wrong.
     pub fn into_result(self) -> Result<CallToolResult, ErrorData> {
         match self {
-            Self::UnknownTool(_) => Err(ErrorData::invalid_params(self.to_string(), None)),
+            Self::UnknownTool(_) | Self::Params { .. } => {
+                Err(ErrorData::invalid_params(self.to_string(), None))
+            }
             Self::NoCaller => Err(ErrorData::internal_error(self.to_string(), None)),
             Self::Arguments { field, message } => Ok(tool_error(
                 Code::InvalidArgument,

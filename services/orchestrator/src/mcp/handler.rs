@@ -1,7 +1,6 @@
 //! `rmcp`'s `ServerHandler` over the face: one per session, each a handle
 //! on the same [`Mcp`]. It serves tools only: `tools/list` and
-//! `tools/call`; the protocol revisions it negotiates with `initialize`
-//! are [`VERSIONS`].
+//! `tools/call`, on the protocol revisions of [`VERSIONS`].
 
 use std::{borrow::Cow, sync::Arc};
 
@@ -11,23 +10,26 @@ use rmcp::{
         CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
         PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
     },
-    service::{ElicitationMode, RequestContext},
+    service::RequestContext,
 };
 
 use super::{
-    call::{Client, call},
+    call::{Client, Request, call},
     error::McpError,
     face::Mcp,
     progress::Progress,
 };
 use crate::app::Caller;
 
-/// The protocol revisions served, oldest first: the newest `rmcp` speaks
-/// with an `initialize` handshake, and the one before it. (2026-07-28,
-/// which `rmcp` also knows, has no handshake and forbids the server's
-/// elicitation requests this face asks questions with.)
-pub const VERSIONS: [ProtocolVersion; 2] =
-    [ProtocolVersion::V_2025_06_18, ProtocolVersion::V_2025_11_25];
+/// The protocol revisions served, oldest first: the newest `rmcp` speaks,
+/// 2026-07-28 (`server/discover`, no handshake, no sessions; questions in
+/// rounds), and the two before it with an `initialize` handshake (which
+/// negotiates 2025-11-25, or 2025-06-18 when the client asks for it).
+pub const VERSIONS: [ProtocolVersion; 3] = [
+    ProtocolVersion::V_2025_06_18,
+    ProtocolVersion::V_2025_11_25,
+    ProtocolVersion::V_2026_07_28,
+];
 
 /// The face's handler of one session.
 #[derive(Clone)]
@@ -55,7 +57,7 @@ fn caller_of(context: &RequestContext<RoleServer>) -> Result<Caller, McpError> {
 impl ServerHandler for Handler {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_protocol_version(ProtocolVersion::V_2025_11_25)
+            .with_protocol_version(ProtocolVersion::V_2026_07_28)
             .with_server_info(Implementation::new("baton", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Each tool is a Baton agent: call it with `input` (and optionally a `context` object); \
@@ -90,19 +92,32 @@ impl ServerHandler for Handler {
             let client = Client {
                 peer: context.peer.clone(),
                 progress: Progress::new(context.peer.clone(), context.meta.get_progress_token()),
-                elicits: context
-                    .peer
-                    .supported_elicitation_modes()
-                    .contains(&ElicitationMode::Form),
+                elicits: elicits(&context),
+                rounds: context
+                    .protocol_version()
+                    .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str()),
                 cancelled: context.ct.clone(),
             };
-            call(&self.face, &caller, &agent.name, request.arguments, client).await
+            let request = Request {
+                arguments: request.arguments,
+                input_responses: request.input_responses,
+                request_state: request.request_state,
+            };
+            call(&self.face, &caller, &agent.name, request, client).await
         }
         .await;
-        answered
-            .or_else(McpError::into_result)
-            .map(CallToolResponse::from)
+        answered.or_else(|e| e.into_result().map(CallToolResponse::from))
     }
+}
+
+/// Whether the client answers elicitation requests in form mode: the
+/// capabilities of its session, or on 2026-07-28 those its request
+/// declares (a declaration without modes means form).
+fn elicits(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .client_capabilities()
+        .and_then(|c| c.elicitation)
+        .is_some_and(|e| e.form.is_some() || e.url.is_none())
 }
 
 fn no_caller() -> ErrorData {

@@ -1,8 +1,10 @@
 //! The MCP face: agents the operator chooses (`mcp: true` in the agents
 //! file, or `mcp.agents` in the config; none by default) are the tools of
 //! a Model Context Protocol server, served over Streamable HTTP at `/mcp`
-//! on the orchestrator's port (`rmcp`'s server, protocol revisions
-//! 2025-11-25 and 2025-06-18, with sessions).
+//! on the orchestrator's port (`rmcp`'s server): protocol revision
+//! 2026-07-28 (no handshake, no sessions: every request stands alone, and
+//! questions are asked in rounds, [`rounds`]), and 2025-11-25 and
+//! 2025-06-18 (with `initialize` and sessions).
 //!
 //! - `tools/list`: one tool per exposed agent, named after it, with its
 //!   description and the input schema `{input, context}` ([`face`]);
@@ -24,6 +26,7 @@ pub mod error;
 pub mod face;
 pub mod handler;
 pub mod progress;
+pub mod rounds;
 
 use std::sync::Arc;
 
