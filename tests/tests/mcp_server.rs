@@ -9,7 +9,8 @@
 //! client cancels, API keys (a wrong key, two tenants), a tenant's run
 //! quota, and the protocol revisions `initialize` negotiates; over plain
 //! HTTP, a session ended (`DELETE`) mid-call; a server shut down mid-call,
-//! in memory and with durable runs (two replicas on one `redis-server`).
+//! in memory and with durable runs (two replicas on one `redis-server`),
+//! where a session also goes on on any replica, after its first is gone.
 //! Revision 2026-07-28, which has no sessions: `mcp_rounds.rs`.
 
 use std::time::Duration;
@@ -672,4 +673,89 @@ async fn with_durable_runs_a_replica_shut_down_mid_call_cancels_the_calls_run_ev
         view.error_message
     );
     b.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_durable_runs_a_session_goes_on_on_any_replica_and_outlives_its_first() {
+    let redis = baton_e2e::RedisServer::start().expect("redis-server");
+    let durable = |c: &mut baton_orchestrator::config::Config| {
+        c.runs.store = baton_orchestrator::config::RunStoreMode::Redis;
+        c.runs.redis.url = redis.url();
+        c.runs.redis.timeout = Duration::from_millis(500);
+    };
+    let a = start(durable).await;
+    let b = start(durable).await;
+    let http = reqwest::Client::new();
+    let post = |to: String, session: Option<String>, body: Value| {
+        let mut request = http
+            .post(to)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&body);
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session);
+        }
+        request.send()
+    };
+    let init = post(
+        url(&a),
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}}),
+    )
+    .await
+    .expect("initialize");
+    let session = init
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .expect("a session id")
+        .to_owned();
+    drop(init.text().await);
+    let initialized = post(
+        url(&a),
+        Some(session.clone()),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await
+    .expect("initialized");
+    assert_eq!(initialized.status(), 202);
+    let call = |to: String, id: u64, input: &str| {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "assistant", "arguments": {"input": input}}});
+        let answer = post(to, Some(session.clone()), body);
+        async move {
+            let answer = answer.await.expect("tools/call");
+            assert_eq!(answer.status(), 200, "call {id}");
+            let message = sse_answer(answer.text().await.expect("body"), id);
+            message["result"]["content"][0]["text"].clone()
+        }
+    };
+    // The session, opened on a, on b; then on b alone once a is gone.
+    assert_eq!(call(url(&b), 2, "on b").await, "You said: on b");
+    assert_eq!(call(url(&a), 3, "on a").await, "You said: on a");
+    a.shutdown().await.expect("shutdown a");
+    assert_eq!(call(url(&b), 4, "after a").await, "You said: after a");
+    // Ended by the client: gone from the store, so a replica that does not
+    // hold it answers 404.
+    let ended = http
+        .delete(url(&b))
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await
+        .expect("DELETE");
+    assert_eq!(ended.status(), 204);
+    let c = start(durable).await;
+    let after = post(
+        url(&c),
+        Some(session.clone()),
+        json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"}),
+    )
+    .await
+    .expect("tools/list");
+    assert_eq!(after.status(), 404);
+    b.shutdown().await.expect("shutdown b");
+    c.shutdown().await.expect("shutdown c");
 }

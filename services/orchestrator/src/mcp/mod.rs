@@ -27,6 +27,7 @@ pub mod face;
 pub mod handler;
 pub mod progress;
 pub mod rounds;
+pub mod sessions;
 
 use std::sync::Arc;
 
@@ -53,6 +54,9 @@ pub fn router(face: Arc<Mcp>) -> Router {
     let mut config = StreamableHttpServerConfig::default()
         .with_cancellation_token(face.shutdown().child_token())
         .disable_allowed_origins();
+    if let Some(durable) = face.core().durable() {
+        config.session_store = Some(Arc::new(sessions::StoredSessions(durable)));
+    }
     config = if face.allowed_hosts().is_empty() {
         config.disable_allowed_hosts()
     } else {

@@ -17,6 +17,8 @@
 //!
 //! - `{prefix}:leases` — every running run's lease end (Redis's clock, ms),
 //!   where replicas look for runs whose owner stopped renewing.
+//! - `{prefix}:mcp-session:<id>` — an MCP session's `initialize` (the MCP
+//!   face's, [`sessions`]).
 //!
 //! Appends go through one script that checks the run's `epoch` first: a
 //! writer whose epoch is not the run's current one writes nothing
@@ -32,6 +34,7 @@ mod lease;
 mod list;
 mod meta;
 pub mod quota;
+mod sessions;
 
 use std::{collections::HashMap, time::Duration};
 

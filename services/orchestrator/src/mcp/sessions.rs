@@ -1,0 +1,38 @@
+//! Sessions (2025-11-25, 2025-06-18) that outlive their replica: with
+//! durable runs, what each session's `initialize` said is kept in the run
+//! store, and a replica that gets a request of a session it does not hold
+//! replays that handshake (`rmcp`'s session restore) and serves it. So a
+//! load balancer need not be sticky, and a rolling restart does not end
+//! sessions. A call in progress is not moved: its response stream is its
+//! replica's (what a client then sees: docs/mcp.md). A `DELETE` ends the
+//! session everywhere.
+
+use std::sync::Arc;
+
+use rmcp::transport::streamable_http_server::session::store::{
+    SessionState, SessionStore, SessionStoreError,
+};
+
+use crate::run::durable::RedisRuns;
+
+/// The run store, as `rmcp`'s session store.
+pub struct StoredSessions(pub Arc<RedisRuns>);
+
+#[async_trait::async_trait]
+impl SessionStore for StoredSessions {
+    async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
+        let Some(json) = self.0.session(session_id).await? else {
+            return Ok(None);
+        };
+        Ok(Some(serde_json::from_str(&json)?))
+    }
+
+    async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
+        let json = serde_json::to_string(state)?;
+        Ok(self.0.put_session(session_id, &json).await?)
+    }
+
+    async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
+        Ok(self.0.delete_session(session_id).await?)
+    }
+}
