@@ -259,6 +259,35 @@ async fn a_wrong_retry_is_refused_naming_its_field_and_answers_nothing() {
             .await,
             r#"requestState: is a round of a call of "interviewer", not of "assistant""#,
         ),
+        (
+            once(
+                KEY_T1,
+                "interviewer",
+                Some(state.clone()),
+                Some(json!({ key.as_str(): {"action": "accept", "content": {}} })),
+            )
+            .await,
+            &format!(r#"inputResponses[{key:?}]: accepts without an "answer" in its content"#),
+        ),
+        (
+            modern(
+                &at,
+                &[
+                    "--key",
+                    KEY_T1,
+                    "call",
+                    "interviewer",
+                    "a trip",
+                    "--once",
+                    "--request-state",
+                    &state,
+                    "--input-responses",
+                    &paris.to_string(),
+                ],
+            )
+            .await,
+            "requestState: a retry answers its round's elicitation requests, so it must declare the elicitation capability",
+        ),
         // Another tenant cannot go on with t1's call.
         (
             once(
@@ -275,6 +304,58 @@ async fn a_wrong_retry_is_refused_naming_its_field_and_answers_nothing() {
         let message = out.error()["message"].as_str().unwrap_or_default();
         assert!(message.starts_with(expected), "{message:?} vs {expected:?}");
     }
+    // A session of an older revision has no rounds.
+    let http = reqwest::Client::new();
+    let post = |session: Option<&str>, body: Value| {
+        let mut request = http
+            .post(url(&server))
+            .header("authorization", format!("Bearer {KEY_T1}"))
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&body);
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session);
+        }
+        request.send()
+    };
+    let init = post(
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+            "clientInfo": {"name": "raw", "version": "0"}}}),
+    )
+    .await
+    .expect("initialize");
+    let session = init
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .expect("a session id")
+        .to_owned();
+    drop(init.text().await);
+    let called = post(
+        Some(&session),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "interviewer", "arguments": {"input": "a trip"},
+            "requestState": state, "inputResponses": paris}}),
+    )
+    .await
+    .expect("tools/call");
+    let body = called.text().await.expect("body");
+    let message = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .find(|m| m["id"] == 2)
+        .unwrap_or_else(|| panic!("no answer in {body}"));
+    assert_eq!(message["error"]["code"], -32602, "{message}");
+    assert!(
+        message["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("requestState: rounds are revision 2026-07-28's")),
+        "{message}"
+    );
+
     // Nothing was answered: the run still waits, its question open.
     let view = server.core.get(&tenant("t1"), &run).await.expect("run");
     assert_eq!(view.status, pb::RunStatus::Running);
@@ -298,6 +379,32 @@ async fn a_wrong_retry_is_refused_naming_its_field_and_answers_nothing() {
         .filter(|k| **k == pb::EventKind::InputReceived)
         .count();
     assert_eq!(answers, 1, "{seen:?}");
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_answered_elsewhere_before_the_retry_declines_it_is_not_failed() {
+    let server = start(|_| {}).await;
+    let args = ["call", "interviewer", "a trip", "--decline", "--once"];
+    let first = modern(&url(&server), &args).await;
+    let round = first.line("input_required").clone();
+    let run = run_id(&round);
+    let key = round["inputRequests"]
+        .as_object()
+        .and_then(|r| r.keys().next().cloned())
+        .expect("a question");
+    // Someone answers it at the CLI (through the core) meanwhile.
+    server
+        .core
+        .submit_input(&tenant(""), &run, &key, "Lisbon".into())
+        .await
+        .expect("answered");
+    let declined = json!({ key: {"action": "decline"} }).to_string();
+    let state = round["requestState"].as_str().expect("requestState");
+    let mut retry = args.to_vec();
+    retry.extend(["--request-state", state, "--input-responses", &declined]);
+    let out = modern(&url(&server), &retry).await;
+    assert_eq!(out.text(), "Planning a trip to Lisbon.");
     server.shutdown().await.expect("shutdown");
 }
 

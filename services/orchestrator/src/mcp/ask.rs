@@ -132,13 +132,18 @@ pub fn question_answer(
                 )),
             }
         }
-        ElicitationAction::Decline => Err(format!(
-            "the question {prompt:?} was declined by the MCP client, so the run was cancelled"
-        )),
-        _ => Err(format!(
-            "the question {prompt:?} was cancelled by the MCP client, so the run was cancelled"
-        )),
+        refused => Err(refusal(prompt, &refused)),
     }
+}
+
+/// Why a call fails when its client refused to answer question `prompt`
+/// (`action`: decline, or cancel).
+pub fn refusal(prompt: &str, action: &ElicitationAction) -> String {
+    let how = match action {
+        ElicitationAction::Decline => "declined",
+        _ => "cancelled",
+    };
+    format!("the question {prompt:?} was {how} by the MCP client, so the run was cancelled")
 }
 
 #[cfg(test)]

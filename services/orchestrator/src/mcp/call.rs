@@ -26,15 +26,20 @@
 //! The result is the run's output as text, with `runId` and `traceId` in
 //! `_meta`; a failed or cancelled run is a tool error ([`super::error`]).
 
-use std::{collections::HashSet, future::Future, pin::Pin, time::Duration};
+use std::{
+    collections::{HashMap, HashSet},
+    future::Future,
+    pin::Pin,
+    time::Duration,
+};
 
 use baton_proto::v1::{self as pb, run_event::Payload};
 use futures::{StreamExt as _, stream::FuturesUnordered};
 use rmcp::{
     Peer, RoleServer,
     model::{
-        CallToolResponse, CallToolResult, ContentBlock, ElicitRequest, InputRequiredResult,
-        InputResponses, JsonObject,
+        CallToolResponse, CallToolResult, ContentBlock, ElicitRequest, ElicitationAction,
+        InputRequiredResult, InputResponses, JsonObject,
     },
 };
 use tokio::time::sleep_until;
@@ -97,10 +102,12 @@ struct Followed {
     /// Events up to this sequence number were seen by an earlier round:
     /// they are folded, not reported again.
     seen: u64,
-    /// What this round answered, not to be asked again.
+    /// What this call answered (this retry and earlier ones), not to be
+    /// asked again.
     answered: HashSet<String>,
-    /// Why the call fails though the run may not have.
-    failure: Option<(Code, String)>,
+    /// The questions this retry refused to answer (decline, cancel): the
+    /// call fails if they are still open once the run is caught up with.
+    refused: HashMap<String, ElicitationAction>,
 }
 
 /// Runs `agent` on the request's arguments for `caller`, or on a retry
@@ -113,6 +120,19 @@ pub async fn call(
     mut client: Client,
 ) -> Result<CallToolResponse, McpError> {
     let (input, context) = parse(request.arguments)?;
+    let retry = request.request_state.is_some() || request.input_responses.is_some();
+    if retry && !client.rounds {
+        return Err(McpError::params(
+            "requestState",
+            "rounds are revision 2026-07-28's; this request is on an older one, where questions are elicitation requests",
+        ));
+    }
+    if retry && !client.elicits {
+        return Err(McpError::params(
+            "requestState",
+            "a retry answers its round's elicitation requests, so it must declare the elicitation capability",
+        ));
+    }
     let followed = match request.request_state {
         Some(state) => resume(face, caller, agent, &state, request.input_responses).await?,
         None if request.input_responses.is_some() => {
@@ -177,7 +197,7 @@ async fn start(
         events,
         seen: 0,
         answered: HashSet::new(),
-        failure: None,
+        refused: HashMap::new(),
     })
 }
 
@@ -211,9 +231,10 @@ async fn resume(
             ),
         ));
     }
-    let mut answered = HashSet::new();
-    let mut failure = None;
-    for response in rounds::responses(&state, responses)? {
+    let responses = rounds::responses(&state, responses)?;
+    let mut answered: HashSet<String> = state.answered.into_iter().collect();
+    let mut refused = HashMap::new();
+    for response in responses {
         let given = match response {
             Response::Approval {
                 approval_id,
@@ -226,20 +247,15 @@ async fn resume(
                 answered.insert(approval_id);
                 given
             }
-            Response::Question {
-                input_id,
-                prompt,
-                result,
-            } => {
-                let given = match ask::question_answer(&prompt, Ok(result)) {
+            Response::Question { input_id, answer } => {
+                let given = match answer {
                     Ok(answer) => {
                         core.submit_input(caller, &view.run_id, &input_id, answer)
                             .await
                     }
-                    Err(why) => {
-                        let cancelled = core.cancel(caller, &view.run_id, &why).await;
-                        failure = Some((Code::Aborted, why));
-                        cancelled.map(|_| ())
+                    Err(action) => {
+                        refused.insert(input_id.clone(), action);
+                        Ok(())
                     }
                 };
                 answered.insert(input_id);
@@ -251,7 +267,7 @@ async fn resume(
             // what became of it.
             Err(e) if matches!(e.code(), Code::FailedPrecondition | Code::NotFound) => {}
             Err(e) => return Err(e.into()),
-            Ok(_) => {}
+            Ok(()) => {}
         }
     }
     let events = core
@@ -263,7 +279,7 @@ async fn resume(
         events,
         seen: state.seq,
         answered,
-        failure,
+        refused,
     })
 }
 
@@ -282,8 +298,14 @@ async fn follow(
         mut events,
         seen,
         answered,
-        mut failure,
+        refused,
     } = followed;
+    // Why the call fails though the run may not have (a question nobody
+    // answers); the run is cancelled and its end awaited.
+    let mut failure: Option<(Code, String)> = None;
+    // Refused questions still open in the run, with what they ask.
+    let mut refused_open: HashMap<String, (String, ElicitationAction)> = HashMap::new();
+    let mut caught_up = seen == 0;
     let ids = RunIds {
         run_id: &run_id,
         trace_id: &trace_id,
@@ -316,7 +338,7 @@ async fn follow(
             () = sleep_until(gathered.unwrap_or_else(tokio::time::Instant::now)), if gathered.is_some() => {
                 gathered = None;
                 if !open.is_empty() && !cancelling && failure.is_none() {
-                    let (requests, state) = std::mem::take(&mut open).into_round(&run_id, last_seq);
+                    let (requests, state) = std::mem::take(&mut open).into_round(&run_id, last_seq, &answered);
                     let mut round = InputRequiredResult::new(Some(requests), Some(state.encode()));
                     round.meta = meta(Some(&ids), None);
                     return Ok(round.into());
@@ -326,9 +348,18 @@ async fn follow(
                 let event = match item {
                     Some(Ok(event)) => event,
                     // The stream lost its place (a reader too slow): the
-                    // call ends, and the run attached to it with it.
-                    Some(Err(e)) => return Ok(tool_error(e.code(), &e.message(), Some(&ids)).into()),
+                    // call ends, and the run that is its work with it
+                    // (attached, or in rounds cancelled here).
+                    Some(Err(e)) => {
+                        if client.rounds {
+                            let _ = core.cancel(caller, &run_id, "the MCP call lost the run's events").await;
+                        }
+                        return Ok(tool_error(e.code(), &e.message(), Some(&ids)).into());
+                    }
                     None => {
+                        if client.rounds {
+                            let _ = core.cancel(caller, &run_id, "the MCP call lost the run's events").await;
+                        }
                         return Ok(tool_error(Code::Unavailable, "the run's events ended before the run did", Some(&ids)).into());
                     }
                 };
@@ -349,10 +380,16 @@ async fn follow(
                         if client.elicits && client.rounds && !answered.contains(&q.input_id) =>
                     {
                         let request = ElicitRequest::new(ask::question_request(&at, &q));
-                        open.question(&q.input_id, &q.prompt, request);
+                        open.question(&q.input_id, request);
+                    }
+                    Some(Payload::InputRequested(q)) if refused.contains_key(&q.input_id) => {
+                        refused_open.insert(q.input_id.clone(), (q.prompt.clone(), refused[&q.input_id].clone()));
                     }
                     Some(Payload::ApprovalResolved(r)) => open.settled(&r.approval_id),
-                    Some(Payload::InputReceived(r)) => open.settled(&r.input_id),
+                    Some(Payload::InputReceived(r)) => {
+                        open.settled(&r.input_id);
+                        refused_open.remove(&r.input_id);
+                    }
                     Some(Payload::ApprovalRequested(a)) if client.elicits && !client.rounds && live => {
                         let params = ask::approval_request(&at, &a);
                         let peer = client.peer.clone();
@@ -400,6 +437,18 @@ async fn follow(
                         return Ok(tool_error(code, &message, Some(&ids)).into());
                     }
                     _ => {}
+                }
+                // Caught up with the last round: a question this retry
+                // refused fails the call if nobody answered it meanwhile.
+                if !caught_up && event.seq >= seen {
+                    caught_up = true;
+                    if let Some((prompt, action)) = refused_open.values().next()
+                        && failure.is_none()
+                    {
+                        let why = ask::refusal(prompt, action);
+                        let _ = core.cancel(caller, &run_id, &why).await;
+                        failure = Some((Code::Aborted, why));
+                    }
                 }
                 // A round ends once the run has caught up with the last
                 // one and something is open, after a moment to gather.

@@ -21,14 +21,27 @@
 //!   run does: the approval's deadline applies, and any face (CLI, console,
 //!   gRPC, HTTP, A2A) can answer or cancel it; the run id and trace id are
 //!   in the `InputRequiredResult`'s `_meta`.
-//! - Answers mean what they mean on the older revisions ([`super::ask`]).
+//! - Answers mean what they mean on the older revisions ([`super::ask`]);
+//!   a declined question fails the call only if it is still open once the
+//!   retry has caught up with the run (someone may have answered it
+//!   through another face meanwhile), and the run's cancel reason quotes
+//!   the question from the run's own record, never from the state.
+//! - The responses are checked before anything is answered. An outage
+//!   while answering (the run store, a peer) can leave some answered and
+//!   some not; the same retry again skips what was answered.
+//! - Each retry reads the run's events from the first (to know what is
+//!   open): a cost that grows with the run, paid once per round.
 
 use std::collections::BTreeMap;
 
-use rmcp::model::{ElicitRequest, ElicitResult, InputRequest, InputRequests, InputResponses};
+use std::collections::HashSet;
+
+use rmcp::model::{
+    ElicitRequest, ElicitResult, ElicitationAction, InputRequest, InputRequests, InputResponses,
+};
 use serde::{Deserialize, Serialize};
 
-use super::error::McpError;
+use super::{ask::ANSWER, error::McpError};
 
 /// What a round leaves with the client, as its `requestState`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,10 +53,13 @@ pub struct RoundState {
     /// The approvals asked (their ids).
     #[serde(default)]
     pub approvals: Vec<String>,
-    /// The questions asked: their input ids, and what each asks (for the
-    /// message of a call that fails because one was declined).
+    /// The questions asked (their input ids).
     #[serde(default)]
-    pub questions: BTreeMap<String, String>,
+    pub questions: Vec<String>,
+    /// What earlier retries of the call answered: not to be asked again
+    /// while the run's record of the answer is on its way.
+    #[serde(default)]
+    pub answered: Vec<String>,
 }
 
 impl RoundState {
@@ -80,10 +96,9 @@ pub enum Response {
     Question {
         /// The request for input.
         input_id: String,
-        /// What it asks.
-        prompt: String,
-        /// The client's elicitation result.
-        result: ElicitResult,
+        /// The answer, or how the client refused to give one (decline,
+        /// cancel): the call then fails, if the question is still open.
+        answer: Result<String, ElicitationAction>,
     },
 }
 
@@ -107,11 +122,25 @@ pub fn responses(
                 approval_id: key,
                 result,
             });
-        } else if let Some(prompt) = state.questions.get(&key) {
+        } else if state.questions.contains(&key) {
+            let answer = match result.action {
+                ElicitationAction::Accept => {
+                    match result.content.as_ref().and_then(|c| c.get(ANSWER)) {
+                        Some(serde_json::Value::String(s)) => Ok(s.clone()),
+                        Some(other) if !other.is_null() => Ok(other.to_string()),
+                        _ => {
+                            return Err(McpError::params(
+                                field(),
+                                format!("accepts without an {ANSWER:?} in its content"),
+                            ));
+                        }
+                    }
+                }
+                other => Err(other),
+            };
             checked.push(Response::Question {
-                prompt: prompt.clone(),
                 input_id: key,
-                result,
+                answer,
             });
         } else {
             return Err(McpError::params(
@@ -127,8 +156,7 @@ pub fn responses(
 #[derive(Debug, Default)]
 pub struct Open {
     approvals: BTreeMap<String, ElicitRequest>,
-    /// By input id: what it asks, and the request.
-    questions: BTreeMap<String, (String, ElicitRequest)>,
+    questions: BTreeMap<String, ElicitRequest>,
 }
 
 impl Open {
@@ -142,10 +170,9 @@ impl Open {
         self.approvals.insert(id.to_owned(), request);
     }
 
-    /// Question `id`, which asks `prompt`, waits, asked by `request`.
-    pub fn question(&mut self, id: &str, prompt: &str, request: ElicitRequest) {
-        self.questions
-            .insert(id.to_owned(), (prompt.to_owned(), request));
+    /// Question `id` waits, asked by `request`.
+    pub fn question(&mut self, id: &str, request: ElicitRequest) {
+        self.questions.insert(id.to_owned(), request);
     }
 
     /// Approval or question `id` was settled.
@@ -154,22 +181,27 @@ impl Open {
         self.questions.remove(id);
     }
 
-    /// The round's `inputRequests` and its state (the run, at `seq`).
-    pub fn into_round(self, run: &str, seq: u64) -> (InputRequests, RoundState) {
+    /// The round's `inputRequests` and its state (the run, at `seq`; what
+    /// the call has answered so far).
+    pub fn into_round(
+        self,
+        run: &str,
+        seq: u64,
+        answered: &HashSet<String>,
+    ) -> (InputRequests, RoundState) {
+        let mut answered: Vec<String> = answered.iter().cloned().collect();
+        answered.sort();
         let state = RoundState {
             run: run.to_owned(),
             seq,
             approvals: self.approvals.keys().cloned().collect(),
-            questions: self
-                .questions
-                .iter()
-                .map(|(id, (prompt, _))| (id.clone(), prompt.clone()))
-                .collect(),
+            questions: self.questions.keys().cloned().collect(),
+            answered,
         };
         let requests = self
             .approvals
             .into_iter()
-            .chain(self.questions.into_iter().map(|(id, (_, r))| (id, r)))
+            .chain(self.questions)
             .map(|(key, request)| (key, InputRequest::Elicitation(request)))
             .collect();
         (requests, state)
@@ -188,7 +220,8 @@ mod tests {
             run: "r1".into(),
             seq: 7,
             approvals: vec!["approval:c1".into()],
-            questions: [("input:c2:1".to_owned(), "Why?".to_owned())].into(),
+            questions: vec!["input:c2:1".into()],
+            answered: vec!["approval:c0".into()],
         }
     }
 
@@ -215,8 +248,29 @@ mod tests {
         assert!(
             matches!(&checked[0], Response::Approval { approval_id, .. } if approval_id == "approval:c1")
         );
-        assert!(
-            matches!(&checked[1], Response::Question { result, .. } if result.action == ElicitationAction::Decline)
+        assert!(matches!(
+            &checked[1],
+            Response::Question {
+                answer: Err(ElicitationAction::Decline),
+                ..
+            }
+        ));
+        let mut accepted = given.clone();
+        accepted.insert(
+            "input:c2:1".into(),
+            json!({"action": "accept", "content": {"answer": "Lisbon"}}),
+        );
+        let checked = responses(&state, Some(accepted)).expect("checked");
+        assert!(matches!(&checked[1], Response::Question { answer: Ok(a), .. } if a == "Lisbon"));
+        let mut empty = given.clone();
+        empty.insert(
+            "input:c2:1".into(),
+            json!({"action": "accept", "content": {}}),
+        );
+        let e = responses(&state, Some(empty)).expect_err("no answer");
+        assert_eq!(
+            e.to_string(),
+            r#"inputResponses["input:c2:1"]: accepts without an "answer" in its content"#
         );
         assert!(responses(&state, None).expect("none").is_empty());
 
@@ -250,10 +304,11 @@ mod tests {
         let mut open = Open::default();
         assert!(open.is_empty());
         open.approval("approval:c1", request());
-        open.question("input:c2:1", "Why?", request());
-        open.question("input:c3:1", "When?", request());
+        open.question("input:c2:1", request());
+        open.question("input:c3:1", request());
         open.settled("input:c3:1");
-        let (requests, state) = open.into_round("r1", 7);
+        let answered = HashSet::from(["approval:c0".to_owned()]);
+        let (requests, state) = open.into_round("r1", 7, &answered);
         assert_eq!(state, asked());
         let wire = serde_json::to_value(&requests).expect("json");
         assert_eq!(wire["approval:c1"]["method"], "elicitation/create");

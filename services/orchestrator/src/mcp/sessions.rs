@@ -1,11 +1,13 @@
 //! Sessions (2025-11-25, 2025-06-18) that outlive their replica: with
 //! durable runs, what each session's `initialize` said is kept in the run
 //! store, and a replica that gets a request of a session it does not hold
-//! replays that handshake (`rmcp`'s session restore) and serves it. So a
-//! load balancer need not be sticky, and a rolling restart does not end
-//! sessions. A call in progress is not moved: its response stream is its
-//! replica's (what a client then sees: docs/mcp.md). A `DELETE` ends the
-//! session everywhere.
+//! replays that handshake (`rmcp`'s session restore) and serves it: a
+//! rolling restart does not end sessions. The balancer must still be
+//! sticky: a call in progress is not moved (its response stream is its
+//! replica's, what a client then sees: docs/mcp.md), and the answer to its
+//! elicitation request or its cancellation must reach that replica (another
+//! takes it for its own copy of the session, where nothing waits). A
+//! `DELETE` ends the session on the replica it reaches and in the store.
 
 use std::sync::Arc;
 
