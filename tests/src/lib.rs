@@ -52,6 +52,19 @@ pub fn agent_request(agent: &str, input: &str) -> baton_client::pb::RunAgentRequ
     }
 }
 
+/// The config change that keeps runs in the Redis at `redis_url` (a
+/// 500 ms Redis timeout): a durable replica, for
+/// `OrchestratorServer::start`; tests add their own lease and the like.
+pub fn durable_runs(
+    redis_url: String,
+) -> impl Fn(&mut baton_orchestrator::config::Config) + Clone + Send + 'static {
+    move |c| {
+        c.runs.store = baton_orchestrator::config::RunStoreMode::Redis;
+        c.runs.redis.url = redis_url.clone();
+        c.runs.redis.timeout = std::time::Duration::from_millis(500);
+    }
+}
+
 /// The example agents file (`deploy/config/agents.yaml`).
 pub const EXAMPLE_AGENTS: &str = include_str!("../../deploy/config/agents.yaml");
 

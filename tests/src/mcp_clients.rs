@@ -230,3 +230,91 @@ pub async fn until_running(core: &Orchestrator, caller: &Caller, call: &mut Join
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The JSON-RPC message answering request `id` in an SSE body.
+#[track_caller]
+pub fn sse_answer(body: &str, id: u64) -> Value {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .find(|m| m["id"] == id)
+        .unwrap_or_else(|| panic!("no answer to {id} in {body}"))
+}
+
+/// A 2025-11-25 session over plain HTTP (no SDK): what the SDKs' errors
+/// would hide, or what they cannot send.
+pub struct RawSession {
+    http: reqwest::Client,
+    key: Option<String>,
+    /// Its `Mcp-Session-Id`.
+    pub id: String,
+}
+
+impl RawSession {
+    /// `initialize` (with `capabilities`) then `notifications/initialized`
+    /// at `url`, with API key `key` when given.
+    pub async fn open(url: &str, key: Option<&str>, capabilities: Value) -> Self {
+        let mut session = Self {
+            http: reqwest::Client::new(),
+            key: key.map(str::to_owned),
+            id: String::new(),
+        };
+        let init = session
+            .post(
+                url,
+                serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": capabilities,
+                "clientInfo": {"name": "raw", "version": "0"}}}),
+            )
+            .await
+            .expect("initialize");
+        session.id = init
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .expect("a session id")
+            .to_owned();
+        drop(init.text().await);
+        let initialized = session
+            .post(
+                url,
+                serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            )
+            .await
+            .expect("initialized");
+        assert_eq!(initialized.status(), 202);
+        session
+    }
+
+    /// POSTs `body` in the session to `url` (any replica's endpoint).
+    pub fn post(
+        &self,
+        url: &str,
+        body: Value,
+    ) -> impl Future<Output = reqwest::Result<reqwest::Response>> + use<> {
+        let mut request = self
+            .http
+            .post(url)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&body);
+        if !self.id.is_empty() {
+            request = request.header("mcp-session-id", &self.id);
+        }
+        if let Some(key) = &self.key {
+            request = request.bearer_auth(key);
+        }
+        request.send()
+    }
+
+    /// Ends the session (`DELETE`) at `url`.
+    pub async fn delete(&self, url: &str) -> reqwest::Response {
+        self.http
+            .delete(url)
+            .header("mcp-session-id", &self.id)
+            .header("mcp-protocol-version", "2025-11-25")
+            .send()
+            .await
+            .expect("DELETE")
+    }
+}

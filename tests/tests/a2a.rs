@@ -862,11 +862,9 @@ agents:
 
 /// A replica keeping runs in `redis`, with a short lease.
 async fn durable_replica(redis: &RedisServer, agents: &str) -> OrchestratorServer {
-    let url = redis.url();
+    let durable = baton_e2e::durable_runs(redis.url());
     OrchestratorServer::start(agents, None, move |c| {
-        c.runs.store = baton_orchestrator::config::RunStoreMode::Redis;
-        c.runs.redis.url = url;
-        c.runs.redis.timeout = Duration::from_millis(500);
+        durable(c);
         c.runs.lease = Duration::from_secs(1);
     })
     .await

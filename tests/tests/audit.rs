@@ -4,7 +4,10 @@
 //! installs the process's logger).
 
 use baton_common::logging::{LogConfig, LogFormat};
-use baton_e2e::{Captured, OrchestratorServer, StoreServer, agent_request};
+use baton_e2e::{
+    Captured, OrchestratorServer, StoreServer, agent_request,
+    mcp_clients::{RawSession, sse_answer},
+};
 use futures::StreamExt;
 use serde_json::Value;
 
@@ -98,53 +101,19 @@ async fn audited_calls_are_one_json_line_each_in_their_own_file() {
 
     // And the MCP face: a tools/call is a run, started by RunAgent.
     let mcp = format!("{}/mcp", server.endpoint());
-    let post = |session: Option<&str>, body: Value| {
-        let mut request = http
-            .post(&mcp)
-            .header("accept", "application/json, text/event-stream")
-            .json(&body);
-        if let Some(session) = session {
-            request = request.header("mcp-session-id", session);
-        }
-        request.send()
-    };
-    let init = post(
-        None,
-        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "audit", "version": "0"}}}),
-    )
-    .await
-    .expect("MCP initialize");
-    let session = init
-        .headers()
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .expect("session id")
-        .to_owned();
-    drop(init.text().await);
-    post(
-        Some(&session),
-        serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-    )
-    .await
-    .expect("MCP initialized");
-    let answer = post(
-        Some(&session),
-        serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-            "params": {"name": "hi", "arguments": {"input": "x"}}}),
-    )
-    .await
-    .expect("MCP tools/call")
-    .text()
-    .await
-    .expect("MCP answer");
-    let result: Value = answer
-        .lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-        .find(|m| m["id"] == 2)
-        .unwrap_or_else(|| panic!("no answer in {answer}"));
+    let session = RawSession::open(&mcp, None, serde_json::json!({})).await;
+    let answer = session
+        .post(
+            &mcp,
+            serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "hi", "arguments": {"input": "x"}}}),
+        )
+        .await
+        .expect("MCP tools/call")
+        .text()
+        .await
+        .expect("MCP answer");
+    let result = sse_answer(&answer, 2);
     let meta = &result["result"]["_meta"];
     let (mcp_run, mcp_trace) = (
         meta["runId"].as_str().expect("runId").to_owned(),

@@ -344,14 +344,9 @@ agents:
 /// An orchestrator keeping runs in `redis` (no peers: replicas share
 /// nothing but Redis).
 async fn durable_replica(redis: &RedisServer) -> baton_e2e::OrchestratorServer {
-    let url = redis.url();
-    baton_e2e::OrchestratorServer::start(AGENTS, None, move |c| {
-        c.runs.store = baton_orchestrator::config::RunStoreMode::Redis;
-        c.runs.redis.url = url;
-        c.runs.redis.timeout = Duration::from_millis(500);
-    })
-    .await
-    .expect("orchestrator")
+    baton_e2e::OrchestratorServer::start(AGENTS, None, baton_e2e::durable_runs(redis.url()))
+        .await
+        .expect("orchestrator")
 }
 
 fn agent(agent: &str, input: &str) -> pb::RunAgentRequest {

@@ -234,11 +234,9 @@ async fn an_elicitation_answered_and_declined_in_the_cli() {
 
 /// A replica keeping runs in `redis`, with a short lease.
 async fn durable_replica(redis: &RedisServer) -> OrchestratorServer {
-    let url = redis.url();
+    let durable = baton_e2e::durable_runs(redis.url());
     OrchestratorServer::start(&agents(&stdio_server()), None, move |c| {
-        c.runs.store = baton_orchestrator::config::RunStoreMode::Redis;
-        c.runs.redis.url = url;
-        c.runs.redis.timeout = Duration::from_millis(500);
+        durable(c);
         c.runs.lease = Duration::from_secs(1);
     })
     .await

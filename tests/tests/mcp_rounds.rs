@@ -9,12 +9,13 @@
 //! durable runs a round asked on one replica answered on another, after
 //! the first was shut down.
 
-use std::time::Duration;
-
 use baton_client::pb;
 use baton_e2e::{
-    OrchestratorServer,
-    mcp_clients::{Output, Sdk, all_runs, client, ended, start, tenant, until_running, url},
+    OrchestratorServer, durable_runs,
+    mcp_clients::{
+        Output, RawSession, Sdk, all_runs, client, ended, sse_answer, start, tenant, until_running,
+        url,
+    },
 };
 use baton_orchestrator::{app::Caller, run::events::Filter};
 use futures::StreamExt as _;
@@ -305,49 +306,17 @@ async fn a_wrong_retry_is_refused_naming_its_field_and_answers_nothing() {
         assert!(message.starts_with(expected), "{message:?} vs {expected:?}");
     }
     // A session of an older revision has no rounds.
-    let http = reqwest::Client::new();
-    let post = |session: Option<&str>, body: Value| {
-        let mut request = http
-            .post(url(&server))
-            .header("authorization", format!("Bearer {KEY_T1}"))
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-11-25")
-            .json(&body);
-        if let Some(session) = session {
-            request = request.header("mcp-session-id", session);
-        }
-        request.send()
-    };
-    let init = post(
-        None,
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
-            "clientInfo": {"name": "raw", "version": "0"}}}),
-    )
-    .await
-    .expect("initialize");
-    let session = init
-        .headers()
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .expect("a session id")
-        .to_owned();
-    drop(init.text().await);
-    let called = post(
-        Some(&session),
-        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-            "name": "interviewer", "arguments": {"input": "a trip"},
-            "requestState": state, "inputResponses": paris}}),
-    )
-    .await
-    .expect("tools/call");
-    let body = called.text().await.expect("body");
-    let message = body
-        .lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-        .find(|m| m["id"] == 2)
-        .unwrap_or_else(|| panic!("no answer in {body}"));
+    let session = RawSession::open(&at, Some(KEY_T1), json!({"elicitation": {}})).await;
+    let called = session
+        .post(
+            &at,
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                "name": "interviewer", "arguments": {"input": "a trip"},
+                "requestState": state, "inputResponses": paris}}),
+        )
+        .await
+        .expect("tools/call");
+    let message = sse_answer(&called.text().await.expect("body"), 2);
     assert_eq!(message["error"]["code"], -32602, "{message}");
     assert!(
         message["error"]["message"]
@@ -455,12 +424,8 @@ async fn a_server_shutdown_mid_round_fails_the_call_and_cancels_its_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_durable_runs_a_round_asked_on_one_replica_is_answered_on_another() {
     let redis = baton_e2e::RedisServer::start().expect("redis-server");
-    let durable = |c: &mut baton_orchestrator::config::Config| {
-        c.runs.store = baton_orchestrator::config::RunStoreMode::Redis;
-        c.runs.redis.url = redis.url();
-        c.runs.redis.timeout = Duration::from_millis(500);
-    };
-    let a = start(durable).await;
+    let durable = durable_runs(redis.url());
+    let a = start(durable.clone()).await;
     let b = start(durable).await;
 
     // The SDK's own retry, sent to the other replica.

@@ -13,12 +13,13 @@
 //! where a session also goes on on any replica, after its first is gone.
 //! Revision 2026-07-28, which has no sessions: `mcp_rounds.rs`.
 
-use std::time::Duration;
-
 use baton_client::pb;
 use baton_e2e::{
-    eventually,
-    mcp_clients::{SDKS, Sdk, all_runs, client, ended, start, tenant, until_running, url},
+    durable_runs, eventually,
+    mcp_clients::{
+        RawSession, SDKS, Sdk, all_runs, client, ended, sse_answer, start, tenant, until_running,
+        url,
+    },
 };
 use baton_orchestrator::config::McpConfig;
 use serde_json::{Value, json};
@@ -414,15 +415,6 @@ async fn a_tenants_run_quota_refuses_a_call_over_it_as_a_tool_error() {
     server.shutdown().await.expect("shutdown");
 }
 
-/// The JSON-RPC message answering request `id` in an SSE body.
-fn sse_answer(body: String, id: u64) -> Value {
-    body.lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-        .find(|m| m["id"] == id)
-        .unwrap_or_else(|| panic!("no answer to {id} in {body}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_on_2025_11_25_and_2025_06_18_work_end_to_end_and_unknown_agents_are_refused() {
     let server = start(|_| {}).await;
@@ -456,7 +448,7 @@ async fn sessions_on_2025_11_25_and_2025_06_18_work_end_to_end_and_unknown_agent
             .and_then(|v| v.to_str().ok())
             .unwrap_or_else(|| panic!("{asked}: no session id"))
             .to_owned();
-        let message = sse_answer(answer.text().await.expect("body"), 1);
+        let message = sse_answer(&answer.text().await.expect("body"), 1);
         assert_eq!(
             message["result"]["protocolVersion"], answered,
             "{asked}: {message}"
@@ -483,7 +475,7 @@ async fn sessions_on_2025_11_25_and_2025_06_18_work_end_to_end_and_unknown_agent
             .await
             .expect("tools/call");
         assert_eq!(called.status(), 200, "{asked}");
-        let message = sse_answer(called.text().await.expect("body"), 2);
+        let message = sse_answer(&called.text().await.expect("body"), 2);
         assert_eq!(
             message["result"]["content"][0]["text"],
             format!("You said: {answered}"),
@@ -522,48 +514,16 @@ async fn sessions_on_2025_11_25_and_2025_06_18_work_end_to_end_and_unknown_agent
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ending_the_session_mid_call_cancels_the_run() {
     let server = start(|_| {}).await;
-    let http = reqwest::Client::new();
-    let post = |session: Option<&str>, body: Value| {
-        let mut request = http
-            .post(url(&server))
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-11-25")
-            .json(&body);
-        if let Some(session) = session {
-            request = request.header("mcp-session-id", session);
-        }
-        request.send()
-    };
-    let init = post(
-        None,
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "0"}}}),
-    )
-    .await
-    .expect("initialize");
-    let session = init
-        .headers()
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .expect("a session id")
-        .to_owned();
-    drop(init.text().await);
-    let initialized = post(
-        Some(&session),
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-    )
-    .await
-    .expect("initialized");
-    assert_eq!(initialized.status(), 202);
+    let session = RawSession::open(&url(&server), None, json!({})).await;
     // The call's response stream stays open while the run runs.
-    let call = post(
-        Some(&session),
-        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-            "params": {"name": "slow", "arguments": {"input": "x"}}}),
-    )
-    .await
-    .expect("tools/call");
+    let call = session
+        .post(
+            &url(&server),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "slow", "arguments": {"input": "x"}}}),
+        )
+        .await
+        .expect("tools/call");
     assert_eq!(call.status(), 200);
     eventually("the slow run runs", || async {
         server
@@ -573,13 +533,7 @@ async fn ending_the_session_mid_call_cancels_the_run() {
             .is_ok_and(|p| p.runs.iter().any(|r| r.status == pb::RunStatus::Running))
     })
     .await;
-    let ended_session = http
-        .delete(url(&server))
-        .header("mcp-session-id", &session)
-        .header("mcp-protocol-version", "2025-11-25")
-        .send()
-        .await
-        .expect("DELETE");
+    let ended_session = session.delete(&url(&server)).await;
     assert_eq!(ended_session.status(), 204);
     // rmcp lets the session's calls finish for 5 s, then cancels them.
     let page = server
@@ -635,12 +589,8 @@ async fn a_server_shutdown_mid_call_fails_the_call_and_cancels_its_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_durable_runs_a_replica_shut_down_mid_call_cancels_the_calls_run_everywhere() {
     let redis = baton_e2e::RedisServer::start().expect("redis-server");
-    let durable = |c: &mut baton_orchestrator::config::Config| {
-        c.runs.store = baton_orchestrator::config::RunStoreMode::Redis;
-        c.runs.redis.url = redis.url();
-        c.runs.redis.timeout = Duration::from_millis(500);
-    };
-    let a = start(durable).await;
+    let durable = durable_runs(redis.url());
+    let a = start(durable.clone()).await;
     let b = start(durable).await;
     let mut call = {
         let url = url(&a);
@@ -678,57 +628,18 @@ async fn with_durable_runs_a_replica_shut_down_mid_call_cancels_the_calls_run_ev
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_durable_runs_a_session_goes_on_on_any_replica_and_outlives_its_first() {
     let redis = baton_e2e::RedisServer::start().expect("redis-server");
-    let durable = |c: &mut baton_orchestrator::config::Config| {
-        c.runs.store = baton_orchestrator::config::RunStoreMode::Redis;
-        c.runs.redis.url = redis.url();
-        c.runs.redis.timeout = Duration::from_millis(500);
-    };
-    let a = start(durable).await;
-    let b = start(durable).await;
-    let http = reqwest::Client::new();
-    let post = |to: String, session: Option<String>, body: Value| {
-        let mut request = http
-            .post(to)
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-11-25")
-            .json(&body);
-        if let Some(session) = session {
-            request = request.header("mcp-session-id", session);
-        }
-        request.send()
-    };
-    let init = post(
-        url(&a),
-        None,
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "0"}}}),
-    )
-    .await
-    .expect("initialize");
-    let session = init
-        .headers()
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .expect("a session id")
-        .to_owned();
-    drop(init.text().await);
-    let initialized = post(
-        url(&a),
-        Some(session.clone()),
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-    )
-    .await
-    .expect("initialized");
-    assert_eq!(initialized.status(), 202);
+    let durable = durable_runs(redis.url());
+    let a = start(durable.clone()).await;
+    let b = start(durable.clone()).await;
+    let session = RawSession::open(&url(&a), None, json!({})).await;
     let call = |to: String, id: u64, input: &str| {
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
             "params": {"name": "assistant", "arguments": {"input": input}}});
-        let answer = post(to, Some(session.clone()), body);
+        let answer = session.post(&to, body);
         async move {
             let answer = answer.await.expect("tools/call");
             assert_eq!(answer.status(), 200, "call {id}");
-            let message = sse_answer(answer.text().await.expect("body"), id);
+            let message = sse_answer(&answer.text().await.expect("body"), id);
             message["result"]["content"][0]["text"].clone()
         }
     };
@@ -739,22 +650,15 @@ async fn with_durable_runs_a_session_goes_on_on_any_replica_and_outlives_its_fir
     assert_eq!(call(url(&b), 4, "after a").await, "You said: after a");
     // Ended by the client: gone from the store, so a replica that does not
     // hold it answers 404.
-    let ended = http
-        .delete(url(&b))
-        .header("mcp-session-id", &session)
-        .header("mcp-protocol-version", "2025-11-25")
-        .send()
-        .await
-        .expect("DELETE");
-    assert_eq!(ended.status(), 204);
+    assert_eq!(session.delete(&url(&b)).await.status(), 204);
     let c = start(durable).await;
-    let after = post(
-        url(&c),
-        Some(session.clone()),
-        json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"}),
-    )
-    .await
-    .expect("tools/list");
+    let after = session
+        .post(
+            &url(&c),
+            json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"}),
+        )
+        .await
+        .expect("tools/list");
     assert_eq!(after.status(), 404);
     b.shutdown().await.expect("shutdown b");
     c.shutdown().await.expect("shutdown c");

@@ -291,11 +291,9 @@ async fn model_tokens_per_hour_refuse_new_runs_and_the_next_model_turn() {
 async fn with_durable_runs_quotas_hold_across_replicas_and_parked_runs_count() {
     let redis = RedisServer::start().expect("redis-server");
     let replica = |name: &'static str| {
-        let url = redis.url();
+        let durable = baton_e2e::durable_runs(redis.url());
         server(name, move |c| {
-            c.runs.store = baton_orchestrator::config::RunStoreMode::Redis;
-            c.runs.redis.url = url;
-            c.runs.redis.timeout = Duration::from_millis(500);
+            durable(c);
             c.runs.lease = Duration::from_secs(1);
             c.runs.park_after = Duration::from_millis(200);
             c.quotas
