@@ -447,6 +447,47 @@ async fn every_replica_serves_a_durable_runs_events_status_and_list() {
     assert_eq!(missing.code(), tonic::Code::NotFound);
 }
 
+/// The replica that ran a durable run serves its whole log from the run
+/// store once its own copy is gone (LOG_RETENTION after the end), like
+/// every other replica, for `runs.retention`: it once answered
+/// FAILED_PRECONDITION "the run ended more than 60s ago".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_replica_that_ran_a_finished_run_serves_its_log_from_the_run_store() {
+    use futures::StreamExt;
+    let redis = RedisServer::start().expect("redis-server");
+    let server = durable_replica(&redis).await;
+    let other = durable_replica(&redis).await;
+    let client = server.client().await.expect("client");
+    let ran = client
+        .run_agent_to_end(agent("chatty", "x"))
+        .await
+        .expect("run");
+    let run_id = ran[0].run_id.clone();
+    // Its log here goes as it would a minute after the end; the replica
+    // starts other runs (a start sweeps the finished runs' logs).
+    server.core.runs().expire_finished_logs_now();
+    client
+        .run_agent_to_end(agent("chatty", "y"))
+        .await
+        .expect("another run");
+    for (name, replica) in [("the replica that ran it", &server), ("another", &other)] {
+        let c = replica.client().await.expect("client");
+        let all: Vec<pb::RunEvent> = c
+            .watch_run(&run_id, 0, None)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e:?}"))
+            .map(|e| e.unwrap_or_else(|e| panic!("{name}: {e:?}")))
+            .collect()
+            .await;
+        assert_eq!(all, ran, "{name} serves the whole log");
+        let run = c.get_run(&run_id).await.expect("get");
+        assert_eq!(
+            (run.status(), run.last_seq),
+            (pb::RunStatus::Completed, ran.len() as u64)
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_redis_a_durable_run_does_not_start_or_ends_unavailable() {
     use futures::StreamExt;
@@ -455,7 +496,7 @@ async fn without_redis_a_durable_run_does_not_start_or_ends_unavailable() {
     let client = server.client().await.expect("client");
 
     // Redis hangs mid-run: the stream ends UNAVAILABLE within a few
-    // timeouts, and the run is cancelled, never left hanging.
+    // timeouts, and the run stops here, never left hanging.
     // The bare gRPC stream, to see what the server sends (the client's own
     // streams would re-attach and read the run's end from this replica).
     let mut stream = client
@@ -490,16 +531,39 @@ async fn without_redis_a_durable_run_does_not_start_or_ends_unavailable() {
         .err()
         .expect("refused");
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    // The run was dropped here, never ended here: nothing was shown that
+    // the log does not have. Once Redis answers again its lease lapses and
+    // a replica (this one, the only one) resumes it from its log to its end.
+    assert!(
+        server.core.runs().get(&first.run_id).is_err(),
+        "dropped here"
+    );
+    assert_eq!(server.core.runs().running(), 0);
     redis.thaw();
-    let local = server.core.runs().get(&first.run_id).expect("record");
-    tokio::time::timeout(Duration::from_secs(5), async {
-        while local.snapshot().status == pb::RunStatus::Running {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+    let run = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            if let Ok(run) = client.get_run(&first.run_id).await
+                && run.status() != pb::RunStatus::Running
+            {
+                return run;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     })
     .await
-    .expect("the run was cancelled");
-    assert_eq!(server.core.runs().running(), 0);
+    .expect("the run is resumed and ends");
+    assert_eq!(
+        (run.status(), run.output.as_str()),
+        (pb::RunStatus::Completed, "slept on x")
+    );
+    let all: Vec<pb::RunEvent> = client
+        .watch_run(&first.run_id, 0, None)
+        .await
+        .expect("watch")
+        .map(|e| e.expect("event"))
+        .collect()
+        .await;
+    baton_e2e::events::check_stream_rules(&all);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -238,6 +238,83 @@ async fn a_paused_owner_writes_nothing_once_another_replica_claimed_its_run() {
     assert_eq!(resumed, 1);
 }
 
+/// A replica paused past its lease drops the runs another replica claimed
+/// meanwhile the moment it goes on: it answers GetRun and WatchRun about
+/// them from the run store (never its stale view), keeps nothing of them,
+/// and its drain ends within its grace. (It used to say RUNNING while the
+/// others said COMPLETED, hang a WatchRun, log "another replica owns this
+/// run now" every third of the lease forever, and never finish a drain.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_paused_past_its_lease_drops_the_runs_it_lost_and_drains_in_time() {
+    let (_redis, a, b) = pair(&[]).await;
+    let on_a = a.client().await;
+    let (_stream, seen) = start_slow_raw(&on_a).await;
+    let run_id = seen[0].run_id.clone();
+
+    a.signal("-STOP");
+    let on_b = b.client().await;
+    until(
+        Duration::from_secs(8),
+        "replica b resumes and completes the run",
+        async || {
+            on_b.get_run(&run_id)
+                .await
+                .is_ok_and(|r| r.status() == pb::RunStatus::Completed)
+        },
+    )
+    .await;
+    let on_b_view = on_b.get_run(&run_id).await.expect("get on b");
+    let whole: Vec<pb::RunEvent> = on_b
+        .watch_run(&run_id, 0, None)
+        .await
+        .expect("watch on b")
+        .map(|e| e.expect("event"))
+        .collect()
+        .await;
+    a.signal("-CONT");
+    // At once (before its next renewal could tell it): its lease lapsed
+    // while it was paused, so it reads the run store.
+    let on_a_view = on_a.get_run(&run_id).await.expect("get on a");
+    assert_eq!(
+        (on_a_view.status(), on_a_view.last_seq, &on_a_view.output),
+        (on_b_view.status(), on_b_view.last_seq, &on_b_view.output),
+        "GetRun on the former owner agrees with the others"
+    );
+    let on_a_log: Vec<pb::RunEvent> = tokio::time::timeout(Duration::from_secs(5), async {
+        on_a.watch_run(&run_id, 0, None)
+            .await
+            .expect("watch on a")
+            .map(|e| e.expect("event"))
+            .collect()
+            .await
+    })
+    .await
+    .expect("WatchRun on the former owner ends");
+    assert_eq!(on_a_log, whole, "the run store's log, not its own");
+    // After its renewal found the run gone, still the same answers.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let again = on_a.get_run(&run_id).await.expect("get on a");
+    assert_eq!(again.status(), pb::RunStatus::Completed);
+    // Its drain ends within the grace (1 s) and a margin.
+    let began = Instant::now();
+    a.signal("-TERM");
+    let mut a = a;
+    let exited = tokio::time::timeout(Duration::from_secs(6), async {
+        loop {
+            if let Ok(Some(status)) = a.child.try_wait() {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(
+        exited.is_ok(),
+        "the former owner's drain did not end within 6 s"
+    );
+    assert!(began.elapsed() < Duration::from_secs(6));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_hands_runs_over_and_the_client_follows_them_elsewhere() {
     let (_redis, mut a, b) = pair(&[]).await;

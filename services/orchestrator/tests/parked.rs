@@ -15,7 +15,7 @@ use baton_e2e::{RedisServer, events};
 use futures::StreamExt;
 
 mod replicas;
-use replicas::{pair, start_until};
+use replicas::{pair, start_until, trio};
 
 const AGENTS: &str = r#"
 scripts:
@@ -287,4 +287,86 @@ async fn a_parked_run_cancelled_on_another_replica_ends_cancelled() {
         on_b.get_run(&run_id).await.expect("get").status(),
         pb::RunStatus::Cancelled
     );
+}
+
+/// With the peer list the Kubernetes manifests deploy (every replica, this
+/// one included), the first answer to a parked run's question is taken
+/// exactly once and applied, whichever replica it reaches; a second is
+/// refused and changes nothing. (Every replica used to record the
+/// forwarded answer: all but one refused it as "already answered", and the
+/// caller got that refusal while the answer took effect — or was lost when
+/// the recording replica's call was dropped before it woke the run.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_peers_a_parked_runs_first_answer_is_taken_once_on_any_replica() {
+    let (redis, replicas) = trio(true, PARKING).await;
+    let mut clients = Vec::new();
+    for r in &replicas {
+        clients.push(r.client().await);
+    }
+    for answerer in 0..3 {
+        let (agent, approval) = if answerer == 1 {
+            ("interviewer", false)
+        } else {
+            ("payer", true)
+        };
+        let (stream, seen) = start_until(&clients[0], request(agent, true, None), asked).await;
+        let run_id = seen[0].run_id.clone();
+        let question = match &seen.last().and_then(|e| e.payload.clone()) {
+            Some(Payload::ApprovalRequested(q)) => q.approval_id.clone(),
+            Some(Payload::InputRequested(q)) => q.input_id.clone(),
+            other => panic!("{other:?}"),
+        };
+        drop(stream);
+        until_parked(&redis, &run_id).await;
+
+        let on = &clients[answerer];
+        let answered = Instant::now();
+        if approval {
+            on.resolve_approval(&run_id, &question, true, "ok")
+                .await
+                .unwrap_or_else(|e| panic!("the first answer on replica-{answerer}: {e:?}"));
+        } else {
+            on.submit_input(&run_id, &question, "Lisbon")
+                .await
+                .unwrap_or_else(|e| panic!("the first answer on replica-{answerer}: {e:?}"));
+        }
+        let all = whole_run(&clients[(answerer + 1) % 3], &run_id).await;
+        assert!(
+            answered.elapsed() < Duration::from_secs(4),
+            "resumed in {:?}",
+            answered.elapsed()
+        );
+        events::check_stream_rules(&all);
+        let expected = if approval { "paid x" } else { "planned x" };
+        match all.last().and_then(|e| e.payload.as_ref()) {
+            Some(Payload::RunCompleted(c)) => assert_eq!(c.output, expected),
+            other => panic!("{other:?}"),
+        }
+        let applied: Vec<String> = all
+            .iter()
+            .filter_map(|e| match &e.payload {
+                Some(Payload::ApprovalResolved(r)) => {
+                    assert_eq!(r.source, pb::ApprovalSource::Person as i32, "{r:?}");
+                    Some(format!("{}:{}", r.approved, r.reason))
+                }
+                Some(Payload::InputReceived(r)) => Some(r.input.clone()),
+                _ => None,
+            })
+            .collect();
+        let ours = if approval { "true:ok" } else { "Lisbon" };
+        assert_eq!(applied, [ours], "applied exactly once, as given");
+        // A second answer, on any replica, is refused and changes nothing.
+        for client in &clients {
+            let err = if approval {
+                client
+                    .resolve_approval(&run_id, &question, false, "late")
+                    .await
+            } else {
+                client.submit_input(&run_id, &question, "Paris").await
+            }
+            .expect_err("answered already");
+            assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+        }
+        assert_eq!(whole_run(&clients[2], &run_id).await, all);
+    }
 }

@@ -1,10 +1,27 @@
 //! Run-scoped calls of people and callers: answer an approval, answer a
-//! request for input, cancel a run — on the run here, on a peer that has
-//! it, or, for a durable run that no replica runs (parked, or its owner
-//! elsewhere), through its inbox in the run store: an answer (or cancel) is
-//! recorded there; a run whose owner runs it gets it at that replica's next
-//! lease renewal; a parked run is claimed and resumed here at once, and
-//! takes it as it starts.
+//! request for input, cancel a run.
+//!
+//! Where the answer goes:
+//! - the run is here (and this replica's, see `RunRecord::is_ours`): with
+//!   durable runs the answer is first recorded in the run's inbox in the
+//!   run store — one script that checks the question is open and
+//!   unanswered, so of two answers given anywhere exactly one is taken,
+//!   and a taken answer outlives this replica — then handed to the run;
+//!   in memory mode it is handed to the run;
+//! - on a peer (`peers.endpoints`): asked of every replica, and answered
+//!   only by the one running the run — a forwarded call is answered from
+//!   that replica's runs in memory and never from the run store, so one
+//!   answer is recorded at most once whatever the peer list (it may list
+//!   this replica itself, as a Kubernetes headless Service does);
+//! - otherwise (durable runs that no replica runs here or on a peer:
+//!   parked, or its owner elsewhere): recorded in its inbox by this
+//!   replica; a run whose owner runs it gets it at that replica's next
+//!   lease renewal, a parked run is woken (claimed and resumed) here in the
+//!   background — and, should this replica stop first, it is claimable at
+//!   once, so any replica resumes it within a third of the lease.
+//!
+//! A cancel goes the same ways (recorded in the inbox too, so a replica
+//! that resumes the run before its end is logged cancels it again).
 
 use std::sync::Arc;
 
@@ -17,12 +34,13 @@ use super::{
 };
 use crate::{
     error::{Error, Result},
+    peers::{Answer, Forward, Peers},
     run::{
         durable::{
             Claim, RedisRuns,
             inbox::{Answered, Question},
         },
-        record::ApprovalAnswer,
+        record::{ApprovalAnswer, RunRecord, mono_ms},
     },
 };
 
@@ -35,46 +53,17 @@ impl Orchestrator {
         approval_id: &str,
         answer: ApprovalAnswer,
     ) -> Result<()> {
-        let answered = self
-            .resolve_approval_here(caller, run_id, approval_id, answer)
-            .await;
+        let answered = if approval_id.is_empty() {
+            Err(Error::invalid("approval_id", "must not be empty"))
+        } else {
+            let question = Question::Approval(approval_id, answer.approved, &answer.reason);
+            self.answer(caller, run_id, question, async |p, f| {
+                p.resolve_approval(f, run_id, approval_id, &answer).await
+            })
+            .await
+        };
         audit("ResolveApproval", caller, audited_id(run_id), "", &answered);
         answered
-    }
-
-    async fn resolve_approval_here(
-        &self,
-        caller: &Caller,
-        run_id: &str,
-        approval_id: &str,
-        answer: ApprovalAnswer,
-    ) -> Result<()> {
-        if approval_id.is_empty() {
-            return Err(Error::invalid("approval_id", "must not be empty"));
-        }
-        let here = match self.run_of(caller, run_id) {
-            Ok(run) => run.resolve_approval(approval_id, answer.clone()),
-            Err(missing) => {
-                return self
-                    .answer_elsewhere(
-                        caller,
-                        run_id,
-                        missing,
-                        async |p, f| p.resolve_approval(f, run_id, approval_id, &answer).await,
-                        Question::Approval(approval_id, answer.approved, &answer.reason),
-                    )
-                    .await;
-            }
-        };
-        match here {
-            // Not asked here: a durable run resumed on its way to it, or
-            // parked since.
-            Err(Error::NotFound { .. }) if self.services.durable.is_some() => {
-                let question = Question::Approval(approval_id, answer.approved, &answer.reason);
-                self.answer_stored(caller, run_id, question).await
-            }
-            other => other,
-        }
     }
 
     /// A person's answer to request for input `input_id` of run `run_id`.
@@ -85,66 +74,81 @@ impl Orchestrator {
         input_id: &str,
         input: String,
     ) -> Result<()> {
-        let answered = self
-            .submit_input_here(caller, run_id, input_id, input)
-            .await;
+        let answered = if input_id.is_empty() {
+            Err(Error::invalid("input_id", "must not be empty"))
+        } else {
+            self.answer(
+                caller,
+                run_id,
+                Question::Input(input_id, &input),
+                async |p, f| p.submit_input(f, run_id, input_id, &input).await,
+            )
+            .await
+        };
         audit("SubmitInput", caller, audited_id(run_id), "", &answered);
         answered
     }
 
-    async fn submit_input_here(
+    /// An answer to `question` of run `run_id`: here, on the peer running
+    /// it (`forward`), or through its inbox (see the module docs).
+    async fn answer<F>(
         &self,
         caller: &Caller,
         run_id: &str,
-        input_id: &str,
-        input: String,
-    ) -> Result<()> {
-        if input_id.is_empty() {
-            return Err(Error::invalid("input_id", "must not be empty"));
-        }
-        let here = match self.run_of(caller, run_id) {
-            Ok(run) => run.submit_input(input_id, input.clone()),
-            Err(missing) => {
-                return self
-                    .answer_elsewhere(
-                        caller,
-                        run_id,
-                        missing,
-                        async |p, f| p.submit_input(f, run_id, input_id, &input).await,
-                        Question::Input(input_id, &input),
-                    )
-                    .await;
-            }
+        question: Question<'_>,
+        forward: F,
+    ) -> Result<()>
+    where
+        F: AsyncFnOnce(&Peers, &Forward) -> Answer<()>,
+    {
+        let missing = match self.run_of(caller, run_id) {
+            Ok(run) => return self.answer_here(&run, question).await,
+            Err(missing) => missing,
         };
-        match here {
-            // Not asked here: a durable run resumed on its way to it, or
-            // parked since.
-            Err(Error::NotFound { .. }) if self.services.durable.is_some() => {
-                self.answer_stored(caller, run_id, Question::Input(input_id, &input))
-                    .await
+        match self.on_peer(caller, run_id, missing, forward).await {
+            // Nobody runs it (or the caller is a peer: it answers from its
+            // own runs only).
+            Err(Error::NotFound { .. })
+                if self.services.durable.is_some() && !caller.forward.forwarded =>
+            {
+                self.answer_stored(caller, run_id, question).await
             }
             other => other,
         }
     }
 
-    /// An answer for a run that is not here: on the peer that has it, else
-    /// (durable runs) through its inbox.
-    async fn answer_elsewhere<F>(
-        &self,
-        caller: &Caller,
-        run_id: &str,
-        missing: Error,
-        ask: F,
-        question: Question<'_>,
-    ) -> Result<()>
-    where
-        F: AsyncFnOnce(&crate::peers::Peers, &crate::peers::Forward) -> crate::peers::Answer<()>,
-    {
-        match self.on_peer(caller, run_id, missing, ask).await {
-            Err(Error::NotFound { .. }) if self.services.durable.is_some() => {
-                self.answer_stored(caller, run_id, question).await
-            }
-            other => other,
+    /// An answer to a run running here: recorded in the run store first
+    /// when runs are durable, then handed to the run.
+    async fn answer_here(&self, run: &Arc<RunRecord>, question: Question<'_>) -> Result<()> {
+        let give = |run: &RunRecord| match &question {
+            Question::Approval(id, approved, reason) => run.resolve_approval(
+                id,
+                ApprovalAnswer {
+                    approved: *approved,
+                    reason: (*reason).to_owned(),
+                },
+            ),
+            Question::Input(id, input) => run.submit_input(id, (*input).to_owned()),
+        };
+        if run.epoch.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            return give(run);
+        }
+        let (id, field) = match &question {
+            Question::Approval(id, ..) => (*id, "approval_id"),
+            Question::Input(id, _) => (*id, "input_id"),
+        };
+        crate::run::record::check_id(field, id)?;
+        let Some(durable) = self.services.durable.clone() else {
+            return give(run);
+        };
+        self.record_answer(durable, &run.run_id, question).await?;
+        // Recorded: the run takes it now. A run resumed here that has not
+        // reached the question yet takes it from its inbox at the next
+        // renewal; the renewal may also have handed this very answer over
+        // a moment ago — the same answer either way.
+        match give(run) {
+            Ok(()) | Err(Error::NotFound { .. } | Error::FailedPrecondition { .. }) => Ok(()),
+            Err(e) => Err(e),
         }
     }
 
@@ -168,7 +172,17 @@ impl Orchestrator {
         reason: &str,
     ) -> Result<pb::RunStatus> {
         let missing = match self.run_of(caller, run_id) {
-            Ok(run) => return Ok(run.cancel_by_request(reason)),
+            Ok(run) => {
+                // Recorded first when durable: a replica that resumes the
+                // run before its end is logged cancels it again.
+                if let Some(durable) = &self.services.durable
+                    && run.epoch.load(std::sync::atomic::Ordering::Relaxed) > 0
+                    && run.snapshot().status == pb::RunStatus::Running
+                {
+                    durable.request_cancel(run_id, reason).await?;
+                }
+                return Ok(run.cancel_by_request(reason));
+            }
             Err(missing) => missing,
         };
         let there = self
@@ -178,7 +192,9 @@ impl Orchestrator {
             .await;
         match there {
             // A durable run elsewhere, or parked.
-            Err(Error::NotFound { .. }) if self.services.durable.is_some() => {
+            Err(Error::NotFound { .. })
+                if self.services.durable.is_some() && !caller.forward.forwarded =>
+            {
                 self.cancel_stored(caller, run_id, reason).await
             }
             other => other,
@@ -194,6 +210,18 @@ impl Orchestrator {
         question: Question<'_>,
     ) -> Result<()> {
         let durable = self.stored_run_of(caller, run_id).await?;
+        self.record_answer(durable, run_id, question).await
+    }
+
+    /// Records an answer in the inbox of durable run `run_id` (one script:
+    /// exactly one answer per question is taken) and wakes the run if it
+    /// is parked.
+    async fn record_answer(
+        &self,
+        durable: Arc<RedisRuns>,
+        run_id: &str,
+        question: Question<'_>,
+    ) -> Result<()> {
         let (field, what, id) = match &question {
             Question::Approval(id, ..) => ("approval_id", "approval", id.to_string()),
             Question::Input(id, _) => ("input_id", "input request", id.to_string()),
@@ -214,7 +242,7 @@ impl Orchestrator {
             Answered::TooLate => Err(refused(format!("the deadline of {what} {id:?} has passed"))),
             Answered::Recorded { parked } => {
                 if parked {
-                    self.wake(&durable, run_id).await;
+                    self.wake_later(durable, run_id);
                 }
                 Ok(())
             }
@@ -237,7 +265,7 @@ impl Orchestrator {
             }
             Answered::Recorded { parked } => {
                 if parked {
-                    self.wake(&durable, run_id).await;
+                    self.wake_later(durable, run_id);
                 }
                 Ok(pb::RunStatus::Cancelled)
             }
@@ -259,8 +287,21 @@ impl Orchestrator {
         }
     }
 
+    /// Wakes a parked run in the background: the caller's answer is
+    /// recorded already, and a call that goes away (a client deadline, a
+    /// peer that stopped waiting) must not leave it half woken. Should this
+    /// replica stop first, the run is claimable at once (the answer script
+    /// made it so): any replica's next round of claims resumes it.
+    fn wake_later(&self, durable: Arc<RedisRuns>, run_id: &str) {
+        let core = self.clone();
+        let run_id = run_id.to_owned();
+        self.tasks
+            .spawn(async move { core.wake(&durable, &run_id).await });
+    }
+
     /// Claims a parked run and resumes it here.
     async fn wake(&self, durable: &RedisRuns, run_id: &str) {
+        let claimed_at = mono_ms();
         match durable.claim_parked(run_id).await {
             Ok(Claim::Claimed {
                 epoch,
@@ -272,6 +313,7 @@ impl Orchestrator {
                     run_id: run_id.to_owned(),
                     epoch,
                     last_seq,
+                    claimed_at,
                 };
                 if !self.resume(claimed).await {
                     end_orphan(durable, run_id, epoch, &previous_owner, last_seq, &trace_id).await;

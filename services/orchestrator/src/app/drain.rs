@@ -50,13 +50,16 @@ impl Orchestrator {
             }
             match durable.release(&run.run_id, epoch).await {
                 Ok(true) => {
-                    run.handed_over
-                        .store(true, std::sync::atomic::Ordering::SeqCst);
-                    run.cancel("handed over to another replica");
-                    self.runs.remove(&run.run_id);
+                    self.runs.drop_run(&run, "handed over to another replica");
                     tracing::info!(run_id = %run.run_id, "handed a run over");
                 }
-                Ok(false) => {}
+                // Not ours any more (another replica claimed it while this
+                // one was paused): nothing of it is this replica's to end.
+                Ok(false) => {
+                    self.runs
+                        .drop_run(&run, "another replica owns this run now");
+                    tracing::info!(run_id = %run.run_id, "another replica owns this run now; dropped it here");
+                }
                 Err(e) => {
                     tracing::warn!(run_id = %run.run_id, error = %e, "cannot hand a run over; it gets the grace period");
                 }

@@ -121,11 +121,14 @@ impl Orchestrator {
         }
     }
 
-    /// The run `run_id` if it is here and belongs to the caller's tenant;
-    /// another tenant's run is `NOT_FOUND`, exactly like a missing one.
+    /// The run `run_id` if it is here, this replica's to answer about (see
+    /// [`RunRecord::is_ours`]: a durable run whose lease this replica may
+    /// have lost is read from the run store instead) and the caller's
+    /// tenant's; another tenant's run is `NOT_FOUND`, exactly like a
+    /// missing one.
     pub(super) fn run_of(&self, caller: &Caller, run_id: &str) -> Result<Arc<RunRecord>> {
         let run = self.runs.get(run_id)?;
-        if run.tenant != caller.tenant {
+        if run.tenant != caller.tenant || !run.is_ours() {
             return Err(not_found(run_id, "on this orchestrator"));
         }
         Ok(run)

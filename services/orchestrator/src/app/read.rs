@@ -1,8 +1,10 @@
 //! Reading runs: get one, list a tenant's, watch one's events from a seq —
 //! from this replica's records, from the peer that has the run, or, when
-//! runs are durable, from the run store (a run that is not here, or a log
-//! here that does not reach back far enough: a run resumed here holds only
-//! its new events).
+//! runs are durable, from the run store (a run that is not here, or not
+//! this replica's to answer about — lost to another replica, its lease
+//! possibly lapsed — or a log here that does not reach back far enough: a
+//! run resumed here holds only its new events, a finished run's events go
+//! `LOG_RETENTION` after its end).
 
 use std::sync::Arc;
 
@@ -32,7 +34,7 @@ impl Orchestrator {
             && self
                 .runs
                 .get(run_id)
-                .is_err_and(|e| matches!(e, Error::NotFound { .. }))
+                .map_or_else(|e| matches!(e, Error::NotFound { .. }), |r| !r.is_ours())
         {
             return match durable.meta(run_id).await? {
                 Some(meta) if meta.tenant == caller.tenant => Ok(meta.to_view()),
@@ -164,10 +166,14 @@ impl Orchestrator {
             Err(Error::NotFound { .. }) => None,
             Err(e) => return Err(e),
         };
+        // This replica's log, only while the run is its own and the log
+        // still holds the events from `after_seq` (not resumed since, not
+        // dropped LOG_RETENTION after the end): else the run store has them.
         if let Some(run) = here
             && run.tenant == caller.tenant
+            && run.is_ours()
             && after_seq >= run.resumed_after
-            && !matches!(run.events_after(after_seq, 0), LogRead::Gone(_))
+            && matches!(run.events_after(after_seq, 0), LogRead::Events(..))
         {
             return Ok(None);
         }

@@ -44,6 +44,9 @@ pub struct Claimed {
     pub epoch: u64,
     /// The seq of its last logged event.
     pub last_seq: u64,
+    /// When the claim was sent (ms on [`crate::run::record::mono_ms`]'s
+    /// clock): the lease runs from then.
+    pub claimed_at: i64,
 }
 
 impl Orchestrator {
@@ -101,6 +104,7 @@ impl Orchestrator {
         record
             .epoch
             .store(claimed.epoch, std::sync::atomic::Ordering::Relaxed);
+        record.lease_holds_until(claimed.claimed_at + durable.lease().as_millis() as i64);
         let span = self
             .resumed_span(durable, &claimed.run_id, &trace_id, &meta.target)
             .await;

@@ -25,7 +25,7 @@ use crate::{
     error::Error,
     run::{
         durable::{Append, Claim, RedisRuns, RunEnd, now_ms},
-        record::{ApprovalAnswer, RunRecord},
+        record::{ApprovalAnswer, RunRecord, mono_ms},
         registry::Runs,
     },
 };
@@ -75,9 +75,7 @@ async fn park(durable: &RedisRuns, runs: &Runs, quiet: Duration) {
         };
         // Out of reach first: an answer given from now on goes to its
         // inbox, which the park script sees.
-        runs.remove(&run.run_id);
-        run.handed_over.store(true, Ordering::SeqCst);
-        run.cancel("parked: waiting for a person");
+        runs.drop_run(&run, "parked: waiting for a person");
         match durable.park(&run.run_id, epoch, wake_ms).await {
             Ok(true) => tracing::debug!(run_id = %run.run_id, wake_ms, "parked a run"),
             Ok(false) => {}
@@ -88,7 +86,10 @@ async fn park(durable: &RedisRuns, runs: &Runs, quiet: Duration) {
 }
 
 /// Hands what a run's inbox holds (answers and a cancel given on other
-/// replicas) to the run; drops what can no longer be delivered.
+/// replicas) to the run; drops what can never be delivered (unreadable).
+/// An answer stays in the inbox until the run journals it (the append
+/// script takes it out then): if this replica stops before that, the
+/// replica that resumes the run finds it there.
 async fn deliver(durable: &RedisRuns, run: &RunRecord) {
     let inbox = match durable.inbox(&run.run_id).await {
         Ok(inbox) => inbox,
@@ -99,9 +100,10 @@ async fn deliver(durable: &RedisRuns, run: &RunRecord) {
     };
     let mut stale = Vec::new();
     for (id, value) in inbox {
+        // A cancel stays too: a replica that resumes the run before its end
+        // is journaled cancels it again.
         let delivered = if id == "cancel" {
             run.cancel_by_request(&String::from_utf8_lossy(&value));
-            stale.push(id);
             continue;
         } else if id.starts_with("approval:") {
             match serde_json::from_slice::<(bool, String)>(&value) {
@@ -119,7 +121,9 @@ async fn deliver(durable: &RedisRuns, run: &RunRecord) {
             Err(Error::Internal("not a question".into()))
         };
         // Not asked here yet (a resumed run on its way to it): next round.
-        if !matches!(delivered, Ok(()) | Err(Error::NotFound { .. })) {
+        // Answered already (given here too, or a round ago): it leaves the
+        // inbox when its answer is journaled.
+        if matches!(delivered, Err(Error::Internal(_))) {
             stale.push(id);
         }
     }
@@ -127,19 +131,28 @@ async fn deliver(durable: &RedisRuns, run: &RunRecord) {
 }
 
 async fn renew(durable: &RedisRuns, runs: &Runs) {
+    let lease = durable.lease().as_millis() as i64;
     for run in runs.running_runs() {
         let epoch = run.epoch.load(Ordering::Relaxed);
         if epoch == 0 {
             continue;
         }
+        // The lease runs from when the script is sent, not answered.
+        let sent = mono_ms();
         match durable.renew(&run.run_id, epoch).await {
-            Ok(Some(false)) => {}
-            Ok(Some(true)) => deliver(durable, &run).await,
+            Ok(Some(inbox)) => {
+                run.lease_holds_until(sent + lease);
+                if inbox {
+                    deliver(durable, &run).await;
+                }
+            }
             Ok(None) => {
-                tracing::warn!(run_id = %run.run_id, "another replica owns this run now; stopping it here");
-                // It goes on there: nothing ends here (nor its quota).
-                run.handed_over.store(true, Ordering::SeqCst);
-                run.cancel("another replica owns this run now");
+                // Fenced: another replica claimed it (this one was paused or
+                // cut off past its lease). It goes on there: nothing ends
+                // here (nor its quota), nothing of it is kept here, and
+                // reads of it go to the run store.
+                tracing::warn!(run_id = %run.run_id, "another replica owns this run now; dropped it here");
+                runs.drop_run(&run, "another replica owns this run now");
             }
             // Tried again next round; if the lease lapses meanwhile, another
             // replica claims the run and this one's writes are fenced.
@@ -159,6 +172,7 @@ async fn claim(durable: &RedisRuns, core: &Orchestrator) {
         }
     };
     for run_id in lapsed {
+        let claimed_at = mono_ms();
         match durable.claim(&run_id).await {
             Ok(Claim::Claimed {
                 epoch,
@@ -176,6 +190,7 @@ async fn claim(durable: &RedisRuns, core: &Orchestrator) {
                     run_id: run_id.clone(),
                     epoch,
                     last_seq,
+                    claimed_at,
                 };
                 if !core.resume(claimed).await {
                     end_orphan(

@@ -90,6 +90,17 @@ pub(super) fn stream(
                 if full {
                     continue;
                 }
+                // Dropped here (another replica owns it, it parked, or this
+                // replica handed it over): its log goes on in the run store.
+                if run.is_dropped() {
+                    let _ = tx
+                        .send(Err(Error::Unavailable(format!(
+                            "the run left this replica ({}): re-attach with WatchRun(after_seq = {cursor})",
+                            run.cancel_reason()
+                        ))))
+                        .await;
+                    return;
+                }
                 tokio::select! {
                     _ = next => {}
                     _ = tx.closed() => return,

@@ -9,9 +9,13 @@
 //! events when the run is fast, one when it is slow.
 //!
 //! When the log cannot be written (Redis does not answer, after one retry)
-//! or another replica's epoch fences this one out, the run is cancelled
-//! here and the caller's stream ends with `UNAVAILABLE`: nothing more is
-//! shown that the log does not have.
+//! or another replica's epoch fences this one out, the run is dropped here
+//! (stopped without a terminal event, its record no longer answered from:
+//! `RunRecord::drop_here`) and the caller's stream ends with
+//! `UNAVAILABLE`: nothing is shown, kept or answered here that the log does
+//! not have. A fenced run goes on on the replica that claimed it; one whose
+//! log could not be written is claimed once its lease lapses (by any
+//! replica, this one included) and resumed from what the log has.
 
 use std::{sync::Arc, time::SystemTime};
 
@@ -91,10 +95,11 @@ pub async fn sequence(
                 Some(d) => d,
                 None => {
                     if record.handed_over.load(std::sync::atomic::Ordering::SeqCst) && !client_gone {
+                        let why = if record.is_dropped() { record.cancel_reason() } else { "this replica is shutting down".into() };
                         let _ = out
-                            .send(Err(Error::Unavailable(
-                                "this replica is shutting down; the run goes on on another replica: re-attach with WatchRun(after_seq)".into(),
-                            )))
+                            .send(Err(Error::Unavailable(format!(
+                                "{why}; the run goes on on another replica: re-attach with WatchRun(after_seq)"
+                            ))))
                             .await;
                     }
                     return;
@@ -150,13 +155,17 @@ pub async fn sequence(
             forget_lease = written.is_ok() && ended;
             if let Err(e) = written {
                 broken = true;
-                tracing::warn!(run_id = %run_id, error = %e, "cannot log the run's events; cancelling it");
-                record.cancel(&format!("the run's log cannot be written: {e}"));
+                tracing::warn!(run_id = %run_id, error = %e, "cannot log the run's events; dropping it here");
+                record.drop_here(&format!("the run's log cannot be written here: {e}"));
                 if !client_gone {
                     let _ = out.send(Err(e)).await;
                     client_gone = true;
                 }
             }
+        }
+        // Nothing the log does not have is kept or shown.
+        if broken {
+            continue;
         }
         for (logged, event) in logged.into_iter().zip(events) {
             let terminal = is_terminal(&logged.payload);

@@ -119,10 +119,12 @@ pub async fn register(
         error_message: String::new(),
         last_seq: 0,
     };
+    let sent = super::record::mono_ms();
     let epoch = runs
         .create(&meta, &request, prepared.run.limits.run_timeout)
         .await?;
     r.epoch.store(epoch, std::sync::atomic::Ordering::Relaxed);
+    r.lease_holds_until(sent + runs.lease().as_millis() as i64);
     Ok(Some(Journal {
         runs: runs.clone(),
         epoch,

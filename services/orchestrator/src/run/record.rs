@@ -99,6 +99,19 @@ pub struct RunRecord {
     /// Handed over to another replica (drain): stopped here without a
     /// terminal event, its stream ended `UNAVAILABLE`.
     pub handed_over: std::sync::atomic::AtomicBool,
+    /// Dropped here: this replica lost the run (fenced by another
+    /// replica's claim, or its log could not be written) or gave it away
+    /// (parked, handed over). Its record is no longer this replica's to
+    /// show: every read and answer goes to the run store (see
+    /// [`Self::is_ours`]).
+    dropped: AtomicBool,
+    /// Until when (ms on this process's monotonic clock, see [`mono_ms`])
+    /// this replica's lease of the run holds, as far as it knows: set when
+    /// the run is created or claimed and at each renewal, from the moment
+    /// the script was sent. A replica paused past it may have been
+    /// fenced already, so it stops answering about the run from memory
+    /// until a renewal says the run is still its own.
+    lease_until: AtomicI64,
     cancel: CancellationToken,
     cancel_reason: Mutex<Option<String>>,
     seq: AtomicU64,
@@ -126,9 +139,9 @@ pub struct RunRecord {
 
 /// Longest approval or input id the runtime makes (context id, turn and
 /// call number); a longer one is malformed and is not echoed back.
-const MAX_ID_LEN: usize = 4096;
+pub(crate) const MAX_ID_LEN: usize = 4096;
 
-fn check_id(field: &'static str, id: &str) -> Result<(), Error> {
+pub(crate) fn check_id(field: &'static str, id: &str) -> Result<(), Error> {
     if id.len() > MAX_ID_LEN {
         return Err(Error::invalid(
             field,
@@ -145,7 +158,55 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Milliseconds on this process's monotonic clock (from its first call).
+/// A paused process (SIGSTOP) sees it jump by the pause when it goes on,
+/// unlike a clock it would have to read from elsewhere.
+pub fn mono_ms() -> i64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_millis() as i64
+}
+
 impl RunRecord {
+    /// Whether this replica may answer about the run from memory: it is
+    /// not dropped here, and, for a durable run still running, its lease
+    /// holds (a replica paused past its lease may have lost the run: the
+    /// run store answers until a renewal says otherwise). A finished run's
+    /// record is its own answer: the run store has the same, written first.
+    pub fn is_ours(&self) -> bool {
+        if self.dropped.load(Ordering::SeqCst) {
+            return false;
+        }
+        if self.epoch.load(Ordering::Relaxed) == 0
+            || self.snapshot().status != pb::RunStatus::Running
+        {
+            return true;
+        }
+        mono_ms() < self.lease_until.load(Ordering::SeqCst)
+    }
+
+    /// Whether the run was dropped here (see [`Self::drop_here`]).
+    pub fn is_dropped(&self) -> bool {
+        self.dropped.load(Ordering::SeqCst)
+    }
+
+    /// Records that this replica's lease holds until `until` (ms on
+    /// [`mono_ms`]'s clock).
+    pub fn lease_holds_until(&self, until: i64) {
+        self.lease_until.store(until, Ordering::SeqCst);
+    }
+
+    /// Stops the run here without a terminal event and forgets it: another
+    /// replica owns it now, it is parked, or its log cannot be written (its
+    /// lease lapses and a replica resumes it). Nothing more of it is
+    /// written or shown here; its caller's stream ends `UNAVAILABLE` (the
+    /// client re-attaches elsewhere). The first `reason` wins.
+    pub fn drop_here(&self, reason: &str) {
+        self.handed_over.store(true, Ordering::SeqCst);
+        self.dropped.store(true, Ordering::SeqCst);
+        self.cancel(reason);
+        self.logged.notify_waiters();
+    }
+
     /// Cancels the run at a client's request (CancelRun) with `reason`;
     /// the status after: `CANCELLED`, or the status the run already ended
     /// with.
@@ -223,6 +284,8 @@ impl RunRecord {
             resumed_after: started.last_seq,
             epoch: AtomicU64::new(0),
             handed_over: std::sync::atomic::AtomicBool::new(false),
+            dropped: AtomicBool::new(false),
+            lease_until: AtomicI64::new(i64::MAX),
             cancel: parent.child_token(),
             cancel_reason: Mutex::new(None),
             seq: AtomicU64::new(started.last_seq),

@@ -60,8 +60,9 @@ impl Runs {
     /// logs of runs that ended LOG_RETENTION ago.
     fn sweep(&self, map: &mut HashMap<String, Arc<RunRecord>>, now: Instant) {
         map.retain(|_, r| {
-            r.finished_at()
-                .is_none_or(|f| now.duration_since(f) <= self.retention)
+            !r.is_dropped()
+                && r.finished_at()
+                    .is_none_or(|f| now.duration_since(f) <= self.retention)
         });
         let mut finished: Vec<(Instant, u64, String)> = map
             .values()
@@ -84,6 +85,16 @@ impl Runs {
             map.remove(&id);
             count -= 1;
             bytes -= b;
+        }
+    }
+
+    /// Drops the event logs of every finished run now, as LOG_RETENTION
+    /// after their end does (tests: what a replica serves of a run whose
+    /// log it no longer holds).
+    pub fn expire_finished_logs_now(&self) {
+        let later = Instant::now() + super::log::LOG_RETENTION + Duration::from_millis(1);
+        for run in lock(&self.map).values() {
+            run.drop_old_log(later);
         }
     }
 
@@ -110,6 +121,7 @@ impl Runs {
         }
         lock(&self.map)
             .get(run_id)
+            .filter(|r| !r.is_dropped())
             .cloned()
             .ok_or_else(|| Error::NotFound {
                 field: "run_id",
@@ -131,7 +143,7 @@ impl Runs {
     ) -> (Vec<Arc<RunRecord>>, bool) {
         let mut runs: Vec<Arc<RunRecord>> = lock(&self.map)
             .values()
-            .filter(|r| r.tenant == tenant)
+            .filter(|r| r.tenant == tenant && !r.is_dropped())
             .filter(|r| after.is_none_or(|a| r.run_id.as_str() < a))
             .filter(|r| status.is_none_or(|s| r.snapshot().status == s))
             .cloned()
@@ -148,21 +160,34 @@ impl Runs {
         lock(&self.map).remove(run_id);
     }
 
-    /// The runs running here.
+    /// The runs running here (not those dropped here: another replica
+    /// owns them, or they are parked).
     pub fn running_runs(&self) -> Vec<Arc<RunRecord>> {
         lock(&self.map)
             .values()
-            .filter(|r| r.snapshot().status == pb::RunStatus::Running)
+            .filter(|r| r.snapshot().status == pb::RunStatus::Running && !r.is_dropped())
             .cloned()
             .collect()
     }
 
-    /// How many runs are running.
+    /// How many runs are running here.
     pub fn running(&self) -> usize {
         lock(&self.map)
             .values()
-            .filter(|r| r.snapshot().status == pb::RunStatus::Running)
+            .filter(|r| r.snapshot().status == pb::RunStatus::Running && !r.is_dropped())
             .count()
+    }
+
+    /// Stops run `run` here and forgets it (see [`RunRecord::drop_here`]).
+    pub fn drop_run(&self, run: &RunRecord, reason: &str) {
+        run.drop_here(reason);
+        let mut map = lock(&self.map);
+        if map
+            .get(&run.run_id)
+            .is_some_and(|r| std::ptr::eq(Arc::as_ptr(r), run))
+        {
+            map.remove(&run.run_id);
+        }
     }
 }
 

@@ -39,6 +39,18 @@ impl Replica {
         env: &[(&str, &str)],
     ) -> Replica {
         let addr = free_addr().expect("free port");
+        Self::start_at(name, redis, agents, addr, env).await
+    }
+
+    /// [`Self::start_with`] listening on `addr` (its peers must know it
+    /// beforehand).
+    pub async fn start_at(
+        name: &str,
+        redis: &RedisServer,
+        agents: &PathBuf,
+        addr: std::net::SocketAddr,
+        env: &[(&str, &str)],
+    ) -> Replica {
         let child = Command::new(env!("CARGO_BIN_EXE_baton-orchestrator"))
             .env("BATON_ORCH_LISTEN", addr.to_string())
             .env("BATON_ORCH_TELEMETRY__METRICS_LISTEN", "")
@@ -129,6 +141,35 @@ pub async fn pair(env: &[(&str, &str)]) -> (RedisServer, Replica, Replica) {
     let a = Replica::start_with("replica-a", &redis, &agents, env).await;
     let b = Replica::start_with("replica-b", &redis, &agents, env).await;
     (redis, a, b)
+}
+
+/// A `redis-server` and three replicas `replica-0`…`replica-2` sharing it,
+/// each with `env` and, with `peers`, the peer list the Kubernetes
+/// manifests give: every replica's address, its own included (one headless
+/// Service resolves to all pods).
+pub async fn trio(peers: bool, env: &[(&str, &str)]) -> (RedisServer, Vec<Replica>) {
+    let redis = RedisServer::start().expect("redis-server");
+    let agents = agents_file();
+    let addrs: Vec<std::net::SocketAddr> =
+        (0..3).map(|_| free_addr().expect("free port")).collect();
+    let list = format!(
+        "[{}]",
+        addrs
+            .iter()
+            .map(|a| format!("\"{a}\""))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let mut env = env.to_vec();
+    if peers {
+        env.push(("BATON_ORCH_PEERS__ENDPOINTS", &list));
+    }
+    let mut replicas = Vec::new();
+    for (i, addr) in addrs.iter().enumerate() {
+        replicas
+            .push(Replica::start_at(&format!("replica-{i}"), &redis, &agents, *addr, &env).await);
+    }
+    (redis, replicas)
 }
 
 /// Starts a run of `request` and reads its bare stream (no re-attaching)

@@ -6,11 +6,16 @@
 //!   `cancel` → the reason. A replica that is asked about a run it does not
 //!   run records the answer here (one script checks that the question is
 //!   open: asked — its `q/{id}` record — not answered, deadline not past).
-//!   The owner sees the inbox at its next renewal (every third of the
-//!   lease) and hands what it holds to the run; a parked run is claimed and
-//!   resumed by the replica that took the answer, and a resumed run reads
+//!   The owner records answers given to it here too, before handing them
+//!   to the run, so that of two answers given anywhere exactly one is
+//!   taken, and a taken answer outlives the replica that took it. The
+//!   owner sees the inbox at its next renewal (every third of the lease)
+//!   and hands what it holds to the run; a parked run is claimed and
+//!   resumed by the replica that took the answer (and is claimable at once
+//!   by any replica, should that one stop first), and a resumed run reads
 //!   its inbox when it starts. A question's answer leaves the inbox when
-//!   the run records it (the append script).
+//!   the run journals it (the append script); a cancel stays until the
+//!   run's keys expire.
 //! - Parking: the owner of a run that only waits (see
 //!   `RunRecord::parkable`) stops it and gives its lease up until the
 //!   earliest deadline of its questions (`parked` in its hash): no replica
@@ -48,6 +53,11 @@ if tonumber(deadline) < now then
 end
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[3], redis.call('PTTL', KEYS[1]))
+-- A parked run is claimable at once: should the replica that took the
+-- answer not wake it, any replica's next round of claims does.
+if m[2] == '1' then
+  redis.call('HSET', KEYS[1], 'lease_until', 0)
+end
 return {1, m[2] or '0'}
 ";
 
@@ -65,6 +75,9 @@ if m[1] ~= '1' then
 end
 redis.call('HSET', KEYS[2], 'cancel', ARGV[1])
 redis.call('PEXPIRE', KEYS[2], redis.call('PTTL', KEYS[1]))
+if m[2] == '1' then
+  redis.call('HSET', KEYS[1], 'lease_until', 0)
+end
 return {1, m[2] or '0'}
 ";
 
@@ -87,6 +100,7 @@ return wake
 ";
 
 /// A question a person answers.
+#[derive(Clone, Copy)]
 pub enum Question<'a> {
     /// An approval (`ResolveApproval`): its id, the answer.
     Approval(&'a str, bool, &'a str),
@@ -162,7 +176,7 @@ impl RedisRuns {
             .invoke_async(&mut c)
             .await
             .map_err(redis_error)?;
-        Ok(decode(&reply))
+        self.claimable_now(&mut c, run_id, decode(&reply)).await
     }
 
     /// Records a CancelRun of a running run (see the module docs).
@@ -175,7 +189,28 @@ impl RedisRuns {
             .invoke_async(&mut c)
             .await
             .map_err(redis_error)?;
-        Ok(decode(&reply))
+        self.claimable_now(&mut c, run_id, decode(&reply)).await
+    }
+
+    /// A parked run that got an answer or a cancel is due in the lease set
+    /// at once (its own `lease_until` was zeroed by the script; the lease
+    /// set is a key of its own, so a separate command).
+    async fn claimable_now(
+        &self,
+        c: &mut baton_store::redis::conn::ConnRef,
+        run_id: &str,
+        answered: Answered,
+    ) -> Result<Answered, Error> {
+        if answered == (Answered::Recorded { parked: true }) {
+            redis::cmd("ZADD")
+                .arg(self.leases_key())
+                .arg(0)
+                .arg(run_id)
+                .query_async::<()>(c)
+                .await
+                .map_err(redis_error)?;
+        }
+        Ok(answered)
     }
 
     /// What a run's inbox holds.
