@@ -3,7 +3,11 @@
 //! policies on a graph whose middle step fails, retries and timeouts,
 //! cancellation, approvals inside steps, and the store lifecycle.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+    time::Duration,
+};
 
 use baton_client::{OrchestratorClient, StoreClient, pb, pb::run_event::Payload};
 use baton_context_store::config::Backend;
@@ -1235,6 +1239,132 @@ async fn a_fan_out_writes_its_outputs_in_a_few_batches_and_cleans_up_in_one_call
             .is_empty()
     );
     env.server.shutdown().await.expect("shutdown");
+}
+
+/// What a trace's slots hold: key → value, read from `store`.
+async fn stored(store: &dyn ContextStore, trace_id: &str) -> BTreeMap<String, String> {
+    let scope = baton_store::Scope::new(
+        Default::default(),
+        baton_store::parse_trace_id(trace_id).expect("trace id"),
+    );
+    let mut out = BTreeMap::new();
+    for meta in store.list(&scope, "").await.expect("list").slots {
+        let key = baton_store::Key::parse("key", &meta.key, 1024).expect("key");
+        let slot = store.get(&scope, &key).await.expect("get");
+        out.insert(
+            meta.key,
+            String::from_utf8(slot.value.to_vec()).expect("utf-8"),
+        );
+    }
+    out
+}
+
+/// A regression test: a batched write of step outputs that the store
+/// refused (the sixth slot of a trace allowed five) lost the outputs of the
+/// steps before it in the batch — reported as succeeded, never stored.
+/// Writing behind must store what one write per step would: every slot but
+/// the refused one. Sequential, parallel and DAG pipelines, on the
+/// context-store service and on the orchestrator's own Redis store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_batched_write_keeps_the_outputs_written_before_it() {
+    let redis = RedisServer::start().expect("redis-server");
+    let limits = baton_store::Limits {
+        max_trace_keys: 5,
+        ..Default::default()
+    };
+    let mut config = StoreServer::config(Backend::Redis, Some(redis.url()));
+    config.limits.max_trace_keys = 5;
+    let store_server = StoreServer::start(config).await.expect("store");
+    let remote: Arc<dyn ContextStore> = Arc::new(
+        RemoteStore::new(
+            &store_server.endpoint(),
+            limits.clone(),
+            Duration::from_secs(5),
+        )
+        .expect("remote store"),
+    );
+    let own: Arc<dyn ContextStore> = Arc::new(
+        RedisStore::new(
+            &baton_store::redis::RedisConfig {
+                url: redis.url(),
+                key_prefix: "own".into(),
+                ..Default::default()
+            },
+            limits,
+        )
+        .expect("redis store"),
+    );
+    for (name, store) in [("the store service", remote), ("its own Redis store", own)] {
+        let server = OrchestratorServer::start(AGENTS, Some(store.clone()), |_| {})
+            .await
+            .expect("orchestrator");
+        let client = OrchestratorClient::connect(server.endpoint())
+            .await
+            .expect("connect");
+        for mode in [
+            pb::PipelineMode::Sequential,
+            pb::PipelineMode::Parallel,
+            pb::PipelineMode::Dag,
+        ] {
+            let steps = (0..6)
+                .map(|i| {
+                    let mut s = step(&format!("w{i}"), "echo", &format!("output {i}"));
+                    s.output_to = format!("slot{i}");
+                    s
+                })
+                .collect();
+            let mut request = pipeline(mode, pb::FailurePolicy::Continue, steps);
+            request.keep_context = true;
+            let events = client.run_pipeline_to_end(request).await.expect("run");
+            check_rules(&events);
+            let refused = match terminal(&events) {
+                Payload::RunFailed(f) => {
+                    assert_eq!(f.code, Code::ResourceExhausted as i32, "{}", f.message);
+                    let step = f
+                        .message
+                        .strip_prefix("step \"w")
+                        .and_then(|r| r.split_once('"'))
+                        .map(|(n, _)| n.to_owned())
+                        .unwrap_or_else(|| panic!("{name} {mode:?}: {}", f.message));
+                    assert!(
+                        f.message.contains(&format!(
+                            "succeeded but its output could not be written to slot slot{step}:"
+                        )),
+                        "{}",
+                        f.message
+                    );
+                    step
+                }
+                other => panic!("{name} {mode:?}: {other:?}"),
+            };
+            let expected: BTreeMap<String, String> = (0..6)
+                .map(|i| i.to_string())
+                .filter(|i| *i != refused)
+                .map(|i| (format!("slot{i}"), format!("output {i}")))
+                .collect();
+            let trace = events[0].trace_id.clone();
+            assert_eq!(
+                stored(store.as_ref(), &trace).await,
+                expected,
+                "{name} {mode:?}: every output but the refused one is stored"
+            );
+            // And every stored one was announced.
+            let mut announced: Vec<String> = events
+                .iter()
+                .filter_map(|e| match &e.payload {
+                    Some(Payload::ContextWritten(w)) => Some(w.key.clone()),
+                    _ => None,
+                })
+                .collect();
+            announced.sort();
+            assert_eq!(
+                announced,
+                expected.keys().cloned().collect::<Vec<_>>(),
+                "{name} {mode:?}"
+            );
+        }
+        server.shutdown().await.expect("shutdown");
+    }
 }
 
 /// A regression test: with outputs written behind in batches, the store

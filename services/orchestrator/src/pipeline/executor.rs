@@ -25,7 +25,8 @@
 //! reader inside the run can tell. An output larger than the store's value
 //! limit fails its attempt before anything is written; a write that fails
 //! anyway (the store is down, a quota) fails the run, naming the step and
-//! slot.
+//! slot — and the outputs before the refused one in its batch are still
+//! written ([`write_outputs`]), so batching never changes what is stored.
 //!
 //! Failure policies: under `fail`, a failed required step cancels every
 //! running step (reported as skipped) and the run fails. Under `continue`,
@@ -48,7 +49,7 @@ use std::{
 };
 
 use baton_proto::v1::{self as pb, run_event::Payload};
-use baton_store::{Error as StoreError, Key, MAX_BATCH, Put, Selection, Written};
+use baton_store::{Error as StoreError, Key, MAX_BATCH, Put, Selection};
 use futures::{StreamExt, stream::FuturesUnordered};
 use tonic::Code;
 
@@ -161,8 +162,9 @@ impl Summary {
 }
 
 type StepFuture<'a> = Pin<Box<dyn Future<Output = (usize, Result<String, Failure>)> + Send + 'a>>;
-/// A batch of step outputs being written: the steps, and how it went.
-type Batch = (Vec<usize>, baton_store::Result<Vec<Written>>);
+/// A batch of step outputs being written: the steps, and how it went (the
+/// refused entry's index in the batch, and why).
+type Batch = (Vec<usize>, Result<(), (usize, StoreError)>);
 type WriteFuture<'a> = Pin<Box<dyn Future<Output = Batch> + Send + 'a>>;
 
 /// What the executor waits for next.
@@ -210,6 +212,57 @@ fn refused_entry(e: &StoreError) -> usize {
 }
 
 type Notice<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
+/// Writes a batch of step outputs (`puts`, for the steps `batch` in the
+/// contexts `ctxs`) and emits a ContextWritten for each written one.
+///
+/// A batched write is all or nothing, but writing behind must not change
+/// what is stored: when the store refuses entry N (a quota, a size), the
+/// entries before it — which one write per step would have stored, in
+/// this order — are written again without it, and only the refused slot
+/// and those after it (never written once the run fails) are missing.
+/// The refused entry's index and the store's error otherwise.
+async fn write_outputs(
+    rt: &Run,
+    plan: &Plan,
+    batch: &[usize],
+    ctxs: &[Arc<ContextInfo>],
+    puts: Vec<Put>,
+    sizes: &[u64],
+) -> Result<(), (usize, StoreError)> {
+    let (written, refused) = match rt.services.store.put_many(&rt.scope, puts.clone()).await {
+        Ok(written) => (written, None),
+        Err(e) => {
+            let at = refused_entry(&e).min(batch.len());
+            if at == 0 {
+                return Err((0, e));
+            }
+            match rt
+                .services
+                .store
+                .put_many(&rt.scope, puts[..at].to_vec())
+                .await
+            {
+                Ok(written) => (written, Some((at, e))),
+                Err(again) => return Err((refused_entry(&again).min(at - 1), again)),
+            }
+        }
+    };
+    for ((&i, ctx), (w, size)) in batch.iter().zip(ctxs).zip(written.iter().zip(sizes)) {
+        let written = Payload::ContextWritten(pb::ContextWritten {
+            key: plan.steps[i].output_to.clone().unwrap_or_default(),
+            version: w.version,
+            size_bytes: *size,
+        });
+        let unit = format!("sw/{}", ctx.id);
+        rt.emit_point(ctx, &no_agent(), written, unit, Vec::new)
+            .await;
+    }
+    match refused {
+        None => Ok(()),
+        Some(refused) => Err(refused),
+    }
+}
 
 /// Cancels every running step (dropping them cancels their nested agents)
 /// and skips everything not started, because of `why`; the StepSkipped
@@ -367,23 +420,9 @@ pub(super) async fn execute(
             let otel = root.otel.clone();
             writes.push(Box::pin(
                 async move {
-                    let result = rt.services.store.put_many(&rt.scope, puts).await;
+                    let result = write_outputs(rt, plan, &batch, &ctxs, puts, &sizes).await;
                     for _ in &batch {
                         rt.pending_writes.end();
-                    }
-                    if let Ok(written) = &result {
-                        for ((&i, ctx), (w, size)) in
-                            batch.iter().zip(&ctxs).zip(written.iter().zip(&sizes))
-                        {
-                            let written = Payload::ContextWritten(pb::ContextWritten {
-                                key: plan.steps[i].output_to.clone().unwrap_or_default(),
-                                version: w.version,
-                                size_bytes: *size,
-                            });
-                            let unit = format!("sw/{}", ctx.id);
-                            rt.emit_point(ctx, &no_agent(), written, unit, Vec::new)
-                                .await;
-                        }
                     }
                     (batch, result)
                 }
@@ -433,11 +472,11 @@ pub(super) async fn execute(
                 }
             }
             Next::Written((batch, result)) => {
-                let Err(e) = result else { continue };
+                let Err((refused, e)) = result else { continue };
                 if write_failure.is_some() {
                     continue;
                 }
-                let i = batch[refused_entry(&e).min(batch.len() - 1)];
+                let i = batch[refused.min(batch.len() - 1)];
                 let key = plan.steps[i].output_to.clone().unwrap_or_default();
                 let message = format!(
                     "step {:?} succeeded but its output could not be written to slot {key}: {e}",
