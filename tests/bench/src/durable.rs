@@ -5,7 +5,9 @@
 //! invocation; the durability issue's targets are (a) and (b) at most 3×
 //! memory mode and (c) at least 200,000 events/s with every event in the
 //! Redis log (checked: the log's length is the stream's); then (d) 100,000
-//! runs parked on an approval (RSS per run at most 4 KiB once they left
+//! runs parked on an approval (the heap a parked run still holds — live
+//! allocations counted by the allocator, not RSS, which also counts pages
+//! the allocator keeps — at most 4 KiB per run once they left
 //! memory, and Redis's memory per run) and (e) the failover time of 20
 //! runs of a SIGKILLed replica (target: at most twice the 5 s lease) — see
 //! `failover.rs`; (e) runs two `baton-orchestrator` binaries built next to
