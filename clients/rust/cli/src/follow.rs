@@ -359,7 +359,7 @@ pub async fn follow(
     // The end of a prompt: its line closed, then why.
     let end = |note: &str| {
         eprintln!();
-        eprintln!("({note})");
+        eprintln!("{}", crate::view::for_stderr(&format!("({note})")));
     };
     let ended = loop {
         if asking.is_none() {
@@ -396,7 +396,7 @@ pub async fn follow(
                 // stdin not a terminal: the question is shown with the
                 // line read for it (or in the error if there is none).
                 if std::io::stdin().is_terminal() {
-                    eprint!("{}", q.text());
+                    eprint!("{}", crate::view::for_stderr(&q.text()));
                     std::io::stderr().flush()?;
                 }
                 asked += 1;
@@ -449,7 +449,7 @@ pub async fn follow(
                     Line::Text(answer) => match q.check(&answer) {
                         Err(choose) if tty => {
                             // Asked again.
-                            eprint!("({choose}) {}", q.text());
+                            eprint!("{}", crate::view::for_stderr(&format!("({choose}) {}", q.text())));
                             std::io::stderr().flush()?;
                             asked += 1;
                             asking = Some((q, asked));
@@ -489,7 +489,7 @@ pub async fn follow(
                         waiting.push_front(q);
                     }
                     let secs = baton_client::REATTACH_FOR.as_secs();
-                    eprintln!("(re-attaching to the run for up to {secs} s; Ctrl-C stops)");
+                    eprintln!("{}", crate::view::for_stderr(&format!("(re-attaching to the run for up to {secs} s; Ctrl-C stops)")));
                     broken = true;
                 }
                 baton_client::Link::Reattached => {
@@ -523,7 +523,7 @@ pub async fn follow(
                     }
                     (CtrlC::StopWatching, id) => {
                         let id = id.as_deref().unwrap_or("RUN_ID");
-                        eprintln!("stopped watching; the run goes on (baton runs cancel {id})");
+                        eprintln!("{}", crate::view::for_stderr(&format!("stopped watching; the run goes on (baton runs cancel {id})")));
                         return Err(Interrupted.into());
                     }
                 }

@@ -245,11 +245,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             // `RID=$(baton run … --detach)`: the id alone.
             crate::out::outln!("{}", first.run_id)?;
         } else {
-            crate::out::outln!(
+            let line = format!(
                 "run {} started, detached (trace {}): baton runs watch {}",
-                first.run_id,
-                first.trace_id,
-                first.run_id
+                first.run_id, first.trace_id, first.run_id
+            );
+            crate::out::outln!(
+                "{}",
+                crate::view::wrap_whole(&line, crate::view::terminal_columns())
             )?;
         }
         return Ok(());

@@ -63,6 +63,52 @@ fn char_cols(c: char) -> usize {
     if wide { 2 } else { 1 }
 }
 
+/// `text` wrapped at spaces to lines of at most `width` columns, never
+/// breaking a word: a word longer than a line (an id, a URL) stands whole
+/// on a line of its own. For prompts and hints on a terminal, where the
+/// terminal itself would break a word wherever the line ends (`[y/|N]`).
+/// Line breaks are kept; so is a trailing space (where a prompt's cursor
+/// waits).
+pub(crate) fn wrap_whole(text: &str, width: usize) -> String {
+    let mut out = String::new();
+    for (n, line) in text.split('\n').enumerate() {
+        if n > 0 {
+            out.push('\n');
+        }
+        let mut col = 0;
+        for word in line.split(' ').filter(|w| !w.is_empty()) {
+            let w = cols(word);
+            if col > 0 && col + 1 + w > width {
+                out.push('\n');
+                col = 0;
+            } else if col > 0 {
+                out.push(' ');
+                col += 1;
+            }
+            out.push_str(word);
+            col += w;
+        }
+        if line.ends_with(' ') && col > 0 {
+            if col + 1 > width {
+                out.push('\n');
+            } else {
+                out.push(' ');
+            }
+        }
+    }
+    out
+}
+
+/// [`wrap_whole`] to the terminal's width when stderr is a terminal (where
+/// prompts and hints go); as it is otherwise.
+pub(crate) fn for_stderr(text: &str) -> String {
+    if std::io::stderr().is_terminal() {
+        wrap_whole(text, terminal_columns())
+    } else {
+        text.to_owned()
+    }
+}
+
 /// Columns `s` takes on a terminal.
 pub(crate) fn cols(s: &str) -> usize {
     s.chars().map(char_cols).sum()
@@ -537,6 +583,29 @@ fn short(text: &str) -> String {
     match flat.char_indices().nth(160) {
         Some((cut, _)) => format!("{}…", &flat[..cut]),
         None => flat,
+    }
+}
+
+#[cfg(test)]
+mod wrap_whole_tests {
+    use super::wrap_whole;
+
+    #[test]
+    fn words_and_ids_stay_whole() {
+        assert_eq!(
+            wrap_whole("approve write_context {\"key\":\"a\"}? [y/N] ", 20),
+            "approve\nwrite_context\n{\"key\":\"a\"}? [y/N] "
+        );
+        let id = "019abcde-0123-7def-8123-456789abcdef";
+        assert_eq!(
+            wrap_whole(&format!("stopped watching (baton runs cancel {id})"), 30),
+            format!("stopped watching (baton runs\ncancel\n{id})")
+        );
+        assert_eq!(
+            wrap_whole("Which city? [Paris/Lisbon] ", 80),
+            "Which city? [Paris/Lisbon] "
+        );
+        assert_eq!(wrap_whole("one\ntwo three", 5), "one\ntwo\nthree");
     }
 }
 

@@ -413,3 +413,121 @@ fn completion_offers_the_servers_agents() {
     assert!(script.contains("COMPLETE=\"bash\""), "{script}");
     assert!(script.contains("-F _clap_complete_baton baton"), "{script}");
 }
+
+/// The subcommands `baton ARGS --help` lists under "Commands:".
+fn subcommands(args: &[&str]) -> Vec<String> {
+    let out = Command::new(BATON)
+        .args(args)
+        .arg("--help")
+        .env("COLUMNS", "200")
+        .output()
+        .expect("baton --help");
+    let help = text(&out.stdout);
+    help.lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        // A command's line; its description's continuations are indented
+        // further.
+        .filter(|l| !l.starts_with("   "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Issue 35, item 9: every command's `--help` wraps to the terminal (80
+/// and 60 columns, where only the usage line may be longer): no line is
+/// longer than the terminal, so the terminal never breaks a word (it used
+/// to: `requires on|e`).
+#[test]
+fn every_help_wraps_to_the_terminal() {
+    let mut commands: Vec<Vec<String>> = vec![Vec::new()];
+    let mut i = 0;
+    while i < commands.len() {
+        let args: Vec<&str> = commands[i].iter().map(String::as_str).collect();
+        for sub in subcommands(&args) {
+            let mut next = commands[i].clone();
+            next.push(sub);
+            commands.push(next);
+        }
+        i += 1;
+    }
+    assert!(commands.len() > 15, "{commands:?}");
+    for cols in [80, 60] {
+        for command in &commands {
+            let mut args: Vec<&str> = command.iter().map(String::as_str).collect();
+            args.push("--help");
+            let pty = Pty::start(&args, "http://127.0.0.1:1", cols);
+            let (status, screen) = pty.exit(Duration::from_secs(10));
+            assert!(status.success(), "baton {args:?}: {screen}");
+            let lines = visible_lines(&screen);
+            assert!(lines.len() > 3, "baton {args:?}: {screen}");
+            // (clap never breaks a usage line; at 80 columns every one fits)
+            for line in lines
+                .iter()
+                .filter(|l| cols >= 80 || !l.starts_with("Usage:"))
+            {
+                assert!(
+                    columns(line) <= cols,
+                    "baton {} at {cols} columns: a line of {}:\n{line}",
+                    args.join(" "),
+                    columns(&line)
+                );
+            }
+        }
+    }
+}
+
+/// Issue 35, item 9: a prompt longer than the terminal wraps at spaces —
+/// `[y/N]` and every word whole — and the Ctrl-C hint keeps the run id
+/// whole on its line (80 and 60 columns).
+#[test]
+fn prompts_and_hints_wrap_at_spaces() {
+    let up = Up::start(&[]);
+    let input = "a refund of the duplicate charge on the invoice of last month, please";
+    for cols in [80, 60] {
+        let mut pty = Pty::start(&["run", "refunder", input], &up.endpoint, cols);
+        let shown = pty.wait_for("[y/N]");
+        let lines = visible_lines(&shown);
+        let prompt: Vec<&String> = lines
+            .iter()
+            .skip_while(|l| !l.starts_with("approve"))
+            .collect();
+        assert!(prompt.len() > 1, "the prompt wraps at {cols}: {shown}");
+        for line in &prompt {
+            assert!(
+                columns(line) <= cols,
+                "{cols} columns: {line:?} in\n{shown}"
+            );
+        }
+        assert!(
+            prompt
+                .last()
+                .is_some_and(|l| l.trim_end().ends_with("[y/N]")),
+            "{shown}"
+        );
+        assert!(
+            words(&shown).contains(&words(input)),
+            "every word whole: {shown}"
+        );
+        pty.type_keys(b"y\n");
+        let (status, screen) = pty.exit(Duration::from_secs(20));
+        assert!(status.success(), "{screen}");
+    }
+    // `runs watch`'s Ctrl-C hint: the id whole on its own line at 60.
+    let id = detach(&up, "interviewer");
+    let mut pty = Pty::start(&["runs", "watch", &id], &up.endpoint, 60);
+    pty.wait_for("Which city");
+    // Ctrl-C, as the terminal sends it.
+    pty.type_keys(&[3]);
+    let (_, screen) = pty.exit(Duration::from_secs(20));
+    let lines = visible_lines(&screen);
+    assert!(
+        lines.iter().any(|l| l.contains(&id)),
+        "the id whole on a line: {screen}"
+    );
+    for line in &lines {
+        assert!(columns(line) <= 60, "{line:?} in\n{screen}");
+    }
+}

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 pub const BATON: &str = env!("CARGO_BIN_EXE_baton");
 
 /// Agents of these tests: a long answer with line breaks, a question, a
-/// tool that never ends, an approval, and the walk-through's three deep.
+/// tool that never ends, approvals (one whose prompt carries the input),
+/// and the walk-through's three deep.
 pub const AGENTS: &str = r#"
 scripts:
   long:
@@ -24,6 +25,9 @@ scripts:
   payer:
     - calls: [{tool: write_context, args: {key: paid, value: "yes"}}]
     - text: "paid: {{results}}"
+  refunder:
+    - calls: [{tool: write_context, args: {key: refund, value: "{{input}}"}}]
+    - text: "refunded"
   researcher:
     - calls: [{tool: summarizer, args: {task: "sum up {{input}}"}}]
     - text: "Research done. {{results}}"
@@ -37,6 +41,7 @@ agents:
   interviewer: {model: "scripted:interviewer", tools: [ask_user]}
   forever: {model: "scripted:forever", tools: [sleep]}
   payer: {model: "scripted:payer", tools: [write_context], approvals: {write_context: always}}
+  refunder: {model: "scripted:refunder", tools: [write_context], approvals: {write_context: always}}
   researcher: {model: "scripted:researcher", tools: [summarizer]}
   summarizer: {model: "scripted:summarizer", tools: [fact_checker]}
   fact_checker: {model: "scripted:fact_checker"}
