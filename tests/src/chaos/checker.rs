@@ -3,9 +3,11 @@
 //! broken rule is a [`Violation`] naming the run, the rule and the
 //! evidence.
 //!
-//! The run's *log* is the client's copies merged by seq when they cover
-//! it from 1 to its terminal event, else the first whole WatchRun(0) a
-//! replica returned. The rules:
+//! The run's *log* is what most replicas returned for WatchRun(0) when
+//! at least one returned a whole log (from seq 1 to a terminal event),
+//! else the client's copies merged by seq: the replicas read it from
+//! Redis, while a client may have been shown events that never reached
+//! it. The rules:
 //!
 //! - `seq-gap` (a): the log's seqs are 1, 2, … without a gap, and the
 //!   client never saw a seq jump (it re-attaches after the last one seen);
@@ -56,17 +58,7 @@ pub struct Facts {
 pub fn check_run(t: &Tracked, views: &[ReplicaView], names: &[String]) -> (Vec<Violation>, Facts) {
     let mut out = Vec::new();
     let id = t.run_id.as_str();
-    let merged = merge(&t.events);
-    let log: Vec<pb::RunEvent> = if whole(&merged) {
-        merged.clone()
-    } else {
-        views
-            .iter()
-            .filter_map(|v| v.log.as_ref().and_then(|l| l.as_ref().ok()))
-            .find(|l| whole(l))
-            .cloned()
-            .unwrap_or(merged)
-    };
+    let log = the_log(t, views);
     let facts = Facts {
         completed: matches!(
             log.last().and_then(|e| e.payload.as_ref()),
@@ -151,6 +143,31 @@ pub fn check_replicas(states: &[ReplicaState], all_ended: bool) -> Vec<Violation
         }
     }
     out
+}
+
+/// The run's log (see the module docs).
+fn the_log(t: &Tracked, views: &[ReplicaView]) -> Vec<pb::RunEvent> {
+    let mut votes: Vec<(&Vec<pb::RunEvent>, usize)> = Vec::new();
+    for l in views.iter().filter_map(|v| v.log.as_ref()?.as_ref().ok()) {
+        if !whole(l) {
+            continue;
+        }
+        match votes.iter_mut().find(|(v, _)| *v == l) {
+            Some((_, n)) => *n += 1,
+            None => votes.push((l, 1)),
+        }
+    }
+    // The first of the most returned.
+    let mut best: Option<(&Vec<pb::RunEvent>, usize)> = None;
+    for (l, n) in votes {
+        if best.is_none_or(|(_, m)| n > m) {
+            best = Some((l, n));
+        }
+    }
+    match best {
+        Some((l, _)) => l.clone(),
+        None => merge(&t.events),
+    }
 }
 
 /// The client's copies, one per seq (the first), in seq order.
@@ -418,15 +435,29 @@ fn agree(
         }
         match &v.log {
             Some(Ok(l)) if l.as_slice() == log => {}
-            Some(Ok(l)) => out.push(Violation::run(
-                id,
-                "watch-log",
-                format!(
-                    "WatchRun(0) on {name} returned {} events ending at {}; the log has {last}",
-                    l.len(),
-                    l.last().map(describe).unwrap_or_else(|| "nothing".into())
-                ),
-            )),
+            Some(Ok(l)) => {
+                let differ = l
+                    .iter()
+                    .zip(log)
+                    .find(|(a, b)| a != b)
+                    .map(|(a, b)| {
+                        format!(
+                            "; first difference: {} where the log has {}",
+                            describe(a),
+                            describe(b)
+                        )
+                    })
+                    .unwrap_or_default();
+                out.push(Violation::run(
+                    id,
+                    "watch-log",
+                    format!(
+                        "WatchRun(0) on {name} returned {} events ending at {}; the log has {last}{differ}",
+                        l.len(),
+                        l.last().map(describe).unwrap_or_else(|| "nothing".into())
+                    ),
+                ));
+            }
             Some(Err(e)) => out.push(Violation::run(
                 id,
                 "watch-log",

@@ -138,7 +138,9 @@ pub async fn runs(
         .collect()
 }
 
-/// WatchRun(0) of an ended run, read to its end within `timeout`.
+/// WatchRun(0) of an ended run, read within `timeout` to its end: the
+/// stream must close after the terminal event (an error or silence after
+/// it is reported too).
 async fn whole_log(
     client: &OrchestratorClient,
     run_id: &str,
@@ -149,6 +151,7 @@ async fn whole_log(
         after_seq: 0,
         filter: None,
     };
+    let mut events = Vec::new();
     let read = async {
         let mut stream = client
             .raw()
@@ -156,31 +159,40 @@ async fn whole_log(
             .await
             .map_err(|e| format!("{:?}: {}", e.code(), e.message()))?
             .into_inner();
-        let mut events = Vec::new();
         while let Some(e) = stream.next().await {
             match e {
-                Ok(e) => {
-                    let end = is_terminal(&e);
-                    events.push(e);
-                    if end {
-                        break;
-                    }
-                }
+                Ok(e) => events.push(e),
                 Err(e) => {
                     return Err(format!(
-                        "broke after {} events: {:?}: {}",
+                        "broke after {} events{}: {:?}: {}",
                         events.len(),
+                        ended(&events),
                         e.code(),
                         e.message()
                     ));
                 }
             }
         }
-        Ok(events)
+        Ok(())
     };
-    tokio::time::timeout(timeout, read)
-        .await
-        .unwrap_or_else(|_| Err(format!("did not end within {timeout:?}")))
+    match tokio::time::timeout(timeout, read).await {
+        Ok(Ok(())) => Ok(events),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(format!(
+            "did not close within {timeout:?}: {} events{}",
+            events.len(),
+            ended(&events)
+        )),
+    }
+}
+
+/// `, the terminal one among them` when `events` hold a terminal event.
+fn ended(events: &[pb::RunEvent]) -> &'static str {
+    if events.iter().any(is_terminal) {
+        ", the terminal one among them"
+    } else {
+        ""
+    }
 }
 
 /// Each replica's gauge (read until it is 0, up to `timeout`, when
