@@ -3,11 +3,11 @@
 //! broken rule is a [`Violation`] naming the run, the rule and the
 //! evidence.
 //!
-//! The run's *log* is what most replicas returned for WatchRun(0) when
-//! at least one returned a whole log (from seq 1 to a terminal event),
-//! else the client's copies merged by seq: the replicas read it from
+//! The run's *log* is what most replicas returned for WatchRun(0) (a
+//! stream that closed after a terminal event): the replicas read it from
 //! Redis, while a client may have been shown events that never reached
-//! it. The rules:
+//! it. A run without one is `not-ended`, and only the client's seqs are
+//! judged. The rules:
 //!
 //! - `seq-gap` (a): the log's seqs are 1, 2, … without a gap, and the
 //!   client never saw a seq jump (it re-attaches after the last one seen);
@@ -25,7 +25,7 @@
 //!   last seq and output; `watch-log` (f): WatchRun(0) on every replica
 //!   returns exactly the log;
 //! - `not-ended`: the run had not ended when the wait after the faults
-//!   was over;
+//!   was over, or no replica returned its log;
 //! - `stale-run` (g): once every run ended, no replica counts a run as
 //!   active, and no replica logs "another replica owns this run now" more
 //!   than twice for one run.
@@ -38,7 +38,7 @@ use baton_client::pb::{self, run_event::Payload};
 
 use super::{
     answers,
-    history::Tracked,
+    history::{Seen, Tracked, digest},
     summary::Violation,
     survey::{ReplicaState, ReplicaView},
 };
@@ -58,7 +58,11 @@ pub struct Facts {
 pub fn check_run(t: &Tracked, views: &[ReplicaView], names: &[String]) -> (Vec<Violation>, Facts) {
     let mut out = Vec::new();
     let id = t.run_id.as_str();
-    let log = the_log(t, views);
+    client_seqs(t, &mut out);
+    let Some(log) = the_log(views) else {
+        not_ended(t, views, names, &mut out);
+        return (out, Facts::default());
+    };
     let facts = Facts {
         completed: matches!(
             log.last().and_then(|e| e.payload.as_ref()),
@@ -69,39 +73,51 @@ pub fn check_run(t: &Tracked, views: &[ReplicaView], names: &[String]) -> (Vec<V
             .filter(|e| matches!(e.payload, Some(Payload::RunResumed(_))))
             .count(),
     };
-    let ended = log.last().is_some_and(is_terminal);
-    if !ended {
-        let statuses: Vec<String> = views
-            .iter()
-            .zip(names)
-            .map(|(v, n)| match &v.get {
+    copies(t, log, views, names, &mut out);
+    terminal(t, log, &mut out);
+    redone(id, log, &mut out);
+    answers::check(t, log, &mut out);
+    agree(id, log, views, names, &mut out);
+    (out, facts)
+}
+
+/// A run the survey found still running, or whose log no replica
+/// returned.
+fn not_ended(t: &Tracked, views: &[ReplicaView], names: &[String], out: &mut Vec<Violation>) {
+    let statuses: Vec<String> = views
+        .iter()
+        .zip(names)
+        .map(|(v, n)| {
+            let get = match &v.get {
                 Ok(g) => format!("{n} {:?} last_seq {}", g.status(), g.last_seq),
                 Err(e) => format!("{n} {e}"),
-            })
-            .collect();
-        out.push(Violation::run(
-            id,
-            "not-ended",
-            format!(
-                "{} ({}) not ended: its log ends at {}; GetRun: {}; client: {}",
-                t.item,
-                t.expected,
-                log.last().map(describe).unwrap_or_else(|| "nothing".into()),
-                statuses.join("; "),
-                last_notes(t)
-            ),
-        ));
-    }
-    seqs(t, &log, views, names, &mut out);
-    if ended {
-        terminal(t, &log, &mut out);
-    }
-    redone(id, &log, &mut out);
-    answers::check(t, &log, &mut out);
-    if ended {
-        agree(id, &log, views, names, &mut out);
-    }
-    (out, facts)
+            };
+            match &v.log {
+                Some(Err(e)) => format!("{get}, WatchRun(0): {e}"),
+                _ => get,
+            }
+        })
+        .collect();
+    let last = t.copies.iter().max_by_key(|c| c.seq);
+    let asked: Vec<String> = t
+        .answers
+        .iter()
+        .map(|a| format!("{} r{} {:?}", a.question, a.replica, a.outcome))
+        .collect();
+    out.push(Violation::run(
+        &t.run_id,
+        "not-ended",
+        format!(
+            "{} ({}) has no log that ends: the client saw up to {}; replicas: {}; answers: [{}]; client: {}",
+            t.item,
+            t.expected,
+            last.map(ToString::to_string)
+                .unwrap_or_else(|| "nothing".into()),
+            statuses.join("; "),
+            asked.join(", "),
+            last_notes(t)
+        ),
+    ));
 }
 
 /// Judges the replicas once every run is checked (`all_ended`: no run is
@@ -145,11 +161,13 @@ pub fn check_replicas(states: &[ReplicaState], all_ended: bool) -> Vec<Violation
     out
 }
 
-/// The run's log (see the module docs).
-fn the_log(t: &Tracked, views: &[ReplicaView]) -> Vec<pb::RunEvent> {
+/// The run's log (see the module docs): of the WatchRun(0) streams that
+/// closed after a terminal event, the one most replicas returned (the
+/// first of them on a tie); `None` when there is none.
+fn the_log(views: &[ReplicaView]) -> Option<&Vec<pb::RunEvent>> {
     let mut votes: Vec<(&Vec<pb::RunEvent>, usize)> = Vec::new();
     for l in views.iter().filter_map(|v| v.log.as_ref()?.as_ref().ok()) {
-        if !whole(l) {
+        if !l.iter().any(is_terminal) {
             continue;
         }
         match votes.iter_mut().find(|(v, _)| *v == l) {
@@ -157,32 +175,13 @@ fn the_log(t: &Tracked, views: &[ReplicaView]) -> Vec<pb::RunEvent> {
             None => votes.push((l, 1)),
         }
     }
-    // The first of the most returned.
     let mut best: Option<(&Vec<pb::RunEvent>, usize)> = None;
     for (l, n) in votes {
         if best.is_none_or(|(_, m)| n > m) {
             best = Some((l, n));
         }
     }
-    match best {
-        Some((l, _)) => l.clone(),
-        None => merge(&t.events),
-    }
-}
-
-/// The client's copies, one per seq (the first), in seq order.
-fn merge(events: &[pb::RunEvent]) -> Vec<pb::RunEvent> {
-    let mut by_seq: BTreeMap<u64, &pb::RunEvent> = BTreeMap::new();
-    for e in events {
-        by_seq.entry(e.seq).or_insert(e);
-    }
-    by_seq.into_values().cloned().collect()
-}
-
-/// Whether `log` runs from seq 1 without a gap to a terminal event.
-fn whole(log: &[pb::RunEvent]) -> bool {
-    log.iter().enumerate().all(|(i, e)| e.seq == i as u64 + 1)
-        && log.last().is_some_and(is_terminal)
+    best.map(|(l, _)| l)
 }
 
 /// `seq 12 ToolCallCompleted in root.summarizer.1`.
@@ -203,8 +202,33 @@ fn last_notes(t: &Tracked) -> String {
     format!("{} notes, last: {}", n, t.notes[from..].join(" | "))
 }
 
-/// Rule (a).
-fn seqs(
+/// Rule (a), on what the client saw: it re-attaches after the last seq
+/// it saw, so the seqs it saw run from 1 without a hole.
+fn client_seqs(t: &Tracked, out: &mut Vec<Violation>) {
+    let mut seen: Vec<u64> = t.copies.iter().map(|c| c.seq).collect();
+    seen.sort_unstable();
+    seen.dedup();
+    if let Some(w) = seen.windows(2).find(|w| w[1] != w[0] + 1) {
+        out.push(Violation::run(
+            &t.run_id,
+            "seq-gap",
+            format!(
+                "the client saw seq {} then {} (it re-attaches after the last seq seen)",
+                w[0], w[1]
+            ),
+        ));
+    } else if seen.first().is_some_and(|s| *s != 1) {
+        out.push(Violation::run(
+            &t.run_id,
+            "seq-gap",
+            format!("the client's first seq is {}", seen[0]),
+        ));
+    }
+}
+
+/// Rule (a), on the log: its seqs run from 1 without a gap, and every copy
+/// of a seq — the client's, each replica's WatchRun(0) — is the log's.
+fn copies(
     t: &Tracked,
     log: &[pb::RunEvent],
     views: &[ReplicaView],
@@ -216,65 +240,39 @@ fn seqs(
         out.push(Violation::run(
             id,
             "seq-gap",
-            format!(
-                "the log's event {} has seq {} (expected {})",
-                i + 1,
-                e.seq,
-                i + 1
-            ),
+            format!("the log's event {} has seq {}", i + 1, e.seq),
         ));
     }
-    let mut seen: Vec<u64> = t.events.iter().map(|e| e.seq).collect();
-    seen.sort_unstable();
-    seen.dedup();
-    if let Some(w) = seen.windows(2).find(|w| w[1] != w[0] + 1) {
-        out.push(Violation::run(
-            id,
-            "seq-gap",
-            format!(
-                "the client saw seq {} then {} (it re-attaches after the last seq seen)",
-                w[0], w[1]
-            ),
-        ));
-    } else if seen.first().is_some_and(|s| *s != 1) {
-        out.push(Violation::run(
-            id,
-            "seq-gap",
-            format!("the client's first seq is {}", seen[0]),
-        ));
-    }
-    let mut copies: BTreeMap<u64, Vec<(&pb::RunEvent, String)>> = BTreeMap::new();
-    for e in &t.events {
-        copies.entry(e.seq).or_default().push((e, "client".into()));
-    }
+    let by_seq: HashMap<u64, (u64, &pb::RunEvent)> =
+        log.iter().map(|e| (e.seq, (digest(e), e))).collect();
+    let against = |copy: &Seen| -> Option<String> {
+        match by_seq.get(&copy.seq) {
+            Some((d, _)) if *d == copy.digest => None,
+            Some((_, e)) => Some(format!("{copy} where the log has {}", describe(e))),
+            None => Some(format!("{copy}, which the log does not have")),
+        }
+    };
+    let mut differing: Vec<String> = t
+        .copies
+        .iter()
+        .filter_map(|c| Some(format!("the client saw {}", against(c)?)))
+        .collect();
     for (v, name) in views.iter().zip(names) {
         if let Some(Ok(l)) = &v.log {
-            for e in l {
-                copies
-                    .entry(e.seq)
-                    .or_default()
-                    .push((e, format!("WatchRun(0) on {name}")));
-            }
+            differing.extend(l.iter().filter_map(|e| {
+                Some(format!(
+                    "WatchRun(0) on {name} gave {}",
+                    against(&Seen::of(e))?
+                ))
+            }));
         }
     }
-    let differing: Vec<(u64, String)> = copies
-        .iter()
-        .filter_map(|(seq, c)| {
-            let (first, from) = &c[0];
-            c.iter().find(|(e, _)| e != first).map(|(e, where_)| {
-                (
-                    *seq,
-                    format!("{} ({from}) vs {} ({where_})", describe(first), describe(e)),
-                )
-            })
-        })
-        .collect();
-    if let Some((seq, what)) = differing.first() {
+    if let Some(first) = differing.first() {
         out.push(Violation::run(
             id,
             "seq-rewritten",
             format!(
-                "{} seq(s) have differing copies; first: seq {seq}: {what}",
+                "{} copies differ from the log; first: {first}",
                 differing.len()
             ),
         ));
@@ -472,7 +470,7 @@ fn agree(
 mod tests {
     use super::*;
     use crate::chaos::{
-        history::{Answer, Expected, Outcome},
+        history::{Answer, Expected, Outcome, Seen},
         survey::ReplicaView,
         workload::approval_reason,
     };
@@ -553,17 +551,40 @@ mod tests {
         ev(1, "root", Payload::RunStarted(pb::RunStarted::default()))
     }
 
-    fn tracked(events: Vec<pb::RunEvent>, answers: Vec<Answer>) -> Tracked {
+    fn tracked(events: &[pb::RunEvent], answers: Vec<Answer>) -> Tracked {
         Tracked {
             run_id: RUN.into(),
             item: "billing",
             expected: Expected::Prefix("Done. ".into()),
-            events,
+            copies: events.iter().map(Seen::of).collect(),
             answers,
             asked_again: Vec::new(),
             followed_to_end: true,
             notes: Vec::new(),
         }
+    }
+
+    /// A replica that agrees with `log`.
+    fn view_of(log: &[pb::RunEvent]) -> ReplicaView {
+        let (status, output) = match log.last().and_then(|e| e.payload.clone()) {
+            Some(Payload::RunCompleted(c)) => (pb::RunStatus::Completed, c.output),
+            _ => (pb::RunStatus::Running, String::new()),
+        };
+        ReplicaView {
+            get: Ok(pb::GetRunResponse {
+                status: status as i32,
+                last_seq: log.last().map(|e| e.seq).unwrap_or_default(),
+                output,
+                ..Default::default()
+            }),
+            log: Some(Ok(log.to_vec())),
+        }
+    }
+
+    /// The rules `log`, seen whole by the client and returned by one
+    /// replica, breaks.
+    fn rules_of(log: &[pb::RunEvent], answers: Vec<Answer>) -> Vec<&'static str> {
+        rules(&tracked(log, answers), &[view_of(log)])
     }
 
     fn attempt(outcome: Outcome) -> Answer {
@@ -580,7 +601,9 @@ mod tests {
     fn rules(t: &Tracked, views: &[ReplicaView]) -> Vec<&'static str> {
         let names = ["r0".to_owned(), "r1".to_owned(), "r2".to_owned()];
         let (found, _) = check_run(t, views, &names[..views.len()]);
-        found.iter().map(|v| v.rule).collect()
+        let mut rules: Vec<&str> = found.iter().map(|v| v.rule).collect();
+        rules.sort_unstable();
+        rules
     }
 
     fn already_answered() -> Outcome {
@@ -592,88 +615,76 @@ mod tests {
 
     #[test]
     fn a_clean_run_breaks_no_rule() {
-        let log = vec![
+        let log = [
             started(),
             asked(2),
             approved(3),
             tool_done(4, "c1"),
             completed(5, "Done. ok"),
         ];
-        let t = tracked(log.clone(), vec![attempt(Outcome::Ok)]);
-        let view = ReplicaView {
-            get: Ok(pb::GetRunResponse {
-                status: pb::RunStatus::Completed as i32,
-                last_seq: 5,
-                output: "Done. ok".into(),
-                ..Default::default()
-            }),
-            log: Some(Ok(log)),
-        };
-        assert_eq!(rules(&t, &[view]), Vec::<&str>::new());
+        assert_eq!(
+            rules_of(&log, vec![attempt(Outcome::Ok)]),
+            Vec::<&str>::new()
+        );
     }
 
     #[test]
     fn gaps_rewrites_and_wrong_outputs_are_caught() {
-        let t = tracked(
-            vec![started(), tool_done(3, "c1"), completed(4, "nope")],
-            vec![],
+        let gap = [started(), tool_done(3, "c1"), completed(4, "nope")];
+        assert_eq!(rules_of(&gap, vec![]), ["outcome", "seq-gap", "seq-gap"]);
+        let log = [started(), tool_done(2, "c1"), completed(3, "Done. ok")];
+        let shown = [started(), tool_done(2, "c2"), completed(3, "Done. ok")];
+        assert_eq!(
+            rules(&tracked(&shown, vec![]), &[view_of(&log)]),
+            ["seq-rewritten"]
         );
-        let found = rules(&t, &[]);
-        assert!(found.contains(&"seq-gap"), "{found:?}");
-        assert!(found.contains(&"outcome"), "{found:?}");
-        let t = tracked(
-            vec![
-                started(),
-                tool_done(2, "c1"),
-                tool_done(2, "c2"),
-                completed(3, "Done. ok"),
-            ],
-            vec![],
+        let (found, _) = check_run(&tracked(&shown, vec![]), &[], &[]);
+        assert_eq!(
+            found.iter().map(|v| v.rule).collect::<Vec<_>>(),
+            ["not-ended"]
         );
-        assert_eq!(rules(&t, &[]), ["seq-rewritten"]);
     }
 
     #[test]
     fn a_completion_done_again_is_fine_only_after_a_resume_from_before_it() {
-        let redone = vec![
+        let redone = [
             started(),
             tool_done(2, "c1"),
             tool_done(3, "c1"),
             completed(4, "Done. ok"),
         ];
-        assert_eq!(rules(&tracked(redone, vec![]), &[]), ["redone"]);
-        let in_flight = vec![
+        assert_eq!(rules_of(&redone, vec![]), ["redone"]);
+        let in_flight = [
             started(),
             tool_done(2, "c1"),
             resumed(3, 1),
             tool_done(4, "c1"),
             completed(5, "Done. ok"),
         ];
-        assert!(rules(&tracked(in_flight, vec![]), &[]).is_empty());
-        let after_checkpoint = vec![
+        assert!(rules_of(&in_flight, vec![]).is_empty());
+        let after_checkpoint = [
             started(),
             tool_done(2, "c1"),
             resumed(3, 2),
             tool_done(4, "c1"),
             completed(5, "Done. ok"),
         ];
-        assert_eq!(rules(&tracked(after_checkpoint, vec![]), &[]), ["redone"]);
+        assert_eq!(rules_of(&after_checkpoint, vec![]), ["redone"]);
     }
 
     #[test]
     fn already_answered_is_a_violation_unless_an_earlier_attempt_may_have_been_taken() {
-        let log = vec![started(), asked(2), approved(3), completed(4, "Done. ok")];
-        let refused = tracked(log.clone(), vec![attempt(already_answered())]);
-        assert_eq!(rules(&refused, &[]), ["answer"]);
-        let after_unknown = tracked(
-            log,
-            vec![
-                attempt(Outcome::Unknown("timeout".into())),
-                attempt(already_answered()),
-            ],
+        let log = [started(), asked(2), approved(3), completed(4, "Done. ok")];
+        assert_eq!(
+            rules_of(&log, vec![attempt(already_answered())]),
+            ["answer"]
         );
-        assert!(rules(&after_unknown, &[]).is_empty());
-        let by_deadline = vec![
+        let after_unknown = vec![
+            attempt(Outcome::Unknown("timeout".into())),
+            attempt(already_answered()),
+        ];
+        assert!(rules_of(&log, after_unknown).is_empty());
+        let by_deadline = [
             started(),
             asked(2),
             ev(
@@ -688,23 +699,23 @@ mod tests {
             completed(4, "Done. denied"),
         ];
         assert_eq!(
-            rules(&tracked(by_deadline, vec![attempt(Outcome::Ok)]), &[]),
+            rules_of(&by_deadline, vec![attempt(Outcome::Ok)]),
             ["answer"]
         );
     }
 
     #[test]
     fn a_replica_that_disagrees_is_named() {
-        let log = vec![started(), completed(2, "Done. ok")];
+        let log = [started(), completed(2, "Done. ok")];
         let stale = ReplicaView {
             get: Ok(pb::GetRunResponse {
                 status: pb::RunStatus::Running as i32,
                 last_seq: 1,
                 ..Default::default()
             }),
-            log: Some(Err("did not end within 5s".into())),
+            log: Some(Err("did not close within 5s: 1 events".into())),
         };
-        let t = tracked(log, vec![]);
-        assert_eq!(rules(&t, &[stale]), ["replicas-agree", "watch-log"]);
+        let found = rules(&tracked(&log, vec![]), &[view_of(&log), stale]);
+        assert_eq!(found, ["replicas-agree", "watch-log"]);
     }
 }

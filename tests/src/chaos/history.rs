@@ -11,6 +11,62 @@ use std::{
 
 use baton_client::pb;
 
+/// A copy of an event a client received, kept small (a soak sees
+/// millions): its seq, a digest of its encoding — two copies are the same
+/// event exactly when their digests are equal — and what it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    /// The event's seq.
+    pub seq: u64,
+    /// A digest of the whole encoded event (see [`digest`]).
+    pub digest: u64,
+    /// Its kind (`ToolCallCompleted`, …).
+    pub kind: &'static str,
+    /// Its context.
+    pub context: String,
+}
+
+impl Seen {
+    /// The copy of `e`.
+    pub fn of(e: &pb::RunEvent) -> Self {
+        Self {
+            seq: e.seq,
+            digest: digest(e),
+            kind: crate::events::kind(e),
+            context: e.context_id.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for Seen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "seq {} {} in {}", self.seq, self.kind, self.context)
+    }
+}
+
+/// A digest of `e`'s encoding (the same within one process). Map fields
+/// (`RunStarted.labels`, `PipelineCompleted.outputs`) are encoded in hash
+/// order, which differs between processes: they are digested sorted.
+pub fn digest(e: &pb::RunEvent) -> u64 {
+    use pb::run_event::Payload;
+    use prost::Message as _;
+    use std::hash::{Hash as _, Hasher as _};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut e = e.clone();
+    let map = match &mut e.payload {
+        Some(Payload::RunStarted(r)) => Some(std::mem::take(&mut r.labels)),
+        Some(Payload::PipelineCompleted(p)) => Some(std::mem::take(&mut p.outputs)),
+        _ => None,
+    };
+    if let Some(map) = map {
+        let mut entries: Vec<_> = map.into_iter().collect();
+        entries.sort();
+        entries.hash(&mut h);
+    }
+    e.encode_to_vec().hash(&mut h);
+    h.finish()
+}
+
 /// What a run must end with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Expected {
@@ -105,7 +161,7 @@ pub struct Tracked {
     /// What it must end with.
     pub expected: Expected,
     /// Every event received, every copy, in arrival order.
-    pub events: Vec<pb::RunEvent>,
+    pub copies: Vec<Seen>,
     /// Every answer attempt, in order.
     pub answers: Vec<Answer>,
     /// Questions asked again after a RunResumed although an answer to them
@@ -136,7 +192,7 @@ impl History {
                 run_id: run_id.to_owned(),
                 item,
                 expected,
-                events: Vec::new(),
+                copies: Vec::new(),
                 answers: Vec::new(),
                 asked_again: Vec::new(),
                 followed_to_end: false,
@@ -154,9 +210,10 @@ impl History {
         });
     }
 
-    /// Every run tracked, by id.
-    pub fn snapshot(&self) -> Vec<Tracked> {
-        self.with(|s| s.runs.values().cloned().collect())
+    /// Every run tracked, by id, taken out of the history (once the
+    /// clients are done).
+    pub fn take(&self) -> Vec<Tracked> {
+        self.with(|s| std::mem::take(&mut s.runs).into_values().collect())
     }
 
     /// Records a start that failed on every replica tried (no run id
@@ -173,5 +230,37 @@ impl History {
     fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
         let mut state = self.0.lock().unwrap_or_else(|p| p.into_inner());
         f(&mut state)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pb::run_event::Payload;
+
+    fn outputs(keys: impl Iterator<Item = u32>) -> pb::RunEvent {
+        pb::RunEvent {
+            seq: 7,
+            payload: Some(Payload::PipelineCompleted(pb::PipelineCompleted {
+                success: true,
+                outputs: keys
+                    .map(|k| (format!("step{k}"), format!("out{k}")))
+                    .collect(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn equal_events_have_equal_digests_whatever_their_maps_order() {
+        let a = outputs(0..32);
+        let b = outputs((0..32).rev());
+        assert_eq!(a, b);
+        // The premise: two maps of one content encode in different orders.
+        use prost::Message as _;
+        assert_ne!(a.encode_to_vec(), b.encode_to_vec());
+        assert_eq!(digest(&a), digest(&b));
+        assert_ne!(digest(&a), digest(&outputs(0..31)));
     }
 }

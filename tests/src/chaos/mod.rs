@@ -44,6 +44,9 @@ pub use summary::{FaultKind, Summary, Violation};
 
 use self::{cluster::Cluster, history::History, rng::Rng, workload::Shared};
 
+/// Runs surveyed and checked at once.
+const SURVEY_BATCH: usize = 500;
+
 /// Runs one chaos run as `options` say, and checks it: the summary, whose
 /// `violations` are empty when every rule held. An error means the run
 /// could not be made (a binary missing, a process that would not start),
@@ -96,7 +99,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Summary> {
     while let Ok(Some(_)) = tokio::time::timeout_at(hard.into(), clients.join_next()).await {}
     clients.abort_all();
 
-    let tracked = history.snapshot();
+    let tracked = history.take();
     let ids: Vec<String> = tracked.iter().map(|t| t.run_id.clone()).collect();
     let target = survey::Target {
         clients: cluster
@@ -115,13 +118,6 @@ pub async fn run(options: &Options) -> anyhow::Result<Summary> {
         ids.len(),
         open.len()
     );
-    let views = survey::runs(
-        &target,
-        &ids,
-        |id| !open.iter().any(|o| o == id),
-        options.check_timeout,
-    )
-    .await;
     let mut summary = Summary {
         seed: options.seed,
         duration: options.duration,
@@ -130,22 +126,28 @@ pub async fn run(options: &Options) -> anyhow::Result<Summary> {
         logs: dir.path().to_path_buf(),
         ..Summary::default()
     };
-    for t in &tracked {
-        let none = Vec::new();
-        let (found, facts) =
-            checker::check_run(t, views.get(&t.run_id).unwrap_or(&none), &target.names);
-        violations.extend(found);
-        summary.runs_completed += usize::from(facts.completed);
-        summary.resumes += facts.resumes;
-        *summary.runs_by_item.entry(t.item).or_insert(0) += 1;
-        for a in &t.answers {
-            match a.outcome {
-                history::Outcome::Ok => {
-                    summary.answers_ok += 1;
-                    summary.answers_after_parking += usize::from(a.parked);
+    // In batches: a soak's replicas return millions of events.
+    for batch in tracked.chunks(SURVEY_BATCH) {
+        let ids: Vec<String> = batch.iter().map(|t| t.run_id.clone()).collect();
+        let ended = |id: &str| !open.iter().any(|o| o == id);
+        let views = survey::runs(&target, &ids, ended, options.check_timeout).await;
+        for t in batch {
+            let none = Vec::new();
+            let seen = views.get(&t.run_id).unwrap_or(&none);
+            let (found, facts) = checker::check_run(t, seen, &target.names);
+            violations.extend(found);
+            summary.runs_completed += usize::from(facts.completed);
+            summary.resumes += facts.resumes;
+            *summary.runs_by_item.entry(t.item).or_insert(0) += 1;
+            for a in &t.answers {
+                match a.outcome {
+                    history::Outcome::Ok => {
+                        summary.answers_ok += 1;
+                        summary.answers_after_parking += usize::from(a.parked);
+                    }
+                    history::Outcome::Refused { .. } => summary.answers_refused += 1,
+                    history::Outcome::Unknown(_) => summary.answers_unknown += 1,
                 }
-                history::Outcome::Refused { .. } => summary.answers_refused += 1,
-                history::Outcome::Unknown(_) => summary.answers_unknown += 1,
             }
         }
     }

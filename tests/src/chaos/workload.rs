@@ -27,7 +27,7 @@ use tonic::Code;
 
 use super::{
     cluster::lazy_client,
-    history::{Answer, Expected, History, Outcome, QuestionKind},
+    history::{Answer, Expected, History, Outcome, QuestionKind, Seen},
     items::{self, Item, Start},
     rng::Rng,
 };
@@ -323,9 +323,10 @@ impl Following<'_> {
                 self.reask = None;
             }
         }
+        let copy = Seen::of(&event);
         self.shared
             .history
-            .update(&self.run_id, |t| t.events.push(event));
+            .update(&self.run_id, |t| t.copies.push(copy));
     }
 
     /// A question was asked (or asked again): answer it now, after letting
