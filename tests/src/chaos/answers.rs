@@ -2,10 +2,11 @@
 //! `ApprovalRequested` or `InputRequested` in its log) is resolved exactly
 //! once, by a person — not its deadline — with the client's answer (the
 //! approval's reason names the run, the input is the option chosen). A
-//! refusal "already answered" is a violation unless an earlier attempt of
-//! the client's may have been taken (its outcome unknown — a broken
-//! connection, a timeout — or taken, and the question asked again after a
-//! resume) and the applied answer is the client's. `answer-lost`: an
+//! refusal "already answered" (or "already resolved") is a violation
+//! unless an earlier attempt of the client's may have been taken (its
+//! outcome unknown — a broken connection, a timeout — or taken, and the
+//! question asked again after a resume) and the applied answer is the
+//! client's. `answer-lost`: an
 //! answer the server took (Ok), yet the run asked the question again after
 //! a resume and it stayed open — the taken answer was not kept.
 

@@ -127,9 +127,11 @@ impl Outcome {
         !matches!(self, Self::Refused { .. })
     }
 
-    /// Whether the server refused it as answered before.
+    /// Whether the server refused it as answered before ("already
+    /// answered", or "already resolved").
     pub fn already_answered(&self) -> bool {
-        matches!(self, Self::Refused { message, .. } if message.contains("already answered"))
+        matches!(self, Self::Refused { message, .. }
+            if message.contains("already answered") || message.contains("already resolved"))
     }
 }
 

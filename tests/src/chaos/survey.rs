@@ -21,6 +21,9 @@ use crate::events::is_terminal;
 /// How many calls of the survey run at once.
 const PARALLEL: usize = 48;
 
+/// The least time runs are given to end once the clients are done.
+const AT_LEAST: Duration = Duration::from_secs(5);
+
 /// What one replica said of one run.
 #[derive(Debug, Clone)]
 pub struct ReplicaView {
@@ -55,14 +58,17 @@ pub struct Target {
     pub logs: Vec<PathBuf>,
 }
 
-/// Polls until every run in `ids` is ended on some replica (GetRun), or
-/// `until`; the runs still not ended.
+/// Polls until every run in `ids` is ended on some replica (GetRun), a
+/// replica after another, until `until` and at least [`AT_LEAST`] more
+/// and once on every replica (a client that was shown a stale end left
+/// early); the runs still not ended.
 pub async fn await_ends(
     target: &Target,
     ids: &[String],
     until: Instant,
     timeout: Duration,
 ) -> Vec<String> {
+    let until = until.max(Instant::now() + AT_LEAST);
     let mut open: Vec<String> = ids.to_vec();
     let mut round = 0usize;
     while !open.is_empty() {
@@ -72,7 +78,7 @@ pub async fn await_ends(
             .map(|id| async move {
                 let ended = matches!(
                     tokio::time::timeout(timeout, client.get_run(&id)).await,
-                    Ok(Ok(r)) if r.status() != pb::RunStatus::Running && r.status() != pb::RunStatus::Unspecified
+                    Ok(Ok(r)) if !matches!(r.status(), pb::RunStatus::Running | pb::RunStatus::Unspecified)
                 );
                 (id, ended)
             })
@@ -85,7 +91,7 @@ pub async fn await_ends(
             .map(|(id, _)| id)
             .collect();
         open.sort();
-        if open.is_empty() || Instant::now() >= until {
+        if Instant::now() >= until && round >= target.clients.len() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
