@@ -13,12 +13,13 @@
 //! suite runs [`Options::short`] (`tests/tests/chaos.rs`), the soak
 //! [`Options::long`] (`baton-bench chaos`).
 //!
-//! The modules: [`options`](Options) and `rng` are leaves; `cluster` runs
-//! the processes; `nemesis` injects faults into it; `items` holds the
-//! workload's agents, pipeline and expected outputs, `workload` the
-//! clients, which write the `history`; `survey` asks every replica about
-//! every run afterwards; `checker` (with `answers`, rule (e)) judges
-//! history and survey into the [`Summary`]'s violations. This file only wires them together.
+//! The modules: `options` ([`Options`], [`Binaries`]), `rng` and
+//! `summary` are leaves; `cluster` runs the processes; `nemesis` injects
+//! faults into it; `items` holds the workload's agents, pipeline and
+//! expected outputs, `workload` the clients, which write the `history`;
+//! `survey` asks every replica about every run afterwards; `checker`
+//! (with `answers`, rule (e)) judges history and survey into the
+//! [`Summary`]'s violations. This file only wires them together.
 
 mod answers;
 mod checker;
