@@ -21,10 +21,12 @@
 //! (an A2A client and a remote agent) and [`mcp_clients`] the MCP SDKs'
 //! clients, [`toolhost`], [`openai`] and [`otlp`]
 //! stand-ins for what Baton calls; [`events`] the rules every event stream
-//! keeps; [`fuzz`] the fuzz targets' bodies. This file declares them
+//! keeps; [`fuzz`] the fuzz targets' bodies; [`chaos`] the chaos test
+//! (real processes, a nemesis, a checker). This file declares them
 //! and re-exports what the tests use (`baton_e2e::RedisServer`, …).
 
 pub mod a2a;
+pub mod chaos;
 pub mod events;
 pub mod fuzz;
 mod in_process;

@@ -17,6 +17,9 @@
 //!   beside the same run through gRPC, p50 and p99.
 //! - `pipeline`: RunPipeline with no-op steps, in the shapes of the LangGraph
 //!   figures the pipeline issue quotes, on memory and on Redis.
+//! - `chaos`: not a measurement but the chaos test's soak (faults on three
+//!   replicas for half an hour, every run checked); it exits non-zero on
+//!   any violation.
 
 /// The allocator the service binaries use (see their main.rs), counting
 /// the bytes allocated and not yet freed: what (d) reads to tell memory a
@@ -32,6 +35,7 @@ pub(crate) fn live_bytes() -> usize {
 
 mod a2a;
 mod agent;
+mod chaos;
 mod durable;
 mod failover;
 mod http;
@@ -65,6 +69,8 @@ enum Bench {
     A2a(a2a::Options),
     /// The MCP face: tools/call round trip beside gRPC.
     Mcp(mcp::Options),
+    /// The chaos soak: faults on three durable replicas, every run checked.
+    Chaos(chaos::Options),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -78,5 +84,6 @@ fn main() -> anyhow::Result<()> {
         Bench::Http(options) => http::run(options),
         Bench::A2a(options) => a2a::run(options),
         Bench::Mcp(options) => mcp::run(options),
+        Bench::Chaos(options) => chaos::run(options),
     }
 }

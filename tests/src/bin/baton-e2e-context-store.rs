@@ -1,0 +1,19 @@
+//! `baton-context-store` as the end-to-end tests run it: the same `main`
+//! (baton_common's service main over `baton_context_store::run`,
+//! mimalloc), built as a target of this crate so that `cargo test -p
+//! baton-e2e` builds it too and its tests never run a stale binary (a test
+//! only sees `CARGO_BIN_EXE_*` of its own package). The chaos test runs it.
+
+/// As the service binary (see services/context-store/src/main.rs).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> anyhow::Result<()> {
+    baton_common::runtime::disable_transparent_huge_pages();
+    baton_common::service::main::<baton_context_store::config::Config, _, _>(
+        "baton-context-store",
+        env!("CARGO_PKG_VERSION"),
+        "Baton's context store: trace-scoped key/value slots on Redis or in memory",
+        baton_context_store::run,
+    )
+}

@@ -1,0 +1,230 @@
+//! The workload's items: the example agents of `deploy/config/agents.yaml`
+//! (assistant; researcher → summarizer → fact_checker; the support group,
+//! triage → billing, whose write needs an approval; billing alone; the
+//! interviewer, who asks a question; the planner's DAG) and the example
+//! pipeline `deploy/config/pipelines/research.yaml` — plus two test-only
+//! agents slow enough for faults to land mid-run: `sleeper` (a 1.5 s tool
+//! call) and `slow_payer` (a 1 s call, then an approval).
+
+use anyhow::Context as _;
+use baton_client::pb;
+use serde_json::{Value, json};
+
+use super::history::Expected;
+
+/// The example pipeline.
+const RESEARCH_PIPELINE: &str = include_str!("../../../deploy/config/pipelines/research.yaml");
+
+/// One kind of run the workload starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Item {
+    /// `assistant`: echoes its input.
+    Assistant,
+    /// `researcher`: nesting two deep, a streaming sleep, a write.
+    Researcher,
+    /// The `support` group: a handoff, then an approval.
+    Support,
+    /// `billing`: an approval.
+    Billing,
+    /// `interviewer`: a question with options.
+    Interviewer,
+    /// `planner`: a DAG pipeline run by a tool.
+    Planner,
+    /// The research pipeline.
+    Pipeline,
+    /// `sleeper` (test-only): a 1.5 s tool call.
+    Sleeper,
+    /// `slow_payer` (test-only): a 1 s tool call, then an approval.
+    SlowPayer,
+}
+
+impl Item {
+    /// Every item; the workload picks among them uniformly.
+    pub const ALL: [Item; 9] = [
+        Self::Assistant,
+        Self::Researcher,
+        Self::Support,
+        Self::Billing,
+        Self::Interviewer,
+        Self::Planner,
+        Self::Pipeline,
+        Self::Sleeper,
+        Self::SlowPayer,
+    ];
+
+    /// The item's name in the summary.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Assistant => "assistant",
+            Self::Researcher => "researcher",
+            Self::Support => "support",
+            Self::Billing => "billing",
+            Self::Interviewer => "interviewer",
+            Self::Planner => "planner",
+            Self::Pipeline => "pipeline",
+            Self::Sleeper => "sleeper",
+            Self::SlowPayer => "slow_payer",
+        }
+    }
+
+    /// The agent (or group) a RunAgent of this item names; `None` for the
+    /// pipeline.
+    fn agent(self) -> Option<&'static str> {
+        match self {
+            Self::Pipeline => None,
+            Self::Support => Some("support"),
+            other => Some(other.name()),
+        }
+    }
+
+    /// What a run of this item on `input` must end with (the interviewer's
+    /// until its question is answered: then the city chosen, see
+    /// [`interviewer_output`]).
+    pub fn expected(self, input: &str) -> Expected {
+        match self {
+            Self::Assistant => Expected::Exact(format!("You said: {input}")),
+            Self::Researcher => Expected::Prefix("Research done. ".into()),
+            Self::Support | Self::Billing => Expected::Prefix("Done. ".into()),
+            Self::Interviewer => Expected::Prefix("Planning a trip to ".into()),
+            Self::Planner => Expected::Prefix("Plan carried out: ".into()),
+            Self::Pipeline => Expected::Prefix("Report. ".into()),
+            Self::Sleeper => Expected::Exact(format!("slept on {input}")),
+            Self::SlowPayer => Expected::Exact(format!("paid {input}")),
+        }
+    }
+}
+
+/// The interviewer's output once `city` was chosen.
+pub fn interviewer_output(city: &str) -> String {
+    format!("Planning a trip to {city}.")
+}
+
+/// A detached start of `item` on `input`.
+pub enum Start {
+    /// RunAgent.
+    Agent(pb::RunAgentRequest),
+    /// RunPipeline.
+    Pipeline(pb::RunPipelineRequest),
+}
+
+/// The request that starts `item` on `input`, detached.
+pub fn request(item: Item, input: &str, pipeline: &pb::PipelineSpec) -> Start {
+    match item.agent() {
+        Some(agent) => Start::Agent(pb::RunAgentRequest {
+            agent: agent.into(),
+            input: input.into(),
+            detach: true,
+            ..Default::default()
+        }),
+        None => Start::Pipeline(pb::RunPipelineRequest {
+            pipeline: Some(pipeline.clone()),
+            initial_slots: [("topic".to_owned(), input.to_owned())].into(),
+            detach: true,
+            ..Default::default()
+        }),
+    }
+}
+
+/// The example agents file with the test-only agents added.
+pub fn agents_file() -> anyhow::Result<String> {
+    let mut agents: Value =
+        serde_norway::from_str(crate::EXAMPLE_AGENTS).context("the example agents")?;
+    let scripts = agents
+        .get_mut("scripts")
+        .and_then(Value::as_object_mut)
+        .context("the example agents have scripts")?;
+    scripts.insert(
+        "sleeper".into(),
+        json!([
+            {"calls": [
+                {"tool": "sleep", "args": {"ms": 1500, "steps": 3}},
+                {"tool": "write_context", "args": {"key": "chaos/nap", "value": "{{input}}"}}
+            ]},
+            {"text": "slept on {{input}}"}
+        ]),
+    );
+    scripts.insert(
+        "slow_payer".into(),
+        json!([
+            {"calls": [{"tool": "sleep", "args": {"ms": 1000, "steps": 2}}]},
+            {"calls": [{"tool": "write_context", "args": {"key": "chaos/pay", "value": "{{input}}"}}]},
+            {"text": "paid {{input}}"}
+        ]),
+    );
+    let list = agents
+        .get_mut("agents")
+        .and_then(Value::as_object_mut)
+        .context("the example agents have agents")?;
+    list.insert(
+        "sleeper".into(),
+        json!({"model": "scripted:sleeper", "tools": ["sleep", "write_context"]}),
+    );
+    list.insert(
+        "slow_payer".into(),
+        json!({
+            "model": "scripted:slow_payer",
+            "tools": ["sleep", "write_context"],
+            "approvals": {"write_context": "always"}
+        }),
+    );
+    Ok(serde_norway::to_string(&agents)?)
+}
+
+/// The example pipeline as a PipelineSpec (its `initial_slots` aside: the
+/// workload gives each run its own topic).
+pub fn research_pipeline() -> anyhow::Result<pb::PipelineSpec> {
+    let p: Value = serde_norway::from_str(RESEARCH_PIPELINE).context("the example pipeline")?;
+    let text = |v: &Value, k: &str| {
+        v.get(k)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let list = |v: &Value, k: &str| -> Vec<String> {
+        v.get(k)
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let steps = p
+        .get("steps")
+        .and_then(Value::as_array)
+        .context("the example pipeline has steps")?
+        .iter()
+        .map(|s| pb::PipelineStep {
+            id: text(s, "id"),
+            agent: text(s, "agent"),
+            task: text(s, "task"),
+            input_from: list(s, "input_from"),
+            output_to: text(s, "output_to"),
+            depends_on: list(s, "depends_on"),
+            retries: s.get("retries").and_then(Value::as_u64).unwrap_or(0) as u32,
+            ..Default::default()
+        })
+        .collect();
+    let mode = match text(&p, "mode").as_str() {
+        "dag" => pb::PipelineMode::Dag,
+        "parallel" => pb::PipelineMode::Parallel,
+        _ => pb::PipelineMode::Sequential,
+    };
+    let policy = match text(&p, "policy").as_str() {
+        "continue" => pb::FailurePolicy::Continue,
+        "best_effort" => pb::FailurePolicy::BestEffort,
+        _ => pb::FailurePolicy::Fail,
+    };
+    Ok(pb::PipelineSpec {
+        name: text(&p, "name"),
+        steps,
+        mode: mode as i32,
+        policy: policy as i32,
+        max_concurrency: p
+            .get("max_concurrency")
+            .and_then(Value::as_u64)
+            .map(|n| n as u32),
+    })
+}
