@@ -125,3 +125,16 @@ pub async fn serve(
     tracing.shutdown().await;
     served
 }
+
+/// The `baton-context-store` binary's main: configuration from its file and
+/// `BATON_…` variables, logs, then [`run`] until SIGTERM (every binary that
+/// serves it — the service's own, the end-to-end tests' — calls this).
+pub fn main() -> anyhow::Result<()> {
+    baton_common::runtime::disable_transparent_huge_pages();
+    baton_common::service::main::<config::Config, _, _>(
+        "baton-context-store",
+        env!("CARGO_PKG_VERSION"),
+        "Baton's context store: trace-scoped key/value slots on Redis or in memory",
+        run,
+    )
+}

@@ -7,11 +7,5 @@
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
-    baton_common::runtime::disable_transparent_huge_pages();
-    baton_common::service::main::<baton_context_store::config::Config, _, _>(
-        "baton-context-store",
-        env!("CARGO_PKG_VERSION"),
-        "Baton's context store: trace-scoped key/value slots on Redis or in memory",
-        baton_context_store::run,
-    )
+    baton_context_store::main()
 }

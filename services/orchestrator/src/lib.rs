@@ -308,6 +308,19 @@ pub async fn serve_core(
     served
 }
 
+/// The `baton-orchestrator` binary's main: configuration from its file and
+/// `BATON_…` variables, logs, then [`run`] until SIGTERM (every binary that
+/// serves it — the service's own, the end-to-end tests' — calls this).
+pub fn main() -> anyhow::Result<()> {
+    baton_common::runtime::disable_transparent_huge_pages();
+    baton_common::service::main::<config::Config, _, _>(
+        "baton-orchestrator",
+        env!("CARGO_PKG_VERSION"),
+        "Baton's orchestrator: runs agents and streams their events",
+        run,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::secret_from_env;

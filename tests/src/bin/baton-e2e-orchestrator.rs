@@ -9,11 +9,5 @@
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
-    baton_common::runtime::disable_transparent_huge_pages();
-    baton_common::service::main::<baton_orchestrator::config::Config, _, _>(
-        "baton-orchestrator",
-        env!("CARGO_PKG_VERSION"),
-        "Baton's orchestrator: runs agents and streams their events",
-        baton_orchestrator::run,
-    )
+    baton_orchestrator::main()
 }

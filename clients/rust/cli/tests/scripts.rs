@@ -472,7 +472,7 @@ fn every_help_wraps_to_the_terminal() {
                     columns(line) <= cols,
                     "baton {} at {cols} columns: a line of {}:\n{line}",
                     args.join(" "),
-                    columns(&line)
+                    columns(line)
                 );
             }
         }
