@@ -302,16 +302,17 @@ fn up_then_agents_and_run() {
         .lines()
         .map(|l| serde_json::from_str(l).expect("json line"))
         .collect();
-    assert_eq!(events.last().expect("events")["kind"], "run_completed");
+    // The proto3 JSON mapping, as the HTTP face sends events.
     assert_eq!(
-        events.last().expect("events")["output"],
+        events.last().expect("events")["runCompleted"]["output"],
         "Planning a trip to Lisbon."
     );
     assert!(
         events
             .iter()
-            .all(|e| e["trace_id"].as_str().is_some_and(|t| t.len() == 32))
+            .all(|e| e["traceId"].as_str().is_some_and(|t| t.len() == 32))
     );
+    assert_eq!(events[0]["seq"], "1", "64-bit integers are strings");
 
     // A reader that stops after one line (`| head -1`) ends the CLI quietly.
     let mut piped = Command::new(env!("CARGO_BIN_EXE_baton"))
@@ -327,7 +328,7 @@ fn up_then_agents_and_run() {
         .expect("one line");
     // The pipe is closed now: the reader was dropped with its BufReader.
     let out = piped.wait_with_output().expect("exit");
-    assert!(first.contains("run_started"), "{first}");
+    assert!(first.contains("\"runStarted\""), "{first}");
     assert!(
         out.status.success(),
         "a closed pipe is not an error: {}",
@@ -356,15 +357,15 @@ fn up_then_agents_and_run() {
         .collect();
     let done = events
         .iter()
-        .find(|e| e["kind"] == "pipeline_completed")
-        .expect("pipeline_completed");
+        .find_map(|e| e.get("pipelineCompleted"))
+        .expect("pipelineCompleted");
     assert_eq!(done["success"], true);
     assert_eq!(
         done["succeeded"],
         serde_json::json!(["research", "economics", "people", "report"])
     );
-    assert!(events.iter().any(|e| e["kind"] == "step_started"
-        && e["context_id"] == "root.report"
+    assert!(events.iter().any(|e| e.get("stepStarted").is_some()
+        && e["contextId"] == "root.report"
         && e["depth"] == 1));
     // A slot seeded from the command line, over the file's.
     let seeded = run(
@@ -374,12 +375,14 @@ fn up_then_agents_and_run() {
     let written: Vec<serde_json::Value> = String::from_utf8_lossy(&seeded.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).expect("json line"))
-        .filter(|e: &serde_json::Value| e["kind"] == "step_started" || e["kind"] == "run_completed")
+        .filter(|e: &serde_json::Value| {
+            e.get("stepStarted").is_some() || e.get("runCompleted").is_some()
+        })
         .collect();
     assert!(
         written
             .last()
-            .and_then(|e| e["output"].as_str())
+            .and_then(|e| e["runCompleted"]["output"].as_str())
             .is_some_and(|o| o.contains("tide pools")),
         "{written:?}"
     );
@@ -533,8 +536,7 @@ agents:
                 .expect("events"),
         )
         .expect("json");
-        assert_eq!(last["kind"], "run_completed");
-        assert_eq!(last["output"], "slept on plans");
+        assert_eq!(last["runCompleted"]["output"], "slept on plans");
         let got = json(&cli(&["runs", "get", &id, "--json"]));
         assert_eq!(got["status"], "completed");
         assert_eq!(got["output"], "slept on plans");

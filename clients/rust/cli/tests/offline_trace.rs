@@ -27,11 +27,11 @@ fn under_baton_up_the_trace_has_no_store_spans_and_events_name_its_spans() {
         .lines()
         .map(|l| serde_json::from_str(l).expect("json"))
         .collect();
-    let trace = events[0]["trace_id"].as_str().expect("trace id").to_owned();
-    let run_id = events[0]["run_id"].as_str().expect("run id").to_owned();
+    let trace = events[0]["traceId"].as_str().expect("trace id").to_owned();
+    let run_id = events[0]["runId"].as_str().expect("run id").to_owned();
     let wanted: HashSet<String> = events
         .iter()
-        .filter_map(|e| e["span_id"].as_str().map(str::to_owned))
+        .filter_map(|e| e["spanId"].as_str().map(str::to_owned))
         .collect();
 
     // What `baton runs watch RUN_ID --json` gives a shell: the same ids.
@@ -40,7 +40,7 @@ fn under_baton_up_the_trace_has_no_store_spans_and_events_name_its_spans() {
         .lines()
         .filter_map(|l| {
             let e: serde_json::Value = serde_json::from_str(l).ok()?;
-            e["span_id"].as_str().map(str::to_owned)
+            e["spanId"].as_str().map(str::to_owned)
         })
         .collect();
     assert_eq!(watched, wanted);
