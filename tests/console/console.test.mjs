@@ -27,6 +27,7 @@ function need(name) {
 }
 const EXAMPLE = need('BATON_CONSOLE_URL');
 const NESTED = need('BATON_CONSOLE_NESTED_URL');
+const OPEN = need('BATON_CONSOLE_OPEN_URL');
 const KEY_A = need('BATON_KEY_A');
 const KEY_B = need('BATON_KEY_B');
 const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
@@ -335,7 +336,7 @@ consoleTest('the cancel button cancels a run', async (page) => {
   await page.locator(`${tid('run-end')}[data-outcome="cancelled"]`).waitFor();
   assert.match(await page.locator(tid('run-outcome')).textContent(), /^Cancelled: cancelled by request: cancelled from the console$/);
   assert.equal(await page.locator(`${tid('input-request')}[data-state="closed"]`).count(), 1);
-  assert.equal(await cancel.isDisabled(), true);
+  assert.equal(await cancel.isHidden(), true, 'a cancelled run offers no cancel');
   await shot(page, 'cancelled');
   await assertStreamComplete(page, runId, 'cancelled');
   // The runs page says so too.
@@ -443,4 +444,98 @@ consoleTest('on a 390×844 phone screen, keyboard only: a question is answered a
   assert.equal(await fits(), true, 'the finished run fits 390 px');
   await shot(page, 'phone-run', { fullPage: true });
   await assertStreamComplete(page, runId, 'interviewer (phone)');
+});
+
+consoleTest('on a 390×844 phone screen, a pipeline run: the graph scrolls in its own box and the steps fold into cards', async (page) => {
+  await page.setViewportSize({ width: 390, height: 844 });
+  await openConsole(page, EXAMPLE, KEY_A);
+  await page.locator(tid('start-tab-pipeline')).click();
+  await page.locator(tid('pipeline-example')).click();
+  await page.locator(tid('pipeline-approval-mode')).selectOption('APPROVAL_MODE_AUTO_APPROVE');
+  await page.locator(tid('start-pipeline')).click();
+  await page.locator(tid('run-page')).waitFor();
+  await waitStatus(page, 'RUN_STATUS_COMPLETED', 60_000);
+  await page.locator(tid('tab-graph')).click();
+  const graph = page.locator(tid('pipeline-graph')).first();
+  await graph.waitFor();
+  await page.locator(`${tid('step-row')}[data-step-id="report"][data-state="completed"]`).waitFor();
+  const fits = () => page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth + 1);
+  assert.equal(await fits(), true, 'the pipeline page fits 390 px (it was 492 px wide)');
+  // The graph is wider than the screen and scrolls inside its own box.
+  const box = await page.locator(`${tid('pipeline-graph')} .graph-scroll`).first().evaluate((el) => ({
+    client: el.clientWidth, scroll: el.scrollWidth, right: el.getBoundingClientRect().right,
+  }));
+  assert.ok(box.right <= 391, `the graph's box ends on the screen: ${JSON.stringify(box)}`);
+  assert.ok(box.scroll > box.client, `the graph scrolls in its box: ${JSON.stringify(box)}`);
+  // Each step is a card of label / value lines, not a word per line.
+  const rows = await page.locator(tid('step-row')).evaluateAll((trs) => trs.map((tr) => tr.getBoundingClientRect().height));
+  assert.equal(rows.length, 4);
+  for (const h of rows) assert.ok(h < 320, `a step's card is ${h}px tall: ${rows}`);
+  const labels = await page.locator(`${tid('step-row')}[data-step-id="report"] td`).evaluateAll((tds) =>
+    tds.map((td) => getComputedStyle(td, '::before').content));
+  assert.ok(labels.includes('"Agent"') && labels.includes('"Detail"'), `cells say what they are: ${labels}`);
+  const height = await page.evaluate(() => document.documentElement.scrollHeight);
+  assert.ok(height < 3500, `the page is ${height}px tall (it was 4,548)`);
+  await shot(page, 'phone-pipeline', { fullPage: true });
+});
+
+consoleTest('a server without API keys: no key bar; a finished run offers no cancel; the timeline keeps its last label', async (page) => {
+  await page.goto(`${OPEN}/`);
+  await page.locator(`${tid('list-state')}[data-state="ok"]`).waitFor();
+  await page.locator(`${tid('api-key-form')}[hidden]`).waitFor({ state: 'attached' });
+  assert.equal(await page.locator(tid('api-key-form')).isHidden(), true, 'no key bar');
+  assert.equal(await page.locator(tid('error')).count(), 0);
+  // A server that needs a key keeps the bar.
+  const other = await page.context().newPage();
+  await other.goto(`${EXAMPLE}/`);
+  await other.locator(tid('runs-page')).waitFor();
+  await other.waitForFunction(() => document.readyState === 'complete');
+  await sleep(300);
+  assert.equal(await other.locator(tid('api-key-form')).isVisible(), true, 'the key bar where keys are needed');
+  await other.close();
+
+  const runId = await startRun(page, 'researcher', 'tide pools');
+  const cancel = page.locator(tid('cancel-run'));
+  await waitStatus(page, 'RUN_STATUS_COMPLETED');
+  assert.equal(await cancel.isHidden(), true, 'a completed run offers no cancel');
+  await page.locator(tid('tab-timeline')).click();
+  const ticks = page.locator(tid('timeline-tick'));
+  await ticks.first().waitFor();
+  // Every axis label is inside the timeline's box, the last one too.
+  const clipped = await ticks.evaluateAll((els) => els.map((el) => {
+    const track = el.parentElement.getBoundingClientRect();
+    const r = el.getBoundingClientRect();
+    return { text: el.textContent, out: r.right > track.right + 0.5 || r.left < track.left - 0.5 };
+  }).filter((t) => t.out));
+  assert.deepEqual(clipped, [], 'no axis label runs past the track');
+  await shot(page, 'open-timeline');
+  await assertStreamComplete(page, runId, 'researcher (no keys)');
+});
+
+consoleTest('a run waiting for a person says so on its page and in the list, which can show only the runs waiting for me', async (page) => {
+  await openConsole(page, EXAMPLE, KEY_A);
+  const runId = await startRun(page, 'billing', 'a refund the list should show as waiting');
+  const status = page.locator(tid('run-status'));
+  await page.locator(`${tid('run-status')}[data-waiting="approval"]`).waitFor();
+  assert.equal(await status.textContent(), 'waiting for approval');
+  assert.equal(await status.getAttribute('data-status'), 'RUN_STATUS_RUNNING');
+  // The list: "waiting", and what for; the filter keeps only such runs.
+  await page.locator('a[href="#/runs"]').first().click();
+  const row = page.locator(`${tid('run-row')}[data-run-id="${runId}"]`);
+  await page.locator(`${tid('run-row')}[data-run-id="${runId}"][data-waiting="approval"]`).waitFor();
+  assert.equal(await row.locator('.badge').textContent(), 'waiting · approval');
+  await page.locator(tid('filter-status')).selectOption('WAITING');
+  await page.locator(`${tid('list-state')}[data-state="ok"]`).waitFor();
+  await page.waitForFunction(() => [...document.querySelectorAll('[data-testid="run-row"]')]
+    .every((r) => r.dataset.waiting));
+  assert.ok(await row.count() === 1, 'the waiting run is listed');
+  await shot(page, 'waiting-list');
+  // Approved: no longer waiting, and gone from the filtered list.
+  await row.locator(tid('run-link')).click();
+  await page.locator(tid('approve')).first().click();
+  await waitStatus(page, 'RUN_STATUS_COMPLETED');
+  assert.equal(await status.getAttribute('data-waiting'), '');
+  await page.locator('a[href="#/runs"]').first().click();
+  await page.locator(tid('filter-status')).selectOption('WAITING');
+  await page.locator(`${tid('run-row')}[data-run-id="${runId}"]`).waitFor({ state: 'detached' });
 });

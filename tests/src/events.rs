@@ -28,6 +28,7 @@ pub fn kind(e: &pb::RunEvent) -> &'static str {
         Some(Payload::ApprovalResolved(_)) => "ApprovalResolved",
         Some(Payload::InputRequested(_)) => "InputRequested",
         Some(Payload::InputReceived(_)) => "InputReceived",
+        Some(Payload::InputTimedOut(_)) => "InputTimedOut",
         Some(Payload::ContextWritten(_)) => "ContextWritten",
         Some(Payload::StepStarted(_)) => "StepStarted",
         Some(Payload::StepCompleted(_)) => "StepCompleted",

@@ -158,6 +158,7 @@ pub async fn client(sdk: Sdk, url: &str, args: &[&str]) -> Output {
 pub fn all_runs() -> baton_orchestrator::request::RunsQuery {
     baton_orchestrator::request::RunsQuery {
         status: None,
+        waiting: false,
         after: None,
         size: 100,
     }

@@ -99,9 +99,10 @@ const enc = encodeURIComponent;
 export const api = {
   agents: (signal) => request('GET', '/v1/agents', undefined, signal),
   config: (signal) => request('GET', '/v1/console/config', undefined, signal),
-  listRuns({ status, pageSize = 50, pageToken } = {}, signal) {
+  listRuns({ status, waiting = false, pageSize = 50, pageToken } = {}, signal) {
     const q = new URLSearchParams();
     if (status) q.set('status', status);
+    if (waiting) q.set('waiting', 'true');
     q.set('pageSize', String(pageSize));
     if (pageToken) q.set('pageToken', pageToken);
     return request('GET', `/v1/runs?${q}`, undefined, signal);

@@ -4,14 +4,14 @@
 import { api, getKey, setKey } from './api.js';
 import { openRun } from './run.js';
 import { openRuns } from './runs.js';
-import { clear, h } from './util.js';
+import { clear, h, shortId } from './util.js';
 
 const main = document.getElementById('main');
 const alerts = document.getElementById('alerts');
 
 /** What every page shares. */
 const app = {
-  config: { traceUrl: '' },
+  config: { traceUrl: '', keysRequired: true },
   /** Shows an error (an ApiError or any Error) until dismissed; `key` replaces an earlier alert of that key. */
   alert(err, key) {
     const code = err.code || 'ERROR';
@@ -53,10 +53,12 @@ drawKey();
 async function loadConfig() {
   try {
     const c = await api.config(AbortSignal.timeout(3000));
-    app.config = { traceUrl: c.traceUrl || '' };
+    app.config = { traceUrl: c.traceUrl || '', keysRequired: c.keysRequired !== false };
   } catch {
-    app.config = { traceUrl: '' };
+    app.config = { traceUrl: '', keysRequired: true };
   }
+  // A server that needs no key gets no key bar (unless a key is set).
+  document.getElementById('key-form').hidden = !app.config.keysRequired && !getKey();
 }
 
 // ---- routing ----
@@ -69,7 +71,7 @@ function route() {
   const m = /^#\/runs\/([^/?#]+)/.exec(location.hash);
   if (m) {
     const runId = decodeURIComponent(m[1]);
-    document.title = `Run ${runId.slice(0, 8)} · Baton`;
+    document.title = `Run ${shortId(runId)} · Baton`;
     page = openRun(main, runId, app);
   } else {
     if (location.hash !== '#/runs') history.replaceState(null, '', '#/runs');

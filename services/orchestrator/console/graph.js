@@ -8,6 +8,9 @@
 
 import { clear, fmtDuration, h, short } from './util.js';
 
+/** The steps table's columns. */
+const COLUMNS = ['Step', 'Agent', 'State', 'Attempts', 'Duration', 'Detail'];
+
 const W = 210;
 const H = 68;
 const GX = 56;
@@ -58,7 +61,7 @@ export class GraphView {
         h('div', { class: 'graph-scroll' }, g.canvas),
         h('table', { class: 'steps-table' },
           h('caption', { class: 'sr-only', text: `${title}: steps` }),
-          h('thead', null, h('tr', null, ...['Step', 'Agent', 'State', 'Attempts', 'Duration', 'Detail'].map((t) => h('th', { scope: 'col', text: t })))),
+          h('thead', null, h('tr', null, ...COLUMNS.map((t) => h('th', { scope: 'col', text: t })))),
           g.table)));
       this.groups.set(group.id, g);
     }
@@ -118,7 +121,9 @@ export class GraphView {
         g.boxes.set(s, box);
         const row = { tr: h('tr', { 'data-testid': 'step-row', 'data-step-id': s.id }), cells: [] };
         for (let i = 0; i < 6; i++) {
-          const td = h(i === 0 ? 'th' : 'td', i === 0 ? { scope: 'row' } : null);
+          // data-label: a narrow screen folds each row into a card whose
+          // cells say what they are (app.css).
+          const td = h(i === 0 ? 'th' : 'td', i === 0 ? { scope: 'row' } : { 'data-label': COLUMNS[i] });
           row.cells.push(td);
           row.tr.append(td);
         }

@@ -12,7 +12,7 @@ export const PAYLOADS = [
   'agentStarted', 'textDelta', 'messageCompleted', 'agentCompleted', 'handoff',
   'toolCallStarted', 'toolProgress', 'toolOptions', 'toolCallCompleted',
   'toolBatchCompleted', 'approvalRequested', 'approvalResolved',
-  'inputRequested', 'inputReceived', 'contextWritten', 'stepStarted',
+  'inputRequested', 'inputReceived', 'inputTimedOut', 'contextWritten', 'stepStarted',
   'stepCompleted', 'stepFailed', 'stepSkipped', 'pipelineCompleted',
 ];
 const KNOWN = new Set(PAYLOADS);
@@ -454,6 +454,28 @@ export class RunModel {
     item.span.state = 'ok';
     this.pending.delete(`i:${p.inputId}`);
     this.touch(item);
+  }
+
+  on_inputTimedOut(ctx, p, t) {
+    const item = this.inputs.get(p.inputId);
+    if (!item) {
+      this.push(ctx, { kind: 'note', text: `nobody answered ${p.inputId} in time` });
+      return;
+    }
+    item.timedOut = true;
+    item.closed = true;
+    item.sending = false;
+    item.span.end = t;
+    item.span.state = 'error';
+    item.span.detail = 'nobody answered in time';
+    this.pending.delete(`i:${p.inputId}`);
+    this.touch(item);
+  }
+
+  /** What the run waits for a person on now: 'approval' and/or 'input'. */
+  waitingFor() {
+    const kinds = new Set([...this.pending.keys()].map((k) => (k.startsWith('a:') ? 'approval' : 'input')));
+    return ['approval', 'input'].filter((k) => kinds.has(k));
   }
 
   on_contextWritten(ctx, p) {

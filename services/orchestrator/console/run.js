@@ -188,17 +188,22 @@ export function openRun(main, runId, app) {
   function drawSummary() {
     model.summaryDirty = false;
     el.target.textContent = model.target || '…';
-    const word = statusWord(model.status);
-    el.status.textContent = word;
+    // A running run that waits for a person says so, and on what.
+    const waits = model.status === 'RUN_STATUS_RUNNING' && !model.terminal ? model.waitingFor() : [];
+    const word = waits.length ? 'waiting' : statusWord(model.status);
+    el.status.textContent = waits.length ? `waiting for ${waits.join(' and ')}` : word;
     el.status.className = `badge st-${word}`;
     el.status.dataset.status = model.status || '';
+    el.status.dataset.waiting = waits.join(',');
     el.kind.textContent = kindWord(model.kind) || '—';
     drawTrace();
     el.started.textContent = Number.isFinite(model.startedAt) ? `${fmtTime(model.startedAt)} (${fmtAgo(model.startedAt)})` : '—';
     el.started.title = Number.isFinite(model.startedAt) ? new Date(model.startedAt).toISOString() : '';
     drawDuration();
     el.usage.textContent = fmtUsage(model.usage) || '—';
-    el.cancel.disabled = model.status !== 'RUN_STATUS_RUNNING' || model.terminal || cancelling;
+    // Only a run that can still be cancelled offers it.
+    el.cancel.hidden = model.status !== 'RUN_STATUS_RUNNING' || model.terminal;
+    el.cancel.disabled = el.cancel.hidden || cancelling;
     clear(el.outcome);
     el.outcome.hidden = true;
     if (model.error) {

@@ -5,7 +5,7 @@
 
 import { api } from './api.js';
 import { EXAMPLE, graphSpec, parseDoc, rememberSpec, toRequest } from './pipeline.js';
-import { clear, fmtAgo, fmtDuration, fmtInt, fmtTime, h, kindWord, num, parseTime, sleep, statusWord, tokens } from './util.js';
+import { clear, shortId, fmtAgo, fmtDuration, fmtInt, fmtTime, h, kindWord, num, parseTime, sleep, statusWord, tokens } from './util.js';
 
 const POLL_MS = 1500;
 const PAGE = 50;
@@ -13,8 +13,11 @@ const PAGE = 50;
 const USAGE_STALE_MS = 10000;
 const USAGE_PARALLEL = 4;
 
+// WAITING is no status of the API's: the runs waiting for a person
+// (`waiting=true`).
 const STATUSES = [
   ['', 'All'],
+  ['WAITING', 'Waiting for me'],
   ['RUN_STATUS_RUNNING', 'Running'],
   ['RUN_STATUS_COMPLETED', 'Completed'],
   ['RUN_STATUS_FAILED', 'Failed'],
@@ -109,12 +112,18 @@ export function openRuns(main, app) {
         row.tr.append(h('td', { class: 'c0' }, row.status), h('td', { class: 'c1' }, row.link, row.sub), row.started, row.duration, row.tokens, row.events);
         rows.set(r.runId, row);
       }
-      const word = statusWord(r.status);
+      // A running run waiting for a person says so, and on what.
+      const waits = r.status === 'RUN_STATUS_RUNNING' ? r.waitingFor || [] : [];
+      const word = waits.length ? 'waiting' : statusWord(r.status);
       row.tr.dataset.status = r.status || '';
-      row.status.textContent = word;
+      row.tr.dataset.waiting = waits.join(',');
+      row.status.textContent = waits.length ? `waiting · ${waits.join(', ')}` : word;
       row.status.className = `badge st-${word}`;
       row.link.textContent = r.target || '(unnamed)';
-      row.sub.textContent = `${kindWord(r.kind)} · ${String(r.runId).slice(0, 8)}…${r.detached ? ' · detached' : ''}`;
+      // The random tail of the id (UUIDv7 starts with the time, the same
+      // on every run of a minute): it tells runs apart, and `baton runs get`
+      // takes it.
+      row.sub.textContent = `${kindWord(r.kind)} · ${shortId(r.runId)}${r.detached ? ' · detached' : ''}`;
       const s = parseTime(r.startedAt);
       const e = parseTime(r.endedAt);
       row.started.textContent = fmtAgo(s, now);
@@ -168,7 +177,8 @@ export function openRuns(main, app) {
     const mine = {};
     polling = mine;
     try {
-      const r = await api.listRuns({ status, pageSize: PAGE, pageToken: token }, stop.signal);
+      const waiting = status === 'WAITING';
+      const r = await api.listRuns({ status: waiting ? '' : status, waiting, pageSize: PAGE, pageToken: token }, stop.signal);
       if (polling !== mine) return;
       st.runs = r.runs || [];
       st.next = r.nextPageToken || '';

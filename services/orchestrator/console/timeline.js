@@ -138,7 +138,10 @@ function axis(span) {
   const step = steps.find((s) => span / s <= 7) || steps[steps.length - 1];
   const track = h('div', { class: 'tl-track tl-axis' });
   for (let t = 0; t <= span; t += step) {
-    track.append(h('span', { class: 'tick', style: { left: `${(t / span) * 100}%` }, text: t === 0 ? '0' : fmtDuration(t) }));
+    // A label near the right end is drawn to the left of its mark, so the
+    // track does not clip it.
+    const at = (t / span) * 100;
+    track.append(h('span', { class: at > 85 ? 'tick end' : 'tick', 'data-testid': 'timeline-tick', style: { left: `${at}%` }, text: t === 0 ? '0' : fmtDuration(t) }));
   }
   return h('div', { class: 'tl-row axis', 'aria-hidden': 'true' }, h('span', { class: 'tl-label' }), track);
 }

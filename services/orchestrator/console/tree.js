@@ -426,7 +426,7 @@ export class TreeView {
   }
 
   update_input(item, p, el) {
-    const state = item.answer !== null ? 'answered' : item.closed ? 'closed' : 'pending';
+    const state = item.answer !== null ? 'answered' : item.timedOut ? 'timed-out' : item.closed ? 'closed' : 'pending';
     if (p.state === state && p.sending === item.sending && p.err === item.errorText) return;
     p.state = state;
     p.sending = item.sending;
@@ -449,8 +449,10 @@ export class TreeView {
             on: { click: () => send(o) },
           }, o))) : null,
         form,
-        item.deadline ? h('div', { class: 'meta', text: `an error at ${fmtTime(item.deadline)} if unanswered` }) : null,
+        item.deadline ? h('div', { class: 'meta', text: `no answer for the tool at ${fmtTime(item.deadline)} if unanswered` }) : null,
         item.sending ? h('div', { class: 'meta', text: 'sent; waiting for the run…' }) : null);
+    } else if (state === 'timed-out') {
+      p.body.append(h('div', { class: 'verdict denied', 'data-testid': 'input-answer', text: 'nobody answered in time: the tool got no answer' }));
     } else if (state === 'closed') {
       p.body.append(h('div', { class: 'meta', 'data-testid': 'input-answer', text: 'unanswered when the run ended' }));
     } else {

@@ -141,6 +141,16 @@ export function fmtBytes(n) {
 }
 
 /** Whitespace collapsed and cut to `max` characters. */
+/**
+ * A run id shortened to the part that tells runs apart: its random tail
+ * (a UUIDv7 starts with its time, alike for every run of a minute), as the
+ * CLI shows it and `baton runs get` takes it.
+ */
+export function shortId(id) {
+  const s = String(id);
+  return s.length > 12 ? `…${s.slice(-8)}` : s;
+}
+
 export function short(text, max = 160) {
   const flat = String(text || '').replace(/\s+/g, ' ').trim();
   return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat;

@@ -411,6 +411,7 @@ impl OrchestratorClient {
                 status: status as i32,
                 page_size,
                 page_token: page_token.to_owned(),
+                waiting: false,
             }))
             .await?
             .into_inner())

@@ -60,6 +60,7 @@ impl Service {
         let mut all = Vec::new();
         let mut query = RunsQuery {
             status: None,
+            waiting: false,
             after: None,
             size: MAX_RUNS_PAGE,
         };

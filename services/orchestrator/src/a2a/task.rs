@@ -311,6 +311,19 @@ impl Task {
                 let m = self.user_message(event.seq, &r.input, meta());
                 self.answered(m, meta())
             }
+            // Nobody answered in time: the question is closed, the task
+            // works on (the agent says so).
+            Payload::InputTimedOut(t) => {
+                self.asks.retain(
+                    |(a, _)| !matches!(a, Ask::Question { input_id } if *input_id == t.input_id),
+                );
+                let m = self.agent_message(
+                    event.seq,
+                    "Nobody answered the question in time; going on without an answer.".into(),
+                    meta(),
+                );
+                self.answered(m, meta())
+            }
             Payload::RunCompleted(c) => {
                 self.ended = true;
                 self.asks.clear();

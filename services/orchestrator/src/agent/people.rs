@@ -201,12 +201,18 @@ pub(super) async fn input_as(
     options: Vec<String>,
     schema_json: String,
 ) -> CallOutput {
-    // A resumed run does not ask again for input it received.
+    // A resumed run does not ask again for input it received, nor a
+    // question nobody answered in time.
     let unit = format!("in/{input_id}");
     if let Some(input) = rt.replayed(&unit) {
         return Ok(String::from_utf8_lossy(input).into_owned());
     }
+    let timed_out = format!("it/{input_id}");
+    if rt.replayed(&timed_out).is_some() {
+        return Err(no_answer(rt));
+    }
     let question = Question::new(rt, &input_id);
+    let deadline = question.deadline();
     let rx = rt.record.await_input(&input_id, question.deadline_ms);
     let requested = Payload::InputRequested(pb::InputRequested {
         input_id: input_id.clone(),
@@ -249,12 +255,32 @@ pub(super) async fn input_as(
         }
         None => {
             rt.record.close_input(&input_id);
-            Err(format!(
-                "no input arrived within {:?}",
-                rt.limits.approval_timeout
-            ))
+            // Said in the context that asked, and a durable point: a
+            // resumed run does not ask again.
+            let timed_out_event = Payload::InputTimedOut(pb::InputTimedOut {
+                input_id,
+                deadline: Some(deadline),
+            });
+            rt.emit_point(
+                &view.ctx,
+                &view.agent_name,
+                timed_out_event,
+                timed_out,
+                Vec::new,
+            )
+            .await;
+            Err(no_answer(rt))
         }
     }
+}
+
+/// What the model reads when nobody answered a question in time: that no
+/// answer came, never something that reads as the person's answer.
+fn no_answer(rt: &Run) -> String {
+    format!(
+        "no answer: nobody answered the question within {:?} (runs.approval_timeout); decide without it",
+        rt.limits.approval_timeout
+    )
 }
 
 /// A question's deadline, and whether a resumed run had asked it before

@@ -57,21 +57,22 @@ impl Orchestrator {
     pub async fn list(&self, caller: &Caller, query: &RunsQuery) -> Result<RunPage> {
         let RunsQuery {
             status,
+            waiting,
             after,
             size,
         } = query;
         if let Some(durable) = &self.services.durable {
             let (runs, more) = durable
-                .list(&caller.tenant, *status, after.as_deref(), *size)
+                .list_waiting(&caller.tenant, *status, *waiting, after.as_deref(), *size)
                 .await?;
             return Ok(RunPage::new(
                 runs.iter().map(|m| m.to_view()).collect(),
                 more,
             ));
         }
-        let (runs, more) = self
-            .runs
-            .list(&caller.tenant, *status, after.as_deref(), *size);
+        let (runs, more) =
+            self.runs
+                .list_waiting(&caller.tenant, *status, *waiting, after.as_deref(), *size);
         Ok(RunPage::new(runs.iter().map(|r| r.view()).collect(), more))
     }
 

@@ -349,9 +349,13 @@ fn json_value(value: &serde_json::Value) -> Response {
 }
 
 /// What the console is told of the operator's settings (no key needed:
-/// it holds no secret).
+/// it holds no secret): the link of a trace id, and whether callers need
+/// an API key (the console shows its key bar only then).
 async fn console_config(State(face): State<Arc<Face>>) -> Response {
-    json_value(&serde_json::json!({"traceUrl": face.console.trace_url}))
+    json_value(&serde_json::json!({
+        "traceUrl": face.console.trace_url,
+        "keysRequired": face.keys.is_some(),
+    }))
 }
 
 async fn openapi_json() -> Response {

@@ -100,6 +100,11 @@ fn operation(route: &Route) -> Value {
                 "only runs in this status",
             ));
             parameters.push(query(
+                "waiting",
+                json!({"type": "boolean"}),
+                "only runs waiting for a person (an approval or an input request)",
+            ));
+            parameters.push(query(
                 "page_size",
                 json!({"type": "integer", "minimum": 0}),
                 "most runs in the page (0: 100; at most 1000)",

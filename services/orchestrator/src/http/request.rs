@@ -107,9 +107,20 @@ impl Query {
             .transpose()
     }
 
-    /// The ListRuns request of `status`, `page_size`, `page_token`.
+    /// The ListRuns request of `status`, `waiting`, `page_size`,
+    /// `page_token`.
     pub fn list_runs(&self) -> Result<pb::ListRunsRequest, HttpError> {
-        self.only(&["status", "page_size", "page_token"])?;
+        self.only(&["status", "waiting", "page_size", "page_token"])?;
+        let waiting = match self.one("waiting")? {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(v) => {
+                return Err(HttpError::invalid(
+                    "waiting",
+                    format!("{v:?} is not true or false"),
+                ));
+            }
+        };
         let status = match self.one("status")? {
             None => 0,
             Some(v) => enum_value(v, "status", |s| {
@@ -118,6 +129,7 @@ impl Query {
         };
         Ok(pb::ListRunsRequest {
             status,
+            waiting,
             page_size: self.number("page_size")?.unwrap_or(0),
             page_token: self.one("page_token")?.unwrap_or_default().to_owned(),
         })

@@ -77,7 +77,7 @@ pub const ROUTES: &[Route] = &[
         body: None,
         answer: "baton.v1.ListRunsResponse",
         stream: false,
-        summary: "The caller's tenant's runs, newest first, a page at a time (`status`, `page_size`, `page_token`).",
+        summary: "The caller's tenant's runs, newest first, a page at a time (`status`, `waiting`, `page_size`, `page_token`).",
     },
     Route {
         method: "GET",

@@ -390,6 +390,11 @@ async fn follow(
                         open.settled(&r.input_id);
                         refused_open.remove(&r.input_id);
                     }
+                    // Nobody answered in time: the question is closed.
+                    Some(Payload::InputTimedOut(t)) => {
+                        open.settled(&t.input_id);
+                        refused_open.remove(&t.input_id);
+                    }
                     Some(Payload::ApprovalRequested(a)) if client.elicits && !client.rounds && live => {
                         let params = ask::approval_request(&at, &a);
                         let peer = client.peer.clone();

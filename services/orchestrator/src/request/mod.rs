@@ -98,6 +98,8 @@ pub struct StoredRequest(pub Vec<u8>);
 pub struct RunsQuery {
     /// Only runs in this status (none: any).
     pub status: Option<pb::RunStatus>,
+    /// Only runs waiting for a person.
+    pub waiting: bool,
     /// The run after which the page starts (from a page token).
     pub after: Option<String>,
     /// Most runs in the page.

@@ -84,6 +84,7 @@ pub fn kind_of(p: &Payload) -> pb::EventKind {
         Payload::ApprovalResolved(_) => K::ApprovalResolved,
         Payload::InputRequested(_) => K::InputRequested,
         Payload::InputReceived(_) => K::InputReceived,
+        Payload::InputTimedOut(_) => K::InputTimedOut,
         Payload::ContextWritten(_) => K::ContextWritten,
         Payload::StepStarted(_) => K::StepStarted,
         Payload::StepCompleted(_) => K::StepCompleted,

@@ -118,6 +118,8 @@ pub async fn register(
         error_code: 0,
         error_message: String::new(),
         last_seq: 0,
+        waiting_approvals: 0,
+        waiting_inputs: 0,
     };
     let sent = super::record::mono_ms();
     let epoch = runs

@@ -439,6 +439,14 @@ impl RunRecord {
             error_message: s.error_message,
             last_seq: s.last_seq,
             detached: self.detached,
+            waiting_for: if s.status == pb::RunStatus::Running {
+                super::view::waiting_for(
+                    earliest_deadline(&lock(&self.approvals)).is_some(),
+                    earliest_deadline(&lock(&self.inputs)).is_some(),
+                )
+            } else {
+                Vec::new()
+            },
         }
     }
 

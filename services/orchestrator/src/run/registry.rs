@@ -141,11 +141,24 @@ impl Runs {
         after: Option<&str>,
         size: usize,
     ) -> (Vec<Arc<RunRecord>>, bool) {
+        self.list_waiting(tenant, status, false, after, size)
+    }
+
+    /// [`Self::list`], only of runs waiting for a person when `waiting`.
+    pub fn list_waiting(
+        &self,
+        tenant: &str,
+        status: Option<pb::RunStatus>,
+        waiting: bool,
+        after: Option<&str>,
+        size: usize,
+    ) -> (Vec<Arc<RunRecord>>, bool) {
         let mut runs: Vec<Arc<RunRecord>> = lock(&self.map)
             .values()
             .filter(|r| r.tenant == tenant && !r.is_dropped())
             .filter(|r| after.is_none_or(|a| r.run_id.as_str() < a))
             .filter(|r| status.is_none_or(|s| r.snapshot().status == s))
+            .filter(|r| !waiting || !r.view().waiting_for.is_empty())
             .cloned()
             .collect();
         runs.sort_unstable_by(|a, b| b.run_id.cmp(&a.run_id));

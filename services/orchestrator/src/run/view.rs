@@ -38,6 +38,21 @@ pub struct RunView {
     pub last_seq: u64,
     /// Whether it outlives its caller's stream.
     pub detached: bool,
+    /// What a running run waits for a person on (see [`waiting_for`]).
+    pub waiting_for: Vec<&'static str>,
+}
+
+/// What a run waits for a person on, as the API says it: `approval` when
+/// an approval is open, `input` when an input request is (in that order).
+pub fn waiting_for(approvals: bool, inputs: bool) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    if approvals {
+        out.push("approval");
+    }
+    if inputs {
+        out.push("input");
+    }
+    out
 }
 
 /// A page of runs: the runs, and the token of the next page (empty on the

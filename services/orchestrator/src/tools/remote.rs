@@ -39,6 +39,26 @@ pub struct ToolServer {
 }
 
 impl ToolServer {
+    /// What a call that failed with `e` says: the server, its address, the
+    /// code and message, and what to check when nothing answered there.
+    fn failure(&self, e: &tonic::Status) -> String {
+        let (name, endpoint) = (&self.name, &self.endpoint);
+        let mut message = format!(
+            "tool server {name} at {endpoint} failed: {} ({:?})",
+            e.message(),
+            e.code()
+        );
+        if matches!(
+            e.code(),
+            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded
+        ) {
+            message.push_str(&format!(
+                "; check that it is running and reachable at {endpoint} (tool_servers.{name}.endpoint in the agents file)"
+            ));
+        }
+        message
+    }
+
     /// A server connected lazily (and re-connected by itself).
     pub fn new(name: &str, spec: &ToolServerSpec) -> Result<Self, ToolServerError> {
         // `http://host:port`, or `dns:///host:port` to spread calls over
@@ -166,14 +186,7 @@ impl Tool for RemoteTool {
             resume_token,
             input,
         };
-        let unavailable = |e: tonic::Status| {
-            ToolOutcome::Err(format!(
-                "tool server {} failed: {} ({:?})",
-                self.server.name,
-                e.message(),
-                e.code()
-            ))
-        };
+        let unavailable = |e: tonic::Status| ToolOutcome::Err(self.server.failure(&e));
         // The call carries the tool span as W3C traceparent, so the tool
         // server's spans join the run's trace.
         let mut request = tonic::Request::new(request);

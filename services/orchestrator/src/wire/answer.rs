@@ -27,6 +27,7 @@ impl From<RunView> for pb::GetRunResponse {
             error_code: r.error_code,
             error_message: r.error_message,
             last_seq: r.last_seq,
+            waiting_for: r.waiting_for.iter().map(|w| (*w).to_owned()).collect(),
         }
     }
 }
@@ -49,6 +50,10 @@ impl From<pb::GetRunResponse> for RunView {
             last_seq: r.last_seq,
             // GetRun does not say; it matters to ListRuns only.
             detached: false,
+            waiting_for: crate::run::view::waiting_for(
+                r.waiting_for.iter().any(|w| w == "approval"),
+                r.waiting_for.iter().any(|w| w == "input"),
+            ),
         }
     }
 }
@@ -69,6 +74,7 @@ impl From<RunView> for pb::RunSummary {
             ended_at: r.ended_at.map(Into::into),
             last_seq: r.last_seq,
             detached: r.detached,
+            waiting_for: r.waiting_for.iter().map(|w| (*w).to_owned()).collect(),
         }
     }
 }

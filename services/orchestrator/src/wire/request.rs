@@ -101,6 +101,7 @@ impl TryFrom<&pb::ListRunsRequest> for RunsQuery {
         };
         Ok(Self {
             status,
+            waiting: r.waiting,
             after,
             size,
         })

@@ -17,6 +17,18 @@ impl RedisRuns {
         after: Option<&str>,
         size: usize,
     ) -> Result<(Vec<RunMeta>, bool), Error> {
+        self.list_waiting(tenant, status, false, after, size).await
+    }
+
+    /// [`Self::list`], only of runs waiting for a person when `waiting`.
+    pub async fn list_waiting(
+        &self,
+        tenant: &str,
+        status: Option<pb::RunStatus>,
+        waiting: bool,
+        after: Option<&str>,
+        size: usize,
+    ) -> Result<(Vec<RunMeta>, bool), Error> {
         let mut c = self.conn().await?;
         let index = self.index_key(tenant);
         let batch = (size + 1).max(64);
@@ -54,6 +66,7 @@ impl RedisRuns {
                     None => expired.push(id.clone()),
                     Some(m) if m.tenant != tenant => {}
                     Some(m) if status.is_some_and(|s| s != m.status) => {}
+                    Some(m) if waiting && m.to_view().waiting_for.is_empty() => {}
                     Some(m) => found.push(m),
                 }
             }

@@ -9,7 +9,7 @@ use prost::Message as _;
 use redis::Value;
 
 use crate::error::Error;
-use crate::run::view::{RunView, from_ms};
+use crate::run::view::{RunView, from_ms, waiting_for};
 
 /// How a run started, as its metadata keeps it.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,6 +44,10 @@ pub struct RunMeta {
     pub error_message: String,
     /// The seq of its last logged event.
     pub last_seq: u64,
+    /// Approvals waiting for a person.
+    pub waiting_approvals: u32,
+    /// Input requests waiting for a person.
+    pub waiting_inputs: u32,
 }
 
 impl RunMeta {
@@ -64,6 +68,11 @@ impl RunMeta {
             error_message: self.error_message.clone(),
             last_seq: self.last_seq,
             detached: self.detached,
+            waiting_for: if self.status == pb::RunStatus::Running {
+                waiting_for(self.waiting_approvals > 0, self.waiting_inputs > 0)
+            } else {
+                Vec::new()
+            },
         }
     }
 }
@@ -133,6 +142,8 @@ pub(super) fn decode_meta(run_id: &str, f: &HashMap<String, Vec<u8>>) -> Option<
         error_code: num("error_code") as i32,
         error_message: text("error_message"),
         last_seq: num("last_seq").max(0) as u64,
+        waiting_approvals: num("wait_ap").clamp(0, i64::from(u32::MAX)) as u32,
+        waiting_inputs: num("wait_in").clamp(0, i64::from(u32::MAX)) as u32,
     })
 }
 

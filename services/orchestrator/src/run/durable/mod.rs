@@ -10,7 +10,9 @@
 //!   (`XRANGE (0-<after_seq> +`) and a blocking tail (`XREAD BLOCK`).
 //! - `{prefix}:run:{<id>}:meta` — a hash: the fencing `epoch`, tenant, kind,
 //!   target, trace, start, detach flag, and once ended the status, end,
-//!   output, run context, usage and error; `last_seq`.
+//!   output, run context, usage and error; `last_seq`; `wait_ap` and
+//!   `wait_in`, how many approvals and input requests wait for a person
+//!   (kept by the append script from the questions' journal records).
 //! - `{prefix}:runs:<hex tenant>` — the tenant's runs, a sorted set of run
 //!   ids (UUIDv7, so lexical order is start order) for `ListRuns`; entries
 //!   whose run has expired are dropped when a listing meets them.
@@ -101,6 +103,12 @@ local epoch = redis.call('HGET', KEYS[1], 'epoch')
 if not epoch then
   return 2
 end
+-- How many of the run's questions wait for a person, by kind.
+local function waits(field, by)
+  if redis.call('HINCRBY', KEYS[1], field, by) < 0 then
+    redis.call('HSET', KEYS[1], field, 0)
+  end
+end
 if epoch ~= ARGV[1] then
   return 0
 end
@@ -125,6 +133,19 @@ for _ = 1, j do
   local kind = string.sub(unit, 1, 3)
   if kind == 'ap/' or kind == 'in/' then
     redis.call('HDEL', KEYS[4], string.sub(unit, 4))
+  end
+  -- A question asked (q/) waits for a person until it is answered or
+  -- closed (ap/, in/, it/: timed out).
+  if string.sub(unit, 1, 2) == 'q/' then
+    if string.sub(unit, 3, 11) == 'approval:' then
+      waits('wait_ap', 1)
+    else
+      waits('wait_in', 1)
+    end
+  elseif kind == 'ap/' then
+    waits('wait_ap', -1)
+  elseif kind == 'in/' or kind == 'it/' then
+    waits('wait_in', -1)
   end
   i = i + 2
 end
