@@ -34,6 +34,8 @@ fn meta(tenant: &str) -> RunMeta {
         error_code: 0,
         error_message: String::new(),
         last_seq: 0,
+        waiting_approvals: 0,
+        waiting_inputs: 0,
     }
 }
 

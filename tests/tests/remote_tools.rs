@@ -240,10 +240,13 @@ async fn cancelling_a_run_cancels_its_remote_calls_and_dead_servers_are_tool_err
             _ => None,
         })
         .collect();
+    // It names the server, its address and what to check (issue 35,
+    // item 11: it said "tcp connect error (Unavailable)" alone).
     assert!(
-        errors
-            .iter()
-            .any(|e| e.contains("tool server rusty failed")),
+        errors.iter().any(|e| e.contains("tool server rusty at ")
+            && e.contains(" failed: ")
+            && e.contains("(Unavailable); check that it is running and reachable at ")
+            && e.contains("tool_servers.rusty.endpoint")),
         "{errors:?}"
     );
 }

@@ -8,7 +8,7 @@ use tracing_subscriber::{
 use crate::audit;
 
 /// How log lines are written.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -99,6 +99,118 @@ fn no_color_unset() -> bool {
     std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
+/// Like [`init_stderr`] for a person at a terminal of `width` columns
+/// (`baton up`): with `log.format = "text"`, one line per event of at most
+/// `width` columns — the time, the level, the message, then its fields
+/// with ids shortened to their last 8 characters (`run_id=…9f3a6c21`) —
+/// cut with `…` at the width; `json` stays JSON lines.
+pub fn init_stderr_for_people(
+    service: &str,
+    log: &LogConfig,
+    width: usize,
+) -> Result<TelemetryGuard, LogError> {
+    if log.format == LogFormat::Json {
+        return init_stderr(service, log);
+    }
+    let filter = level_filter(log)?;
+    let audit_layer = audit_layer(&log.audit)?;
+    let not_audit = filter_fn(|m| m.target() != audit::TARGET);
+    tracing_subscriber::registry()
+        .with(audit_layer)
+        .with(
+            fmt::layer()
+                .event_format(Person { width })
+                .with_writer(std::io::stderr)
+                .with_filter(not_audit)
+                .with_filter(filter),
+        )
+        .try_init()?;
+    tracing::debug!(service, "telemetry initialised");
+    Ok(TelemetryGuard { _private: () })
+}
+
+/// Log lines for a person at a terminal (see [`init_stderr_for_people`]).
+struct Person {
+    width: usize,
+}
+
+/// An event's message and fields, as text.
+#[derive(Default)]
+struct Fields {
+    message: String,
+    fields: Vec<(&'static str, String)>,
+}
+
+impl tracing::field::Visit for Fields {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "message" {
+            self.message = value.to_owned();
+        } else {
+            self.fields.push((field.name(), value.to_owned()));
+        }
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        let text = format!("{value:?}");
+        let text = text
+            .strip_prefix('"')
+            .and_then(|t| t.strip_suffix('"'))
+            .map_or(text.clone(), str::to_owned);
+        self.record_str(field, &text);
+    }
+}
+
+/// An id shortened to the part that tells ids apart: the last 8
+/// characters of a UUID or of a 32-digit trace id (their start is a time,
+/// or alike); anything else as it is.
+fn short_id(value: &str) -> std::borrow::Cow<'_, str> {
+    let hex = |s: &str| s.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
+    if (value.len() == 36 || value.len() == 32) && hex(value) {
+        format!("…{}", &value[value.len() - 8..]).into()
+    } else {
+        value.into()
+    }
+}
+
+impl<S, N> fmt::FormatEvent<S, N> for Person
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _ctx: &fmt::FmtContext<'_, S, N>,
+        mut writer: fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
+        let mut line = format!(
+            "{h:02}:{m:02}:{s:02} {:<5} {}",
+            event.metadata().level(),
+            fields.message
+        );
+        for (k, v) in &fields.fields {
+            line.push_str(&format!(" {k}={}", short_id(v)));
+        }
+        writeln!(writer, "{}", cut(&line, self.width))
+    }
+}
+
+/// `line` cut to `width` characters, ending in `…` when it was longer.
+fn cut(line: &str, width: usize) -> String {
+    if line.chars().count() <= width {
+        return line.to_owned();
+    }
+    let mut out: String = line.chars().take(width.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
 /// Like [`init`], writing to `writer` (tests capture the lines).
 pub fn init_to<W>(service: &str, log: &LogConfig, writer: W) -> Result<TelemetryGuard, LogError>
 where
@@ -116,21 +228,8 @@ fn install<W>(
 where
     W: for<'w> fmt::MakeWriter<'w> + Send + Sync + 'static,
 {
-    let filter = match std::env::var("RUST_LOG") {
-        Ok(v) if !v.is_empty() => EnvFilter::try_new(v),
-        _ => EnvFilter::try_new(&log.level),
-    }?;
-    // The audit lines: JSON, their own filter (not the level's), their own
-    // destination.
-    let audit_layer = audit_writer(&log.audit)?.map(|w| {
-        fmt::layer()
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .with_span_list(false)
-            .with_writer(w)
-            .with_filter(filter_fn(|m| m.target() == audit::TARGET))
-    });
+    let filter = level_filter(log)?;
+    let audit_layer = audit_layer(&log.audit)?;
     let not_audit = filter_fn(|m| m.target() != audit::TARGET);
     let registry = tracing_subscriber::registry().with(audit_layer);
     let result = match log.format {
@@ -159,6 +258,33 @@ where
     result?;
     tracing::debug!(service, "telemetry initialised");
     Ok(TelemetryGuard { _private: () })
+}
+
+/// The level filter: `RUST_LOG` when set, else `log.level`.
+fn level_filter(log: &LogConfig) -> Result<EnvFilter, LogError> {
+    Ok(match std::env::var("RUST_LOG") {
+        Ok(v) if !v.is_empty() => EnvFilter::try_new(v),
+        _ => EnvFilter::try_new(&log.level),
+    }?)
+}
+
+/// The audit lines' layer: JSON, their own filter (not the level's), their
+/// own destination (none when `off`).
+fn audit_layer<S>(
+    destination: &str,
+) -> Result<Option<impl tracing_subscriber::Layer<S> + Send + Sync + 'static>, LogError>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    Ok(audit_writer(destination)?.map(|w| {
+        fmt::layer()
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .with_writer(w)
+            .with_filter(filter_fn(|m| m.target() == audit::TARGET))
+    }))
 }
 
 /// The writer of the audit log's destination (see [`LogConfig::audit`]).

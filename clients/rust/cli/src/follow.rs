@@ -139,6 +139,9 @@ impl Question {
             (Kind::Input { id, .. }, Payload::InputReceived(i)) if i.input_id == *id => {
                 Some(format!("answered elsewhere: {}", i.input))
             }
+            (Kind::Input { id, .. }, Payload::InputTimedOut(t)) if t.input_id == *id => {
+                Some("nobody answered in time: the tool got no answer".to_owned())
+            }
             (_, Payload::ToolCallCompleted(c))
                 if c.call_id == self.call_id && e.context_id == self.context_id =>
             {

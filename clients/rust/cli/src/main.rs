@@ -150,9 +150,39 @@ fn parse() -> Args {
                 );
                 std::process::exit(e.exit_code());
             }
+            if e.use_stderr() {
+                // clap's usage line names every argument that was given, an
+                // environment variable's (BATON_ENDPOINT, BATON_API_KEY)
+                // included, which reads as if it were required: the global
+                // flags leave the usage line (`[OPTIONS]` covers them).
+                eprint!("{}", without_global_flags(&e.render().to_string()));
+                std::process::exit(e.exit_code());
+            }
             e.exit()
         }
     }
+}
+
+/// `message` with the global flags (`--endpoint <ENDPOINT>`, …) taken out
+/// of its usage lines.
+fn without_global_flags(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    for line in message.split_inclusive('\n') {
+        if line.trim_start().starts_with("Usage:") {
+            let mut line = line.to_owned();
+            for flag in GLOBAL_FLAGS {
+                let value = flag
+                    .trim_start_matches('-')
+                    .replace('-', "_")
+                    .to_uppercase();
+                line = line.replace(&format!(" {flag} <{value}>"), "");
+            }
+            out.push_str(&line);
+        } else {
+            out.push_str(line);
+        }
+    }
+    out
 }
 
 fn main() -> std::process::ExitCode {

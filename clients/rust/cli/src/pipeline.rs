@@ -79,7 +79,32 @@ pub async fn run(args: PipelineArgs) -> anyhow::Result<()> {
         request.settings = settings;
     }
     let (client, links) = crate::follow::with_links(args.target.connect().await?);
-    let events = client.run_pipeline(request).await?;
+    let steps: Vec<(String, String)> = request
+        .pipeline
+        .iter()
+        .flat_map(|p| &p.steps)
+        .map(|s| (s.id.clone(), s.agent.clone()))
+        .collect();
+    let events = match client.run_pipeline(request).await {
+        Ok(events) => events,
+        // A step names an agent there is not: as `baton run` says it.
+        Err(e) if e.code() == tonic::Code::InvalidArgument => {
+            let step = e
+                .field()
+                .and_then(|f| f.strip_prefix("pipeline.steps["))
+                .and_then(|f| f.strip_suffix("].agent"))
+                .and_then(|n| n.parse::<usize>().ok())
+                .and_then(|n| steps.get(n));
+            match step {
+                Some((id, agent)) => {
+                    let e = crate::run::did_you_mean(&client, agent, e).await;
+                    return Err(anyhow::anyhow!("step {id:?}: {e}"));
+                }
+                None => return Err(e.into()),
+            }
+        }
+        Err(e) => return Err(e.into()),
+    };
     crate::follow::follow(
         &client,
         events,

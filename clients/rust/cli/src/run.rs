@@ -272,7 +272,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
 /// An unknown agent's error, with the nearest name (`did you mean …?`)
 /// and the agents and groups there are.
-async fn did_you_mean(
+pub(crate) async fn did_you_mean(
     client: &OrchestratorClient,
     agent: &str,
     error: baton_client::Error,

@@ -7,6 +7,7 @@ use serde_json::json;
 
 use crate::follow::{CtrlC, follow};
 
+mod id;
 mod list;
 use crate::run::Target;
 use list::{clock, date, time};
@@ -43,9 +44,11 @@ enum RunsCmd {
     /// One run's status and result (`--json`: as JSON).
     #[command(after_help = "Examples:
   baton runs get RUN_ID
+  baton runs get 9f3a6c21          # the end of its id, as listed
   baton runs get RUN_ID --json | jq -r .output")]
     Get {
-        /// The run's id.
+        /// The run's id, or a unique start or end of it (its last 8
+        /// characters, as the console and `runs list` show them).
         run_id: String,
     },
     #[command(after_help = "Examples:
@@ -55,7 +58,8 @@ enum RunsCmd {
     /// Follow a run's events (answering its approvals and input requests),
     /// from its first event or after a seq.
     Watch {
-        /// The run's id.
+        /// The run's id, or a unique start or end of it (its last 8
+        /// characters, as the console and `runs list` show them).
         run_id: String,
         /// Only events after this seq.
         #[arg(long, default_value_t = 0)]
@@ -76,7 +80,8 @@ enum RunsCmd {
   baton runs cancel RUN_ID
   baton runs cancel RUN_ID --reason \"no longer needed\"")]
     Cancel {
-        /// The run's id.
+        /// The run's id, or a unique start or end of it (its last 8
+        /// characters, as the console and `runs list` show them).
         run_id: String,
         /// Why (shown in RunCancelled).
         #[arg(long, default_value = "")]
@@ -138,11 +143,7 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
                         break 'pages;
                     }
                     shown += 1;
-                    let waits = if r.status == pb::RunStatus::Running as i32 {
-                        list::waits_for(&client, r).await
-                    } else {
-                        None
-                    };
+                    let waits = list::waits_for(&r.waiting_for);
                     if args.json {
                         crate::out::outln!(
                             "{}",
@@ -184,6 +185,7 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
             Ok(())
         }
         RunsCmd::Get { run_id } => {
+            let run_id = id::resolve(&client, &run_id).await?;
             let r = client.get_run(&run_id).await?;
             if args.json {
                 let value = json!({
@@ -203,16 +205,7 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
                 crate::out::outln!("{value}")?;
                 return Ok(());
             }
-            let waits = if r.status == pb::RunStatus::Running as i32 {
-                let summary = pb::RunSummary {
-                    run_id: r.run_id.clone(),
-                    last_seq: r.last_seq,
-                    ..Default::default()
-                };
-                list::waits_for(&client, &summary).await
-            } else {
-                None
-            };
+            let waits = list::waits_for(&r.waiting_for);
             let width = crate::view::View::default().wrap_width();
             crate::out::outln!("{}", list::get(&r, &status_name(r.status), waits, width))?;
             Ok(())
@@ -224,6 +217,7 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
             deny,
             answers,
         } => {
+            let run_id = id::resolve(&client, &run_id).await?;
             let (client, links) = crate::follow::with_links(client);
             let events = client.watch_run(&run_id, after, None).await?;
             let answers = crate::follow::Answers {
@@ -241,6 +235,7 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
             .await
         }
         RunsCmd::Cancel { run_id, reason } => {
+            let run_id = id::resolve(&client, &run_id).await?;
             let status = client.cancel(&run_id, &reason).await?;
             let name = status_name(status as i32);
             if args.json {

@@ -1,7 +1,7 @@
 //! `baton up`: the orchestrator and the context store in one process, on one
 //! in-memory store, serving the example agents. No Redis, no API key.
 
-use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+use std::{io::IsTerminal as _, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use baton_orchestrator::{app::Orchestrator, run::record::RunRecord, run::shared::Shared};
@@ -44,6 +44,12 @@ pub struct UpArgs {
     /// Print the effective config of both services (TOML) and exit.
     #[arg(long)]
     print_config: bool,
+    /// How the log lines on stderr look: `text` — at a terminal, one line
+    /// per event fitting its width (time, level, message, ids shortened),
+    /// elsewhere tracing's full text lines — or `json` (one object per
+    /// line, for machines). Same as `--set orchestrator.log.format=…`.
+    #[arg(long, value_name = "text|json")]
+    log_format: Option<baton_common::logging::LogFormat>,
 }
 
 /// The default log settings of `baton up`: its services' lines at `info`,
@@ -155,6 +161,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     orch_config.telemetry.metrics_listen = args.metrics_listen;
     orch_config.log.level = LOG_LEVEL.into();
     orch_config.log.audit = "off".into();
+    if let Some(format) = args.log_format {
+        orch_config.log.format = format;
+    }
     if let Some(file) = args.api_keys_file {
         orch_config.auth.api_keys_file = file;
     }
@@ -208,8 +217,17 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     // One logger for the process: the orchestrator's log settings, its
     // lines on stderr (stdout is the banner; `log.audit = "stdout"` puts
     // the audit lines there too).
-    let _telemetry = baton_common::logging::init_stderr("baton", &orch_config.log)
-        .map_err(|e| anyhow::anyhow!("orchestrator.log: {e}"))?;
+    // At a terminal the lines are for a person: one each, fitting it.
+    let _telemetry = if std::io::stderr().is_terminal() {
+        baton_common::logging::init_stderr_for_people(
+            "baton",
+            &orch_config.log,
+            crate::view::terminal_columns(),
+        )
+    } else {
+        baton_common::logging::init_stderr("baton", &orch_config.log)
+    }
+    .map_err(|e| anyhow::anyhow!("orchestrator.log: {e}"))?;
     let (source, yaml) = if orch_config.agents_file.as_os_str().is_empty() {
         (
             "the built-in example agents".to_owned(),

@@ -479,6 +479,7 @@ impl View {
                 format!("{verdict}{tool}{reason}")
             }
             Some(Payload::InputReceived(i)) => format!("✎ answered {}", i.input),
+            Some(Payload::InputTimedOut(_)) => "✘ nobody answered in time".to_owned(),
             Some(Payload::ContextWritten(w)) => format!(
                 "{}wrote {} v{} ({} bytes)",
                 self.mark("⛁ ", "= "),

@@ -272,10 +272,15 @@ fn ctrl_c_of_baton_run_says_cancelled() {
     watch.type_keys(b"\x03");
     let (status, screen) = watch.exit(Duration::from_secs(10));
     assert_eq!(status.code(), Some(130), "{screen}");
+    // Wrapped at a space: the id whole on its line (issue 35, item 9).
     assert!(
-        screen.contains(&format!(
+        words(&screen).contains(&format!(
             "stopped watching; the run goes on (baton runs cancel {id})"
         )),
+        "{screen}"
+    );
+    assert!(
+        visible_lines(&screen).iter().any(|l| l.starts_with(id)),
         "{screen}"
     );
     let got = up.cli(&["runs", "get", id, "--json"]);

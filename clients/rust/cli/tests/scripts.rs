@@ -531,3 +531,164 @@ fn prompts_and_hints_wrap_at_spaces() {
         assert!(columns(line) <= 60, "{line:?} in\n{screen}");
     }
 }
+
+/// Issue 35, item 11: with BATON_ENDPOINT set, a missing input's usage
+/// line does not read as if --endpoint were required; a pipeline step
+/// naming an unknown agent gets the "did you mean" `baton run` gives.
+#[test]
+fn usage_lines_and_unknown_step_agents_say_what_a_person_needs() {
+    let out = Command::new(BATON)
+        .args(["run", "assistant"])
+        .env("BATON_ENDPOINT", "http://127.0.0.1:1")
+        .env("BATON_API_KEY", "k")
+        .output()
+        .expect("baton");
+    let err = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("<INPUT>"), "{err}");
+    let usage = err
+        .lines()
+        .find(|l| l.starts_with("Usage:"))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert_eq!(usage, "Usage: baton run <AGENT> <INPUT>", "{err}");
+
+    let up = Up::start(&[]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("p.yaml");
+    std::fs::write(
+        &file,
+        "name: p\nsteps:\n  - {id: first, agent: long, task: go}\n  - {id: check, agent: summarizr, task: go}\n",
+    )
+    .expect("write");
+    let out = up.cli(&["pipeline", file.to_str().expect("path")]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(
+            r#"step "check": no agent or group is called "summarizr": did you mean "summarizer"?"#
+        ),
+        "{err}"
+    );
+    assert!(err.contains("agents: fact_checker"), "{err}");
+}
+
+/// Issue 35, item 7: a run is named by the end of its id (what tells runs
+/// started in the same minute apart), or any unique start, like git's
+/// short hashes; a start several runs share, or too short a piece, says so.
+#[test]
+fn short_run_ids_name_runs_like_git_short_hashes() {
+    let up = Up::start(&[]);
+    let a = detach(&up, "forever");
+    let b = detach(&up, "forever");
+    assert_eq!(a[..8], b[..8], "UUIDv7s of one minute share their start");
+    for (cmd, extra) in [("get", vec![]), ("cancel", vec!["--reason", "short ids"])] {
+        let mut args = vec!["runs", cmd, &a[a.len() - 8..]];
+        args.extend(extra);
+        let out = up.cli(&args);
+        assert!(out.status.success(), "{cmd}: {}", text(&out.stderr));
+        assert!(
+            text(&out.stdout).contains(&a),
+            "{cmd}: {}",
+            text(&out.stdout)
+        );
+    }
+    let out = up.cli(&["runs", "get", &format!("…{}", &b[b.len() - 8..])]);
+    assert!(text(&out.stdout).contains(&b), "{}", text(&out.stdout));
+    let out = up.cli(&["runs", "get", &a[..8]]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("names several runs") && text(&out.stderr).contains(&a),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = up.cli(&["runs", "get", "abc"]);
+    assert!(
+        text(&out.stderr).contains("at least 4 characters"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = up.cli(&["runs", "get", "ffffffff"]);
+    assert!(
+        text(&out.stderr).contains("no run of yours starts or ends with \"ffffffff\""),
+        "{}",
+        text(&out.stderr)
+    );
+    let _ = up.cli(&["runs", "cancel", &b]);
+}
+
+/// Issue 35, item 10: `baton up`'s log at a terminal is for a person — a
+/// line per event of at most the terminal's width (time, level, message,
+/// ids shortened) — while into a pipe, and with `--log-format json`, the
+/// lines stay as they were for machines.
+#[test]
+fn baton_ups_log_is_for_a_person_at_a_terminal() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let agents = dir.path().join("agents.yaml");
+    std::fs::write(&agents, AGENTS).expect("write agents");
+    let agents = agents.to_str().expect("path");
+    let mut pty = Pty::start(
+        &[
+            "up",
+            "--listen",
+            "127.0.0.1:0",
+            "--store-listen",
+            "127.0.0.1:0",
+            "--agents",
+            agents,
+        ],
+        "http://127.0.0.1:1",
+        80,
+    );
+    let banner = pty.wait_for("Ctrl-C stops it.");
+    let endpoint = visible_lines(&banner)
+        .iter()
+        .find(|l| l.trim_start().starts_with("orchestrator"))
+        .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
+        .unwrap_or_else(|| panic!("{banner}"));
+    let ran = Command::new(BATON)
+        .args(["run", "long", "x", "--endpoint", &endpoint])
+        .output()
+        .expect("baton run");
+    assert!(ran.status.success(), "{}", text(&ran.stderr));
+    let shown = pty.wait_for("run ended");
+    pty.type_keys(&[3]);
+    let lines = visible_lines(&shown);
+    let started = lines
+        .iter()
+        .find(|l| l.contains(" INFO  run started"))
+        .unwrap_or_else(|| panic!("{shown}"));
+    let at = regex::Regex::new(
+        r"^\d\d:\d\d:\d\d INFO  run started run_id=…[0-9a-f]{8} trace_id=…[0-9a-f]{8}",
+    )
+    .expect("regex");
+    assert!(at.is_match(started), "{started}");
+    for line in lines.iter().filter(|l| {
+        regex::Regex::new(r"^\d\d:\d\d:\d\d ")
+            .expect("re")
+            .is_match(l)
+    }) {
+        assert!(columns(line) <= 80, "{line:?} in\n{shown}");
+    }
+
+    // Into a pipe, and with --log-format json: lines for machines.
+    let json = Up::start(&["--log-format", "json"]);
+    let out = json.cli(&["run", "long", "x"]);
+    assert!(out.status.success());
+    let log = wait_for(
+        &json.stderr,
+        "run ended",
+        Duration::from_secs(10),
+        "baton up's log",
+    );
+    let line = log
+        .lines()
+        .find(|l| l.contains("run started"))
+        .expect("logged");
+    let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    assert_eq!(v["message"], "run started", "{line}");
+    assert_eq!(
+        v["run_id"].as_str().map(str::len),
+        Some(36),
+        "ids whole: {line}"
+    );
+}

@@ -1,12 +1,9 @@
 //! How `baton runs list` and `baton runs get` show runs to a person: each
 //! run on two lines fitting the terminal (id, status and target; then its
 //! trace id, kind, events and start), one line a run into a pipe; whether
-//! a running run waits for a person, read from its events.
+//! a running run waits for a person, as the server says it.
 
-use std::collections::HashSet;
-
-use baton_client::{OrchestratorClient, pb, pb::run_event::Payload};
-use futures::StreamExt;
+use baton_client::pb;
 
 use crate::view::{Wrap, cols};
 
@@ -24,42 +21,15 @@ pub(super) fn clock(t: &Option<baton_client::wkt::Timestamp>) -> String {
     date(t).get(11..).unwrap_or_default().to_owned()
 }
 
-/// What a running run waits for: `an approval` or `an answer`, read from
-/// its events (questions asked and not yet settled).
-pub(super) async fn waits_for(
-    client: &OrchestratorClient,
-    r: &pb::RunSummary,
-) -> Option<&'static str> {
-    let read = async {
-        let mut events = client.watch_run(&r.run_id, 0, None).await.ok()?;
-        let mut approvals = HashSet::new();
-        let mut inputs = HashSet::new();
-        while let Some(Ok(e)) = events.next().await {
-            match &e.payload {
-                Some(Payload::ApprovalRequested(a)) => {
-                    approvals.insert(a.approval_id.clone());
-                }
-                Some(Payload::ApprovalResolved(a)) => {
-                    approvals.remove(&a.approval_id);
-                }
-                Some(Payload::InputRequested(i)) => {
-                    inputs.insert(i.input_id.clone());
-                }
-                Some(Payload::InputReceived(i)) => {
-                    inputs.remove(&i.input_id);
-                }
-                _ => {}
-            }
-            if e.seq >= r.last_seq {
-                break;
-            }
-        }
-        Some((approvals.is_empty(), inputs.is_empty()))
-    };
-    match tokio::time::timeout(std::time::Duration::from_secs(2), read).await {
-        Ok(Some((false, _))) => Some("an approval"),
-        Ok(Some((true, false))) => Some("an answer"),
-        _ => None,
+/// What a running run waits for, as the server says it (`waiting_for`):
+/// `an approval` or `an answer`.
+pub(super) fn waits_for(waiting_for: &[String]) -> Option<&'static str> {
+    if waiting_for.iter().any(|w| w == "approval") {
+        Some("an approval")
+    } else if waiting_for.iter().any(|w| w == "input") {
+        Some("an answer")
+    } else {
+        None
     }
 }
 
