@@ -84,7 +84,7 @@ pub fn run_agent_request(data: &[u8]) {
     if let Ok(request) = pb::RunAgentRequest::decode(data)
         && let Ok(request) = AgentRequest::try_from(request)
     {
-        let _ = validate::agent_run(service().services(), request);
+        let _ = validate::agent_run(&service().services(), request);
     }
 }
 
@@ -93,7 +93,7 @@ pub fn run_pipeline_request(data: &[u8]) {
     if let Ok(request) = pb::RunPipelineRequest::decode(data)
         && let Ok(request) = PipelineRequest::try_from(request)
     {
-        let _ = validate::pipeline_run(service().services(), request);
+        let _ = validate::pipeline_run(&service().services(), request);
     }
 }
 
@@ -123,7 +123,7 @@ pub fn pipeline_file(data: &[u8]) {
     if let Ok(request) = file.into_request()
         && let Ok(request) = PipelineRequest::try_from(request)
     {
-        let _ = validate::pipeline_run(service().services(), request);
+        let _ = validate::pipeline_run(&service().services(), request);
     }
 }
 

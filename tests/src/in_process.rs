@@ -130,6 +130,9 @@ impl OrchestratorServer {
         config.store.mode = StoreMode::Memory;
         config.shutdown_grace = Duration::from_secs(5);
         config.telemetry.metrics_listen = String::new();
+        // The catalog comes from `agents_yaml`: no file is watched unless
+        // the test names one (and writes the same YAML there).
+        config.agents_file = std::path::PathBuf::new();
         configure(&mut config);
         config.validate().map_err(|e| anyhow::anyhow!(e))?;
         let catalog = std::sync::Arc::new(

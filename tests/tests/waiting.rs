@@ -183,7 +183,7 @@ async fn check(runs_on: &OrchestratorServer, read_on: &OrchestratorServer, what:
         },
     )
     .await;
-    assert_eq!(waiting_list(&read).await, [asker.clone()]);
+    assert_eq!(waiting_list(&read).await, std::slice::from_ref(&asker));
     on.cancel(&asker, "done").await.expect("cancel");
 
     // Nobody answers in time: InputTimedOut where the question was asked,

@@ -56,6 +56,7 @@
 
 pub mod a2a;
 pub mod agent;
+pub mod agents_watch;
 pub mod app;
 pub mod auth;
 pub mod catalog;
@@ -223,6 +224,16 @@ pub async fn serve_core(
             durable,
             shutdown.clone(),
             config.runs.park_after,
+        ));
+    }
+    // The agents file, read again when it changes.
+    if !config.agents_file.as_os_str().is_empty() && !config.agents_reload.is_zero() {
+        let loaded = std::fs::read_to_string(&config.agents_file).unwrap_or_default();
+        tasks.spawn(agents_watch::watch(
+            core.clone(),
+            config.clone(),
+            loaded,
+            shutdown.clone(),
         ));
     }
     // Running runs get `shutdown_grace` to finish once shutdown begins.

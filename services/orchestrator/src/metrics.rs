@@ -32,6 +32,7 @@ pub struct Metrics {
     pub registry: Arc<Registry>,
     runs_started: Family<Labels, Counter>,
     runs_finished: Family<Labels, Counter>,
+    agents_reloads: Family<Labels, Counter>,
     runs_active: Gauge,
     /// Events sequenced, across runs.
     pub events: Counter,
@@ -102,6 +103,7 @@ impl Metrics {
         let runs_started = Family::<Labels, Counter>::default();
         let runs_finished = Family::<Labels, Counter>::default();
         let runs_active = Gauge::default();
+        let agents_reloads = Family::<Labels, Counter>::default();
         let events = Counter::default();
         let model_latency = latency_histograms();
         let tool_latency = latency_histograms();
@@ -117,6 +119,11 @@ impl Metrics {
             runs_finished.clone(),
         );
         r.register("baton_runs_active", "Runs in progress", runs_active.clone());
+        r.register(
+            "baton_agents_reloads",
+            "Changed agents files taken (result=taken) or refused (result=refused)",
+            agents_reloads.clone(),
+        );
         r.register(
             "baton_events_emitted",
             "Events sequenced onto run streams",
@@ -163,6 +170,7 @@ impl Metrics {
             quota,
             runs_started,
             runs_finished,
+            agents_reloads,
             runs_active,
             events,
             model_latency,
@@ -190,6 +198,14 @@ impl Metrics {
             ])
             .inc();
         self.runs_active.dec();
+    }
+
+    /// A changed agents file was taken (`true`) or refused.
+    pub fn agents_reloaded(&self, taken: bool) {
+        let result = if taken { "taken" } else { "refused" };
+        self.agents_reloads
+            .get_or_create(&vec![("result", result.to_owned())])
+            .inc();
     }
 
     /// One model turn took `seconds`.

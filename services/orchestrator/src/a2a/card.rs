@@ -152,7 +152,7 @@ pub async fn agent_card(
     headers: HeaderMap,
 ) -> Response {
     match face.agent(&agent) {
-        Ok(exposed) => response(&face, exposed, &headers),
+        Ok(exposed) => response(&face, &exposed, &headers),
         Err(e) => e.rest_response(),
     }
 }
@@ -161,7 +161,7 @@ pub async fn agent_card(
 pub async fn default_card(State(face): State<Arc<A2a>>, headers: HeaderMap) -> Response {
     let name = match face.default_agent() {
         Some(name) => name,
-        None => match face.agents().count() {
+        None => match face.agents().len() {
             0 => {
                 return A2aError::NoAgent(
                     "this server exposes no agent over A2A (a2a.agents in the config, or `a2a: true` on an agent)".into(),
@@ -171,6 +171,7 @@ pub async fn default_card(State(face): State<Arc<A2a>>, headers: HeaderMap) -> R
             _ => {
                 let urls: Vec<String> = face
                     .agents()
+                    .iter()
                     .map(|a| &a.name)
                     .map(|n| {
                         format!(
@@ -196,6 +197,7 @@ pub async fn list_agents(State(face): State<Arc<A2a>>, headers: HeaderMap) -> Re
     let base = face.base_url(&headers);
     let agents: Vec<serde_json::Value> = face
         .agents()
+        .iter()
         .map(|a| {
             serde_json::json!({
                 "name": a.name,

@@ -20,10 +20,17 @@ use crate::{
 /// The A2A face: the exposed agents and the operations over the core.
 pub struct A2a {
     service: Service,
-    agents: BTreeMap<String, Exposed>,
+    /// The agents served, and when they were read: rebuilt when the agents
+    /// file is reloaded.
+    exposure: std::sync::RwLock<Arc<Exposure>>,
     config: A2aConfig,
     keys: Option<Arc<ApiKeys>>,
     tls: bool,
+}
+
+/// The agents served over A2A, as one agents file says.
+struct Exposure {
+    agents: BTreeMap<String, Exposed>,
     loaded_at: std::time::SystemTime,
 }
 
@@ -32,74 +39,112 @@ pub struct A2a {
 #[error("a2a.agents: {0:?} is not an agent or group of the agents file")]
 pub struct UnknownAgent(pub String);
 
+/// The agents `catalog` and `config` expose over A2A (`a2a.agents`, and
+/// `a2a: true` on an agent).
+pub fn exposed(
+    catalog: &crate::catalog::Catalog,
+    config: &A2aConfig,
+) -> Result<BTreeMap<String, Exposed>, UnknownAgent> {
+    let mut agents = BTreeMap::new();
+    let mut expose = |name: &str| -> Result<(), UnknownAgent> {
+        let exposed = if let Some(a) = catalog.agents.get(name) {
+            Exposed {
+                name: name.to_owned(),
+                description: a.spec.description.clone(),
+                tools: a.spec.tools.clone(),
+                io: a.spec.a2a_io,
+            }
+        } else if let Some(g) = catalog.groups.get(name) {
+            Exposed {
+                name: name.to_owned(),
+                description: g.description.clone(),
+                tools: g.members.clone(),
+                io: catalog
+                    .agents
+                    .get(&g.root)
+                    .map(|a| a.spec.a2a_io)
+                    .unwrap_or_default(),
+            }
+        } else {
+            return Err(UnknownAgent(name.to_owned()));
+        };
+        agents.insert(name.to_owned(), exposed);
+        Ok(())
+    };
+    for name in &config.agents {
+        expose(name)?;
+    }
+    for (name, agent) in &catalog.agents {
+        if agent.spec.a2a {
+            expose(name)?;
+        }
+    }
+    if !config.default_agent.is_empty() && !agents.contains_key(&config.default_agent) {
+        return Err(UnknownAgent(format!(
+            "{} (a2a.default_agent must be an exposed agent)",
+            config.default_agent
+        )));
+    }
+    Ok(agents)
+}
+
 impl A2a {
     /// The face of `core`, serving the agents `config` and the agents file
-    /// name; `tls` says whether the port speaks TLS (the cards' URLs).
+    /// name; `tls` says whether the port speaks TLS (the cards' URLs). The
+    /// agents follow the agents file when it is reloaded.
     pub fn new(
         core: Orchestrator,
         config: &A2aConfig,
         keys: Option<Arc<ApiKeys>>,
         tls: bool,
     ) -> Result<Arc<Self>, UnknownAgent> {
-        let catalog = core.catalog();
-        let mut agents = BTreeMap::new();
-        let mut expose = |name: &str| -> Result<(), UnknownAgent> {
-            let exposed = if let Some(a) = catalog.agents.get(name) {
-                Exposed {
-                    name: name.to_owned(),
-                    description: a.spec.description.clone(),
-                    tools: a.spec.tools.clone(),
-                    io: a.spec.a2a_io,
-                }
-            } else if let Some(g) = catalog.groups.get(name) {
-                Exposed {
-                    name: name.to_owned(),
-                    description: g.description.clone(),
-                    tools: g.members.clone(),
-                    io: catalog
-                        .agents
-                        .get(&g.root)
-                        .map(|a| a.spec.a2a_io)
-                        .unwrap_or_default(),
-                }
-            } else {
-                return Err(UnknownAgent(name.to_owned()));
-            };
-            agents.insert(name.to_owned(), exposed);
-            Ok(())
-        };
-        for name in &config.agents {
-            expose(name)?;
-        }
-        for (name, agent) in &catalog.agents {
-            if agent.spec.a2a {
-                expose(name)?;
-            }
-        }
-        if !config.default_agent.is_empty() && !agents.contains_key(&config.default_agent) {
-            return Err(UnknownAgent(format!(
-                "{} (a2a.default_agent must be an exposed agent)",
-                config.default_agent
-            )));
-        }
-        Ok(Arc::new(Self {
-            service: Service::new(core),
-            agents,
+        let agents = exposed(&core.catalog(), config)?;
+        let mut reloads = core.reloaded();
+        let face = Arc::new(Self {
+            service: Service::new(core.clone()),
+            exposure: std::sync::RwLock::new(Arc::new(Exposure {
+                agents,
+                loaded_at: std::time::SystemTime::now(),
+            })),
             config: config.clone(),
             keys,
             tls,
-            loaded_at: std::time::SystemTime::now(),
-        }))
+        });
+        let weak = Arc::downgrade(&face);
+        tokio::spawn(async move {
+            while reloads.changed().await.is_ok() {
+                let Some(face) = weak.upgrade() else { return };
+                match exposed(&core.catalog(), &face.config) {
+                    Ok(agents) => {
+                        *face.exposure.write().unwrap_or_else(|e| e.into_inner()) =
+                            Arc::new(Exposure {
+                                agents,
+                                loaded_at: std::time::SystemTime::now(),
+                            });
+                    }
+                    // Checked before the reload was taken; kept as it was.
+                    Err(e) => tracing::warn!(error = %e, "A2A agents not reloaded"),
+                }
+            }
+        });
+        Ok(face)
+    }
+
+    fn exposure(&self) -> Arc<Exposure> {
+        self.exposure
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The agents served over A2A.
-    pub fn agents(&self) -> impl Iterator<Item = &Exposed> {
-        self.agents.values()
+    pub fn agents(&self) -> Vec<Exposed> {
+        self.exposure().agents.values().cloned().collect()
     }
 
     /// The exposed agent `name`.
-    pub fn agent(&self, name: &str) -> Result<&Exposed, A2aError> {
-        self.agents.get(name).ok_or_else(|| {
+    pub fn agent(&self, name: &str) -> Result<Exposed, A2aError> {
+        self.exposure().agents.get(name).cloned().ok_or_else(|| {
             A2aError::NoAgent(format!(
                 "no A2A agent {name:?} here (GET /a2a lists the agents this server exposes)"
             ))
@@ -112,15 +157,16 @@ impl A2a {
         if !self.config.default_agent.is_empty() {
             return Some(self.config.default_agent.clone());
         }
-        match self.agents.len() {
-            1 => self.agents.keys().next().cloned(),
+        let exposure = self.exposure();
+        match exposure.agents.len() {
+            1 => exposure.agents.keys().next().cloned(),
             _ => None,
         }
     }
 
     /// When the agents the cards describe were loaded.
     pub fn loaded_at(&self) -> std::time::SystemTime {
-        self.loaded_at
+        self.exposure().loaded_at
     }
 
     /// The operations.

@@ -90,7 +90,7 @@ impl A2aService for A2aGrpc {
         let r = request.into_inner();
         let agent = self.agent(&r.tenant)?;
         let exposed = self.face.agent(&agent).map_err(|e| e.status())?;
-        let answer = self.face.service().send(&caller, exposed, r).await;
+        let answer = self.face.service().send(&caller, &exposed, r).await;
         answer.map(Response::new).map_err(|e| e.status())
     }
 
@@ -105,7 +105,7 @@ impl A2aService for A2aGrpc {
         let updates = self
             .face
             .service()
-            .send_streaming(&caller, exposed, r)
+            .send_streaming(&caller, &exposed, r)
             .await;
         updates
             .map(|u| Response::new(statuses(u)))

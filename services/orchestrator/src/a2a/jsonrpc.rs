@@ -77,12 +77,12 @@ pub async fn handle(
     let service = face.service();
     let result: Result<Value, A2aError> = match method {
         "SendMessage" => match parse::<lf::SendMessageRequest>(params) {
-            Ok(r) => service.send(&caller, exposed, r).await.map(to_json),
+            Ok(r) => service.send(&caller, &exposed, r).await.map(to_json),
             Err(e) => Err(e),
         },
         "SendStreamingMessage" => {
             return match parse::<lf::SendMessageRequest>(params) {
-                Ok(r) => match service.send_streaming(&caller, exposed, r).await {
+                Ok(r) => match service.send_streaming(&caller, &exposed, r).await {
                     Ok(updates) => stream(id, updates),
                     Err(e) => reply(&id, Err(e)),
                 },

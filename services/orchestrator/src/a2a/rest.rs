@@ -91,11 +91,11 @@ async fn call(
     match (method.as_str(), segments.as_slice()) {
         ("POST", ["message:send"]) => {
             let r: lf::SendMessageRequest = json_body(&body)?;
-            Ok(json(&service.send(&caller, exposed, r).await?))
+            Ok(json(&service.send(&caller, &exposed, r).await?))
         }
         ("POST", ["message:stream"]) => {
             let r: lf::SendMessageRequest = json_body(&body)?;
-            Ok(stream(service.send_streaming(&caller, exposed, r).await?))
+            Ok(stream(service.send_streaming(&caller, &exposed, r).await?))
         }
         ("GET", ["tasks"]) => {
             let r = list_request(query)?;

@@ -109,7 +109,7 @@ impl Orchestrator {
             // Nobody runs it (or the caller is a peer: it answers from its
             // own runs only).
             Err(Error::NotFound { .. })
-                if self.services.durable.is_some() && !caller.forward.forwarded =>
+                if self.services().durable.is_some() && !caller.forward.forwarded =>
             {
                 self.answer_stored(caller, run_id, question).await
             }
@@ -138,7 +138,7 @@ impl Orchestrator {
             Question::Input(id, _) => (*id, "input_id"),
         };
         crate::run::record::check_id(field, id)?;
-        let Some(durable) = self.services.durable.clone() else {
+        let Some(durable) = self.services().durable.clone() else {
             return give(run);
         };
         self.record_answer(durable, &run.run_id, question).await?;
@@ -175,7 +175,7 @@ impl Orchestrator {
             Ok(run) => {
                 // Recorded first when durable: a replica that resumes the
                 // run before its end is logged cancels it again.
-                if let Some(durable) = &self.services.durable
+                if let Some(durable) = &self.services().durable
                     && run.epoch.load(std::sync::atomic::Ordering::Relaxed) > 0
                     && run.snapshot().status == pb::RunStatus::Running
                 {
@@ -193,7 +193,7 @@ impl Orchestrator {
         match there {
             // A durable run elsewhere, or parked.
             Err(Error::NotFound { .. })
-                if self.services.durable.is_some() && !caller.forward.forwarded =>
+                if self.services().durable.is_some() && !caller.forward.forwarded =>
             {
                 self.cancel_stored(caller, run_id, reason).await
             }
@@ -277,7 +277,7 @@ impl Orchestrator {
     /// tenant.
     async fn stored_run_of(&self, caller: &Caller, run_id: &str) -> Result<Arc<RedisRuns>> {
         let durable = self
-            .services
+            .services()
             .durable
             .clone()
             .ok_or_else(|| not_found(run_id, ""))?;

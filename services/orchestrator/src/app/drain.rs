@@ -40,7 +40,7 @@ impl Orchestrator {
     /// ends `UNAVAILABLE` so the client re-attaches. Runs that cannot be
     /// handed over (Redis not answering) get the grace period.
     async fn hand_over(&self) {
-        let Some(durable) = &self.services.durable else {
+        let Some(durable) = &self.services().durable else {
             return;
         };
         for run in self.runs.running_runs() {

@@ -32,6 +32,6 @@ mod start;
 pub mod upkeep;
 mod watch;
 
-pub use orchestrator::{Caller, Orchestrator};
+pub use orchestrator::{Caller, Orchestrator, ReloadState};
 pub use resume::Claimed;
 pub use start::Started;

@@ -32,7 +32,14 @@ pub struct Caller {
 /// clone: every clone is the same core.
 #[derive(Clone)]
 pub struct Orchestrator {
-    pub(super) services: Arc<Shared>,
+    /// What runs share, swapped whole when the agents file is reloaded:
+    /// a run takes the one current when it starts and keeps it to its end
+    /// (see [`Self::reload`]).
+    services: Arc<std::sync::RwLock<Arc<Shared>>>,
+    /// Bumped at each reload of the agents file (faces follow it).
+    reloads: tokio::sync::watch::Sender<u64>,
+    /// How the last look at the agents file went.
+    reload_state: Arc<std::sync::Mutex<ReloadState>>,
     pub(super) runs: Arc<Runs>,
     pub(super) shutdown: CancellationToken,
     /// Cancels every run of this replica: `shutdown_grace` after shutdown
@@ -50,7 +57,9 @@ impl Orchestrator {
     pub fn new(services: Shared, shutdown: CancellationToken, tasks: TaskTracker) -> Self {
         Self {
             runs: Arc::new(Runs::new(&services.defaults)),
-            services: Arc::new(services),
+            services: Arc::new(std::sync::RwLock::new(Arc::new(services))),
+            reloads: tokio::sync::watch::Sender::new(0),
+            reload_state: Arc::default(),
             shutdown,
             runs_stop: CancellationToken::new(),
             tasks,
@@ -65,29 +74,74 @@ impl Orchestrator {
         self
     }
 
-    /// What every run shares.
-    pub fn services(&self) -> &Arc<Shared> {
-        &self.services
+    /// What every run shares: the current one (a run started now gets it).
+    pub fn services(&self) -> Arc<Shared> {
+        self.services
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
-    /// The agents and groups runs can name (ListAgents).
-    pub fn catalog(&self) -> &Catalog {
-        &self.services.catalog
+    /// The agents and groups runs can name now (ListAgents).
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.services().catalog.clone()
+    }
+
+    /// Takes `catalog` (an agents file read again) for every run started
+    /// from now on: what runs share is built again around it — its models
+    /// and tool servers — and swapped in whole, so a run in flight keeps
+    /// the catalog it started with. Nothing changes when it cannot be built
+    /// (the error says why). Faces that expose agents follow
+    /// ([`Self::reloaded`]).
+    pub fn reload(&self, catalog: Arc<Catalog>) -> std::result::Result<(), String> {
+        let current = self.services();
+        let next = current
+            .with_catalog(catalog, &|name| {
+                crate::secret_from_env(name, &|k| std::env::var(k).ok())
+            })
+            .map_err(|e| e.to_string())?;
+        *self.services.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(next);
+        self.list_remote_tools();
+        self.reloads.send_modify(|n| *n += 1);
+        Ok(())
+    }
+
+    /// How the last look at the agents file went (`GET /v1/agents/reload`).
+    pub fn reload_state(&self) -> ReloadState {
+        self.reload_state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Sets [`Self::reload_state`].
+    pub fn set_reload_state(&self, state: ReloadState) {
+        *self.reload_state.lock().unwrap_or_else(|e| e.into_inner()) = state;
+    }
+
+    /// Changes [`Self::reload_state`].
+    pub fn update_reload_state(&self, change: impl FnOnce(&mut ReloadState)) {
+        change(&mut self.reload_state.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// Changes each time the agents file is reloaded.
+    pub fn reloaded(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.reloads.subscribe()
     }
 
     /// The tracer provider.
-    pub fn tracing(&self) -> &Tracing {
-        &self.services.tracing
+    pub fn tracing(&self) -> Tracing {
+        self.services().tracing.clone()
     }
 
     /// The metrics.
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.services.metrics
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.services().metrics.clone()
     }
 
     /// The run store in Redis, when runs are durable.
     pub fn durable(&self) -> Option<Arc<RedisRuns>> {
-        self.services.durable.clone()
+        self.services().durable.clone()
     }
 
     /// The runs of this replica (for tests and metrics).
@@ -98,13 +152,14 @@ impl Orchestrator {
     /// Fetches every tool server's tool descriptions in the background
     /// (retrying until each answers or shutdown).
     pub fn list_remote_tools(&self) {
-        for server in self.services.tools.servers() {
+        let services = self.services();
+        for server in services.tools.servers() {
             let server = server.clone();
             let stop = self.shutdown.clone();
             self.tasks
                 .spawn(async move { server.refresh_until_ok(stop).await });
         }
-        for server in self.services.tools.mcp_servers() {
+        for server in services.tools.mcp_servers() {
             let server = server.clone();
             let stop = self.shutdown.clone();
             self.tasks
@@ -169,6 +224,22 @@ impl Orchestrator {
             }
         }
     }
+}
+
+/// How the last look at the agents file went (`GET /v1/agents/reload`;
+/// see `crate::agents_watch`).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReloadState {
+    /// The file watched (empty: none is).
+    pub file: String,
+    /// Reloads taken since the start.
+    pub reloads: u64,
+    /// Changed files refused since the start.
+    pub refused: u64,
+    /// Why the last changed file was refused, while it is the file's
+    /// content (empty once a valid file was taken).
+    pub error: String,
 }
 
 /// `NOT_FOUND` for run `run_id` (`where_`: e.g. "on this orchestrator").

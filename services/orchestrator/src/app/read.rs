@@ -30,7 +30,7 @@ use crate::{
 impl Orchestrator {
     /// Run `run_id` of the caller's tenant (GetRun).
     pub async fn get(&self, caller: &Caller, run_id: &str) -> Result<RunView> {
-        if let Some(durable) = &self.services.durable
+        if let Some(durable) = &self.services().durable
             && self
                 .runs
                 .get(run_id)
@@ -61,7 +61,7 @@ impl Orchestrator {
             after,
             size,
         } = query;
-        if let Some(durable) = &self.services.durable {
+        if let Some(durable) = &self.services().durable {
             let (runs, more) = durable
                 .list_waiting(&caller.tenant, *status, *waiting, after.as_deref(), *size)
                 .await?;
@@ -89,7 +89,7 @@ impl Orchestrator {
         if run_id.is_empty() {
             return Err(Error::invalid("run_id", "must not be empty"));
         }
-        check_filter(&filter, &self.services.defaults)?;
+        check_filter(&filter, &self.services().defaults)?;
         if let Some(durable) = self.stored_log(caller, run_id, after_seq).await? {
             return Ok(watch::stored(
                 durable,
@@ -105,7 +105,7 @@ impl Orchestrator {
                 run,
                 after_seq,
                 filter,
-                self.services.defaults.max_watchers_per_run,
+                self.services().defaults.max_watchers_per_run,
                 &self.runs_stop,
                 &self.tasks,
             ),
@@ -159,7 +159,7 @@ impl Orchestrator {
         run_id: &str,
         after_seq: u64,
     ) -> Result<Option<Arc<RedisRuns>>> {
-        let Some(durable) = &self.services.durable else {
+        let Some(durable) = &self.services().durable else {
             return Ok(None);
         };
         let here = match self.runs.get(run_id) {

@@ -54,7 +54,7 @@ impl Orchestrator {
     /// cannot be (its request or journal is unreadable), and the caller
     /// ends it instead.
     pub async fn resume(&self, claimed: Claimed) -> bool {
-        let Some(durable) = self.services.durable.clone() else {
+        let Some(durable) = self.services().durable.clone() else {
             return false;
         };
         match self.try_resume(&durable, claimed).await {
@@ -108,12 +108,12 @@ impl Orchestrator {
         let span = self
             .resumed_span(durable, &claimed.run_id, &trace_id, &meta.target)
             .await;
-        let prepared = launch::prepare_record(&self.services, record, span, checked.options);
+        let prepared = launch::prepare_record(&self.services(), record, span, checked.options);
         let body = checked.body.future(&prepared.run);
         let record = prepared.record.clone();
         let journal = Journal {
             runs: self
-                .services
+                .services()
                 .durable
                 .clone()
                 .ok_or_else(|| Error::Internal("runs are not durable".into()))?,
@@ -144,13 +144,13 @@ impl Orchestrator {
                 let Ok(request) = pb::RunPipelineRequest::decode(request) else {
                     return Ok(None);
                 };
-                pipeline_run(&self.services, PipelineRequest::try_from(request)?)?.into()
+                pipeline_run(&self.services(), PipelineRequest::try_from(request)?)?.into()
             }
             _ => {
                 let Ok(request) = pb::RunAgentRequest::decode(request) else {
                     return Ok(None);
                 };
-                agent_run(&self.services, AgentRequest::try_from(request)?)?.into()
+                agent_run(&self.services(), AgentRequest::try_from(request)?)?.into()
             }
         }))
     }
@@ -182,7 +182,7 @@ impl Orchestrator {
             TraceState::default(),
         );
         let parent = Context::new().with_remote_span_context(parent);
-        let span = self.services.tracing.tracer().build_with_context(
+        let span = self.services().tracing.tracer().build_with_context(
             SpanBuilder::from_name(format!("run {target} (resumed)"))
                 .with_kind(SpanKind::Server)
                 .with_attributes([

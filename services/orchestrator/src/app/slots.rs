@@ -31,13 +31,13 @@ impl Orchestrator {
             after,
             size: size.clamp(1, baton_store::MAX_PAGE_SIZE),
         };
-        Ok(self.services.store.list_page(&scope, "", &page).await?)
+        Ok(self.services().store.list_page(&scope, "", &page).await?)
     }
 
     /// The changes of trace `trace_id`'s slots from now on.
     pub async fn watch_slots(&self, caller: &Caller, trace_id: &str) -> Result<ChangeStream> {
         self.check_running()?;
         let scope = Self::scope(caller, trace_id)?;
-        Ok(self.services.store.watch(&scope, "").await?)
+        Ok(self.services().store.watch(&scope, "").await?)
     }
 }

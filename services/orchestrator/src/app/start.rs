@@ -136,9 +136,12 @@ impl Body {
 impl Orchestrator {
     /// Starts an agent run for `caller` (RunAgent).
     pub async fn start_agent(&self, caller: &Caller, request: AgentRequest) -> Result<Started> {
+        // One catalog from the check to the launch, even if the agents file
+        // is reloaded meanwhile.
+        let services = self.services();
         let started = match self.check_running() {
-            Ok(()) => match agent_run(&self.services, request) {
-                Ok(run) => self.start(caller, "RunAgent", run.into()).await,
+            Ok(()) => match agent_run(&services, request) {
+                Ok(run) => self.start(caller, "RunAgent", run.into(), services).await,
                 Err(e) => Err(e),
             },
             Err(e) => Err(e),
@@ -153,9 +156,13 @@ impl Orchestrator {
         caller: &Caller,
         request: PipelineRequest,
     ) -> Result<Started> {
+        let services = self.services();
         let started = match self.check_running() {
-            Ok(()) => match pipeline_run(&self.services, request) {
-                Ok(run) => self.start(caller, "RunPipeline", run.into()).await,
+            Ok(()) => match pipeline_run(&services, request) {
+                Ok(run) => {
+                    self.start(caller, "RunPipeline", run.into(), services)
+                        .await
+                }
                 Err(e) => Err(e),
             },
             Err(e) => Err(e),
@@ -175,8 +182,15 @@ impl Orchestrator {
         }
     }
 
-    /// Builds, admits, records and launches a checked run.
-    async fn start(&self, caller: &Caller, method: &'static str, run: Checked) -> Result<Started> {
+    /// Builds, admits, records and launches a run checked against
+    /// `services`.
+    async fn start(
+        &self,
+        caller: &Caller,
+        method: &'static str,
+        run: Checked,
+        services: Arc<crate::run::shared::Shared>,
+    ) -> Result<Started> {
         let Checked {
             body,
             options,
@@ -185,7 +199,7 @@ impl Orchestrator {
         let (kind, target) = body.kind_and_target();
         let span = self.run_span(&caller.trace, method, kind, &target);
         let prepared = launch::prepare(
-            &self.services,
+            &services,
             span,
             kind,
             target,
@@ -207,11 +221,12 @@ impl Orchestrator {
     ) -> Result<Started> {
         let record = prepared.record.clone();
         let deadline = launch::now_ms() + prepared.run.limits.run_timeout.as_millis() as i64;
-        let quotas = &self.services.quotas;
+        let services = prepared.run.services.clone();
+        let quotas = &services.quotas;
         quotas
             .admit(&record.tenant, &record.run_id, deadline)
             .await?;
-        let journal = match launch::register(&self.services, &prepared, stored.0).await {
+        let journal = match launch::register(&services, &prepared, stored.0).await {
             Ok(journal) => journal,
             Err(e) => {
                 quotas.stopped(&record.tenant, &record.run_id, true).await;
@@ -235,7 +250,7 @@ impl Orchestrator {
         kind: pb::RunKind,
         target: &str,
     ) -> (Context, TraceId) {
-        let span = self.services.tracing.tracer().build_with_context(
+        let span = self.services().tracing.tracer().build_with_context(
             SpanBuilder::from_name(format!("run {target}"))
                 .with_kind(SpanKind::Server)
                 .with_attributes([

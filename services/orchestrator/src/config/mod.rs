@@ -228,6 +228,12 @@ pub struct Config {
     pub listen: SocketAddr,
     /// The agents file (YAML).
     pub agents_file: PathBuf,
+    /// How often the agents file is looked at for changes (an edit, a
+    /// Kubernetes ConfigMap update): a changed file is checked and, when
+    /// valid, taken for the runs started from then on (see
+    /// `agents_watch`); `0s` never looks again.
+    #[serde(with = "baton_common::config::duration")]
+    pub agents_reload: Duration,
     /// The context store.
     pub store: StoreConfig,
     /// Run limits.
@@ -272,6 +278,7 @@ impl Default for Config {
         Self {
             listen: SocketAddr::from(([0, 0, 0, 0], 50051)),
             agents_file: PathBuf::from("deploy/config/agents.yaml"),
+            agents_reload: Duration::from_secs(1),
             store: StoreConfig::default(),
             runs: RunDefaults::default(),
             shutdown_grace: Duration::from_secs(30),

@@ -189,6 +189,6 @@ impl OrchestratorRpc for OrchestratorService {
         &self,
         _: Request<pb::ListAgentsRequest>,
     ) -> Answer<pb::ListAgentsResponse> {
-        Ok(Response::new(wire::answer::agents(self.core.catalog())))
+        Ok(Response::new(wire::answer::agents(&self.core.catalog())))
     }
 }

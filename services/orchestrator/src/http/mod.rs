@@ -80,6 +80,7 @@ pub fn router(core: Orchestrator, keys: Option<Arc<ApiKeys>>, console: ConsoleCo
     router
         .route("/v1/openapi.json", axum::routing::get(openapi_json))
         .route("/v1/console/config", axum::routing::get(console_config))
+        .route("/v1/agents/reload", axum::routing::get(agents_reload))
         .merge(console::router())
         .route("/v1/{*rest}", axum::routing::any(no_route))
         // The face reads bodies itself, up to its own limit.
@@ -295,7 +296,7 @@ impl Face {
                 core.submit_input(&caller, &run_id, &input_id, text).await?;
                 Ok(json(&pb::SubmitInputResponse {}))
             }
-            Rpc::ListAgents => Ok(json(&wire::answer::agents(core.catalog()))),
+            Rpc::ListAgents => Ok(json(&wire::answer::agents(&core.catalog()))),
             Rpc::ListSlots => {
                 let (after, size) = call.query.slots_page()?;
                 let listing = core
@@ -356,6 +357,16 @@ async fn console_config(State(face): State<Arc<Face>>) -> Response {
         "traceUrl": face.console.trace_url,
         "keysRequired": face.keys.is_some(),
     }))
+}
+
+/// How the last look at the agents file went: the file, reloads taken and
+/// refused, and why the last changed file was refused (any caller with a
+/// key when keys are on).
+async fn agents_reload(State(face): State<Arc<Face>>, headers: HeaderMap) -> Response {
+    if let Err(e) = caller(face.keys.as_deref(), &headers) {
+        return e.into_response();
+    }
+    json_value(&serde_json::to_value(face.core.reload_state()).unwrap_or_default())
 }
 
 async fn openapi_json() -> Response {

@@ -56,13 +56,23 @@ fn caller_of(context: &RequestContext<RoleServer>) -> Result<Caller, McpError> {
 
 impl ServerHandler for Handler {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_protocol_version(ProtocolVersion::V_2026_07_28)
-            .with_server_info(Implementation::new("baton", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "Each tool is a Baton agent: call it with `input` (and optionally a `context` object); \
+        // The tool list follows the agents file (tools/list_changed).
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_protocol_version(ProtocolVersion::V_2026_07_28)
+        .with_server_info(Implementation::new("baton", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "Each tool is a Baton agent: call it with `input` (and optionally a `context` object); \
                  the result is the agent's answer, with the run's runId and traceId in _meta.",
-            )
+        )
+    }
+
+    async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
+        self.face.joined(context.peer);
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {

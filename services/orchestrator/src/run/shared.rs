@@ -113,6 +113,29 @@ impl Shared {
         })
     }
 
+    /// These services around another `catalog` (the agents file read
+    /// again): its models and tools built anew; the store, tracer, metrics,
+    /// run store, quotas and defaults shared with these.
+    pub fn with_catalog(
+        &self,
+        catalog: Arc<Catalog>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, StartError> {
+        Ok(Self {
+            models: Arc::new(Models::new(catalog.clone(), env)?),
+            tools: Arc::new(Toolbox::new(&catalog, env)?),
+            catalog,
+            store: self.store.clone(),
+            tracing: self.tracing.clone(),
+            metrics: self.metrics.clone(),
+            defaults: self.defaults.clone(),
+            pipeline_limits: self.pipeline_limits,
+            durable: self.durable.clone(),
+            quotas: self.quotas.clone(),
+            tool_defs: Mutex::default(),
+        })
+    }
+
     /// These services with the tenants' quotas of `config`.
     pub fn with_quotas(mut self, config: QuotaConfig) -> Self {
         self.quotas = Arc::new(RunQuotas::new(
