@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use baton_client::pb::run_event::Payload;
-use baton_e2e::{OrchestratorServer, mcp_clients::RawSession};
+use baton_e2e::{OrchestratorServer, eventually, mcp_clients::RawSession};
 use futures::StreamExt;
 
 const V1: &str = r#"
@@ -42,12 +42,15 @@ async fn output(client: &baton_client::OrchestratorClient, agent: &str) -> Strin
     }
 }
 
-async fn until(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !check().await {
-        assert!(std::time::Instant::now() < deadline, "{what} within 10 s");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// What `GET /v1/agents/reload` says.
+async fn reload_state(http: &reqwest::Client, base: &str) -> serde_json::Value {
+    http.get(format!("{base}/v1/agents/reload"))
+        .send()
+        .await
+        .expect("GET /v1/agents/reload")
+        .json()
+        .await
+        .expect("json")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -89,7 +92,7 @@ async fn an_edited_agents_file_is_taken_for_new_runs_and_a_bad_one_is_refused() 
     slow.next().await.expect("started").expect("event");
 
     std::fs::write(&file, V2).expect("edit");
-    until("the edit is taken", async || {
+    eventually("the edit is taken", || async {
         client
             .list_agents()
             .await
@@ -166,26 +169,11 @@ async fn an_edited_agents_file_is_taken_for_new_runs_and_a_bad_one_is_refused() 
 
     // A bad edit: the running catalog stays, and the server says why.
     std::fs::write(&file, "agents:\n  broken: {model: \"scripted:nowhere\"\n").expect("edit");
-    until("the bad edit is refused", async || {
-        let state: serde_json::Value = http
-            .get(format!("{base}/v1/agents/reload"))
-            .send()
-            .await
-            .expect("GET")
-            .json()
-            .await
-            .expect("json");
-        state["refused"] == 1
+    eventually("the bad edit is refused", || async {
+        reload_state(&http, &base).await["refused"] == 1
     })
     .await;
-    let state: serde_json::Value = http
-        .get(format!("{base}/v1/agents/reload"))
-        .send()
-        .await
-        .expect("GET")
-        .json()
-        .await
-        .expect("json");
+    let state = reload_state(&http, &base).await;
     assert_eq!(state["reloads"], 1, "{state}");
     assert!(
         !state["error"].as_str().unwrap_or_default().is_empty(),
@@ -200,18 +188,11 @@ async fn an_edited_agents_file_is_taken_for_new_runs_and_a_bad_one_is_refused() 
     // refused the same way (checked before it is taken): here, a valid
     // file again is taken and clears the error.
     std::fs::write(&file, V1).expect("edit");
-    until("the good file is taken again", async || {
+    eventually("the good file is taken again", || async {
         output(&client, "echo").await == "v1 says x"
     })
     .await;
-    let state: serde_json::Value = http
-        .get(format!("{base}/v1/agents/reload"))
-        .send()
-        .await
-        .expect("GET")
-        .json()
-        .await
-        .expect("json");
+    let state = reload_state(&http, &base).await;
     assert_eq!(
         (state["reloads"].clone(), state["error"].clone()),
         (2.into(), "".into()),

@@ -6,13 +6,11 @@
 //! event in the context that asked, and the model reads that no answer
 //! came.
 
-use std::time::Duration;
-
 use baton_client::{
     OrchestratorClient,
     pb::{self, run_event::Payload},
 };
-use baton_e2e::{OrchestratorServer, RedisServer, events};
+use baton_e2e::{OrchestratorServer, RedisServer, events, eventually};
 use futures::StreamExt;
 
 const AGENTS: &str = r#"
@@ -81,14 +79,6 @@ async fn waiting_list(client: &OrchestratorClient) -> Vec<String> {
     ids
 }
 
-async fn until(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !check().await {
-        assert!(std::time::Instant::now() < deadline, "{what} within 10 s");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// The checks, with runs started on `runs_on` and read on `read_on`.
 async fn check(runs_on: &OrchestratorServer, read_on: &OrchestratorServer, what: &str) {
     let on = runs_on.client().await.expect("client");
@@ -105,9 +95,9 @@ async fn check(runs_on: &OrchestratorServer, read_on: &OrchestratorServer, what:
         .expect("quick")[0]
         .run_id
         .clone();
-    until(
+    eventually(
         &format!("{what}: GetRun says what each run waits for"),
-        async || {
+        || async {
             let p = read.get_run(&payer).await.expect("get").waiting_for;
             let a = read.get_run(&asker).await.expect("get").waiting_for;
             p == ["approval"] && a == ["input"]
@@ -174,9 +164,9 @@ async fn check(runs_on: &OrchestratorServer, read_on: &OrchestratorServer, what:
     on.resolve_approval(&payer, &approval, true, "")
         .await
         .expect("approve");
-    until(
+    eventually(
         &format!("{what}: an answered run waits for nobody"),
-        async || {
+        || async {
             read.get_run(&payer)
                 .await
                 .is_ok_and(|r| r.status() == pb::RunStatus::Completed && r.waiting_for.is_empty())
@@ -189,7 +179,7 @@ async fn check(runs_on: &OrchestratorServer, read_on: &OrchestratorServer, what:
     // Nobody answers in time: InputTimedOut where the question was asked,
     // and the model reads that no answer came; then it waits for nobody.
     let (late, _) = asking(&on, "asker", Some(1)).await;
-    until(&format!("{what}: the timed-out run ends"), async || {
+    eventually(&format!("{what}: the timed-out run ends"), || async {
         read.get_run(&late)
             .await
             .is_ok_and(|r| r.status() == pb::RunStatus::Completed)

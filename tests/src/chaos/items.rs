@@ -171,60 +171,13 @@ pub fn agents_file() -> anyhow::Result<String> {
 }
 
 /// The example pipeline as a PipelineSpec (its `initial_slots` aside: the
-/// workload gives each run its own topic).
+/// workload gives each run its own topic), read as `baton pipeline` reads
+/// a pipeline file.
 pub fn research_pipeline() -> anyhow::Result<pb::PipelineSpec> {
-    let p: Value = serde_norway::from_str(RESEARCH_PIPELINE).context("the example pipeline")?;
-    let text = |v: &Value, k: &str| {
-        v.get(k)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let list = |v: &Value, k: &str| -> Vec<String> {
-        v.get(k)
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let steps = p
-        .get("steps")
-        .and_then(Value::as_array)
-        .context("the example pipeline has steps")?
-        .iter()
-        .map(|s| pb::PipelineStep {
-            id: text(s, "id"),
-            agent: text(s, "agent"),
-            task: text(s, "task"),
-            input_from: list(s, "input_from"),
-            output_to: text(s, "output_to"),
-            depends_on: list(s, "depends_on"),
-            retries: s.get("retries").and_then(Value::as_u64).unwrap_or(0) as u32,
-            ..Default::default()
-        })
-        .collect();
-    let mode = match text(&p, "mode").as_str() {
-        "dag" => pb::PipelineMode::Dag,
-        "parallel" => pb::PipelineMode::Parallel,
-        _ => pb::PipelineMode::Sequential,
-    };
-    let policy = match text(&p, "policy").as_str() {
-        "continue" => pb::FailurePolicy::Continue,
-        "best_effort" => pb::FailurePolicy::BestEffort,
-        _ => pb::FailurePolicy::Fail,
-    };
-    Ok(pb::PipelineSpec {
-        name: text(&p, "name"),
-        steps,
-        mode: mode as i32,
-        policy: policy as i32,
-        max_concurrency: p
-            .get("max_concurrency")
-            .and_then(Value::as_u64)
-            .map(|n| n as u32),
-    })
+    let file: baton_orchestrator::pipeline::PipelineFile =
+        serde_norway::from_str(RESEARCH_PIPELINE).context("the example pipeline")?;
+    file.into_request()
+        .map_err(|e| anyhow::anyhow!("the example pipeline: {e}"))?
+        .pipeline
+        .context("the example pipeline has a spec")
 }
