@@ -22,9 +22,16 @@ use crate::{
 };
 
 /// Watches `config.agents_file` every `config.agents_reload` until
-/// `stop`, loading it into `core` when it changed (see the module docs).
-/// `loaded` is the text the core's catalog was loaded from.
-pub async fn watch(core: Orchestrator, config: Config, loaded: String, stop: CancellationToken) {
+/// `stop`, loading it into `core` when it changed (see the module docs;
+/// provider keys read through `env`). `loaded` is the text the core's
+/// catalog was loaded from.
+pub async fn watch(
+    core: Orchestrator,
+    config: Config,
+    loaded: String,
+    env: fn(&str) -> Option<String>,
+    stop: CancellationToken,
+) {
     let every = config.agents_reload;
     if every.is_zero() || config.agents_file.as_os_str().is_empty() {
         return;
@@ -48,7 +55,7 @@ pub async fn watch(core: Orchestrator, config: Config, loaded: String, stop: Can
             continue;
         }
         last.clone_from(&text);
-        match check(&config, &text).and_then(|catalog| core.reload(catalog)) {
+        match check(&config, &text).and_then(|catalog| core.reload(catalog, &env)) {
             Ok(()) => {
                 let catalog = core.catalog();
                 tracing::info!(

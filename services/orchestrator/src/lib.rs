@@ -166,6 +166,12 @@ pub fn secret_from_env(name: &str, env: &dyn Fn(&str) -> Option<String>) -> Opti
     }
 }
 
+/// A model-provider key named `name`, from this process's environment (see
+/// [`secret_from_env`]).
+fn provider_key(name: &str) -> Option<String> {
+    secret_from_env(name, &|k| std::env::var(k).ok())
+}
+
 /// Runs the orchestrator on `listener` until `shutdown` is cancelled.
 pub async fn run(
     config: Config,
@@ -233,6 +239,7 @@ pub async fn serve_core(
             core.clone(),
             config.clone(),
             loaded,
+            provider_key,
             shutdown.clone(),
         ));
     }

@@ -65,7 +65,7 @@ pub async fn parked(
     first?;
     until_parked(server, redis, WAVE).await?;
     let rss_before = crate::agent::rss_kib()?;
-    let live_before = crate::live_bytes();
+    let live_before = crate::heap::live_bytes();
     let redis_before = used_memory(redis)?;
     let t = Instant::now();
     let mut done = 0;
@@ -81,7 +81,7 @@ pub async fn parked(
     // What is still allocated once every run left memory, after a moment
     // for the last runs' tasks and streams to be dropped.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let live_after = crate::live_bytes();
+    let live_after = crate::heap::live_bytes();
     let rss_after = crate::agent::rss_kib()?;
     let redis_after = used_memory(redis)?;
     let live_per_run = live_after as f64 - live_before as f64;

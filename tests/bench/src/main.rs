@@ -21,23 +21,12 @@
 //!   replicas for half an hour, every run checked); it exits non-zero on
 //!   any violation.
 
-/// The allocator the service binaries use (see their main.rs), counting
-/// the bytes allocated and not yet freed: what (d) reads to tell memory a
-/// parked run still holds from pages the allocator keeps (RSS). The count
-/// is one relaxed atomic add per allocation and free.
-#[global_allocator]
-static ALLOC: cap::Cap<mimalloc::MiMalloc> = cap::Cap::new(mimalloc::MiMalloc, usize::MAX);
-
-/// Bytes allocated and not yet freed in this process now.
-pub(crate) fn live_bytes() -> usize {
-    ALLOC.allocated()
-}
-
 mod a2a;
 mod agent;
 mod chaos;
 mod durable;
 mod failover;
+mod heap;
 mod http;
 mod mcp;
 mod pipeline;

@@ -90,15 +90,17 @@ impl Orchestrator {
     /// Takes `catalog` (an agents file read again) for every run started
     /// from now on: what runs share is built again around it — its models
     /// and tool servers — and swapped in whole, so a run in flight keeps
-    /// the catalog it started with. Nothing changes when it cannot be built
-    /// (the error says why). Faces that expose agents follow
-    /// ([`Self::reloaded`]).
-    pub fn reload(&self, catalog: Arc<Catalog>) -> std::result::Result<(), String> {
+    /// the catalog it started with (provider keys read through `env`).
+    /// Nothing changes when it cannot be built (the error says why). Faces
+    /// that expose agents follow ([`Self::reloaded`]).
+    pub fn reload(
+        &self,
+        catalog: Arc<Catalog>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> std::result::Result<(), String> {
         let current = self.services();
         let next = current
-            .with_catalog(catalog, &|name| {
-                crate::secret_from_env(name, &|k| std::env::var(k).ok())
-            })
+            .with_catalog(catalog, env)
             .map_err(|e| e.to_string())?;
         *self.services.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(next);
         self.list_remote_tools();

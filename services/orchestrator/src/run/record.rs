@@ -15,6 +15,7 @@ use baton_proto::v1::{self as pb, run_event::Payload};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+pub use super::durable::mono_ms;
 use super::log::{EventLog, Logged};
 pub use super::log::{LOG_CAPACITY, LOG_RETENTION, LogRead};
 use crate::error::Error;
@@ -99,18 +100,12 @@ pub struct RunRecord {
     /// Handed over to another replica (drain): stopped here without a
     /// terminal event, its stream ended `UNAVAILABLE`.
     pub handed_over: std::sync::atomic::AtomicBool,
-    /// Dropped here: this replica lost the run (fenced by another
-    /// replica's claim, or its log could not be written) or gave it away
-    /// (parked, handed over). Its record is no longer this replica's to
-    /// show: every read and answer goes to the run store (see
-    /// [`Self::is_ours`]).
+    /// Dropped here: lost (fenced, or its log could not be written) or
+    /// given away (parked, handed over); reads go to the run store.
     dropped: AtomicBool,
-    /// Until when (ms on this process's monotonic clock, see [`mono_ms`])
-    /// this replica's lease of the run holds, as far as it knows: set when
-    /// the run is created or claimed and at each renewal, from the moment
-    /// the script was sent. A replica paused past it may have been
-    /// fenced already, so it stops answering about the run from memory
-    /// until a renewal says the run is still its own.
+    /// Until when ([`mono_ms`]) this replica's lease holds as far as it
+    /// knows (set at create, claim and renewal, from when the script was
+    /// sent): past it, a paused replica may have been fenced.
     lease_until: AtomicI64,
     cancel: CancellationToken,
     cancel_reason: Mutex<Option<String>>,
@@ -158,20 +153,9 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Milliseconds on this process's monotonic clock (from its first call).
-/// A paused process (SIGSTOP) sees it jump by the pause when it goes on,
-/// unlike a clock it would have to read from elsewhere.
-pub fn mono_ms() -> i64 {
-    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    START.get_or_init(Instant::now).elapsed().as_millis() as i64
-}
-
 impl RunRecord {
-    /// Whether this replica may answer about the run from memory: it is
-    /// not dropped here, and, for a durable run still running, its lease
-    /// holds (a replica paused past its lease may have lost the run: the
-    /// run store answers until a renewal says otherwise). A finished run's
-    /// record is its own answer: the run store has the same, written first.
+    /// Whether this replica may answer about the run from memory: not
+    /// dropped, and for a durable run still running its lease holds.
     pub fn is_ours(&self) -> bool {
         if self.dropped.load(Ordering::SeqCst) {
             return false;
@@ -189,8 +173,7 @@ impl RunRecord {
         self.dropped.load(Ordering::SeqCst)
     }
 
-    /// Records that this replica's lease holds until `until` (ms on
-    /// [`mono_ms`]'s clock).
+    /// This replica's lease holds until `until` ([`mono_ms`]).
     pub fn lease_holds_until(&self, until: i64) {
         self.lease_until.store(until, Ordering::SeqCst);
     }

@@ -40,8 +40,8 @@ mod sessions;
 
 use std::{collections::HashMap, time::Duration};
 
-pub use lease::Claim;
 use lease::decode_claim;
+pub use lease::{Claim, mono_ms};
 pub use meta::{RunEnd, RunMeta};
 use meta::{decode_entries, decode_meta};
 
