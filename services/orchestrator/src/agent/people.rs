@@ -517,8 +517,20 @@ agents:
             testing::kinds(&mut events),
             ["INPUT_REQUESTED", "INPUT_RECEIVED"]
         );
+        // Nobody answers: InputTimedOut, and the model reads that no
+        // answer came.
         let late = input(&rt, &view, &call, 2, "again?".into(), Vec::new()).await;
-        assert_eq!(late, Err("no input arrived within 200ms".into()));
+        assert_eq!(
+            late,
+            Err(
+                "no answer: nobody answered the question within 200ms (runs.approval_timeout); decide without it"
+                    .into()
+            )
+        );
+        assert_eq!(
+            testing::kinds(&mut events),
+            ["INPUT_REQUESTED", "INPUT_TIMED_OUT"]
+        );
         assert!(rt.record.submit_input("input:c1:2", "x".into()).is_err());
     }
 }
