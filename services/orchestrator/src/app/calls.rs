@@ -181,7 +181,18 @@ impl Orchestrator {
                 {
                     durable.request_cancel(run_id, reason).await?;
                 }
-                return Ok(run.cancel_by_request(reason));
+                let status = run.cancel_by_request(reason);
+                // Answered once the run has ended (its terminal event
+                // logged), so a GetRun right after says so too; a run slow
+                // to stop is answered CANCELLED all the same after a while.
+                let until = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
+                while run.snapshot().status == pb::RunStatus::Running
+                    && !run.is_dropped()
+                    && tokio::time::Instant::now() < until
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                }
+                return Ok(status);
             }
             Err(missing) => missing,
         };
