@@ -64,6 +64,9 @@ pub async fn parked(
     let first: anyhow::Result<Vec<()>> = wave(0, WAVE).await.into_iter().collect();
     first?;
     until_parked(server, redis, WAVE).await?;
+    // The first wave's runs, callers and streams wind down (tasks end,
+    // buffers are freed) before the heap is counted; the same below.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_before = crate::agent::rss_kib()?;
     let live_before = crate::heap::live_bytes();
     let redis_before = used_memory(redis)?;
@@ -80,7 +83,7 @@ pub async fn parked(
     let all_parked = t.elapsed();
     // What is still allocated once every run left memory, after a moment
     // for the last runs' tasks and streams to be dropped.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let live_after = crate::heap::live_bytes();
     let rss_after = crate::agent::rss_kib()?;
     let redis_after = used_memory(redis)?;
