@@ -320,6 +320,10 @@ def test_a_detached_run_outlives_its_stream_and_is_listed():
             page = await b.orchestrator.list_runs(pb.RUN_STATUS_RUNNING, page_size=1000)
             (mine,) = [r for r in page.runs if r.run_id == first.run_id]
             assert mine.detached and mine.target == "slow"
+            # Sleeping, it waits for nobody: not among the runs waiting for a person.
+            assert list(mine.waiting_for) == []
+            waiting = await b.orchestrator.list_runs(waiting=True, page_size=1000)
+            assert first.run_id not in [r.run_id for r in waiting.runs]
             assert await b.orchestrator.cancel(first.run_id, "done") == pb.RUN_STATUS_CANCELLED
 
     run(main())

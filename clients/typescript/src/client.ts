@@ -431,7 +431,15 @@ export class Orchestrator {
     pageToken = "",
     o: CallOpts = {},
   ): Promise<ListRunsResponse> {
-    return unary(this.client.listRuns.bind(this.client), { status, pageSize, pageToken }, o, this.md());
+    return unary(this.client.listRuns.bind(this.client), { status, pageSize, pageToken, waiting: false }, o, this.md());
+  }
+
+  /** A page of the caller's runs waiting for a person (an approval or an
+   * input request), newest first: ListRuns with `waiting`; each says what
+   * it waits for in `waitingFor`. */
+  listWaitingRuns(pageSize = 0, pageToken = "", o: CallOpts = {}): Promise<ListRunsResponse> {
+    const status = RunStatus.RUN_STATUS_UNSPECIFIED;
+    return unary(this.client.listRuns.bind(this.client), { status, pageSize, pageToken, waiting: true }, o, this.md());
   }
 
   listAgents(o: CallOpts = {}): Promise<ListAgentsResponse> {

@@ -261,6 +261,10 @@ test("a detached run outlives its stream and is listed", async () => {
   const running = await b.orchestrator.listRuns(pb.RunStatus.RUN_STATUS_RUNNING, 1000);
   const mine = running.runs.find((r) => r.runId === runId);
   assert.ok(mine?.detached, JSON.stringify(running.runs));
+  // Sleeping, it waits for nobody: not among the runs waiting for a person.
+  assert.deepEqual(mine?.waitingFor, []);
+  const waiting = await b.orchestrator.listWaitingRuns(1000);
+  assert.ok(!waiting.runs.some((r) => r.runId === runId), JSON.stringify(waiting.runs));
   const page = await b.orchestrator.listRuns(pb.RunStatus.RUN_STATUS_UNSPECIFIED, 1);
   assert.equal(page.runs.length, 1);
   assert.ok(page.nextPageToken !== "");

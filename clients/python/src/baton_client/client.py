@@ -417,12 +417,21 @@ class Orchestrator:
         return await self._unary(self._stub.GetRun, pb.GetRunRequest(run_id=run_id), timeout)
 
     async def list_runs(
-        self, status: int = 0, *, page_size: int = 0, page_token: str = "", timeout: float | None = None
+        self,
+        status: int = 0,
+        *,
+        page_size: int = 0,
+        page_token: str = "",
+        waiting: bool = False,
+        timeout: float | None = None,
     ) -> pb.ListRunsResponse:
         """A page of the caller's runs, newest first (``status`` 0: every
-        status); pass ``next_page_token`` back as ``page_token`` until it is
-        empty."""
-        request = pb.ListRunsRequest(status=status, page_size=page_size, page_token=page_token)
+        status; ``waiting``: only runs waiting for a person, each saying on
+        what in ``waiting_for``); pass ``next_page_token`` back as
+        ``page_token`` until it is empty."""
+        request = pb.ListRunsRequest(
+            status=status, page_size=page_size, page_token=page_token, waiting=waiting
+        )
         return await self._unary(self._stub.ListRuns, request, timeout)
 
     async def list_agents(self, *, timeout: float | None = None) -> pb.ListAgentsResponse:
