@@ -181,6 +181,28 @@ async fn a_killed_replicas_run_is_resumed_by_another_where_it_was() {
     );
 }
 
+/// Pauses `a` (SIGSTOP, past its lease) until `b` has resumed and
+/// completed `run_id`; a client of `b`.
+async fn pause_until_completed_elsewhere(
+    a: &Replica,
+    b: &Replica,
+    run_id: &str,
+) -> OrchestratorClient {
+    a.signal("-STOP");
+    let on_b = b.client().await;
+    until(
+        Duration::from_secs(8),
+        "replica b resumes and completes the run",
+        async || {
+            on_b.get_run(run_id)
+                .await
+                .is_ok_and(|r| r.status() == pb::RunStatus::Completed)
+        },
+    )
+    .await;
+    on_b
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_owner_writes_nothing_once_another_replica_claimed_its_run() {
     let (redis, a, b) = pair(&[]).await;
@@ -188,18 +210,7 @@ async fn a_paused_owner_writes_nothing_once_another_replica_claimed_its_run() {
     let run_id = seen[0].run_id.clone();
     let log = format!("baton:run:{{{run_id}}}:log");
 
-    a.signal("-STOP");
-    let on_b = b.client().await;
-    until(
-        Duration::from_secs(8),
-        "replica b resumes and completes the run",
-        async || {
-            on_b.get_run(&run_id)
-                .await
-                .is_ok_and(|r| r.status() == pb::RunStatus::Completed)
-        },
-    )
-    .await;
+    let on_b = pause_until_completed_elsewhere(&a, &b, &run_id).await;
     let length = redis.cli(&["XLEN", &log]).expect("xlen");
     a.signal("-CONT");
     // The former owner finds its epoch gone at its next renewal and stops
@@ -251,18 +262,7 @@ async fn a_replica_paused_past_its_lease_drops_the_runs_it_lost_and_drains_in_ti
     let (_stream, seen) = start_slow_raw(&on_a).await;
     let run_id = seen[0].run_id.clone();
 
-    a.signal("-STOP");
-    let on_b = b.client().await;
-    until(
-        Duration::from_secs(8),
-        "replica b resumes and completes the run",
-        async || {
-            on_b.get_run(&run_id)
-                .await
-                .is_ok_and(|r| r.status() == pb::RunStatus::Completed)
-        },
-    )
-    .await;
+    let on_b = pause_until_completed_elsewhere(&a, &b, &run_id).await;
     let on_b_view = on_b.get_run(&run_id).await.expect("get on b");
     let whole: Vec<pb::RunEvent> = on_b
         .watch_run(&run_id, 0, None)

@@ -133,10 +133,7 @@ impl Orchestrator {
         if run.epoch.load(std::sync::atomic::Ordering::Relaxed) == 0 {
             return give(run);
         }
-        let (id, field) = match &question {
-            Question::Approval(id, ..) => (*id, "approval_id"),
-            Question::Input(id, _) => (*id, "input_id"),
-        };
+        let (id, field, _) = question.named();
         crate::run::record::check_id(field, id)?;
         let Some(durable) = self.services().durable.clone() else {
             return give(run);
@@ -233,10 +230,8 @@ impl Orchestrator {
         run_id: &str,
         question: Question<'_>,
     ) -> Result<()> {
-        let (field, what, id) = match &question {
-            Question::Approval(id, ..) => ("approval_id", "approval", id.to_string()),
-            Question::Input(id, _) => ("input_id", "input request", id.to_string()),
-        };
+        let (id, field, what) = question.named();
+        let id = id.to_owned();
         let refused = |message: String| Error::FailedPrecondition { field, message };
         match durable.answer(run_id, question).await? {
             Answered::Gone => Err(not_found(run_id, "")),

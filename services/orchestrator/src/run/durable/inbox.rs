@@ -108,6 +108,17 @@ pub enum Question<'a> {
     Input(&'a str, &'a str),
 }
 
+impl Question<'_> {
+    /// The question's id, the request field that names it, and what it is
+    /// called in messages.
+    pub fn named(&self) -> (&str, &'static str, &'static str) {
+        match self {
+            Question::Approval(id, ..) => (id, "approval_id", "approval"),
+            Question::Input(id, _) => (id, "input_id", "input request"),
+        }
+    }
+}
+
 /// How recording an answer, or a cancel, went.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Answered {

@@ -66,7 +66,7 @@ impl RedisRuns {
                     None => expired.push(id.clone()),
                     Some(m) if m.tenant != tenant => {}
                     Some(m) if status.is_some_and(|s| s != m.status) => {}
-                    Some(m) if waiting && m.to_view().waiting_for.is_empty() => {}
+                    Some(m) if waiting && !m.waits() => {}
                     Some(m) => found.push(m),
                 }
             }

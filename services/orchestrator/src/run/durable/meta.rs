@@ -68,12 +68,18 @@ impl RunMeta {
             error_message: self.error_message.clone(),
             last_seq: self.last_seq,
             detached: self.detached,
-            waiting_for: if self.status == pb::RunStatus::Running {
+            waiting_for: if self.waits() {
                 waiting_for(self.waiting_approvals > 0, self.waiting_inputs > 0)
             } else {
                 Vec::new()
             },
         }
+    }
+
+    /// Whether the run is running and waits for a person.
+    pub fn waits(&self) -> bool {
+        self.status == pb::RunStatus::Running
+            && (self.waiting_approvals > 0 || self.waiting_inputs > 0)
     }
 }
 
