@@ -170,15 +170,19 @@ impl Orchestrator {
     ) -> Result<pb::RunStatus> {
         let missing = match self.run_of(caller, run_id) {
             Ok(run) => {
-                // Recorded first when durable: a replica that resumes the
+                // Cancelled here at once (its reason is the first one, even
+                // if shutdown cancels the run a moment later), then, when
+                // durable, recorded in its inbox: a replica that resumes the
                 // run before its end is logged cancels it again.
-                if let Some(durable) = &self.services().durable
-                    && run.epoch.load(std::sync::atomic::Ordering::Relaxed) > 0
-                    && run.snapshot().status == pb::RunStatus::Running
-                {
-                    durable.request_cancel(run_id, reason).await?;
-                }
+                let running = run.snapshot().status == pb::RunStatus::Running;
                 let status = run.cancel_by_request(reason);
+                if let Some(durable) = &self.services().durable
+                    && running
+                    && run.epoch.load(std::sync::atomic::Ordering::Relaxed) > 0
+                    && let Err(e) = durable.request_cancel(run_id, reason).await
+                {
+                    tracing::warn!(run_id, error = %e, "a cancel not recorded in the run store; the run stops here");
+                }
                 // Answered once the run has ended (its terminal event
                 // logged), so a GetRun right after says so too; a run slow
                 // to stop is answered CANCELLED all the same after a while.
