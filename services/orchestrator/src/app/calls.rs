@@ -309,8 +309,12 @@ impl Orchestrator {
             .spawn(async move { core.wake(&durable, &run_id).await });
     }
 
-    /// Claims a parked run and resumes it here.
+    /// Claims a parked run and resumes it here — unless this replica is
+    /// shutting down: the run is claimable, another replica resumes it.
     async fn wake(&self, durable: &RedisRuns, run_id: &str) {
+        if self.shutdown.is_cancelled() {
+            return;
+        }
         let claimed_at = mono_ms();
         match durable.claim_parked(run_id).await {
             Ok(Claim::Claimed {

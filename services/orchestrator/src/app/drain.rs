@@ -24,6 +24,9 @@ impl Orchestrator {
         while self.runs.running() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
+        // A durable run resumed here since the drain began (a parked run
+        // woken by an answer a moment before) goes over too, not cancelled.
+        self.hand_over().await;
         let left = self.runs.running();
         if left > 0 {
             tracing::warn!(
