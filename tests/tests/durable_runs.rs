@@ -36,6 +36,7 @@ fn meta(tenant: &str) -> RunMeta {
         last_seq: 0,
         waiting_approvals: 0,
         waiting_inputs: 0,
+        forked_from: None,
     }
 }
 

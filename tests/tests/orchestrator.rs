@@ -1000,8 +1000,7 @@ agents:
 
 /// WatchRun: a second subscriber re-attaches to a live run from any seq,
 /// sees exactly what the run's own stream sees (filter applied on the
-/// server), and can replay a finished run; the replica keeps the last
-/// LOG_CAPACITY events of a run.
+/// server), and can replay a finished run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_run_reattaches_from_any_seq() {
     let (_server, client) = example().await;
@@ -1089,10 +1088,12 @@ async fn watch_run_reattaches_from_any_seq() {
     assert_eq!(err.code(), Code::NotFound);
 }
 
+/// A run's whole history is kept (memory mode: for
+/// `runs.finished_retention`, within `runs.max_finished_bytes`): a run of
+/// 15,000 events is replayed from seq 1, packed or not, after the sweep.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn watch_run_replays_the_last_log_capacity_events() {
-    use baton_orchestrator::run::log::LOG_CAPACITY;
-    let deltas = LOG_CAPACITY + 5;
+async fn watch_run_replays_a_long_runs_whole_history() {
+    let deltas = 15_000;
     let agents = format!(
         "scripts:\n  chatty: [{{text: 'word', deltas: {deltas}}}]\nagents:\n  chatty: {{model: 'scripted:chatty'}}\n"
     );
@@ -1104,26 +1105,22 @@ async fn watch_run_replays_the_last_log_capacity_events() {
         .run_agent_to_end(agent_request("chatty", "go"))
         .await
         .expect("run");
-    let total = events.len() as u64;
-    assert!(total > LOG_CAPACITY as u64);
+    assert!(events.len() > deltas);
     let run_id = &events[0].run_id;
-    // Exactly the last LOG_CAPACITY events are kept: after_seq = total -
-    // LOG_CAPACITY replays them all, one earlier is refused.
-    let at = total - LOG_CAPACITY as u64;
-    let replayed: Vec<_> = client
-        .watch_run(run_id, at, None)
+    server.core.runs().sweep_now();
+    let replayed: Vec<pb::RunEvent> = client
+        .watch_run(run_id, 0, None)
         .await
-        .expect("at the limit")
+        .expect("from seq 1")
+        .map(|e| e.expect("event"))
         .collect()
         .await;
-    assert_eq!(replayed.len(), LOG_CAPACITY);
-    let err = client
-        .watch_run(run_id, at - 1, None)
+    assert_eq!(replayed, events, "the same events, from seq 1");
+    let tail: Vec<_> = client
+        .watch_run(run_id, events.len() as u64 - 3, None)
         .await
-        .err()
-        .expect("just over the limit");
-    assert_eq!(
-        (err.code(), err.field()),
-        (Code::FailedPrecondition, Some("after_seq"))
-    );
+        .expect("the tail")
+        .collect()
+        .await;
+    assert_eq!(tail.len(), 3);
 }

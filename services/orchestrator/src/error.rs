@@ -52,6 +52,14 @@ pub enum Error {
         /// Which limit.
         message: String,
     },
+    /// A position past what exists (a fork point past a run's last event).
+    #[error("{field}: {message}")]
+    OutOfRange {
+        /// The request field.
+        field: &'static str,
+        /// What the range is.
+        message: String,
+    },
     /// A stream's reader fell too far behind and lost its place.
     #[error("{0}")]
     Aborted(String),
@@ -96,6 +104,7 @@ impl Error {
             Error::NotFound { .. } => Code::NotFound,
             Error::Exhausted { .. } => Code::ResourceExhausted,
             Error::FailedPrecondition { .. } => Code::FailedPrecondition,
+            Error::OutOfRange { .. } => Code::OutOfRange,
             Error::Aborted(_) => Code::Aborted,
             Error::ShuttingDown | Error::Unavailable(_) => Code::Unavailable,
             Error::Internal(_) => Code::Internal,
@@ -108,7 +117,9 @@ impl Error {
     pub fn field(&self) -> Option<&str> {
         match self {
             Error::InvalidArgument { field, .. } | Error::Exhausted { field, .. } => Some(field),
-            Error::NotFound { field, .. } | Error::FailedPrecondition { field, .. } => Some(field),
+            Error::NotFound { field, .. }
+            | Error::FailedPrecondition { field, .. }
+            | Error::OutOfRange { field, .. } => Some(field),
             Error::Peer { field, .. } => field.as_deref(),
             Error::Store(e) => match e.field() {
                 Some(std::borrow::Cow::Borrowed(f)) => Some(f),

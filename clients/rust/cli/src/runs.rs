@@ -75,6 +75,55 @@ enum RunsCmd {
         #[arg(long = "answer", value_name = "TEXT")]
         answers: Vec<String>,
     },
+    /// Fork a run at one of its points (a model turn, a tool's result, a
+    /// person's answer, a step): everything before it is replayed from the
+    /// run's recording, nothing is called again; the point is done again,
+    /// or takes the edit given; then the fork runs live.
+    #[command(after_help = "Examples:
+  baton runs fork RUN_ID --at 12                      retry from seq 12
+  baton runs fork RUN_ID --at 12 --result '{\"temp\": 30}'   another tool result
+  baton runs fork RUN_ID --at 7 --text 'Paris.'        another model answer
+  baton runs fork RUN_ID --at 7 --text '' --call search='{\"q\":\"x\"}'
+  baton runs fork RUN_ID --at 20 --deny --reason 'too costly'
+  baton runs fork RUN_ID --at 31 --input Lisbon --detach")]
+    Fork {
+        /// The run's id, or a unique start or end of it.
+        run_id: String,
+        /// The seq of the fork point (`baton runs watch` shows seqs).
+        #[arg(long, value_name = "SEQ")]
+        at: u64,
+        /// At a model turn: the text the model answers instead.
+        #[arg(long, group = "edit")]
+        text: Option<String>,
+        /// With --text: a tool call the turn asks for instead, as
+        /// TOOL=ARGUMENTS_JSON; repeat for several.
+        #[arg(long = "call", value_name = "TOOL=JSON", requires = "text")]
+        calls: Vec<String>,
+        /// At a tool's result: the result instead.
+        #[arg(long, group = "edit")]
+        result: Option<String>,
+        /// With --result: the result is an error.
+        #[arg(long, requires = "result")]
+        error: bool,
+        /// At an approval: grant it instead.
+        #[arg(long, group = "edit")]
+        approve: bool,
+        /// At an approval: deny it instead.
+        #[arg(long, group = "edit")]
+        deny: bool,
+        /// With --approve or --deny: the reason.
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// At an input request: the answer instead.
+        #[arg(long, group = "edit")]
+        input: Option<String>,
+        /// At a pipeline step: its output instead.
+        #[arg(long, group = "edit")]
+        step_output: Option<String>,
+        /// Start the fork and print its ids, without following it.
+        #[arg(long)]
+        detach: bool,
+    },
     /// Cancel a run.
     #[command(after_help = "Examples:
   baton runs cancel RUN_ID
@@ -231,6 +280,85 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
                 args.json,
                 answers,
                 CtrlC::StopWatching,
+            )
+            .await
+        }
+        RunsCmd::Fork {
+            run_id,
+            at,
+            text,
+            calls,
+            result,
+            error,
+            approve,
+            deny,
+            reason,
+            input,
+            step_output,
+            detach,
+        } => {
+            use pb::fork_edit::Edit;
+            let run_id = id::resolve(&client, &run_id).await?;
+            let edit = if let Some(text) = text {
+                let mut tool_calls = Vec::new();
+                for (i, c) in calls.iter().enumerate() {
+                    let Some((tool, arguments)) = c.split_once('=') else {
+                        anyhow::bail!("--call {c:?}: expected TOOL=ARGUMENTS_JSON");
+                    };
+                    tool_calls.push(pb::ToolCall {
+                        call_id: (i + 1).to_string(),
+                        tool: tool.to_owned(),
+                        arguments_json: arguments.to_owned(),
+                    });
+                }
+                Some(Edit::ModelTurn(pb::ModelTurnEdit { text, tool_calls }))
+            } else if let Some(result) = result {
+                Some(Edit::ToolResult(pb::ToolResultEdit {
+                    result,
+                    is_error: error,
+                }))
+            } else if approve || deny {
+                Some(Edit::Approval(pb::ApprovalEdit {
+                    approved: approve,
+                    reason,
+                }))
+            } else if let Some(input) = input {
+                Some(Edit::Input(input))
+            } else {
+                step_output.map(Edit::StepOutput)
+            };
+            let request = pb::ForkRunRequest {
+                run_id: run_id.clone(),
+                at_seq: at,
+                edit: edit.map(|e| pb::ForkEdit { edit: Some(e) }),
+                detach,
+                filter: None,
+            };
+            let (client, links) = crate::follow::with_links(client);
+            let mut events = client.fork_run(request).await?;
+            if detach {
+                use futures::StreamExt as _;
+                // The first event names the fork.
+                let first = events.next().await.transpose()?;
+                let (fork_id, trace_id) = first.map(|e| (e.run_id, e.trace_id)).unwrap_or_default();
+                if args.json {
+                    crate::out::outln!(
+                        "{}",
+                        json!({"run_id": fork_id, "trace_id": trace_id, "forked_from": {"run_id": run_id, "seq": at}})
+                    )?;
+                } else {
+                    crate::out::outln!("fork {fork_id} of run {run_id} at seq {at}")?;
+                    crate::out::outln!("follow it: baton runs watch {fork_id}")?;
+                }
+                return Ok(());
+            }
+            follow(
+                &client,
+                events,
+                links,
+                args.json,
+                crate::follow::Answers::default(),
+                CtrlC::Cancel,
             )
             .await
         }

@@ -247,6 +247,21 @@ impl OrchestratorClient {
         ))
     }
 
+    /// Forks a run at a point (ForkRun): the stream carries the fork's
+    /// replayed events (marked `replayed`), then its live ones, until its
+    /// terminal event (re-attaching like [`Self::run_agent`]).
+    pub async fn fork_run(&self, request: pb::ForkRunRequest) -> Result<Events, Error> {
+        let filter = request.filter.clone();
+        let request = self.traced(request, None)?;
+        let stream = self.inner.clone().fork_run(request).await?.into_inner();
+        Ok(self.following(
+            Box::pin(stream.map(|e| e.map_err(Error::from))),
+            filter,
+            None,
+            0,
+        ))
+    }
+
     /// Runs an agent to its end and returns every event received.
     pub async fn run_agent_to_end(
         &self,

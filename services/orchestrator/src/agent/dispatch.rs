@@ -198,7 +198,14 @@ pub(super) async fn execute_call(
         tool: call.name.clone(),
         arguments_json: call.arguments.to_string(),
     });
-    rt.emit(&view.ctx, &view.agent_name, begin).await;
+    // A fork's call in flight at its fork point was announced already.
+    if !rt
+        .replay
+        .as_ref()
+        .is_some_and(|r| r.announced.contains(&unit))
+    {
+        rt.emit(&view.ctx, &view.agent_name, begin).await;
+    }
     result.output = match approve(rt, view, call).await {
         Err(denied) => Err(denied),
         Ok(()) => match plan {
@@ -255,6 +262,18 @@ struct CallRecord {
     text: String,
     handoff: Option<String>,
     child_usage: Option<[u64; 4]>,
+}
+
+/// The record of a call that returned `text` (`ok`) or failed with it, as
+/// a fork's edit of a tool's result puts it in the fork's journal.
+pub fn call_record(ok: bool, text: String) -> Vec<u8> {
+    serde_json::to_vec(&CallRecord {
+        ok,
+        text,
+        handoff: None,
+        child_usage: None,
+    })
+    .unwrap_or_default()
 }
 
 /// Applies the tool-output policies to what a call returned and sends

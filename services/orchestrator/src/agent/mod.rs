@@ -42,6 +42,7 @@ use std::sync::Arc;
 use baton_proto::v1 as pb;
 
 use crate::run::{drive::drive, state::Run};
+pub use dispatch::call_record;
 use frame::CallFrame;
 pub use turn::{run_frame, run_frame_boxed, run_step_boxed};
 
@@ -57,6 +58,7 @@ pub async fn body(
     let root_ctx = root.ctx.clone();
     let scope = root.scope.clone();
     let started = pb::RunStarted {
+        forked_from: None,
         kind: pb::RunKind::Agent as i32,
         target,
         input: root.input.clone(),

@@ -24,6 +24,7 @@
 
 mod calls;
 mod drain;
+mod fork;
 mod orchestrator;
 mod read;
 mod resume;

@@ -90,6 +90,8 @@ impl Orchestrator {
             replica: durable.owner().to_owned(),
             checkpoint_seq: claimed.last_seq,
             inbox,
+            fork: false,
+            announced: Default::default(),
         });
         let record = RunRecord::resumed(
             claimed.run_id.clone(),
@@ -104,6 +106,9 @@ impl Orchestrator {
         record
             .epoch
             .store(claimed.epoch, std::sync::atomic::Ordering::Relaxed);
+        if let Some(origin) = meta.forked_from.clone() {
+            let _ = record.forked_from.set(origin);
+        }
         record.lease_holds_until(claimed.claimed_at + durable.lease().as_millis() as i64);
         let span = self
             .resumed_span(durable, &claimed.run_id, &trace_id, &meta.target)
@@ -138,7 +143,11 @@ impl Orchestrator {
     /// The stored request of a run of `kind`, checked again as when it
     /// started; `None` when it cannot be read (a version that no longer
     /// reads it).
-    fn check_stored(&self, kind: pb::RunKind, request: &[u8]) -> Result<Option<Checked>> {
+    pub(super) fn check_stored(
+        &self,
+        kind: pb::RunKind,
+        request: &[u8],
+    ) -> Result<Option<Checked>> {
         Ok(Some(match kind {
             pb::RunKind::Pipeline => {
                 let Ok(request) = pb::RunPipelineRequest::decode(request) else {

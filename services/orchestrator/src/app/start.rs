@@ -26,6 +26,7 @@ use crate::{
     run::{
         events::EventStream,
         launch::{self, Prepared},
+        log::Recorded,
         state::{Run, RunOptions},
         target::Resolved,
     },
@@ -208,25 +209,42 @@ impl Orchestrator {
             &self.runs_stop,
         );
         let future = body.future(&prepared.run);
-        self.launch(prepared, stored, future).await
+        self.launch_with(prepared, stored, None, future).await
     }
 
     /// Records a prepared run where runs are kept (with its request, when
-    /// runs are durable), then starts it.
-    async fn launch(
+    /// runs are durable; a fork's replayed events and journal, `fork`,
+    /// too), then starts it.
+    pub(super) async fn launch_with(
         &self,
         prepared: Prepared,
         stored: StoredRequest,
+        fork: Option<&(Vec<pb::RunEvent>, Vec<Recorded>)>,
         body: impl Future<Output = ()> + Send + 'static,
     ) -> Result<Started> {
         let record = prepared.record.clone();
+        if prepared.run.services.durable.is_none() {
+            // Memory mode: forks of the run start from its request.
+            record.keep_request(stored.0.clone());
+        }
         let deadline = launch::now_ms() + prepared.run.limits.run_timeout.as_millis() as i64;
         let services = prepared.run.services.clone();
         let quotas = &services.quotas;
         quotas
             .admit(&record.tenant, &record.run_id, deadline)
             .await?;
-        let journal = match launch::register(&services, &prepared, stored.0).await {
+        let registered = match launch::register(&services, &prepared, stored.0).await {
+            Ok(Some(journal)) => match fork {
+                Some((events, recording)) => {
+                    launch::write_fork(&journal, &record.run_id, events, recording)
+                        .await
+                        .map(|()| Some(journal))
+                }
+                None => Ok(Some(journal)),
+            },
+            other => other,
+        };
+        let journal = match registered {
             Ok(journal) => journal,
             Err(e) => {
                 quotas.stopped(&record.tenant, &record.run_id, true).await;
@@ -243,7 +261,7 @@ impl Orchestrator {
 
     /// A run's span, a child of the caller's trace when it has one; the
     /// run's trace id is that span's.
-    fn run_span(
+    pub(super) fn run_span(
         &self,
         parent: &Context,
         method: &'static str,

@@ -15,7 +15,6 @@ use crate::{
     run::{
         durable::RedisRuns,
         events::{self, EventStream, Filter},
-        log::{LOG_CAPACITY, LOG_RETENTION},
         record::{LogRead, RunRecord},
     },
 };
@@ -37,18 +36,11 @@ pub(super) fn stream(
             return Err(Error::FailedPrecondition {
                 field: "after_seq",
                 message: format!(
-                    "this replica keeps the last {LOG_CAPACITY} events of a run; the oldest kept is {oldest}"
+                    "this replica has the run's events from seq {oldest} on (it resumed the run there)"
                 ),
             });
         }
-        LogRead::Expired => {
-            return Err(Error::FailedPrecondition {
-                field: "run_id",
-                message: format!(
-                    "the run ended more than {LOG_RETENTION:?} ago; its events are no longer kept (GetRun has its result)"
-                ),
-            });
-        }
+        LogRead::Expired => return Err(history_gone(&run.run_id)),
         LogRead::Events(..) => {}
     }
     let watching = Watching::new(&run, max_watchers)?;
@@ -61,10 +53,13 @@ pub(super) fn stream(
                 let next = run.next_logged();
                 let (batch, ended) = match run.events_after(cursor, WATCH_BATCH) {
                     LogRead::Events(batch, ended) => (batch, ended),
-                    LogRead::Expired => return,
+                    LogRead::Expired => {
+                        let _ = tx.send(Err(history_gone(&run.run_id))).await;
+                        return;
+                    }
                     LogRead::Gone(oldest) => {
                         let status = Error::Aborted(format!(
-                            "the watcher fell behind: events after {cursor} are gone (oldest kept: {oldest})"
+                            "events after {cursor} are not on this replica (its oldest: {oldest})"
                         ));
                         let _ = tx.send(Err(status)).await;
                         return;
@@ -112,6 +107,17 @@ pub(super) fn stream(
             }
         });
     Ok(ReceiverStream::new(rx))
+}
+
+/// A run whose history this replica no longer keeps: evicted to make room
+/// for newer runs' (`runs.max_finished_bytes`).
+pub(crate) fn history_gone(run_id: &str) -> Error {
+    Error::FailedPrecondition {
+        field: "run_id",
+        message: format!(
+            "the history of run {run_id} is no longer kept: it was evicted to make room for newer runs' (runs.max_finished_bytes); GetRun still has its result"
+        ),
+    }
 }
 
 /// Events a watcher takes from its run's log at a time: watchers share the

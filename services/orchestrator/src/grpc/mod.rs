@@ -185,6 +185,18 @@ impl OrchestratorRpc for OrchestratorService {
         Ok(Response::new(page.into()))
     }
 
+    type ForkRunStream = EventStatusStream;
+
+    async fn fork_run(&self, request: Request<pb::ForkRunRequest>) -> Answer<Self::ForkRunStream> {
+        let caller = caller(&request);
+        let request = wire::request::fork(request.into_inner());
+        let started = match request {
+            Ok(request) => self.core.fork(&caller, request).await,
+            Err(e) => Err(self.core.refused("ForkRun", &caller, e)),
+        };
+        Ok(Response::new(events(started.map_err(status)?.events)))
+    }
+
     async fn list_agents(
         &self,
         _: Request<pb::ListAgentsRequest>,

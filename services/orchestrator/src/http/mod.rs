@@ -64,9 +64,18 @@ pub fn router(core: Orchestrator, keys: Option<Arc<ApiKeys>>, console: ConsoleCo
         keys,
         console: Arc::new(console),
     });
-    let mut paths: BTreeMap<String, MethodRouter<Arc<Face>>> = BTreeMap::new();
+    // Routes that differ only by an action suffix (`{run_id}:cancel`,
+    // `{run_id}:fork`) share axum's path and method: one handler picks.
+    let mut shared: BTreeMap<(String, &'static str), Vec<&'static Route>> = BTreeMap::new();
     for route in ROUTES {
-        let (path, handler) = (axum_path(route.path), method_router(route));
+        shared
+            .entry((axum_path(route.path), route.method))
+            .or_default()
+            .push(route);
+    }
+    let mut paths: BTreeMap<String, MethodRouter<Arc<Face>>> = BTreeMap::new();
+    for ((path, _), routes) in shared {
+        let handler = method_router(routes);
         let merged = match paths.remove(&path) {
             Some(existing) => existing.merge(handler),
             None => handler,
@@ -97,8 +106,8 @@ fn axum_path(path: &str) -> String {
     }
 }
 
-fn method_router(route: &'static Route) -> MethodRouter<Arc<Face>> {
-    let method = match route.method {
+fn method_router(routes: Vec<&'static Route>) -> MethodRouter<Arc<Face>> {
+    let method = match routes[0].method {
         "POST" => axum::routing::MethodFilter::POST,
         _ => axum::routing::MethodFilter::GET,
     };
@@ -113,6 +122,17 @@ fn method_router(route: &'static Route) -> MethodRouter<Arc<Face>> {
                 Ok(body) => body,
                 Err(e) => return e.into_response(),
             };
+            // The route whose action the path ends with, else the first
+            // (whose `param` names the action it wants).
+            let route = routes
+                .iter()
+                .copied()
+                .find(|r| {
+                    r.path.split_once("}:").is_some_and(|(_, action)| {
+                        params.values().any(|v| v.ends_with(&format!(":{action}")))
+                    })
+                })
+                .unwrap_or(routes[0]);
             let call = Call {
                 route,
                 params,
@@ -251,6 +271,19 @@ impl Face {
                 let started = match PipelineRequest::try_from(r) {
                     Ok(r) => core.start_pipeline(&caller, r).await,
                     Err(e) => Err(core.refused("RunPipeline", &caller, e)),
+                }?;
+                Ok(started_answer(started, stream))
+            }
+            Rpc::ForkRun => {
+                let mut r: pb::ForkRunRequest = json_body_or_empty(&call.body)?;
+                r.run_id = call.param("run_id")?;
+                let stream = call.wants_stream();
+                if !stream {
+                    r.detach = true;
+                }
+                let started = match wire::request::fork(r) {
+                    Ok(r) => core.fork(&caller, r).await,
+                    Err(e) => Err(core.refused("ForkRun", &caller, e)),
                 }?;
                 Ok(started_answer(started, stream))
             }

@@ -11,6 +11,8 @@ pub enum Rpc {
     RunAgent,
     /// `RunPipeline`: attached (SSE) or detached.
     RunPipeline,
+    /// `ForkRun`: attached (SSE) or detached.
+    ForkRun,
     /// `ListRuns`.
     ListRuns,
     /// `GetRun`.
@@ -105,6 +107,15 @@ pub const ROUTES: &[Route] = &[
         answer: "baton.v1.CancelRunResponse",
         stream: false,
         summary: "Cancel a run and everything under it (body: `{reason}`, optional).",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/runs/{run_id}:fork",
+        rpc: Rpc::ForkRun,
+        body: Some("baton.v1.ForkRunRequest"),
+        answer: "baton.v1.RunEvent",
+        stream: true,
+        summary: "Fork a run at `atSeq`, optionally with an `edit` of that point (the run id is the path's). Everything before the point is replayed from the run's recording, nothing is called again; the fork goes live from there. Answers as `POST /v1/runs` does.",
     },
     Route {
         method: "POST",

@@ -103,6 +103,7 @@ pub async fn body(
         &rt,
         &root,
         pb::RunStarted {
+            forked_from: None,
             kind: pb::RunKind::Pipeline as i32,
             target: plan.name.clone(),
             input: String::new(),

@@ -33,6 +33,20 @@ pub struct AgentRequest {
     pub labels: std::collections::BTreeMap<String, String>,
 }
 
+/// A fork asked for (ForkRun), its fields as the request names them.
+pub struct ForkRequest {
+    /// The run to fork.
+    pub run_id: String,
+    /// The fork point.
+    pub at_seq: u64,
+    /// What replaces the point's outcome.
+    pub edit: Option<baton_proto::v1::fork_edit::Edit>,
+    /// Whether the fork outlives the caller's stream.
+    pub detach: bool,
+    /// Which events the caller's stream carries.
+    pub filter: crate::run::events::Filter,
+}
+
 /// A request for a pipeline run (RunPipeline).
 pub struct PipelineRequest {
     /// The pipeline, in its `baton.v1.PipelineSpec` form: the pipeline

@@ -30,6 +30,8 @@ pub async fn drive(
     let no_agent: Arc<str> = Arc::from("");
     // A resumed run says so instead of starting again.
     match &rt.replay {
+        // A fork's RunStarted is among its replayed events.
+        Some(replay) if replay.fork => {}
         Some(replay) => {
             let resumed = Payload::RunResumed(pb::RunResumed {
                 replica: replay.replica.clone(),
@@ -117,6 +119,7 @@ mod tests {
                 target: "a".into(),
                 input: String::new(),
                 labels: Default::default(),
+                forked_from: None,
             },
             Box::pin(body),
             async {

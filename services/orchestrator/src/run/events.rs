@@ -140,7 +140,7 @@ pub async fn sequence(
     let run_id = record.run_id.clone();
     let mut client_gone = false;
     loop {
-        let draft = tokio::select! {
+        let mut draft = tokio::select! {
             biased;
             d = drafts.recv() => match d { Some(d) => d, None => return },
             _ = out.closed(), if !client_gone => {
@@ -164,8 +164,24 @@ pub async fn sequence(
             ctx: draft.ctx,
             agent: draft.agent,
             payload: draft.payload,
+            replayed: false,
         };
         let event = forward.then(|| logged.to_event(&trace_id, &run_id));
+        // The recording forks replay (the run store keeps a durable run's).
+        if draft.record_span {
+            record.record_point(super::log::Recorded {
+                seq,
+                unit: format!("sp/{}", logged.ctx.id),
+                record: logged.ctx.span_id.clone().into_bytes(),
+            });
+        }
+        if let Some((unit, value)) = draft.journal.take() {
+            record.record_point(super::log::Recorded {
+                seq,
+                unit,
+                record: value,
+            });
+        }
         // Every event, filtered or not, client or not, is kept for WatchRun
         // (compactly: the envelope's strings are shared).
         record.log_event(logged, terminal);

@@ -123,23 +123,29 @@ pub async fn sequence(
         }
         let now = baton_proto::wkt::Timestamp::from(SystemTime::now());
         let mut records: Vec<(String, Vec<u8>)> = Vec::new();
-        for d in &mut batch {
-            if d.record_span {
-                records.push((
-                    format!("sp/{}", d.ctx.id),
-                    d.ctx.span_id.clone().into_bytes(),
-                ));
-            }
-            records.extend(d.journal.take());
-        }
         let logged: Vec<Logged> = batch
             .drain(..)
-            .map(|d| Logged {
-                seq: record.next_seq(),
-                time: now,
-                ctx: d.ctx,
-                agent: d.agent,
-                payload: d.payload,
+            .map(|mut d| {
+                let seq = record.next_seq();
+                if d.record_span {
+                    records.push((
+                        format!("sp/{}", d.ctx.id),
+                        d.ctx.span_id.clone().into_bytes(),
+                    ));
+                }
+                if let Some((unit, value)) = d.journal.take() {
+                    // Where the point ended, for forks: `#{unit}` = seq.
+                    records.push((format!("#{unit}"), seq.to_string().into_bytes()));
+                    records.push((unit, value));
+                }
+                Logged {
+                    seq,
+                    time: now,
+                    ctx: d.ctx,
+                    agent: d.agent,
+                    payload: d.payload,
+                    replayed: false,
+                }
             })
             .collect();
         emitted.inc_by(logged.len() as u64);

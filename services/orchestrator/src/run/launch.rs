@@ -120,6 +120,7 @@ pub async fn register(
         last_seq: 0,
         waiting_approvals: 0,
         waiting_inputs: 0,
+        forked_from: r.forked_from.get().cloned(),
     };
     let sent = super::record::mono_ms();
     let epoch = runs
@@ -131,6 +132,51 @@ pub async fn register(
         runs: runs.clone(),
         epoch,
     }))
+}
+
+/// Writes a fork's replayed events and journal (`#{unit}`: the seq each
+/// point ended at) to the run store, a batch at a time, before it starts.
+pub async fn write_fork(
+    journal: &Journal,
+    run_id: &str,
+    events: &[pb::RunEvent],
+    recording: &[super::log::Recorded],
+) -> Result<(), Error> {
+    let mut records: Vec<(String, Vec<u8>)> = Vec::with_capacity(recording.len() * 2);
+    for r in recording {
+        records.push((format!("#{}", r.unit), r.seq.to_string().into_bytes()));
+        records.push((r.unit.clone(), r.record.clone()));
+    }
+    let mut records = records.chunks(journal::MAX_BATCH);
+    for batch in events.chunks(journal::MAX_BATCH) {
+        let written = journal
+            .runs
+            .append(
+                run_id,
+                journal.epoch,
+                batch,
+                records.next().unwrap_or(&[]),
+                None,
+            )
+            .await?;
+        if written != super::durable::Append::Done {
+            return Err(Error::Unavailable(format!(
+                "run store: the fork's record was refused ({written:?})"
+            )));
+        }
+    }
+    for rest in records {
+        let written = journal
+            .runs
+            .append(run_id, journal.epoch, &[], rest, None)
+            .await?;
+        if written != super::durable::Append::Done {
+            return Err(Error::Unavailable(format!(
+                "run store: the fork's record was refused ({written:?})"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Registers a prepared run in `runs` and starts `body` with the run's

@@ -1,15 +1,22 @@
-//! A run's event log: the events WatchRun replays, kept compactly (their
-//! envelope shared with the context) in fixed chunks. A leaf: it knows
-//! contexts and events, nothing of runs or of the sequencer.
+//! A run's history: every event it logged, from its first, and the
+//! recording that forks replay (each durable point's unit and record, with
+//! the seq of the event that ended it). A leaf: it knows contexts and
+//! events, nothing of runs or of the sequencer.
+//!
+//! Events are kept in fixed chunks of [`LOG_CHUNK`]; a chunk that filled
+//! is packed (its events encoded as `RunEvent`s without the run's ids,
+//! back to back), so a finished run of 100 turns holds its events in a few
+//! tens of kilobytes and a live run's log never moves what it holds.
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use baton_proto::v1::{self as pb, run_event::Payload};
+use prost::Message as _;
 
 use super::context::ContextInfo;
 
-/// An event as a run's log keeps it: numbered, its envelope shared with
-/// the context.
+/// An event as a run's log keeps it until its chunk is packed: numbered,
+/// its envelope shared with the context.
 pub struct Logged {
     /// Its seq.
     pub seq: u64,
@@ -21,6 +28,8 @@ pub struct Logged {
     pub agent: Arc<str>,
     /// What.
     pub payload: Payload,
+    /// Taken from the original's recording (a fork's first events).
+    pub replayed: bool,
 }
 
 impl Logged {
@@ -37,41 +46,135 @@ impl Logged {
             span_id: self.ctx.span_id.clone(),
             time: Some(self.time),
             payload: Some(self.payload.clone()),
+            replayed: self.replayed,
         }
     }
 }
 
-/// How many of a run's latest events WatchRun can replay.
-pub const LOG_CAPACITY: usize = 10_000;
+/// How long a durable run's history stays on the replica that ran it once
+/// the run ended (the run store keeps it for `runs.retention`; memory mode
+/// keeps it with the run, for `runs.finished_retention`).
+pub const LOG_RETENTION: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// How long a finished run's events stay readable by WatchRun (its record
-/// stays for `GetRun` longer, without them).
-pub const LOG_RETENTION: Duration = Duration::from_secs(60);
+/// A durable point a run recorded: what a fork takes instead of doing it
+/// again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    /// The seq of the event that ended it.
+    pub seq: u64,
+    /// Its unit (`t/root/1`: the root context's first model turn, ...).
+    pub unit: String,
+    /// Its record.
+    pub record: Vec<u8>,
+}
 
-/// The run's latest events, for WatchRun.
+/// A run's history (see the module docs).
 #[derive(Default)]
 pub(super) struct EventLog {
     pub(super) events: Chunked,
     pub(super) ended: bool,
-    /// The events were dropped (LOG_RETENTION after the end).
+    /// The history was evicted to make room (`runs.max_finished_bytes`),
+    /// or, with durable runs, dropped here since the run store keeps it.
     pub(super) dropped: bool,
+    /// Durable points, in the order they were logged (memory mode; the
+    /// run store keeps a durable run's).
+    pub(super) recording: Vec<Recorded>,
+    recording_bytes: usize,
+    /// The request that started the run, encoded (memory mode).
+    pub(super) request: Vec<u8>,
+}
+
+impl EventLog {
+    /// Keeps a durable point.
+    pub(super) fn record(&mut self, point: Recorded) {
+        self.recording_bytes += point.unit.len() + point.record.len() + 40;
+        self.recording.push(point);
+    }
+
+    /// Keeps the request that started the run.
+    pub(super) fn keep_request(&mut self, request: Vec<u8>) {
+        self.request = request;
+    }
+
+    /// Bytes the history holds, about.
+    pub(super) fn bytes(&self) -> u64 {
+        (self.events.bytes() + self.recording_bytes + self.request.len()) as u64
+    }
+
+    /// Forgets every event and record.
+    pub(super) fn drop_history(&mut self) {
+        self.events = Chunked::default();
+        self.recording = Vec::new();
+        self.recording_bytes = 0;
+        self.request = Vec::new();
+        self.dropped = true;
+    }
 }
 
 /// Events per chunk of a run's log.
 const LOG_CHUNK: usize = 256;
 
-/// A queue of events in fixed chunks of [`LOG_CHUNK`]: a growing log never
-/// moves what it holds. (A `VecDeque` doubles its buffer, copying the whole
-/// log onto fresh pages each time: a tenth of the pipeline benchmark's
-/// time.) Popping the front only advances a cursor; a chunk is freed when
-/// the cursor leaves it, so at most `LOG_CHUNK - 1` popped events linger.
+/// Bytes a live (unpacked) event is counted as.
+const LIVE_EVENT_BYTES: usize = 512;
+
+/// A chunk of a run's log: its events as they were logged, or packed.
+enum Chunk {
+    Live(Vec<Logged>),
+    Packed {
+        /// The events, encoded, back to back.
+        data: Box<[u8]>,
+        /// Where each event ends in `data`.
+        ends: Box<[u32]>,
+    },
+}
+
+impl Chunk {
+    fn len(&self) -> usize {
+        match self {
+            Chunk::Live(v) => v.len(),
+            Chunk::Packed { ends, .. } => ends.len(),
+        }
+    }
+
+    fn pack(events: &[Logged]) -> Chunk {
+        let mut data = Vec::new();
+        let mut ends = Vec::with_capacity(events.len());
+        for e in events {
+            // The run's ids are the record's; not kept per event.
+            let _ = e.to_event("", "").encode(&mut data);
+            ends.push(u32::try_from(data.len()).unwrap_or(u32::MAX));
+        }
+        Chunk::Packed {
+            data: data.into_boxed_slice(),
+            ends: ends.into_boxed_slice(),
+        }
+    }
+
+    fn event(&self, i: usize, trace_id: &str, run_id: &str) -> pb::RunEvent {
+        match self {
+            Chunk::Live(v) => v[i].to_event(trace_id, run_id),
+            Chunk::Packed { data, ends } => {
+                let start = if i == 0 { 0 } else { ends[i - 1] as usize };
+                let mut e =
+                    pb::RunEvent::decode(&data[start..ends[i] as usize]).unwrap_or_default();
+                trace_id.clone_into(&mut e.trace_id);
+                run_id.clone_into(&mut e.run_id);
+                e
+            }
+        }
+    }
+}
+
+/// A run's events in fixed chunks of [`LOG_CHUNK`], every chunk but the
+/// last packed (see the module docs).
 #[derive(Default)]
 pub(super) struct Chunked {
-    chunks: std::collections::VecDeque<Vec<Logged>>,
-    /// Live events.
+    chunks: Vec<Chunk>,
     len: usize,
-    /// Where the live events start in the first chunk.
-    head: usize,
+    /// The seq of the first event (a run resumed here logs from after the
+    /// seq it was resumed at).
+    first_seq: u64,
+    packed_bytes: usize,
 }
 
 impl Chunked {
@@ -80,42 +183,63 @@ impl Chunked {
     }
 
     pub(super) fn push_back(&mut self, event: Logged) {
-        if self.chunks.back().is_none_or(|c| c.len() == LOG_CHUNK) {
-            self.chunks.push_back(Vec::with_capacity(LOG_CHUNK));
-        }
-        if let Some(last) = self.chunks.back_mut() {
-            last.push(event);
-            self.len += 1;
-        }
-    }
-
-    pub(super) fn pop_front(&mut self) {
         if self.len == 0 {
-            return;
+            self.first_seq = event.seq;
         }
-        self.len -= 1;
-        self.head += 1;
-        if self.head == LOG_CHUNK || self.len == 0 {
-            self.chunks.pop_front();
-            self.head = 0;
-            if self.len == 0 {
-                self.chunks.clear();
+        if let Some(Chunk::Live(last)) = self.chunks.last_mut()
+            && last.len() == LOG_CHUNK
+        {
+            let packed = Chunk::pack(last);
+            if let Chunk::Packed { data, ends } = &packed {
+                self.packed_bytes += data.len() + ends.len() * 4;
+            }
+            if let Some(slot) = self.chunks.last_mut() {
+                *slot = packed;
             }
         }
+        match self.chunks.last_mut() {
+            Some(Chunk::Live(last)) => last.push(event),
+            _ => {
+                let mut fresh = Vec::with_capacity(LOG_CHUNK);
+                fresh.push(event);
+                self.chunks.push(Chunk::Live(fresh));
+            }
+        }
+        self.len += 1;
     }
 
-    pub(super) fn front(&self) -> Option<&Logged> {
-        (self.len > 0).then(|| &self.chunks[0][self.head])
+    /// The seq of the first event kept (of the next one, when none is).
+    pub(super) fn first_seq(&self) -> Option<u64> {
+        (self.len > 0).then_some(self.first_seq)
     }
 
-    /// The live events from the `skip`-th on.
-    pub(super) fn iter_from(&self, skip: usize) -> impl Iterator<Item = &Logged> {
-        let at = self.head + skip;
-        self.chunks
-            .iter()
-            .skip(at / LOG_CHUNK)
-            .enumerate()
-            .flat_map(move |(i, c)| c[if i == 0 { at % LOG_CHUNK } else { 0 }..].iter())
+    /// Bytes the events hold, about.
+    fn bytes(&self) -> usize {
+        let live = match self.chunks.last() {
+            Some(Chunk::Live(v)) => v.len() * LIVE_EVENT_BYTES,
+            _ => 0,
+        };
+        self.packed_bytes + live + self.chunks.len() * std::mem::size_of::<Chunk>()
+    }
+
+    /// At most `max` events from the `skip`-th on, as clients get them.
+    pub(super) fn read(
+        &self,
+        skip: usize,
+        max: usize,
+        trace_id: &str,
+        run_id: &str,
+    ) -> Vec<pb::RunEvent> {
+        let mut out = Vec::new();
+        let mut at = skip;
+        while out.len() < max && at < self.len {
+            let chunk = &self.chunks[at / LOG_CHUNK];
+            let i = at % LOG_CHUNK;
+            let take = (chunk.len() - i).min(max - out.len());
+            out.extend((i..i + take).map(|j| chunk.event(j, trace_id, run_id)));
+            at += take;
+        }
+        out
     }
 }
 
@@ -124,23 +248,41 @@ pub enum LogRead {
     /// Events after the cursor (maybe none yet, at most the batch asked
     /// for), and whether the run ended with nothing logged after them.
     Events(Vec<pb::RunEvent>, bool),
-    /// Events after the cursor were dropped from the log already; the
-    /// oldest kept has this seq.
+    /// The events after the cursor start before what is kept here (a run
+    /// resumed here: the run store has them); the oldest kept has this seq.
     Gone(u64),
-    /// The run ended more than LOG_RETENTION ago; its events are gone.
+    /// The run's history is no longer kept here (evicted for room; with
+    /// durable runs, the run store has it).
     Expired,
+}
+
+impl Chunked {
+    /// Packs the last chunk too (the run ended: nothing is added).
+    pub(super) fn seal(&mut self) {
+        if let Some(Chunk::Live(last)) = self.chunks.last() {
+            let packed = Chunk::pack(last);
+            if let Chunk::Packed { data, ends } = &packed {
+                self.packed_bytes += data.len() + ends.len() * 4;
+            }
+            if let Some(slot) = self.chunks.last_mut() {
+                *slot = packed;
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod chunked_tests {
-    use super::Logged;
-    use super::{Chunked, LOG_CHUNK};
+    use super::{Chunked, LOG_CHUNK, Logged};
     use baton_proto::v1::{self as pb, run_event::Payload};
 
     fn ev(seq: u64) -> Logged {
         Logged {
             seq,
-            time: Default::default(),
+            time: baton_proto::wkt::Timestamp {
+                seconds: seq as i64,
+                nanos: 0,
+            },
             ctx: std::sync::Arc::new(crate::run::context::ContextInfo {
                 id: "root".into(),
                 parent: String::new(),
@@ -149,41 +291,58 @@ mod chunked_tests {
                 otel: opentelemetry::Context::new(),
                 span_recorded: Default::default(),
             }),
-            agent: std::sync::Arc::from(""),
-            payload: Payload::RunStarted(pb::RunStarted::default()),
+            agent: std::sync::Arc::from("assistant"),
+            payload: Payload::TextDelta(pb::TextDelta {
+                text: format!("word {seq}"),
+            }),
+            replayed: seq.is_multiple_of(2),
         }
     }
 
     #[test]
-    fn a_chunked_queue_is_a_queue() {
-        let mut q = Chunked::default();
-        let mut model = std::collections::VecDeque::new();
-        let mut next = 1;
-        // Push past several chunks, pop across chunk borders, drain, refill.
-        for round in 0..3 {
-            for _ in 0..(LOG_CHUNK * 2 + 17) {
-                q.push_back(ev(next));
-                model.push_back(next);
-                next += 1;
+    fn a_log_reads_back_what_it_was_given_packed_or_not() {
+        for total in [
+            0,
+            1,
+            LOG_CHUNK - 1,
+            LOG_CHUNK,
+            LOG_CHUNK + 1,
+            LOG_CHUNK * 3 + 17,
+        ] {
+            let mut log = Chunked::default();
+            let first = 41;
+            for seq in first..first + total as u64 {
+                log.push_back(ev(seq));
             }
-            for _ in 0..(LOG_CHUNK + 5 + round * 100) {
-                q.pop_front();
-                model.pop_front();
-            }
-            assert_eq!(q.len(), model.len());
-            assert_eq!(q.front().map(|e| e.seq), model.front().copied());
-            for skip in [0, 1, LOG_CHUNK - 1, LOG_CHUNK, model.len() - 1, model.len()] {
-                let got: Vec<u64> = q.iter_from(skip).map(|e| e.seq).collect();
-                let want: Vec<u64> = model.iter().skip(skip).copied().collect();
-                assert_eq!(got, want, "round {round}, skip {skip}");
+            let want: Vec<pb::RunEvent> = (first..first + total as u64)
+                .map(|s| ev(s).to_event("t", "r"))
+                .collect();
+            for sealed in [false, true] {
+                if sealed {
+                    log.seal();
+                }
+                assert_eq!(log.len(), total);
+                assert_eq!(log.first_seq(), (total > 0).then_some(first));
+                for (skip, max) in [(0, usize::MAX), (0, 7), (LOG_CHUNK - 2, 5), (total, 3)] {
+                    let got = log.read(skip, max, "t", "r");
+                    let expect: Vec<_> = want.iter().skip(skip).take(max).cloned().collect();
+                    assert_eq!(
+                        got, expect,
+                        "total {total}, skip {skip}, max {max}, sealed {sealed}"
+                    );
+                }
             }
         }
-        while q.len() > 0 {
-            q.pop_front();
-            model.pop_front();
+    }
+
+    #[test]
+    fn a_packed_event_costs_its_encoding() {
+        let mut log = Chunked::default();
+        for seq in 1..=1000 {
+            log.push_back(ev(seq));
         }
-        assert!(q.front().is_none() && q.chunks.is_empty() && model.is_empty());
-        q.push_back(ev(7));
-        assert_eq!(q.iter_from(0).map(|e| e.seq).collect::<Vec<_>>(), vec![7]);
+        log.seal();
+        let per_event = log.bytes() / 1000;
+        assert!(per_event < 120, "{per_event} bytes per event");
     }
 }

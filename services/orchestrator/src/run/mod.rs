@@ -34,6 +34,8 @@ pub mod drive;
 pub mod durable;
 pub mod events;
 pub mod failure;
+pub mod fork;
+mod history;
 pub mod journal;
 pub mod launch;
 pub mod log;

@@ -16,8 +16,8 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 pub use super::durable::mono_ms;
-use super::log::{EventLog, Logged};
-pub use super::log::{LOG_CAPACITY, LOG_RETENTION, LogRead};
+use super::log::EventLog;
+pub use super::log::{LOG_RETENTION, LogRead, Recorded};
 use crate::error::Error;
 
 /// A person's answer to an approval.
@@ -111,15 +111,15 @@ pub struct RunRecord {
     cancel_reason: Mutex<Option<String>>,
     seq: AtomicU64,
     state: Mutex<RunSnapshot>,
-    finished: Mutex<Option<Instant>>,
+    pub(super) finished: Mutex<Option<Instant>>,
     approvals: Mutex<HashMap<String, Pending<ApprovalAnswer>>>,
     inputs: Mutex<HashMap<String, Pending<String>>>,
     /// Frames and tool calls of this run alive right now.
     pub live_tasks: AtomicUsize,
     /// Tool calls that were dropped before they finished (cancelled).
     pub cancelled_tool_calls: AtomicUsize,
-    log: Mutex<EventLog>,
-    logged: tokio::sync::Notify,
+    pub(super) log: Mutex<EventLog>,
+    pub(super) logged: tokio::sync::Notify,
     /// WatchRun streams of this run open now.
     pub watchers: AtomicUsize,
     /// Model calls and tool calls working right now (not waiting for a
@@ -129,7 +129,9 @@ pub struct RunRecord {
     /// Whether the caller's stream is still attached.
     pub attached: AtomicBool,
     /// When the run last logged an event (ms since the Unix epoch).
-    last_event_ms: AtomicI64,
+    pub(super) last_event_ms: AtomicI64,
+    /// For a fork: the run and seq it was forked from.
+    pub forked_from: std::sync::OnceLock<super::view::Origin>,
 }
 
 /// Longest approval or input id the runtime makes (context id, turn and
@@ -293,49 +295,8 @@ impl RunRecord {
             working: AtomicUsize::new(0),
             attached: AtomicBool::new(true),
             last_event_ms: AtomicI64::new(now_ms()),
+            forked_from: std::sync::OnceLock::new(),
         })
-    }
-
-    /// Keeps an event (unfiltered) for WatchRun; the oldest go beyond
-    /// [`LOG_CAPACITY`].
-    pub(crate) fn log_event(&self, event: Logged, terminal: bool) {
-        {
-            let mut log = lock(&self.log);
-            if log.events.len() == LOG_CAPACITY {
-                log.events.pop_front();
-            }
-            log.events.push_back(event);
-            log.ended |= terminal;
-        }
-        self.last_event_ms.store(now_ms(), Ordering::Relaxed);
-        self.logged.notify_waiters();
-    }
-
-    /// At most `max` of the logged events after seq `after` (watchers read
-    /// the shared log a batch at a time, so none holds a copy of it).
-    pub fn events_after(&self, after: u64, max: usize) -> LogRead {
-        let log = lock(&self.log);
-        if log.dropped {
-            return LogRead::Expired;
-        }
-        // Saturating: an `after` near 2^64 reads nothing, never wraps.
-        let next = after.saturating_add(1);
-        let oldest = log.events.front().map_or(next, |e| e.seq);
-        if oldest > next {
-            return LogRead::Gone(oldest);
-        }
-        let skip = usize::try_from(next - oldest).unwrap_or(usize::MAX);
-        let events = if skip >= log.events.len() {
-            Vec::new()
-        } else {
-            log.events
-                .iter_from(skip)
-                .take(max)
-                .map(|e| e.to_event(self.trace_id.as_str(), &self.run_id))
-                .collect()
-        };
-        let ended = log.ended && skip.saturating_add(events.len()) >= log.events.len();
-        LogRead::Events(events, ended)
     }
 
     /// Resolves when the next event is logged (create it before reading the
@@ -430,6 +391,9 @@ impl RunRecord {
             } else {
                 Vec::new()
             },
+            forked_from: self.forked_from.get().cloned(),
+            // Dropped from a replica with durable runs: the store has it.
+            history_gone: self.epoch.load(Ordering::Relaxed) == 0 && !self.has_history(),
         }
     }
 
@@ -534,17 +498,6 @@ impl RunRecord {
         }
     }
 
-    /// Drops the logged events once the run ended LOG_RETENTION ago.
-    pub(super) fn drop_old_log(&self, now: Instant) {
-        if lock(&self.finished).is_some_and(|f| now.duration_since(f) > LOG_RETENTION) {
-            let mut log = lock(&self.log);
-            if !log.dropped {
-                log.events = Default::default();
-                log.dropped = true;
-            }
-        }
-    }
-
     /// When the run finished.
     pub(super) fn finished_at(&self) -> Option<Instant> {
         *lock(&self.finished)
@@ -577,7 +530,7 @@ impl Drop for Working<'_> {
     }
 }
 
-fn now_ms() -> i64 {
+pub(super) fn now_ms() -> i64 {
     super::durable::now_ms()
 }
 

@@ -55,46 +55,60 @@ impl Runs {
         map.insert(record.run_id.clone(), record);
     }
 
-    /// Drops finished runs older than the retention, then the oldest
-    /// finished ones while over the count or byte bound; drops the event
-    /// logs of runs that ended LOG_RETENTION ago.
+    /// Drops finished runs older than the retention; then, while the
+    /// finished runs hold more than the byte bound, the oldest ones'
+    /// histories (their results stay for GetRun); then the oldest finished
+    /// runs while over the count or byte bound. A durable run's history is
+    /// dropped here LOG_RETENTION after its end (the run store keeps it).
     fn sweep(&self, map: &mut HashMap<String, Arc<RunRecord>>, now: Instant) {
         map.retain(|_, r| {
             !r.is_dropped()
                 && r.finished_at()
                     .is_none_or(|f| now.duration_since(f) <= self.retention)
         });
-        let mut finished: Vec<(Instant, u64, String)> = map
+        // (ended, result bytes, history bytes, run)
+        let mut finished: Vec<(Instant, u64, u64, Arc<RunRecord>)> = map
             .values()
             .filter_map(|r| {
                 r.drop_old_log(now);
                 r.finished_at()
-                    .map(|f| (f, r.result_bytes(), r.run_id.clone()))
+                    .map(|f| (f, r.result_bytes(), r.history_bytes(), r.clone()))
             })
             .collect();
-        let mut bytes: u64 = finished.iter().map(|(_, b, _)| b).sum();
+        let mut bytes: u64 = finished.iter().map(|(_, r, h, _)| r + h).sum();
         if finished.len() <= self.max_finished && bytes <= self.max_finished_bytes {
             return;
         }
-        finished.sort();
+        finished.sort_by_key(|(f, ..)| *f);
+        for (_, _, history, run) in &mut finished {
+            if bytes <= self.max_finished_bytes {
+                break;
+            }
+            if *history > 0 {
+                run.drop_history();
+                bytes -= *history;
+                *history = 0;
+            }
+        }
         let mut count = finished.len();
-        for (_, b, id) in finished {
+        for (_, result, history, run) in finished {
             if count <= self.max_finished && bytes <= self.max_finished_bytes {
                 break;
             }
-            map.remove(&id);
+            map.remove(&run.run_id);
             count -= 1;
-            bytes -= b;
+            bytes -= result + history;
         }
     }
 
-    /// Drops the event logs of every finished run now, as LOG_RETENTION
-    /// after their end does (tests: what a replica serves of a run whose
-    /// log it no longer holds).
+    /// Drops the histories of every finished run now, as eviction for room
+    /// does (tests: what a replica serves of a run whose history it no
+    /// longer holds).
     pub fn expire_finished_logs_now(&self) {
-        let later = Instant::now() + super::log::LOG_RETENTION + Duration::from_millis(1);
         for run in lock(&self.map).values() {
-            run.drop_old_log(later);
+            if run.finished_at().is_some() {
+                run.drop_history();
+            }
         }
     }
 
@@ -233,6 +247,7 @@ mod tests {
             }),
             agent: Arc::from(""),
             payload,
+            replayed: false,
         }
     }
 
@@ -348,31 +363,85 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_finished_runs_events_are_kept_for_log_retention() {
+    fn logged_run(events: u64) -> Arc<RunRecord> {
         let run = new_run();
         run.log_event(
             logged(1, Payload::RunStarted(pb::RunStarted::default())),
             false,
         );
+        for seq in 2..events {
+            run.log_event(
+                logged(
+                    seq,
+                    Payload::TextDelta(pb::TextDelta {
+                        text: "word".into(),
+                    }),
+                ),
+                false,
+            );
+        }
         let done = Payload::RunCompleted(pb::RunCompleted::default());
-        run.finish(&done, 2);
-        run.log_event(logged(2, done), true);
+        run.finish(&done, events);
+        run.log_event(logged(events, done), true);
+        run
+    }
+
+    #[test]
+    fn a_finished_runs_history_is_kept_in_memory_mode_and_dropped_here_when_durable() {
+        let run = logged_run(2);
         let ended = run.finished_at().expect("finished");
-        run.drop_old_log(ended + LOG_RETENTION);
+        let much_later = ended + LOG_RETENTION * 100;
+        run.drop_old_log(much_later);
         assert!(
             matches!(run.events_after(0, 10), LogRead::Events(ref e, true) if e.len() == 2),
-            "kept at the limit"
+            "memory mode: kept for the run's retention"
         );
-        run.drop_old_log(ended + LOG_RETENTION + Duration::from_millis(1));
+        // A durable run's history is the run store's: dropped here
+        // LOG_RETENTION after the end.
+        let durable = logged_run(2);
+        durable.epoch.store(1, std::sync::atomic::Ordering::Relaxed);
+        let ended = durable.finished_at().expect("finished");
+        durable.drop_old_log(ended + LOG_RETENTION);
         assert!(
-            matches!(run.events_after(0, 10), LogRead::Expired),
-            "dropped just over it"
+            matches!(durable.events_after(0, 10), LogRead::Events(..)),
+            "at the limit"
+        );
+        durable.drop_old_log(ended + LOG_RETENTION + Duration::from_millis(1));
+        assert!(
+            matches!(durable.events_after(0, 10), LogRead::Expired),
+            "just over"
         );
         assert_eq!(
-            run.snapshot().status,
+            durable.snapshot().status,
             pb::RunStatus::Completed,
             "the result stays"
         );
+    }
+
+    #[test]
+    fn over_the_byte_bound_the_oldest_histories_go_first_and_their_results_stay() {
+        let (a, b) = (logged_run(300), logged_run(300));
+        let (ha, hb) = (a.history_bytes(), b.history_bytes());
+        assert!(ha > 0 && hb > 0);
+        // Room for both results and one history.
+        let defaults = RunDefaults {
+            max_finished_bytes: ha.max(hb) + 10,
+            ..Default::default()
+        };
+        let runs = Runs::new(&defaults);
+        runs.insert(a.clone());
+        std::thread::sleep(Duration::from_millis(2));
+        runs.insert(b.clone());
+        runs.sweep_now();
+        assert!(
+            runs.get(&a.run_id).is_ok() && runs.get(&b.run_id).is_ok(),
+            "both results stay"
+        );
+        assert!(
+            matches!(a.events_after(0, 1), LogRead::Expired),
+            "the oldest history went"
+        );
+        assert!(matches!(b.events_after(0, 400), LogRead::Events(ref e, true) if e.len() == 300));
+        assert!(a.recording().is_none() && b.recording().is_some());
     }
 }

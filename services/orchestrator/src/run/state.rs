@@ -120,6 +120,13 @@ pub struct Replay {
     /// Answers people gave (on any replica) that the run had not taken
     /// yet, by question id; `cancel`: a CancelRun's reason.
     pub inbox: std::collections::HashMap<String, Vec<u8>>,
+    /// A fork starting (ForkRun): its replayed events, `RunStarted`
+    /// first, are logged already; nothing says it resumed.
+    pub fork: bool,
+    /// A fork's tool calls in flight at its fork point, by unit: their
+    /// `ToolCallStarted` is among its replayed events, so making the call
+    /// again does not send it twice.
+    pub announced: std::collections::HashSet<String>,
 }
 
 /// Store writes of a run that are in flight: a pipeline writes each step's
@@ -206,7 +213,8 @@ impl Run {
         events: mpsc::Sender<Draft>,
     ) -> Arc<Self> {
         Arc::new(Self {
-            journaling: services.durable.is_some(),
+            // Every run records its durable points: forks replay them.
+            journaling: true,
             services,
             trace_id: record.trace_id.clone(),
             scope: Scope::new(Tenant(record.tenant.clone()), record.trace_id.clone()),

@@ -40,6 +40,44 @@ pub struct RunView {
     pub detached: bool,
     /// What a running run waits for a person on (see [`waiting_for`]).
     pub waiting_for: Vec<&'static str>,
+    /// For a fork: the run and the seq it was forked from.
+    pub forked_from: Option<Origin>,
+    /// Its history (events, recording) was evicted for room: GetRun has
+    /// its result, nothing can watch, fork or replay it.
+    pub history_gone: bool,
+}
+
+/// Where a fork came from: the original run and the seq of its fork point.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    /// The original run.
+    pub run_id: String,
+    /// The seq of the fork point in it.
+    pub seq: u64,
+}
+
+impl Origin {
+    /// As the API says it.
+    pub fn to_pb(&self) -> pb::RunOrigin {
+        pb::RunOrigin {
+            run_id: self.run_id.clone(),
+            seq: self.seq,
+        }
+    }
+
+    /// As the run store keeps it (`{seq} {run_id}`), and back.
+    pub fn to_field(&self) -> String {
+        format!("{} {}", self.seq, self.run_id)
+    }
+
+    /// See [`Self::to_field`].
+    pub fn from_field(field: &str) -> Option<Self> {
+        let (seq, run_id) = field.split_once(' ')?;
+        Some(Self {
+            run_id: run_id.to_owned(),
+            seq: seq.parse().ok()?,
+        })
+    }
 }
 
 /// What a run waits for a person on, as the API says it: `approval` when

@@ -8,7 +8,7 @@ use baton_proto::v1 as pb;
 
 use crate::{
     catalog::Catalog,
-    run::view::{RunPage, RunView},
+    run::view::{Origin, RunPage, RunView},
 };
 
 impl From<RunView> for pb::GetRunResponse {
@@ -28,6 +28,8 @@ impl From<RunView> for pb::GetRunResponse {
             error_message: r.error_message,
             last_seq: r.last_seq,
             waiting_for: r.waiting_for.iter().map(|w| (*w).to_owned()).collect(),
+            forked_from: r.forked_from.as_ref().map(Origin::to_pb),
+            history_gone: r.history_gone,
         }
     }
 }
@@ -54,6 +56,11 @@ impl From<pb::GetRunResponse> for RunView {
                 r.waiting_for.iter().any(|w| w == "approval"),
                 r.waiting_for.iter().any(|w| w == "input"),
             ),
+            forked_from: r.forked_from.map(|o| Origin {
+                run_id: o.run_id,
+                seq: o.seq,
+            }),
+            history_gone: r.history_gone,
         }
     }
 }
@@ -75,6 +82,8 @@ impl From<RunView> for pb::RunSummary {
             last_seq: r.last_seq,
             detached: r.detached,
             waiting_for: r.waiting_for.iter().map(|w| (*w).to_owned()).collect(),
+            forked_from: r.forked_from.as_ref().map(Origin::to_pb),
+            history_gone: r.history_gone,
         }
     }
 }

@@ -12,8 +12,8 @@ use crate::{
     error::{Error, Result},
     model::{ChatMessage, Role, ToolCallRequest},
     request::{
-        AgentRequest, DEFAULT_RUNS_PAGE, MAX_RUNS_PAGE, PipelineRequest, RequestOptions,
-        RequestedLimits, RunsQuery, StoredRequest,
+        AgentRequest, DEFAULT_RUNS_PAGE, ForkRequest, MAX_RUNS_PAGE, PipelineRequest,
+        RequestOptions, RequestedLimits, RunsQuery, StoredRequest,
     },
     run::{events::Filter, view::parse_page_token},
 };
@@ -157,6 +157,18 @@ fn limits(l: Option<pb::RunLimits>) -> Result<RequestedLimits> {
 fn valid_context_id(s: &str) -> bool {
     let mut parts = s.split('.');
     parts.next() == Some("root") && parts.all(valid_name)
+}
+
+/// A ForkRun request: its filter converted; the run, the point and the
+/// edit are checked by the core.
+pub fn fork(r: pb::ForkRunRequest) -> Result<ForkRequest> {
+    Ok(ForkRequest {
+        filter: filter(r.filter)?,
+        run_id: r.run_id,
+        at_seq: r.at_seq,
+        edit: r.edit.and_then(|e| e.edit),
+        detach: r.detach,
+    })
 }
 
 /// An event filter (a request's `filter`); its bounds are the server's,

@@ -9,7 +9,7 @@ use prost::Message as _;
 use redis::Value;
 
 use crate::error::Error;
-use crate::run::view::{RunView, from_ms, waiting_for};
+use crate::run::view::{Origin, RunView, from_ms, waiting_for};
 
 /// How a run started, as its metadata keeps it.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,6 +48,8 @@ pub struct RunMeta {
     pub waiting_approvals: u32,
     /// Input requests waiting for a person.
     pub waiting_inputs: u32,
+    /// For a fork: the run and seq it was forked from (field `ff`).
+    pub forked_from: Option<Origin>,
 }
 
 impl RunMeta {
@@ -73,6 +75,8 @@ impl RunMeta {
             } else {
                 Vec::new()
             },
+            forked_from: self.forked_from.clone(),
+            history_gone: false,
         }
     }
 
@@ -150,6 +154,7 @@ pub(super) fn decode_meta(run_id: &str, f: &HashMap<String, Vec<u8>>) -> Option<
         last_seq: num("last_seq").max(0) as u64,
         waiting_approvals: num("wait_ap").clamp(0, i64::from(u32::MAX)) as u32,
         waiting_inputs: num("wait_in").clamp(0, i64::from(u32::MAX)) as u32,
+        forked_from: Origin::from_field(&text("ff")),
     })
 }
 

@@ -313,6 +313,9 @@ impl RedisRuns {
         ] {
             invocation.arg(field).arg(value);
         }
+        if let Some(origin) = &meta.forked_from {
+            invocation.arg("ff").arg(origin.to_field());
+        }
         // The tenant's index and the lease set are keys of their own (not
         // the run's hash tag): separate commands, so a Cluster can route
         // each, sent together (one round trip on one connection). The

@@ -1,0 +1,389 @@
+//! ForkRun: a new run (new id, new trace, the caller's tenant) that starts
+//! from a point of a recorded run. Its history — the events and the
+//! recording, from this replica's runs in memory mode, from the run store
+//! when runs are durable — is planned into the fork's first events and its
+//! journal (`run::fork`); the fork is then built from the original's
+//! request, checked against today's agents, and run like a resumed run
+//! with that journal: nothing before the point is called again, and from
+//! the point on it is live. A durable fork's replayed part is written to
+//! the run store before it starts, so it survives its replica like any
+//! durable run.
+
+use std::collections::HashMap;
+
+use baton_proto::v1::{self as pb, fork_edit, run_event::Payload};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt as _;
+
+use super::{
+    orchestrator::{Caller, Orchestrator, audit, audited_id, not_found},
+    start::Started,
+    watch::history_gone,
+};
+use crate::{
+    error::{Error, Result},
+    model::{ModelTurn, ToolCallRequest},
+    request::{ForkRequest, validate::check_filter},
+    run::{
+        events,
+        fork::{self, Edit, History, PointKind},
+        journal::MAX_BATCH,
+        launch,
+        log::{LogRead, Recorded},
+        state::Replay,
+        view::Origin,
+    },
+};
+
+/// Most tool calls an edited model turn may ask for.
+pub const MAX_EDIT_CALLS: usize = 64;
+
+impl Orchestrator {
+    /// Forks a run of the caller's tenant (see the module docs).
+    pub async fn fork(&self, caller: &Caller, request: ForkRequest) -> Result<Started> {
+        let origin = request.run_id.clone();
+        let started = self.try_fork(caller, request).await;
+        let (run_id, trace_id) = match &started {
+            Ok(s) => (s.run_id.as_str(), s.trace_id.as_str()),
+            Err(_) => (audited_id(&origin), ""),
+        };
+        audit("ForkRun", caller, run_id, trace_id, &started);
+        started
+    }
+
+    async fn try_fork(&self, caller: &Caller, request: ForkRequest) -> Result<Started> {
+        self.check_running()?;
+        check_filter(&request.filter, &self.services().defaults)?;
+        let edit = request.edit.map(edit_of).transpose()?;
+        let (history, stored, kind) = self
+            .history(caller, &request.run_id, request.at_seq)
+            .await?;
+        let mut plan = fork::plan(history, request.at_seq, edit, &request.run_id)?;
+        let services = self.services();
+        let Some(mut checked) = self.check_stored(kind, &stored)? else {
+            return Err(Error::FailedPrecondition {
+                field: "run_id",
+                message: format!(
+                    "the request of run {} cannot be read by this version",
+                    request.run_id
+                ),
+            });
+        };
+        let (_, target) = checked.body.kind_and_target();
+        let span = self.run_span(&caller.trace, "ForkRun", kind, &target);
+        checked.options.detach = request.detach;
+        checked.options.filter = request.filter.clone();
+        checked.options.replay = Some(Replay {
+            journal: plan
+                .recording
+                .iter()
+                .map(|r| (r.unit.clone(), r.record.clone()))
+                .collect(),
+            replica: String::new(),
+            checkpoint_seq: plan.events.len() as u64,
+            inbox: HashMap::new(),
+            fork: true,
+            announced: std::mem::take(&mut plan.announced),
+        });
+        let prepared = launch::prepare(
+            &services,
+            span,
+            kind,
+            target,
+            caller.tenant.clone(),
+            checked.options,
+            &self.runs_stop,
+        );
+        let record = prepared.record.clone();
+        let _ = record.forked_from.set(Origin {
+            run_id: request.run_id.clone(),
+            seq: request.at_seq,
+        });
+        let trace_id = record.trace_id.to_string();
+        for e in &mut plan.events {
+            record.run_id.clone_into(&mut e.run_id);
+            trace_id.clone_into(&mut e.trace_id);
+        }
+        record.preload(&plan.events);
+        if services.durable.is_none() {
+            for r in &plan.recording {
+                record.record_point(r.clone());
+            }
+        }
+        let future = checked.body.future(&prepared.run);
+        let prefix = (plan.events, plan.recording);
+        let started = self
+            .launch_with(prepared, checked.stored, Some(&prefix), future)
+            .await?;
+        // The caller's stream: the replayed part, then the live one.
+        let (events, _) = prefix;
+        let (tx, rx) = mpsc::channel(events::CLIENT_BUFFER);
+        let filter = request.filter;
+        let mut live = started.events;
+        self.tasks.spawn(async move {
+            for e in events {
+                let passes = e
+                    .payload
+                    .as_ref()
+                    .is_some_and(|p| filter.passes_at(&e.context_id, e.depth, p));
+                if passes && tx.send(Ok(e)).await.is_err() {
+                    return;
+                }
+            }
+            while let Some(e) = live.next().await {
+                if tx.send(e).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Started {
+            events: tokio_stream::wrappers::ReceiverStream::new(rx),
+            ..started
+        })
+    }
+
+    /// The history of run `run_id` of the caller's tenant up to `at_seq`,
+    /// the request that started it and its kind.
+    async fn history(
+        &self,
+        caller: &Caller,
+        run_id: &str,
+        at_seq: u64,
+    ) -> Result<(History, Vec<u8>, pb::RunKind)> {
+        if let Some(durable) = self.services().durable.clone() {
+            if run_id.is_empty() || uuid::Uuid::try_parse(run_id).is_err() {
+                // The memory registry's check names the field and the form.
+                self.runs.get(run_id)?;
+            }
+            let Some(meta) = durable.meta(run_id).await? else {
+                return Err(not_found(run_id, ""));
+            };
+            if meta.tenant != caller.tenant {
+                return Err(not_found(run_id, ""));
+            }
+            let Some(request) = durable.request(run_id).await? else {
+                return Err(not_found(run_id, ""));
+            };
+            let journal = durable.journal(run_id).await?;
+            let recording = stored_recording(journal);
+            let mut events = Vec::new();
+            let mut cursor = 0;
+            while cursor < at_seq {
+                let want = (at_seq - cursor).min(MAX_BATCH as u64 * 8) as usize;
+                let batch = durable.events_after(run_id, cursor, want).await?;
+                let Some(last) = batch.last() else { break };
+                cursor = last.seq;
+                events.extend(batch);
+            }
+            return Ok((History { events, recording }, request, meta.kind));
+        }
+        let run = self.run_of(caller, run_id)?;
+        let Some((recording, request)) = run.recording() else {
+            return Err(history_gone(run_id));
+        };
+        let events = match run.events_after(0, usize::try_from(at_seq).unwrap_or(usize::MAX)) {
+            LogRead::Events(events, _) => events,
+            LogRead::Expired | LogRead::Gone(_) => return Err(history_gone(run_id)),
+        };
+        Ok((History { events, recording }, request, run.kind))
+    }
+}
+
+/// A durable run's recording from its journal: each point whose `#{unit}`
+/// field says the seq it ended at.
+fn stored_recording(mut journal: HashMap<String, Vec<u8>>) -> Vec<Recorded> {
+    let seqs: Vec<(String, u64)> = journal
+        .iter()
+        .filter_map(|(k, v)| {
+            let unit = k.strip_prefix('#')?;
+            let seq = std::str::from_utf8(v).ok()?.parse().ok()?;
+            Some((unit.to_owned(), seq))
+        })
+        .collect();
+    let mut recording: Vec<Recorded> = seqs
+        .into_iter()
+        .filter_map(|(unit, seq)| {
+            let record = journal.remove(&unit)?;
+            Some(Recorded { seq, unit, record })
+        })
+        .collect();
+    recording.sort_by_key(|r| r.seq);
+    recording
+}
+
+/// The edit a request asks for, checked: each field it names is checked
+/// here, before anything is read.
+fn edit_of(edit: fork_edit::Edit) -> Result<Edit> {
+    Ok(match edit {
+        fork_edit::Edit::ModelTurn(turn) => {
+            if turn.tool_calls.len() > MAX_EDIT_CALLS {
+                return Err(Error::Exhausted {
+                    field: "edit.model_turn.tool_calls".into(),
+                    message: format!(
+                        "{} tool calls; at most {MAX_EDIT_CALLS}",
+                        turn.tool_calls.len()
+                    ),
+                });
+            }
+            let mut calls = Vec::with_capacity(turn.tool_calls.len());
+            let mut ids = std::collections::HashSet::new();
+            for (i, c) in turn.tool_calls.iter().enumerate() {
+                let field = |f: &str| format!("edit.model_turn.tool_calls[{i}].{f}");
+                if c.call_id.is_empty() || c.call_id.len() > 128 {
+                    return Err(Error::invalid(field("call_id"), "must be 1 to 128 bytes"));
+                }
+                if !ids.insert(c.call_id.clone()) {
+                    return Err(Error::invalid(
+                        field("call_id"),
+                        format!("{:?} is used twice in the turn", c.call_id),
+                    ));
+                }
+                if c.tool.is_empty() {
+                    return Err(Error::invalid(field("tool"), "must name a tool"));
+                }
+                let arguments = if c.arguments_json.trim().is_empty() {
+                    Value::Object(Default::default())
+                } else {
+                    match serde_json::from_str::<Value>(&c.arguments_json) {
+                        Ok(v @ Value::Object(_)) => v,
+                        Ok(_) => {
+                            return Err(Error::invalid(
+                                field("arguments_json"),
+                                "must be a JSON object",
+                            ));
+                        }
+                        Err(e) => {
+                            return Err(Error::invalid(
+                                field("arguments_json"),
+                                format!("is not JSON: {e}"),
+                            ));
+                        }
+                    }
+                };
+                calls.push(ToolCallRequest {
+                    id: c.call_id.clone(),
+                    name: c.tool.clone(),
+                    arguments,
+                });
+            }
+            let text = turn.text;
+            Edit {
+                kind: PointKind::ModelTurn,
+                field: "edit.model_turn",
+                build: Box::new(move |unit, payload| {
+                    // Call ids are unique in the run: the turn's own prefix
+                    // (`{context}/{turn}/`), as a model's calls have.
+                    let prefix = unit.strip_prefix("t/").unwrap_or(unit);
+                    let calls: Vec<ToolCallRequest> = calls
+                        .into_iter()
+                        .map(|mut c| {
+                            c.id = format!("{prefix}/{}", c.id);
+                            c
+                        })
+                        .collect();
+                    let finish_reason = if calls.is_empty() {
+                        "stop"
+                    } else {
+                        "tool_calls"
+                    };
+                    if let Payload::MessageCompleted(m) = payload {
+                        m.text.clone_from(&text);
+                        m.tool_calls = calls
+                            .iter()
+                            .map(|c| pb::ToolCall {
+                                call_id: c.id.clone(),
+                                tool: c.name.clone(),
+                                arguments_json: c.arguments.to_string(),
+                            })
+                            .collect();
+                        finish_reason.clone_into(&mut m.finish_reason);
+                        m.usage = Some(pb::Usage {
+                            tool_calls: calls.len() as u64,
+                            model_calls: 1,
+                            ..Default::default()
+                        });
+                    }
+                    let turn = ModelTurn {
+                        text,
+                        calls,
+                        finish_reason: finish_reason.to_owned(),
+                        ..Default::default()
+                    };
+                    (
+                        unit.to_owned(),
+                        serde_json::to_vec(&turn).unwrap_or_default(),
+                    )
+                }),
+            }
+        }
+        fork_edit::Edit::ToolResult(r) => Edit {
+            kind: PointKind::ToolCall,
+            field: "edit.tool_result",
+            build: Box::new(move |unit, payload| {
+                if let Payload::ToolCallCompleted(c) = payload {
+                    c.policies.clear();
+                    if r.is_error {
+                        c.result.clear();
+                        c.error.clone_from(&r.result);
+                    } else {
+                        c.error.clear();
+                        c.result.clone_from(&r.result);
+                    }
+                }
+                (
+                    unit.to_owned(),
+                    crate::agent::call_record(!r.is_error, r.result),
+                )
+            }),
+        },
+        fork_edit::Edit::Approval(a) => Edit {
+            kind: PointKind::Approval,
+            field: "edit.approval",
+            build: Box::new(move |unit, payload| {
+                if let Payload::ApprovalResolved(r) = payload {
+                    r.approved = a.approved;
+                    r.reason.clone_from(&a.reason);
+                    r.source = pb::ApprovalSource::Person as i32;
+                }
+                (
+                    unit.to_owned(),
+                    serde_json::to_vec(&(a.approved, a.reason)).unwrap_or_default(),
+                )
+            }),
+        },
+        fork_edit::Edit::Input(input) => Edit {
+            kind: PointKind::Input,
+            field: "edit.input",
+            build: Box::new(move |unit, payload| {
+                if let Payload::InputReceived(r) = payload {
+                    r.input.clone_from(&input);
+                }
+                (unit.to_owned(), input.into_bytes())
+            }),
+        },
+        fork_edit::Edit::StepOutput(output) => Edit {
+            kind: PointKind::Step,
+            field: "edit.step_output",
+            build: Box::new(move |unit, payload| {
+                // A failed attempt edited into a succeeded one.
+                let (step_id, attempt) = match payload {
+                    Payload::StepCompleted(s) => (s.step_id.clone(), s.attempt),
+                    Payload::StepFailed(s) => (s.step_id.clone(), s.attempt),
+                    _ => (String::new(), 1),
+                };
+                *payload = Payload::StepCompleted(pb::StepCompleted {
+                    step_id,
+                    attempt,
+                    output: output.clone(),
+                    duration: None,
+                });
+                let rest = unit
+                    .strip_prefix("sf/")
+                    .or_else(|| unit.strip_prefix("sc/"))
+                    .unwrap_or(unit);
+                (format!("sc/{rest}"), output.into_bytes())
+            }),
+        },
+    })
+}

@@ -1,0 +1,140 @@
+//! A run's history on its record: logging events, reading them for
+//! WatchRun, the recording forks replay, and dropping it (evicted for
+//! room, or, with durable runs, once the run store is the one to ask).
+
+use std::{collections::HashMap, sync::atomic::Ordering, time::Instant};
+
+use baton_proto::v1::{self as pb, run_event::Payload};
+
+use super::{
+    log::{LOG_RETENTION, LogRead, Logged, Recorded},
+    record::{RunRecord, lock, now_ms},
+};
+
+impl RunRecord {
+    /// Keeps an event (unfiltered) in the run's history.
+    pub(crate) fn log_event(&self, event: Logged, terminal: bool) {
+        {
+            let mut log = lock(&self.log);
+            if !log.dropped {
+                log.events.push_back(event);
+                if terminal {
+                    log.events.seal();
+                }
+            }
+            log.ended |= terminal;
+        }
+        self.last_event_ms.store(now_ms(), Ordering::Relaxed);
+        self.logged.notify_waiters();
+    }
+
+    /// At most `max` of the logged events after seq `after` (watchers read
+    /// the shared log a batch at a time, so none holds a copy of it).
+    pub fn events_after(&self, after: u64, max: usize) -> LogRead {
+        let log = lock(&self.log);
+        if log.dropped {
+            return LogRead::Expired;
+        }
+        // Saturating: an `after` near 2^64 reads nothing, never wraps. A
+        // run resumed here logs from after its checkpoint: what comes
+        // before is in the run store.
+        let next = after.saturating_add(1);
+        let oldest = log.events.first_seq().unwrap_or(self.resumed_after + 1);
+        if oldest > next {
+            return LogRead::Gone(oldest);
+        }
+        let skip = usize::try_from(next.saturating_sub(oldest)).unwrap_or(usize::MAX);
+        let events = log
+            .events
+            .read(skip, max, self.trace_id.as_str(), &self.run_id);
+        let ended = log.ended && skip.saturating_add(events.len()) >= log.events.len();
+        LogRead::Events(events, ended)
+    }
+
+    /// A durable run's history here is dropped once the run ended
+    /// LOG_RETENTION ago: the run store keeps it for `runs.retention`.
+    pub(super) fn drop_old_log(&self, now: Instant) {
+        if self.epoch.load(Ordering::Relaxed) > 0
+            && lock(&self.finished).is_some_and(|f| now.duration_since(f) > LOG_RETENTION)
+        {
+            self.drop_history();
+        }
+    }
+
+    /// Forgets the run's history (evicted for room; see [`LogRead::Expired`]).
+    pub(super) fn drop_history(&self) {
+        let mut log = lock(&self.log);
+        if !log.dropped {
+            log.drop_history();
+        }
+    }
+
+    /// Whether the run's history is still kept here.
+    pub fn has_history(&self) -> bool {
+        !lock(&self.log).dropped
+    }
+
+    /// Bytes the run's history holds here, about.
+    pub(super) fn history_bytes(&self) -> u64 {
+        lock(&self.log).bytes()
+    }
+
+    /// Keeps a durable point of the run (memory mode).
+    pub(crate) fn record_point(&self, point: Recorded) {
+        let mut log = lock(&self.log);
+        if !log.dropped {
+            log.record(point);
+        }
+    }
+
+    /// The run's recording and the request that started it, while its
+    /// history is kept here; `None` once it is not.
+    pub fn recording(&self) -> Option<(Vec<Recorded>, Vec<u8>)> {
+        let log = lock(&self.log);
+        (!log.dropped).then(|| (log.recording.clone(), log.request.clone()))
+    }
+
+    /// Keeps the request that started the run (memory mode: forks start
+    /// from it).
+    pub(crate) fn keep_request(&self, request: Vec<u8>) {
+        lock(&self.log).keep_request(request);
+    }
+    /// Logs a fork's first events (see [`plan`]) before it starts: its
+    /// numbering goes on after them.
+    pub fn preload(&self, events: &[pb::RunEvent]) {
+        use std::sync::{Arc, atomic::AtomicBool};
+
+        use super::{context::ContextInfo, log::Logged};
+        let mut contexts: HashMap<String, Arc<ContextInfo>> = HashMap::new();
+        for e in events {
+            let ctx = contexts
+                .entry(e.context_id.clone())
+                .or_insert_with(|| {
+                    Arc::new(ContextInfo {
+                        id: e.context_id.clone(),
+                        parent: e.parent_context_id.clone(),
+                        depth: e.depth,
+                        span_id: e.span_id.clone(),
+                        otel: opentelemetry::Context::new(),
+                        span_recorded: AtomicBool::new(false),
+                    })
+                })
+                .clone();
+            let seq = self.next_seq();
+            self.log_event(
+                Logged {
+                    seq,
+                    time: e.time.unwrap_or_default(),
+                    ctx,
+                    agent: Arc::from(e.agent.as_str()),
+                    payload: e
+                        .payload
+                        .clone()
+                        .unwrap_or(Payload::RunStarted(Default::default())),
+                    replayed: e.replayed,
+                },
+                false,
+            );
+        }
+    }
+}

@@ -1,0 +1,476 @@
+//! ForkRun: a fork replays everything before its fork point from the
+//! original's recording — no model, tool server or person is asked again —
+//! takes the point's edit, and runs live from there; at any depth; in
+//! memory and durable; refused, naming the field and starting nothing,
+//! when the point or the edit is wrong.
+
+use std::time::Duration;
+
+use baton_client::{OrchestratorClient, pb, pb::run_event::Payload};
+use baton_e2e::{
+    OrchestratorServer, RedisServer, durable_runs,
+    openai::{FakeOpenAi, Reply, finish, text, tool_fragment, usage},
+    toolhost::TestToolHost,
+};
+use futures::StreamExt as _;
+use tonic::Code;
+
+fn agents(toolhost: &str) -> String {
+    format!(
+        r#"
+tool_servers:
+  rusty:
+    endpoint: "{toolhost}"
+    tools: [web_search]
+scripts:
+  boss: [{{calls: [{{tool: scout, args: {{task: "{{{{input}}}}"}}}}]}}, {{text: "boss: {{{{results}}}}"}}]
+  scout: [{{calls: [{{tool: web_search, args: {{query: "{{{{input}}}}"}}}}]}}, {{text: "scout: {{{{results}}}}"}}]
+agents:
+  boss: {{model: "scripted:boss", tools: [scout]}}
+  scout: {{model: "scripted:scout", tools: [web_search]}}
+"#
+    )
+}
+
+async fn run_to_end(client: &OrchestratorClient, agent: &str, input: &str) -> Vec<pb::RunEvent> {
+    client
+        .run_agent_to_end(baton_e2e::agent_request(agent, input))
+        .await
+        .expect("run")
+}
+
+async fn fork_to_end(
+    client: &OrchestratorClient,
+    run_id: &str,
+    at_seq: u64,
+    edit: Option<pb::fork_edit::Edit>,
+) -> Result<Vec<pb::RunEvent>, tonic::Status> {
+    let mut events = client
+        .fork_run(pb::ForkRunRequest {
+            run_id: run_id.into(),
+            at_seq,
+            edit: edit.map(|e| pb::ForkEdit { edit: Some(e) }),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| match e {
+            baton_client::Error::Status(s) => s,
+            other => tonic::Status::unknown(other.to_string()),
+        })?;
+    let mut out = Vec::new();
+    while let Some(e) = events.next().await {
+        out.push(e.map_err(|e| tonic::Status::unknown(e.to_string()))?);
+    }
+    Ok(out)
+}
+
+fn output(events: &[pb::RunEvent]) -> String {
+    match events.last().and_then(|e| e.payload.as_ref()) {
+        Some(Payload::RunCompleted(c)) => c.output.clone(),
+        other => panic!("did not complete: {other:?}"),
+    }
+}
+
+/// The seq of the first event matching `f`.
+fn seq_of(events: &[pb::RunEvent], f: impl Fn(&pb::RunEvent) -> bool) -> u64 {
+    events.iter().find(|e| f(e)).map(|e| e.seq).expect("event")
+}
+
+fn is_tool_result(e: &pb::RunEvent, ctx: &str, tool: &str) -> bool {
+    e.context_id == ctx
+        && matches!(&e.payload, Some(Payload::ToolCallCompleted(c)) if c.tool == tool)
+}
+
+/// The rules every fork's stream keeps: seqs 1..n without gaps, one
+/// terminal event at the end, the replayed events first, `RunStarted`
+/// naming the origin.
+fn check_fork_stream(fork: &[pb::RunEvent], origin: &str, at: u64) {
+    for (i, e) in fork.iter().enumerate() {
+        assert_eq!(e.seq, i as u64 + 1, "gap-free");
+    }
+    let terminal = fork
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.payload,
+                Some(Payload::RunCompleted(_) | Payload::RunFailed(_) | Payload::RunCancelled(_))
+            )
+        })
+        .count();
+    assert_eq!(terminal, 1);
+    let live_from = fork.iter().position(|e| !e.replayed).expect("a live part");
+    assert!(
+        fork[live_from..].iter().all(|e| !e.replayed),
+        "replayed events come first"
+    );
+    match &fork[0].payload {
+        Some(Payload::RunStarted(s)) => {
+            let from = s.forked_from.as_ref().expect("forked_from");
+            assert_eq!((from.run_id.as_str(), from.seq), (origin, at));
+        }
+        other => panic!("first event: {other:?}"),
+    }
+    assert!(fork[0].replayed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_at_a_nested_tool_result_takes_the_edit_and_calls_nothing_before_it_again() {
+    let host = TestToolHost::start().await.expect("tool host");
+    let server = OrchestratorServer::start(&agents(&host.endpoint()), None, |_| {})
+        .await
+        .expect("orchestrator");
+    let client = server.client().await.expect("client");
+    let original = run_to_end(&client, "boss", "rust").await;
+    let origin = original[0].run_id.clone();
+    let searched = host.seen.requests.lock().expect("seen").len();
+    assert_eq!(searched, 1);
+
+    // The web search's result, one level down.
+    let at = seq_of(&original, |e| {
+        is_tool_result(e, "root.scout.1", "web_search")
+    });
+    let edit = pb::fork_edit::Edit::ToolResult(pb::ToolResultEdit {
+        result: "EDITED".into(),
+        is_error: false,
+    });
+    let fork = fork_to_end(&client, &origin, at, Some(edit))
+        .await
+        .expect("fork");
+    check_fork_stream(&fork, &origin, at);
+    assert_eq!(output(&fork), "boss: scout: EDITED");
+    assert_eq!(
+        host.seen.requests.lock().expect("seen").len(),
+        searched,
+        "the tool server was not called again"
+    );
+    assert_ne!(fork[0].run_id, origin, "a new run");
+    assert_ne!(fork[0].trace_id, original[0].trace_id, "a new trace");
+    // The replayed part is the original's, less the in-flight call's
+    // re-sent events; the edited point follows it, live.
+    let replayed: Vec<&pb::RunEvent> = fork.iter().filter(|e| e.replayed).collect();
+    for e in &replayed {
+        let same = original
+            .iter()
+            .any(|o| o.payload == e.payload && o.context_id == e.context_id)
+            || matches!(e.payload, Some(Payload::RunStarted(_)));
+        assert!(same, "a replayed event is the original's: {e:?}");
+    }
+    let edited = &fork[replayed.len()];
+    assert!(
+        matches!(&edited.payload, Some(Payload::ToolCallCompleted(c)) if c.result == "EDITED"),
+        "{edited:?}"
+    );
+    assert_eq!(edited.context_id, "root.scout.1");
+
+    // GetRun and ListRuns name the origin.
+    let got = client.get_run(&fork[0].run_id).await.expect("get");
+    let from = got.forked_from.expect("forked_from");
+    assert_eq!((from.run_id.as_str(), from.seq), (origin.as_str(), at));
+    let listed = client
+        .list_runs(pb::RunStatus::Unspecified, 10, "")
+        .await
+        .expect("list");
+    let entry = listed
+        .runs
+        .iter()
+        .find(|r| r.run_id == fork[0].run_id)
+        .expect("listed");
+    assert_eq!(entry.forked_from.as_ref().map(|f| f.seq), Some(at));
+
+    // Without an edit, the point is done again, live: one more search.
+    let retry = fork_to_end(&client, &origin, at, None)
+        .await
+        .expect("retry");
+    check_fork_stream(&retry, &origin, at);
+    assert_eq!(output(&retry), output(&original));
+    assert_eq!(host.seen.requests.lock().expect("seen").len(), searched + 1);
+
+    // A fork of the fork, at its edited point, with another edit.
+    let fork_id = fork[0].run_id.clone();
+    let at2 = edited.seq;
+    let edit = pb::fork_edit::Edit::ToolResult(pb::ToolResultEdit {
+        result: "SECOND".into(),
+        is_error: false,
+    });
+    let second = fork_to_end(&client, &fork_id, at2, Some(edit))
+        .await
+        .expect("fork of fork");
+    check_fork_stream(&second, &fork_id, at2);
+    assert_eq!(output(&second), "boss: scout: SECOND");
+    assert_eq!(host.seen.requests.lock().expect("seen").len(), searched + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_asks_the_model_only_after_its_fork_point_and_the_model_reads_the_edit() {
+    let fake = FakeOpenAi::start(vec![
+        Reply::Stream(vec![
+            tool_fragment(0, Some("call_a"), Some("sleep"), r#"{"ms":1}"#),
+            finish("tool_calls"),
+            usage(10, 5),
+        ]),
+        Reply::Stream(vec![text("first answer"), finish("stop"), usage(20, 2)]),
+        Reply::Stream(vec![text("second answer"), finish("stop"), usage(20, 2)]),
+    ])
+    .await
+    .expect("fake openai");
+    let agents = format!(
+        r#"
+providers:
+  openai:
+    base_url: "{}"
+    api_key_env: TEST_OPENAI_KEY
+    timeout: 5s
+agents:
+  gpt:
+    model: "openai:gpt-test"
+    tools: [sleep]
+"#,
+        fake.base_url()
+    );
+    let server =
+        OrchestratorServer::start_with_env(&agents, None, |_| {}, &[("TEST_OPENAI_KEY", "sk")])
+            .await
+            .expect("orchestrator");
+    let client = server.client().await.expect("client");
+    let original = run_to_end(&client, "gpt", "nap").await;
+    assert_eq!(output(&original), "first answer");
+    assert_eq!(fake.requests().len(), 2);
+
+    let at = seq_of(&original, |e| is_tool_result(e, "root", "sleep"));
+    let edit = pb::fork_edit::Edit::ToolResult(pb::ToolResultEdit {
+        result: "the nap was cancelled".into(),
+        is_error: true,
+    });
+    let fork = fork_to_end(&client, &original[0].run_id, at, Some(edit))
+        .await
+        .expect("fork");
+    assert_eq!(output(&fork), "second answer");
+    let requests = fake.requests();
+    assert_eq!(
+        requests.len(),
+        3,
+        "one model call: the turn after the point"
+    );
+    let asked = requests[2].body.to_string();
+    assert!(
+        asked.contains("error: the nap was cancelled"),
+        "the model read the edited result: {asked}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_fork_points_and_edits_are_refused_naming_the_field_and_start_nothing() {
+    let host = TestToolHost::start().await.expect("tool host");
+    let server = OrchestratorServer::start(&agents(&host.endpoint()), None, |_| {})
+        .await
+        .expect("orchestrator");
+    let client = server.client().await.expect("client");
+    let original = run_to_end(&client, "boss", "rust").await;
+    let origin = original[0].run_id.clone();
+    let last = original.last().expect("events").seq;
+    let tool_result = seq_of(&original, |e| {
+        is_tool_result(e, "root.scout.1", "web_search")
+    });
+    let model_turn = seq_of(&original, |e| {
+        matches!(e.payload, Some(Payload::MessageCompleted(_)))
+    });
+    let runs_before = client
+        .list_runs(pb::RunStatus::Unspecified, 100, "")
+        .await
+        .expect("list")
+        .runs
+        .len();
+    let turn_edit = |args: &str| {
+        pb::fork_edit::Edit::ModelTurn(pb::ModelTurnEdit {
+            text: String::new(),
+            tool_calls: vec![pb::ToolCall {
+                call_id: "1".into(),
+                tool: "web_search".into(),
+                arguments_json: args.into(),
+            }],
+        })
+    };
+    let cases: Vec<(u64, Option<pb::fork_edit::Edit>, Code, &str)> = vec![
+        (0, None, Code::InvalidArgument, "at_seq"),
+        (last + 1, None, Code::OutOfRange, "at_seq"),
+        (1, None, Code::InvalidArgument, "at_seq"),
+        (
+            tool_result,
+            Some(turn_edit("{}")),
+            Code::InvalidArgument,
+            "edit.model_turn",
+        ),
+        (
+            model_turn,
+            Some(pb::fork_edit::Edit::Input("x".into())),
+            Code::InvalidArgument,
+            "edit.input",
+        ),
+        (
+            model_turn,
+            Some(turn_edit("[1]")),
+            Code::InvalidArgument,
+            "edit.model_turn.tool_calls[0].arguments_json",
+        ),
+        (
+            model_turn,
+            Some(turn_edit("{nope")),
+            Code::InvalidArgument,
+            "edit.model_turn.tool_calls[0].arguments_json",
+        ),
+    ];
+    for (at, edit, code, field) in cases {
+        let err = fork_to_end(&client, &origin, at, edit)
+            .await
+            .expect_err("refused");
+        assert_eq!(err.code(), code, "at {at}: {}", err.message());
+        assert!(
+            err.message().starts_with(&format!("{field}: ")),
+            "at {at}: names {field}: {}",
+            err.message()
+        );
+    }
+    // An unknown run, and a malformed id.
+    let err = fork_to_end(&client, "01900000-0000-7000-8000-000000000000", 1, None)
+        .await
+        .expect_err("unknown");
+    assert_eq!(err.code(), Code::NotFound);
+    let err = fork_to_end(&client, "nope", 1, None)
+        .await
+        .expect_err("bad id");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().starts_with("run_id: "), "{}", err.message());
+    let runs_after = client
+        .list_runs(pb::RunStatus::Unspecified, 100, "")
+        .await
+        .expect("list")
+        .runs
+        .len();
+    assert_eq!(runs_after, runs_before, "nothing started");
+
+    // A run whose history was evicted for room: refused, saying so; GetRun
+    // still answers, and says its history is gone.
+    server.core.runs().expire_finished_logs_now();
+    let err = fork_to_end(&client, &origin, tool_result, None)
+        .await
+        .expect_err("history gone");
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(
+        err.message().contains("no longer kept"),
+        "{}",
+        err.message()
+    );
+    let got = client.get_run(&origin).await.expect("get");
+    assert!(got.history_gone);
+    assert_eq!(got.output, output(&original));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_tenants_run_cannot_be_forked() {
+    let dir = std::env::temp_dir().join(format!("baton-fork-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let keys = dir.join("keys");
+    std::fs::write(
+        &keys,
+        "acme acme-key-0123456789\nglobex globex-key-9876543210\n",
+    )
+    .expect("keys");
+    let host = TestToolHost::start().await.expect("tool host");
+    let server = OrchestratorServer::start(&agents(&host.endpoint()), None, move |c| {
+        c.auth.api_keys_file = keys.clone();
+    })
+    .await
+    .expect("orchestrator");
+    let acme = server
+        .client()
+        .await
+        .expect("client")
+        .with_api_key("acme-key-0123456789")
+        .expect("key");
+    let globex = server
+        .client()
+        .await
+        .expect("client")
+        .with_api_key("globex-key-9876543210")
+        .expect("key");
+    let original = run_to_end(&acme, "boss", "rust").await;
+    let at = seq_of(&original, |e| {
+        is_tool_result(e, "root.scout.1", "web_search")
+    });
+    let err = fork_to_end(&globex, &original[0].run_id, at, None)
+        .await
+        .expect_err("another tenant's");
+    assert_eq!(err.code(), Code::NotFound);
+    let fork = fork_to_end(&acme, &original[0].run_id, at, None)
+        .await
+        .expect("own");
+    assert_eq!(output(&fork), output(&original));
+}
+
+/// Durable runs: a fork is forked on any replica from the run store, is
+/// durable itself (its replayed part is in the store before it starts:
+/// every replica serves it from seq 1), and a fork at a person's decision
+/// takes the edited decision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_runs_fork_is_made_on_any_replica_and_kept_in_the_run_store() {
+    let redis = RedisServer::start().expect("redis");
+    let (a, b) = (
+        OrchestratorServer::start(baton_e2e::EXAMPLE_AGENTS, None, durable_runs(redis.url()))
+            .await
+            .expect("a"),
+        OrchestratorServer::start(baton_e2e::EXAMPLE_AGENTS, None, durable_runs(redis.url()))
+            .await
+            .expect("b"),
+    );
+    let (ca, cb) = (a.client().await.expect("a"), b.client().await.expect("b"));
+    // billing asks a person before its refund; approve it on a.
+    let mut request = baton_e2e::agent_request("billing", "refund order 42");
+    request.approval_mode = pb::ApprovalMode::AutoApprove as i32;
+    let original = ca.run_agent_to_end(request).await.expect("run");
+    let origin = original[0].run_id.clone();
+    let decided = seq_of(&original, |e| {
+        matches!(e.payload, Some(Payload::ToolCallCompleted(_)))
+    });
+    // Forked on b, which never had the run.
+    let edit = pb::fork_edit::Edit::ToolResult(pb::ToolResultEdit {
+        result: "refund refused by the bank".into(),
+        is_error: true,
+    });
+    let fork = fork_to_end(&cb, &origin, decided, Some(edit))
+        .await
+        .expect("fork");
+    check_fork_stream(&fork, &origin, decided);
+    // a serves the fork's whole history from the run store, replayed
+    // marks included.
+    let fork_id = fork[0].run_id.clone();
+    let mut watched = Vec::new();
+    let mut events = ca.watch_run(&fork_id, 0, None).await.expect("watch");
+    while let Some(e) = tokio::time::timeout(Duration::from_secs(10), events.next())
+        .await
+        .expect("in time")
+    {
+        watched.push(e.expect("event"));
+    }
+    assert_eq!(watched.len(), fork.len());
+    for (w, f) in watched.iter().zip(&fork) {
+        assert_eq!(
+            (w.seq, w.replayed, &w.payload),
+            (f.seq, f.replayed, &f.payload)
+        );
+    }
+    assert!(
+        output(&fork).contains("error: refund refused by the bank"),
+        "{}",
+        output(&fork)
+    );
+    let got = ca.get_run(&fork_id).await.expect("get");
+    assert_eq!(got.forked_from.map(|f| f.seq), Some(decided));
+    // A fork of the fork on a, from the store's recording: a retry of the
+    // edited point does the tool call again, live.
+    let edited = fork.iter().find(|e| !e.replayed).expect("edited").seq;
+    let again = fork_to_end(&ca, &fork_id, edited, None)
+        .await
+        .expect("fork of fork");
+    check_fork_stream(&again, &fork_id, edited);
+    assert_eq!(output(&again), output(&original));
+}
