@@ -71,8 +71,19 @@ async function browser() {
   return c;
 }
 
+/** A researcher run started before the tests, opened again a minute later
+ * (`baton up` used to drop a finished run's events 60 s after its end). */
+let oldRun = { id: '', endedBy: 0 };
+
 before(async () => {
   mkdirSync(ARTIFACTS, { recursive: true });
+  const res = await fetch(`${EXAMPLE}/v1/runs`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${KEY_A}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ agent: 'researcher', input: 'an old run' }),
+  });
+  assert.equal(res.status, 200, 'a detached run starts');
+  oldRun = { id: (await res.json()).runId, endedBy: Date.now() + 5000 };
   await browser();
 });
 
@@ -538,4 +549,53 @@ consoleTest('a run waiting for a person says so on its page and in the list, whi
   await page.locator('a[href="#/runs"]').first().click();
   await page.locator(tid('filter-status')).selectOption('WAITING');
   await page.locator(`${tid('run-row')}[data-run-id="${runId}"]`).waitFor({ state: 'detached' });
+});
+
+consoleTest('a researcher run is forked at a nested tool result with an edited result, and the fork shows the new answer', async (page) => {
+  await openConsole(page, EXAMPLE, KEY_A);
+  const runId = await startRun(page, 'researcher', 'the history of forks');
+  await waitStatus(page, 'RUN_STATUS_COMPLETED');
+  await expand(page, 'root.summarizer.1');
+  // summarizer's call of fact_checker: a fork point one level down.
+  const call = page.locator(`${ctxSel('root.summarizer.1')} > .ctx-body ${tid('tool-call')}`).first();
+  await call.locator(tid('fork-here')).click();
+  const box = page.locator(tid('fork-box'));
+  await box.waitFor();
+  assert.match(await page.locator(tid('fork-text')).inputValue(), /^Checked: /, 'the form starts from the recorded result');
+  await page.locator(tid('fork-text')).fill('FACT CHECK: the sources disagree');
+  await shot(page, 'fork-form');
+  await page.locator(tid('fork-submit')).click();
+  // The fork's page: a new run, linked to its origin, with the new answer.
+  await page.waitForFunction((id) => {
+    const el = document.querySelector('[data-testid="run-page"]');
+    return el && el.dataset.runId && el.dataset.runId !== id;
+  }, runId);
+  const forkId = await page.locator(tid('run-page')).getAttribute('data-run-id');
+  await waitStatus(page, 'RUN_STATUS_COMPLETED');
+  assert.match(await page.locator(tid('run-output')).textContent(), /Summary: FACT CHECK: the sources disagree/);
+  const origin = page.locator(`${tid('run-origin')} ${tid('lineage-link')}`);
+  assert.equal(await origin.getAttribute('href'), `#/runs/${runId}`);
+  assert.match(await page.locator(tid('run-origin')).textContent(), /at seq \d+ · \d+ events replayed/);
+  await assertStreamComplete(page, forkId, 'the fork');
+  await shot(page, 'fork-run', { fullPage: true });
+  await page.setViewportSize({ width: 390, height: 844 });
+  await shot(page, 'fork-run-phone', { fullPage: true });
+  await page.setViewportSize({ width: 1280, height: 800 });
+  // The original lists its fork.
+  await origin.click();
+  await page.locator(`${tid('run-forks')} a[href="#/runs/${forkId}"]`).waitFor();
+});
+
+consoleTest('a run that ended more than a minute ago opens from seq 1 in baton up', async (page) => {
+  assert.ok(oldRun.id, 'the run started before the tests');
+  // A minute after its end (it ends within seconds of its start).
+  const wait = oldRun.endedBy + 61_000 - Date.now();
+  if (wait > 0) await sleep(wait);
+  await openConsole(page, EXAMPLE, KEY_A);
+  await page.goto(`${EXAMPLE}/#/runs/${oldRun.id}`);
+  await waitStatus(page, 'RUN_STATUS_COMPLETED');
+  await assertStreamComplete(page, oldRun.id, 'a run older than a minute');
+  assert.equal(await page.locator(tid('replay-progress')).isVisible(), false);
+  assert.equal(await page.locator(tid('error')).count(), 0, 'no error');
+  assert.match(await page.locator(tid('run-output')).textContent(), /^Research done\./);
 });

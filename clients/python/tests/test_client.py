@@ -546,3 +546,32 @@ def test_the_readme_tool_server_runs_as_printed(tmp_path):
         assert server.wait(timeout=10) == 0
     finally:
         server.kill()
+
+
+def test_fork_run_replays_up_to_the_point_and_takes_the_edit():
+    async def main():
+        async with running() as b:
+            original = await b.orchestrator.run_agent("outer", "cats").collect()
+            assert kind(original[-1]) == "run_completed"
+            # inner's py_search result, one level down.
+            at = next(
+                e.seq
+                for e in original
+                if kind(e) == "tool_call_completed" and e.context_id == "root.inner.1"
+            )
+            fork = await b.orchestrator.fork_run(original[0].run_id, at, tool_result="no cats today").collect()
+            assert kind(fork[-1]) == "run_completed"
+            assert fork[-1].run_completed.output == "outer: inner: no cats today"
+            assert fork[0].replayed and fork[0].run_started.forked_from.run_id == original[0].run_id
+            assert fork[0].run_started.forked_from.seq == at
+            assert [e.seq for e in fork] == list(range(1, len(fork) + 1))
+            got = await b.orchestrator.get_run(fork[0].run_id)
+            assert got.forked_from.run_id == original[0].run_id
+            # An edit of the wrong kind names the field and starts nothing.
+            with pytest.raises(InvalidArgument) as e:
+                await b.orchestrator.fork_run(original[0].run_id, at, input="x").collect()
+            assert e.value.field == "edit.input"
+            with pytest.raises(ValueError):
+                b.orchestrator.fork_run(original[0].run_id, at, input="x", tool_result="y")
+
+    run(main())

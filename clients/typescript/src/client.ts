@@ -33,6 +33,7 @@ import { EventFilter, RunEvent } from "./gen/baton/v1/events";
 import {
   ApprovalMode,
   CancelRunResponse,
+  ForkEdit,
   FailurePolicy,
   GenerationSettings,
   GetRunResponse,
@@ -61,6 +62,42 @@ export function isTerminal(event: RunEvent): boolean {
 export interface CallOpts {
   /** Deadline of the call, in milliseconds from now. */
   timeoutMs?: number;
+}
+/** The edit a fork puts at its fork point (ForkEdit): one of these. */
+export type ForkEditSpec =
+  | { modelTurn: { text: string; toolCalls?: { tool: string; arguments?: Record<string, unknown> }[] } }
+  | { toolResult: string; isError?: boolean }
+  | { approval: { approved: boolean; reason?: string } }
+  | { input: string }
+  | { stepOutput: string };
+/** Options of {@link Orchestrator.forkRun}. */
+export interface ForkOpts extends CallOpts {
+  /** The edit at the fork point; none: the point is done again. */
+  edit?: ForkEditSpec;
+  /** The fork outlives this stream. */
+  detach?: boolean;
+  /** Which events the stream carries. */
+  filter?: EventFilter;
+}
+
+function forkEdit(e?: ForkEditSpec): ForkEdit | undefined {
+  if (!e) return undefined;
+  if ("modelTurn" in e) {
+    const toolCalls = (e.modelTurn.toolCalls ?? []).map((c, i) => ({
+      callId: String(i + 1),
+      tool: c.tool,
+      argumentsJson: JSON.stringify(c.arguments ?? {}),
+    }));
+    return { edit: { $case: "modelTurn", modelTurn: { text: e.modelTurn.text, toolCalls } } };
+  }
+  if ("toolResult" in e) {
+    return { edit: { $case: "toolResult", toolResult: { result: e.toolResult, isError: e.isError ?? false } } };
+  }
+  if ("approval" in e) {
+    return { edit: { $case: "approval", approval: { approved: e.approval.approved, reason: e.approval.reason ?? "" } } };
+  }
+  if ("input" in e) return { edit: { $case: "input", input: e.input } };
+  return { edit: { $case: "stepOutput", stepOutput: e.stepOutput } };
 }
 /** Generation settings of a run, over every agent's and provider's own
  * (the server checks the values and names a bad one). */
@@ -389,6 +426,15 @@ export class Orchestrator {
       settings: generationSettings(o.settings),
     };
     return new RunStream(this.client.runPipeline(request, this.md(o.traceparent), options(o)), this.watcher(o.filter));
+  }
+
+  /** Forks run `runId` at seq `atSeq` (ForkRun): everything before it is
+   * replayed from the run's recording (no model, tool or person is asked
+   * again; those events come first, `replayed` set), the point takes
+   * `o.edit` if given (else it is done again), then the fork runs live. */
+  forkRun(runId: string, atSeq: number, o: ForkOpts = {}): RunStream {
+    const request = { runId, atSeq, edit: forkEdit(o.edit), detach: o.detach ?? false, filter: o.filter };
+    return new RunStream(this.client.forkRun(request, this.md(), options(o)), this.watcher(o.filter));
   }
 
   /** Re-attaches to a run's events after `afterSeq` (WatchRun). */

@@ -335,3 +335,26 @@ test("generation settings reach the run", async () => {
     piped.some((e) => e.payload?.$case === "stepFailed" && /does not match response_format/.test(e.payload.stepFailed.error)),
   );
 });
+
+test("a fork replays up to its point and takes the edit", async () => {
+  const original = await b.orchestrator.runAgent("outer", "waves", { maxDepth: 2 }).collect();
+  const at = original.find((e) => e.payload?.$case === "toolCallCompleted" && e.contextId === "root.inner.1")?.seq;
+  assert.ok(at, "inner's search result");
+  const fork = await b.orchestrator.forkRun(original[0].runId, at, { edit: { toolResult: "no waves today" } }).collect();
+  const last = fork[fork.length - 1].payload;
+  assert.equal(last?.$case === "runCompleted" && last.runCompleted.output, "outer: inner: no waves today");
+  const first = fork[0];
+  assert.ok(first.replayed);
+  assert.equal(first.payload?.$case === "runStarted" && first.payload.runStarted.forkedFrom?.runId, original[0].runId);
+  assert.deepEqual(
+    fork.map((e) => e.seq),
+    fork.map((_, i) => i + 1),
+  );
+  const got = await b.orchestrator.getRun(first.runId);
+  assert.equal(got.forkedFrom?.seq, at);
+  // An edit of the wrong kind names the field and starts nothing.
+  await assert.rejects(
+    b.orchestrator.forkRun(original[0].runId, at, { edit: { input: "x" } }).collect(),
+    (e: unknown) => e instanceof InvalidArgument && e.field === "edit.input",
+  );
+});

@@ -112,6 +112,10 @@ export const api = {
   startRun: (body) => request('POST', '/v1/runs', body),
   /** Starts a detached pipeline run: `{runId, traceId}`. */
   startPipeline: (body) => request('POST', '/v1/pipelines:run', body),
+  /** Forks a run at `atSeq` with an optional `edit` (ForkEdit), detached:
+   * `{runId, traceId}` of the fork. */
+  fork: (runId, atSeq, edit) =>
+    request('POST', `/v1/runs/${enc(runId)}:fork`, edit ? { atSeq: String(atSeq), edit } : { atSeq: String(atSeq) }),
   cancel: (runId, reason) => request('POST', `/v1/runs/${enc(runId)}:cancel`, { reason }),
   resolveApproval: (runId, approvalId, approved, reason) =>
     request('POST', `/v1/runs/${enc(runId)}/approvals/${enc(approvalId)}`, { approved, reason }),

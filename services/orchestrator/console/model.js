@@ -59,6 +59,17 @@ export class Ctx {
 
 const RECENT = 200;
 
+/** The events a run can be forked at, and the edit each takes
+ * (ForkEdit's field). */
+const FORK_POINTS = {
+  messageCompleted: 'modelTurn',
+  toolCallCompleted: 'toolResult',
+  approvalResolved: 'approval',
+  inputReceived: 'input',
+  stepCompleted: 'stepOutput',
+  stepFailed: 'stepOutput',
+};
+
 /** The state of one run. */
 export class RunModel {
   constructor(runId) {
@@ -78,6 +89,13 @@ export class RunModel {
     this.lastSeq = 0;
     this.seqs = [];
     this.count = 0;
+    /** Events taken from the original's recording (a fork's first). */
+    this.replayedCount = 0;
+    /** For a fork: `{runId, seq}` of its origin (GetRun's forkedFrom). */
+    this.forkedFrom = null;
+    /** GetRun said the run's history is no longer kept. */
+    this.historyGone = false;
+    this.touched = null;
     this.terminal = false;
     this.firstMs = NaN;
     this.lastMs = NaN;
@@ -122,6 +140,8 @@ export class RunModel {
     const e = parseTime(r.endedAt);
     if (Number.isFinite(e)) this.endedAt = e;
     if (r.output) this.output = r.output;
+    if (r.forkedFrom && r.forkedFrom.runId) this.forkedFrom = { runId: r.forkedFrom.runId, seq: Number(r.forkedFrom.seq || 0) };
+    this.historyGone = !!r.historyGone;
     if (r.runContextJson) this.runContextJson = r.runContextJson;
     // While it runs, the totals are summed from the events (replayed from
     // seq 1); once it ended, GetRun's are the run's.
@@ -237,8 +257,16 @@ export class RunModel {
         this.timelineDirty = true;
       }
     }
+    if (ev.replayed) this.replayedCount++;
+    // The item a fork point's event touched gets its seq: "Fork from here".
+    this.touched = null;
     const handler = this[`on_${key}`];
     if (handler) handler.call(this, ctx, p, t, ev, seq);
+    if (this.touched && FORK_POINTS[key]) {
+      this.touched.forkSeq = seq;
+      this.touched.forkKind = FORK_POINTS[key];
+      this.touch(this.touched);
+    }
   }
 
   on_runStarted(ctx, p, t) {
@@ -287,6 +315,8 @@ export class RunModel {
         usage: p.usage, finishReason: p.finishReason,
       });
     }
+    // (A turn of tool calls alone has no message to fork from.)
+    this.touched = m || (text ? ctx.items[ctx.items.length - 1] : null);
     if (text) ctx.lastText = text;
     const u = p.usage;
     if (!this.usageFinal) {
@@ -372,6 +402,7 @@ export class RunModel {
     item.error = p.error || '';
     item.durationS = parseDuration(p.duration);
     item.policies = p.policies || null;
+    this.touched = item;
     if (item.span) {
       item.span.end = t;
       item.span.state = item.error ? 'error' : 'ok';
@@ -416,6 +447,7 @@ export class RunModel {
       return;
     }
     item.resolved = resolved;
+    this.touched = item;
     item.sending = false;
     item.span.end = t;
     item.span.state = resolved.approved ? 'ok' : 'error';
@@ -449,6 +481,7 @@ export class RunModel {
       return;
     }
     item.answer = p.input || '';
+    this.touched = item;
     item.sending = false;
     item.span.end = t;
     item.span.state = 'ok';
@@ -529,7 +562,7 @@ export class RunModel {
     step.group.lastSettled = step;
     ctx.status = 'completed';
     ctx.endMs = t;
-    this.push(ctx, { kind: 'step', text: `step ${p.stepId} completed (attempt ${p.attempt})`, cls: 'ok', output: step.output });
+    this.touched = this.push(ctx, { kind: 'step', text: `step ${p.stepId} completed (attempt ${p.attempt})`, cls: 'ok', output: step.output });
   }
 
   on_stepFailed(ctx, p, t) {
@@ -547,8 +580,8 @@ export class RunModel {
       ctx.status = 'failed';
       ctx.endMs = t;
     }
-    this.push(ctx, {
-      kind: 'step', cls: 'error',
+    this.touched = this.push(ctx, {
+      kind: 'step', cls: 'error', output: '',
       text: `step ${p.stepId} attempt ${p.attempt} failed: ${step.error}${p.willRetry ? ' (retrying)' : ''}`,
     });
   }

@@ -13,7 +13,7 @@ import { TimelineView } from './timeline.js';
 import { TreeView } from './tree.js';
 import {
   add, clear, codeName, fmtAgo, fmtBytes, fmtDuration, fmtInt, fmtTime, fmtUsage, h,
-  kindWord, parseTime, sleep, statusWord,
+  kindWord, parseTime, shortId, sleep, statusWord,
 } from './util.js';
 
 /** A stream this quiet is taken for dead (the server sends keep-alives). */
@@ -24,6 +24,11 @@ const CATCHUP_DRAW_MS = 300;
  * behind, and UNAVAILABLE, a replica draining, are asked again from the
  * last seq). */
 const FATAL = new Set(['NOT_FOUND', 'FAILED_PRECONDITION', 'UNAUTHENTICATED', 'PERMISSION_DENIED', 'INVALID_ARGUMENT', 'UNIMPLEMENTED', 'RESOURCE_EXHAUSTED']);
+
+/** A link to the page of run `id`, by the end of its id. */
+function runLink(id) {
+  return h('a', { href: `#/runs/${encodeURIComponent(id)}`, 'data-testid': 'lineage-link', title: id }, h('code', { text: shortId(id) }));
+}
 
 /** Opens the page of `runId` in `main`; returns `{destroy()}`. */
 export function openRun(main, runId, app) {
@@ -45,6 +50,12 @@ export function openRun(main, runId, app) {
   el.usage = h('dd', { 'data-testid': 'run-usage' });
   el.events = h('dd', { 'data-testid': 'run-events' });
   el.stream = h('dd', { 'data-testid': 'stream-state' });
+  el.origin = h('dd', { 'data-testid': 'run-origin' });
+  el.originFact = h('div', { hidden: true }, h('dt', { text: 'Forked from' }), el.origin);
+  el.forks = h('dd', { 'data-testid': 'run-forks' });
+  el.forksFact = h('div', { hidden: true }, h('dt', { text: 'Forks' }), el.forks);
+  el.gone = h('div', { class: 'outcome gone', 'data-testid': 'history-gone', hidden: true, role: 'status' });
+  el.forkBox = h('div', { class: 'fork-box', 'data-testid': 'fork-box', hidden: true, role: 'region', 'aria-label': 'Fork the run' });
   el.cancel = h('button', { type: 'button', class: 'btn danger', 'data-testid': 'cancel-run', disabled: true }, 'Cancel run');
   el.outcome = h('div', { class: 'outcome', 'data-testid': 'run-outcome', hidden: true });
   el.pending = h('div', { class: 'pending', 'data-testid': 'pending', hidden: true, role: 'region', 'aria-label': 'Waiting for you' });
@@ -98,15 +109,17 @@ export function openRun(main, runId, app) {
       h('dl', { class: 'facts' },
         fact('Run', h('dd', null, h('code', { 'data-testid': 'run-id', text: runId }))),
         fact('Kind', el.kind), fact('Trace', el.trace), fact('Started', el.started),
-        fact('Duration', el.duration), fact('Usage', el.usage), fact('Events', el.events), fact('Stream', el.stream)),
+        fact('Duration', el.duration), fact('Usage', el.usage), fact('Events', el.events), fact('Stream', el.stream),
+        el.originFact, el.forksFact),
       h('div', { class: 'actions' }, el.cancel),
-      el.outcome, el.replay, el.pending),
+      el.gone, el.outcome, el.replay, el.forkBox, el.pending),
     tablist, ...Object.values(panel)));
 
   // ---- views ----
   const tree = new TreeView(model, treeBox, {
     approve: (item, approved, reason) => api.resolveApproval(runId, item.approvalId, approved, reason),
     answer: (item, text) => api.submitInput(runId, item.inputId, text),
+    fork: (item) => openFork(item),
   });
   const graph = new GraphView(model, graphBox, (step) => {
     const ctx = model.contexts.get(step.ctxId);
@@ -197,6 +210,7 @@ export function openRun(main, runId, app) {
     el.status.dataset.waiting = waits.join(',');
     el.kind.textContent = kindWord(model.kind) || '—';
     drawTrace();
+    drawLineage();
     el.started.textContent = Number.isFinite(model.startedAt) ? `${fmtTime(model.startedAt)} (${fmtAgo(model.startedAt)})` : '—';
     el.started.title = Number.isFinite(model.startedAt) ? new Date(model.startedAt).toISOString() : '';
     drawDuration();
@@ -227,6 +241,89 @@ export function openRun(main, runId, app) {
           ? h('details', null, h('summary', { text: 'Run context' }), h('pre', { text: model.runContextJson }))
           : null);
     }
+  }
+
+  function drawLineage() {
+    el.originFact.hidden = !model.forkedFrom;
+    clear(el.origin);
+    if (model.forkedFrom) {
+      const o = model.forkedFrom;
+      el.origin.append(runLink(o.runId), ` at seq ${o.seq}`,
+        model.replayedCount ? h('span', { class: 'muted', text: ` · ${fmtInt(model.replayedCount)} events replayed` }) : '');
+    }
+    el.gone.hidden = !model.historyGone;
+    if (model.historyGone) {
+      el.gone.textContent = 'This run\'s history is no longer kept: it was evicted to make room for newer runs (runs.max_finished_bytes). Its result is below; it cannot be watched, forked or replayed.';
+    }
+  }
+
+  async function loadForks() {
+    try {
+      const page = await api.listRuns({ pageSize: 200 }, stop.signal);
+      const forks = (page.runs || []).filter((r) => r.forkedFrom && r.forkedFrom.runId === runId);
+      el.forksFact.hidden = !forks.length;
+      clear(el.forks);
+      forks.forEach((r, i) => {
+        if (i) el.forks.append(', ');
+        el.forks.append(runLink(r.runId), ` at seq ${Number(r.forkedFrom.seq || 0)}`);
+      });
+    } catch {
+      /* the list is a convenience */
+    }
+  }
+
+  // ---- forking ----
+  const EDIT_WORD = {
+    modelTurn: 'the model\'s answer', toolResult: 'the tool\'s result', approval: 'the decision',
+    input: 'the person\'s answer', stepOutput: 'the step\'s output',
+  };
+  function openFork(item) {
+    clear(el.forkBox);
+    el.forkBox.hidden = false;
+    const kind = item.forkKind;
+    const current = kind === 'modelTurn' ? item.text : kind === 'toolResult' ? (item.error || item.result)
+      : kind === 'input' ? item.answer : kind === 'stepOutput' ? (item.output || '') : '';
+    const retry = h('input', { type: 'radio', name: 'fork-mode', value: 'retry', id: 'fork-retry', 'data-testid': 'fork-retry' });
+    const edit = h('input', { type: 'radio', name: 'fork-mode', value: 'edit', id: 'fork-edit', checked: true, 'data-testid': 'fork-edit' });
+    const text = h('textarea', { rows: '4', 'data-testid': 'fork-text', 'aria-label': `New ${EDIT_WORD[kind]}` });
+    text.value = current || '';
+    const decision = h('select', { 'data-testid': 'fork-decision', 'aria-label': 'Decision' },
+      h('option', { value: 'approve', text: 'Approve' }), h('option', { value: 'deny', text: 'Deny' }));
+    if (item.resolved && item.resolved.approved) decision.value = 'deny';
+    const reason = h('input', { type: 'text', 'data-testid': 'fork-reason', placeholder: 'reason (optional)', 'aria-label': 'Reason' });
+    const isError = h('input', { type: 'checkbox', id: 'fork-error', 'data-testid': 'fork-is-error' });
+    const go = h('button', { type: 'submit', class: 'btn primary', 'data-testid': 'fork-submit' }, 'Fork');
+    const close = h('button', { type: 'button', class: 'btn', 'data-testid': 'fork-cancel', on: { click: () => { el.forkBox.hidden = true; } } }, 'Close');
+    const form = h('form', { class: 'fork-form' },
+      h('strong', { text: `Fork at seq ${item.forkSeq}` }),
+      h('p', { class: 'muted', text: 'Everything before this point is replayed from the recording: no model, tool or person is asked again. From here the fork runs live.' }),
+      h('div', { class: 'fork-modes' },
+        h('label', { for: 'fork-edit' }, edit, `Change ${EDIT_WORD[kind]}`),
+        h('label', { for: 'fork-retry' }, retry, 'Do it again, live (a retry)')),
+      kind === 'approval' ? h('div', { class: 'actions' }, decision, reason) : text,
+      kind === 'toolResult' ? h('label', { for: 'fork-error', class: 'fork-check' }, isError, 'The result is an error') : null,
+      h('div', { class: 'actions' }, go, close));
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      go.disabled = true;
+      let body = null;
+      if (edit.checked) {
+        if (kind === 'modelTurn') body = { modelTurn: { text: text.value } };
+        else if (kind === 'toolResult') body = { toolResult: { result: text.value, isError: isError.checked } };
+        else if (kind === 'approval') body = { approval: { approved: decision.value === 'approve', reason: reason.value } };
+        else if (kind === 'input') body = { input: text.value };
+        else body = { stepOutput: text.value };
+      }
+      try {
+        const r = await api.fork(runId, item.forkSeq, body);
+        location.hash = `#/runs/${encodeURIComponent(r.runId)}`;
+      } catch (err) {
+        app.alert(err);
+        go.disabled = false;
+      }
+    });
+    el.forkBox.append(form);
+    (kind === 'approval' ? decision : text).focus();
   }
 
   function drawTrace() {
@@ -420,6 +517,13 @@ export function openRun(main, runId, app) {
   (async () => {
     const err = await loadRun();
     if (stop.signal.aborted) return;
+    loadForks();
+    if (!err && model.historyGone) {
+      // Nothing to follow: GetRun's result is what is left.
+      setStream('history gone');
+      schedule();
+      return;
+    }
     if (err && FATAL.has(err.code)) {
       setStream('error', err.describe ? err.describe() : String(err.message));
       schedule();

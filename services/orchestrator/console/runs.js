@@ -123,7 +123,9 @@ export function openRuns(main, app) {
       // The random tail of the id (UUIDv7 starts with the time, the same
       // on every run of a minute): it tells runs apart, and `baton runs get`
       // takes it.
-      row.sub.textContent = `${kindWord(r.kind)} · ${shortId(r.runId)}${r.detached ? ' · detached' : ''}`;
+      row.sub.textContent = `${kindWord(r.kind)} · ${shortId(r.runId)}${r.detached ? ' · detached' : ''}`
+        + `${r.forkedFrom && r.forkedFrom.runId ? ` · fork of ${shortId(r.forkedFrom.runId)}` : ''}`
+        + `${r.historyGone ? ' · history gone' : ''}`;
       const s = parseTime(r.startedAt);
       const e = parseTime(r.endedAt);
       row.started.textContent = fmtAgo(s, now);

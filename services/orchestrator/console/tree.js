@@ -260,6 +260,14 @@ export class TreeView {
   updateItem(item) {
     const fn = this[`update_${item.kind}`];
     if (fn) fn.call(this, item, item._p, item._el);
+    if (item.forkSeq && !item._p.fork && this.actions.fork) {
+      item._p.fork = h('button', {
+        type: 'button', class: 'btn small fork', 'data-testid': 'fork-here', 'data-seq': String(item.forkSeq),
+        title: `Fork the run at seq ${item.forkSeq}: replay everything before it, edit this, go live`,
+        on: { click: () => this.actions.fork(item) },
+      }, 'Fork from here');
+      item._el.append(item._p.fork);
+    }
   }
 
   render_child(item) {

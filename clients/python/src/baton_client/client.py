@@ -378,6 +378,57 @@ class Orchestrator:
             self._watcher(filter),
         )
 
+    def fork_run(
+        self,
+        run_id: str,
+        at_seq: int,
+        *,
+        model_turn: tuple[str, Iterable[tuple[str, Mapping[str, Any]]]] | None = None,
+        tool_result: str | None = None,
+        tool_error: bool = False,
+        approval: tuple[bool, str] | None = None,
+        input: str | None = None,
+        step_output: str | None = None,
+        filter: events_pb.EventFilter | None = None,
+        timeout: float | None = None,
+        detach: bool = False,
+    ) -> RunStream:
+        """Forks run ``run_id`` at seq ``at_seq`` (ForkRun): everything
+        before it is replayed from the run's recording (no model, tool or
+        person is asked again; those events come first, ``replayed`` set),
+        the point takes at most one edit, then the fork runs live. Edits:
+        ``model_turn=(text, [(tool, arguments), ...])``, ``tool_result``
+        (with ``tool_error``), ``approval=(approved, reason)``, ``input``,
+        ``step_output``; none: the point is done again (a retry)."""
+        given = [e for e in (model_turn, tool_result, approval, input, step_output) if e is not None]
+        if len(given) > 1:
+            raise ValueError("edit: give at most one of model_turn, tool_result, approval, input, step_output")
+        edit = None
+        if model_turn is not None:
+            text, calls = model_turn
+            edit = pb.ForkEdit(
+                model_turn=pb.ModelTurnEdit(
+                    text=text,
+                    tool_calls=[
+                        events_pb.ToolCall(call_id=str(i + 1), tool=tool, arguments_json=json.dumps(dict(args)))
+                        for i, (tool, args) in enumerate(calls)
+                    ],
+                )
+            )
+        elif tool_result is not None:
+            edit = pb.ForkEdit(tool_result=pb.ToolResultEdit(result=tool_result, is_error=tool_error))
+        elif approval is not None:
+            edit = pb.ForkEdit(approval=pb.ApprovalEdit(approved=approval[0], reason=approval[1]))
+        elif input is not None:
+            edit = pb.ForkEdit(input=input)
+        elif step_output is not None:
+            edit = pb.ForkEdit(step_output=step_output)
+        request = pb.ForkRunRequest(run_id=run_id, at_seq=at_seq, edit=edit, filter=filter, detach=detach)
+        return RunStream(
+            self._stub.ForkRun(request, timeout=timeout, metadata=self._md(None)),
+            self._watcher(filter),
+        )
+
     def watch(self, run_id: str, *, after_seq: int = 0, timeout: float | None = None) -> RunStream:
         """Re-attaches to a run's events after ``after_seq`` (WatchRun)."""
         request = pb.WatchRunRequest(run_id=run_id, after_seq=after_seq)
