@@ -265,6 +265,7 @@ async fn every_curl_example_of_the_http_page_runs_as_written() {
         "researcher",
         "event: runCompleted",
         "\"RUN_STATUS_RUNNING\"",
+        "Summary: no data today;",
         "Planning a trip to Lisbon.",
         "\"status\":\"RUN_STATUS_CANCELLED\"",
         "event: stepCompleted",

@@ -457,6 +457,7 @@ async fn a_durable_runs_fork_is_made_on_any_replica_and_kept_in_the_run_store() 
             (w.seq, w.replayed, &w.payload),
             (f.seq, f.replayed, &f.payload)
         );
+        assert_eq!((&w.run_id, &w.trace_id), (&fork_id, &fork[0].trace_id));
     }
     assert!(
         output(&fork).contains("error: refund refused by the bank"),
@@ -473,4 +474,56 @@ async fn a_durable_runs_fork_is_made_on_any_replica_and_kept_in_the_run_store() 
         .expect("fork of fork");
     check_fork_stream(&again, &fork_id, edited);
     assert_eq!(output(&again), output(&original));
+}
+
+/// A long run (more than one packed chunk of the log) forked at its last
+/// tool result: the fork's replayed part is the original's, event for
+/// event, on its stream and from its log (WatchRun from seq 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_runs_fork_replays_every_event_before_its_point() {
+    let agents = r#"
+scripts:
+  looper:
+    - {calls: [{tool: list_context, args: {}}], repeat: 150}
+    - {text: "done"}
+agents:
+  looper: {model: "scripted:looper", tools: [list_context]}
+"#;
+    let server = OrchestratorServer::start(agents, None, |c| c.runs.max_turns = 200)
+        .await
+        .expect("orchestrator");
+    let client = server.client().await.expect("client");
+    let original = run_to_end(&client, "looper", "go").await;
+    assert!(original.len() > 600);
+    let at = original
+        .iter()
+        .rev()
+        .find(|e| matches!(e.payload, Some(Payload::ToolCallCompleted(_))))
+        .expect("a tool result")
+        .seq;
+    let edit = pb::fork_edit::Edit::ToolResult(pb::ToolResultEdit {
+        result: "[]".into(),
+        is_error: false,
+    });
+    let fork = fork_to_end(&client, &original[0].run_id, at, Some(edit))
+        .await
+        .expect("fork");
+    check_fork_stream(&fork, &original[0].run_id, at);
+    let replayed: Vec<&pb::RunEvent> = fork.iter().filter(|e| e.replayed).collect();
+    assert_eq!(replayed.len() as u64, at - 1, "nothing was in flight");
+    for (f, o) in replayed.iter().zip(&original).skip(1) {
+        assert_eq!(
+            (f.seq, &f.context_id, &f.payload),
+            (o.seq, &o.context_id, &o.payload)
+        );
+        assert_eq!(f.run_id, fork[0].run_id);
+    }
+    let watched: Vec<pb::RunEvent> = client
+        .watch_run(&fork[0].run_id, 0, None)
+        .await
+        .expect("watch")
+        .map(|e| e.expect("event"))
+        .collect()
+        .await;
+    assert_eq!(watched, fork, "the fork's log is its stream");
 }

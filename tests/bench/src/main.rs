@@ -26,6 +26,7 @@ mod agent;
 mod chaos;
 mod durable;
 mod failover;
+mod fork;
 mod heap;
 mod http;
 mod mcp;
@@ -60,6 +61,8 @@ enum Bench {
     Mcp(mcp::Options),
     /// The chaos soak: faults on three durable replicas, every run checked.
     Chaos(chaos::Options),
+    /// ForkRun: fork to first live event for 100–10,000-turn runs; history's cost.
+    Fork(fork::Options),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -73,6 +76,7 @@ fn main() -> anyhow::Result<()> {
         Bench::Http(options) => http::run(options),
         Bench::A2a(options) => a2a::run(options),
         Bench::Mcp(options) => mcp::run(options),
+        Bench::Fork(options) => fork::run(options),
         Bench::Chaos(options) => chaos::run(options),
     }
 }

@@ -352,12 +352,32 @@ pub async fn follow(
     let mut stopping: Option<tokio::time::Instant> = None;
     // The stream broke and is re-attaching: no prompt until it is back.
     let mut broken = false;
+    // A fork's stream: its replayed part first, then a line where it goes
+    // live.
+    let replaying = std::cell::Cell::new(false);
     let draw = |view: &mut crate::view::View, e: &pb::RunEvent| {
         if json {
-            crate::out::outln!("{}", crate::jsonl::event_json(e))
-        } else {
-            view.draw(e)
+            return crate::out::outln!("{}", crate::jsonl::event_json(e));
         }
+        if replaying.get() && !e.replayed {
+            replaying.set(false);
+            view.close()?;
+            crate::out::outln!("── live from here (seq {}) ──", e.seq)?;
+        }
+        view.draw(e)?;
+        if let Some(pb::run_event::Payload::RunStarted(s)) = &e.payload
+            && let Some(from) = &s.forked_from
+        {
+            replaying.set(e.replayed);
+            view.close()?;
+            let tail = from.run_id.len().saturating_sub(8);
+            crate::out::outln!(
+                "── a fork of run …{} at seq {}, replayed up to there ──",
+                from.run_id.get(tail..).unwrap_or(&from.run_id),
+                from.seq
+            )?;
+        }
+        Ok(())
     };
     // The end of a prompt: its line closed, then why.
     let end = |note: &str| {

@@ -30,7 +30,7 @@ use crate::{
         fork::{self, Edit, History, PointKind},
         journal::MAX_BATCH,
         launch,
-        log::{LogRead, Recorded},
+        log::Recorded,
         state::Replay,
         view::Origin,
     },
@@ -101,10 +101,6 @@ impl Orchestrator {
             seq: request.at_seq,
         });
         let trace_id = record.trace_id.to_string();
-        for e in &mut plan.events {
-            record.run_id.clone_into(&mut e.run_id);
-            trace_id.clone_into(&mut e.trace_id);
-        }
         record.preload(&plan.events);
         if services.durable.is_none() {
             for r in &plan.recording {
@@ -121,8 +117,11 @@ impl Orchestrator {
         let (tx, rx) = mpsc::channel(events::CLIENT_BUFFER);
         let filter = request.filter;
         let mut live = started.events;
+        let run_id = record.run_id.clone();
         self.tasks.spawn(async move {
-            for e in events {
+            for mut e in events {
+                run_id.clone_into(&mut e.run_id);
+                trace_id.clone_into(&mut e.trace_id);
                 let passes = e
                     .payload
                     .as_ref()
@@ -182,9 +181,8 @@ impl Orchestrator {
         let Some((recording, request)) = run.recording() else {
             return Err(history_gone(run_id));
         };
-        let events = match run.events_after(0, usize::try_from(at_seq).unwrap_or(usize::MAX)) {
-            LogRead::Events(events, _) => events,
-            LogRead::Expired | LogRead::Gone(_) => return Err(history_gone(run_id)),
+        let Some(events) = run.first_events(usize::try_from(at_seq).unwrap_or(usize::MAX)) else {
+            return Err(history_gone(run_id));
         };
         Ok((History { events, recording }, request, run.kind))
     }

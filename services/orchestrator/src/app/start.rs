@@ -236,7 +236,7 @@ impl Orchestrator {
         let registered = match launch::register(&services, &prepared, stored.0).await {
             Ok(Some(journal)) => match fork {
                 Some((events, recording)) => {
-                    launch::write_fork(&journal, &record.run_id, events, recording)
+                    launch::write_fork(&journal, &record, events, recording)
                         .await
                         .map(|()| Some(journal))
                 }

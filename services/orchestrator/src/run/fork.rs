@@ -117,8 +117,8 @@ pub struct Plan {
 /// The fork point `at` of run `origin_run` whose history is `history`,
 /// edited by `edit`; INVALID_ARGUMENT naming the field when `at` is not a
 /// fork point or the edit does not fit it, OUT_OF_RANGE when `at` is past
-/// the run's last event. The events keep the original's ids: the caller
-/// gives them the fork's.
+/// the run's last event. The events come without ids: the caller gives
+/// them the fork's where they go out.
 pub fn plan(
     history: History,
     at: u64,
@@ -187,18 +187,31 @@ pub fn plan(
         units.insert(unit.as_str());
     }
     // The events before the point, less those of what was in flight.
-    let before: Vec<&pb::RunEvent> = history.events.iter().filter(|e| e.seq < at).collect();
-    let (dropped, announced) = in_flight(&before, &units);
-    let mut events = Vec::with_capacity(before.len() + 1);
-    let mut renumbered: HashMap<u64, u64> = HashMap::new();
-    for (i, e) in before.iter().enumerate() {
+    let (dropped, announced) = {
+        let before: Vec<&pb::RunEvent> = history.events.iter().filter(|e| e.seq < at).collect();
+        in_flight(&before, &units)
+    };
+    // The original's seq of each event before the point is its index + the
+    // first's; its seq in the fork, or 0 when it is left out.
+    let first = history.events.first().map_or(1, |e| e.seq);
+    let mut renumbered: Vec<u64> = Vec::with_capacity(history.events.len());
+    let mut events = Vec::with_capacity(history.events.len() + 1);
+    for (i, mut e) in history
+        .events
+        .into_iter()
+        .take_while(|e| e.seq < at)
+        .enumerate()
+    {
         if dropped.contains(&i) {
+            renumbered.push(0);
             continue;
         }
         let seq = events.len() as u64 + 1;
-        renumbered.insert(e.seq, seq);
-        let mut e = (*e).clone();
+        renumbered.push(seq);
         e.seq = seq;
+        // The fork's ids are given where the events go out.
+        e.run_id.clear();
+        e.trace_id.clear();
         e.replayed = true;
         if let Some(Payload::RunStarted(s)) = &mut e.payload {
             s.forked_from = Some(
@@ -216,8 +229,9 @@ pub fn plan(
         .iter()
         .filter(|r| r.seq < at && kept(&r.unit))
         .filter_map(|r| {
+            let seq = *renumbered.get(usize::try_from(r.seq.checked_sub(first)?).ok()?)?;
             Some(Recorded {
-                seq: *renumbered.get(&r.seq)?,
+                seq: (seq > 0).then_some(seq)?,
                 unit: r.unit.clone(),
                 record: r.record.clone(),
             })
@@ -227,6 +241,8 @@ pub fn plan(
         let mut e = point;
         e.seq = events.len() as u64 + 1;
         e.replayed = false;
+        e.run_id.clear();
+        e.trace_id.clear();
         let mut payload = e
             .payload
             .take()

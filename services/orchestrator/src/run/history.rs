@@ -18,9 +18,6 @@ impl RunRecord {
             let mut log = lock(&self.log);
             if !log.dropped {
                 log.events.push_back(event);
-                if terminal {
-                    log.events.seal();
-                }
             }
             log.ended |= terminal;
         }
@@ -61,6 +58,22 @@ impl RunRecord {
         }
     }
 
+    /// Packs the run's history once it ended, a chunk at a time (watchers
+    /// read between chunks); the caller is off the run's event path.
+    pub async fn pack_history(&self) {
+        loop {
+            let packed = {
+                let mut log = lock(&self.log);
+                let ended = log.ended;
+                !log.dropped && log.events.pack_one(ended)
+            };
+            if !packed {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
     /// Forgets the run's history (evicted for room; see [`LogRead::Expired`]).
     pub(super) fn drop_history(&self) {
         let mut log = lock(&self.log);
@@ -77,6 +90,16 @@ impl RunRecord {
     /// Bytes the run's history holds here, about.
     pub(super) fn history_bytes(&self) -> u64 {
         lock(&self.log).bytes()
+    }
+
+    /// The run's first `n` events, without the run's ids (a fork's
+    /// history); `None` when they are not all here.
+    pub fn first_events(&self, n: usize) -> Option<Vec<pb::RunEvent>> {
+        let log = lock(&self.log);
+        if log.dropped || log.events.first_seq().is_some_and(|s| s != 1) {
+            return None;
+        }
+        Some(log.events.read(0, n, "", ""))
     }
 
     /// Keeps a durable point of the run (memory mode).
@@ -105,10 +128,16 @@ impl RunRecord {
         use std::sync::{Arc, atomic::AtomicBool};
 
         use super::{context::ContextInfo, log::Logged};
-        let mut contexts: HashMap<String, Arc<ContextInfo>> = HashMap::new();
-        for e in events {
+        // Whole chunks go in packed, at once; the rest one by one.
+        let packed = lock(&self.log).events.preload_packed(events);
+        if let Some(last) = events[..packed].last() {
+            self.seq.store(last.seq, Ordering::Relaxed);
+            lock(&self.state).last_seq = last.seq;
+        }
+        let mut contexts: HashMap<&str, Arc<ContextInfo>> = HashMap::new();
+        for e in &events[packed..] {
             let ctx = contexts
-                .entry(e.context_id.clone())
+                .entry(e.context_id.as_str())
                 .or_insert_with(|| {
                     Arc::new(ContextInfo {
                         id: e.context_id.clone(),

@@ -138,10 +138,11 @@ pub async fn register(
 /// point ended at) to the run store, a batch at a time, before it starts.
 pub async fn write_fork(
     journal: &Journal,
-    run_id: &str,
+    record: &RunRecord,
     events: &[pb::RunEvent],
     recording: &[super::log::Recorded],
 ) -> Result<(), Error> {
+    let (run_id, trace_id) = (record.run_id.as_str(), record.trace_id.to_string());
     let mut records: Vec<(String, Vec<u8>)> = Vec::with_capacity(recording.len() * 2);
     for r in recording {
         records.push((format!("#{}", r.unit), r.seq.to_string().into_bytes()));
@@ -149,12 +150,21 @@ pub async fn write_fork(
     }
     let mut records = records.chunks(journal::MAX_BATCH);
     for batch in events.chunks(journal::MAX_BATCH) {
+        // The log keeps whole events, the run's ids included.
+        let batch: Vec<pb::RunEvent> = batch
+            .iter()
+            .map(|e| pb::RunEvent {
+                run_id: run_id.to_owned(),
+                trace_id: trace_id.clone(),
+                ..e.clone()
+            })
+            .collect();
         let written = journal
             .runs
             .append(
                 run_id,
                 journal.epoch,
-                batch,
+                &batch,
                 records.next().unwrap_or(&[]),
                 None,
             )
@@ -246,6 +256,8 @@ pub fn launch(
         }
         span.end();
         tracing::info!(run_id = %record.run_id, trace_id = %record.trace_id, span_id, status, "run ended");
+        // Its history, packed now that every account of the run is closed.
+        record.pack_history().await;
     });
     ReceiverStream::new(out_rx)
 }

@@ -3,10 +3,10 @@
 //! the seq of the event that ended it). A leaf: it knows contexts and
 //! events, nothing of runs or of the sequencer.
 //!
-//! Events are kept in fixed chunks of [`LOG_CHUNK`]; a chunk that filled
-//! is packed (its events encoded as `RunEvent`s without the run's ids,
-//! back to back), so a finished run of 100 turns holds its events in a few
-//! tens of kilobytes and a live run's log never moves what it holds.
+//! Events are kept in fixed chunks of [`LOG_CHUNK`], so a growing log never
+//! moves what it holds; once the run ended its chunks are packed (their
+//! events encoded as `RunEvent`s without the run's ids, back to back), a
+//! chunk at a time, off the run's event path ([`Chunked::pack_one`]).
 
 use std::sync::Arc;
 
@@ -175,6 +175,7 @@ pub(super) struct Chunked {
     /// seq it was resumed at).
     first_seq: u64,
     packed_bytes: usize,
+    packed_events: usize,
 }
 
 impl Chunked {
@@ -186,19 +187,8 @@ impl Chunked {
         if self.len == 0 {
             self.first_seq = event.seq;
         }
-        if let Some(Chunk::Live(last)) = self.chunks.last_mut()
-            && last.len() == LOG_CHUNK
-        {
-            let packed = Chunk::pack(last);
-            if let Chunk::Packed { data, ends } = &packed {
-                self.packed_bytes += data.len() + ends.len() * 4;
-            }
-            if let Some(slot) = self.chunks.last_mut() {
-                *slot = packed;
-            }
-        }
         match self.chunks.last_mut() {
-            Some(Chunk::Live(last)) => last.push(event),
+            Some(Chunk::Live(last)) if last.len() < LOG_CHUNK => last.push(event),
             _ => {
                 let mut fresh = Vec::with_capacity(LOG_CHUNK);
                 fresh.push(event);
@@ -208,6 +198,38 @@ impl Chunked {
         self.len += 1;
     }
 
+    /// Into an empty log: the first whole chunks of `events` (a fork's
+    /// replayed part, numbered from 1, without the run's ids), packed
+    /// straight from their encoding; returns how many it took (the rest go
+    /// in one by one).
+    pub(super) fn preload_packed(&mut self, events: &[pb::RunEvent]) -> usize {
+        if self.len > 0 {
+            return 0;
+        }
+        let whole = events.len() / LOG_CHUNK * LOG_CHUNK;
+        for chunk in events[..whole].chunks(LOG_CHUNK) {
+            let mut data = Vec::new();
+            let mut ends = Vec::with_capacity(LOG_CHUNK);
+            for e in chunk {
+                // The events come without the run's ids, as `Chunk::pack`
+                // keeps them.
+                let _ = e.encode(&mut data);
+                ends.push(u32::try_from(data.len()).unwrap_or(u32::MAX));
+            }
+            self.packed_bytes += data.len() + ends.len() * 4;
+            self.packed_events += ends.len();
+            self.chunks.push(Chunk::Packed {
+                data: data.into_boxed_slice(),
+                ends: ends.into_boxed_slice(),
+            });
+        }
+        if whole > 0 {
+            self.first_seq = events[0].seq;
+            self.len = whole;
+        }
+        whole
+    }
+
     /// The seq of the first event kept (of the next one, when none is).
     pub(super) fn first_seq(&self) -> Option<u64> {
         (self.len > 0).then_some(self.first_seq)
@@ -215,11 +237,30 @@ impl Chunked {
 
     /// Bytes the events hold, about.
     fn bytes(&self) -> usize {
-        let live = match self.chunks.last() {
-            Some(Chunk::Live(v)) => v.len() * LIVE_EVENT_BYTES,
-            _ => 0,
+        (self.len - self.packed_events) * LIVE_EVENT_BYTES
+            + self.packed_bytes
+            + self.chunks.len() * std::mem::size_of::<Chunk>()
+    }
+
+    /// Packs the first chunk still live: a full one, or any once the run
+    /// ended (`all`); false when there is none. A chunk at a time, so the
+    /// log's lock is held for one chunk's encoding (about 256 events).
+    pub(super) fn pack_one(&mut self, all: bool) -> bool {
+        let at = self
+            .chunks
+            .iter()
+            .position(|c| matches!(c, Chunk::Live(v) if all || v.len() == LOG_CHUNK));
+        let Some(at) = at else { return false };
+        let Chunk::Live(events) = &self.chunks[at] else {
+            return false;
         };
-        self.packed_bytes + live + self.chunks.len() * std::mem::size_of::<Chunk>()
+        let packed = Chunk::pack(events);
+        if let Chunk::Packed { data, ends } = &packed {
+            self.packed_bytes += data.len() + ends.len() * 4;
+            self.packed_events += ends.len();
+        }
+        self.chunks[at] = packed;
+        true
     }
 
     /// At most `max` events from the `skip`-th on, as clients get them.
@@ -254,21 +295,6 @@ pub enum LogRead {
     /// The run's history is no longer kept here (evicted for room; with
     /// durable runs, the run store has it).
     Expired,
-}
-
-impl Chunked {
-    /// Packs the last chunk too (the run ended: nothing is added).
-    pub(super) fn seal(&mut self) {
-        if let Some(Chunk::Live(last)) = self.chunks.last() {
-            let packed = Chunk::pack(last);
-            if let Chunk::Packed { data, ends } = &packed {
-                self.packed_bytes += data.len() + ends.len() * 4;
-            }
-            if let Some(slot) = self.chunks.last_mut() {
-                *slot = packed;
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -319,7 +345,7 @@ mod chunked_tests {
                 .collect();
             for sealed in [false, true] {
                 if sealed {
-                    log.seal();
+                    while log.pack_one(true) {}
                 }
                 assert_eq!(log.len(), total);
                 assert_eq!(log.first_seq(), (total > 0).then_some(first));
@@ -341,7 +367,7 @@ mod chunked_tests {
         for seq in 1..=1000 {
             log.push_back(ev(seq));
         }
-        log.seal();
+        while log.pack_one(true) {}
         let per_event = log.bytes() / 1000;
         assert!(per_event < 120, "{per_event} bytes per event");
     }
