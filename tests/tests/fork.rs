@@ -527,3 +527,144 @@ agents:
         .await;
     assert_eq!(watched, fork, "the fork's log is its stream");
 }
+
+/// A durable fork survives a SIGKILL of its replica: three replica
+/// processes on one Redis; a billing run answered on r0, forked there at
+/// its first model turn (a retry: the turn is done again and the refund
+/// asks again), then r0 is killed while the fork waits for the person.
+/// Another replica resumes the fork, which takes the answer and completes:
+/// its replayed part stays, its redone turn is not redone again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_fork_survives_a_sigkill_of_its_replica() {
+    use baton_e2e::chaos::{Binaries, Cluster, Options};
+    let binaries = match Binaries::from_env() {
+        Some(found) => found.expect("BATON_BIN_DIR holds the binaries"),
+        None => Binaries {
+            orchestrator: env!("CARGO_BIN_EXE_baton-e2e-orchestrator").into(),
+            context_store: env!("CARGO_BIN_EXE_baton-e2e-context-store").into(),
+        },
+    };
+    let options = Options::short(1, false, binaries);
+    let dir = tempfile::tempdir().expect("dir");
+    let agents = dir.path().join("agents.yaml");
+    std::fs::write(&agents, baton_e2e::EXAMPLE_AGENTS).expect("agents");
+    let mut cluster = Cluster::start(&options, &agents, dir.path())
+        .await
+        .expect("cluster");
+    let endpoints = cluster.endpoints();
+    let client = |i: usize| OrchestratorClient::connect(endpoints[i].clone());
+    let (c0, c1) = (client(0).await.expect("r0"), client(1).await.expect("r1"));
+
+    // The original, answered on r0.
+    let mut request = baton_e2e::agent_request("billing", "refund order 7");
+    request.approval_mode = pb::ApprovalMode::Ask as i32;
+    request.detach = true;
+    let mut events = c0.run_agent(request).await.expect("run");
+    let mut original = Vec::new();
+    while let Some(e) = events.next().await {
+        let e = e.expect("event");
+        if let Some(Payload::ApprovalRequested(a)) = &e.payload {
+            c0.resolve_approval(&e.run_id, &a.approval_id, true, "ok")
+                .await
+                .expect("approve");
+        }
+        original.push(e);
+    }
+    assert!(
+        output(&original).starts_with("Done."),
+        "{}",
+        output(&original)
+    );
+    let turn = seq_of(&original, |e| {
+        matches!(e.payload, Some(Payload::MessageCompleted(_)))
+    });
+
+    // The fork, on r0, until it waits for the person.
+    let mut fork = c0
+        .fork_run(pb::ForkRunRequest {
+            run_id: original[0].run_id.clone(),
+            at_seq: turn,
+            detach: true,
+            ..Default::default()
+        })
+        .await
+        .expect("fork");
+    let mut before_kill = Vec::new();
+    while let Some(e) = fork.next().await {
+        let e = e.expect("event");
+        let asked = matches!(e.payload, Some(Payload::ApprovalRequested(_)));
+        before_kill.push(e);
+        if asked {
+            break;
+        }
+    }
+    let fork_id = before_kill[0].run_id.clone();
+    drop(fork);
+    cluster.replicas[0].kill();
+
+    // Another replica resumes it; the person answers there.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let approval = loop {
+        let got = c1.get_run(&fork_id).await.expect("get");
+        let mut watched = c1.watch_run(&fork_id, 0, None).await.expect("watch");
+        let mut open = None;
+        while let Ok(Some(e)) =
+            tokio::time::timeout(Duration::from_millis(500), watched.next()).await
+        {
+            match e.expect("event").payload {
+                Some(Payload::ApprovalRequested(a)) => open = Some(a.approval_id),
+                Some(Payload::ApprovalResolved(_)) => open = None,
+                _ => {}
+            }
+        }
+        if let Some(id) = open
+            && c1.resolve_approval(&fork_id, &id, true, "ok").await.is_ok()
+        {
+            break id;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the fork was not resumed and answerable in time (status {})",
+            got.status
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert!(!approval.is_empty());
+    let mut after = Vec::new();
+    let mut watched = c1.watch_run(&fork_id, 0, None).await.expect("watch");
+    while let Some(e) = tokio::time::timeout(Duration::from_secs(20), watched.next())
+        .await
+        .expect("the fork ends in time")
+    {
+        after.push(e.expect("event"));
+    }
+    assert_eq!(output(&after), output(&original), "the fork completed");
+    for (i, e) in after.iter().enumerate() {
+        assert_eq!(e.seq, i as u64 + 1, "gap-free");
+    }
+    // The replayed part is there, as streamed before the kill.
+    let replayed = after.iter().take_while(|e| e.replayed).count();
+    assert!(replayed > 0);
+    for (a, b) in after.iter().zip(&before_kill).take(replayed) {
+        assert_eq!((a.seq, &a.payload), (b.seq, &b.payload));
+    }
+    assert_eq!(
+        after
+            .iter()
+            .filter(|e| matches!(e.payload, Some(Payload::RunResumed(_))))
+            .count(),
+        1,
+        "resumed once"
+    );
+    let redone_turns = after
+        .iter()
+        .filter(|e| !e.replayed)
+        .filter(|e| {
+            matches!(&e.payload, Some(Payload::MessageCompleted(m)) if m.text == "I will record the refund.")
+        })
+        .count();
+    assert_eq!(
+        redone_turns, 1,
+        "the retried turn is not done again after the resume"
+    );
+}

@@ -40,10 +40,11 @@ use std::{
 
 use anyhow::Context as _;
 
+pub use cluster::Cluster;
 pub use options::{BIN_DIR_VAR, Binaries, Options, SEED_VAR, seed_from_env};
 pub use summary::{FaultKind, Summary, Violation};
 
-use self::{cluster::Cluster, history::History, rng::Rng, workload::Shared};
+use self::{history::History, rng::Rng, workload::Shared};
 
 /// Runs surveyed and checked at once.
 const SURVEY_BATCH: usize = 500;
