@@ -32,6 +32,16 @@ agents:
     )
 }
 
+/// A tool server, an orchestrator serving [`agents`] with it, a client.
+async fn boss() -> (TestToolHost, OrchestratorServer, OrchestratorClient) {
+    let host = TestToolHost::start().await.expect("tool host");
+    let server = OrchestratorServer::start(&agents(&host.endpoint()), None, |_| {})
+        .await
+        .expect("orchestrator");
+    let client = server.client().await.expect("client");
+    (host, server, client)
+}
+
 async fn run_to_end(client: &OrchestratorClient, agent: &str, input: &str) -> Vec<pb::RunEvent> {
     client
         .run_agent_to_end(baton_e2e::agent_request(agent, input))
@@ -115,11 +125,7 @@ fn check_fork_stream(fork: &[pb::RunEvent], origin: &str, at: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fork_at_a_nested_tool_result_takes_the_edit_and_calls_nothing_before_it_again() {
-    let host = TestToolHost::start().await.expect("tool host");
-    let server = OrchestratorServer::start(&agents(&host.endpoint()), None, |_| {})
-        .await
-        .expect("orchestrator");
-    let client = server.client().await.expect("client");
+    let (host, _server, client) = boss().await;
     let original = run_to_end(&client, "boss", "rust").await;
     let origin = original[0].run_id.clone();
     let searched = host.seen.requests.lock().expect("seen").len();
@@ -260,11 +266,7 @@ agents:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_fork_points_and_edits_are_refused_naming_the_field_and_start_nothing() {
-    let host = TestToolHost::start().await.expect("tool host");
-    let server = OrchestratorServer::start(&agents(&host.endpoint()), None, |_| {})
-        .await
-        .expect("orchestrator");
-    let client = server.client().await.expect("client");
+    let (_host, server, client) = boss().await;
     let original = run_to_end(&client, "boss", "rust").await;
     let origin = original[0].run_id.clone();
     let last = original.last().expect("events").seq;
