@@ -164,8 +164,6 @@ impl Orchestrator {
             let Some(request) = durable.request(run_id).await? else {
                 return Err(not_found(run_id, ""));
             };
-            let journal = durable.journal(run_id).await?;
-            let recording = stored_recording(journal);
             let mut events = Vec::new();
             let mut cursor = 0;
             while cursor < at_seq {
@@ -175,13 +173,18 @@ impl Orchestrator {
                 cursor = last.seq;
                 events.extend(batch);
             }
+            // The journal after the events: an append writes both at once,
+            // so every point among the events read is in it.
+            let recording = stored_recording(durable.journal(run_id).await?);
             return Ok((History { events, recording }, request, meta.kind));
         }
         let run = self.run_of(caller, run_id)?;
-        let Some((recording, request)) = run.recording() else {
+        // Events first: a point is recorded before its event is logged, so
+        // every point among these events is in the recording read after.
+        let Some(events) = run.first_events(usize::try_from(at_seq).unwrap_or(usize::MAX)) else {
             return Err(history_gone(run_id));
         };
-        let Some(events) = run.first_events(usize::try_from(at_seq).unwrap_or(usize::MAX)) else {
+        let Some((recording, request)) = run.recording() else {
             return Err(history_gone(run_id));
         };
         Ok((History { events, recording }, request, run.kind))
