@@ -670,3 +670,55 @@ async fn a_durable_fork_survives_a_sigkill_of_its_replica() {
         "the retried turn is not done again after the resume"
     );
 }
+
+/// A run-context edit takes the point as recorded and sets the run context
+/// from there on: the fork ends with it (the tools after the point add to
+/// it as they did); a context that is not a JSON object, or over
+/// `runs.max_run_context_bytes` (at the limit it is taken), is refused
+/// naming `edit.run_context_json`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_context_edit_takes_the_point_as_recorded_then_sets_the_context() {
+    let server = OrchestratorServer::start(baton_e2e::EXAMPLE_AGENTS, None, |c| {
+        c.runs.max_run_context_bytes = 64
+    })
+    .await
+    .expect("orchestrator");
+    let client = server.client().await.expect("client");
+    let original = run_to_end(&client, "researcher", "tides").await;
+    let at = seq_of(&original, |e| {
+        is_tool_result(e, "root.summarizer.1", "fact_checker")
+    });
+    let edit = |json: &str| Some(pb::fork_edit::Edit::RunContextJson(json.into()));
+    // 64 bytes: at the limit.
+    let context = format!(r#"{{"budget":"{}"}}"#, "x".repeat(64 - 13));
+    assert_eq!(context.len(), 64);
+    let fork = fork_to_end(&client, &original[0].run_id, at, edit(&context))
+        .await
+        .expect("fork");
+    check_fork_stream(&fork, &original[0].run_id, at);
+    assert_eq!(output(&fork), output(&original), "the point as recorded");
+    let done = match &fork.last().and_then(|e| e.payload.as_ref()) {
+        Some(Payload::RunCompleted(c)) => c.run_context_json.clone(),
+        other => panic!("{other:?}"),
+    };
+    let done: serde_json::Value = serde_json::from_str(&done).expect("json");
+    assert_eq!(done["budget"], "x".repeat(51), "{done}");
+    let point = fork.iter().find(|e| e.seq == at).expect("the point");
+    assert!(point.replayed, "the point itself is replayed");
+    // One byte over, and not an object.
+    let over = format!(r#"{{"budget":"{}"}}"#, "x".repeat(52));
+    for (json, code) in [
+        (over.as_str(), Code::ResourceExhausted),
+        ("[1]", Code::InvalidArgument),
+    ] {
+        let err = fork_to_end(&client, &original[0].run_id, at, edit(json))
+            .await
+            .expect_err("refused");
+        assert_eq!(err.code(), code, "{}", err.message());
+        assert!(
+            err.message().starts_with("edit.run_context_json: "),
+            "{}",
+            err.message()
+        );
+    }
+}

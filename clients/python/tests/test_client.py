@@ -575,3 +575,16 @@ def test_fork_run_replays_up_to_the_point_and_takes_the_edit():
                 b.orchestrator.fork_run(original[0].run_id, at, input="x", tool_result="y")
 
     run(main())
+
+
+def test_fork_run_with_a_run_context_edit():
+    async def main():
+        async with running() as b:
+            original = await b.orchestrator.run_agent("outer", "dogs").collect()
+            at = next(e.seq for e in original if kind(e) == "tool_call_completed" and e.context_id == "root.inner.1")
+            fork = await b.orchestrator.fork_run(original[0].run_id, at, run_context={"mood": "curious"}).collect()
+            assert kind(fork[-1]) == "run_completed"
+            assert json.loads(fork[-1].run_completed.run_context_json)["mood"] == "curious"
+            assert fork[-1].run_completed.output == original[-1].run_completed.output
+
+    run(main())

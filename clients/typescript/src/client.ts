@@ -69,7 +69,8 @@ export type ForkEditSpec =
   | { toolResult: string; isError?: boolean }
   | { approval: { approved: boolean; reason?: string } }
   | { input: string }
-  | { stepOutput: string };
+  | { stepOutput: string }
+  | { runContext: Record<string, unknown> };
 /** Options of {@link Orchestrator.forkRun}. */
 export interface ForkOpts extends CallOpts {
   /** The edit at the fork point; none: the point is done again. */
@@ -97,6 +98,7 @@ function forkEdit(e?: ForkEditSpec): ForkEdit | undefined {
     return { edit: { $case: "approval", approval: { approved: e.approval.approved, reason: e.approval.reason ?? "" } } };
   }
   if ("input" in e) return { edit: { $case: "input", input: e.input } };
+  if ("runContext" in e) return { edit: { $case: "runContextJson", runContextJson: JSON.stringify(e.runContext) } };
   return { edit: { $case: "stepOutput", stepOutput: e.stepOutput } };
 }
 /** Generation settings of a run, over every agent's and provider's own

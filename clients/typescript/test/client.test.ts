@@ -358,3 +358,13 @@ test("a fork replays up to its point and takes the edit", async () => {
     (e: unknown) => e instanceof InvalidArgument && e.field === "edit.input",
   );
 });
+
+test("a fork with a run-context edit ends with that context", async () => {
+  const original = await b.orchestrator.runAgent("outer", "clouds", { maxDepth: 2 }).collect();
+  const at = original.find((e) => e.payload?.$case === "toolCallCompleted" && e.contextId === "root.inner.1")?.seq;
+  assert.ok(at);
+  const fork = await b.orchestrator.forkRun(original[0].runId, at, { edit: { runContext: { mood: "calm" } } }).collect();
+  const last = fork[fork.length - 1].payload;
+  assert.ok(last?.$case === "runCompleted");
+  assert.equal(last.$case === "runCompleted" && JSON.parse(last.runCompleted.runContextJson).mood, "calm");
+});

@@ -389,6 +389,7 @@ class Orchestrator:
         approval: tuple[bool, str] | None = None,
         input: str | None = None,
         step_output: str | None = None,
+        run_context: Mapping[str, Any] | None = None,
         filter: events_pb.EventFilter | None = None,
         timeout: float | None = None,
         detach: bool = False,
@@ -399,10 +400,14 @@ class Orchestrator:
         the point takes at most one edit, then the fork runs live. Edits:
         ``model_turn=(text, [(tool, arguments), ...])``, ``tool_result``
         (with ``tool_error``), ``approval=(approved, reason)``, ``input``,
-        ``step_output``; none: the point is done again (a retry)."""
-        given = [e for e in (model_turn, tool_result, approval, input, step_output) if e is not None]
+        ``step_output``, or ``run_context`` (at any point: the point as
+        recorded, then this run context); none: the point is done again
+        (a retry)."""
+        given = [e for e in (model_turn, tool_result, approval, input, step_output, run_context) if e is not None]
         if len(given) > 1:
-            raise ValueError("edit: give at most one of model_turn, tool_result, approval, input, step_output")
+            raise ValueError(
+                "edit: give at most one of model_turn, tool_result, approval, input, step_output, run_context"
+            )
         edit = None
         if model_turn is not None:
             text, calls = model_turn
@@ -423,6 +428,8 @@ class Orchestrator:
             edit = pb.ForkEdit(input=input)
         elif step_output is not None:
             edit = pb.ForkEdit(step_output=step_output)
+        elif run_context is not None:
+            edit = pb.ForkEdit(run_context_json=json.dumps(dict(run_context)))
         request = pb.ForkRunRequest(run_id=run_id, at_seq=at_seq, edit=edit, filter=filter, detach=detach)
         return RunStream(
             self._stub.ForkRun(request, timeout=timeout, metadata=self._md(None)),

@@ -120,6 +120,10 @@ enum RunsCmd {
         /// At a pipeline step: its output instead.
         #[arg(long, group = "edit")]
         step_output: Option<String>,
+        /// At any point: the run context from there on (a JSON object);
+        /// the point itself is taken as recorded.
+        #[arg(long, group = "edit", value_name = "JSON")]
+        context: Option<String>,
         /// Start the fork and print its ids, without following it.
         #[arg(long)]
         detach: bool,
@@ -295,6 +299,7 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
             reason,
             input,
             step_output,
+            context,
             detach,
         } => {
             use pb::fork_edit::Edit;
@@ -324,6 +329,8 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
                 }))
             } else if let Some(input) = input {
                 Some(Edit::Input(input))
+            } else if let Some(context) = context {
+                Some(Edit::RunContextJson(context))
             } else {
                 step_output.map(Edit::StepOutput)
             };

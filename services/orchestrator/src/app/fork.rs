@@ -24,7 +24,10 @@ use super::{
 use crate::{
     error::{Error, Result},
     model::{ModelTurn, ToolCallRequest},
-    request::{ForkRequest, validate::check_filter},
+    request::{
+        ForkRequest,
+        validate::{check_filter, parse_run_context},
+    },
     run::{
         events,
         fork::{self, Edit, History, PointKind},
@@ -55,7 +58,8 @@ impl Orchestrator {
     async fn try_fork(&self, caller: &Caller, request: ForkRequest) -> Result<Started> {
         self.check_running()?;
         check_filter(&request.filter, &self.services().defaults)?;
-        let edit = request.edit.map(edit_of).transpose()?;
+        let max_context = self.services().defaults.max_run_context_bytes;
+        let edit = request.edit.map(|e| edit_of(e, max_context)).transpose()?;
         let (history, stored, kind) = self
             .history(caller, &request.run_id, request.at_seq)
             .await?;
@@ -85,6 +89,7 @@ impl Orchestrator {
             inbox: HashMap::new(),
             fork: true,
             announced: std::mem::take(&mut plan.announced),
+            run_context_at: plan.recording.iter().any(|r| r.unit.starts_with("rc/")),
         });
         let prepared = launch::prepare(
             &services,
@@ -215,8 +220,30 @@ fn stored_recording(mut journal: HashMap<String, Vec<u8>>) -> Vec<Recorded> {
 
 /// The edit a request asks for, checked: each field it names is checked
 /// here, before anything is read.
-fn edit_of(edit: fork_edit::Edit) -> Result<Edit> {
+fn edit_of(edit: fork_edit::Edit, max_context: usize) -> Result<Edit> {
     Ok(match edit {
+        fork_edit::Edit::RunContextJson(json) => {
+            if json.len() > max_context {
+                return Err(Error::Exhausted {
+                    field: "edit.run_context_json".into(),
+                    message: format!(
+                        "{} bytes is over this server's limit of {max_context} bytes (runs.max_run_context_bytes)",
+                        json.len()
+                    ),
+                });
+            }
+            let context = parse_run_context("edit.run_context_json", &json)?;
+            Edit {
+                kind: PointKind::Any,
+                field: "edit.run_context_json",
+                build: Box::new(move |unit, _| {
+                    (
+                        format!("rc/{unit}"),
+                        serde_json::to_vec(&context).unwrap_or_default(),
+                    )
+                }),
+            }
+        }
         fork_edit::Edit::ModelTurn(turn) => {
             if turn.tool_calls.len() > MAX_EDIT_CALLS {
                 return Err(Error::Exhausted {

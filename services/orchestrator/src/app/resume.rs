@@ -81,6 +81,7 @@ impl Orchestrator {
             return Ok(false);
         };
         let journal = durable.journal(id).await?;
+        let run_context_at = journal.keys().any(|k| k.starts_with("rc/"));
         let inbox = durable.inbox(id).await?;
         let cancel = inbox
             .get("cancel")
@@ -92,6 +93,7 @@ impl Orchestrator {
             inbox,
             fork: false,
             announced: Default::default(),
+            run_context_at,
         });
         let record = RunRecord::resumed(
             claimed.run_id.clone(),

@@ -249,13 +249,18 @@ fn model_or_default(s: &Shared, requested: &str) -> Result<String> {
 
 /// Parses the request's run context: empty is `{}`, otherwise a JSON object.
 fn run_context(s: &str) -> Result<Map<String, Value>> {
+    parse_run_context("run_context_json", s)
+}
+
+/// A run context given as `field`: empty is `{}`, otherwise a JSON object.
+pub fn parse_run_context(field: &'static str, s: &str) -> Result<Map<String, Value>> {
     if s.trim().is_empty() {
         return Ok(Map::new());
     }
     match serde_json::from_str::<Value>(s) {
         Ok(Value::Object(m)) => Ok(m),
         Ok(other) => Err(Error::invalid(
-            "run_context_json",
+            field,
             format!(
                 "must be a JSON object, got {}",
                 match other {
@@ -267,10 +272,7 @@ fn run_context(s: &str) -> Result<Map<String, Value>> {
                 }
             ),
         )),
-        Err(e) => Err(Error::invalid(
-            "run_context_json",
-            format!("is not valid JSON: {e}"),
-        )),
+        Err(e) => Err(Error::invalid(field, format!("is not valid JSON: {e}"))),
     }
 }
 

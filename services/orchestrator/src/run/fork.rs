@@ -53,6 +53,8 @@ pub enum PointKind {
     Input,
     /// A pipeline step's attempt (`StepCompleted`, `StepFailed`).
     Step,
+    /// Any of them: a run-context edit, the point taken as recorded.
+    Any,
 }
 
 impl PointKind {
@@ -76,6 +78,7 @@ impl PointKind {
             Self::Approval => "a person's decision (ApprovalResolved)",
             Self::Input => "a person's input (InputReceived)",
             Self::Step => "a pipeline step (StepCompleted or StepFailed)",
+            Self::Any => "a fork point",
         }
     }
 
@@ -87,6 +90,7 @@ impl PointKind {
             Self::Approval => "edit.approval",
             Self::Input => "edit.input",
             Self::Step => "edit.step_output",
+            Self::Any => "edit.run_context_json",
         }
     }
 }
@@ -165,6 +169,7 @@ pub fn plan(
     let kind = PointKind::of_unit(&unit).unwrap_or(PointKind::ModelTurn);
     if let Some(e) = &edit
         && e.kind != kind
+        && e.kind != PointKind::Any
     {
         return Err(Error::invalid(
             e.field,
@@ -237,24 +242,59 @@ pub fn plan(
             })
         })
         .collect();
-    if let Some(edit) = edit {
-        let mut e = point;
-        e.seq = events.len() as u64 + 1;
-        e.replayed = false;
-        e.run_id.clear();
-        e.trace_id.clear();
-        let mut payload = e
-            .payload
-            .take()
-            .unwrap_or(Payload::RunStarted(Default::default()));
-        let (edited, record) = (edit.build)(&unit, &mut payload);
-        e.payload = Some(payload);
-        recording.push(Recorded {
-            seq: e.seq,
-            unit: edited,
-            record,
-        });
-        events.push(e);
+    match edit {
+        Some(edit) if edit.kind == PointKind::Any => {
+            // The point as recorded, replayed; then its run-context record
+            // (`rc/{unit}`), which sets the run context whenever the point is
+            // taken from a journal (this fork, its resumes, its forks).
+            let mut e = point;
+            e.seq = events.len() as u64 + 1;
+            e.replayed = true;
+            e.run_id.clear();
+            e.trace_id.clear();
+            let original = history
+                .recording
+                .iter()
+                .find(|r| r.seq == at && r.unit == unit)
+                .map(|r| r.record.clone())
+                .unwrap_or_default();
+            recording.push(Recorded {
+                seq: e.seq,
+                unit: unit.clone(),
+                record: original,
+            });
+            let mut payload = e
+                .payload
+                .clone()
+                .unwrap_or(Payload::RunStarted(Default::default()));
+            let (rc_unit, record) = (edit.build)(&unit, &mut payload);
+            recording.push(Recorded {
+                seq: e.seq,
+                unit: rc_unit,
+                record,
+            });
+            events.push(e);
+        }
+        Some(edit) => {
+            let mut e = point;
+            e.seq = events.len() as u64 + 1;
+            e.replayed = false;
+            e.run_id.clear();
+            e.trace_id.clear();
+            let mut payload = e
+                .payload
+                .take()
+                .unwrap_or(Payload::RunStarted(Default::default()));
+            let (edited, record) = (edit.build)(&unit, &mut payload);
+            e.payload = Some(payload);
+            recording.push(Recorded {
+                seq: e.seq,
+                unit: edited,
+                record,
+            });
+            events.push(e);
+        }
+        None => {}
     }
     Ok(Plan {
         events,

@@ -127,6 +127,9 @@ pub struct Replay {
     /// `ToolCallStarted` is among its replayed events, so making the call
     /// again does not send it twice.
     pub announced: std::collections::HashSet<String>,
+    /// Whether the journal holds a run-context edit (`rc/…`): looked up
+    /// only then.
+    pub run_context_at: bool,
 }
 
 /// Store writes of a run that are in flight: a pipeline writes each step's
@@ -254,11 +257,18 @@ impl Run {
     }
 
     /// The record of `unit` when the run is being resumed and had done it.
+    /// A point a fork edited the run context at (`rc/{unit}`, see
+    /// `run::fork`) sets the run context as it is taken.
     pub fn replayed(&self, unit: &str) -> Option<&[u8]> {
-        self.replay
-            .as_ref()
-            .and_then(|r| r.journal.get(unit))
-            .map(Vec::as_slice)
+        let replay = self.replay.as_ref()?;
+        let record = replay.journal.get(unit)?;
+        if replay.run_context_at
+            && let Some(context) = replay.journal.get(&format!("rc/{unit}"))
+            && let Ok(context) = serde_json::from_slice::<Map<String, Value>>(context)
+        {
+            *self.run_context.lock().unwrap_or_else(|p| p.into_inner()) = context;
+        }
+        Some(record)
     }
 
     /// An answer to question `id` given while the run was away (parked, or
