@@ -111,8 +111,6 @@ pub struct Plan {
     pub events: Vec<pb::RunEvent>,
     /// Its journal, each point with the seq of its event in the fork.
     pub recording: Vec<Recorded>,
-    /// The fork point's unit in the original.
-    pub unit: String,
     /// The tool calls in flight at the point (their units) whose
     /// `ToolCallStarted` is among the replayed events.
     pub announced: HashSet<String>,
@@ -299,7 +297,6 @@ pub fn plan(
     Ok(Plan {
         events,
         recording,
-        unit,
         announced,
     })
 }
