@@ -35,6 +35,7 @@ pub fn kind(e: &pb::RunEvent) -> &'static str {
         Some(Payload::StepFailed(_)) => "StepFailed",
         Some(Payload::StepSkipped(_)) => "StepSkipped",
         Some(Payload::PipelineCompleted(_)) => "PipelineCompleted",
+        Some(Payload::Diverged(_)) => "Diverged",
         None => "",
     }
 }

@@ -37,6 +37,7 @@ fn meta(tenant: &str) -> RunMeta {
         waiting_approvals: 0,
         waiting_inputs: 0,
         forked_from: None,
+        replay_of: None,
     }
 }
 

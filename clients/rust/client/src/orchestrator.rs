@@ -262,6 +262,22 @@ impl OrchestratorClient {
         ))
     }
 
+    /// Replays an ended run against today's agents (ReplayRun): the stream
+    /// carries the replay's events until its terminal event, whose
+    /// `replay` counts the calls that matched the recording (re-attaching
+    /// like [`Self::run_agent`]).
+    pub async fn replay_run(&self, request: pb::ReplayRunRequest) -> Result<Events, Error> {
+        let filter = request.filter.clone();
+        let request = self.traced(request, None)?;
+        let stream = self.inner.clone().replay_run(request).await?.into_inner();
+        Ok(self.following(
+            Box::pin(stream.map(|e| e.map_err(Error::from))),
+            filter,
+            None,
+            0,
+        ))
+    }
+
     /// Runs an agent to its end and returns every event received.
     pub async fn run_agent_to_end(
         &self,

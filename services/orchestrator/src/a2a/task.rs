@@ -247,6 +247,7 @@ impl Task {
                 vec![self.status_update(Some(m), meta())]
             }
             Payload::MessageCompleted(_)
+            | Payload::Diverged(_)
             | Payload::ToolBatchCompleted(_)
             | Payload::ContextWritten(_) => Vec::new(),
             Payload::ApprovalRequested(a) => {

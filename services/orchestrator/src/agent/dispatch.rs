@@ -17,6 +17,7 @@ use super::frame::{CallFrame, CallOutput, CallResult, FrameView, RunFrame, durat
 use super::people::{self, approve};
 use crate::run::context::ContextInfo;
 use crate::run::record::LiveGuard;
+use crate::run::rerun::Answer;
 use crate::run::state::Run;
 use crate::{
     model::ToolCallRequest,
@@ -179,18 +180,7 @@ pub(super) async fn execute_call(
         child_usage: None,
     };
     if let Some(record) = replayed {
-        result.handoff = record.handoff;
-        result.child_usage = record.child_usage.map(|[i, o, m, t]| pb::Usage {
-            input_tokens: i,
-            output_tokens: o,
-            model_calls: m,
-            tool_calls: t,
-        });
-        result.output = if record.ok {
-            Ok(record.text)
-        } else {
-            Err(record.text)
-        };
+        result.output = record.taken(&mut result);
         return finish_call(rt, view, call, result, started, unit).await;
     }
     let begin = Payload::ToolCallStarted(pb::ToolCallStarted {
@@ -218,11 +208,30 @@ pub(super) async fn execute_call(
                 // Any tool may read the store (remote ones through the
                 // store service): let written-behind outputs land first.
                 rt.pending_writes.settled().await;
-                run_tool(rt, view, call, tool.as_ref()).await
+                let recorded = match tool.external() {
+                    true => from_recording(rt, view, call, &unit).await,
+                    false => None,
+                };
+                match recorded {
+                    Some(record) => record.taken(&mut result),
+                    None => run_tool(rt, view, call, tool.as_ref()).await,
+                }
             }
             CallPlan::Remote(child, agent) => {
                 let child_ctx = child.open(rt, &view.ctx);
-                super::remote::call(rt, view, call, child_ctx, &agent).await
+                match from_recording(rt, view, call, &unit).await {
+                    Some(record) => {
+                        // What the remote agent said, in its context.
+                        let _end = child_ctx.end_on_drop();
+                        let said = rt.rerun.as_ref().map(|r| r.remote_events(&child_ctx.id));
+                        for (agent, payload) in said.unwrap_or_default() {
+                            rt.emit(&child_ctx, &Arc::from(agent.as_str()), payload.clone())
+                                .await;
+                        }
+                        record.taken(&mut result)
+                    }
+                    None => super::remote::call(rt, view, call, child_ctx, &agent).await,
+                }
             }
             CallPlan::Pipeline(child) => {
                 let child_ctx = child.open(rt, &view.ctx);
@@ -262,6 +271,56 @@ struct CallRecord {
     text: String,
     handoff: Option<String>,
     child_usage: Option<[u64; 4]>,
+}
+
+impl CallRecord {
+    /// What the call returned, its handoff and usage set in `result`.
+    fn taken(self, result: &mut CallResult) -> CallOutput {
+        result.handoff = self.handoff;
+        result.child_usage = self.child_usage.map(|[i, o, m, t]| pb::Usage {
+            input_tokens: i,
+            output_tokens: o,
+            model_calls: m,
+            tool_calls: t,
+        });
+        if self.ok {
+            Ok(self.text)
+        } else {
+            Err(self.text)
+        }
+    }
+}
+
+/// A replay's answer to `call` of a tool outside Baton (unit `unit`): the
+/// recorded call's record, what it said while it ran said again, while the
+/// replay calls what the recording called; `None` when the call goes live
+/// (a strict replay's divergence ends the run instead).
+async fn from_recording(
+    rt: &Arc<Run>,
+    view: &FrameView,
+    call: &ToolCallRequest,
+    unit: &str,
+) -> Option<CallRecord> {
+    let rerun = rt.rerun.as_ref()?;
+    match rerun.call(unit, &call.name, &call.arguments) {
+        Answer::Recorded(recorded) => {
+            for payload in &recorded.said {
+                rt.emit(&view.ctx, &view.agent_name, payload.clone()).await;
+            }
+            serde_json::from_slice(&recorded.record).ok()
+        }
+        Answer::Live => None,
+        Answer::Differs(diff) => {
+            let diverged = pb::Diverged {
+                point: "tool_call".into(),
+                call_id: call.id.clone(),
+                diff,
+                ..Default::default()
+            };
+            rt.diverged(&view.ctx, &view.agent_name, diverged).await;
+            None
+        }
+    }
 }
 
 /// The record of a call that returned `text` (`ok`) or failed with it, as

@@ -67,6 +67,9 @@ pub struct CallFrame {
     pub(super) settings: crate::catalog::settings::Settings,
     /// Answers sent back for not matching `response_format`.
     pub(super) format_retries: u32,
+    /// The hash of `messages` so far (what a model turn was asked is
+    /// recorded with it).
+    pub(super) conversation: crate::model::asked::Conversation,
 }
 
 impl CallFrame {
@@ -177,6 +180,7 @@ impl CallFrame {
             answers_request: false,
             settings: Default::default(),
             format_retries: 0,
+            conversation: Default::default(),
         }
         .with_settings(rt)
     }

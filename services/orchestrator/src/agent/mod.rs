@@ -58,11 +58,11 @@ pub async fn body(
     let root_ctx = root.ctx.clone();
     let scope = root.scope.clone();
     let started = pb::RunStarted {
-        forked_from: None,
         kind: pb::RunKind::Agent as i32,
         target,
         input: root.input.clone(),
         labels: labels.into_iter().collect(),
+        ..Default::default()
     };
     let _end = root_ctx.end_on_drop();
     let body = async {

@@ -14,12 +14,58 @@ use tracing::Instrument as _;
 
 use super::dispatch::{CallPlan, execute, plan};
 use super::frame::{CallFrame, FrameSink, add_usage, pb_call};
-use crate::model::{ChatMessage, ModelRequest, ModelTurn, Role};
+use crate::model::{ChatMessage, DeltaSink as _, ModelRequest, ModelTurn, Role, asked::Asked};
 use crate::pipeline::StepCall;
 use crate::run::context::ContextInfo;
 use crate::run::failure::Failure;
 use crate::run::record::LiveGuard;
+use crate::run::rerun::Answer;
 use crate::run::state::Run;
+
+/// A model turn's record: the turn, and what the model was asked (a
+/// replay compares it with what it asks; see `run::rerun`).
+#[derive(serde::Serialize)]
+struct TurnRecord<'a> {
+    #[serde(flatten)]
+    turn: &'a ModelTurn,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    asked: Option<&'a Asked>,
+}
+
+/// A replay's answer to model turn `unit` asked `now`: the recorded turn's
+/// record (its deltas streamed again) while the replay asks what was
+/// recorded; `None` when the turn goes live (a strict replay's divergence
+/// ends the run instead).
+async fn recorded_turn<'r>(
+    rt: &'r Run,
+    frame: &CallFrame,
+    sink: &FrameSink<'_>,
+    unit: &str,
+    now: &Asked,
+) -> Option<&'r [u8]> {
+    let Some(rerun) = &rt.rerun else {
+        return None;
+    };
+    match rerun.turn(unit, now, &frame.messages) {
+        Answer::Recorded((record, deltas)) => {
+            for d in deltas {
+                sink.delta(d.clone()).await;
+            }
+            Some(record)
+        }
+        Answer::Live => None,
+        Answer::Differs(diff) => {
+            let diverged = pb::Diverged {
+                point: "model_turn".into(),
+                turn: frame.turns,
+                diff,
+                ..Default::default()
+            };
+            rt.diverged(&frame.ctx, &frame.agent_name, diverged).await;
+            None
+        }
+    }
+}
 
 /// [`run_frame`] boxed, as a [`RunFrame`](super::frame::RunFrame) value.
 pub fn run_frame_boxed(
@@ -101,7 +147,23 @@ pub(super) async fn run_frame_inner(
         };
         // A resumed run does not ask the model again for a turn it had.
         let unit = format!("t/{}/{}", frame.ctx.id, frame.turns);
-        let turn = match rt.replayed(&unit) {
+        let mut asked = None;
+        let recorded = match rt.replayed(&unit) {
+            Some(record) => Some(record),
+            None => {
+                let now = Asked::of(
+                    frame.model.reference(),
+                    &frame.messages,
+                    &tools,
+                    &frame.settings,
+                    &mut frame.conversation,
+                );
+                let answer = recorded_turn(rt, &frame, &sink, &unit, &now).await;
+                asked = Some(now);
+                answer
+            }
+        };
+        let turn = match recorded {
             Some(record) => serde_json::from_slice::<ModelTurn>(record).map_err(|e| {
                 Failure::new(Code::Internal, format!("the record of turn {unit}: {e}"))
             })?,
@@ -213,7 +275,11 @@ pub(super) async fn run_frame_inner(
             finish_reason: turn.finish_reason.clone(),
         });
         rt.emit_point(&frame.ctx, &frame.agent_name, completed, unit, || {
-            serde_json::to_vec(&turn).unwrap_or_default()
+            serde_json::to_vec(&TurnRecord {
+                turn: &turn,
+                asked: asked.as_ref(),
+            })
+            .unwrap_or_default()
         })
         .await;
 

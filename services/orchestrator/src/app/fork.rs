@@ -149,7 +149,7 @@ impl Orchestrator {
 
     /// The history of run `run_id` of the caller's tenant up to `at_seq`,
     /// the request that started it and its kind.
-    async fn history(
+    pub(super) async fn history(
         &self,
         caller: &Caller,
         run_id: &str,

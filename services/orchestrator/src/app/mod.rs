@@ -9,6 +9,7 @@
 //! | watch a run from a seq, get one, list a tenant's | `read.rs` (producers in `watch.rs`) |
 //! | cancel a run, answer an approval, answer an input | `calls.rs` |
 //! | a trace's slots, and a watch of them | `slots.rs` |
+//! | fork a run at a point; replay a run against today's agents | `fork.rs`, `replay.rs` |
 //! | drain at shutdown | `drain.rs` |
 //! | keep durable runs: renew leases, deliver answers, park, claim | `upkeep.rs` |
 //!
@@ -27,6 +28,7 @@ mod drain;
 mod fork;
 mod orchestrator;
 mod read;
+mod replay;
 mod resume;
 mod slots;
 mod start;

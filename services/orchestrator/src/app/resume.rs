@@ -108,6 +108,9 @@ impl Orchestrator {
         record
             .epoch
             .store(claimed.epoch, std::sync::atomic::Ordering::Relaxed);
+        if let Some(origin) = meta.replay_of.clone() {
+            let _ = record.replay_of.set(origin);
+        }
         if let Some(origin) = meta.forked_from.clone() {
             let _ = record.forked_from.set(origin);
         }

@@ -254,6 +254,7 @@ pub async fn end_orphan(
                 code: tonic::Code::Unavailable as i32,
                 message: message.clone(),
                 usage: None,
+                replay: None,
             }),
         ),
     ];

@@ -197,6 +197,21 @@ impl OrchestratorRpc for OrchestratorService {
         Ok(Response::new(events(started.map_err(status)?.events)))
     }
 
+    type ReplayRunStream = EventStatusStream;
+
+    async fn replay_run(
+        &self,
+        request: Request<pb::ReplayRunRequest>,
+    ) -> Answer<Self::ReplayRunStream> {
+        let caller = caller(&request);
+        let request = wire::request::replay(request.into_inner());
+        let started = match request {
+            Ok(request) => self.core.replay(&caller, request).await,
+            Err(e) => Err(self.core.refused("ReplayRun", &caller, e)),
+        };
+        Ok(Response::new(events(started.map_err(status)?.events)))
+    }
+
     async fn list_agents(
         &self,
         _: Request<pb::ListAgentsRequest>,

@@ -287,6 +287,19 @@ impl Face {
                 }?;
                 Ok(started_answer(started, stream))
             }
+            Rpc::ReplayRun => {
+                let mut r: pb::ReplayRunRequest = json_body_or_empty(&call.body)?;
+                r.run_id = call.param("run_id")?;
+                let stream = call.wants_stream();
+                if !stream {
+                    r.detach = true;
+                }
+                let started = match wire::request::replay(r) {
+                    Ok(r) => core.replay(&caller, r).await,
+                    Err(e) => Err(core.refused("ReplayRun", &caller, e)),
+                }?;
+                Ok(started_answer(started, stream))
+            }
             Rpc::ListRuns => {
                 let r = call.query.list_runs()?;
                 let query = RunsQuery::try_from(&r)?;

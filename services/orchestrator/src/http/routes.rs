@@ -13,6 +13,8 @@ pub enum Rpc {
     RunPipeline,
     /// `ForkRun`: attached (SSE) or detached.
     ForkRun,
+    /// `ReplayRun`: attached (SSE) or detached.
+    ReplayRun,
     /// `ListRuns`.
     ListRuns,
     /// `GetRun`.
@@ -116,6 +118,15 @@ pub const ROUTES: &[Route] = &[
         answer: "baton.v1.RunEvent",
         stream: true,
         summary: "Fork a run at `atSeq`, optionally with an `edit` of that point (the run id is the path's). Everything before the point is replayed from the run's recording, nothing is called again; the fork goes live from there. Answers as `POST /v1/runs` does.",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/runs/{run_id}:replay",
+        rpc: Rpc::ReplayRun,
+        body: Some("baton.v1.ReplayRunRequest"),
+        answer: "baton.v1.RunEvent",
+        stream: true,
+        summary: "Replay an ended run against today's agents (the run id is the path's; body `{strict}`, optional). Model calls and calls of tools outside Baton whose request matches the recording are answered from it; at the first that differs a `diverged` event says where and what, then a strict replay fails and the default goes live. The terminal event's `replay` counts the calls that matched. Answers as `POST /v1/runs` does.",
     },
     Route {
         method: "POST",

@@ -16,6 +16,7 @@
 //! provider reads it.
 
 pub mod anthropic;
+pub mod asked;
 pub mod chat;
 pub mod error;
 pub mod http;

@@ -103,11 +103,11 @@ pub async fn body(
         &rt,
         &root,
         pb::RunStarted {
-            forked_from: None,
             kind: pb::RunKind::Pipeline as i32,
             target: plan.name.clone(),
             input: String::new(),
             labels: Default::default(),
+            ..Default::default()
         },
         Box::pin(body),
         cleanup,

@@ -47,6 +47,18 @@ pub struct ForkRequest {
     pub filter: crate::run::events::Filter,
 }
 
+/// A replay asked for (ReplayRun).
+pub struct ReplayRequest {
+    /// The run to replay.
+    pub run_id: String,
+    /// Whether the first divergence fails the replay.
+    pub strict: bool,
+    /// Whether the replay outlives the caller's stream.
+    pub detach: bool,
+    /// Which events the caller's stream carries.
+    pub filter: crate::run::events::Filter,
+}
+
 /// A request for a pipeline run (RunPipeline).
 pub struct PipelineRequest {
     /// The pipeline, in its `baton.v1.PipelineSpec` form: the pipeline

@@ -155,6 +155,7 @@ fn options(s: &Shared, o: RequestOptions) -> Result<RunOptions> {
         filter: o.filter,
         detach: o.detach,
         replay: None,
+        rerun: None,
         settings: o.settings,
     })
 }

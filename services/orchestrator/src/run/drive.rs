@@ -40,6 +40,11 @@ pub async fn drive(
             rt.emit(root, &no_agent, resumed).await;
         }
         None => {
+            let mut started = started;
+            if let Some(rerun) = &rt.rerun {
+                started.replay_of.clone_from(&rerun.origin);
+                started.strict = rerun.strict;
+            }
             let started = Payload::RunStarted(started);
             // A point: it records the root context's span id.
             rt.emit_point(root, &no_agent, started, "r".into(), Vec::new)
@@ -50,6 +55,13 @@ pub async fn drive(
     let outcome = tokio::select! {
         biased;
         _ = token.cancelled() => None,
+        // A strict replay ends at its first divergence.
+        f = async {
+            match &rt.rerun {
+                Some(rerun) if rerun.strict => rerun.failed().await,
+                _ => std::future::pending().await,
+            }
+        } => Some(Err(f)),
         r = body => Some(r),
         _ = tokio::time::sleep(rt.limits.run_timeout) => Some(Err(Failure::new(
             Code::DeadlineExceeded,
@@ -66,11 +78,13 @@ pub async fn drive(
         return;
     }
     cleanup.await;
+    let replay = rt.rerun.as_ref().map(super::rerun::Rerun::stats);
     let terminal = match outcome {
         Some(Ok(output)) => Payload::RunCompleted(pb::RunCompleted {
             output,
             run_context_json: rt.run_context_json(),
             usage: Some(rt.usage()),
+            replay,
         }),
         Some(Err(f)) => {
             root.set_error(f.code, f.message.clone());
@@ -78,11 +92,13 @@ pub async fn drive(
                 code: f.code as i32,
                 message: f.message,
                 usage: Some(rt.usage()),
+                replay,
             })
         }
         None => Payload::RunCancelled(pb::RunCancelled {
             reason: rt.record.cancel_reason(),
             usage: Some(rt.usage()),
+            replay,
         }),
     };
     rt.emit(root, &no_agent, terminal).await;
@@ -120,6 +136,7 @@ mod tests {
                 input: String::new(),
                 labels: Default::default(),
                 forked_from: None,
+                ..Default::default()
             },
             Box::pin(body),
             async {

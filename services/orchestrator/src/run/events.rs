@@ -91,6 +91,7 @@ pub fn kind_of(p: &Payload) -> pb::EventKind {
         Payload::StepFailed(_) => K::StepFailed,
         Payload::StepSkipped(_) => K::StepSkipped,
         Payload::PipelineCompleted(_) => K::PipelineCompleted,
+        Payload::Diverged(_) => K::Diverged,
     }
 }
 

@@ -217,6 +217,9 @@ pub fn plan(
         e.trace_id.clear();
         e.replayed = true;
         if let Some(Payload::RunStarted(s)) = &mut e.payload {
+            // A fork of a replay is no replay.
+            s.replay_of.clear();
+            s.strict = false;
             s.forked_from = Some(
                 Origin {
                     run_id: origin_run.to_owned(),

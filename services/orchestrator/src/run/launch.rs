@@ -121,6 +121,7 @@ pub async fn register(
         waiting_approvals: 0,
         waiting_inputs: 0,
         forked_from: r.forked_from.get().cloned(),
+        replay_of: r.replay_of.get().cloned(),
     };
     let sent = super::record::mono_ms();
     let epoch = runs

@@ -42,6 +42,7 @@ pub mod log;
 pub mod quota;
 pub mod record;
 pub mod registry;
+pub mod rerun;
 pub mod shared;
 pub mod state;
 pub mod target;
@@ -112,6 +113,7 @@ pub(crate) mod testing {
             filter: Default::default(),
             detach: false,
             replay: None,
+            rerun: None,
             settings: Default::default(),
         };
         let run = Run::new(

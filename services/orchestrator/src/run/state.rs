@@ -81,6 +81,8 @@ pub struct Run {
     journaling: bool,
     /// What a resumed run had done (see [`Replay`]).
     pub replay: Option<Replay>,
+    /// For a replay (ReplayRun): the recording it answers from.
+    pub rerun: Option<super::rerun::Rerun>,
     /// The request's generation settings, over every agent's own.
     pub settings: Settings,
 }
@@ -102,6 +104,8 @@ pub struct RunOptions {
     pub detach: bool,
     /// When the run is resumed on this replica: what it had done.
     pub replay: Option<Replay>,
+    /// For a replay (ReplayRun): the recording it answers from.
+    pub rerun: Option<super::rerun::Rerun>,
     /// The request's generation settings.
     pub settings: Settings,
 }
@@ -231,6 +235,7 @@ impl Run {
             events,
             usage: UsageCounters::default(),
             replay: options.replay,
+            rerun: options.rerun,
             settings: options.settings,
         })
     }
@@ -273,7 +278,11 @@ impl Run {
 
     /// An answer to question `id` given while the run was away (parked, or
     /// its replica gone), when the run is being resumed.
+    /// A replay takes the answer recorded.
     pub fn inbox(&self, id: &str) -> Option<&[u8]> {
+        if let Some(rerun) = &self.rerun {
+            return rerun.answer(id);
+        }
         self.replay
             .as_ref()
             .and_then(|r| r.inbox.get(id))

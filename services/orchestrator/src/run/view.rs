@@ -42,6 +42,8 @@ pub struct RunView {
     pub waiting_for: Vec<&'static str>,
     /// For a fork: the run and the seq it was forked from.
     pub forked_from: Option<Origin>,
+    /// For a replay: the run it replays.
+    pub replay_of: Option<String>,
     /// Its history (events, recording) was evicted for room: GetRun has
     /// its result, nothing can watch, fork or replay it.
     pub history_gone: bool,

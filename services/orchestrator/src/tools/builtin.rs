@@ -40,6 +40,10 @@ struct ReadContext;
 
 #[async_trait::async_trait]
 impl Tool for ReadContext {
+    fn external(&self) -> bool {
+        false
+    }
+
     fn describe(&self) -> (String, Value) {
         (
             "Read a slot of the shared context of this request.".into(),
@@ -65,6 +69,10 @@ struct WriteContext;
 
 #[async_trait::async_trait]
 impl Tool for WriteContext {
+    fn external(&self) -> bool {
+        false
+    }
+
     fn describe(&self) -> (String, Value) {
         (
             "Write a slot of the shared context of this request, for other agents to read.".into(),
@@ -116,6 +124,10 @@ struct ListContext;
 
 #[async_trait::async_trait]
 impl Tool for ListContext {
+    fn external(&self) -> bool {
+        false
+    }
+
     fn describe(&self) -> (String, Value) {
         (
             "List the slots of the shared context of this request, a page at a time: pass the \
@@ -189,6 +201,10 @@ struct AskUser;
 
 #[async_trait::async_trait]
 impl Tool for AskUser {
+    fn external(&self) -> bool {
+        false
+    }
+
     fn describe(&self) -> (String, Value) {
         (
             "Ask the person a question and wait for the answer.".into(),
@@ -246,6 +262,10 @@ impl Drop for CancelRecorder<'_> {
 
 #[async_trait::async_trait]
 impl Tool for Sleep {
+    fn external(&self) -> bool {
+        false
+    }
+
     fn describe(&self) -> (String, Value) {
         (
             "Wait a number of milliseconds, reporting progress.".into(),

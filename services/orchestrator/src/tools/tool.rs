@@ -135,4 +135,11 @@ pub trait Tool: Send + Sync {
 
     /// Runs one call (again, with `resume`, after it asked for input).
     async fn call(&self, ctx: &ToolCtx<'_>, args: &Value, resume: Option<Resume>) -> ToolOutcome;
+
+    /// Whether a call reaches outside Baton (a tool server, an MCP server):
+    /// a replay answers such a call from the recording. Baton's own tools
+    /// (the run's context store, `sleep`, `ask_user`) run again.
+    fn external(&self) -> bool {
+        true
+    }
 }

@@ -30,6 +30,7 @@ impl From<RunView> for pb::GetRunResponse {
             waiting_for: r.waiting_for.iter().map(|w| (*w).to_owned()).collect(),
             forked_from: r.forked_from.as_ref().map(Origin::to_pb),
             history_gone: r.history_gone,
+            replay_of: r.replay_of.clone().unwrap_or_default(),
         }
     }
 }
@@ -61,6 +62,7 @@ impl From<pb::GetRunResponse> for RunView {
                 seq: o.seq,
             }),
             history_gone: r.history_gone,
+            replay_of: Some(r.replay_of).filter(|r| !r.is_empty()),
         }
     }
 }
@@ -84,6 +86,7 @@ impl From<RunView> for pb::RunSummary {
             waiting_for: r.waiting_for.iter().map(|w| (*w).to_owned()).collect(),
             forked_from: r.forked_from.as_ref().map(Origin::to_pb),
             history_gone: r.history_gone,
+            replay_of: r.replay_of.clone().unwrap_or_default(),
         }
     }
 }

@@ -13,7 +13,7 @@ use crate::{
     model::{ChatMessage, Role, ToolCallRequest},
     request::{
         AgentRequest, DEFAULT_RUNS_PAGE, ForkRequest, MAX_RUNS_PAGE, PipelineRequest,
-        RequestOptions, RequestedLimits, RunsQuery, StoredRequest,
+        ReplayRequest, RequestOptions, RequestedLimits, RunsQuery, StoredRequest,
     },
     run::{events::Filter, view::parse_page_token},
 };
@@ -167,6 +167,17 @@ pub fn fork(r: pb::ForkRunRequest) -> Result<ForkRequest> {
         run_id: r.run_id,
         at_seq: r.at_seq,
         edit: r.edit.and_then(|e| e.edit),
+        detach: r.detach,
+    })
+}
+
+/// A ReplayRun request: its filter converted; the run is checked by the
+/// core.
+pub fn replay(r: pb::ReplayRunRequest) -> Result<ReplayRequest> {
+    Ok(ReplayRequest {
+        filter: filter(r.filter)?,
+        run_id: r.run_id,
+        strict: r.strict,
         detach: r.detach,
     })
 }

@@ -50,6 +50,8 @@ pub struct RunMeta {
     pub waiting_inputs: u32,
     /// For a fork: the run and seq it was forked from (field `ff`).
     pub forked_from: Option<Origin>,
+    /// For a replay: the run it replays (field `ro`).
+    pub replay_of: Option<String>,
 }
 
 impl RunMeta {
@@ -76,6 +78,7 @@ impl RunMeta {
                 Vec::new()
             },
             forked_from: self.forked_from.clone(),
+            replay_of: self.replay_of.clone(),
             history_gone: false,
         }
     }
@@ -155,6 +158,7 @@ pub(super) fn decode_meta(run_id: &str, f: &HashMap<String, Vec<u8>>) -> Option<
         waiting_approvals: num("wait_ap").clamp(0, i64::from(u32::MAX)) as u32,
         waiting_inputs: num("wait_in").clamp(0, i64::from(u32::MAX)) as u32,
         forked_from: Origin::from_field(&text("ff")),
+        replay_of: Some(text("ro")).filter(|r| !r.is_empty()),
     })
 }
 

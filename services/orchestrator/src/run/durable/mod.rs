@@ -316,6 +316,9 @@ impl RedisRuns {
         if let Some(origin) = &meta.forked_from {
             invocation.arg("ff").arg(origin.to_field());
         }
+        if let Some(origin) = &meta.replay_of {
+            invocation.arg("ro").arg(origin);
+        }
         // The tenant's index and the lease set are keys of their own (not
         // the run's hash tag): separate commands, so a Cluster can route
         // each, sent together (one round trip on one connection). The

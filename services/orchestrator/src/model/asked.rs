@@ -1,0 +1,311 @@
+//! What a model was asked, in short ([`Asked`]): every model turn's
+//! recording keeps it, so a replay (ReplayRun) can tell whether today's
+//! request is the one recorded and, when it is not, say what differs. The
+//! hashes are FNV-1a 64 over a fixed byte layout: stable across builds and
+//! Rust versions, as a recording in the run store outlives the binary that
+//! wrote it.
+
+use serde::{Deserialize, Serialize};
+
+use super::chat::{ChatMessage, Role, ToolDef};
+use crate::catalog::settings::Settings;
+
+/// How many of the last messages an [`Asked`] hashes one by one: enough to
+/// name the message that differs (a turn adds the model's answer and its
+/// tools' results since the one before).
+const TAIL: usize = 4;
+
+/// A model request in short. Field names are one letter: one is kept per
+/// model turn of every run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Asked {
+    /// The model asked.
+    pub m: String,
+    /// The tools offered, by name, in order.
+    pub t: Vec<String>,
+    /// Hash of the tools' descriptions and argument schemas.
+    pub th: u64,
+    /// Hash of the generation settings.
+    pub s: u64,
+    /// How many messages.
+    pub n: usize,
+    /// Hash of all the messages.
+    pub h: u64,
+    /// Hashes of the last messages (up to four), oldest first.
+    pub l: Vec<u64>,
+}
+
+/// FNV-1a 64.
+#[derive(Clone, Copy)]
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+
+    fn bytes(&mut self, bytes: &[u8]) -> &mut Self {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+        self
+    }
+
+    /// A length-prefixed string: `"ab","c"` and `"a","bc"` differ.
+    fn text(&mut self, text: &str) -> &mut Self {
+        self.bytes(&(text.len() as u64).to_le_bytes())
+            .bytes(text.as_bytes())
+    }
+}
+
+fn role_name(role: Role) -> &'static str {
+    match role {
+        Role::System => "system",
+        Role::User => "user",
+        Role::Assistant => "assistant",
+        Role::Tool => "tool",
+    }
+}
+
+fn message_hash(m: &ChatMessage) -> u64 {
+    let mut h = Fnv::new();
+    h.text(role_name(m.role)).text(&m.content);
+    h.text(m.tool_call_id.as_deref().unwrap_or(""));
+    for c in &m.tool_calls {
+        h.text(&c.id).text(&c.name).text(&c.arguments.to_string());
+    }
+    h.0
+}
+
+/// The hash of a conversation, kept up to date as messages are added: a
+/// turn loop hashes each message once, not the whole conversation again
+/// every turn.
+#[derive(Debug, Clone, Copy)]
+pub struct Conversation {
+    hashed: usize,
+    chain: u64,
+}
+
+impl Default for Conversation {
+    fn default() -> Self {
+        Self {
+            hashed: 0,
+            chain: Fnv::new().0,
+        }
+    }
+}
+
+impl Conversation {
+    /// The hash of all of `messages` (which grew since the last call, or
+    /// are hashed again from the start if they did not).
+    fn of(&mut self, messages: &[ChatMessage]) -> u64 {
+        if messages.len() < self.hashed {
+            *self = Self::default();
+        }
+        for m in &messages[self.hashed..] {
+            self.chain = Fnv(self.chain).bytes(&message_hash(m).to_le_bytes()).0;
+        }
+        self.hashed = messages.len();
+        self.chain
+    }
+}
+
+impl Asked {
+    /// The short form of asking `model` with `messages`, `tools` and
+    /// `settings`.
+    pub fn of(
+        model: &str,
+        messages: &[ChatMessage],
+        tools: &[ToolDef],
+        settings: &Settings,
+        conversation: &mut Conversation,
+    ) -> Self {
+        let mut th = Fnv::new();
+        for t in tools {
+            th.text(&t.name)
+                .text(&t.description)
+                .text(&t.parameters.to_string());
+        }
+        let settings = serde_json::to_string(settings).unwrap_or_default();
+        Self {
+            m: model.to_owned(),
+            t: tools.iter().map(|t| t.name.clone()).collect(),
+            th: th.0,
+            s: Fnv::new().text(&settings).0,
+            n: messages.len(),
+            h: conversation.of(messages),
+            l: messages[messages.len().saturating_sub(TAIL)..]
+                .iter()
+                .map(message_hash)
+                .collect(),
+        }
+    }
+
+    /// What differs between `self` (recorded) and `now` (asked today, with
+    /// `messages`), in short: `""` when nothing does.
+    pub fn diff(&self, now: &Asked, messages: &[ChatMessage]) -> String {
+        let mut parts = Vec::new();
+        if self.m != now.m {
+            parts.push(format!("model: {} → {}", self.m, now.m));
+        }
+        if self.t != now.t {
+            let added: Vec<_> = now.t.iter().filter(|t| !self.t.contains(t)).collect();
+            let gone: Vec<_> = self.t.iter().filter(|t| !now.t.contains(t)).collect();
+            let mut tools = Vec::new();
+            tools.extend(added.iter().map(|t| format!("+ {t}")));
+            tools.extend(gone.iter().map(|t| format!("− {t}")));
+            if tools.is_empty() {
+                tools.push("reordered".into());
+            }
+            parts.push(format!("tools: {}", tools.join(", ")));
+        } else if self.th != now.th {
+            parts.push("tools: a description or schema differs".into());
+        }
+        if self.s != now.s {
+            parts.push("settings differ".into());
+        }
+        if self.h != now.h {
+            parts.push(self.message_diff(now, messages));
+        }
+        parts.join("; ")
+    }
+
+    fn message_diff(&self, now: &Asked, messages: &[ChatMessage]) -> String {
+        let mut said = Vec::new();
+        if self.n != now.n {
+            said.push(format!("messages: {} recorded, {} now", self.n, now.n));
+        }
+        // The messages both hashed one by one, by index.
+        let (was_from, now_from) = (self.n - self.l.len(), now.n - now.l.len());
+        let from = was_from.max(now_from);
+        let to = self.n.min(now.n);
+        let differing = (from..to).find(|&i| self.l[i - was_from] != now.l[i - now_from]);
+        match differing {
+            Some(i) => said.push(format!(
+                "message {} ({}) differs: now {}",
+                i + 1,
+                role_name(messages[i].role),
+                excerpt(&messages[i])
+            )),
+            None if now.n > self.n => said.push(format!(
+                "message {} ({}) is new: {}",
+                self.n + 1,
+                role_name(messages[self.n].role),
+                excerpt(&messages[self.n])
+            )),
+            None if self.n == now.n => said.push("an earlier message differs".into()),
+            None => {}
+        }
+        said.join("; ")
+    }
+}
+
+/// A message in at most 80 characters.
+fn excerpt(m: &ChatMessage) -> String {
+    let text = if m.content.is_empty() && !m.tool_calls.is_empty() {
+        let calls: Vec<_> = m
+            .tool_calls
+            .iter()
+            .map(|c| format!("{}({})", c.name, c.arguments))
+            .collect();
+        format!("calls {}", calls.join(", "))
+    } else {
+        m.content.clone()
+    };
+    let mut short: String = text.chars().take(80).collect();
+    if short.len() < text.len() {
+        short.push('…');
+    }
+    format!("{short:?}")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::model::ToolCallRequest;
+
+    fn asked(messages: &[ChatMessage], tools: &[ToolDef]) -> Asked {
+        Asked::of(
+            "scripted:a",
+            messages,
+            tools,
+            &Settings::default(),
+            &mut Conversation::default(),
+        )
+    }
+
+    fn tool(name: &str) -> ToolDef {
+        ToolDef {
+            name: name.into(),
+            description: "d".into(),
+            parameters: json!({"type": "object"}),
+        }
+    }
+
+    fn talk() -> Vec<ChatMessage> {
+        vec![
+            ChatMessage::new(Role::System, "be brief"),
+            ChatMessage::new(Role::User, "hi"),
+        ]
+    }
+
+    #[test]
+    fn the_same_request_asks_the_same_and_differs_in_nothing() {
+        let a = asked(&talk(), &[tool("x")]);
+        let b = asked(&talk(), &[tool("x")]);
+        assert_eq!(a, b);
+        assert_eq!(a.diff(&b, &talk()), "");
+    }
+
+    #[test]
+    fn a_conversation_hashed_as_it_grows_hashes_as_one_hashed_at_once() {
+        let mut messages = talk();
+        let mut growing = Conversation::default();
+        growing.of(&messages[..1]);
+        let mut reply = ChatMessage::new(Role::Assistant, "");
+        reply.tool_calls.push(ToolCallRequest {
+            id: "c1".into(),
+            name: "x".into(),
+            arguments: json!({"q": 1}),
+        });
+        messages.push(reply);
+        assert_eq!(growing.of(&messages), Conversation::default().of(&messages));
+        // Fewer messages than hashed: hashed again from the start.
+        assert_eq!(
+            growing.of(&messages[..2]),
+            Conversation::default().of(&messages[..2])
+        );
+    }
+
+    #[test]
+    fn the_diff_names_what_differs() {
+        let was = asked(&talk(), &[tool("x"), tool("y")]);
+        let mut other = talk();
+        other[0].content = "be thorough".into();
+        let now = asked(&other, &[tool("x"), tool("z")]);
+        assert_eq!(
+            was.diff(&now, &other),
+            r#"tools: + z, − y; message 1 (system) differs: now "be thorough""#
+        );
+        let mut longer = talk();
+        longer.push(ChatMessage::new(Role::User, "x".repeat(100)));
+        let now = asked(&longer, &[tool("x"), tool("y")]);
+        let diff = was.diff(&now, &longer);
+        assert!(
+            diff.starts_with("messages: 2 recorded, 3 now; message 3 (user) is new: \"xxx"),
+            "{diff}"
+        );
+        assert!(diff.ends_with("…\""), "{diff}");
+        let other_model = Asked {
+            m: "scripted:b".into(),
+            ..was.clone()
+        };
+        assert_eq!(
+            was.diff(&other_model, &talk()),
+            "model: scripted:a → scripted:b"
+        );
+    }
+}

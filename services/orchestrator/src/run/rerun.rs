@@ -1,0 +1,351 @@
+//! A replay (ReplayRun): a new run of a recorded run's request against
+//! today's agents and models. It runs live — agents, handoffs, pipelines
+//! and Baton's own tools run again — except what leaves Baton: a model call
+//! whose request is the one recorded ([`Asked`]) is answered with the
+//! recorded turn (its text deltas streamed again), a call of a tool server,
+//! MCP server or remote A2A agent with the recorded tool and arguments with
+//! the recorded result (its progress and questions said again), and a
+//! question to a person with the recorded answer. So an unchanged agent
+//! replaying an unchanged run reproduces its events, ids and times aside.
+//!
+//! At the first request that differs, the caller says so (`Diverged`) and
+//! the replay diverges: from then on everything is live (a divergence in
+//! one context can change what every other one sees, through the run
+//! context and the store); a strict replay ends there, failed.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+};
+
+use baton_proto::v1::{self as pb, run_event::Payload};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use tonic::Code;
+
+use super::{failure::Failure, fork::History};
+use crate::model::asked::Asked;
+
+/// What a replay answers a request with.
+pub enum Answer<T> {
+    /// The recording's answer: the request matched.
+    Recorded(T),
+    /// Nothing: the replay diverged before, the request goes live.
+    Live,
+    /// Nothing: the request differs from the recording (how, in short).
+    Differs(String),
+}
+
+/// A model turn of the recording.
+struct Turn {
+    /// The turn's record (a `ModelTurn` with what was asked).
+    record: Vec<u8>,
+    /// The text the model streamed, delta by delta.
+    deltas: Vec<String>,
+}
+
+/// A tool call of the recording.
+pub struct Call {
+    tool: String,
+    arguments: Value,
+    /// The call's record (what it returned).
+    pub record: Vec<u8>,
+    /// What the call said while it ran, in its context: progress, options,
+    /// questions to people and their answers.
+    pub said: Vec<Payload>,
+}
+
+/// What a replay takes from the recording of the run it replays, and how
+/// it went (see the module docs).
+pub struct Rerun {
+    /// The run replayed.
+    pub origin: String,
+    /// Whether the first divergence fails the replay.
+    pub strict: bool,
+    turns: HashMap<String, Turn>,
+    calls: HashMap<String, Call>,
+    /// People's answers by question id, as an inbox holds them.
+    answers: HashMap<String, Vec<u8>>,
+    /// The events of remote A2A agents' contexts, by context id: a call
+    /// answered from the recording says them again.
+    remote: HashMap<String, Vec<(String, Payload)>>,
+    diverged: AtomicBool,
+    matched: AtomicU64,
+    made: AtomicU64,
+    failure: Mutex<Option<Failure>>,
+    ended: CancellationToken,
+}
+
+/// The turn record: a `ModelTurn`'s fields and what was asked (`asked`).
+#[derive(serde::Deserialize)]
+struct AskedOf {
+    asked: Option<Asked>,
+}
+
+impl Rerun {
+    /// The replay of `origin` from its `history` (events from seq 1 and
+    /// recording).
+    pub fn new(origin: String, strict: bool, history: History) -> Self {
+        let History { events, recording } = history;
+        let mut points: HashMap<u64, String> = HashMap::new();
+        let mut turns = HashMap::new();
+        let mut answers = HashMap::new();
+        let mut records = HashMap::new();
+        for r in recording {
+            if let Some(id) = r.unit.strip_prefix("ap/") {
+                answers.insert(id.to_owned(), r.record);
+            } else if let Some(id) = r.unit.strip_prefix("in/") {
+                let text = String::from_utf8_lossy(&r.record).into_owned();
+                answers.insert(id.to_owned(), serde_json::to_vec(&text).unwrap_or_default());
+            } else if r.unit.starts_with("t/") {
+                points.insert(r.seq, r.unit.clone());
+                turns.insert(
+                    r.unit,
+                    Turn {
+                        record: r.record,
+                        deltas: Vec::new(),
+                    },
+                );
+            } else if r.unit.starts_with("c/") {
+                records.insert(r.unit, r.record);
+            }
+        }
+        let mut deltas: HashMap<String, Vec<String>> = HashMap::new();
+        let mut calls = HashMap::new();
+        let mut asking: HashMap<String, String> = HashMap::new();
+        let mut remote: HashMap<String, Vec<(String, Payload)>> = HashMap::new();
+        for e in events {
+            let Some(payload) = e.payload else { continue };
+            let ctx = e.context_id;
+            if let Some(said) = remote.get_mut(&ctx) {
+                said.push((e.agent, payload));
+                continue;
+            }
+            let of_call = match &payload {
+                Payload::TextDelta(d) => {
+                    deltas.entry(ctx).or_default().push(d.text.clone());
+                    continue;
+                }
+                Payload::MessageCompleted(_) => {
+                    let said = deltas.remove(&ctx).unwrap_or_default();
+                    if let Some(turn) = points.get(&e.seq).and_then(|u| turns.get_mut(u)) {
+                        turn.deltas = said;
+                    }
+                    continue;
+                }
+                Payload::AgentStarted(a) if a.model.starts_with("a2a:") => {
+                    remote.insert(ctx, vec![(e.agent, payload)]);
+                    continue;
+                }
+                Payload::ToolCallStarted(s) => {
+                    let unit = format!("c/{ctx}/{}", s.call_id);
+                    let Some(record) = records.remove(&unit) else {
+                        continue;
+                    };
+                    let arguments = serde_json::from_str(&s.arguments_json).unwrap_or(Value::Null);
+                    let call = Call {
+                        tool: s.tool.clone(),
+                        arguments,
+                        record,
+                        said: Vec::new(),
+                    };
+                    calls.insert(unit, call);
+                    continue;
+                }
+                Payload::ToolProgress(p) => p.call_id.clone(),
+                Payload::ToolOptions(o) => o.call_id.clone(),
+                Payload::InputRequested(q) => {
+                    asking.insert(q.input_id.clone(), q.call_id.clone());
+                    q.call_id.clone()
+                }
+                Payload::InputReceived(a) => match asking.get(&a.input_id) {
+                    Some(call) => call.clone(),
+                    None => continue,
+                },
+                Payload::InputTimedOut(a) => match asking.get(&a.input_id) {
+                    Some(call) => call.clone(),
+                    None => continue,
+                },
+                _ => continue,
+            };
+            if let Some(call) = calls.get_mut(&format!("c/{ctx}/{of_call}")) {
+                call.said.push(payload);
+            }
+        }
+        Self {
+            origin,
+            strict,
+            turns,
+            calls,
+            answers,
+            remote,
+            diverged: AtomicBool::new(false),
+            matched: AtomicU64::new(0),
+            made: AtomicU64::new(0),
+            failure: Mutex::new(None),
+            ended: CancellationToken::new(),
+        }
+    }
+
+    /// Whether the replay diverged already (everything is live).
+    fn live(&self) -> bool {
+        self.diverged.load(Ordering::SeqCst)
+    }
+
+    /// Model turn `unit` asked `now`: the recorded turn's record and
+    /// deltas when the recording asked the same.
+    pub fn turn(
+        &self,
+        unit: &str,
+        now: &Asked,
+        messages: &[crate::model::ChatMessage],
+    ) -> Answer<(&[u8], &[String])> {
+        self.made.fetch_add(1, Ordering::Relaxed);
+        if self.live() {
+            return Answer::Live;
+        }
+        let Some(turn) = self.turns.get(unit) else {
+            return Answer::Differs("the recording has no such model turn here".into());
+        };
+        let asked = serde_json::from_slice::<AskedOf>(&turn.record)
+            .ok()
+            .and_then(|a| a.asked);
+        let Some(asked) = asked else {
+            return Answer::Differs(
+                "the recording does not say what this turn was asked (recorded before requests were, or edited in a fork)".into(),
+            );
+        };
+        let diff = asked.diff(now, messages);
+        if diff.is_empty() {
+            self.matched.fetch_add(1, Ordering::Relaxed);
+            Answer::Recorded((&turn.record, &turn.deltas))
+        } else {
+            Answer::Differs(diff)
+        }
+    }
+
+    /// Call `unit` of `tool` with `arguments`, of a tool outside Baton: the
+    /// recorded call when the recording made the same.
+    pub fn call(&self, unit: &str, tool: &str, arguments: &Value) -> Answer<&Call> {
+        self.made.fetch_add(1, Ordering::Relaxed);
+        if self.live() {
+            return Answer::Live;
+        }
+        let Some(call) = self.calls.get(unit) else {
+            return Answer::Differs(format!("the recording has no call of {tool} here"));
+        };
+        if call.tool != tool {
+            return Answer::Differs(format!("tool: {} → {tool}", call.tool));
+        }
+        if call.arguments != *arguments {
+            return Answer::Differs(format!(
+                "arguments: {} → {}",
+                short(&call.arguments.to_string()),
+                short(&arguments.to_string())
+            ));
+        }
+        self.matched.fetch_add(1, Ordering::Relaxed);
+        Answer::Recorded(call)
+    }
+
+    /// The events a remote A2A agent's context `ctx` had.
+    pub fn remote_events(&self, ctx: &str) -> &[(String, Payload)] {
+        self.remote.get(ctx).map_or(&[], Vec::as_slice)
+    }
+
+    /// A person's recorded answer to question `id`, as an inbox holds it,
+    /// until the replay diverges.
+    pub fn answer(&self, id: &str) -> Option<&[u8]> {
+        if self.live() {
+            return None;
+        }
+        self.answers.get(id).map(Vec::as_slice)
+    }
+
+    /// The replay diverged (`diverged` says where and how): true for the
+    /// first divergence only, which is the one to tell. A strict replay
+    /// ends with `failure`.
+    pub fn diverge(&self, failure: impl FnOnce() -> Failure) -> bool {
+        if self.diverged.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        if self.strict {
+            *self.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(failure());
+            self.ended.cancel();
+        }
+        true
+    }
+
+    /// Resolves with the failure a strict replay ended with.
+    pub async fn failed(&self) -> Failure {
+        self.ended.cancelled().await;
+        self.failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_else(|| Failure::new(Code::FailedPrecondition, "the replay diverged"))
+    }
+
+    /// How the replay's calls went.
+    pub fn stats(&self) -> pb::ReplayStats {
+        pb::ReplayStats {
+            run_id: self.origin.clone(),
+            matched_calls: self.matched.load(Ordering::Relaxed),
+            calls: self.made.load(Ordering::Relaxed),
+            diverged: self.live(),
+        }
+    }
+}
+
+/// `text` in at most 120 characters.
+fn short(text: &str) -> String {
+    let mut s: String = text.chars().take(120).collect();
+    if s.len() < text.len() {
+        s.push('…');
+    }
+    s
+}
+
+/// The failure a strict replay ends with when `diverged` (in `context`).
+pub fn strict_failure(origin: &str, context: &str, diverged: &pb::Diverged) -> Failure {
+    let at = match diverged.point.as_str() {
+        "model_turn" => format!("model turn {}", diverged.turn),
+        point => format!("{} {}", point.replace('_', " "), diverged.call_id),
+    };
+    Failure::new(
+        Code::FailedPrecondition,
+        format!(
+            "strict replay of run {origin} diverged in {context} at {at}: {}",
+            diverged.diff
+        ),
+    )
+}
+
+impl super::state::Run {
+    /// Says that this replay's request differs from the recording
+    /// (`diverged`, in `ctx`), the first time only. A strict replay ends
+    /// here: this never returns, and the run ends failed (`run::drive`
+    /// waits on [`Rerun::failed`]) before anything goes live.
+    pub async fn diverged(
+        &self,
+        ctx: &std::sync::Arc<super::context::ContextInfo>,
+        agent: &std::sync::Arc<str>,
+        mut diverged: pb::Diverged,
+    ) {
+        let Some(rerun) = self.rerun.as_ref() else {
+            return;
+        };
+        diverged.strict = rerun.strict;
+        let failure = strict_failure(&rerun.origin, &ctx.id, &diverged);
+        if rerun.diverge(|| failure.clone()) {
+            tracing::info!(run_id = %self.record.run_id, origin = %rerun.origin, context = %ctx.id, diff = %diverged.diff, "replay diverged");
+            self.emit(ctx, agent, Payload::Diverged(diverged)).await;
+        }
+        if rerun.strict {
+            std::future::pending::<()>().await;
+        }
+    }
+}
