@@ -586,6 +586,41 @@ consoleTest('a researcher run is forked at a nested tool result with an edited r
   await page.locator(`${tid('run-forks')} a[href="#/runs/${forkId}"]`).waitFor();
 });
 
+consoleTest('an unchanged researcher run replayed strictly matches its recording, call for call', async (page) => {
+  await openConsole(page, EXAMPLE, KEY_A);
+  const runId = await startRun(page, 'researcher', 'the history of replays');
+  await waitStatus(page, 'RUN_STATUS_COMPLETED');
+  const output = await page.locator(tid('run-output')).textContent();
+  await page.locator(tid('replay-run')).click();
+  await page.locator(tid('replay-box')).waitFor();
+  assert.equal(await page.locator(tid('replay-strict')).isChecked(), true, 'strict by default');
+  await shot(page, 'replay-form');
+  await page.locator(tid('replay-submit')).click();
+  // The replay's page: a new run, linked to the run it replays.
+  await page.waitForFunction((id) => {
+    const el = document.querySelector('[data-testid="run-page"]');
+    return el && el.dataset.runId && el.dataset.runId !== id;
+  }, runId);
+  const replayId = await page.locator(tid('run-page')).getAttribute('data-run-id');
+  await waitStatus(page, 'RUN_STATUS_COMPLETED');
+  assert.equal(await page.locator(tid('run-output')).textContent(), output, 'the same answer');
+  const origin = page.locator(`${tid('run-replay-of')} ${tid('lineage-link')}`);
+  assert.equal(await origin.getAttribute('href'), `#/runs/${runId}`);
+  const stats = await page.locator(tid('replay-stats')).textContent();
+  const m = stats.match(/(\d+) of (\d+) calls matched the recording$/);
+  assert.ok(m && m[1] === m[2] && Number(m[1]) >= 4, `every call matched: ${stats}`);
+  assert.equal(await page.locator(tid('run-diverged')).count(), 0, 'nothing diverged');
+  assert.match(await page.locator(tid('run-replay-of')).textContent(), /strict/);
+  await assertStreamComplete(page, replayId, 'the replay');
+  await shot(page, 'replay-run', { fullPage: true });
+  await page.setViewportSize({ width: 390, height: 844 });
+  await shot(page, 'replay-run-phone', { fullPage: true });
+  await page.setViewportSize({ width: 1280, height: 800 });
+  // The original lists its replay.
+  await origin.click();
+  await page.locator(`${tid('run-replays')} a[href="#/runs/${replayId}"]`).waitFor();
+});
+
 consoleTest('a run that ended more than a minute ago opens from seq 1 in baton up', async (page) => {
   assert.ok(oldRun.id, 'the run started before the tests');
   // A minute after its end (it ends within seconds of its start).

@@ -112,6 +112,9 @@ export const api = {
   startRun: (body) => request('POST', '/v1/runs', body),
   /** Starts a detached pipeline run: `{runId, traceId}`. */
   startPipeline: (body) => request('POST', '/v1/pipelines:run', body),
+  /** Replays an ended run against today's agents, detached (`strict`:
+   * fail at the first difference): `{runId, traceId}` of the replay. */
+  replay: (runId, strict) => request('POST', `/v1/runs/${enc(runId)}:replay`, { strict: !!strict }),
   /** Forks a run at `atSeq` with an optional `edit` (ForkEdit), detached:
    * `{runId, traceId}` of the fork. */
   fork: (runId, atSeq, edit) =>

@@ -13,7 +13,7 @@ export const PAYLOADS = [
   'toolCallStarted', 'toolProgress', 'toolOptions', 'toolCallCompleted',
   'toolBatchCompleted', 'approvalRequested', 'approvalResolved',
   'inputRequested', 'inputReceived', 'inputTimedOut', 'contextWritten', 'stepStarted',
-  'stepCompleted', 'stepFailed', 'stepSkipped', 'pipelineCompleted',
+  'stepCompleted', 'stepFailed', 'stepSkipped', 'pipelineCompleted', 'diverged',
 ];
 const KNOWN = new Set(PAYLOADS);
 
@@ -93,6 +93,13 @@ export class RunModel {
     this.replayedCount = 0;
     /** For a fork: `{runId, seq}` of its origin (GetRun's forkedFrom). */
     this.forkedFrom = null;
+    /** For a replay: the run it replays (GetRun's replayOf). */
+    this.replayOf = '';
+    /** For a replay: whether it is strict; its stats once it ended
+     * (`{matchedCalls, calls, diverged}`); where it diverged. */
+    this.strict = false;
+    this.replayStats = null;
+    this.divergedAt = null;
     /** GetRun said the run's history is no longer kept. */
     this.historyGone = false;
     this.touched = null;
@@ -142,6 +149,7 @@ export class RunModel {
     if (r.output) this.output = r.output;
     if (r.forkedFrom && r.forkedFrom.runId) this.forkedFrom = { runId: r.forkedFrom.runId, seq: Number(r.forkedFrom.seq || 0) };
     this.historyGone = !!r.historyGone;
+    if (r.replayOf) this.replayOf = r.replayOf;
     if (r.runContextJson) this.runContextJson = r.runContextJson;
     // While it runs, the totals are summed from the events (replayed from
     // seq 1); once it ended, GetRun's are the run's.
@@ -274,7 +282,27 @@ export class RunModel {
     this.target = p.target || this.target;
     if (!Number.isFinite(this.startedAt)) this.startedAt = t;
     if (!this.status) this.status = 'RUN_STATUS_RUNNING';
+    if (p.replayOf) {
+      this.replayOf = p.replayOf;
+      this.strict = !!p.strict;
+    }
     this.summaryDirty = true;
+  }
+
+  on_diverged(ctx, p) {
+    const at = p.point === 'model_turn' ? `model turn ${num(p.turn)}` : `${(p.point || '').replace('_', ' ')} ${p.callId || ''}`;
+    this.divergedAt = { ctx: ctx.id, at, diff: p.diff || '', strict: !!p.strict };
+    this.push(ctx, { kind: 'diverged', at, diff: p.diff || '', strict: !!p.strict });
+    this.summaryDirty = true;
+  }
+
+  /** A replay's stats, from its terminal event. */
+  replayEnded(p) {
+    if (!p.replay) return;
+    this.replayStats = {
+      matchedCalls: num(p.replay.matchedCalls), calls: num(p.replay.calls), diverged: !!p.replay.diverged,
+    };
+    this.replayOf = this.replayOf || p.replay.runId || '';
   }
 
   on_agentStarted(ctx, p, t) {
@@ -663,6 +691,7 @@ export class RunModel {
   }
 
   on_runCompleted(ctx, p, t) {
+    this.replayEnded(p);
     this.output = p.output || '';
     this.runContextJson = p.runContextJson || '';
     this.finalUsage(p.usage);
@@ -672,12 +701,14 @@ export class RunModel {
   }
 
   on_runFailed(ctx, p, t) {
+    this.replayEnded(p);
     this.error = { code: p.code || 0, message: p.message || '' };
     this.finalUsage(p.usage);
     this.end(ctx, t, 'RUN_STATUS_FAILED', { kind: 'end', outcome: 'failed', code: p.code || 0, message: p.message || '' });
   }
 
   on_runCancelled(ctx, p, t) {
+    this.replayEnded(p);
     this.cancelReason = p.reason || '';
     this.finalUsage(p.usage);
     this.end(ctx, t, 'RUN_STATUS_CANCELLED', { kind: 'end', outcome: 'cancelled', reason: this.cancelReason });

@@ -54,6 +54,12 @@ export function openRun(main, runId, app) {
   el.originFact = h('div', { hidden: true }, h('dt', { text: 'Forked from' }), el.origin);
   el.forks = h('dd', { 'data-testid': 'run-forks' });
   el.forksFact = h('div', { hidden: true }, h('dt', { text: 'Forks' }), el.forks);
+  el.replayOf = h('dd', { 'data-testid': 'run-replay-of' });
+  el.replayOfFact = h('div', { hidden: true }, h('dt', { text: 'Replay of' }), el.replayOf);
+  el.replays = h('dd', { 'data-testid': 'run-replays' });
+  el.replaysFact = h('div', { hidden: true }, h('dt', { text: 'Replays' }), el.replays);
+  el.replayBtn = h('button', { type: 'button', class: 'btn', 'data-testid': 'replay-run', hidden: true }, 'Replay…');
+  el.replayBox = h('div', { class: 'fork-box', 'data-testid': 'replay-box', hidden: true, role: 'region', 'aria-label': 'Replay the run' });
   el.gone = h('div', { class: 'outcome gone', 'data-testid': 'history-gone', hidden: true, role: 'status' });
   el.forkBox = h('div', { class: 'fork-box', 'data-testid': 'fork-box', hidden: true, role: 'region', 'aria-label': 'Fork the run' });
   el.cancel = h('button', { type: 'button', class: 'btn danger', 'data-testid': 'cancel-run', disabled: true }, 'Cancel run');
@@ -110,9 +116,9 @@ export function openRun(main, runId, app) {
         fact('Run', h('dd', null, h('code', { 'data-testid': 'run-id', text: runId }))),
         fact('Kind', el.kind), fact('Trace', el.trace), fact('Started', el.started),
         fact('Duration', el.duration), fact('Usage', el.usage), fact('Events', el.events), fact('Stream', el.stream),
-        el.originFact, el.forksFact),
-      h('div', { class: 'actions' }, el.cancel),
-      el.gone, el.outcome, el.replay, el.forkBox, el.pending),
+        el.originFact, el.forksFact, el.replayOfFact, el.replaysFact),
+      h('div', { class: 'actions' }, el.cancel, el.replayBtn),
+      el.gone, el.outcome, el.replay, el.forkBox, el.replayBox, el.pending),
     tablist, ...Object.values(panel)));
 
   // ---- views ----
@@ -218,6 +224,8 @@ export function openRun(main, runId, app) {
     // Only a run that can still be cancelled offers it.
     el.cancel.hidden = model.status !== 'RUN_STATUS_RUNNING' || model.terminal;
     el.cancel.disabled = el.cancel.hidden || cancelling;
+    // An ended run whose history is kept can be replayed.
+    el.replayBtn.hidden = !(model.terminal || (model.status && model.status !== 'RUN_STATUS_RUNNING')) || model.historyGone;
     clear(el.outcome);
     el.outcome.hidden = true;
     if (model.error) {
@@ -251,6 +259,16 @@ export function openRun(main, runId, app) {
       el.origin.append(runLink(o.runId), ` at seq ${o.seq}`,
         model.replayedCount ? h('span', { class: 'muted', text: ` · ${fmtInt(model.replayedCount)} events replayed` }) : '');
     }
+    el.replayOfFact.hidden = !model.replayOf;
+    clear(el.replayOf);
+    if (model.replayOf) {
+      const s = model.replayStats;
+      const d = model.divergedAt;
+      el.replayOf.append(runLink(model.replayOf), model.strict ? ' · strict' : '',
+        s ? h('span', { 'data-testid': 'replay-stats', class: s.diverged ? 'replay-diverged' : 'replay-matched',
+          text: ` · ${fmtInt(s.matchedCalls)} of ${fmtInt(s.calls)} calls matched the recording${s.diverged ? '; it diverged' : ''}` }) : '',
+        d ? h('span', { class: 'muted', text: ` (in ${d.ctx} at ${d.at})` }) : '');
+    }
     el.gone.hidden = !model.historyGone;
     if (model.historyGone) {
       el.gone.textContent = 'This run\'s history is no longer kept: it was evicted to make room for newer runs (runs.max_finished_bytes). Its result is below; it cannot be watched, forked or replayed.';
@@ -267,10 +285,44 @@ export function openRun(main, runId, app) {
         if (i) el.forks.append(', ');
         el.forks.append(runLink(r.runId), ` at seq ${Number(r.forkedFrom.seq || 0)}`);
       });
+      const replays = (page.runs || []).filter((r) => r.replayOf === runId);
+      el.replaysFact.hidden = !replays.length;
+      clear(el.replays);
+      replays.forEach((r, i) => {
+        if (i) el.replays.append(', ');
+        el.replays.append(runLink(r.runId), ` ${statusWord(r.status)}`);
+      });
     } catch {
       /* the list is a convenience */
     }
   }
+
+  // ---- replaying ----
+  el.replayBtn.addEventListener('click', () => {
+    clear(el.replayBox);
+    el.replayBox.hidden = false;
+    const strict = h('input', { type: 'checkbox', id: 'replay-strict', 'data-testid': 'replay-strict', checked: true });
+    const go = h('button', { type: 'submit', class: 'btn primary', 'data-testid': 'replay-submit' }, 'Replay');
+    const close = h('button', { type: 'button', class: 'btn', 'data-testid': 'replay-cancel', on: { click: () => { el.replayBox.hidden = true; } } }, 'Close');
+    const form = h('form', { class: 'fork-form' },
+      h('strong', { text: 'Replay against today\'s agents' }),
+      h('p', { class: 'muted', text: 'The run\'s request runs again. Each model call and tool call that asks what this run asked is answered from its recording; people are not asked again. The first request that differs is shown where it happened.' }),
+      h('label', { for: 'replay-strict', class: 'fork-check' }, strict, 'Strict: fail at the first difference (does the agent still do what it did?); otherwise go live from there'),
+      h('div', { class: 'actions' }, go, close));
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      go.disabled = true;
+      try {
+        const r = await api.replay(runId, strict.checked);
+        location.hash = `#/runs/${encodeURIComponent(r.runId)}`;
+      } catch (err) {
+        app.alert(err);
+        go.disabled = false;
+      }
+    });
+    el.replayBox.append(form);
+    go.focus();
+  });
 
   // ---- forking ----
   const EDIT_WORD = {

@@ -125,6 +125,7 @@ export function openRuns(main, app) {
       // takes it.
       row.sub.textContent = `${kindWord(r.kind)} · ${shortId(r.runId)}${r.detached ? ' · detached' : ''}`
         + `${r.forkedFrom && r.forkedFrom.runId ? ` · fork of ${shortId(r.forkedFrom.runId)}` : ''}`
+        + `${r.replayOf ? ` · replay of ${shortId(r.replayOf)}` : ''}`
         + `${r.historyGone ? ' · history gone' : ''}`;
       const s = parseTime(r.startedAt);
       const e = parseTime(r.endedAt);

@@ -514,6 +514,13 @@ export class TreeView {
       item.text, item.output ? h('div', { class: 'output', text: short(item.output, 400) }) : null);
   }
 
+  render_diverged(item) {
+    return h('li', { class: 'item note diverged', 'data-testid': 'run-diverged' },
+      h('strong', { text: `⚠ the replay diverged at ${item.at}` }),
+      item.strict ? ': the strict replay ends here. ' : ': live from here. ',
+      h('code', { text: item.diff }));
+  }
+
   render_resumed(item) {
     return h('li', { class: 'item note resumed', 'data-testid': 'run-resumed' },
       `↻ resumed on ${item.replica || 'another replica'} from seq ${item.checkpointSeq}; what was in flight is done again`);

@@ -128,6 +128,26 @@ enum RunsCmd {
         #[arg(long)]
         detach: bool,
     },
+    /// Replay an ended run against today's agents and models: its model
+    /// calls and calls of tools outside Baton are answered from its
+    /// recording while they ask what it asked; at the first that differs
+    /// the replay says where and what, then goes live (or, --strict, fails:
+    /// a regression check).
+    #[command(after_help = "Examples:
+  baton runs replay RUN_ID --strict       does the agent still do what it did?
+  baton runs replay RUN_ID                live from the first difference
+  baton runs replay RUN_ID --detach --json")]
+    Replay {
+        /// The run's id, or a unique start or end of it.
+        run_id: String,
+        /// Fail at the first request that differs from the recording (exit
+        /// status 1) instead of going live from there.
+        #[arg(long)]
+        strict: bool,
+        /// Start the replay and print its ids, without following it.
+        #[arg(long)]
+        detach: bool,
+    },
     /// Cancel a run.
     #[command(after_help = "Examples:
   baton runs cancel RUN_ID
@@ -356,6 +376,47 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
                 } else {
                     crate::out::outln!("fork {fork_id} of run {run_id} at seq {at}")?;
                     crate::out::outln!("follow it: baton runs watch {fork_id}")?;
+                }
+                return Ok(());
+            }
+            follow(
+                &client,
+                events,
+                links,
+                args.json,
+                crate::follow::Answers::default(),
+                CtrlC::Cancel,
+            )
+            .await
+        }
+        RunsCmd::Replay {
+            run_id,
+            strict,
+            detach,
+        } => {
+            let run_id = id::resolve(&client, &run_id).await?;
+            let request = pb::ReplayRunRequest {
+                run_id: run_id.clone(),
+                strict,
+                detach,
+                filter: None,
+            };
+            let (client, links) = crate::follow::with_links(client);
+            let mut events = client.replay_run(request).await?;
+            if detach {
+                use futures::StreamExt as _;
+                // The first event names the replay.
+                let first = events.next().await.transpose()?;
+                let (replay_id, trace_id) =
+                    first.map(|e| (e.run_id, e.trace_id)).unwrap_or_default();
+                if args.json {
+                    crate::out::outln!(
+                        "{}",
+                        json!({"run_id": replay_id, "trace_id": trace_id, "replay_of": run_id, "strict": strict})
+                    )?;
+                } else {
+                    crate::out::outln!("replay {replay_id} of run {run_id}")?;
+                    crate::out::outln!("follow it: baton runs watch {replay_id}")?;
                 }
                 return Ok(());
             }

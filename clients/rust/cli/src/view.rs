@@ -559,6 +559,22 @@ impl View {
                     format!("{mark}cancelled: {why}")
                 }
             }
+            Some(Payload::Diverged(d)) => {
+                let at = match d.point.as_str() {
+                    "model_turn" => format!("model turn {}", d.turn),
+                    point => format!("{} {}", point.replace('_', " "), d.call_id),
+                };
+                let then = if d.strict {
+                    "the strict replay ends here"
+                } else {
+                    "live from here"
+                };
+                let head = format!(
+                    "{indent}{}diverged at {at} ({then}): ",
+                    self.mark("⚠ ", "! ")
+                );
+                return self.block(head, &indent, &d.diff);
+            }
             Some(Payload::RunResumed(r)) => {
                 format!("↻ resumed on {} from seq {}", r.replica, r.checkpoint_seq)
             }
