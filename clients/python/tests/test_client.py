@@ -577,6 +577,32 @@ def test_fork_run_replays_up_to_the_point_and_takes_the_edit():
     run(main())
 
 
+def test_replay_run_strictly_answers_every_call_from_the_recording():
+    async def main():
+        async with running() as b:
+            # The tool server may have been away when Baton started: its
+            # first call lists its tools, and a run before that offered the
+            # model other tool descriptions (a replay rightly says so).
+            await b.orchestrator.run_agent("outer", "warm-up").collect()
+            original = await b.orchestrator.run_agent("outer", "dogs").collect()
+            assert kind(original[-1]) == "run_completed"
+            replay = await b.orchestrator.replay_run(original[0].run_id, strict=True).collect()
+            assert kind(replay[-1]) == "run_completed", [e for e in replay if kind(e) in ("diverged", "run_failed")]
+            assert replay[-1].run_completed.output == original[-1].run_completed.output
+            assert replay[0].run_started.replay_of == original[0].run_id and replay[0].run_started.strict
+            stats = replay[-1].run_completed.replay
+            assert stats.run_id == original[0].run_id and not stats.diverged
+            # outer's and inner's model turns and inner's py_search call.
+            assert stats.matched_calls == stats.calls >= 3
+            assert not [e for e in replay if kind(e) == "diverged"]
+            got = await b.orchestrator.get_run(replay[0].run_id)
+            assert got.replay_of == original[0].run_id
+            with pytest.raises(NotFound):
+                await b.orchestrator.replay_run("01a21dea-4a96-7714-991b-987a17c8b34d").collect()
+
+    run(main())
+
+
 def test_fork_run_with_a_run_context_edit():
     async def main():
         async with running() as b:

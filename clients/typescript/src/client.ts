@@ -81,6 +81,16 @@ export interface ForkOpts extends CallOpts {
   filter?: EventFilter;
 }
 
+/** Options of {@link Orchestrator.replayRun}. */
+export interface ReplayOpts extends CallOpts {
+  /** Fail at the first request that differs from the recording. */
+  strict?: boolean;
+  /** The replay outlives this stream. */
+  detach?: boolean;
+  /** Which events the stream carries. */
+  filter?: EventFilter;
+}
+
 function forkEdit(e?: ForkEditSpec): ForkEdit | undefined {
   if (!e) return undefined;
   if ("modelTurn" in e) {
@@ -437,6 +447,17 @@ export class Orchestrator {
   forkRun(runId: string, atSeq: number, o: ForkOpts = {}): RunStream {
     const request = { runId, atSeq, edit: forkEdit(o.edit), detach: o.detach ?? false, filter: o.filter };
     return new RunStream(this.client.forkRun(request, this.md(), options(o)), this.watcher(o.filter));
+  }
+
+  /** Replays the ended run `runId` against today's agents (ReplayRun):
+   * model calls and calls of tools outside Baton whose request matches the
+   * recording are answered from it, people's answers too. At the first
+   * request that differs a `diverged` event says where and what; then a
+   * `strict` replay fails, otherwise it goes live. The terminal event's
+   * `replay` counts the calls that matched. */
+  replayRun(runId: string, o: ReplayOpts = {}): RunStream {
+    const request = { runId, strict: o.strict ?? false, detach: o.detach ?? false, filter: o.filter };
+    return new RunStream(this.client.replayRun(request, this.md(), options(o)), this.watcher(o.filter));
   }
 
   /** Re-attaches to a run's events after `afterSeq` (WatchRun). */

@@ -359,6 +359,30 @@ test("a fork replays up to its point and takes the edit", async () => {
   );
 });
 
+test("a strict replay answers every call from the recording", async () => {
+  // The tool server may have been away when Baton started: its first call
+  // lists its tools, and a run before that offered the model other tool
+  // descriptions (a replay rightly says so).
+  await b.orchestrator.runAgent("outer", "warm-up", { maxDepth: 2 }).collect();
+  const original = await b.orchestrator.runAgent("outer", "tides", { maxDepth: 2 }).collect();
+  const replay = await b.orchestrator.replayRun(original[0].runId, { strict: true }).collect();
+  const last = replay[replay.length - 1].payload;
+  assert.ok(last?.$case === "runCompleted", JSON.stringify(replay.filter((e) => e.payload?.$case === "diverged" || e.payload?.$case === "runFailed")));
+  const first = original[original.length - 1].payload;
+  assert.equal(last.runCompleted.output, first?.$case === "runCompleted" && first.runCompleted.output);
+  const stats = last.runCompleted.replay;
+  assert.equal(stats?.runId, original[0].runId);
+  assert.equal(stats?.diverged, false);
+  assert.ok((stats?.calls ?? 0) >= 3 && stats?.matchedCalls === stats?.calls, JSON.stringify(stats));
+  assert.ok(!replay.some((e) => e.payload?.$case === "diverged"));
+  const got = await b.orchestrator.getRun(replay[0].runId);
+  assert.equal(got.replayOf, original[0].runId);
+  await assert.rejects(
+    b.orchestrator.replayRun("01a21dea-4a96-7714-991b-987a17c8b34d").collect(),
+    (e: unknown) => e instanceof NotFound,
+  );
+});
+
 test("a fork with a run-context edit ends with that context", async () => {
   const original = await b.orchestrator.runAgent("outer", "clouds", { maxDepth: 2 }).collect();
   const at = original.find((e) => e.payload?.$case === "toolCallCompleted" && e.contextId === "root.inner.1")?.seq;

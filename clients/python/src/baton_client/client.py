@@ -305,7 +305,7 @@ class Orchestrator:
         a call that would go deeper is a tool error the model sees), not
         what the stream shows: that is ``filter``
         (``EventFilter(max_depth=0)``: only the top-level conversation).
-        A ``detach``\ ed run outlives the stream: leaving it does not cancel
+        A detached run (``detach``) outlives the stream: leaving it does not cancel
         the run (follow it with ``watch``, find it with ``list_runs``).
         ``settings`` are the run's generation settings, over every agent's
         and provider's own (see :func:`generation_settings`)."""
@@ -433,6 +433,28 @@ class Orchestrator:
         request = pb.ForkRunRequest(run_id=run_id, at_seq=at_seq, edit=edit, filter=filter, detach=detach)
         return RunStream(
             self._stub.ForkRun(request, timeout=timeout, metadata=self._md(None)),
+            self._watcher(filter),
+        )
+
+    def replay_run(
+        self,
+        run_id: str,
+        *,
+        strict: bool = False,
+        filter: events_pb.EventFilter | None = None,
+        timeout: float | None = None,
+        detach: bool = False,
+    ) -> RunStream:
+        """Replays the ended run ``run_id`` against today's agents
+        (ReplayRun): model calls and calls of tools outside Baton whose
+        request matches the recording are answered from it, people's
+        answers too. At the first request that differs a ``diverged`` event
+        says where and what; then ``strict`` fails the replay, otherwise it
+        goes live. The terminal event's ``replay`` counts the calls that
+        matched."""
+        request = pb.ReplayRunRequest(run_id=run_id, strict=strict, filter=filter, detach=detach)
+        return RunStream(
+            self._stub.ReplayRun(request, timeout=timeout, metadata=self._md(None)),
             self._watcher(filter),
         )
 
