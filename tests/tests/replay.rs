@@ -547,3 +547,107 @@ async fn generated_pipelines_replayed_unchanged_reproduce_their_events() {
         );
     }
 }
+
+/// A durable replay survives a SIGKILL of its replica: another replica
+/// resumes it with the recording of the run it replays, so it still calls
+/// no model again, and its result counts the calls made before the kill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_replay_survives_a_sigkill_of_its_replica() {
+    use baton_e2e::chaos::{Binaries, Cluster, Options};
+    let binaries = match Binaries::from_env() {
+        Some(found) => found.expect("BATON_BIN_DIR holds the binaries"),
+        None => Binaries {
+            orchestrator: env!("CARGO_BIN_EXE_baton-e2e-orchestrator").into(),
+            context_store: env!("CARGO_BIN_EXE_baton-e2e-context-store").into(),
+        },
+    };
+    let options = Options::short(1, false, binaries);
+    let dir = tempfile::tempdir().expect("dir");
+    let agents = dir.path().join("agents.yaml");
+    std::fs::write(&agents, EXAMPLE_AGENTS).expect("agents");
+    let mut cluster = Cluster::start(&options, &agents, dir.path())
+        .await
+        .expect("cluster");
+    let endpoints = cluster.endpoints();
+    let client = |i: usize| OrchestratorClient::connect(endpoints[i].clone());
+    let (c0, c1) = (client(0).await.expect("r0"), client(1).await.expect("r1"));
+    let original = c0
+        .run_agent_to_end(baton_e2e::agent_request("researcher", "tides"))
+        .await
+        .expect("run");
+    assert!(matches!(terminal(&original), Payload::RunCompleted(_)));
+
+    // The replay, on r0, until its sleep (Baton's own tool, run again)
+    // reports progress: the model turns before it were answered there.
+    let mut replay = c0
+        .replay_run(pb::ReplayRunRequest {
+            run_id: original[0].run_id.clone(),
+            strict: true,
+            detach: true,
+            ..Default::default()
+        })
+        .await
+        .expect("replay");
+    let mut replay_id = String::new();
+    while let Some(e) = replay.next().await {
+        let e = e.expect("event");
+        replay_id.clone_from(&e.run_id);
+        if matches!(e.payload, Some(Payload::ToolProgress(_))) {
+            break;
+        }
+    }
+    drop(replay);
+    cluster.replicas[0].kill();
+
+    // Another replica resumes it and it ends there.
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    let after = loop {
+        let mut watched = c1.watch_run(&replay_id, 0, None).await.expect("watch");
+        let mut events = Vec::new();
+        while let Ok(Some(e)) =
+            tokio::time::timeout(Duration::from_millis(500), watched.next()).await
+        {
+            events.push(e.expect("event"));
+        }
+        if events.last().is_some_and(|e| {
+            matches!(
+                e.payload,
+                Some(Payload::RunCompleted(_) | Payload::RunFailed(_) | Payload::RunCancelled(_))
+            )
+        }) {
+            break events;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replay was not resumed and ended in time"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert!(
+        after
+            .iter()
+            .any(|e| matches!(e.payload, Some(Payload::RunResumed(_)))),
+        "resumed on another replica"
+    );
+    let (Payload::RunCompleted(done), Payload::RunCompleted(was)) =
+        (terminal(&after), terminal(&original))
+    else {
+        panic!("the replay completed: {:?}", terminal(&after));
+    };
+    assert_eq!(done.output, was.output);
+    assert!(
+        !after
+            .iter()
+            .any(|e| matches!(e.payload, Some(Payload::Diverged(_))))
+    );
+    // Its five model turns, answered from the recording before and after
+    // the kill, are counted once each.
+    let s = stats(&after);
+    assert_eq!(
+        (s.matched_calls, s.calls, s.diverged),
+        (5, 5, false),
+        "{s:?}"
+    );
+    let got = c1.get_run(&replay_id).await.expect("get");
+    assert_eq!(got.replay_of, original[0].run_id);
+}

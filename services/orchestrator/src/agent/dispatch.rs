@@ -180,9 +180,17 @@ pub(super) async fn execute_call(
         child_usage: None,
     };
     if let Some(record) = replayed {
+        let external = record.x;
         result.output = record.taken(&mut result);
-        return finish_call(rt, view, call, result, started, unit).await;
+        return finish_call(rt, view, call, result, started, (unit, external)).await;
     }
+    // Whether the call leaves Baton (its record says so: a replay's
+    // resume counts the calls it made from its journal).
+    let external = match &plan {
+        CallPlan::Remote(..) => true,
+        CallPlan::Tool(tool) => tool.external(),
+        _ => false,
+    };
     let begin = Payload::ToolCallStarted(pb::ToolCallStarted {
         call_id: call.id.clone(),
         tool: call.name.clone(),
@@ -261,7 +269,7 @@ pub(super) async fn execute_call(
             }
         },
     };
-    finish_call(rt, view, call, result, started, unit).await
+    finish_call(rt, view, call, result, started, (unit, external)).await
 }
 
 /// What a call returned, before policies: the record of its durable point.
@@ -271,6 +279,9 @@ struct CallRecord {
     text: String,
     handoff: Option<String>,
     child_usage: Option<[u64; 4]>,
+    /// The call left Baton (a tool server, an MCP server, a remote agent).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    x: bool,
 }
 
 impl CallRecord {
@@ -331,6 +342,7 @@ pub fn call_record(ok: bool, text: String) -> Vec<u8> {
         text,
         handoff: None,
         child_usage: None,
+        x: false,
     })
     .unwrap_or_default()
 }
@@ -343,9 +355,10 @@ async fn finish_call(
     call: &ToolCallRequest,
     mut result: CallResult,
     started: Instant,
-    unit: String,
+    (unit, external): (String, bool),
 ) -> CallResult {
     let record = CallRecord {
+        x: external,
         ok: result.output.is_ok(),
         text: match &result.output {
             Ok(s) | Err(s) => s.clone(),

@@ -29,6 +29,7 @@ use crate::{
         validate::{check_filter, parse_run_context},
     },
     run::{
+        durable::RedisRuns,
         events,
         fork::{self, Edit, History, PointKind},
         journal::MAX_BATCH,
@@ -169,19 +170,8 @@ impl Orchestrator {
             let Some(request) = durable.request(run_id).await? else {
                 return Err(not_found(run_id, ""));
             };
-            let mut events = Vec::new();
-            let mut cursor = 0;
-            while cursor < at_seq {
-                let want = (at_seq - cursor).min(MAX_BATCH as u64 * 8) as usize;
-                let batch = durable.events_after(run_id, cursor, want).await?;
-                let Some(last) = batch.last() else { break };
-                cursor = last.seq;
-                events.extend(batch);
-            }
-            // The journal after the events: an append writes both at once,
-            // so every point among the events read is in it.
-            let recording = stored_recording(durable.journal(run_id).await?);
-            return Ok((History { events, recording }, request, meta.kind));
+            let history = stored_history(&durable, run_id, at_seq).await?;
+            return Ok((history, request, meta.kind));
         }
         let run = self.run_of(caller, run_id)?;
         // Events first: a point is recorded before its event is logged, so
@@ -194,6 +184,27 @@ impl Orchestrator {
         };
         Ok((History { events, recording }, request, run.kind))
     }
+}
+
+/// The history of durable run `run_id` up to `at_seq` from the run store.
+pub(super) async fn stored_history(
+    durable: &RedisRuns,
+    run_id: &str,
+    at_seq: u64,
+) -> Result<History> {
+    let mut events = Vec::new();
+    let mut cursor = 0;
+    while cursor < at_seq {
+        let want = (at_seq - cursor).min(MAX_BATCH as u64 * 8) as usize;
+        let batch = durable.events_after(run_id, cursor, want).await?;
+        let Some(last) = batch.last() else { break };
+        cursor = last.seq;
+        events.extend(batch);
+    }
+    // The journal after the events: an append writes both at once, so
+    // every point among the events read is in it.
+    let recording = stored_recording(durable.journal(run_id).await?);
+    Ok(History { events, recording })
 }
 
 /// A durable run's recording from its journal: each point whose `#{unit}`

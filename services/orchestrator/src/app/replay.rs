@@ -65,7 +65,10 @@ impl Orchestrator {
             checked.options,
             &self.runs_stop,
         );
-        let _ = prepared.record.replay_of.set(request.run_id);
+        let _ = prepared
+            .record
+            .replay_of
+            .set((request.run_id, request.strict));
         let future = checked.body.future(&prepared.run);
         self.launch_with(prepared, checked.stored, None, future)
             .await

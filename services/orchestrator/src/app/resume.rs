@@ -31,8 +31,8 @@ use crate::{
         validate::{agent_run, pipeline_run},
     },
     run::{
-        durable::RedisRuns, journal::Journal, launch, record::RunRecord, state::Replay,
-        view::from_ms,
+        durable::RedisRuns, journal::Journal, launch, record::RunRecord, rerun::Rerun,
+        state::Replay, view::from_ms,
     },
 };
 
@@ -81,6 +81,15 @@ impl Orchestrator {
             return Ok(false);
         };
         let journal = durable.journal(id).await?;
+        // A replay goes on answering from the recording of the run it
+        // replays (gone: an empty one, where every request differs).
+        if let Some(origin) = meta.replay_of.clone() {
+            let history = super::fork::stored_history(durable, &origin, u64::MAX)
+                .await
+                .unwrap_or_default();
+            let rerun = Rerun::new(origin, meta.replay_strict, history).resumed(&journal);
+            checked.options.rerun = Some(rerun);
+        }
         let run_context_at = journal.keys().any(|k| k.starts_with("rc/"));
         let inbox = durable.inbox(id).await?;
         let cancel = inbox
@@ -109,7 +118,7 @@ impl Orchestrator {
             .epoch
             .store(claimed.epoch, std::sync::atomic::Ordering::Relaxed);
         if let Some(origin) = meta.replay_of.clone() {
-            let _ = record.replay_of.set(origin);
+            let _ = record.replay_of.set((origin, meta.replay_strict));
         }
         if let Some(origin) = meta.forked_from.clone() {
             let _ = record.forked_from.set(origin);

@@ -96,6 +96,7 @@ impl PointKind {
 }
 
 /// A run's history, as a fork reads it.
+#[derive(Default)]
 pub struct History {
     /// Its events from seq 1 up to the fork point at least.
     pub events: Vec<pb::RunEvent>,

@@ -121,7 +121,8 @@ pub async fn register(
         waiting_approvals: 0,
         waiting_inputs: 0,
         forked_from: r.forked_from.get().cloned(),
-        replay_of: r.replay_of.get().cloned(),
+        replay_of: r.replay_of.get().map(|(id, _)| id.clone()),
+        replay_strict: r.replay_of.get().is_some_and(|(_, strict)| *strict),
     };
     let sent = super::record::mono_ms();
     let epoch = runs

@@ -132,8 +132,8 @@ pub struct RunRecord {
     pub(super) last_event_ms: AtomicI64,
     /// For a fork: the run and seq it was forked from.
     pub forked_from: std::sync::OnceLock<super::view::Origin>,
-    /// For a replay: the run it replays.
-    pub replay_of: std::sync::OnceLock<String>,
+    /// For a replay: the run it replays, and whether strictly.
+    pub replay_of: std::sync::OnceLock<(String, bool)>,
 }
 
 /// Longest approval or input id the runtime makes (context id, turn and
@@ -395,7 +395,7 @@ impl RunRecord {
                 Vec::new()
             },
             forked_from: self.forked_from.get().cloned(),
-            replay_of: self.replay_of.get().cloned(),
+            replay_of: self.replay_of.get().map(|(id, _)| id.clone()),
             // Dropped from a replica with durable runs: the store has it.
             history_gone: self.epoch.load(Ordering::Relaxed) == 0 && !self.has_history(),
         }

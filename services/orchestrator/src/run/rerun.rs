@@ -190,6 +190,40 @@ impl Rerun {
         }
     }
 
+    /// The replay resumed on another replica with its own `journal` (the
+    /// run store's: each point's record and `#{unit}`, the seq it ended
+    /// at): how far it got is taken from there. Every model turn and call
+    /// of a tool outside Baton it made is a call; those before its
+    /// divergence (`dv`), all of them if none, matched.
+    pub fn resumed(self, journal: &HashMap<String, Vec<u8>>) -> Self {
+        let seq = |unit: &str| -> Option<u64> {
+            std::str::from_utf8(journal.get(&format!("#{unit}"))?)
+                .ok()?
+                .parse()
+                .ok()
+        };
+        let diverged_at = journal.contains_key("dv").then(|| seq("dv").unwrap_or(0));
+        let (mut made, mut matched) = (0, 0);
+        for (unit, record) in journal {
+            let external = |r: &[u8]| {
+                serde_json::from_slice::<Value>(r)
+                    .is_ok_and(|v| v.get("x") == Some(&Value::Bool(true)))
+            };
+            let call = unit.starts_with("t/") || (unit.starts_with("c/") && external(record));
+            if !call {
+                continue;
+            }
+            made += 1;
+            if diverged_at.is_none_or(|at| seq(unit).is_some_and(|s| s < at)) {
+                matched += 1;
+            }
+        }
+        self.made.store(made, Ordering::Relaxed);
+        self.matched.store(matched, Ordering::Relaxed);
+        self.diverged.store(diverged_at.is_some(), Ordering::SeqCst);
+        self
+    }
+
     /// Whether the replay diverged already (everything is live).
     fn live(&self) -> bool {
         self.diverged.load(Ordering::SeqCst)
@@ -342,10 +376,190 @@ impl super::state::Run {
         let failure = strict_failure(&rerun.origin, &ctx.id, &diverged);
         if rerun.diverge(|| failure.clone()) {
             tracing::info!(run_id = %self.record.run_id, origin = %rerun.origin, context = %ctx.id, diff = %diverged.diff, "replay diverged");
-            self.emit(ctx, agent, Payload::Diverged(diverged)).await;
+            // A point (`dv`): a resumed replay knows it diverged, and when.
+            self.emit_point(
+                ctx,
+                agent,
+                Payload::Diverged(diverged),
+                "dv".into(),
+                Vec::new,
+            )
+            .await;
         }
         if rerun.strict {
             std::future::pending::<()>().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::{
+        catalog::settings::Settings,
+        model::{
+            ChatMessage, Role,
+            asked::{Asked, Conversation},
+        },
+        run::log::Recorded,
+    };
+
+    fn event(seq: u64, ctx: &str, payload: Payload) -> pb::RunEvent {
+        pb::RunEvent {
+            seq,
+            context_id: ctx.into(),
+            payload: Some(payload),
+            ..Default::default()
+        }
+    }
+
+    fn asked(text: &str) -> (Asked, Vec<ChatMessage>) {
+        let messages = vec![ChatMessage::new(Role::User, text)];
+        let a = Asked::of(
+            "scripted:a",
+            &messages,
+            &[],
+            &Settings::default(),
+            &mut Conversation::default(),
+        );
+        (a, messages)
+    }
+
+    /// A run whose root turn streamed two deltas and called `search`,
+    /// which reported progress.
+    fn rerun(strict: bool) -> Rerun {
+        let (was, _) = asked("hi");
+        let turn = json!({"text": "ab", "calls": [], "usage": {"input_tokens": 1, "output_tokens": 1},
+            "finish_reason": "stop", "model": "", "asked": was});
+        let delta = |t: &str| Payload::TextDelta(pb::TextDelta { text: t.into() });
+        let events = vec![
+            event(1, "root", delta("a")),
+            event(2, "root", delta("b")),
+            event(3, "root", Payload::MessageCompleted(Default::default())),
+            event(
+                4,
+                "root",
+                Payload::ToolCallStarted(pb::ToolCallStarted {
+                    call_id: "c1".into(),
+                    tool: "search".into(),
+                    arguments_json: r#"{"q":1}"#.into(),
+                }),
+            ),
+            event(
+                5,
+                "root",
+                Payload::ToolProgress(pb::ToolProgress {
+                    call_id: "c1".into(),
+                    percent: 50,
+                    ..Default::default()
+                }),
+            ),
+            event(6, "root", Payload::ToolCallCompleted(Default::default())),
+        ];
+        let recording = vec![
+            Recorded {
+                seq: 3,
+                unit: "t/root/1".into(),
+                record: serde_json::to_vec(&turn).unwrap_or_default(),
+            },
+            Recorded {
+                seq: 6,
+                unit: "c/root/c1".into(),
+                record: br#"{"ok":true,"text":"found","x":true}"#.to_vec(),
+            },
+            Recorded {
+                seq: 7,
+                unit: "ap/approval:c1".into(),
+                record: br#"[true,"fine"]"#.to_vec(),
+            },
+        ];
+        Rerun::new("origin".into(), strict, History { events, recording })
+    }
+
+    #[test]
+    fn a_request_asked_as_recorded_is_answered_with_its_record_and_deltas() {
+        let r = rerun(false);
+        let (now, messages) = asked("hi");
+        let Answer::Recorded((record, deltas)) = r.turn("t/root/1", &now, &messages) else {
+            panic!("matched");
+        };
+        assert!(serde_json::from_slice::<Value>(record).is_ok());
+        assert_eq!(deltas, ["a", "b"]);
+        let Answer::Recorded(call) = r.call("c/root/c1", "search", &json!({"q": 1})) else {
+            panic!("matched");
+        };
+        assert_eq!(call.said.len(), 1, "its progress");
+        assert_eq!(r.answer("approval:c1"), Some(&br#"[true,"fine"]"#[..]));
+        let s = r.stats();
+        assert_eq!((s.matched_calls, s.calls, s.diverged), (2, 2, false));
+    }
+
+    #[test]
+    fn a_request_that_differs_says_how_and_after_the_divergence_all_is_live() {
+        let r = rerun(false);
+        let (now, messages) = asked("hello");
+        let Answer::Differs(diff) = r.turn("t/root/1", &now, &messages) else {
+            panic!("differs");
+        };
+        assert_eq!(diff, r#"message 1 (user) differs: now "hello""#);
+        let Answer::Differs(diff) = r.call("c/root/c1", "search", &json!({"q": 2})) else {
+            panic!("differs");
+        };
+        assert_eq!(diff, r#"arguments: {"q":1} → {"q":2}"#);
+        assert!(matches!(
+            r.call("c/root/c9", "search", &json!({})),
+            Answer::Differs(_)
+        ));
+        assert!(r.diverge(|| Failure::new(Code::FailedPrecondition, "x")));
+        assert!(
+            !r.diverge(|| Failure::new(Code::FailedPrecondition, "x")),
+            "told once"
+        );
+        let (now, messages) = asked("hi");
+        assert!(matches!(r.turn("t/root/1", &now, &messages), Answer::Live));
+        assert_eq!(r.answer("approval:c1"), None, "people are asked live");
+        let s = r.stats();
+        assert_eq!((s.matched_calls, s.calls, s.diverged), (0, 4, true));
+    }
+
+    #[tokio::test]
+    async fn a_strict_replay_fails_with_the_divergence() {
+        let r = rerun(true);
+        r.diverge(|| Failure::new(Code::FailedPrecondition, "diverged here"));
+        let failure = tokio::time::timeout(std::time::Duration::from_secs(1), r.failed())
+            .await
+            .expect("failed at once");
+        assert_eq!(failure.message, "diverged here");
+    }
+
+    #[test]
+    fn a_resumed_replay_counts_the_calls_its_journal_holds() {
+        let journal: HashMap<String, Vec<u8>> = [
+            ("t/root/1", "{}", 3),
+            ("c/root/c1", r#"{"ok":true,"text":"","x":true}"#, 6),
+            ("c/root/c2", r#"{"ok":true,"text":""}"#, 8),
+            ("dv", "", 9),
+            ("t/root/2", "{}", 10),
+        ]
+        .into_iter()
+        .flat_map(|(unit, record, seq)| {
+            [
+                (unit.to_owned(), record.as_bytes().to_vec()),
+                (format!("#{unit}"), seq.to_string().into_bytes()),
+            ]
+        })
+        .collect();
+        let s = rerun(false).resumed(&journal).stats();
+        // Two model turns and one call of a tool outside Baton; the turn
+        // after the divergence went live.
+        assert_eq!((s.matched_calls, s.calls, s.diverged), (2, 3, true));
+        let (now, messages) = asked("hi");
+        let r = rerun(false).resumed(&HashMap::new());
+        assert!(matches!(
+            r.turn("t/root/1", &now, &messages),
+            Answer::Recorded(_)
+        ));
     }
 }

@@ -280,8 +280,8 @@ impl Run {
     /// its replica gone), when the run is being resumed.
     /// A replay takes the answer recorded.
     pub fn inbox(&self, id: &str) -> Option<&[u8]> {
-        if let Some(rerun) = &self.rerun {
-            return rerun.answer(id);
+        if let Some(answer) = self.rerun.as_ref().and_then(|r| r.answer(id)) {
+            return Some(answer);
         }
         self.replay
             .as_ref()

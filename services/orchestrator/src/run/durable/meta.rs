@@ -52,6 +52,8 @@ pub struct RunMeta {
     pub forked_from: Option<Origin>,
     /// For a replay: the run it replays (field `ro`).
     pub replay_of: Option<String>,
+    /// For a replay: whether it is strict (field `rs`).
+    pub replay_strict: bool,
 }
 
 impl RunMeta {
@@ -159,6 +161,7 @@ pub(super) fn decode_meta(run_id: &str, f: &HashMap<String, Vec<u8>>) -> Option<
         waiting_inputs: num("wait_in").clamp(0, i64::from(u32::MAX)) as u32,
         forked_from: Origin::from_field(&text("ff")),
         replay_of: Some(text("ro")).filter(|r| !r.is_empty()),
+        replay_strict: num("rs") == 1,
     })
 }
 

@@ -318,6 +318,9 @@ impl RedisRuns {
         }
         if let Some(origin) = &meta.replay_of {
             invocation.arg("ro").arg(origin);
+            invocation
+                .arg("rs")
+                .arg(u8::from(meta.replay_strict).to_string());
         }
         // The tenant's index and the lease set are keys of their own (not
         // the run's hash tag): separate commands, so a Cluster can route
