@@ -229,6 +229,21 @@ impl Rerun {
         self.diverged.load(Ordering::SeqCst)
     }
 
+    /// What a request made after the divergence gets: live, counted as a
+    /// call; in a strict replay, which ends at its divergence, nothing —
+    /// a branch running beside the one that diverged waits for the end
+    /// instead of calling anything live.
+    fn after_divergence<T>(&self) -> Option<Answer<T>> {
+        if !self.live() {
+            return None;
+        }
+        if self.strict {
+            return Some(Answer::Differs("after the strict replay diverged".into()));
+        }
+        self.made.fetch_add(1, Ordering::Relaxed);
+        Some(Answer::Live)
+    }
+
     /// Model turn `unit` asked `now`: the recorded turn's record and
     /// deltas when the recording asked the same.
     pub fn turn(
@@ -237,10 +252,10 @@ impl Rerun {
         now: &Asked,
         messages: &[crate::model::ChatMessage],
     ) -> Answer<(&[u8], &[String])> {
-        self.made.fetch_add(1, Ordering::Relaxed);
-        if self.live() {
-            return Answer::Live;
+        if let Some(after) = self.after_divergence() {
+            return after;
         }
+        self.made.fetch_add(1, Ordering::Relaxed);
         let Some(turn) = self.turns.get(unit) else {
             return Answer::Differs("the recording has no such model turn here".into());
         };
@@ -264,10 +279,10 @@ impl Rerun {
     /// Call `unit` of `tool` with `arguments`, of a tool outside Baton: the
     /// recorded call when the recording made the same.
     pub fn call(&self, unit: &str, tool: &str, arguments: &Value) -> Answer<&Call> {
-        self.made.fetch_add(1, Ordering::Relaxed);
-        if self.live() {
-            return Answer::Live;
+        if let Some(after) = self.after_divergence() {
+            return after;
         }
+        self.made.fetch_add(1, Ordering::Relaxed);
         let Some(call) = self.calls.get(unit) else {
             return Answer::Differs(format!("the recording has no call of {tool} here"));
         };
@@ -532,6 +547,18 @@ mod tests {
             .await
             .expect("failed at once");
         assert_eq!(failure.message, "diverged here");
+        // A branch beside the one that diverged calls nothing live: it is
+        // told to wait for the end (`Run::diverged` never returns).
+        let (now, messages) = asked("hi");
+        assert!(matches!(
+            r.turn("t/root/1", &now, &messages),
+            Answer::Differs(_)
+        ));
+        assert!(matches!(
+            r.call("c/root/c1", "search", &json!({"q": 1})),
+            Answer::Differs(_)
+        ));
+        assert_eq!(r.stats().calls, 0);
     }
 
     #[test]
