@@ -266,6 +266,7 @@ async fn every_curl_example_of_the_http_page_runs_as_written() {
         "event: runCompleted",
         "\"RUN_STATUS_RUNNING\"",
         "Summary: no data today;",
+        "\"matchedCalls\":\"5\",\"calls\":\"5\"",
         "Planning a trip to Lisbon.",
         "\"status\":\"RUN_STATUS_CANCELLED\"",
         "event: stepCompleted",

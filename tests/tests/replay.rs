@@ -359,6 +359,50 @@ async fn replays_that_cannot_be_are_refused_naming_the_field_and_start_nothing()
         .expect_err("another tenant's");
     assert_eq!(err.code(), Code::NotFound);
 
+    // Over HTTP: a body field of the wrong type is named; nothing starts.
+    let http = reqwest::Client::new();
+    let answer = http
+        .post(format!(
+            "{}/v1/runs/{}:replay",
+            server.endpoint(),
+            done[0].run_id
+        ))
+        .bearer_auth("acme-key-0123456789")
+        .body(r#"{"strict": "yes"}"#)
+        .send()
+        .await
+        .expect("http");
+    assert_eq!(answer.status(), 400);
+    let body = answer.text().await.expect("body");
+    assert!(body.contains("strict"), "{body}");
+    // Detached (no event stream asked for): the replay's ids.
+    let answer = http
+        .post(format!(
+            "{}/v1/runs/{}:replay",
+            server.endpoint(),
+            done[0].run_id
+        ))
+        .bearer_auth("acme-key-0123456789")
+        .send()
+        .await
+        .expect("http");
+    assert_eq!(answer.status(), 200);
+    let started: serde_json::Value = answer.json().await.expect("json");
+    let replay_id = started["runId"].as_str().expect("runId").to_owned();
+    let got = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let got = acme.get_run(&replay_id).await.expect("get");
+            if got.status != pb::RunStatus::Running as i32 {
+                return got;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the replay ends");
+    assert_eq!(got.status, pb::RunStatus::Completed as i32);
+    assert_eq!(got.replay_of, done[0].run_id);
+
     // A run still running (it waits for a person) is refused.
     let mut waiting = acme
         .run_agent(baton_e2e::agent_request("interviewer", "a trip"))
@@ -380,14 +424,26 @@ async fn replays_that_cannot_be_are_refused_naming_the_field_and_start_nothing()
         "{}",
         err.message()
     );
-    // Nothing started: the list holds the two runs only.
+    // Nothing else started: the run waiting and the HTTP replay.
     let after = acme
         .list_runs(pb::RunStatus::Unspecified, 100, "")
         .await
         .expect("list")
         .runs
         .len();
-    assert_eq!(after, before + 1);
+    assert_eq!(after, before + 2);
+
+    // A run whose history was evicted for room: refused, saying so.
+    server.core.runs().expire_finished_logs_now();
+    let err = replay(&acme, &done[0].run_id, false)
+        .await
+        .expect_err("history gone");
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(
+        err.message().starts_with("run_id: ") && err.message().contains("no longer kept"),
+        "{}",
+        err.message()
+    );
 }
 
 /// The example agents, each run as a person would (approvals granted,
