@@ -215,6 +215,70 @@ async fn an_unchanged_run_replayed_strictly_matches_every_call_and_calls_no_tool
     assert_eq!(by_context(&again), by_context(&original));
 }
 
+/// A fork is a run like any other: replayed, it reproduces itself — its
+/// edited model turn too (the edit changed the answer, not what the model
+/// was asked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_with_an_edited_model_turn_replays_strictly_as_it_ran() {
+    let host = TestToolHost::start().await.expect("tool host");
+    let server = OrchestratorServer::start(&agents(&host.endpoint(), "Scout."), None, |_| {})
+        .await
+        .expect("orchestrator");
+    let client = server.client().await.expect("client");
+    let original = client
+        .run_agent_to_end(baton_e2e::agent_request("boss", "rust"))
+        .await
+        .expect("run");
+    let at = original
+        .iter()
+        .find(|e| {
+            e.context_id == "root.scout.1"
+                && matches!(e.payload, Some(Payload::MessageCompleted(_)))
+        })
+        .map(|e| e.seq)
+        .expect("scout's first turn");
+    let edit = pb::fork_edit::Edit::ModelTurn(pb::ModelTurnEdit {
+        text: String::new(),
+        tool_calls: vec![pb::ToolCall {
+            call_id: "1".into(),
+            tool: "web_search".into(),
+            arguments_json: r#"{"query": "edited"}"#.into(),
+        }],
+    });
+    let fork = client
+        .fork_run(pb::ForkRunRequest {
+            run_id: original[0].run_id.clone(),
+            at_seq: at,
+            edit: Some(pb::ForkEdit { edit: Some(edit) }),
+            ..Default::default()
+        })
+        .await
+        .expect("fork");
+    let fork = collect(&client, fork, false).await;
+    assert!(matches!(terminal(&fork), Payload::RunCompleted(_)));
+    assert_eq!(host.seen.requests.lock().expect("seen").len(), 2);
+    let replayed = replay(&client, &fork[0].run_id, true)
+        .await
+        .expect("replay");
+    let s = stats(&replayed);
+    assert_eq!(
+        (s.matched_calls, s.calls, s.diverged),
+        (5, 5, false),
+        "{s:?}"
+    );
+    let (Payload::RunCompleted(a), Payload::RunCompleted(b)) =
+        (terminal(&fork), terminal(&replayed))
+    else {
+        panic!("both complete");
+    };
+    assert_eq!(a.output, b.output);
+    assert_eq!(
+        host.seen.requests.lock().expect("seen").len(),
+        2,
+        "no search again"
+    );
+}
+
 /// Today's agents differ from the recording's (another replica serves
 /// other agents; the run store holds the recording): the replay says where
 /// and what, then a strict replay fails and the default goes live.

@@ -101,6 +101,31 @@ async fn fork(client: &OrchestratorClient, run_id: &str, at: u64) -> anyhow::Res
     Ok((first_live.unwrap_or(f64::NAN), replayed))
 }
 
+/// Replays `run_id` strictly to its end: ms, and its stats.
+async fn replay(
+    client: &OrchestratorClient,
+    run_id: &str,
+) -> anyhow::Result<(f64, pb::ReplayStats)> {
+    let t = Instant::now();
+    let mut events = client
+        .replay_run(pb::ReplayRunRequest {
+            run_id: run_id.into(),
+            strict: true,
+            ..Default::default()
+        })
+        .await?;
+    let mut stats = None;
+    while let Some(e) = events.next().await {
+        if let Some(Payload::RunCompleted(c)) = e?.payload {
+            stats = c.replay;
+        }
+    }
+    let ms = t.elapsed().as_secs_f64() * 1000.0;
+    let stats = stats.ok_or_else(|| anyhow::anyhow!("the replay did not complete"))?;
+    anyhow::ensure!(!stats.diverged, "the replay diverged: {stats:?}");
+    Ok((ms, stats))
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -125,6 +150,7 @@ pub fn run(o: Options) -> anyhow::Result<()> {
             "\n{:<34} {:>10} {:>16} {:>12} {:>9}",
             "run", "run (ms)", "fork→live (ms)", "replayed ev", "speed-up"
         );
+        let mut replays = Vec::new();
         for n in &o.turns {
             let agent = format!("loop{n}");
             run_agent(&client, &agent).await?;
@@ -150,6 +176,30 @@ pub fn run(o: Options) -> anyhow::Result<()> {
                 live,
                 replayed,
                 run_ms / live
+            );
+            replays.push((*n, events[0].run_id.clone(), run_ms));
+        }
+
+        // ReplayRun of the same runs, strict (every call matched): the
+        // whole run again, its model turns answered from the recording.
+        println!(
+            "\n{:<34} {:>10} {:>16} {:>16}",
+            "run", "run (ms)", "replay (ms)", "matched calls"
+        );
+        for (n, run_id, run_ms) in replays {
+            let mut times = Vec::new();
+            let mut matched = String::new();
+            for _ in 0..o.forks {
+                let (ms, stats) = replay(&client, &run_id).await?;
+                times.push(ms);
+                matched = format!("{} of {}", stats.matched_calls, stats.calls);
+            }
+            println!(
+                "{:<34} {:>10.2} {:>16.2} {:>16}",
+                format!("{n} turns"),
+                run_ms,
+                median(times),
+                matched
             );
         }
 

@@ -157,6 +157,7 @@ pub(super) async fn run_frame_inner(
                     &tools,
                     &frame.settings,
                     &mut frame.conversation,
+                    frame.agent_turns == 0,
                 );
                 let answer = recorded_turn(rt, &frame, &sink, &unit, &now).await;
                 asked = Some(now);

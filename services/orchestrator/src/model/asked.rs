@@ -11,19 +11,24 @@ use super::chat::{ChatMessage, Role, ToolDef};
 use crate::catalog::settings::Settings;
 
 /// How many of the last messages an [`Asked`] hashes one by one: enough to
-/// name the message that differs (a turn adds the model's answer and its
-/// tools' results since the one before).
-const TAIL: usize = 4;
+/// name the message that differs (a turn adds the model's answer and a
+/// tool's result since the one before).
+const TAIL: usize = 2;
 
-/// A model request in short. Field names are one letter: one is kept per
-/// model turn of every run.
+/// A model request in short. One is kept with every model turn of every
+/// run, so it is written as one short string (see [`Asked::encode`]):
+/// about 60 bytes plus the model's name, and the tools' names on an
+/// agent's first turn in a context.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub struct Asked {
     /// The model asked.
     pub m: String,
-    /// The tools offered, by name, in order.
+    /// The tools offered, by name, in order: on an agent's first turn in a
+    /// context only (they change between turns only when a tool server
+    /// lists its tools again, which `th` sees).
     pub t: Vec<String>,
-    /// Hash of the tools' descriptions and argument schemas.
+    /// Hash of the tools' names, descriptions and argument schemas.
     pub th: u64,
     /// Hash of the generation settings.
     pub s: u64,
@@ -31,8 +36,55 @@ pub struct Asked {
     pub n: usize,
     /// Hash of all the messages.
     pub h: u64,
-    /// Hashes of the last messages (up to four), oldest first.
+    /// Hashes of the last messages (up to two), oldest first.
     pub l: Vec<u64>,
+}
+
+impl From<Asked> for String {
+    fn from(a: Asked) -> String {
+        a.encode()
+    }
+}
+
+impl TryFrom<String> for Asked {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        Asked::decode(&s).ok_or_else(|| "not a model request's short form".to_owned())
+    }
+}
+
+const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+/// Base64url without padding.
+fn b64(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            out.push(char::from(B64[(n >> (18 - 6 * i) & 63) as usize]));
+        }
+    }
+    out
+}
+
+/// See [`b64`].
+fn unb64(text: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    for chunk in text.as_bytes().chunks(4) {
+        let mut n = 0u32;
+        for (i, c) in chunk.iter().enumerate() {
+            let v = B64.iter().position(|b| b == c)? as u32;
+            n |= v << (18 - 6 * i);
+        }
+        for i in 0..chunk.len().checked_sub(1)? {
+            out.push((n >> (16 - 8 * i)) as u8);
+        }
+    }
+    Some(out)
 }
 
 /// FNV-1a 64.
@@ -112,14 +164,62 @@ impl Conversation {
 }
 
 impl Asked {
+    /// `th`, `s`, `n`, `h` and `l` in base64url, `|`, the tools' names
+    /// (`,`-separated), `|`, the model (last: a model's name may hold
+    /// anything).
+    fn encode(&self) -> String {
+        let mut bytes = Vec::with_capacity(28 + 8 * self.l.len());
+        for v in [self.th, self.s, self.h] {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        bytes.extend_from_slice(&u32::try_from(self.n).unwrap_or(u32::MAX).to_le_bytes());
+        for v in &self.l {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        format!("{}|{}|{}", b64(&bytes), self.t.join(","), self.m)
+    }
+
+    /// See [`Self::encode`].
+    fn decode(text: &str) -> Option<Self> {
+        let mut parts = text.splitn(3, '|');
+        let bytes = unb64(parts.next()?)?;
+        let tools = parts.next()?;
+        let m = parts.next()?.to_owned();
+        let word = |i: usize| -> Option<u64> {
+            Some(u64::from_le_bytes(bytes.get(i..i + 8)?.try_into().ok()?))
+        };
+        let n = u32::from_le_bytes(bytes.get(24..28)?.try_into().ok()?) as usize;
+        let tail = bytes.len().checked_sub(28)?;
+        if tail % 8 != 0 {
+            return None;
+        }
+        Some(Self {
+            m,
+            t: if tools.is_empty() {
+                Vec::new()
+            } else {
+                tools.split(',').map(str::to_owned).collect()
+            },
+            th: word(0)?,
+            s: word(8)?,
+            n,
+            h: word(16)?,
+            l: (0..tail / 8)
+                .map(|i| word(28 + 8 * i))
+                .collect::<Option<_>>()?,
+        })
+    }
+
     /// The short form of asking `model` with `messages`, `tools` and
-    /// `settings`.
+    /// `settings`; `first`: the agent's first turn in its context (the
+    /// only one that names the tools).
     pub fn of(
         model: &str,
         messages: &[ChatMessage],
         tools: &[ToolDef],
         settings: &Settings,
         conversation: &mut Conversation,
+        first: bool,
     ) -> Self {
         let mut th = Fnv::new();
         for t in tools {
@@ -130,7 +230,11 @@ impl Asked {
         let settings = serde_json::to_string(settings).unwrap_or_default();
         Self {
             m: model.to_owned(),
-            t: tools.iter().map(|t| t.name.clone()).collect(),
+            t: if first {
+                tools.iter().map(|t| t.name.clone()).collect()
+            } else {
+                Vec::new()
+            },
             th: th.0,
             s: Fnv::new().text(&settings).0,
             n: messages.len(),
@@ -234,6 +338,7 @@ mod tests {
             tools,
             &Settings::default(),
             &mut Conversation::default(),
+            true,
         )
     }
 

@@ -287,7 +287,15 @@ pub fn plan(
                 .payload
                 .take()
                 .unwrap_or(Payload::RunStarted(Default::default()));
-            let (edited, record) = (edit.build)(&unit, &mut payload);
+            let (edited, mut record) = (edit.build)(&unit, &mut payload);
+            if edited.starts_with("t/")
+                && let Some(original) = history
+                    .recording
+                    .iter()
+                    .find(|r| r.seq == at && r.unit == unit)
+            {
+                record = with_asked(record, &original.record);
+            }
             e.payload = Some(payload);
             recording.push(Recorded {
                 seq: e.seq,
@@ -303,6 +311,22 @@ pub fn plan(
         recording,
         announced,
     })
+}
+
+/// An edited model turn's record with what the original turn was asked
+/// (the edit changes the answer, not the request): a replay of the fork
+/// matches the turn and takes the edited answer.
+fn with_asked(edited: Vec<u8>, original: &[u8]) -> Vec<u8> {
+    let asked = serde_json::from_slice::<serde_json::Value>(original)
+        .ok()
+        .and_then(|mut o| o.get_mut("asked").map(serde_json::Value::take));
+    match (asked, serde_json::from_slice::<serde_json::Value>(&edited)) {
+        (Some(asked), Ok(serde_json::Value::Object(mut turn))) => {
+            turn.insert("asked".into(), asked);
+            serde_json::to_vec(&turn).unwrap_or(edited)
+        }
+        _ => edited,
+    }
 }
 
 /// Whether a recorded point goes into a fork's journal (see the module

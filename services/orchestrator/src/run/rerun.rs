@@ -438,6 +438,7 @@ mod tests {
             &[],
             &Settings::default(),
             &mut Conversation::default(),
+            true,
         );
         (a, messages)
     }
