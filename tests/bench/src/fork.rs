@@ -23,6 +23,9 @@ pub struct Options {
     /// Forks timed per length (the median is shown).
     #[arg(long, default_value_t = 5)]
     forks: usize,
+    /// Replays timed per length (the median is shown).
+    #[arg(long, default_value_t = 5)]
+    replays: usize,
     /// Finished 100-turn runs whose heap is counted (memory mode).
     #[arg(long, default_value_t = 1000)]
     kept: usize,
@@ -189,7 +192,7 @@ pub fn run(o: Options) -> anyhow::Result<()> {
         for (n, run_id, run_ms) in replays {
             let mut times = Vec::new();
             let mut matched = String::new();
-            for _ in 0..o.forks {
+            for _ in 0..o.replays.max(1) {
                 let (ms, stats) = replay(&client, &run_id).await?;
                 times.push(ms);
                 matched = format!("{} of {}", stats.matched_calls, stats.calls);

@@ -5,6 +5,8 @@
 //! Rust versions, as a recording in the run store outlives the binary that
 //! wrote it.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use super::chat::{ChatMessage, Role, ToolDef};
@@ -132,11 +134,14 @@ fn message_hash(m: &ChatMessage) -> u64 {
 
 /// The hash of a conversation, kept up to date as messages are added: a
 /// turn loop hashes each message once, not the whole conversation again
-/// every turn.
-#[derive(Debug, Clone, Copy)]
+/// every turn; and of the tools it is offered, hashed again only when they
+/// are other tools (the process shares one list per agent until a tool
+/// server lists its tools again).
+#[derive(Debug, Clone)]
 pub struct Conversation {
     hashed: usize,
     chain: u64,
+    tools: Option<(Arc<[ToolDef]>, u64)>,
 }
 
 impl Default for Conversation {
@@ -144,6 +149,7 @@ impl Default for Conversation {
         Self {
             hashed: 0,
             chain: Fnv::new().0,
+            tools: None,
         }
     }
 }
@@ -153,13 +159,31 @@ impl Conversation {
     /// are hashed again from the start if they did not).
     fn of(&mut self, messages: &[ChatMessage]) -> u64 {
         if messages.len() < self.hashed {
-            *self = Self::default();
+            self.hashed = 0;
+            self.chain = Fnv::new().0;
         }
         for m in &messages[self.hashed..] {
             self.chain = Fnv(self.chain).bytes(&message_hash(m).to_le_bytes()).0;
         }
         self.hashed = messages.len();
         self.chain
+    }
+
+    /// The hash of `tools`' names, descriptions and schemas.
+    fn tools(&mut self, tools: &Arc<[ToolDef]>) -> u64 {
+        if let Some((hashed, hash)) = &self.tools
+            && Arc::ptr_eq(hashed, tools)
+        {
+            return *hash;
+        }
+        let mut th = Fnv::new();
+        for t in tools.iter() {
+            th.text(&t.name)
+                .text(&t.description)
+                .text(&t.parameters.to_string());
+        }
+        self.tools = Some((tools.clone(), th.0));
+        th.0
     }
 }
 
@@ -216,17 +240,12 @@ impl Asked {
     pub fn of(
         model: &str,
         messages: &[ChatMessage],
-        tools: &[ToolDef],
+        tools: &Arc<[ToolDef]>,
         settings: &Settings,
         conversation: &mut Conversation,
         first: bool,
     ) -> Self {
-        let mut th = Fnv::new();
-        for t in tools {
-            th.text(&t.name)
-                .text(&t.description)
-                .text(&t.parameters.to_string());
-        }
+        let th = conversation.tools(tools);
         let settings = serde_json::to_string(settings).unwrap_or_default();
         Self {
             m: model.to_owned(),
@@ -235,7 +254,7 @@ impl Asked {
             } else {
                 Vec::new()
             },
-            th: th.0,
+            th,
             s: Fnv::new().text(&settings).0,
             n: messages.len(),
             h: conversation.of(messages),
@@ -335,7 +354,7 @@ mod tests {
         Asked::of(
             "scripted:a",
             messages,
-            tools,
+            &Arc::from(tools),
             &Settings::default(),
             &mut Conversation::default(),
             true,

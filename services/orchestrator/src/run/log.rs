@@ -271,7 +271,7 @@ impl Chunked {
         trace_id: &str,
         run_id: &str,
     ) -> Vec<pb::RunEvent> {
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(max.min(self.len.saturating_sub(skip)));
         let mut at = skip;
         while out.len() < max && at < self.len {
             let chunk = &self.chunks[at / LOG_CHUNK];

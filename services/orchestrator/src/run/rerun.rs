@@ -314,18 +314,16 @@ impl Rerun {
         self.answers.get(id).map(Vec::as_slice)
     }
 
-    /// The replay diverged (`diverged` says where and how): true for the
-    /// first divergence only, which is the one to tell. A strict replay
-    /// ends with `failure`.
-    pub fn diverge(&self, failure: impl FnOnce() -> Failure) -> bool {
-        if self.diverged.swap(true, Ordering::SeqCst) {
-            return false;
-        }
-        if self.strict {
-            *self.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(failure());
-            self.ended.cancel();
-        }
-        true
+    /// The replay diverged: true for the first divergence only, which is
+    /// the one to tell (then [`Self::end`] a strict replay).
+    pub fn diverge(&self) -> bool {
+        !self.diverged.swap(true, Ordering::SeqCst)
+    }
+
+    /// Ends a strict replay with `failure` (its divergence, told).
+    pub fn end(&self, failure: Failure) {
+        *self.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(failure);
+        self.ended.cancel();
     }
 
     /// Resolves with the failure a strict replay ended with.
@@ -388,10 +386,11 @@ impl super::state::Run {
             return;
         };
         diverged.strict = rerun.strict;
-        let failure = strict_failure(&rerun.origin, &ctx.id, &diverged);
-        if rerun.diverge(|| failure.clone()) {
+        if rerun.diverge() {
             tracing::info!(run_id = %self.record.run_id, origin = %rerun.origin, context = %ctx.id, diff = %diverged.diff, "replay diverged");
+            let failure = strict_failure(&rerun.origin, &ctx.id, &diverged);
             // A point (`dv`): a resumed replay knows it diverged, and when.
+            // Told before a strict replay ends, which drops the run's body.
             self.emit_point(
                 ctx,
                 agent,
@@ -400,6 +399,9 @@ impl super::state::Run {
                 Vec::new,
             )
             .await;
+            if rerun.strict {
+                rerun.end(failure);
+            }
         }
         if rerun.strict {
             std::future::pending::<()>().await;
@@ -435,7 +437,7 @@ mod tests {
         let a = Asked::of(
             "scripted:a",
             &messages,
-            &[],
+            &std::sync::Arc::from(Vec::new()),
             &Settings::default(),
             &mut Conversation::default(),
             true,
@@ -528,11 +530,8 @@ mod tests {
             r.call("c/root/c9", "search", &json!({})),
             Answer::Differs(_)
         ));
-        assert!(r.diverge(|| Failure::new(Code::FailedPrecondition, "x")));
-        assert!(
-            !r.diverge(|| Failure::new(Code::FailedPrecondition, "x")),
-            "told once"
-        );
+        assert!(r.diverge());
+        assert!(!r.diverge(), "told once");
         let (now, messages) = asked("hi");
         assert!(matches!(r.turn("t/root/1", &now, &messages), Answer::Live));
         assert_eq!(r.answer("approval:c1"), None, "people are asked live");
@@ -543,7 +542,8 @@ mod tests {
     #[tokio::test]
     async fn a_strict_replay_fails_with_the_divergence() {
         let r = rerun(true);
-        r.diverge(|| Failure::new(Code::FailedPrecondition, "diverged here"));
+        assert!(r.diverge());
+        r.end(Failure::new(Code::FailedPrecondition, "diverged here"));
         let failure = tokio::time::timeout(std::time::Duration::from_secs(1), r.failed())
             .await
             .expect("failed at once");
