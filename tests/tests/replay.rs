@@ -16,6 +16,11 @@ use futures::StreamExt as _;
 use tonic::Code;
 
 fn agents(toolhost: &str, scout_instructions: &str) -> String {
+    agents_with(toolhost, scout_instructions, "")
+}
+
+/// [`agents`], with `scout_extra` in scout's entry (`approvals: …`).
+fn agents_with(toolhost: &str, scout_instructions: &str, scout_extra: &str) -> String {
     format!(
         r#"
 tool_servers:
@@ -27,7 +32,7 @@ scripts:
   scout: [{{calls: [{{tool: web_search, args: {{query: "{{{{input}}}}"}}}}]}}, {{text: "scout: {{{{results}}}}"}}]
 agents:
   boss: {{model: "scripted:boss", tools: [scout]}}
-  scout: {{model: "scripted:scout", tools: [web_search], instructions: "{scout_instructions}"}}
+  scout: {{model: "scripted:scout", tools: [web_search], instructions: "{scout_instructions}"{scout_extra}}}
 "#
     )
 }
@@ -411,6 +416,74 @@ async fn a_changed_agent_diverges_where_it_changed_then_strict_fails_and_default
         })
         .expect("diverged");
     assert!(!d.strict);
+
+    // Today scout's search needs a person's approval, which the recording
+    // has no answer to: the replay diverges there, and a strict one asks
+    // nobody.
+    let careful = OrchestratorServer::start(
+        &agents_with(
+            &host.endpoint(),
+            "Scout.",
+            ", approvals: {web_search: always}",
+        ),
+        None,
+        durable_runs(redis.url()),
+    )
+    .await
+    .expect("careful");
+    let cc = careful.client().await.expect("client");
+    let mut request = baton_e2e::agent_request("boss", "warm-up");
+    request.approval_mode = pb::ApprovalMode::AutoApprove as i32;
+    cc.run_agent_to_end(request).await.expect("warm-up");
+    let strict = replay(&cc, &origin, true).await.expect("strict");
+    let d = strict
+        .iter()
+        .find_map(|e| match &e.payload {
+            Some(Payload::Diverged(d)) => Some((e.context_id.as_str(), d)),
+            _ => None,
+        })
+        .expect("diverged");
+    assert_eq!((d.0, d.1.point.as_str()), ("root.scout.1", "approval"));
+    assert!(d.1.diff.contains("no answer"), "{:?}", d.1);
+    assert!(matches!(terminal(&strict), Payload::RunFailed(_)));
+    assert!(
+        !strict
+            .iter()
+            .any(|e| matches!(e.payload, Some(Payload::ApprovalRequested(_)))),
+        "nobody is asked"
+    );
+}
+
+/// A question nobody answered in time is not asked again: the replay
+/// times out at once, as the run did, and matches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_nobody_answered_is_replayed_unanswered() {
+    let server = OrchestratorServer::start(EXAMPLE_AGENTS, None, |c| {
+        c.runs.approval_timeout = Duration::from_millis(300);
+    })
+    .await
+    .expect("orchestrator");
+    let client = server.client().await.expect("client");
+    let events = client
+        .run_agent(baton_e2e::agent_request("interviewer", "a trip"))
+        .await
+        .expect("run");
+    let original = collect(&client, events, false).await;
+    assert!(
+        original
+            .iter()
+            .any(|e| matches!(e.payload, Some(Payload::InputTimedOut(_))))
+    );
+    let t = std::time::Instant::now();
+    let replayed = replay(&client, &original[0].run_id, true)
+        .await
+        .expect("replay");
+    assert_reproduced(&original, &replayed, "interviewer unanswered");
+    assert!(
+        t.elapsed() < Duration::from_millis(300),
+        "{:?}",
+        t.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -740,7 +813,10 @@ async fn a_durable_replay_survives_a_sigkill_of_its_replica() {
     let options = Options::short(1, false, binaries);
     let dir = tempfile::tempdir().expect("dir");
     let agents = dir.path().join("agents.yaml");
-    std::fs::write(&agents, EXAMPLE_AGENTS).expect("agents");
+    // A sleep long enough that the replica is killed inside it.
+    let slow = EXAMPLE_AGENTS.replace("{ms: 400, steps: 4}", "{ms: 3000, steps: 30}");
+    assert_ne!(slow, EXAMPLE_AGENTS);
+    std::fs::write(&agents, slow).expect("agents");
     let mut cluster = Cluster::start(&options, &agents, dir.path())
         .await
         .expect("cluster");

@@ -186,7 +186,7 @@ pub(super) async fn execute_call(
     }
     // Whether the call leaves Baton (its record says so: a replay's
     // resume counts the calls it made from its journal).
-    let external = match &plan {
+    let mut external = match &plan {
         CallPlan::Remote(..) => true,
         CallPlan::Tool(tool) => tool.external(),
         _ => false,
@@ -205,7 +205,11 @@ pub(super) async fn execute_call(
         rt.emit(&view.ctx, &view.agent_name, begin).await;
     }
     result.output = match approve(rt, view, call).await {
-        Err(denied) => Err(denied),
+        Err(denied) => {
+            // Denied: nothing left Baton.
+            external = false;
+            Err(denied)
+        }
         Ok(()) => match plan {
             CallPlan::Refused(why) => Err(why),
             CallPlan::Handoff(to) => {

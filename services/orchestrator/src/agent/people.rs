@@ -105,6 +105,7 @@ pub(super) async fn approve(
                     (false, reason) => Err(format!("{} was denied: {reason}", call.name)),
                 };
             }
+            replay_asks(rt, view, "approval", call, &approval_id).await;
             let question = Question::new(rt, &approval_id);
             let rx = rt.record.await_approval(&approval_id, question.deadline_ms);
             let requested = Payload::ApprovalRequested(pb::ApprovalRequested {
@@ -211,6 +212,11 @@ pub(super) async fn input_as(
     if rt.replayed(&timed_out).is_some() {
         return Err(no_answer(rt));
     }
+    // A replay of a question nobody answered in time: nobody answers it.
+    let unanswered = rt.rerun.as_ref().is_some_and(|r| r.timed_out(&input_id));
+    if !unanswered {
+        replay_asks(rt, view, "input", call, &input_id).await;
+    }
     let question = Question::new(rt, &input_id);
     let deadline = question.deadline();
     let rx = rt.record.await_input(&input_id, question.deadline_ms);
@@ -231,6 +237,18 @@ pub(super) async fn input_as(
     let given = rt
         .inbox(&input_id)
         .and_then(|r| serde_json::from_slice::<String>(r).ok());
+    let rx = match unanswered {
+        // Its deadline has passed: the wait ends at once, unanswered.
+        true => tokio::sync::oneshot::channel().1,
+        false => rx,
+    };
+    let question = match unanswered {
+        true => Question {
+            deadline_ms: 0,
+            ..question
+        },
+        false => question,
+    };
     match ask(
         rt,
         view,
@@ -272,6 +290,28 @@ pub(super) async fn input_as(
             Err(no_answer(rt))
         }
     }
+}
+
+/// A replay asks a person only once it diverged: a question the recording
+/// has no answer to is where it diverges (and a strict replay ends there,
+/// asking nobody; this never returns then).
+async fn replay_asks(
+    rt: &Arc<Run>,
+    view: &FrameView,
+    point: &str,
+    call: &ToolCallRequest,
+    id: &str,
+) {
+    if rt.rerun.is_none() || rt.inbox(id).is_some() {
+        return;
+    }
+    let diverged = pb::Diverged {
+        point: point.into(),
+        call_id: call.id.clone(),
+        diff: format!("the recording has no answer to {id}"),
+        ..Default::default()
+    };
+    rt.diverged(&view.ctx, &view.agent_name, diverged).await;
 }
 
 /// What the model reads when nobody answered a question in time: that no

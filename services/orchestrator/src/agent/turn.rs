@@ -480,6 +480,9 @@ pub(super) async fn switch_agent(
     frame.format_retries = 0;
     frame.agent_turns = 0;
     frame.agent_context = Arc::default();
+    // The instructions (message 1) change: the conversation is hashed
+    // again from the start for what the next turn is asked.
+    frame.conversation = Default::default();
     if let Some(system) = frame
         .messages
         .first_mut()

@@ -141,7 +141,10 @@ fn message_hash(m: &ChatMessage) -> u64 {
 pub struct Conversation {
     hashed: usize,
     chain: u64,
+    /// The hashes of the last messages hashed (up to [`TAIL`]).
+    last: Vec<u64>,
     tools: Option<(Arc<[ToolDef]>, u64)>,
+    settings: Option<(Settings, u64)>,
 }
 
 impl Default for Conversation {
@@ -149,7 +152,9 @@ impl Default for Conversation {
         Self {
             hashed: 0,
             chain: Fnv::new().0,
+            last: Vec::with_capacity(TAIL),
             tools: None,
+            settings: None,
         }
     }
 }
@@ -161,12 +166,32 @@ impl Conversation {
         if messages.len() < self.hashed {
             self.hashed = 0;
             self.chain = Fnv::new().0;
+            self.last.clear();
         }
         for m in &messages[self.hashed..] {
-            self.chain = Fnv(self.chain).bytes(&message_hash(m).to_le_bytes()).0;
+            let hash = message_hash(m);
+            self.chain = Fnv(self.chain).bytes(&hash.to_le_bytes()).0;
+            if self.last.len() == TAIL {
+                self.last.remove(0);
+            }
+            self.last.push(hash);
         }
         self.hashed = messages.len();
         self.chain
+    }
+
+    /// The hash of `settings`, made again only when they change (a
+    /// handoff's agent has its own).
+    fn settings(&mut self, settings: &Settings) -> u64 {
+        if let Some((hashed, hash)) = &self.settings
+            && hashed == settings
+        {
+            return *hash;
+        }
+        let text = serde_json::to_string(settings).unwrap_or_default();
+        let hash = Fnv::new().text(&text).0;
+        self.settings = Some((settings.clone(), hash));
+        hash
     }
 
     /// The hash of `tools`' names, descriptions and schemas.
@@ -246,7 +271,8 @@ impl Asked {
         first: bool,
     ) -> Self {
         let th = conversation.tools(tools);
-        let settings = serde_json::to_string(settings).unwrap_or_default();
+        let s = conversation.settings(settings);
+        let h = conversation.of(messages);
         Self {
             m: model.to_owned(),
             t: if first {
@@ -255,13 +281,10 @@ impl Asked {
                 Vec::new()
             },
             th,
-            s: Fnv::new().text(&settings).0,
+            s,
             n: messages.len(),
-            h: conversation.of(messages),
-            l: messages[messages.len().saturating_sub(TAIL)..]
-                .iter()
-                .map(message_hash)
-                .collect(),
+            h,
+            l: conversation.last.clone(),
         }
     }
 
@@ -300,7 +323,10 @@ impl Asked {
             said.push(format!("messages: {} recorded, {} now", self.n, now.n));
         }
         // The messages both hashed one by one, by index.
-        let (was_from, now_from) = (self.n - self.l.len(), now.n - now.l.len());
+        let (was_from, now_from) = (
+            self.n.saturating_sub(self.l.len()),
+            now.n.saturating_sub(now.l.len()),
+        );
         let from = was_from.max(now_from);
         let to = self.n.min(now.n);
         let differing = (from..to).find(|&i| self.l[i - was_from] != now.l[i - now_from]);
@@ -397,6 +423,8 @@ mod tests {
         });
         messages.push(reply);
         assert_eq!(growing.of(&messages), Conversation::default().of(&messages));
+        let direct: Vec<u64> = messages[1..].iter().map(message_hash).collect();
+        assert_eq!(growing.last, direct, "the last two, hashed as they came");
         // Fewer messages than hashed: hashed again from the start.
         assert_eq!(
             growing.of(&messages[..2]),

@@ -69,6 +69,8 @@ pub struct Rerun {
     calls: HashMap<String, Call>,
     /// People's answers by question id, as an inbox holds them.
     answers: HashMap<String, Vec<u8>>,
+    /// Input requests nobody answered in time, by id.
+    timed_out: std::collections::HashSet<String>,
     /// The events of remote A2A agents' contexts, by context id: a call
     /// answered from the recording says them again.
     remote: HashMap<String, Vec<(String, Payload)>>,
@@ -93,8 +95,13 @@ impl Rerun {
         let mut points: HashMap<u64, String> = HashMap::new();
         let mut turns = HashMap::new();
         let mut answers = HashMap::new();
+        let mut timed_out = std::collections::HashSet::new();
         let mut records = HashMap::new();
         for r in recording {
+            if let Some(id) = r.unit.strip_prefix("it/") {
+                timed_out.insert(id.to_owned());
+                continue;
+            }
             if let Some(id) = r.unit.strip_prefix("ap/") {
                 answers.insert(id.to_owned(), r.record);
             } else if let Some(id) = r.unit.strip_prefix("in/") {
@@ -181,6 +188,7 @@ impl Rerun {
             turns,
             calls,
             answers,
+            timed_out,
             remote,
             diverged: AtomicBool::new(false),
             matched: AtomicU64::new(0),
@@ -221,6 +229,14 @@ impl Rerun {
         self.made.store(made, Ordering::Relaxed);
         self.matched.store(matched, Ordering::Relaxed);
         self.diverged.store(diverged_at.is_some(), Ordering::SeqCst);
+        // A strict replay that had diverged (and told it: `dv` holds the
+        // failure) ends as soon as it starts again.
+        if self.strict
+            && let Some(said) = journal.get("dv")
+        {
+            let message = String::from_utf8_lossy(said).into_owned();
+            self.end(Failure::new(Code::FailedPrecondition, message));
+        }
         self
     }
 
@@ -314,6 +330,12 @@ impl Rerun {
         self.answers.get(id).map(Vec::as_slice)
     }
 
+    /// Whether the recording's input request `id` was not answered in
+    /// time (the replay does not ask it either, until it diverged).
+    pub fn timed_out(&self, id: &str) -> bool {
+        !self.live() && self.timed_out.contains(id)
+    }
+
     /// The replay diverged: true for the first divergence only, which is
     /// the one to tell (then [`Self::end`] a strict replay).
     pub fn diverge(&self) -> bool {
@@ -389,15 +411,13 @@ impl super::state::Run {
         if rerun.diverge() {
             tracing::info!(run_id = %self.record.run_id, origin = %rerun.origin, context = %ctx.id, diff = %diverged.diff, "replay diverged");
             let failure = strict_failure(&rerun.origin, &ctx.id, &diverged);
-            // A point (`dv`): a resumed replay knows it diverged, and when.
+            // A point (`dv`, its record the failure's message): a resumed
+            // replay knows it diverged, when, and a strict one how it ends.
             // Told before a strict replay ends, which drops the run's body.
-            self.emit_point(
-                ctx,
-                agent,
-                Payload::Diverged(diverged),
-                "dv".into(),
-                Vec::new,
-            )
+            let said = failure.message.clone().into_bytes();
+            self.emit_point(ctx, agent, Payload::Diverged(diverged), "dv".into(), || {
+                said
+            })
             .await;
             if rerun.strict {
                 rerun.end(failure);
@@ -560,6 +580,21 @@ mod tests {
             Answer::Differs(_)
         ));
         assert_eq!(r.stats().calls, 0);
+    }
+
+    #[tokio::test]
+    async fn a_strict_replay_that_had_diverged_ends_when_resumed() {
+        let journal: HashMap<String, Vec<u8>> = [
+            ("dv".to_owned(), b"diverged before".to_vec()),
+            ("#dv".to_owned(), b"4".to_vec()),
+        ]
+        .into_iter()
+        .collect();
+        let r = rerun(true).resumed(&journal);
+        let failure = tokio::time::timeout(std::time::Duration::from_secs(1), r.failed())
+            .await
+            .expect("ended at once");
+        assert_eq!(failure.message, "diverged before");
     }
 
     #[test]
