@@ -157,7 +157,15 @@ pub fn run(o: Options) -> anyhow::Result<()> {
         for n in &o.turns {
             let agent = format!("loop{n}");
             run_agent(&client, &agent).await?;
-            let (events, run_ms) = run_agent(&client, &agent).await?;
+            // The run's own time: the median of as many runs as forks.
+            let mut run_times = Vec::new();
+            let mut events = Vec::new();
+            for _ in 0..o.forks.max(1) {
+                let (e, ms) = run_agent(&client, &agent).await?;
+                run_times.push(ms);
+                events = e;
+            }
+            let run_ms = median(run_times);
             let at = events
                 .iter()
                 .rev()
@@ -243,7 +251,9 @@ pub fn run(o: Options) -> anyhow::Result<()> {
         let id = &events[0].run_id;
         let mut bytes = 0u64;
         for key in ["meta", "log", "journal", "inbox"] {
-            let out = redis.cli(&["MEMORY", "USAGE", &format!("baton:run:{{{id}}}:{key}")])?;
+            // SAMPLES 0: every field counted, not an estimate.
+            let key = format!("baton:run:{{{id}}}:{key}");
+            let out = redis.cli(&["MEMORY", "USAGE", &key, "SAMPLES", "0"])?;
             bytes += out.trim().parse::<u64>().unwrap_or(0);
         }
         println!(
