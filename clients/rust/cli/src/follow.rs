@@ -327,22 +327,6 @@ fn outcome_of(e: &pb::RunEvent) -> Option<anyhow::Result<()>> {
 /// Prints a run's events (tree or JSON), answers its input requests with
 /// `answers` (in order) and then, like its approvals, from stdin with the
 /// question on stderr, and fails unless the run completes.
-/// The last 8 characters of a run id, as the console shows it.
-fn last8(id: &str) -> &str {
-    id.get(id.len().saturating_sub(8)..).unwrap_or(id)
-}
-
-/// A replay's stats, on its terminal event.
-fn replay_stats(e: &pb::RunEvent) -> Option<&pb::ReplayStats> {
-    use pb::run_event::Payload;
-    match &e.payload {
-        Some(Payload::RunCompleted(c)) => c.replay.as_ref(),
-        Some(Payload::RunFailed(f)) => f.replay.as_ref(),
-        Some(Payload::RunCancelled(c)) => c.replay.as_ref(),
-        _ => None,
-    }
-}
-
 pub async fn follow(
     client: &OrchestratorClient,
     mut events: baton_client::Events,
@@ -381,25 +365,9 @@ pub async fn follow(
             crate::out::outln!("── live from here (seq {}) ──", e.seq)?;
         }
         view.draw(e)?;
-        if let Some(pb::run_event::Payload::RunStarted(s)) = &e.payload
-            && !s.replay_of.is_empty()
-        {
+        if let Some(line) = crate::replay::line(e) {
             view.close()?;
-            crate::out::outln!(
-                "── a{} replay of run …{} against today's agents ──",
-                if s.strict { " strict" } else { "" },
-                last8(&s.replay_of)
-            )?;
-        }
-        if let Some(stats) = replay_stats(e) {
-            view.close()?;
-            crate::out::outln!(
-                "── {} of {} calls matched the recording of run …{}{} ──",
-                stats.matched_calls,
-                stats.calls,
-                last8(&stats.run_id),
-                if stats.diverged { "; it diverged" } else { "" }
-            )?;
+            crate::out::outln!("{line}")?;
         }
         if let Some(pb::run_event::Payload::RunStarted(s)) = &e.payload
             && let Some(from) = &s.forked_from

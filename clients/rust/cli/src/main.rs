@@ -24,6 +24,7 @@ mod follow;
 mod jsonl;
 mod out;
 mod pipeline;
+mod replay;
 mod run;
 mod runs;
 mod steer;

@@ -560,19 +560,8 @@ impl View {
                 }
             }
             Some(Payload::Diverged(d)) => {
-                let at = match d.point.as_str() {
-                    "model_turn" => format!("model turn {}", d.turn),
-                    point => format!("{} {}", point.replace('_', " "), d.call_id),
-                };
-                let then = if d.strict {
-                    "the strict replay ends here"
-                } else {
-                    "live from here"
-                };
-                let head = format!(
-                    "{indent}{}diverged at {at} ({then}): ",
-                    self.mark("⚠ ", "! ")
-                );
+                let mark = self.mark("⚠ ", "! ");
+                let head = format!("{indent}{mark}{}: ", crate::replay::diverged(d));
                 return self.block(head, &indent, &d.diff);
             }
             Some(Payload::RunResumed(r)) => {

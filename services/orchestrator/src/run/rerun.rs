@@ -393,42 +393,6 @@ pub fn strict_failure(origin: &str, context: &str, diverged: &pb::Diverged) -> F
     )
 }
 
-impl super::state::Run {
-    /// Says that this replay's request differs from the recording
-    /// (`diverged`, in `ctx`), the first time only. A strict replay ends
-    /// here: this never returns, and the run ends failed (`run::drive`
-    /// waits on [`Rerun::failed`]) before anything goes live.
-    pub async fn diverged(
-        &self,
-        ctx: &std::sync::Arc<super::context::ContextInfo>,
-        agent: &std::sync::Arc<str>,
-        mut diverged: pb::Diverged,
-    ) {
-        let Some(rerun) = self.rerun.as_ref() else {
-            return;
-        };
-        diverged.strict = rerun.strict;
-        if rerun.diverge() {
-            tracing::info!(run_id = %self.record.run_id, origin = %rerun.origin, context = %ctx.id, diff = %diverged.diff, "replay diverged");
-            let failure = strict_failure(&rerun.origin, &ctx.id, &diverged);
-            // A point (`dv`, its record the failure's message): a resumed
-            // replay knows it diverged, when, and a strict one how it ends.
-            // Told before a strict replay ends, which drops the run's body.
-            let said = failure.message.clone().into_bytes();
-            self.emit_point(ctx, agent, Payload::Diverged(diverged), "dv".into(), || {
-                said
-            })
-            .await;
-            if rerun.strict {
-                rerun.end(failure);
-            }
-        }
-        if rerun.strict {
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
