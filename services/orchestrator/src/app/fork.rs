@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use tokio_stream::StreamExt as _;
 
 use super::{
-    orchestrator::{Caller, Orchestrator, audit, audited_id, not_found},
+    orchestrator::{Caller, Orchestrator, audit_started, not_found},
     start::Started,
     watch::history_gone,
 };
@@ -48,11 +48,7 @@ impl Orchestrator {
     pub async fn fork(&self, caller: &Caller, request: ForkRequest) -> Result<Started> {
         let origin = request.run_id.clone();
         let started = self.try_fork(caller, request).await;
-        let (run_id, trace_id) = match &started {
-            Ok(s) => (s.run_id.as_str(), s.trace_id.as_str()),
-            Err(_) => (audited_id(&origin), ""),
-        };
-        audit("ForkRun", caller, run_id, trace_id, &started);
+        audit_started("ForkRun", caller, &origin, &started);
         started
     }
 

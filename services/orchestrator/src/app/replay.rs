@@ -5,7 +5,7 @@
 //! then started like any run of that request — durable when runs are.
 
 use super::{
-    orchestrator::{Caller, Orchestrator, audit, audited_id},
+    orchestrator::{Caller, Orchestrator, audit_started},
     start::Started,
 };
 use crate::{
@@ -20,11 +20,7 @@ impl Orchestrator {
     pub async fn replay(&self, caller: &Caller, request: ReplayRequest) -> Result<Started> {
         let origin = request.run_id.clone();
         let started = self.try_replay(caller, request).await;
-        let (run_id, trace_id) = match &started {
-            Ok(s) => (s.run_id.as_str(), s.trace_id.as_str()),
-            Err(_) => (audited_id(&origin), ""),
-        };
-        audit("ReplayRun", caller, run_id, trace_id, &started);
+        audit_started("ReplayRun", caller, &origin, &started);
         started
     }
 
