@@ -17,8 +17,8 @@ use tokio::sync::mpsc;
 use tokio_stream::StreamExt as _;
 
 use super::{
-    orchestrator::{Caller, Orchestrator, audit_started, not_found},
-    start::Started,
+    orchestrator::{Caller, Orchestrator, not_found},
+    start::{Started, audit_started},
     watch::history_gone,
 };
 use crate::{

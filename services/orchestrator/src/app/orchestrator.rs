@@ -275,21 +275,6 @@ pub(super) fn audit<T>(
 
 /// A run id as the audit log records it: only a well-formed one (the field
 /// may hold anything).
-/// Audits an operation that starts a run from run `origin` (ForkRun,
-/// ReplayRun): the new run's ids, or the origin's id when refused.
-pub(super) fn audit_started(
-    method: &'static str,
-    caller: &Caller,
-    origin: &str,
-    started: &Result<super::start::Started>,
-) {
-    let (run_id, trace_id) = match started {
-        Ok(s) => (s.run_id.as_str(), s.trace_id.as_str()),
-        Err(_) => (audited_id(origin), ""),
-    };
-    audit(method, caller, run_id, trace_id, started);
-}
-
 pub(super) fn audited_id(run_id: &str) -> &str {
     if uuid::Uuid::try_parse(run_id).is_ok() {
         run_id

@@ -5,8 +5,8 @@
 //! then started like any run of that request — durable when runs are.
 
 use super::{
-    orchestrator::{Caller, Orchestrator, audit_started},
-    start::Started,
+    orchestrator::{Caller, Orchestrator},
+    start::{Started, audit_started},
 };
 use crate::{
     error::{Error, Result},

@@ -13,7 +13,7 @@ use opentelemetry::{
     trace::{Span as _, SpanBuilder, SpanKind, TraceContextExt, Tracer},
 };
 
-use super::orchestrator::{Caller, Orchestrator, audit};
+use super::orchestrator::{Caller, Orchestrator, audit, audited_id};
 use crate::{
     agent::{self, frame::CallFrame},
     error::{Error, Result},
@@ -147,7 +147,7 @@ impl Orchestrator {
             },
             Err(e) => Err(e),
         };
-        audit_start("RunAgent", caller, &started);
+        audit_started("RunAgent", caller, "", &started);
         started
     }
 
@@ -168,7 +168,7 @@ impl Orchestrator {
             },
             Err(e) => Err(e),
         };
-        audit_start("RunPipeline", caller, &started);
+        audit_started("RunPipeline", caller, "", &started);
         started
     }
 
@@ -289,12 +289,19 @@ impl Orchestrator {
     }
 }
 
-/// Records a RunAgent or RunPipeline in the audit log: started (with the
-/// run's ids) or refused (with the code).
-fn audit_start(method: &'static str, caller: &Caller, started: &Result<Started>) {
+/// Records an operation that starts a run in the audit log: started (with
+/// the new run's ids) or refused (with the code, and for ForkRun and
+/// ReplayRun the id of the run it was to start from, `origin`, when it is
+/// well-formed; RunAgent and RunPipeline pass "").
+pub(super) fn audit_started(
+    method: &'static str,
+    caller: &Caller,
+    origin: &str,
+    started: &Result<Started>,
+) {
     let (run_id, trace_id) = match started {
         Ok(s) => (s.run_id.as_str(), s.trace_id.as_str()),
-        Err(_) => ("", ""),
+        Err(_) => (audited_id(origin), ""),
     };
     audit(method, caller, run_id, trace_id, started);
 }
