@@ -173,11 +173,14 @@ pub async fn sequence(
         if broken {
             continue;
         }
+        // The run ended once its log says so: GetRun here says so too from
+        // now on, before the batch's events are through to the caller (a
+        // watcher reading the log in Redis may see the end first).
+        if let Some(end) = logged.iter().find(|l| is_terminal(&l.payload)) {
+            record.finish(&end.payload, end.seq);
+        }
         for (logged, event) in logged.into_iter().zip(events) {
             let terminal = is_terminal(&logged.payload);
-            if terminal {
-                record.finish(&logged.payload, logged.seq);
-            }
             let forward = !client_gone && filter.passes(&logged.ctx, &logged.payload);
             record.log_event(logged, terminal);
             if forward && out.send(Ok(event)).await.is_err() {
