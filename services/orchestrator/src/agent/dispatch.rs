@@ -127,6 +127,27 @@ pub(super) async fn execute(
     run_frame: RunFrame,
     run_step: RunStep,
 ) -> CallResult {
+    let unit = format!("c/{}/{}", view.ctx.id, call.id);
+    // A resumed run (or a fork) does not make a call again that it had
+    // made: it takes what the call returned, and the tool-output policies
+    // apply again, as they did. The call is not made, so it has no span
+    // and no metric here; its event was sent before.
+    if let Some(record) = rt
+        .replayed(&unit)
+        .and_then(|r| serde_json::from_slice::<CallRecord>(r).ok())
+    {
+        let mut result = CallResult {
+            output: Ok(String::new()),
+            handoff: None,
+            child_usage: None,
+        };
+        result.output = record.taken(&mut result);
+        let (_, final_text) = apply_policies(rt, view, call, &mut result);
+        if let Some(text) = final_text {
+            view.scope.end_with(text);
+        }
+        return result;
+    }
     let span = rt.tracer().build_with_context(
         SpanBuilder::from_name(format!("execute_tool {}", call.name)).with_attributes([
             KeyValue::new("gen_ai.operation.name", "execute_tool"),
@@ -137,7 +158,7 @@ pub(super) async fn execute(
     );
     let cx = view.ctx.otel.with_span(span);
     let began = Instant::now();
-    let result = execute_call(rt, view, call, plan, run_frame, run_step)
+    let result = execute_call(rt, view, call, unit, plan, run_frame, run_step)
         .with_context(cx.clone())
         .await;
     let seconds = began.elapsed().as_secs_f64();
@@ -162,28 +183,18 @@ pub(super) async fn execute_call(
     rt: &Arc<Run>,
     view: &FrameView,
     call: &ToolCallRequest,
+    unit: String,
     plan: CallPlan,
     run_frame: RunFrame,
     run_step: RunStep,
 ) -> CallResult {
     let _live = LiveGuard::new(&rt.record);
     let started = Instant::now();
-    let unit = format!("c/{}/{}", view.ctx.id, call.id);
-    // A resumed run does not make a call again that it had made: it takes
-    // what the call returned (policies apply again below, as they did).
-    let replayed: Option<CallRecord> = rt
-        .replayed(&unit)
-        .and_then(|r| serde_json::from_slice(r).ok());
     let mut result = CallResult {
         output: Ok(String::new()),
         handoff: None,
         child_usage: None,
     };
-    if let Some(record) = replayed {
-        let external = record.x;
-        result.output = record.taken(&mut result);
-        return finish_call(rt, view, call, result, started, (unit, external)).await;
-    }
     // Whether the call leaves Baton (its record says so: a replay's
     // resume counts the calls it made from its journal).
     let mut external = match &plan {
@@ -372,7 +383,39 @@ async fn finish_call(
             .child_usage
             .map(|u| [u.input_tokens, u.output_tokens, u.model_calls, u.tool_calls]),
     };
-    // Tool-output policies: run-scoped first, then the agent's.
+    let (policies, final_text) = apply_policies(rt, view, call, &mut result);
+    let (output, error) = match &result.output {
+        Ok(s) => (s.clone(), String::new()),
+        Err(e) => (String::new(), e.clone()),
+    };
+    let done = Payload::ToolCallCompleted(pb::ToolCallCompleted {
+        call_id: call.id.clone(),
+        tool: call.name.clone(),
+        result: output,
+        error,
+        duration: Some(duration(started.elapsed())),
+        policies,
+    });
+    rt.emit_point(&view.ctx, &view.agent_name, done, unit, || {
+        serde_json::to_vec(&record).unwrap_or_default()
+    })
+    .await;
+    if let Some(text) = final_text {
+        // The first Final wins; the scope ends with its output.
+        view.scope.end_with(text);
+    }
+    result
+}
+
+/// Applies the tool-output policies, run-scoped first, then the agent's, to
+/// what a call returned (in `result`): the policies that applied, and the
+/// text the scope ends with when one was Final.
+fn apply_policies(
+    rt: &Run,
+    view: &FrameView,
+    call: &ToolCallRequest,
+    result: &mut CallResult,
+) -> (Vec<pb::PolicyOutcome>, Option<String>) {
     let mut policies = Vec::new();
     let (mut text, is_error) = match &result.output {
         Ok(s) => (s.clone(), false),
@@ -400,35 +443,9 @@ async fn finish_call(
             &mut policies,
         );
     }
+    let final_text = ends_run.then(|| text.clone());
     result.output = if is_error { Err(text) } else { Ok(text) };
-    let (output, error) = match &result.output {
-        Ok(s) => (s.clone(), String::new()),
-        Err(e) => (String::new(), e.clone()),
-    };
-    let final_text = ends_run.then(|| {
-        if is_error {
-            error.clone()
-        } else {
-            output.clone()
-        }
-    });
-    let done = Payload::ToolCallCompleted(pb::ToolCallCompleted {
-        call_id: call.id.clone(),
-        tool: call.name.clone(),
-        result: output,
-        error,
-        duration: Some(duration(started.elapsed())),
-        policies,
-    });
-    rt.emit_point(&view.ctx, &view.agent_name, done, unit, || {
-        serde_json::to_vec(&record).unwrap_or_default()
-    })
-    .await;
-    if let Some(text) = final_text {
-        // The first Final wins; the scope ends with its output.
-        view.scope.end_with(text);
-    }
-    result
+    (policies, final_text)
 }
 
 /// Runs a tool until it ends, asking a person whenever it needs input.

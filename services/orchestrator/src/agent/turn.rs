@@ -148,7 +148,8 @@ pub(super) async fn run_frame_inner(
         // A resumed run does not ask the model again for a turn it had.
         let unit = format!("t/{}/{}", frame.ctx.id, frame.turns);
         let mut asked = None;
-        let recorded = match rt.replayed(&unit) {
+        let journaled = rt.replayed(&unit);
+        let recorded = match journaled {
             Some(record) => Some(record),
             None => {
                 let now = Asked::of(
@@ -269,20 +270,23 @@ pub(super) async fn run_frame_inner(
         };
         rt.add_usage(&turn_usage);
         add_usage(&mut frame.usage, &turn_usage);
-        let completed = Payload::MessageCompleted(pb::MessageCompleted {
-            text: turn.text.clone(),
-            tool_calls: turn.calls.iter().map(pb_call).collect(),
-            usage: Some(turn_usage),
-            finish_reason: turn.finish_reason.clone(),
-        });
-        rt.emit_point(&frame.ctx, &frame.agent_name, completed, unit, || {
-            serde_json::to_vec(&TurnRecord {
-                turn: &turn,
-                asked: asked.as_ref(),
+        // A turn taken from the journal was sent before.
+        if journaled.is_none() {
+            let completed = Payload::MessageCompleted(pb::MessageCompleted {
+                text: turn.text.clone(),
+                tool_calls: turn.calls.iter().map(pb_call).collect(),
+                usage: Some(turn_usage),
+                finish_reason: turn.finish_reason.clone(),
+            });
+            rt.emit_point(&frame.ctx, &frame.agent_name, completed, unit, || {
+                serde_json::to_vec(&TurnRecord {
+                    turn: &turn,
+                    asked: asked.as_ref(),
+                })
+                .unwrap_or_default()
             })
-            .unwrap_or_default()
-        })
-        .await;
+            .await;
+        }
 
         if turn.calls.is_empty()
             && let Some(format) = &frame.settings.response_format
