@@ -497,6 +497,11 @@ agents:
     let client = server.client().await.expect("client");
     let original = run_to_end(&client, "looper", "go").await;
     assert!(original.len() > 600);
+    // A finished run's log is packed in the background, a chunk at a time;
+    // once it is, a fork copies the packed chunks it replays unchanged
+    // (`run::log::PackedChunk`) instead of encoding their events again.
+    // Both ways, the fork's log must read back as its stream (below).
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let at = original
         .iter()
         .rev()

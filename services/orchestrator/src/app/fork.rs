@@ -103,10 +103,13 @@ impl Orchestrator {
             seq: request.at_seq,
         });
         let trace_id = record.trace_id.to_string();
-        record.preload(&plan.events);
+        record.preload(&plan.events, &plan.packed, plan.same);
+        plan.packed = Vec::new();
         if services.durable.is_none() {
-            for r in &plan.recording {
-                record.record_point(r.clone());
+            // Memory mode: the fork's recording is kept with it (and not
+            // written anywhere else).
+            for r in std::mem::take(&mut plan.recording) {
+                record.record_point(r);
             }
         }
         let future = checked.body.future(&prepared.run);
@@ -172,13 +175,23 @@ impl Orchestrator {
         let run = self.run_of(caller, run_id)?;
         // Events first: a point is recorded before its event is logged, so
         // every point among these events is in the recording read after.
-        let Some(events) = run.first_events(usize::try_from(at_seq).unwrap_or(usize::MAX)) else {
+        let Some((events, packed)) =
+            run.first_events(usize::try_from(at_seq).unwrap_or(usize::MAX))
+        else {
             return Err(history_gone(run_id));
         };
         let Some((recording, request)) = run.recording() else {
             return Err(history_gone(run_id));
         };
-        Ok((History { events, recording }, request, run.kind))
+        Ok((
+            History {
+                events,
+                recording,
+                packed,
+            },
+            request,
+            run.kind,
+        ))
     }
 }
 
@@ -200,7 +213,11 @@ pub(super) async fn stored_history(
     // The journal after the events: an append writes both at once, so
     // every point among the events read is in it.
     let recording = stored_recording(durable.journal(run_id).await?);
-    Ok(History { events, recording })
+    Ok(History {
+        events,
+        recording,
+        packed: Vec::new(),
+    })
 }
 
 /// A durable run's recording from its journal: each point whose `#{unit}`

@@ -23,7 +23,11 @@ use std::collections::{HashMap, HashSet};
 
 use baton_proto::v1::{self as pb, run_event::Payload};
 
-use super::{events::kind_of, log::Recorded, view::Origin};
+use super::{
+    events::kind_of,
+    log::{PackedChunk, Recorded},
+    view::Origin,
+};
 use crate::error::Error;
 
 /// What replaces the fork point's outcome, with the record the run reads
@@ -102,6 +106,10 @@ pub struct History {
     pub events: Vec<pb::RunEvent>,
     /// Its durable points.
     pub recording: Vec<Recorded>,
+    /// The first chunks of its log, packed, when they are at hand (memory
+    /// mode): the fork's log copies them instead of encoding its first
+    /// events again.
+    pub packed: Vec<PackedChunk>,
 }
 
 /// What a fork starts with.
@@ -115,6 +123,11 @@ pub struct Plan {
     /// The tool calls in flight at the point (their units) whose
     /// `ToolCallStarted` is among the replayed events.
     pub announced: HashSet<String>,
+    /// The origin's packed chunks ([`History::packed`]).
+    pub packed: Vec<PackedChunk>,
+    /// How many of the first events are the origin's, with the same seqs,
+    /// unchanged but for `replayed` (and the first event's fork fields).
+    pub same: usize,
 }
 
 /// The fork point `at` of run `origin_run` whose history is `history`,
@@ -180,37 +193,48 @@ pub fn plan(
         ));
     }
 
-    // The journal: what was recorded before the point.
-    let mut units: HashSet<&str> = history
+    // What the point recorded.
+    let original = history
         .recording
         .iter()
-        .filter(|r| r.seq < at && kept(&r.unit))
-        .map(|r| r.unit.as_str())
-        .collect();
-    if edit.is_some() {
-        units.insert(unit.as_str());
-    }
+        .find(|r| r.seq == at && r.unit == unit)
+        .map(|r| r.record.clone());
+    let History {
+        mut events,
+        recording,
+        packed,
+    } = history;
     // The events before the point, less those of what was in flight.
+    let first = events.first().map_or(1, |e| e.seq);
+    let before = events.iter().take_while(|e| e.seq < at).count();
+    events.truncate(before);
     let (dropped, announced) = {
-        let before: Vec<&pb::RunEvent> = history.events.iter().filter(|e| e.seq < at).collect();
-        in_flight(&before, &units)
-    };
-    // The original's seq of each event before the point is its index + the
-    // first's; its seq in the fork, or 0 when it is left out.
-    let first = history.events.first().map_or(1, |e| e.seq);
-    let mut renumbered: Vec<u64> = Vec::with_capacity(history.events.len());
-    let mut events = Vec::with_capacity(history.events.len() + 1);
-    for (i, mut e) in history
-        .events
-        .into_iter()
-        .take_while(|e| e.seq < at)
-        .enumerate()
-    {
-        if dropped.contains(&i) {
-            renumbered.push(0);
-            continue;
+        // The journal: what was recorded before the point.
+        let mut units: HashSet<&str> = recording
+            .iter()
+            .filter(|r| r.seq < at && kept(&r.unit))
+            .map(|r| r.unit.as_str())
+            .collect();
+        if edit.is_some() {
+            units.insert(unit.as_str());
         }
-        let seq = events.len() as u64 + 1;
+        in_flight(&events, &units)
+    };
+    // Each event's seq in the fork (from 1), or 0 when it is left out; the
+    // events are renumbered in place.
+    let mut renumbered: Vec<u64> = Vec::with_capacity(events.len());
+    let mut same = events.len();
+    let mut index = 0;
+    let mut seq = 0;
+    events.retain_mut(|e| {
+        let i = index;
+        index += 1;
+        if !dropped.is_empty() && dropped.contains(&i) {
+            renumbered.push(0);
+            same = same.min(i);
+            return false;
+        }
+        seq += 1;
         renumbered.push(seq);
         e.seq = seq;
         // The fork's ids are given where the events go out.
@@ -229,18 +253,20 @@ pub fn plan(
                 .to_pb(),
             );
         }
-        events.push(e);
+        true
+    });
+    if first != 1 {
+        same = 0;
     }
-    let mut recording: Vec<Recorded> = history
-        .recording
-        .iter()
+    let mut recording: Vec<Recorded> = recording
+        .into_iter()
         .filter(|r| r.seq < at && kept(&r.unit))
         .filter_map(|r| {
             let seq = *renumbered.get(usize::try_from(r.seq.checked_sub(first)?).ok()?)?;
             Some(Recorded {
                 seq: (seq > 0).then_some(seq)?,
-                unit: r.unit.clone(),
-                record: r.record.clone(),
+                unit: r.unit,
+                record: r.record,
             })
         })
         .collect();
@@ -254,16 +280,10 @@ pub fn plan(
             e.replayed = true;
             e.run_id.clear();
             e.trace_id.clear();
-            let original = history
-                .recording
-                .iter()
-                .find(|r| r.seq == at && r.unit == unit)
-                .map(|r| r.record.clone())
-                .unwrap_or_default();
             recording.push(Recorded {
                 seq: e.seq,
                 unit: unit.clone(),
-                record: original,
+                record: original.unwrap_or_default(),
             });
             let mut payload = e
                 .payload
@@ -289,12 +309,9 @@ pub fn plan(
                 .unwrap_or(Payload::RunStarted(Default::default()));
             let (edited, mut record) = (edit.build)(&unit, &mut payload);
             if edited.starts_with("t/")
-                && let Some(original) = history
-                    .recording
-                    .iter()
-                    .find(|r| r.seq == at && r.unit == unit)
+                && let Some(original) = &original
             {
-                record = with_asked(record, &original.record);
+                record = with_asked(record, original);
             }
             e.payload = Some(payload);
             recording.push(Recorded {
@@ -310,6 +327,8 @@ pub fn plan(
         events,
         recording,
         announced,
+        packed,
+        same,
     })
 }
 
@@ -340,7 +359,7 @@ fn kept(unit: &str) -> bool {
 /// options of tool calls whose point is not in the journal, questions not
 /// answered, and the streamed text of each context's model turn that had
 /// not ended; and the units of the calls in flight, whose start stays.
-fn in_flight(before: &[&pb::RunEvent], units: &HashSet<&str>) -> (HashSet<usize>, HashSet<String>) {
+fn in_flight(before: &[pb::RunEvent], units: &HashSet<&str>) -> (HashSet<usize>, HashSet<String>) {
     let mut dropped = HashSet::new();
     let mut announced = HashSet::new();
     let has = |u: String| units.contains(u.as_str());

@@ -7,7 +7,7 @@ use std::{collections::HashMap, sync::atomic::Ordering, time::Instant};
 use baton_proto::v1::{self as pb, run_event::Payload};
 
 use super::{
-    log::{LOG_RETENTION, LogRead, Logged, Recorded},
+    log::{LOG_CHUNK, LOG_RETENTION, LogRead, Logged, PackedChunk, Recorded},
     record::{RunRecord, lock, now_ms},
 };
 
@@ -93,13 +93,15 @@ impl RunRecord {
     }
 
     /// The run's first `n` events, without the run's ids (a fork's
-    /// history); `None` when they are not all here.
-    pub fn first_events(&self, n: usize) -> Option<Vec<pb::RunEvent>> {
+    /// history), and the first of its chunks that are packed (shared);
+    /// `None` when they are not all here.
+    pub fn first_events(&self, n: usize) -> Option<(Vec<pb::RunEvent>, Vec<PackedChunk>)> {
         let log = lock(&self.log);
         if log.dropped || log.events.first_seq().is_some_and(|s| s != 1) {
             return None;
         }
-        Some(log.events.read(0, n, "", ""))
+        let packed = log.events.packed_chunks(n / LOG_CHUNK);
+        Some((log.events.read(0, n, "", ""), packed))
     }
 
     /// Keeps a durable point of the run (memory mode).
@@ -122,14 +124,16 @@ impl RunRecord {
     pub(crate) fn keep_request(&self, request: Vec<u8>) {
         lock(&self.log).keep_request(request);
     }
-    /// Logs a fork's first events (see [`plan`]) before it starts: its
-    /// numbering goes on after them.
-    pub fn preload(&self, events: &[pb::RunEvent]) {
+    /// Logs a fork's first events (see [`super::fork::plan`]) before it
+    /// starts: its numbering goes on after them. The first `same` are the
+    /// origin's unchanged but for `replayed`, whose packed chunks `origin`
+    /// holds (see [`super::log::Chunked::preload_packed`]).
+    pub fn preload(&self, events: &[pb::RunEvent], origin: &[PackedChunk], same: usize) {
         use std::sync::{Arc, atomic::AtomicBool};
 
         use super::{context::ContextInfo, log::Logged};
         // Whole chunks go in packed, at once; the rest one by one.
-        let packed = lock(&self.log).events.preload_packed(events);
+        let packed = lock(&self.log).events.preload_packed(events, origin, same);
         if let Some(last) = events[..packed].last() {
             self.seq.store(last.seq, Ordering::Relaxed);
             lock(&self.state).last_seq = last.seq;

@@ -112,7 +112,7 @@ impl EventLog {
 }
 
 /// Events per chunk of a run's log.
-const LOG_CHUNK: usize = 256;
+pub(super) const LOG_CHUNK: usize = 256;
 
 /// Bytes a live (unpacked) event is counted as.
 const LIVE_EVENT_BYTES: usize = 512;
@@ -120,19 +120,59 @@ const LIVE_EVENT_BYTES: usize = 512;
 /// A chunk of a run's log: its events as they were logged, or packed.
 enum Chunk {
     Live(Vec<Logged>),
-    Packed {
-        /// The events, encoded, back to back.
-        data: Box<[u8]>,
-        /// Where each event ends in `data`.
-        ends: Box<[u32]>,
-    },
+    Packed(PackedChunk),
+}
+
+/// A packed chunk: its events encoded as `RunEvent`s without the run's
+/// ids, back to back. Shared, not copied, when a fork reads its origin's
+/// history ([`Chunked::packed_chunks`]).
+#[derive(Clone)]
+pub struct PackedChunk {
+    /// The events, encoded, back to back.
+    data: Arc<[u8]>,
+    /// Where each event ends in `data`.
+    ends: Arc<[u32]>,
+}
+
+impl std::fmt::Debug for PackedChunk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "PackedChunk({} events, {} bytes)",
+            self.ends.len(),
+            self.data.len()
+        )
+    }
+}
+
+impl PackedChunk {
+    /// The chunk with every event marked `replayed` (a fork's first
+    /// events): each event's encoding with the field appended, which a
+    /// decoder merges into the event (the last value of a field wins).
+    fn replayed(&self) -> PackedChunk {
+        // `RunEvent.replayed` is field 10, a varint: key 10 << 3 = 0x50.
+        const REPLAYED: [u8; 2] = [0x50, 0x01];
+        let mut data = Vec::with_capacity(self.data.len() + self.ends.len() * REPLAYED.len());
+        let mut ends = Vec::with_capacity(self.ends.len());
+        let mut start = 0;
+        for &end in self.ends.iter() {
+            data.extend_from_slice(&self.data[start..end as usize]);
+            data.extend_from_slice(&REPLAYED);
+            ends.push(u32::try_from(data.len()).unwrap_or(u32::MAX));
+            start = end as usize;
+        }
+        PackedChunk {
+            data: data.into(),
+            ends: ends.into(),
+        }
+    }
 }
 
 impl Chunk {
     fn len(&self) -> usize {
         match self {
             Chunk::Live(v) => v.len(),
-            Chunk::Packed { ends, .. } => ends.len(),
+            Chunk::Packed(p) => p.ends.len(),
         }
     }
 
@@ -144,16 +184,16 @@ impl Chunk {
             let _ = e.to_event("", "").encode(&mut data);
             ends.push(u32::try_from(data.len()).unwrap_or(u32::MAX));
         }
-        Chunk::Packed {
-            data: data.into_boxed_slice(),
-            ends: ends.into_boxed_slice(),
-        }
+        Chunk::Packed(PackedChunk {
+            data: data.into(),
+            ends: ends.into(),
+        })
     }
 
     fn event(&self, i: usize, trace_id: &str, run_id: &str) -> pb::RunEvent {
         match self {
             Chunk::Live(v) => v[i].to_event(trace_id, run_id),
-            Chunk::Packed { data, ends } => {
+            Chunk::Packed(PackedChunk { data, ends }) => {
                 let start = if i == 0 { 0 } else { ends[i - 1] as usize };
                 let mut e =
                     pb::RunEvent::decode(&data[start..ends[i] as usize]).unwrap_or_default();
@@ -201,27 +241,45 @@ impl Chunked {
     /// Into an empty log: the first whole chunks of `events` (a fork's
     /// replayed part, numbered from 1, without the run's ids), packed
     /// straight from their encoding; returns how many it took (the rest go
-    /// in one by one).
-    pub(super) fn preload_packed(&mut self, events: &[pb::RunEvent]) -> usize {
+    /// in one by one). The first `same` events are the origin's, unchanged
+    /// but for `replayed`, and `origin` holds the origin's first packed
+    /// chunks: a chunk of those (after the first, whose `RunStarted` a fork
+    /// changes) is copied from the origin's encoding, not encoded again.
+    pub(super) fn preload_packed(
+        &mut self,
+        events: &[pb::RunEvent],
+        origin: &[PackedChunk],
+        same: usize,
+    ) -> usize {
         if self.len > 0 {
             return 0;
         }
         let whole = events.len() / LOG_CHUNK * LOG_CHUNK;
-        for chunk in events[..whole].chunks(LOG_CHUNK) {
-            let mut data = Vec::new();
-            let mut ends = Vec::with_capacity(LOG_CHUNK);
-            for e in chunk {
-                // The events come without the run's ids, as `Chunk::pack`
-                // keeps them.
-                let _ = e.encode(&mut data);
-                ends.push(u32::try_from(data.len()).unwrap_or(u32::MAX));
-            }
-            self.packed_bytes += data.len() + ends.len() * 4;
-            self.packed_events += ends.len();
-            self.chunks.push(Chunk::Packed {
-                data: data.into_boxed_slice(),
-                ends: ends.into_boxed_slice(),
-            });
+        for (c, chunk) in events[..whole].chunks(LOG_CHUNK).enumerate() {
+            let packed = match origin.get(c) {
+                Some(from)
+                    if c > 0 && (c + 1) * LOG_CHUNK <= same && from.ends.len() == LOG_CHUNK =>
+                {
+                    from.replayed()
+                }
+                _ => {
+                    let mut data = Vec::new();
+                    let mut ends = Vec::with_capacity(LOG_CHUNK);
+                    for e in chunk {
+                        // The events come without the run's ids, as
+                        // `Chunk::pack` keeps them.
+                        let _ = e.encode(&mut data);
+                        ends.push(u32::try_from(data.len()).unwrap_or(u32::MAX));
+                    }
+                    PackedChunk {
+                        data: data.into(),
+                        ends: ends.into(),
+                    }
+                }
+            };
+            self.packed_bytes += packed.data.len() + packed.ends.len() * 4;
+            self.packed_events += packed.ends.len();
+            self.chunks.push(Chunk::Packed(packed));
         }
         if whole > 0 {
             self.first_seq = events[0].seq;
@@ -255,12 +313,25 @@ impl Chunked {
             return false;
         };
         let packed = Chunk::pack(events);
-        if let Chunk::Packed { data, ends } = &packed {
-            self.packed_bytes += data.len() + ends.len() * 4;
-            self.packed_events += ends.len();
+        if let Chunk::Packed(p) = &packed {
+            self.packed_bytes += p.data.len() + p.ends.len() * 4;
+            self.packed_events += p.ends.len();
         }
         self.chunks[at] = packed;
         true
+    }
+
+    /// The log's first chunks while they are packed (shared, not copied):
+    /// at most `max`.
+    pub(super) fn packed_chunks(&self, max: usize) -> Vec<PackedChunk> {
+        self.chunks
+            .iter()
+            .take(max)
+            .map_while(|c| match c {
+                Chunk::Packed(p) => Some(p.clone()),
+                Chunk::Live(_) => None,
+            })
+            .collect()
     }
 
     /// At most `max` events from the `skip`-th on, as clients get them.
@@ -358,6 +429,40 @@ mod chunked_tests {
                     );
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_fork_copies_its_origins_packed_chunks_and_reads_the_same_events() {
+        let total = LOG_CHUNK * 3 + 10;
+        let mut origin = Chunked::default();
+        for seq in 1..=total as u64 {
+            let mut e = ev(seq);
+            e.replayed = false;
+            origin.push_back(e);
+        }
+        while origin.pack_one(true) {}
+        let chunks = origin.packed_chunks(usize::MAX);
+        assert_eq!(chunks.len(), 4);
+        // A fork's first events: the origin's, marked replayed.
+        let events: Vec<pb::RunEvent> = origin
+            .read(0, total, "", "")
+            .into_iter()
+            .map(|mut e| {
+                e.replayed = true;
+                e
+            })
+            .collect();
+        for same in [0, LOG_CHUNK * 2, LOG_CHUNK * 2 + 1, total] {
+            let mut fork = Chunked::default();
+            let taken = fork.preload_packed(&events, &chunks, same);
+            assert_eq!(taken, LOG_CHUNK * 3);
+            assert_eq!(
+                fork.read(0, usize::MAX, "", ""),
+                events[..taken],
+                "same {same}"
+            );
+            assert_eq!(fork.first_seq(), Some(1));
         }
     }
 

@@ -91,7 +91,9 @@ impl Rerun {
     /// The replay of `origin` from its `history` (events from seq 1 and
     /// recording).
     pub fn new(origin: String, strict: bool, history: History) -> Self {
-        let History { events, recording } = history;
+        let History {
+            events, recording, ..
+        } = history;
         let mut points: HashMap<u64, String> = HashMap::new();
         let mut turns = HashMap::new();
         let mut answers = HashMap::new();
@@ -477,7 +479,15 @@ mod tests {
                 record: br#"[true,"fine"]"#.to_vec(),
             },
         ];
-        Rerun::new("origin".into(), strict, History { events, recording })
+        Rerun::new(
+            "origin".into(),
+            strict,
+            History {
+                events,
+                recording,
+                packed: Vec::new(),
+            },
+        )
     }
 
     #[test]
