@@ -3,8 +3,9 @@
 //! a built-in tool) forked at their last tool result with an edit — the
 //! whole run is replayed from its recording, one model turn is live — set
 //! beside the time the run itself took (the target: replaying is at
-//! least 2× faster than running, and grows linearly); then what a finished
-//! run's history costs: the heap it holds in memory mode (live bytes
+//! least 2× faster than running, and grows linearly) and the time WatchRun
+//! takes to stream the ended run from its first event (the stream alone: a
+//! floor under the fork's time); then what a finished run's history costs: the heap it holds in memory mode (live bytes
 //! counted by the allocator, over 1,000 runs of 100 turns) and its keys'
 //! bytes in Redis (`MEMORY USAGE`), with events per run.
 
@@ -129,6 +130,20 @@ async fn replay(
     Ok((ms, stats))
 }
 
+/// Watches `run_id` (ended) from its first event to its end: ms, and the
+/// events read — what streaming a recorded history alone costs, the floor
+/// under a fork that sends it all before its first live event.
+async fn watch(client: &OrchestratorClient, run_id: &str) -> anyhow::Result<(f64, usize)> {
+    let t = Instant::now();
+    let mut events = client.watch_run(run_id, 0, None).await?;
+    let mut n = 0;
+    while let Some(e) = events.next().await {
+        e?;
+        n += 1;
+    }
+    Ok((t.elapsed().as_secs_f64() * 1000.0, n))
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -150,8 +165,8 @@ pub fn run(o: Options) -> anyhow::Result<()> {
         .await?;
         let client = OrchestratorClient::connect(server.endpoint()).await?;
         println!(
-            "\n{:<34} {:>10} {:>16} {:>12} {:>9}",
-            "run", "run (ms)", "fork→live (ms)", "replayed ev", "speed-up"
+            "\n{:<34} {:>10} {:>16} {:>12} {:>9} {:>12}",
+            "run", "run (ms)", "fork→live (ms)", "replayed ev", "speed-up", "watch (ms)"
         );
         let mut replays = Vec::new();
         for n in &o.turns {
@@ -180,13 +195,20 @@ pub fn run(o: Options) -> anyhow::Result<()> {
                 replayed = r;
             }
             let live = median(times);
+            let mut watches = Vec::new();
+            for _ in 0..o.forks.max(1) {
+                let (ms, read) = watch(&client, &events[0].run_id).await?;
+                anyhow::ensure!(read == events.len(), "watched {read} of {} events", events.len());
+                watches.push(ms);
+            }
             println!(
-                "{:<34} {:>10.2} {:>16.2} {:>12} {:>8.1}x",
+                "{:<34} {:>10.2} {:>16.2} {:>12} {:>8.1}x {:>12.2}",
                 format!("{n} turns ({} events)", events.len()),
                 run_ms,
                 live,
                 replayed,
-                run_ms / live
+                run_ms / live,
+                median(watches)
             );
             replays.push((*n, events[0].run_id.clone(), run_ms));
         }
