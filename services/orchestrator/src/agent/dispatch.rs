@@ -136,11 +136,7 @@ pub(super) async fn execute(
         .replayed(&unit)
         .and_then(|r| serde_json::from_slice::<CallRecord>(r).ok())
     {
-        let mut result = CallResult {
-            output: Ok(String::new()),
-            handoff: None,
-            child_usage: None,
-        };
+        let mut result = CallResult::default();
         result.output = record.taken(&mut result);
         let (_, final_text) = apply_policies(rt, view, call, &mut result);
         if let Some(text) = final_text {
@@ -190,11 +186,7 @@ pub(super) async fn execute_call(
 ) -> CallResult {
     let _live = LiveGuard::new(&rt.record);
     let started = Instant::now();
-    let mut result = CallResult {
-        output: Ok(String::new()),
-        handoff: None,
-        child_usage: None,
-    };
+    let mut result = CallResult::default();
     // Whether the call leaves Baton (its record says so: a replay's
     // resume counts the calls it made from its journal).
     let mut external = match &plan {

@@ -283,6 +283,17 @@ pub(super) struct CallResult {
     pub(super) child_usage: Option<pb::Usage>,
 }
 
+impl Default for CallResult {
+    /// Nothing returned yet: an empty output, no handoff, no child usage.
+    fn default() -> Self {
+        Self {
+            output: Ok(String::new()),
+            handoff: None,
+            child_usage: None,
+        }
+    }
+}
+
 pub(super) struct FrameSink<'a> {
     pub(super) rt: &'a Run,
     pub(super) ctx: &'a Arc<ContextInfo>,

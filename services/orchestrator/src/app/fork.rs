@@ -103,8 +103,7 @@ impl Orchestrator {
             seq: request.at_seq,
         });
         let trace_id = record.trace_id.to_string();
-        record.preload(&plan.events, &plan.packed, plan.same);
-        plan.packed = Vec::new();
+        record.preload(&plan.events, &std::mem::take(&mut plan.packed), plan.same);
         if services.durable.is_none() {
             // Memory mode: the fork's recording is kept with it (and not
             // written anywhere else).
