@@ -139,7 +139,6 @@ pub(super) async fn run_frame_inner(
             });
         }
         frame.turns += 1;
-        let prefix = format!("{}/{}/", frame.ctx.id, frame.turns);
         let sink = FrameSink {
             rt,
             ctx: &frame.ctx,
@@ -177,6 +176,7 @@ pub(super) async fn run_frame_inner(
                         message: e.to_string(),
                     });
                 }
+                let prefix = format!("{}/{}/", frame.ctx.id, frame.turns);
                 let request = ModelRequest {
                     messages: &frame.messages,
                     tools: &tools,

@@ -34,11 +34,14 @@ use crate::{
         fork::{self, Edit, History, PointKind},
         journal::MAX_BATCH,
         launch,
-        log::Recorded,
+        log::{LogRead, Recorded},
         state::Replay,
         view::Origin,
     },
 };
+
+/// Replayed events a fork's stream reads from its log at a time.
+const REPLAY_BATCH: usize = 128;
 
 /// Most tool calls an edited model turn may ask for.
 pub const MAX_EDIT_CALLS: usize = 64;
@@ -82,7 +85,7 @@ impl Orchestrator {
                 .map(|r| (r.unit.clone(), r.record.clone()))
                 .collect(),
             replica: String::new(),
-            checkpoint_seq: plan.events.len() as u64,
+            checkpoint_seq: plan.checkpoint(),
             inbox: HashMap::new(),
             fork: true,
             announced: std::mem::take(&mut plan.announced),
@@ -102,36 +105,48 @@ impl Orchestrator {
             run_id: request.run_id.clone(),
             seq: request.at_seq,
         });
-        let trace_id = record.trace_id.to_string();
-        record.preload(&plan.events, &std::mem::take(&mut plan.packed), plan.same);
+        let checkpoint = plan.checkpoint();
+        record.preload(std::mem::take(&mut plan.packed), &plan.events);
         if services.durable.is_none() {
             // Memory mode: the fork's recording is kept with it (and not
             // written anywhere else).
-            for r in std::mem::take(&mut plan.recording) {
-                record.record_point(r);
-            }
+            record.record_points(std::mem::take(&mut plan.recording));
         }
         let future = checked.body.future(&prepared.run);
         let prefix = (plan.events, plan.recording);
         let started = self
             .launch_with(prepared, checked.stored, Some(&prefix), future)
             .await?;
-        // The caller's stream: the replayed part, then the live one.
-        let (events, _) = prefix;
+        // The caller's stream: the replayed part, read from the fork's log
+        // a batch at a time (its packed chunks are decoded as they go
+        // out, while the fork walks to its point), then the live one.
+        drop(prefix);
         let (tx, rx) = mpsc::channel(events::CLIENT_BUFFER);
         let filter = request.filter;
         let mut live = started.events;
-        let run_id = record.run_id.clone();
         self.tasks.spawn(async move {
-            for mut e in events {
-                run_id.clone_into(&mut e.run_id);
-                trace_id.clone_into(&mut e.trace_id);
-                let passes = e
-                    .payload
-                    .as_ref()
-                    .is_some_and(|p| filter.passes_at(&e.context_id, e.depth, p));
-                if passes && tx.send(Ok(e)).await.is_err() {
-                    return;
+            let mut cursor = 0;
+            while cursor < checkpoint {
+                let want = usize::try_from(checkpoint - cursor)
+                    .map_or(REPLAY_BATCH, |n| n.min(REPLAY_BATCH));
+                let batch = match record.events_after(cursor, want) {
+                    LogRead::Events(batch, _) if !batch.is_empty() => batch,
+                    _ => {
+                        // Dropped before it went out (evicted for room):
+                        // the caller re-attaches from where it is.
+                        let _ = tx.send(Err(history_gone(&record.run_id))).await;
+                        return;
+                    }
+                };
+                for e in batch {
+                    cursor = e.seq;
+                    let passes = e
+                        .payload
+                        .as_ref()
+                        .is_some_and(|p| filter.passes_at(&e.context_id, e.depth, p));
+                    if passes && tx.send(Ok(e)).await.is_err() {
+                        return;
+                    }
                 }
             }
             while let Some(e) = live.next().await {
@@ -174,7 +189,7 @@ impl Orchestrator {
         let run = self.run_of(caller, run_id)?;
         // Events first: a point is recorded before its event is logged, so
         // every point among these events is in the recording read after.
-        let Some((events, packed)) =
+        let Some((packed, events)) =
             run.first_events(usize::try_from(at_seq).unwrap_or(usize::MAX))
         else {
             return Err(history_gone(run_id));
@@ -184,9 +199,9 @@ impl Orchestrator {
         };
         Ok((
             History {
+                packed,
                 events,
                 recording,
-                packed,
             },
             request,
             run.kind,
@@ -212,10 +227,12 @@ pub(super) async fn stored_history(
     // The journal after the events: an append writes both at once, so
     // every point among the events read is in it.
     let recording = stored_recording(durable.journal(run_id).await?);
+    // No packed chunks: a durable fork writes every replayed event to the
+    // run store, so it has them all decoded.
     Ok(History {
+        packed: Vec::new(),
         events,
         recording,
-        packed: Vec::new(),
     })
 }
 

@@ -25,7 +25,8 @@ use baton_proto::v1::{self as pb, run_event::Payload};
 
 use super::{
     events::kind_of,
-    log::{PackedChunk, Recorded},
+    log::{LOG_CHUNK, PackedChunk, Recorded},
+    scan::{self, Kind},
     view::Origin,
 };
 use crate::error::Error;
@@ -99,35 +100,69 @@ impl PointKind {
     }
 }
 
-/// A run's history, as a fork reads it.
+/// A run's history, as a fork reads it: its events from seq 1 (the first
+/// in packed chunks of its log, when they are at hand) and its recording.
 #[derive(Default)]
 pub struct History {
-    /// Its events from seq 1 up to the fork point at least.
+    /// Its first events, in whole packed chunks of its log (memory mode;
+    /// shared, not copied): read as a fork needs them, and the fork's log
+    /// keeps those it replays unchanged as they are.
+    pub packed: Vec<PackedChunk>,
+    /// Its events after those, decoded, up to the fork point at least.
     pub events: Vec<pb::RunEvent>,
     /// Its durable points.
     pub recording: Vec<Recorded>,
-    /// The first chunks of its log, packed, when they are at hand (memory
-    /// mode): the fork's log copies them instead of encoding its first
-    /// events again.
-    pub packed: Vec<PackedChunk>,
+}
+
+impl History {
+    /// Events in [`Self::packed`].
+    fn in_packed(&self) -> usize {
+        self.packed.iter().map(PackedChunk::len).sum()
+    }
+
+    /// Its `i`-th event (from 0), decoded.
+    fn event(&self, i: usize) -> Option<pb::RunEvent> {
+        let in_packed = self.in_packed();
+        if i < in_packed {
+            let chunk = &self.packed[i / LOG_CHUNK];
+            return Some(chunk.event(i % LOG_CHUNK));
+        }
+        self.events.get(i - in_packed).cloned()
+    }
+
+    /// Every event, decoded (a replay's history), and the recording.
+    pub fn into_events(self) -> (Vec<pb::RunEvent>, Vec<Recorded>) {
+        let mut events = Vec::with_capacity(self.in_packed() + self.events.len());
+        for chunk in &self.packed {
+            events.extend((0..chunk.len()).map(|i| chunk.event(i)));
+        }
+        events.extend(self.events);
+        (events, self.recording)
+    }
 }
 
 /// What a fork starts with.
 #[derive(Debug)]
 pub struct Plan {
-    /// Its first events (the fork's ids, seqs from 1): replayed, then the
-    /// edited point's when there is an edit.
+    /// Its first events in whole packed chunks, ready for its log: its
+    /// origin's, shared, read back marked `replayed` (the first with the
+    /// fork's `RunStarted`).
+    pub packed: Vec<PackedChunk>,
+    /// Its first events after those (seqs going on from them, without
+    /// ids): replayed, then the edited point's when there is an edit.
     pub events: Vec<pb::RunEvent>,
     /// Its journal, each point with the seq of its event in the fork.
     pub recording: Vec<Recorded>,
     /// The tool calls in flight at the point (their units) whose
     /// `ToolCallStarted` is among the replayed events.
     pub announced: HashSet<String>,
-    /// The origin's packed chunks ([`History::packed`]).
-    pub packed: Vec<PackedChunk>,
-    /// How many of the first events are the origin's, with the same seqs,
-    /// unchanged but for `replayed` (and the first event's fork fields).
-    pub same: usize,
+}
+
+impl Plan {
+    /// How many first events it has: the seq of its last.
+    pub fn checkpoint(&self) -> u64 {
+        (self.packed.iter().map(PackedChunk::len).sum::<usize>() + self.events.len()) as u64
+    }
 }
 
 /// The fork point `at` of run `origin_run` whose history is `history`,
@@ -141,7 +176,14 @@ pub fn plan(
     edit: Option<Edit>,
     origin_run: &str,
 ) -> Result<Plan, Error> {
-    let last = history.events.last().map_or(0, |e| e.seq);
+    let in_packed = history.in_packed();
+    // Packed events are numbered from 1 (a log read from its first).
+    let first = if in_packed > 0 {
+        1
+    } else {
+        history.events.first().map_or(1, |e| e.seq)
+    };
+    let last = history.events.last().map_or(in_packed as u64, |e| e.seq);
     if at == 0 {
         return Err(Error::invalid(
             "at_seq",
@@ -156,13 +198,22 @@ pub fn plan(
             ),
         });
     }
-    let point = history.events.iter().find(|e| e.seq == at);
-    let Some(point) = point.cloned() else {
+    // The point's index among the events: as many come before it.
+    let point_at = match usize::try_from(at - 1) {
+        Ok(i) if i < in_packed => Some(i),
+        _ => history
+            .events
+            .iter()
+            .position(|e| e.seq == at)
+            .map(|i| i + in_packed),
+    };
+    let Some(point) = point_at.and_then(|i| history.event(i)) else {
         return Err(Error::invalid(
             "at_seq",
             format!("run {origin_run} has no event {at}"),
         ));
     };
+    let before = point_at.unwrap_or(0);
     let event_kind = point.payload.as_ref().map(kind_of);
     let unit = history
         .recording
@@ -199,18 +250,11 @@ pub fn plan(
         .iter()
         .find(|r| r.seq == at && r.unit == unit)
         .map(|r| r.record.clone());
-    let History {
-        mut events,
-        recording,
-        packed,
-    } = history;
-    // The events before the point, less those of what was in flight.
-    let first = events.first().map_or(1, |e| e.seq);
-    let before = events.iter().take_while(|e| e.seq < at).count();
-    events.truncate(before);
+    // The events before the point of what was in flight, left out.
     let (dropped, announced) = {
         // The journal: what was recorded before the point.
-        let mut units: HashSet<&str> = recording
+        let mut units: foldhash::HashSet<&str> = history
+            .recording
             .iter()
             .filter(|r| r.seq < at && kept(&r.unit))
             .map(|r| r.unit.as_str())
@@ -218,29 +262,19 @@ pub fn plan(
         if edit.is_some() {
             units.insert(unit.as_str());
         }
-        in_flight(&events, &units)
+        in_flight(&history, before, &units)
     };
-    // Each event's seq in the fork (from 1), or 0 when it is left out; the
-    // events are renumbered in place.
-    let mut renumbered: Vec<u64> = Vec::with_capacity(events.len());
-    let mut same = events.len();
-    let mut index = 0;
-    let mut seq = 0;
-    events.retain_mut(|e| {
-        let i = index;
-        index += 1;
-        if !dropped.is_empty() && dropped.contains(&i) {
-            renumbered.push(0);
-            same = same.min(i);
-            return false;
-        }
-        seq += 1;
-        renumbered.push(seq);
-        e.seq = seq;
-        // The fork's ids are given where the events go out.
-        e.run_id.clear();
-        e.trace_id.clear();
-        e.replayed = true;
+    // The first events that are the origin's unchanged (but for `replayed`
+    // and the first's fork fields): their whole packed chunks are kept as
+    // they are.
+    let same = if first == 1 {
+        dropped.iter().copied().min().unwrap_or(before)
+    } else {
+        0
+    };
+    let kept_chunks = (same / LOG_CHUNK).min(history.packed.len());
+    let from = kept_chunks * LOG_CHUNK;
+    let fork_fields = |e: &mut pb::RunEvent| {
         if let Some(Payload::RunStarted(s)) = &mut e.payload {
             // A fork of a replay is no replay.
             s.replay_of.clear();
@@ -253,16 +287,61 @@ pub fn plan(
                 .to_pb(),
             );
         }
+    };
+    let mut packed: Vec<PackedChunk> = history.packed[..kept_chunks]
+        .iter()
+        .map(PackedChunk::replayed)
+        .collect();
+    if let Some(chunk) = packed.first_mut() {
+        let mut started = chunk.event(0);
+        fork_fields(&mut started);
+        *chunk = chunk.replayed_with_first(&started);
+    }
+    // The events after those, decoded and numbered again from `from + 1`;
+    // `renumbered[i - from]` is the fork's seq of the `i`-th (0 when it is
+    // left out).
+    let History {
+        packed: origin_chunks,
+        events: decoded,
+        recording,
+    } = history;
+    let wanted = before - from;
+    let mut events: Vec<pb::RunEvent> = Vec::with_capacity(wanted);
+    for chunk in origin_chunks.iter().skip(kept_chunks) {
+        let take = chunk.len().min(wanted - events.len());
+        events.extend((0..take).map(|i| chunk.event(i)));
+    }
+    events.extend(decoded.into_iter().take(wanted - events.len()));
+    let mut renumbered: Vec<u64> = Vec::with_capacity(events.len());
+    let mut index = from;
+    let mut seq = from as u64;
+    events.retain_mut(|e| {
+        let i = index;
+        index += 1;
+        if dropped.contains(&i) {
+            renumbered.push(0);
+            return false;
+        }
+        seq += 1;
+        renumbered.push(seq);
+        e.seq = seq;
+        // The fork's ids are given where the events go out.
+        e.run_id.clear();
+        e.trace_id.clear();
+        e.replayed = true;
+        fork_fields(e);
         true
     });
-    if first != 1 {
-        same = 0;
-    }
     let mut recording: Vec<Recorded> = recording
         .into_iter()
         .filter(|r| r.seq < at && kept(&r.unit))
         .filter_map(|r| {
-            let seq = *renumbered.get(usize::try_from(r.seq.checked_sub(first)?).ok()?)?;
+            let i = usize::try_from(r.seq.checked_sub(first)?).ok()?;
+            let seq = if i < from {
+                r.seq
+            } else {
+                *renumbered.get(i - from)?
+            };
             Some(Recorded {
                 seq: (seq > 0).then_some(seq)?,
                 unit: r.unit,
@@ -270,13 +349,14 @@ pub fn plan(
             })
         })
         .collect();
+    let next = seq + 1;
     match edit {
         Some(edit) if edit.kind == PointKind::Any => {
             // The point as recorded, replayed; then its run-context record
             // (`rc/{unit}`), which sets the run context whenever the point is
             // taken from a journal (this fork, its resumes, its forks).
             let mut e = point;
-            e.seq = events.len() as u64 + 1;
+            e.seq = next;
             e.replayed = true;
             e.run_id.clear();
             e.trace_id.clear();
@@ -299,7 +379,7 @@ pub fn plan(
         }
         Some(edit) => {
             let mut e = point;
-            e.seq = events.len() as u64 + 1;
+            e.seq = next;
             e.replayed = false;
             e.run_id.clear();
             e.trace_id.clear();
@@ -324,11 +404,10 @@ pub fn plan(
         None => {}
     }
     Ok(Plan {
+        packed,
         events,
         recording,
         announced,
-        packed,
-        same,
     })
 }
 
@@ -355,44 +434,274 @@ fn kept(unit: &str) -> bool {
 }
 
 /// The indexes of the events of what was in flight before the fork point
-/// that the fork sends again (see the module docs): the progress and
-/// options of tool calls whose point is not in the journal, questions not
-/// answered, and the streamed text of each context's model turn that had
-/// not ended; and the units of the calls in flight, whose start stays.
-fn in_flight(before: &[pb::RunEvent], units: &HashSet<&str>) -> (HashSet<usize>, HashSet<String>) {
-    let mut dropped = HashSet::new();
-    let mut announced = HashSet::new();
-    let has = |u: String| units.contains(u.as_str());
-    // Per context, the text deltas since its last model turn ended.
-    let mut deltas: HashMap<&str, Vec<usize>> = HashMap::new();
-    for (i, e) in before.iter().enumerate() {
-        let ctx = e.context_id.as_str();
-        let call = |id: &str| has(format!("c/{ctx}/{id}"));
-        match &e.payload {
-            Some(Payload::ToolCallStarted(c)) if !call(&c.call_id) => {
-                announced.insert(format!("c/{ctx}/{}", c.call_id));
+/// (the first `before` events) that the fork sends again (see the module
+/// docs): the progress and options of tool calls whose point is not in the
+/// journal, questions not answered, and the streamed text of each
+/// context's model turn that had not ended; and the units of the calls in
+/// flight, whose start stays. Packed events are scanned, not decoded.
+fn in_flight(
+    history: &History,
+    before: usize,
+    units: &foldhash::HashSet<&str>,
+) -> (foldhash::HashSet<usize>, HashSet<String>) {
+    let mut seen = InFlight {
+        units,
+        dropped: Default::default(),
+        announced: HashSet::new(),
+        deltas: HashMap::new(),
+        unit: String::new(),
+    };
+    let mut i = 0;
+    'chunks: for chunk in &history.packed {
+        for j in 0..chunk.len() {
+            if i >= before {
+                break 'chunks;
             }
-            Some(Payload::ToolProgress(c)) if !call(&c.call_id) => {
-                dropped.insert(i);
+            let s = scan::scan(chunk.bytes(j));
+            seen.see(i, s.context_id, s.what);
+            i += 1;
+        }
+    }
+    for e in &history.events {
+        if i >= before {
+            break;
+        }
+        if let Some(p) = &e.payload {
+            seen.see(i, &e.context_id, scan::kind_of(p));
+        }
+        i += 1;
+    }
+    let InFlight {
+        mut dropped,
+        announced,
+        deltas,
+        ..
+    } = seen;
+    dropped.extend(deltas.into_values().flatten());
+    (dropped, announced)
+}
+
+/// What [`in_flight`] has seen so far.
+struct InFlight<'u> {
+    units: &'u foldhash::HashSet<&'u str>,
+    dropped: foldhash::HashSet<usize>,
+    announced: HashSet<String>,
+    /// Per context, the text deltas since its last model turn ended.
+    deltas: HashMap<String, Vec<usize>>,
+    /// A unit being looked up.
+    unit: String,
+}
+
+impl InFlight<'_> {
+    /// Whether the journal has unit `{kind}/{ctx}/{id}` (`{kind}/{id}`
+    /// without a context); the unit is left in `self.unit`.
+    fn has(&mut self, kind: &str, ctx: Option<&str>, id: &str) -> bool {
+        use std::fmt::Write as _;
+        self.unit.clear();
+        let _ = match ctx {
+            Some(ctx) => write!(self.unit, "{kind}/{ctx}/{id}"),
+            None => write!(self.unit, "{kind}/{id}"),
+        };
+        self.units.contains(self.unit.as_str())
+    }
+
+    fn see(&mut self, i: usize, ctx: &str, what: Option<(Kind, &str)>) {
+        let Some((kind, id)) = what else { return };
+        match kind {
+            Kind::ToolCallStarted if !self.has("c", Some(ctx), id) => {
+                self.announced.insert(self.unit.clone());
             }
-            Some(Payload::ToolOptions(c)) if !call(&c.call_id) => {
-                dropped.insert(i);
+            Kind::ToolProgress | Kind::ToolOptions if !self.has("c", Some(ctx), id) => {
+                self.dropped.insert(i);
             }
-            Some(Payload::ApprovalRequested(a)) if !has(format!("ap/{}", a.approval_id)) => {
-                dropped.insert(i);
+            Kind::ApprovalRequested if !self.has("ap", None, id) => {
+                self.dropped.insert(i);
             }
-            Some(Payload::InputRequested(q))
-                if !has(format!("in/{}", q.input_id)) && !has(format!("it/{}", q.input_id)) =>
-            {
-                dropped.insert(i);
+            Kind::InputRequested if !self.has("in", None, id) && !self.has("it", None, id) => {
+                self.dropped.insert(i);
             }
-            Some(Payload::TextDelta(_)) => deltas.entry(ctx).or_default().push(i),
-            Some(Payload::MessageCompleted(_)) => {
-                deltas.remove(ctx);
+            Kind::TextDelta => match self.deltas.get_mut(ctx) {
+                Some(d) => d.push(i),
+                None => {
+                    self.deltas.insert(ctx.to_owned(), vec![i]);
+                }
+            },
+            Kind::MessageCompleted => {
+                self.deltas.remove(ctx);
             }
             _ => {}
         }
     }
-    dropped.extend(deltas.into_values().flatten());
-    (dropped, announced)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use baton_proto::v1::{self as pb, run_event::Payload};
+
+    use super::{Edit, History, LOG_CHUNK, Plan, PointKind, plan};
+    use crate::run::{
+        context::ContextInfo,
+        log::{Chunked, Logged, Recorded},
+    };
+
+    /// A run of `total` events in context `root`: `RunStarted`, then tool
+    /// calls `c{i}` started and completed (each recorded), between them
+    /// streamed text or a model turn's end;
+    /// call `slow` starts at event 10 and reports progress at `progress`,
+    /// never ending. Its log, packed, and its recording.
+    fn origin(total: usize, progress: usize) -> (Chunked, Vec<Recorded>) {
+        let ctx = Arc::new(ContextInfo {
+            id: "root".into(),
+            parent: String::new(),
+            depth: 0,
+            span_id: "00f067aa0ba902b7".into(),
+            otel: opentelemetry::Context::new(),
+            span_recorded: Default::default(),
+        });
+        let mut log = Chunked::default();
+        let mut recording = Vec::new();
+        for i in 0..total {
+            let seq = i as u64 + 1;
+            let call = format!("c{}", i / 3);
+            let payload = match (i, i % 3) {
+                (0, _) => Payload::RunStarted(pb::RunStarted {
+                    target: "loop".into(),
+                    ..Default::default()
+                }),
+                (10, _) => Payload::ToolCallStarted(pb::ToolCallStarted {
+                    call_id: "slow".into(),
+                    ..Default::default()
+                }),
+                (i, _) if i == progress => Payload::ToolProgress(pb::ToolProgress {
+                    call_id: "slow".into(),
+                    ..Default::default()
+                }),
+                (i, 0) if i % 2 == 0 => Payload::TextDelta(pb::TextDelta {
+                    text: format!("word {i}"),
+                }),
+                (_, 0) => Payload::MessageCompleted(Default::default()),
+                (_, 1) => Payload::ToolCallStarted(pb::ToolCallStarted {
+                    call_id: call.clone(),
+                    ..Default::default()
+                }),
+                _ => {
+                    recording.push(Recorded {
+                        seq,
+                        unit: format!("c/root/{call}"),
+                        record: call.clone().into_bytes(),
+                    });
+                    Payload::ToolCallCompleted(pb::ToolCallCompleted {
+                        call_id: call,
+                        result: format!("result {i}"),
+                        ..Default::default()
+                    })
+                }
+            };
+            log.push_back(Logged {
+                seq,
+                time: Default::default(),
+                ctx: ctx.clone(),
+                agent: Arc::from("loop"),
+                payload,
+                replayed: false,
+            });
+        }
+        while log.pack_one(true) {}
+        (log, recording)
+    }
+
+    fn edit() -> Edit {
+        Edit {
+            kind: PointKind::ToolCall,
+            field: "edit.tool_result",
+            build: Box::new(|unit, _| (unit.to_owned(), b"edited".to_vec())),
+        }
+    }
+
+    /// A plan's first events, decoded, as the fork's log reads them.
+    fn first_events(plan: &Plan) -> Vec<pb::RunEvent> {
+        let mut events: Vec<pb::RunEvent> = plan
+            .packed
+            .iter()
+            .flat_map(|c| (0..c.len()).map(|i| c.event(i)))
+            .collect();
+        events.extend(plan.events.iter().cloned());
+        events
+    }
+
+    #[test]
+    fn a_plan_from_packed_chunks_is_the_plan_from_decoded_events() {
+        let total = LOG_CHUNK * 3 + 60;
+        // The progress of the call in flight in the second chunk, in the
+        // third, or none (nothing left out: every whole chunk is kept).
+        for progress in [LOG_CHUNK + 7, LOG_CHUNK * 2 + 100, usize::MAX] {
+            let (log, recording) = origin(total, progress);
+            // A tool result near the end.
+            let at = recording
+                .iter()
+                .rev()
+                .nth(3)
+                .map(|r| r.seq)
+                .expect("a tool result");
+            let packed = History {
+                packed: log.packed_chunks(at as usize),
+                events: log.read(
+                    log.packed_chunks(at as usize).len() * LOG_CHUNK,
+                    at as usize,
+                    "",
+                    "",
+                ),
+                recording: recording.clone(),
+            };
+            assert!(!packed.packed.is_empty());
+            let decoded = History {
+                packed: Vec::new(),
+                events: log.read(0, at as usize, "", ""),
+                recording,
+            };
+            let a = plan(packed, at, Some(edit()), "origin").expect("a plan");
+            let b = plan(decoded, at, Some(edit()), "origin").expect("a plan");
+            assert!(b.packed.is_empty());
+            let events = first_events(&a);
+            assert_eq!(events, first_events(&b), "progress at {progress}");
+            assert_eq!(a.recording, b.recording);
+            assert_eq!(a.announced, b.announced);
+            assert_eq!(a.checkpoint(), events.len() as u64);
+            // Numbered from 1, the progress of the call in flight left
+            // out, its start kept (and announced); the edited point last.
+            assert!(
+                events
+                    .iter()
+                    .enumerate()
+                    .all(|(i, e)| e.seq == i as u64 + 1)
+            );
+            // The text streamed since the last model turn ended is left out
+            // too (the fork streams it again).
+            let before = log.read(0, at as usize - 1, "", "");
+            let streaming = before
+                .iter()
+                .rev()
+                .take_while(|e| !matches!(e.payload, Some(Payload::MessageCompleted(_))))
+                .filter(|e| matches!(e.payload, Some(Payload::TextDelta(_))))
+                .count();
+            let dropped = usize::from(progress < total) + streaming;
+            assert_eq!(events.len() as u64, at - dropped as u64);
+            assert!(a.announced.contains("c/root/slow"));
+            assert!(
+                !events
+                    .iter()
+                    .any(|e| matches!(e.payload, Some(Payload::ToolProgress(_))))
+            );
+            assert!(events[..events.len() - 1].iter().all(|e| e.replayed));
+            let Some(Payload::RunStarted(s)) = &events[0].payload else {
+                panic!("RunStarted first");
+            };
+            assert_eq!(s.forked_from.as_ref().map(|f| f.seq), Some(at));
+            // Kept chunks: those before the first event left out.
+            let kept = progress.min(at as usize - 1) / LOG_CHUNK;
+            assert_eq!(a.packed.len(), kept, "progress at {progress}");
+        }
+    }
 }

@@ -93,15 +93,18 @@ impl RunRecord {
     }
 
     /// The run's first `n` events, without the run's ids (a fork's
-    /// history), and the first of its chunks that are packed (shared);
-    /// `None` when they are not all here.
-    pub fn first_events(&self, n: usize) -> Option<(Vec<pb::RunEvent>, Vec<PackedChunk>)> {
+    /// history): the whole chunks among them that are packed (shared, not
+    /// decoded), then the others, decoded; `None` when they are not all
+    /// here.
+    pub fn first_events(&self, n: usize) -> Option<(Vec<PackedChunk>, Vec<pb::RunEvent>)> {
         let log = lock(&self.log);
         if log.dropped || log.events.first_seq().is_some_and(|s| s != 1) {
             return None;
         }
-        let packed = log.events.packed_chunks(n / LOG_CHUNK);
-        Some((log.events.read(0, n, "", ""), packed))
+        let packed = log.events.packed_chunks(n);
+        let skip = packed.len() * LOG_CHUNK;
+        let rest = log.events.read(skip, n.saturating_sub(skip), "", "");
+        Some((packed, rest))
     }
 
     /// Keeps a durable point of the run (memory mode).
@@ -109,6 +112,17 @@ impl RunRecord {
         let mut log = lock(&self.log);
         if !log.dropped {
             log.record(point);
+        }
+    }
+
+    /// Keeps durable points of the run at once (a fork's journal, memory
+    /// mode).
+    pub(crate) fn record_points(&self, points: Vec<Recorded>) {
+        let mut log = lock(&self.log);
+        if !log.dropped {
+            for point in points {
+                log.record(point);
+            }
         }
     }
 
@@ -125,21 +139,24 @@ impl RunRecord {
         lock(&self.log).keep_request(request);
     }
     /// Logs a fork's first events (see [`super::fork::plan`]) before it
-    /// starts: its numbering goes on after them. The first `same` are the
-    /// origin's unchanged but for `replayed`, whose packed chunks `origin`
-    /// holds (see [`super::log::Chunked::preload_packed`]).
-    pub fn preload(&self, events: &[pb::RunEvent], origin: &[PackedChunk], same: usize) {
+    /// starts: its numbering goes on after them. `chunks` are whole packed
+    /// chunks (shared with its origin), `events` the ones after them.
+    pub fn preload(&self, chunks: Vec<PackedChunk>, events: &[pb::RunEvent]) {
         use std::sync::{Arc, atomic::AtomicBool};
 
         use super::{context::ContextInfo, log::Logged};
         // Whole chunks go in packed, at once; the rest one by one.
-        let packed = lock(&self.log).events.preload_packed(events, origin, same);
-        if let Some(last) = events[..packed].last() {
-            self.seq.store(last.seq, Ordering::Relaxed);
-            lock(&self.state).last_seq = last.seq;
+        let (taken, last) = {
+            let mut log = lock(&self.log);
+            let taken = log.events.preload_packed(chunks, events);
+            (taken, log.events.len() as u64)
+        };
+        if last > 0 {
+            self.seq.store(last, Ordering::Relaxed);
+            lock(&self.state).last_seq = last;
         }
         let mut contexts: HashMap<&str, Arc<ContextInfo>> = HashMap::new();
-        for e in &events[packed..] {
+        for e in &events[taken..] {
             let ctx = contexts
                 .entry(e.context_id.as_str())
                 .or_insert_with(|| {

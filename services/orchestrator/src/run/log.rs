@@ -132,6 +132,9 @@ pub struct PackedChunk {
     data: Arc<[u8]>,
     /// Where each event ends in `data`.
     ends: Arc<[u32]>,
+    /// Every event is read back marked `replayed` (a fork's copy of its
+    /// origin's chunk: the same bytes, shared).
+    replayed: bool,
 }
 
 impl std::fmt::Debug for PackedChunk {
@@ -147,24 +150,52 @@ impl std::fmt::Debug for PackedChunk {
 
 impl PackedChunk {
     /// The chunk with every event marked `replayed` (a fork's first
-    /// events): each event's encoding with the field appended, which a
-    /// decoder merges into the event (the last value of a field wins).
-    fn replayed(&self) -> PackedChunk {
-        // `RunEvent.replayed` is field 10, a varint: key 10 << 3 = 0x50.
-        const REPLAYED: [u8; 2] = [0x50, 0x01];
-        let mut data = Vec::with_capacity(self.data.len() + self.ends.len() * REPLAYED.len());
-        let mut ends = Vec::with_capacity(self.ends.len());
-        let mut start = 0;
-        for &end in self.ends.iter() {
-            data.extend_from_slice(&self.data[start..end as usize]);
-            data.extend_from_slice(&REPLAYED);
-            ends.push(u32::try_from(data.len()).unwrap_or(u32::MAX));
-            start = end as usize;
+    /// events): the same bytes, shared, not copied.
+    pub(super) fn replayed(&self) -> PackedChunk {
+        PackedChunk {
+            replayed: true,
+            ..self.clone()
         }
+    }
+
+    /// The chunk marked `replayed` with its first event replaced by
+    /// `first` (a fork's `RunStarted`): that event encoded, the others'
+    /// bytes copied.
+    pub(super) fn replayed_with_first(&self, first: &pb::RunEvent) -> PackedChunk {
+        let rest = self.ends.first().map_or(0, |&e| e as usize);
+        let mut data = Vec::with_capacity(self.data.len() + 64);
+        let _ = first.encode(&mut data);
+        let shift = data.len() as i64 - rest as i64;
+        data.extend_from_slice(&self.data[rest..]);
+        let ends = self
+            .ends
+            .iter()
+            .map(|&end| u32::try_from(i64::from(end) + shift).unwrap_or(u32::MAX))
+            .collect();
         PackedChunk {
             data: data.into(),
-            ends: ends.into(),
+            ends,
+            replayed: true,
         }
+    }
+
+    /// Its events.
+    pub(super) fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// The encoding of its `i`-th event (without the run's ids, and
+    /// without `replayed` when the chunk is [`Self::replayed`]).
+    pub(super) fn bytes(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.data[start..self.ends[i] as usize]
+    }
+
+    /// Its `i`-th event, without the run's ids.
+    pub(super) fn event(&self, i: usize) -> pb::RunEvent {
+        let mut e = pb::RunEvent::decode(self.bytes(i)).unwrap_or_default();
+        e.replayed |= self.replayed;
+        e
     }
 }
 
@@ -172,7 +203,7 @@ impl Chunk {
     fn len(&self) -> usize {
         match self {
             Chunk::Live(v) => v.len(),
-            Chunk::Packed(p) => p.ends.len(),
+            Chunk::Packed(p) => p.len(),
         }
     }
 
@@ -187,16 +218,15 @@ impl Chunk {
         Chunk::Packed(PackedChunk {
             data: data.into(),
             ends: ends.into(),
+            replayed: false,
         })
     }
 
     fn event(&self, i: usize, trace_id: &str, run_id: &str) -> pb::RunEvent {
         match self {
             Chunk::Live(v) => v[i].to_event(trace_id, run_id),
-            Chunk::Packed(PackedChunk { data, ends }) => {
-                let start = if i == 0 { 0 } else { ends[i - 1] as usize };
-                let mut e =
-                    pb::RunEvent::decode(&data[start..ends[i] as usize]).unwrap_or_default();
+            Chunk::Packed(p) => {
+                let mut e = p.event(i);
                 trace_id.clone_into(&mut e.trace_id);
                 run_id.clone_into(&mut e.run_id);
                 e
@@ -238,52 +268,41 @@ impl Chunked {
         self.len += 1;
     }
 
-    /// Into an empty log: the first whole chunks of `events` (a fork's
-    /// replayed part, numbered from 1, without the run's ids), packed
-    /// straight from their encoding; returns how many it took (the rest go
-    /// in one by one). The first `same` events are the origin's, unchanged
-    /// but for `replayed`, and `origin` holds the origin's first packed
-    /// chunks: a chunk of those (after the first, whose `RunStarted` a fork
-    /// changes) is copied from the origin's encoding, not encoded again.
+    /// Into an empty log: a fork's first events (numbered from 1, without
+    /// the run's ids): `chunks`, whole chunks ready to keep (its origin's,
+    /// shared), then the whole chunks of `events` that follow them, packed
+    /// straight from their encoding. Returns how many of `events` it took
+    /// (the rest go in one by one).
     pub(super) fn preload_packed(
         &mut self,
+        chunks: Vec<PackedChunk>,
         events: &[pb::RunEvent],
-        origin: &[PackedChunk],
-        same: usize,
     ) -> usize {
-        if self.len > 0 {
+        if self.len > 0 || chunks.iter().any(|c| c.len() != LOG_CHUNK) {
             return 0;
         }
         let whole = events.len() / LOG_CHUNK * LOG_CHUNK;
-        for (c, chunk) in events[..whole].chunks(LOG_CHUNK).enumerate() {
-            let packed = match origin.get(c) {
-                Some(from)
-                    if c > 0 && (c + 1) * LOG_CHUNK <= same && from.ends.len() == LOG_CHUNK =>
-                {
-                    from.replayed()
-                }
-                _ => {
-                    let mut data = Vec::new();
-                    let mut ends = Vec::with_capacity(LOG_CHUNK);
-                    for e in chunk {
-                        // The events come without the run's ids, as
-                        // `Chunk::pack` keeps them.
-                        let _ = e.encode(&mut data);
-                        ends.push(u32::try_from(data.len()).unwrap_or(u32::MAX));
-                    }
-                    PackedChunk {
-                        data: data.into(),
-                        ends: ends.into(),
-                    }
-                }
-            };
+        let encoded = events[..whole].chunks(LOG_CHUNK).map(|chunk| {
+            let mut data = Vec::new();
+            let mut ends = Vec::with_capacity(LOG_CHUNK);
+            for e in chunk {
+                let _ = e.encode(&mut data);
+                ends.push(u32::try_from(data.len()).unwrap_or(u32::MAX));
+            }
+            PackedChunk {
+                data: data.into(),
+                ends: ends.into(),
+                replayed: false,
+            }
+        });
+        for packed in chunks.into_iter().chain(encoded) {
             self.packed_bytes += packed.data.len() + packed.ends.len() * 4;
-            self.packed_events += packed.ends.len();
+            self.packed_events += packed.len();
+            self.len += packed.len();
             self.chunks.push(Chunk::Packed(packed));
         }
-        if whole > 0 {
-            self.first_seq = events[0].seq;
-            self.len = whole;
+        if self.len > 0 {
+            self.first_seq = 1;
         }
         whole
     }
@@ -321,15 +340,15 @@ impl Chunked {
         true
     }
 
-    /// The log's first chunks while they are packed (shared, not copied):
-    /// at most `max`.
+    /// The log's first chunks while they are packed and whole (shared,
+    /// not copied), as many as hold at most `max` events.
     pub(super) fn packed_chunks(&self, max: usize) -> Vec<PackedChunk> {
         self.chunks
             .iter()
-            .take(max)
+            .take(max / LOG_CHUNK)
             .map_while(|c| match c {
-                Chunk::Packed(p) => Some(p.clone()),
-                Chunk::Live(_) => None,
+                Chunk::Packed(p) if p.len() == LOG_CHUNK => Some(p.clone()),
+                _ => None,
             })
             .collect()
     }
@@ -433,7 +452,7 @@ mod chunked_tests {
     }
 
     #[test]
-    fn a_fork_copies_its_origins_packed_chunks_and_reads_the_same_events() {
+    fn a_fork_shares_its_origins_packed_chunks_and_reads_the_same_events() {
         let total = LOG_CHUNK * 3 + 10;
         let mut origin = Chunked::default();
         for seq in 1..=total as u64 {
@@ -442,27 +461,44 @@ mod chunked_tests {
             origin.push_back(e);
         }
         while origin.pack_one(true) {}
-        let chunks = origin.packed_chunks(usize::MAX);
-        assert_eq!(chunks.len(), 4);
-        // A fork's first events: the origin's, marked replayed.
+        // Whole chunks only, as many as fit in the events asked for.
+        assert_eq!(origin.packed_chunks(usize::MAX).len(), 3);
+        assert_eq!(origin.packed_chunks(LOG_CHUNK * 2 + 5).len(), 2);
+        // A fork's first events: the origin's, marked replayed, the first
+        // one changed (its `RunStarted`).
         let events: Vec<pb::RunEvent> = origin
             .read(0, total, "", "")
             .into_iter()
-            .map(|mut e| {
+            .enumerate()
+            .map(|(i, mut e)| {
                 e.replayed = true;
+                if i == 0 {
+                    e.agent = "forked".into();
+                }
                 e
             })
             .collect();
-        for same in [0, LOG_CHUNK * 2, LOG_CHUNK * 2 + 1, total] {
+        for kept in 0..=3 {
+            let mut chunks: Vec<_> = origin
+                .packed_chunks(kept * LOG_CHUNK)
+                .iter()
+                .map(super::PackedChunk::replayed)
+                .collect();
+            if let Some(first) = chunks.first_mut() {
+                *first = first.replayed_with_first(&events[0]);
+            }
             let mut fork = Chunked::default();
-            let taken = fork.preload_packed(&events, &chunks, same);
-            assert_eq!(taken, LOG_CHUNK * 3);
+            let from = kept * LOG_CHUNK;
+            let taken = fork.preload_packed(chunks, &events[from..]);
+            assert_eq!(from + taken, LOG_CHUNK * 3, "kept {kept}");
             assert_eq!(
                 fork.read(0, usize::MAX, "", ""),
-                events[..taken],
-                "same {same}"
+                events[..from + taken],
+                "kept {kept}"
             );
             assert_eq!(fork.first_seq(), Some(1));
+            // The origin reads as it did.
+            assert!(!origin.read(1, 1, "", "")[0].replayed);
         }
     }
 

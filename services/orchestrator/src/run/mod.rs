@@ -20,7 +20,8 @@
 //!   parking; [`leases`]: the background renewal, inbox delivery, parking
 //!   and claiming every replica does.
 //! - [`context`]: a context of the tree and its span (a leaf).
-//! - [`log`]: a run's event log, in fixed chunks (a leaf).
+//! - [`log`]: a run's event log, in fixed chunks (a leaf); `scan`: the
+//!   fields of a logged event a fork's plan reads without decoding it.
 //! - [`target`]: an agent or group resolved with its model, once.
 //! - [`view`]: what the core answers about a run, from either record.
 //! - [`record`]: a run's record (status, cancellation, log, pending
@@ -43,6 +44,7 @@ pub mod quota;
 pub mod record;
 pub mod registry;
 pub mod rerun;
+mod scan;
 pub mod shared;
 pub mod state;
 pub mod target;

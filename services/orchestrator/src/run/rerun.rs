@@ -91,9 +91,7 @@ impl Rerun {
     /// The replay of `origin` from its `history` (events from seq 1 and
     /// recording).
     pub fn new(origin: String, strict: bool, history: History) -> Self {
-        let History {
-            events, recording, ..
-        } = history;
+        let (events, recording) = history.into_events();
         let mut points: HashMap<u64, String> = HashMap::new();
         let mut turns = HashMap::new();
         let mut answers = HashMap::new();
@@ -483,9 +481,9 @@ mod tests {
             "origin".into(),
             strict,
             History {
+                packed: Vec::new(),
                 events,
                 recording,
-                packed: Vec::new(),
             },
         )
     }

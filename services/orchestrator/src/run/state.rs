@@ -115,8 +115,9 @@ pub struct RunOptions {
 /// A unit found here is not done again and its events are not sent again.
 #[derive(Debug, Default)]
 pub struct Replay {
-    /// The records, by unit.
-    pub journal: std::collections::HashMap<String, Vec<u8>>,
+    /// The records, by unit (looked up at every point a resumed run or a
+    /// fork walks through: a fast hasher).
+    pub journal: foldhash::HashMap<String, Vec<u8>>,
     /// The replica that resumed the run.
     pub replica: String,
     /// The seq of the run's last logged event before.
