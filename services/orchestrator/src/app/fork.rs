@@ -79,11 +79,7 @@ impl Orchestrator {
         checked.options.detach = request.detach;
         checked.options.filter = request.filter.clone();
         checked.options.replay = Some(Replay {
-            journal: plan
-                .recording
-                .iter()
-                .map(|r| (r.unit.clone(), r.record.clone()))
-                .collect(),
+            journal: std::mem::take(&mut plan.journal),
             replica: String::new(),
             checkpoint_seq: plan.checkpoint(),
             inbox: HashMap::new(),

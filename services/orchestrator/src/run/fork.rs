@@ -45,6 +45,11 @@ pub struct Edit {
     pub build: Box<dyn FnOnce(&str, &mut Payload) -> (String, Vec<u8>) + Send>,
 }
 
+/// Recorded points from which a plan copies its journal on a thread of
+/// its own, beside its scan of what was in flight (a long run's: both take
+/// milliseconds, and the fork waits for them before it starts).
+const PARALLEL_FROM: usize = 4096;
+
 /// The kinds of fork points.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PointKind {
@@ -153,6 +158,8 @@ pub struct Plan {
     pub events: Vec<pb::RunEvent>,
     /// Its journal, each point with the seq of its event in the fork.
     pub recording: Vec<Recorded>,
+    /// The same records by unit, as the fork runs with them.
+    pub journal: foldhash::HashMap<String, Vec<u8>>,
     /// The tool calls in flight at the point (their units) whose
     /// `ToolCallStarted` is among the replayed events.
     pub announced: HashSet<String>,
@@ -251,18 +258,40 @@ pub fn plan(
         .find(|r| r.seq == at && r.unit == unit)
         .map(|r| r.record.clone());
     // The events before the point of what was in flight, left out.
-    let (dropped, announced) = {
-        // The journal: what was recorded before the point.
+    // The journal (what was recorded before the point, by unit, copied),
+    // and what was in flight: on two threads when the run is long.
+    let before_point = |r: &&Recorded| r.seq < at && kept(&r.unit);
+    let journal_of = || -> foldhash::HashMap<String, Vec<u8>> {
+        history
+            .recording
+            .iter()
+            .filter(before_point)
+            .map(|r| (r.unit.clone(), r.record.clone()))
+            .collect()
+    };
+    let flight = || {
         let mut units: foldhash::HashSet<&str> = history
             .recording
             .iter()
-            .filter(|r| r.seq < at && kept(&r.unit))
+            .filter(before_point)
             .map(|r| r.unit.as_str())
             .collect();
         if edit.is_some() {
             units.insert(unit.as_str());
         }
         in_flight(&history, before, &units)
+    };
+    let (mut journal, (dropped, announced)) = if history.recording.len() >= PARALLEL_FROM {
+        std::thread::scope(|s| {
+            let journal = s.spawn(journal_of);
+            let flight = flight();
+            let journal = journal
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p));
+            (journal, flight)
+        })
+    } else {
+        (journal_of(), flight())
     };
     // The first events that are the origin's unchanged (but for `replayed`
     // and the first's fork fields): their whole packed chunks are kept as
@@ -332,23 +361,33 @@ pub fn plan(
         fork_fields(e);
         true
     });
-    let mut recording: Vec<Recorded> = recording
+    let mut kept_points = Vec::with_capacity(journal.len());
+    for r in recording
         .into_iter()
         .filter(|r| r.seq < at && kept(&r.unit))
-        .filter_map(|r| {
-            let i = usize::try_from(r.seq.checked_sub(first)?).ok()?;
-            let seq = if i < from {
-                r.seq
-            } else {
-                *renumbered.get(i - from)?
-            };
-            Some(Recorded {
-                seq: (seq > 0).then_some(seq)?,
+    {
+        let i = r
+            .seq
+            .checked_sub(first)
+            .and_then(|i| usize::try_from(i).ok());
+        let seq = match i {
+            Some(i) if i < from => Some(r.seq),
+            Some(i) => renumbered.get(i - from).copied(),
+            None => None,
+        };
+        match seq {
+            Some(seq) if seq > 0 => kept_points.push(Recorded {
+                seq,
                 unit: r.unit,
                 record: r.record,
-            })
-        })
-        .collect();
+            }),
+            // Its event is not among the fork's: neither is the point.
+            _ => {
+                journal.remove(&r.unit);
+            }
+        }
+    }
+    let mut recording = kept_points;
     let next = seq + 1;
     match edit {
         Some(edit) if edit.kind == PointKind::Any => {
@@ -360,16 +399,19 @@ pub fn plan(
             e.replayed = true;
             e.run_id.clear();
             e.trace_id.clear();
+            let original = original.unwrap_or_default();
+            journal.insert(unit.clone(), original.clone());
             recording.push(Recorded {
                 seq: e.seq,
                 unit: unit.clone(),
-                record: original.unwrap_or_default(),
+                record: original,
             });
             let mut payload = e
                 .payload
                 .clone()
                 .unwrap_or(Payload::RunStarted(Default::default()));
             let (rc_unit, record) = (edit.build)(&unit, &mut payload);
+            journal.insert(rc_unit.clone(), record.clone());
             recording.push(Recorded {
                 seq: e.seq,
                 unit: rc_unit,
@@ -394,6 +436,7 @@ pub fn plan(
                 record = with_asked(record, original);
             }
             e.payload = Some(payload);
+            journal.insert(edited.clone(), record.clone());
             recording.push(Recorded {
                 seq: e.seq,
                 unit: edited,
@@ -407,6 +450,7 @@ pub fn plan(
         packed,
         events,
         recording,
+        journal,
         announced,
     })
 }
@@ -633,10 +677,18 @@ mod tests {
 
     #[test]
     fn a_plan_from_packed_chunks_is_the_plan_from_decoded_events() {
-        let total = LOG_CHUNK * 3 + 60;
         // The progress of the call in flight in the second chunk, in the
-        // third, or none (nothing left out: every whole chunk is kept).
-        for progress in [LOG_CHUNK + 7, LOG_CHUNK * 2 + 100, usize::MAX] {
+        // third, or none (nothing left out: every whole chunk is kept); a
+        // run long enough that the journal is copied on a thread of its
+        // own.
+        let short = LOG_CHUNK * 3 + 60;
+        let long = super::PARALLEL_FROM * 3 + 100;
+        for (total, progress) in [
+            (short, LOG_CHUNK + 7),
+            (short, LOG_CHUNK * 2 + 100),
+            (short, usize::MAX),
+            (long, LOG_CHUNK * 5 + 3),
+        ] {
             let (log, recording) = origin(total, progress);
             // A tool result near the end.
             let at = recording
@@ -667,6 +719,17 @@ mod tests {
             let events = first_events(&a);
             assert_eq!(events, first_events(&b), "progress at {progress}");
             assert_eq!(a.recording, b.recording);
+            assert_eq!(a.journal, b.journal);
+            let by_unit: foldhash::HashMap<String, Vec<u8>> = a
+                .recording
+                .iter()
+                .map(|r| (r.unit.clone(), r.record.clone()))
+                .collect();
+            assert_eq!(a.journal, by_unit);
+            assert_eq!(
+                a.journal.get("c/root/c1").map(Vec::as_slice),
+                Some(&b"c1"[..])
+            );
             assert_eq!(a.announced, b.announced);
             assert_eq!(a.checkpoint(), events.len() as u64);
             // Numbered from 1, the progress of the call in flight left
