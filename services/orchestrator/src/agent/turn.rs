@@ -334,11 +334,15 @@ pub(super) async fn run_frame_inner(
 
         let plans: Vec<CallPlan> = turn.calls.iter().map(|c| plan(rt, &mut frame, c)).collect();
         let view = frame.view();
-        let results =
-            join_all(turn.calls.iter().zip(plans).map(|(call, plan)| {
+        let mut calls =
+            turn.calls.iter().zip(plans).map(|(call, plan)| {
                 execute(rt, &view, call, plan, run_frame_boxed, run_step_boxed)
-            }))
-            .await;
+            });
+        // One call (most turns) is awaited as it is; more, side by side.
+        let results = match (calls.next(), turn.calls.len()) {
+            (Some(only), 1) => vec![only.await],
+            (first, _) => join_all(first.into_iter().chain(calls)).await,
+        };
         let failed = results.iter().filter(|r| r.output.is_err()).count() as u32;
         let batch = Payload::ToolBatchCompleted(pb::ToolBatchCompleted {
             calls: results.len() as u32,
@@ -348,9 +352,7 @@ pub(super) async fn run_frame_inner(
         rt.emit_point(&frame.ctx, &frame.agent_name, batch, unit, Vec::new)
             .await;
 
-        let mut assistant = ChatMessage::new(Role::Assistant, turn.text);
-        assistant.tool_calls = turn.calls.clone();
-        frame.messages.push(assistant);
+        let mut replies = Vec::with_capacity(results.len());
         let mut handoff = None;
         for (call, r) in turn.calls.iter().zip(results) {
             if let Some(u) = &r.child_usage {
@@ -362,9 +364,14 @@ pub(super) async fn run_frame_inner(
             };
             let mut msg = ChatMessage::new(Role::Tool, content);
             msg.tool_call_id = Some(call.id.clone());
-            frame.messages.push(msg);
+            replies.push(msg);
             handoff = handoff.or(r.handoff);
         }
+        // The model's turn (its calls moved, not copied), then the replies.
+        let mut assistant = ChatMessage::new(Role::Assistant, turn.text);
+        assistant.tool_calls = turn.calls;
+        frame.messages.push(assistant);
+        frame.messages.extend(replies);
         if frame.scope.is_ended() {
             // A Final policy ended the scope: no further turns, here or above.
             return Err(Failure {
