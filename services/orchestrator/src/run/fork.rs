@@ -139,7 +139,7 @@ impl History {
     pub fn into_events(self) -> (Vec<pb::RunEvent>, Vec<Recorded>) {
         let mut events = Vec::with_capacity(self.in_packed() + self.events.len());
         for chunk in &self.packed {
-            events.extend((0..chunk.len()).map(|i| chunk.event(i)));
+            events.extend(chunk.events());
         }
         events.extend(self.events);
         (events, self.recording)
@@ -257,15 +257,14 @@ pub fn plan(
         .iter()
         .find(|r| r.seq == at && r.unit == unit)
         .map(|r| r.record.clone());
-    // The events before the point of what was in flight, left out.
     // The journal (what was recorded before the point, by unit, copied),
     // and what was in flight: on two threads when the run is long.
-    let before_point = |r: &&Recorded| r.seq < at && kept(&r.unit);
+    let before_point = |r: &Recorded| r.seq < at && kept(&r.unit);
     let journal_of = || -> foldhash::HashMap<String, Vec<u8>> {
         history
             .recording
             .iter()
-            .filter(before_point)
+            .filter(|r| before_point(r))
             .map(|r| (r.unit.clone(), r.record.clone()))
             .collect()
     };
@@ -273,7 +272,7 @@ pub fn plan(
         let mut units: foldhash::HashSet<&str> = history
             .recording
             .iter()
-            .filter(before_point)
+            .filter(|r| before_point(r))
             .map(|r| r.unit.as_str())
             .collect();
         if edit.is_some() {
@@ -338,7 +337,7 @@ pub fn plan(
     let mut events: Vec<pb::RunEvent> = Vec::with_capacity(wanted);
     for chunk in origin_chunks.iter().skip(kept_chunks) {
         let take = chunk.len().min(wanted - events.len());
-        events.extend((0..take).map(|i| chunk.event(i)));
+        events.extend(chunk.events().take(take));
     }
     events.extend(decoded.into_iter().take(wanted - events.len()));
     let mut renumbered: Vec<u64> = Vec::with_capacity(events.len());
@@ -362,10 +361,7 @@ pub fn plan(
         true
     });
     let mut kept_points = Vec::with_capacity(journal.len());
-    for r in recording
-        .into_iter()
-        .filter(|r| r.seq < at && kept(&r.unit))
-    {
+    for r in recording.into_iter().filter(|r| before_point(r)) {
         let i = r
             .seq
             .checked_sub(first)
@@ -666,11 +662,7 @@ mod tests {
 
     /// A plan's first events, decoded, as the fork's log reads them.
     fn first_events(plan: &Plan) -> Vec<pb::RunEvent> {
-        let mut events: Vec<pb::RunEvent> = plan
-            .packed
-            .iter()
-            .flat_map(|c| (0..c.len()).map(|i| c.event(i)))
-            .collect();
+        let mut events: Vec<pb::RunEvent> = plan.packed.iter().flat_map(|c| c.events()).collect();
         events.extend(plan.events.iter().cloned());
         events
     }

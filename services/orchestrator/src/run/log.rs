@@ -149,6 +149,21 @@ impl std::fmt::Debug for PackedChunk {
 }
 
 impl PackedChunk {
+    /// `events` encoded back to back (as they come: without the run's ids).
+    fn encode<E: std::borrow::Borrow<pb::RunEvent>>(events: impl Iterator<Item = E>) -> Self {
+        let mut data = Vec::new();
+        let mut ends = Vec::with_capacity(LOG_CHUNK);
+        for e in events {
+            let _ = e.borrow().encode(&mut data);
+            ends.push(u32::try_from(data.len()).unwrap_or(u32::MAX));
+        }
+        PackedChunk {
+            data: data.into(),
+            ends: ends.into(),
+            replayed: false,
+        }
+    }
+
     /// The chunk with every event marked `replayed` (a fork's first
     /// events): the same bytes, shared, not copied.
     pub(super) fn replayed(&self) -> PackedChunk {
@@ -197,6 +212,11 @@ impl PackedChunk {
         e.replayed |= self.replayed;
         e
     }
+
+    /// Its events in order, decoded as they are taken.
+    pub(super) fn events(&self) -> impl Iterator<Item = pb::RunEvent> + '_ {
+        (0..self.len()).map(|i| self.event(i))
+    }
 }
 
 impl Chunk {
@@ -208,18 +228,10 @@ impl Chunk {
     }
 
     fn pack(events: &[Logged]) -> Chunk {
-        let mut data = Vec::new();
-        let mut ends = Vec::with_capacity(events.len());
-        for e in events {
-            // The run's ids are the record's; not kept per event.
-            let _ = e.to_event("", "").encode(&mut data);
-            ends.push(u32::try_from(data.len()).unwrap_or(u32::MAX));
-        }
-        Chunk::Packed(PackedChunk {
-            data: data.into(),
-            ends: ends.into(),
-            replayed: false,
-        })
+        // The run's ids are the record's; not kept per event.
+        Chunk::Packed(PackedChunk::encode(
+            events.iter().map(|e| e.to_event("", "")),
+        ))
     }
 
     fn event(&self, i: usize, trace_id: &str, run_id: &str) -> pb::RunEvent {
@@ -278,23 +290,13 @@ impl Chunked {
         chunks: Vec<PackedChunk>,
         events: &[pb::RunEvent],
     ) -> usize {
-        if self.len > 0 || chunks.iter().any(|c| c.len() != LOG_CHUNK) {
-            return 0;
-        }
+        // A fork's log is new, and its origin gives whole chunks only
+        // (`packed_chunks`): seqs follow from the chunks' lengths.
+        debug_assert!(self.len == 0 && chunks.iter().all(|c| c.len() == LOG_CHUNK));
         let whole = events.len() / LOG_CHUNK * LOG_CHUNK;
-        let encoded = events[..whole].chunks(LOG_CHUNK).map(|chunk| {
-            let mut data = Vec::new();
-            let mut ends = Vec::with_capacity(LOG_CHUNK);
-            for e in chunk {
-                let _ = e.encode(&mut data);
-                ends.push(u32::try_from(data.len()).unwrap_or(u32::MAX));
-            }
-            PackedChunk {
-                data: data.into(),
-                ends: ends.into(),
-                replayed: false,
-            }
-        });
+        let encoded = events[..whole]
+            .chunks(LOG_CHUNK)
+            .map(|chunk| PackedChunk::encode(chunk.iter()));
         for packed in chunks.into_iter().chain(encoded) {
             self.packed_bytes += packed.data.len() + packed.ends.len() * 4;
             self.packed_events += packed.len();
