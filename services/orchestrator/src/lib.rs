@@ -285,6 +285,11 @@ pub async fn serve_core(
     ));
     let routes = Routes::from(
         grpc.into_axum_router()
+            // WatchRun and ForkRun: ahead of the generated routes.
+            .merge(grpc::outgoing::routes(
+                OrchestratorService::new(core.clone()),
+                auth::Authenticate(keys.clone()),
+            ))
             .merge(http::router(core, keys, config.console.clone()))
             .merge(a2a::router(a2a))
             .merge(mcp::router(mcp)),

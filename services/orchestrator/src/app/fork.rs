@@ -13,7 +13,6 @@ use std::collections::HashMap;
 
 use baton_proto::v1::{self as pb, fork_edit, run_event::Payload};
 use serde_json::Value;
-use tokio::sync::mpsc;
 use tokio_stream::StreamExt as _;
 
 use super::{
@@ -117,15 +116,15 @@ impl Orchestrator {
         // a batch at a time (its packed chunks are decoded as they go
         // out, while the fork walks to its point), then the live one.
         drop(prefix);
-        let (tx, rx) = mpsc::channel(events::CLIENT_BUFFER);
+        let (tx, stream) = events::channel();
         let filter = request.filter;
-        let mut live = started.events;
+        let mut live = started.events.outgoing();
         self.tasks.spawn(async move {
             let mut cursor = 0;
             while cursor < checkpoint {
                 let want = usize::try_from(checkpoint - cursor)
                     .map_or(REPLAY_BATCH, |n| n.min(REPLAY_BATCH));
-                let batch = match record.events_after(cursor, want) {
+                let batch = match record.outgoing_after(cursor, want) {
                     LogRead::Events(batch, _) if !batch.is_empty() => batch,
                     _ => {
                         // Dropped before it went out (evicted for room):
@@ -135,12 +134,10 @@ impl Orchestrator {
                     }
                 };
                 for e in batch {
-                    cursor = e.seq;
-                    let passes = e
-                        .payload
-                        .as_ref()
-                        .is_some_and(|p| filter.passes_at(&e.context_id, e.depth, p));
-                    if passes && tx.send(Ok(e)).await.is_err() {
+                    cursor = e.seq();
+                    if let Some(e) = filter.admit(e)
+                        && tx.send(Ok(e)).await.is_err()
+                    {
                         return;
                     }
                 }
@@ -152,7 +149,7 @@ impl Orchestrator {
             }
         });
         Ok(Started {
-            events: tokio_stream::wrappers::ReceiverStream::new(rx),
+            events: stream,
             ..started
         })
     }

@@ -9,8 +9,6 @@
 use std::sync::Arc;
 
 use futures::StreamExt as _;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 
 use super::{
     orchestrator::{Caller, Orchestrator, not_found},
@@ -126,14 +124,14 @@ impl Orchestrator {
         &self,
         mut remote: futures::stream::BoxStream<'static, Result<baton_proto::v1::RunEvent>>,
     ) -> EventStream {
-        let (tx, rx) = mpsc::channel(events::CLIENT_BUFFER);
+        let (tx, stream) = events::channel();
         let shutdown = self.runs_stop.clone();
         self.tasks.spawn(async move {
             loop {
                 tokio::select! {
                     item = remote.next() => match item {
                         Some(item) => {
-                            if tx.send(item).await.is_err() {
+                            if tx.send(item.map(Into::into)).await.is_err() {
                                 return;
                             }
                         }
@@ -147,7 +145,7 @@ impl Orchestrator {
                 }
             }
         });
-        ReceiverStream::new(rx)
+        stream
     }
 
     /// Where a watch of a durable run reads from: the run store, when the

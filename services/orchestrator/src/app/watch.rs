@@ -6,15 +6,13 @@
 use std::sync::Arc;
 
 use baton_proto::v1 as pb;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
     error::{Error, Result},
     run::{
         durable::RedisRuns,
-        events::{self, EventStream, Filter},
+        events::{self, EventStream, Filter, Outgoing},
         record::{LogRead, RunRecord},
     },
 };
@@ -44,14 +42,14 @@ pub(super) fn stream(
         LogRead::Events(..) => {}
     }
     let watching = Watching::new(&run, max_watchers)?;
-    let (tx, rx) = mpsc::channel(events::CLIENT_BUFFER);
+    let (tx, stream) = events::channel();
     let shutdown = shutdown.clone();
     tasks.spawn(async move {
             let _watching = watching;
             let mut cursor = after_seq;
             loop {
                 let next = run.next_logged();
-                let (batch, ended) = match run.events_after(cursor, WATCH_BATCH) {
+                let (batch, ended) = match run.outgoing_after(cursor, WATCH_BATCH) {
                     LogRead::Events(batch, ended) => (batch, ended),
                     LogRead::Expired => {
                         let _ = tx.send(Err(history_gone(&run.run_id))).await;
@@ -67,12 +65,14 @@ pub(super) fn stream(
                 };
                 let full = batch.len() == WATCH_BATCH;
                 for event in batch {
-                    cursor = event.seq;
-                    let terminal = event.payload.as_ref().is_some_and(events::is_terminal);
-                    let passes = event.payload.as_ref().is_some_and(|p| {
-                        filter.passes_at(&event.context_id, event.depth, p)
-                    });
-                    if passes && tx.send(Ok(event)).await.is_err() {
+                    cursor = event.seq();
+                    // A packed event is not looked at: the run's terminal
+                    // event is its last, so `ended` holds when it is read.
+                    let terminal = matches!(&event, Outgoing::Event(e)
+                        if e.payload.as_ref().is_some_and(events::is_terminal));
+                    if let Some(event) = filter.admit(event)
+                        && tx.send(Ok(event)).await.is_err()
+                    {
                         return;
                     }
                     if terminal {
@@ -106,7 +106,7 @@ pub(super) fn stream(
                 }
             }
         });
-    Ok(ReceiverStream::new(rx))
+    Ok(stream)
 }
 
 /// A run whose history this replica no longer keeps: evicted to make room
@@ -173,7 +173,7 @@ pub(super) fn stored(
     shutdown: &CancellationToken,
     tasks: &TaskTracker,
 ) -> EventStream {
-    let (tx, rx) = mpsc::channel(events::CLIENT_BUFFER);
+    let (tx, stream) = events::channel();
     let shutdown = shutdown.clone();
     tasks.spawn(async move {
         let send_all = async |events: Vec<pb::RunEvent>, cursor: &mut u64| -> Option<bool> {
@@ -184,7 +184,7 @@ pub(super) fn stored(
                 };
                 let terminal = events::is_terminal(payload);
                 if filter.passes_at(&e.context_id, e.depth, payload)
-                    && tx.send(Ok(e)).await.is_err()
+                    && tx.send(Ok(e.into())).await.is_err()
                 {
                     return None;
                 }
@@ -239,5 +239,5 @@ pub(super) fn stored(
             }
         }
     });
-    ReceiverStream::new(rx)
+    stream
 }

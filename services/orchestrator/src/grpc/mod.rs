@@ -6,6 +6,7 @@
 //! `traceparent`, and what a call forwarded to a peer carries — becomes a
 //! [`Caller`] here.
 
+pub mod outgoing;
 pub mod status;
 
 use std::pin::Pin;
@@ -34,6 +35,30 @@ impl OrchestratorService {
     /// The face of `core`.
     pub fn new(core: Orchestrator) -> Self {
         Self { core }
+    }
+}
+
+impl OrchestratorService {
+    /// WatchRun's stream (the generated route's and [`outgoing`]'s).
+    async fn watch(&self, request: Request<pb::WatchRunRequest>) -> Result<EventStream, Status> {
+        let caller = caller(&request);
+        let r = request.into_inner();
+        let filter = wire::request::filter(r.filter).map_err(status)?;
+        self.core
+            .watch(&caller, &r.run_id, r.after_seq, filter)
+            .await
+            .map_err(status)
+    }
+
+    /// ForkRun's stream (the generated route's and [`outgoing`]'s).
+    async fn fork(&self, request: Request<pb::ForkRunRequest>) -> Result<EventStream, Status> {
+        let caller = caller(&request);
+        let request = wire::request::fork(request.into_inner());
+        let started = match request {
+            Ok(request) => self.core.fork(&caller, request).await,
+            Err(e) => Err(self.core.refused("ForkRun", &caller, e)),
+        };
+        Ok(started.map_err(status)?.events)
     }
 }
 
@@ -154,15 +179,7 @@ impl OrchestratorRpc for OrchestratorService {
         &self,
         request: Request<pb::WatchRunRequest>,
     ) -> Answer<Self::WatchRunStream> {
-        let caller = caller(&request);
-        let r = request.into_inner();
-        let filter = wire::request::filter(r.filter).map_err(status)?;
-        let stream = self
-            .core
-            .watch(&caller, &r.run_id, r.after_seq, filter)
-            .await
-            .map_err(status)?;
-        Ok(Response::new(events(stream)))
+        Ok(Response::new(events(self.watch(request).await?)))
     }
 
     async fn get_run(&self, request: Request<pb::GetRunRequest>) -> Answer<pb::GetRunResponse> {
@@ -188,13 +205,7 @@ impl OrchestratorRpc for OrchestratorService {
     type ForkRunStream = EventStatusStream;
 
     async fn fork_run(&self, request: Request<pb::ForkRunRequest>) -> Answer<Self::ForkRunStream> {
-        let caller = caller(&request);
-        let request = wire::request::fork(request.into_inner());
-        let started = match request {
-            Ok(request) => self.core.fork(&caller, request).await,
-            Err(e) => Err(self.core.refused("ForkRun", &caller, e)),
-        };
-        Ok(Response::new(events(started.map_err(status)?.events)))
+        Ok(Response::new(events(self.fork(request).await?)))
     }
 
     type ReplayRunStream = EventStatusStream;

@@ -8,6 +8,11 @@
 
 use std::{collections::HashSet, sync::Arc, time::SystemTime};
 
+use std::{
+    pin::Pin,
+    task::{Context, Poll},
+};
+
 use baton_proto::v1::{self as pb, run_event::Payload};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -17,7 +22,7 @@ use crate::error::Error;
 use super::record::RunRecord;
 pub use super::{
     context::{ContextInfo, SpanEnd},
-    log::Logged,
+    log::{Logged, Outgoing, PackedEvent},
 };
 
 /// Events buffered between a run's frames and its sequencer.
@@ -27,8 +32,36 @@ pub const CLIENT_BUFFER: usize = 256;
 
 /// The stream of a run's events a caller reads, whatever the face: events
 /// in order, then the end of the stream; an error ends it early (the
-/// replica is going away, or a watcher fell behind).
-pub type EventStream = ReceiverStream<Result<pb::RunEvent, Error>>;
+/// replica is going away, or a watcher fell behind). It reads as decoded
+/// events; the gRPC face takes them as they come ([`Self::outgoing`]), so
+/// what a run's log kept packed goes out as its bytes.
+pub struct EventStream(mpsc::Receiver<Result<Outgoing, Error>>);
+
+/// The sending side of an [`EventStream`].
+pub type EventSender = mpsc::Sender<Result<Outgoing, Error>>;
+
+/// A stream's channel, buffering [`CLIENT_BUFFER`] events.
+pub fn channel() -> (EventSender, EventStream) {
+    let (tx, rx) = mpsc::channel(CLIENT_BUFFER);
+    (tx, EventStream(rx))
+}
+
+impl EventStream {
+    /// The events as they come: those read from packed chunks not decoded.
+    pub fn outgoing(self) -> ReceiverStream<Result<Outgoing, Error>> {
+        ReceiverStream::new(self.0)
+    }
+}
+
+impl futures::Stream for EventStream {
+    type Item = Result<pb::RunEvent, Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.0
+            .poll_recv(cx)
+            .map(|item| item.map(|r| r.map(Outgoing::into_event)))
+    }
+}
 
 /// An event before the sequencer numbers it.
 pub struct Draft {
@@ -104,6 +137,20 @@ pub fn is_terminal(p: &Payload) -> bool {
 }
 
 impl Filter {
+    /// `event` if the client asked for it (see [`Self::passes_at`]); a
+    /// packed one is decoded only when the filter has something to check.
+    pub fn admit(&self, event: Outgoing) -> Option<Outgoing> {
+        if self.max_depth.is_none() && self.prefixes.is_empty() && self.kinds.is_empty() {
+            return Some(event);
+        }
+        let event = event.into_event();
+        let passes = event
+            .payload
+            .as_ref()
+            .is_some_and(|p| self.passes_at(&event.context_id, event.depth, p));
+        passes.then_some(Outgoing::Event(event))
+    }
+
     /// Whether the client asked for this event. Terminal events always pass.
     pub fn passes(&self, ctx: &ContextInfo, payload: &Payload) -> bool {
         self.passes_at(&ctx.id, ctx.depth, payload)
@@ -132,7 +179,7 @@ impl Filter {
 /// has dropped its sender. Returns when the run's last event is through.
 pub async fn sequence(
     mut drafts: mpsc::Receiver<Draft>,
-    out: mpsc::Sender<Result<pb::RunEvent, Error>>,
+    out: EventSender,
     filter: Filter,
     record: Arc<RunRecord>,
     emitted: prometheus_client::metrics::counter::Counter,
@@ -187,7 +234,7 @@ pub async fn sequence(
         // (compactly: the envelope's strings are shared).
         record.log_event(logged, terminal);
         let Some(event) = event else { continue };
-        if out.send(Ok(event)).await.is_err() {
+        if out.send(Ok(Outgoing::Event(event))).await.is_err() {
             client_gone = true;
             if !record.detached {
                 record.cancel("client disconnected");

@@ -25,7 +25,7 @@ use baton_proto::v1::{self as pb, run_event::Payload};
 
 use super::{
     events::kind_of,
-    log::{LOG_CHUNK, PackedChunk, Recorded},
+    log::{PackedChunk, Recorded},
     scan::{self, Kind},
     view::Origin,
 };
@@ -126,13 +126,14 @@ impl History {
     }
 
     /// Its `i`-th event (from 0), decoded.
-    fn event(&self, i: usize) -> Option<pb::RunEvent> {
-        let in_packed = self.in_packed();
-        if i < in_packed {
-            let chunk = &self.packed[i / LOG_CHUNK];
-            return Some(chunk.event(i % LOG_CHUNK));
+    fn event(&self, mut i: usize) -> Option<pb::RunEvent> {
+        for chunk in &self.packed {
+            if i < chunk.len() {
+                return Some(chunk.event(i));
+            }
+            i -= chunk.len();
         }
-        self.events.get(i - in_packed).cloned()
+        self.events.get(i).cloned()
     }
 
     /// Every event, decoded (a replay's history), and the recording.
@@ -293,15 +294,28 @@ pub fn plan(
         (journal_of(), flight())
     };
     // The first events that are the origin's unchanged (but for `replayed`
-    // and the first's fork fields): their whole packed chunks are kept as
-    // they are.
+    // and the first's fork fields): those packed are kept as they are,
+    // their chunks shared (the last one cut short where they end).
     let same = if first == 1 {
         dropped.iter().copied().min().unwrap_or(before)
     } else {
         0
     };
-    let kept_chunks = (same / LOG_CHUNK).min(history.packed.len());
-    let from = kept_chunks * LOG_CHUNK;
+    let mut packed: Vec<PackedChunk> = Vec::new();
+    let mut from = 0;
+    for chunk in &history.packed {
+        if from >= same {
+            break;
+        }
+        let take = chunk.len().min(same - from);
+        let kept = if take == chunk.len() {
+            chunk.replayed()
+        } else {
+            chunk.truncated(take).replayed()
+        };
+        packed.push(kept);
+        from += take;
+    }
     let fork_fields = |e: &mut pb::RunEvent| {
         if let Some(Payload::RunStarted(s)) = &mut e.payload {
             // A fork of a replay is no replay.
@@ -316,10 +330,6 @@ pub fn plan(
             );
         }
     };
-    let mut packed: Vec<PackedChunk> = history.packed[..kept_chunks]
-        .iter()
-        .map(PackedChunk::replayed)
-        .collect();
     if let Some(chunk) = packed.first_mut() {
         let mut started = chunk.event(0);
         fork_fields(&mut started);
@@ -335,9 +345,15 @@ pub fn plan(
     } = history;
     let wanted = before - from;
     let mut events: Vec<pb::RunEvent> = Vec::with_capacity(wanted);
-    for chunk in origin_chunks.iter().skip(kept_chunks) {
-        let take = chunk.len().min(wanted - events.len());
-        events.extend(chunk.events().take(take));
+    let mut skip = from;
+    for chunk in &origin_chunks {
+        if skip >= chunk.len() {
+            skip -= chunk.len();
+            continue;
+        }
+        let take = (chunk.len() - skip).min(wanted - events.len());
+        events.extend((skip..skip + take).map(|i| chunk.event(i)));
+        skip = 0;
     }
     events.extend(decoded.into_iter().take(wanted - events.len()));
     let mut renumbered: Vec<u64> = Vec::with_capacity(events.len());
@@ -580,7 +596,8 @@ mod tests {
 
     use baton_proto::v1::{self as pb, run_event::Payload};
 
-    use super::{Edit, History, LOG_CHUNK, Plan, PointKind, plan};
+    use super::{Edit, History, PackedChunk, Plan, PointKind, plan};
+    use crate::run::log::LOG_CHUNK;
     use crate::run::{
         context::ContextInfo,
         log::{Chunked, Logged, Recorded},
@@ -689,14 +706,11 @@ mod tests {
                 .nth(3)
                 .map(|r| r.seq)
                 .expect("a tool result");
+            let chunks = log.packed_prefix(at as usize);
+            let in_packed: usize = chunks.iter().map(PackedChunk::len).sum();
             let packed = History {
-                packed: log.packed_chunks(at as usize),
-                events: log.read(
-                    log.packed_chunks(at as usize).len() * LOG_CHUNK,
-                    at as usize,
-                    "",
-                    "",
-                ),
+                packed: chunks,
+                events: log.read(in_packed, at as usize - in_packed, "", ""),
                 recording: recording.clone(),
             };
             assert!(!packed.packed.is_empty());
@@ -754,9 +768,30 @@ mod tests {
                 panic!("RunStarted first");
             };
             assert_eq!(s.forked_from.as_ref().map(|f| f.seq), Some(at));
-            // Kept chunks: those before the first event left out.
-            let kept = progress.min(at as usize - 1) / LOG_CHUNK;
-            assert_eq!(a.packed.len(), kept, "progress at {progress}");
+            // Kept as they are, their chunks shared: the events before the
+            // first one left out (the last chunk cut short there).
+            let last_turn = before
+                .iter()
+                .rposition(|e| matches!(e.payload, Some(Payload::MessageCompleted(_))))
+                .map_or(0, |i| i + 1);
+            let first_delta = before[last_turn..]
+                .iter()
+                .position(|e| matches!(e.payload, Some(Payload::TextDelta(_))))
+                .map(|i| i + last_turn);
+            let same = [Some(progress).filter(|&p| p < before.len()), first_delta]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(before.len());
+            let kept: usize = a.packed.iter().map(PackedChunk::len).sum();
+            assert_eq!(kept, same.min(in_packed), "progress at {progress}");
+            assert_eq!(
+                a.packed.len(),
+                same.div_ceil(LOG_CHUNK),
+                "progress at {progress}"
+            );
+            // Nothing before those is decoded again.
+            assert_eq!(a.events.len(), events.len() - kept);
         }
     }
 }

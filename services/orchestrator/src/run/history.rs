@@ -7,7 +7,7 @@ use std::{collections::HashMap, sync::atomic::Ordering, time::Instant};
 use baton_proto::v1::{self as pb, run_event::Payload};
 
 use super::{
-    log::{LOG_CHUNK, LOG_RETENTION, LogRead, Logged, PackedChunk, Recorded},
+    log::{Chunked, LOG_RETENTION, LogRead, Logged, Outgoing, PackedChunk, Recorded, ids_tail},
     record::{RunRecord, lock, now_ms},
 };
 
@@ -28,6 +28,21 @@ impl RunRecord {
     /// At most `max` of the logged events after seq `after` (watchers read
     /// the shared log a batch at a time, so none holds a copy of it).
     pub fn events_after(&self, after: u64, max: usize) -> LogRead {
+        self.read_log(after, |log, skip| {
+            log.read(skip, max, self.trace_id.as_str(), &self.run_id)
+        })
+    }
+
+    /// The same, as streams carry them: the events of packed chunks not
+    /// decoded ([`Outgoing`]).
+    pub fn outgoing_after(&self, after: u64, max: usize) -> LogRead<Outgoing> {
+        let tail = ids_tail(self.trace_id.as_str(), &self.run_id);
+        self.read_log(after, |log, skip| {
+            log.read_outgoing(skip, max, &tail, self.trace_id.as_str(), &self.run_id)
+        })
+    }
+
+    fn read_log<E>(&self, after: u64, read: impl FnOnce(&Chunked, usize) -> Vec<E>) -> LogRead<E> {
         let log = lock(&self.log);
         if log.dropped {
             return LogRead::Expired;
@@ -41,9 +56,7 @@ impl RunRecord {
             return LogRead::Gone(oldest);
         }
         let skip = usize::try_from(next.saturating_sub(oldest)).unwrap_or(usize::MAX);
-        let events = log
-            .events
-            .read(skip, max, self.trace_id.as_str(), &self.run_id);
+        let events = read(&log.events, skip);
         let ended = log.ended && skip.saturating_add(events.len()) >= log.events.len();
         LogRead::Events(events, ended)
     }
@@ -93,16 +106,15 @@ impl RunRecord {
     }
 
     /// The run's first `n` events, without the run's ids (a fork's
-    /// history): the whole chunks among them that are packed (shared, not
-    /// decoded), then the others, decoded; `None` when they are not all
-    /// here.
+    /// history): those that are packed, as chunks (shared, not decoded),
+    /// then the others, decoded; `None` when they are not all here.
     pub fn first_events(&self, n: usize) -> Option<(Vec<PackedChunk>, Vec<pb::RunEvent>)> {
         let log = lock(&self.log);
         if log.dropped || log.events.first_seq().is_some_and(|s| s != 1) {
             return None;
         }
-        let packed = log.events.packed_chunks(n);
-        let skip = packed.len() * LOG_CHUNK;
+        let packed = log.events.packed_prefix(n);
+        let skip = packed.iter().map(PackedChunk::len).sum::<usize>();
         let rest = log.events.read(skip, n.saturating_sub(skip), "", "");
         Some((packed, rest))
     }

@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 
 use super::{
     durable::{Append, RedisRuns, RunEnd, now_ms},
-    events::{Draft, Filter, is_terminal},
+    events::{self, Draft, Filter, is_terminal},
     log::Logged,
     record::RunRecord,
 };
@@ -75,7 +75,7 @@ fn run_end(payload: &Payload) -> Option<RunEnd> {
 /// until every frame has dropped its sender (see the module docs).
 pub async fn sequence(
     mut drafts: mpsc::Receiver<Draft>,
-    out: mpsc::Sender<Result<pb::RunEvent, Error>>,
+    out: events::EventSender,
     filter: Filter,
     record: Arc<RunRecord>,
     journal: Journal,
@@ -183,7 +183,7 @@ pub async fn sequence(
             let terminal = is_terminal(&logged.payload);
             let forward = !client_gone && filter.passes(&logged.ctx, &logged.payload);
             record.log_event(logged, terminal);
-            if forward && out.send(Ok(event)).await.is_err() {
+            if forward && out.send(Ok(event.into())).await.is_err() {
                 client_gone = true;
                 record
                     .attached

@@ -11,7 +11,6 @@ use opentelemetry::{
     trace::{Status as SpanStatus, TraceContextExt as _},
 };
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use super::shared::Shared;
@@ -222,7 +221,7 @@ pub fn launch(
     metrics.run_started(kind);
     let span_id = run_span.span().span_context().span_id().to_string();
     tracing::info!(run_id = %record.run_id, trace_id = %record.trace_id, span_id, target = %record.target, kind, "run started");
-    let (out_tx, out_rx) = mpsc::channel(events::CLIENT_BUFFER);
+    let (out_tx, stream) = events::channel();
     tasks.spawn(async move {
         let emitted = metrics.events.clone();
         match journal {
@@ -261,5 +260,5 @@ pub fn launch(
         // Its history, packed now that every account of the run is closed.
         record.pack_history().await;
     });
-    ReceiverStream::new(out_rx)
+    stream
 }

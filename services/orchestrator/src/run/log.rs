@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use baton_proto::v1::{self as pb, run_event::Payload};
+use bytes::{Buf as _, BufMut};
 use prost::Message as _;
 
 use super::context::ContextInfo;
@@ -125,7 +126,7 @@ enum Chunk {
 
 /// A packed chunk: its events encoded as `RunEvent`s without the run's
 /// ids, back to back. Shared, not copied, when a fork reads its origin's
-/// history ([`Chunked::packed_chunks`]).
+/// history ([`Chunked::packed_prefix`]).
 #[derive(Clone)]
 pub struct PackedChunk {
     /// The events, encoded, back to back.
@@ -178,10 +179,11 @@ impl PackedChunk {
     /// bytes copied.
     pub(super) fn replayed_with_first(&self, first: &pb::RunEvent) -> PackedChunk {
         let rest = self.ends.first().map_or(0, |&e| e as usize);
-        let mut data = Vec::with_capacity(self.data.len() + 64);
+        let end = self.ends.last().map_or(0, |&e| e as usize);
+        let mut data = Vec::with_capacity(end + 64);
         let _ = first.encode(&mut data);
         let shift = data.len() as i64 - rest as i64;
-        data.extend_from_slice(&self.data[rest..]);
+        data.extend_from_slice(&self.data[rest..end]);
         let ends = self
             .ends
             .iter()
@@ -197,6 +199,14 @@ impl PackedChunk {
     /// Its events.
     pub(super) fn len(&self) -> usize {
         self.ends.len()
+    }
+
+    /// Its first `n` events: the same bytes, shared.
+    pub(super) fn truncated(&self, n: usize) -> PackedChunk {
+        PackedChunk {
+            ends: self.ends[..n].into(),
+            ..self.clone()
+        }
     }
 
     /// The encoding of its `i`-th event (without the run's ids, and
@@ -216,6 +226,102 @@ impl PackedChunk {
     /// Its events in order, decoded as they are taken.
     pub(super) fn events(&self) -> impl Iterator<Item = pb::RunEvent> + '_ {
         (0..self.len()).map(|i| self.event(i))
+    }
+}
+
+/// `replayed = true` (field 10, a varint) as a `RunEvent` encodes it.
+const REPLAYED: [u8; 2] = [10 << 3, 1];
+
+/// The run's ids as fields of an encoded `RunEvent`: what a packed event's
+/// bytes are sent with ([`PackedEvent`]).
+pub fn ids_tail(trace_id: &str, run_id: &str) -> Arc<[u8]> {
+    pb::RunEvent {
+        trace_id: trace_id.to_owned(),
+        run_id: run_id.to_owned(),
+        ..Default::default()
+    }
+    .encode_to_vec()
+    .into()
+}
+
+/// An event of a packed chunk as a stream sends it, not decoded: its bytes
+/// as the log keeps them, then the run's ids (and `replayed` when the chunk
+/// is a fork's copy). Fields may come in any order in a protobuf message,
+/// and these are not in the kept bytes, so the whole is the event's
+/// encoding; the gRPC face writes it as it is (`grpc::outgoing`), the
+/// other faces decode it ([`Self::event`]).
+#[derive(Clone)]
+pub struct PackedEvent {
+    chunk: PackedChunk,
+    i: usize,
+    seq: u64,
+    tail: Arc<[u8]>,
+}
+
+impl PackedEvent {
+    /// Its seq.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    fn replayed(&self) -> &'static [u8] {
+        if self.chunk.replayed { &REPLAYED } else { &[] }
+    }
+
+    /// The length of its encoding.
+    pub fn encoded_len(&self) -> usize {
+        self.chunk.bytes(self.i).len() + self.tail.len() + self.replayed().len()
+    }
+
+    /// Writes its encoding into `buf`.
+    pub fn encode(&self, buf: &mut impl BufMut) {
+        buf.put_slice(self.chunk.bytes(self.i));
+        buf.put_slice(&self.tail);
+        buf.put_slice(self.replayed());
+    }
+
+    /// The event: its encoding, decoded (what a client reads from it).
+    pub fn event(&self) -> pb::RunEvent {
+        let encoded = self
+            .chunk
+            .bytes(self.i)
+            .chain(&self.tail[..])
+            .chain(self.replayed());
+        pb::RunEvent::decode(encoded).unwrap_or_default()
+    }
+}
+
+/// An event as a run's stream carries it to a face: decoded, or as its
+/// run's log keeps it (read back from a packed chunk for WatchRun or a
+/// fork's replayed part), decoded only by a face that needs its fields.
+pub enum Outgoing {
+    /// Decoded.
+    Event(pb::RunEvent),
+    /// As its run's log keeps it.
+    Packed(PackedEvent),
+}
+
+impl Outgoing {
+    /// Its seq.
+    pub fn seq(&self) -> u64 {
+        match self {
+            Outgoing::Event(e) => e.seq,
+            Outgoing::Packed(p) => p.seq,
+        }
+    }
+
+    /// The event, decoded if it was not.
+    pub fn into_event(self) -> pb::RunEvent {
+        match self {
+            Outgoing::Event(e) => e,
+            Outgoing::Packed(p) => p.event(),
+        }
+    }
+}
+
+impl From<pb::RunEvent> for Outgoing {
+    fn from(e: pb::RunEvent) -> Self {
+        Outgoing::Event(e)
     }
 }
 
@@ -247,11 +353,16 @@ impl Chunk {
     }
 }
 
-/// A run's events in fixed chunks of [`LOG_CHUNK`], every chunk but the
-/// last packed (see the module docs).
+/// A run's events in chunks of [`LOG_CHUNK`], every chunk but the last
+/// packed (see the module docs). A fork's log starts with its origin's
+/// packed chunks, the last of which it may share only in part: so a chunk
+/// is full unless it is the last one or packed, and where each starts is
+/// kept.
 #[derive(Default)]
 pub(super) struct Chunked {
     chunks: Vec<Chunk>,
+    /// The index of each chunk's first event.
+    starts: Vec<usize>,
     len: usize,
     /// The seq of the first event (a run resumed here logs from after the
     /// seq it was resumed at).
@@ -275,31 +386,35 @@ impl Chunked {
                 let mut fresh = Vec::with_capacity(LOG_CHUNK);
                 fresh.push(event);
                 self.chunks.push(Chunk::Live(fresh));
+                self.starts.push(self.len);
             }
         }
         self.len += 1;
     }
 
     /// Into an empty log: a fork's first events (numbered from 1, without
-    /// the run's ids): `chunks`, whole chunks ready to keep (its origin's,
-    /// shared), then the whole chunks of `events` that follow them, packed
-    /// straight from their encoding. Returns how many of `events` it took
-    /// (the rest go in one by one).
+    /// the run's ids): `chunks`, packed chunks ready to keep (its
+    /// origin's, shared), then the whole chunks of `events` that follow
+    /// them, packed straight from their encoding. Returns how many of
+    /// `events` it took (the rest go in one by one).
     pub(super) fn preload_packed(
         &mut self,
         chunks: Vec<PackedChunk>,
         events: &[pb::RunEvent],
     ) -> usize {
-        // A fork's log is new, and its origin gives whole chunks only
-        // (`packed_chunks`): seqs follow from the chunks' lengths.
-        debug_assert!(self.len == 0 && chunks.iter().all(|c| c.len() == LOG_CHUNK));
+        // A fork's log is new: seqs follow from the chunks' lengths.
+        debug_assert!(self.len == 0);
         let whole = events.len() / LOG_CHUNK * LOG_CHUNK;
         let encoded = events[..whole]
             .chunks(LOG_CHUNK)
             .map(|chunk| PackedChunk::encode(chunk.iter()));
         for packed in chunks.into_iter().chain(encoded) {
+            if packed.len() == 0 {
+                continue;
+            }
             self.packed_bytes += packed.data.len() + packed.ends.len() * 4;
             self.packed_events += packed.len();
+            self.starts.push(self.len);
             self.len += packed.len();
             self.chunks.push(Chunk::Packed(packed));
         }
@@ -318,7 +433,7 @@ impl Chunked {
     fn bytes(&self) -> usize {
         (self.len - self.packed_events) * LIVE_EVENT_BYTES
             + self.packed_bytes
-            + self.chunks.len() * std::mem::size_of::<Chunk>()
+            + self.chunks.len() * (std::mem::size_of::<Chunk>() + std::mem::size_of::<usize>())
     }
 
     /// Packs the first chunk still live: a full one, or any once the run
@@ -342,17 +457,54 @@ impl Chunked {
         true
     }
 
-    /// The log's first chunks while they are packed and whole (shared,
-    /// not copied), as many as hold at most `max` events.
-    pub(super) fn packed_chunks(&self, max: usize) -> Vec<PackedChunk> {
-        self.chunks
-            .iter()
-            .take(max / LOG_CHUNK)
-            .map_while(|c| match c {
-                Chunk::Packed(p) if p.len() == LOG_CHUNK => Some(p.clone()),
-                _ => None,
-            })
-            .collect()
+    /// The log's first `max` events (or fewer) while they are packed, as
+    /// chunks: shared, not copied, the last one cut short where `max`
+    /// ends inside it.
+    pub(super) fn packed_prefix(&self, max: usize) -> Vec<PackedChunk> {
+        let mut out = Vec::new();
+        let mut n = 0;
+        for chunk in &self.chunks {
+            let Chunk::Packed(p) = chunk else { break };
+            if n >= max {
+                break;
+            }
+            let take = p.len().min(max - n);
+            out.push(if take == p.len() {
+                p.clone()
+            } else {
+                p.truncated(take)
+            });
+            n += take;
+        }
+        out
+    }
+
+    /// The chunk holding the `at`-th event (`at < len`), and that event's
+    /// index in it.
+    fn locate(&self, at: usize) -> (usize, usize) {
+        let c = self.starts.partition_point(|&s| s <= at) - 1;
+        (c, at - self.starts[c])
+    }
+
+    /// Calls `f(chunk, i, take, at)` for each run of the at most `max`
+    /// events from the `skip`-th on: `take` events of `chunk` from its
+    /// `i`-th, which is the log's `at`-th.
+    fn each_run(&self, skip: usize, max: usize, mut f: impl FnMut(&Chunk, usize, usize, usize)) {
+        if skip >= self.len {
+            return;
+        }
+        let (mut c, mut i) = self.locate(skip);
+        let mut at = skip;
+        let mut left = max;
+        while left > 0 && c < self.chunks.len() {
+            let chunk = &self.chunks[c];
+            let take = (chunk.len() - i).min(left);
+            f(chunk, i, take, at);
+            at += take;
+            left -= take;
+            c += 1;
+            i = 0;
+        }
     }
 
     /// At most `max` events from the `skip`-th on, as clients get them.
@@ -364,23 +516,50 @@ impl Chunked {
         run_id: &str,
     ) -> Vec<pb::RunEvent> {
         let mut out = Vec::with_capacity(max.min(self.len.saturating_sub(skip)));
-        let mut at = skip;
-        while out.len() < max && at < self.len {
-            let chunk = &self.chunks[at / LOG_CHUNK];
-            let i = at % LOG_CHUNK;
-            let take = (chunk.len() - i).min(max - out.len());
+        self.each_run(skip, max, |chunk, i, take, _| {
             out.extend((i..i + take).map(|j| chunk.event(j, trace_id, run_id)));
-            at += take;
-        }
+        });
+        out
+    }
+
+    /// At most `max` events from the `skip`-th on, as streams carry them:
+    /// those of packed chunks not decoded, sent with `tail` (the run's ids,
+    /// [`ids_tail`]).
+    pub(super) fn read_outgoing(
+        &self,
+        skip: usize,
+        max: usize,
+        tail: &Arc<[u8]>,
+        trace_id: &str,
+        run_id: &str,
+    ) -> Vec<Outgoing> {
+        let mut out = Vec::with_capacity(max.min(self.len.saturating_sub(skip)));
+        let first_seq = self.first_seq;
+        self.each_run(skip, max, |chunk, i, take, at| match chunk {
+            Chunk::Live(v) => out.extend(
+                v[i..i + take]
+                    .iter()
+                    .map(|e| Outgoing::Event(e.to_event(trace_id, run_id))),
+            ),
+            Chunk::Packed(p) => out.extend((0..take).map(|k| {
+                Outgoing::Packed(PackedEvent {
+                    chunk: p.clone(),
+                    i: i + k,
+                    seq: first_seq + (at + k) as u64,
+                    tail: tail.clone(),
+                })
+            })),
+        });
         out
     }
 }
 
-/// What a watcher reads from the log.
-pub enum LogRead {
+/// What a watcher reads from the log (events decoded, or as streams
+/// carry them: [`Outgoing`]).
+pub enum LogRead<E = pb::RunEvent> {
     /// Events after the cursor (maybe none yet, at most the batch asked
     /// for), and whether the run ended with nothing logged after them.
-    Events(Vec<pb::RunEvent>, bool),
+    Events(Vec<E>, bool),
     /// The events after the cursor start before what is kept here (a run
     /// resumed here: the run store has them); the oldest kept has this seq.
     Gone(u64),
@@ -391,7 +570,7 @@ pub enum LogRead {
 
 #[cfg(test)]
 mod chunked_tests {
-    use super::{Chunked, LOG_CHUNK, Logged};
+    use super::{Chunked, LOG_CHUNK, Logged, Outgoing};
     use baton_proto::v1::{self as pb, run_event::Payload};
 
     fn ev(seq: u64) -> Logged {
@@ -415,6 +594,42 @@ mod chunked_tests {
             }),
             replayed: seq.is_multiple_of(2),
         }
+    }
+
+    /// What `read_outgoing` gives, each event read back from the bytes
+    /// the gRPC face sends (checked against its seq and its decoding).
+    fn outgoing(log: &Chunked, skip: usize, max: usize, t: &str, r: &str) -> Vec<pb::RunEvent> {
+        use prost::Message as _;
+        let tail = super::ids_tail(t, r);
+        log.read_outgoing(skip, max, &tail, t, r)
+            .into_iter()
+            .map(|o| {
+                let seq = o.seq();
+                let event = match o {
+                    Outgoing::Event(e) => e,
+                    Outgoing::Packed(p) => {
+                        let mut wire = Vec::new();
+                        p.encode(&mut wire);
+                        assert_eq!(wire.len(), p.encoded_len());
+                        let sent = pb::RunEvent::decode(wire.as_slice()).unwrap();
+                        assert_eq!(sent, p.event());
+                        sent
+                    }
+                };
+                assert_eq!(event.seq, seq);
+                event
+            })
+            .collect()
+    }
+
+    #[test]
+    fn replayed_is_encoded_as_a_run_event_encodes_it() {
+        use prost::Message as _;
+        let e = pb::RunEvent {
+            replayed: true,
+            ..Default::default()
+        };
+        assert_eq!(e.encode_to_vec(), super::REPLAYED);
     }
 
     #[test]
@@ -448,6 +663,11 @@ mod chunked_tests {
                         got, expect,
                         "total {total}, skip {skip}, max {max}, sealed {sealed}"
                     );
+                    assert_eq!(
+                        outgoing(&log, skip, max, "t", "r"),
+                        expect,
+                        "as streams carry them: total {total}, skip {skip}, max {max}, sealed {sealed}"
+                    );
                 }
             }
         }
@@ -463,9 +683,18 @@ mod chunked_tests {
             origin.push_back(e);
         }
         while origin.pack_one(true) {}
-        // Whole chunks only, as many as fit in the events asked for.
-        assert_eq!(origin.packed_chunks(usize::MAX).len(), 3);
-        assert_eq!(origin.packed_chunks(LOG_CHUNK * 2 + 5).len(), 2);
+        // As many events as asked for, the last chunk cut short.
+        let lens = |max| -> Vec<usize> {
+            origin
+                .packed_prefix(max)
+                .iter()
+                .map(super::PackedChunk::len)
+                .collect()
+        };
+        assert_eq!(lens(usize::MAX), [LOG_CHUNK, LOG_CHUNK, LOG_CHUNK, 10]);
+        assert_eq!(lens(LOG_CHUNK * 2 + 5), [LOG_CHUNK, LOG_CHUNK, 5]);
+        assert_eq!(lens(LOG_CHUNK), [LOG_CHUNK]);
+        assert!(lens(0).is_empty());
         // A fork's first events: the origin's, marked replayed, the first
         // one changed (its `RunStarted`).
         let events: Vec<pb::RunEvent> = origin
@@ -480,9 +709,18 @@ mod chunked_tests {
                 e
             })
             .collect();
-        for kept in 0..=3 {
+        for kept in [
+            0,
+            1,
+            LOG_CHUNK - 1,
+            LOG_CHUNK,
+            LOG_CHUNK + 5,
+            LOG_CHUNK * 2 + 100,
+            LOG_CHUNK * 3,
+            total,
+        ] {
             let mut chunks: Vec<_> = origin
-                .packed_chunks(kept * LOG_CHUNK)
+                .packed_prefix(kept)
                 .iter()
                 .map(super::PackedChunk::replayed)
                 .collect();
@@ -490,14 +728,39 @@ mod chunked_tests {
                 *first = first.replayed_with_first(&events[0]);
             }
             let mut fork = Chunked::default();
-            let from = kept * LOG_CHUNK;
-            let taken = fork.preload_packed(chunks, &events[from..]);
-            assert_eq!(from + taken, LOG_CHUNK * 3, "kept {kept}");
+            let taken = fork.preload_packed(chunks, &events[kept..]);
+            assert_eq!(taken, (total - kept) / LOG_CHUNK * LOG_CHUNK, "kept {kept}");
             assert_eq!(
                 fork.read(0, usize::MAX, "", ""),
-                events[..from + taken],
+                events[..kept + taken],
                 "kept {kept}"
             );
+            // The rest one by one, then packed as the run ends: read the
+            // same from anywhere, across a chunk cut short.
+            for seq in (kept + taken + 1)..=total {
+                let mut e = ev(seq as u64);
+                e.replayed = true;
+                fork.push_back(e);
+            }
+            for sealed in [false, true] {
+                if sealed {
+                    while fork.pack_one(true) {}
+                }
+                assert_eq!(fork.len(), total);
+                for (skip, max) in [(0, usize::MAX), (kept.saturating_sub(3), 7), (kept, 300)] {
+                    let want: Vec<_> = events.iter().skip(skip).take(max).cloned().collect();
+                    assert_eq!(
+                        fork.read(skip, max, "", ""),
+                        want,
+                        "kept {kept}, skip {skip}"
+                    );
+                    assert_eq!(
+                        outgoing(&fork, skip, max, "", ""),
+                        want,
+                        "as streams carry them: kept {kept}, skip {skip}"
+                    );
+                }
+            }
             assert_eq!(fork.first_seq(), Some(1));
             // The origin reads as it did.
             assert!(!origin.read(1, 1, "", "")[0].replayed);
