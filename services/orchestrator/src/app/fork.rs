@@ -13,7 +13,6 @@ use std::collections::HashMap;
 
 use baton_proto::v1::{self as pb, fork_edit, run_event::Payload};
 use serde_json::Value;
-use tokio_stream::StreamExt as _;
 
 use super::{
     orchestrator::{Caller, Orchestrator, not_found},
@@ -29,18 +28,14 @@ use crate::{
     },
     run::{
         durable::RedisRuns,
-        events,
         fork::{self, Edit, History, PointKind},
         journal::MAX_BATCH,
         launch,
-        log::{LogRead, Recorded},
+        log::Recorded,
         state::Replay,
         view::Origin,
     },
 };
-
-/// Replayed events a fork's stream reads from its log at a time.
-const REPLAY_BATCH: usize = 128;
 
 /// Most tool calls an edited model turn may ask for.
 pub const MAX_EDIT_CALLS: usize = 64;
@@ -113,45 +108,15 @@ impl Orchestrator {
             .launch_with(prepared, checked.stored, Some(&prefix), future)
             .await?;
         // The caller's stream: the replayed part, read from the fork's log
-        // a batch at a time (its packed chunks are decoded as they go
-        // out, while the fork walks to its point), then the live one.
+        // a batch at a time as the stream is read (its packed chunks go
+        // out as they are kept, while the fork walks to its point), then
+        // the live one.
         drop(prefix);
-        let (tx, stream) = events::channel();
-        let filter = request.filter;
-        let mut live = started.events.outgoing();
-        self.tasks.spawn(async move {
-            let mut cursor = 0;
-            while cursor < checkpoint {
-                let want = usize::try_from(checkpoint - cursor)
-                    .map_or(REPLAY_BATCH, |n| n.min(REPLAY_BATCH));
-                let batch = match record.outgoing_after(cursor, want) {
-                    LogRead::Events(batch, _) if !batch.is_empty() => batch,
-                    _ => {
-                        // Dropped before it went out (evicted for room):
-                        // the caller re-attaches from where it is.
-                        let _ = tx.send(Err(history_gone(&record.run_id))).await;
-                        return;
-                    }
-                };
-                for e in batch {
-                    cursor = e.seq();
-                    if let Some(e) = filter.admit(e)
-                        && tx.send(Ok(e)).await.is_err()
-                    {
-                        return;
-                    }
-                }
-            }
-            while let Some(e) = live.next().await {
-                if tx.send(e).await.is_err() {
-                    return;
-                }
-            }
-        });
-        Ok(Started {
-            events: stream,
-            ..started
-        })
+        let gone = history_gone(&record.run_id);
+        let events = started
+            .events
+            .after_replayed(record, checkpoint, request.filter, gone);
+        Ok(Started { events, ..started })
     }
 
     /// The history of run `run_id` of the caller's tenant up to `at_seq`,

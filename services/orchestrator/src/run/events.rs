@@ -15,7 +15,6 @@ use std::{
 
 use baton_proto::v1::{self as pb, run_event::Payload};
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 
 use crate::error::Error;
 
@@ -35,7 +34,67 @@ pub const CLIENT_BUFFER: usize = 256;
 /// replica is going away, or a watcher fell behind). It reads as decoded
 /// events; the gRPC face takes them as they come ([`Self::outgoing`]), so
 /// what a run's log kept packed goes out as its bytes.
-pub struct EventStream(mpsc::Receiver<Result<Outgoing, Error>>);
+pub struct EventStream(Source);
+
+enum Source {
+    /// Events sent by a task (a run's sequencer, a watcher).
+    Channel(mpsc::Receiver<Result<Outgoing, Error>>),
+    /// A fork's stream: see [`EventStream::after_replayed`].
+    Replaying(Box<Replaying>),
+}
+
+/// A fork's first events, read from its log as the stream is read (no
+/// task or channel between them and the face), then its live ones.
+struct Replaying {
+    record: Arc<RunRecord>,
+    /// The seq of the last event read from the log.
+    cursor: u64,
+    /// The seq of the last replayed event.
+    until: u64,
+    batch: std::vec::IntoIter<Outgoing>,
+    filter: Filter,
+    /// What the stream ends with if the log is dropped (evicted for
+    /// room) before its replayed part has gone out; `None` once it has.
+    gone: Option<Error>,
+    live: mpsc::Receiver<Result<Outgoing, Error>>,
+}
+
+/// Replayed events a fork's stream reads from its log at a time.
+const REPLAY_BATCH: usize = 128;
+
+impl Replaying {
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Outgoing, Error>>> {
+        loop {
+            if self.gone.is_none() {
+                // It ended early.
+                return Poll::Ready(None);
+            }
+            if let Some(event) = self.batch.next() {
+                match self.filter.admit(event) {
+                    Some(event) => return Poll::Ready(Some(Ok(event))),
+                    None => continue,
+                }
+            }
+            if self.cursor >= self.until {
+                return self.live.poll_recv(cx);
+            }
+            let want = usize::try_from(self.until - self.cursor)
+                .map_or(REPLAY_BATCH, |n| n.min(REPLAY_BATCH));
+            match self.record.outgoing_after(self.cursor, want) {
+                super::log::LogRead::Events(batch, _) if !batch.is_empty() => {
+                    self.cursor = batch.last().map_or(self.until, Outgoing::seq);
+                    self.batch = batch.into_iter();
+                }
+                _ => {
+                    // The caller re-attaches from where it is; the run
+                    // goes on (or is cancelled) as when a client goes.
+                    self.live.close();
+                    return Poll::Ready(self.gone.take().map(Err));
+                }
+            }
+        }
+    }
+}
 
 /// The sending side of an [`EventStream`].
 pub type EventSender = mpsc::Sender<Result<Outgoing, Error>>;
@@ -43,13 +102,46 @@ pub type EventSender = mpsc::Sender<Result<Outgoing, Error>>;
 /// A stream's channel, buffering [`CLIENT_BUFFER`] events.
 pub fn channel() -> (EventSender, EventStream) {
     let (tx, rx) = mpsc::channel(CLIENT_BUFFER);
-    (tx, EventStream(rx))
+    (tx, EventStream(Source::Channel(rx)))
 }
 
 impl EventStream {
+    /// A fork's stream: the first `until` events of its log (`record`'s,
+    /// what it replays, preloaded), read a batch at a time as the stream is
+    /// read and filtered, then this stream (its live events). If the log is
+    /// dropped before they have gone out, the stream ends with `gone`.
+    pub fn after_replayed(
+        self,
+        record: Arc<RunRecord>,
+        until: u64,
+        filter: Filter,
+        gone: Error,
+    ) -> EventStream {
+        let live = match self.0 {
+            Source::Channel(rx) => rx,
+            Source::Replaying(r) => r.live,
+        };
+        EventStream(Source::Replaying(Box::new(Replaying {
+            record,
+            cursor: 0,
+            until,
+            batch: Vec::new().into_iter(),
+            filter,
+            gone: Some(gone),
+            live,
+        })))
+    }
+
     /// The events as they come: those read from packed chunks not decoded.
-    pub fn outgoing(self) -> ReceiverStream<Result<Outgoing, Error>> {
-        ReceiverStream::new(self.0)
+    pub fn outgoing(mut self) -> impl futures::Stream<Item = Result<Outgoing, Error>> + Send {
+        futures::stream::poll_fn(move |cx| self.poll_outgoing(cx))
+    }
+
+    fn poll_outgoing(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Outgoing, Error>>> {
+        match &mut self.0 {
+            Source::Channel(rx) => rx.poll_recv(cx),
+            Source::Replaying(r) => r.poll_next(cx),
+        }
     }
 }
 
@@ -57,8 +149,7 @@ impl futures::Stream for EventStream {
     type Item = Result<pb::RunEvent, Error>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.0
-            .poll_recv(cx)
+        self.poll_outgoing(cx)
             .map(|item| item.map(|r| r.map(Outgoing::into_event)))
     }
 }

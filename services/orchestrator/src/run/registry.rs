@@ -386,6 +386,69 @@ mod tests {
         run
     }
 
+    /// A fork's stream: its first events read from its log as the stream
+    /// is read (filtered), then its live ones; if the log is dropped before
+    /// they have gone out, the stream ends with the error it was given and
+    /// the live channel is closed (the run sees its client go).
+    #[tokio::test]
+    async fn a_forks_stream_reads_its_replayed_part_from_the_log_then_goes_live() {
+        use futures::StreamExt as _;
+
+        use crate::run::events::{self, Filter};
+        let run = logged_run(300);
+        run.pack_history().await;
+        let live = || {
+            let (tx, stream) = events::channel();
+            let after = stream.after_replayed(
+                run.clone(),
+                299,
+                Filter::default(),
+                crate::error::Error::Aborted("gone".into()),
+            );
+            (tx, after)
+        };
+        let (tx, mut stream) = live();
+        tx.send(Ok(pb::RunEvent {
+            seq: 300,
+            ..Default::default()
+        }
+        .into()))
+            .await
+            .expect("open");
+        drop(tx);
+        let seqs: Vec<u64> = (&mut stream).map(|e| e.expect("event").seq).collect().await;
+        assert_eq!(seqs, (1..=300).collect::<Vec<_>>());
+        // Only the kinds asked for (terminal events always pass).
+        let (tx, stream) = live();
+        let deltas = Filter {
+            kinds: [pb::EventKind::RunStarted as i32].into(),
+            listed_kinds: 1,
+            ..Filter::default()
+        };
+        let stream =
+            stream.after_replayed(run.clone(), 299, deltas, crate::error::Error::ShuttingDown);
+        drop(tx);
+        let kinds: Vec<u64> = stream.map(|e| e.expect("event").seq).collect().await;
+        assert_eq!(kinds, [1]);
+        // The log dropped after the first batch went out.
+        let (tx, mut stream) = live();
+        let first = stream.next().await.expect("an event").expect("ok");
+        assert_eq!(first.seq, 1);
+        run.drop_history();
+        let mut rest = Vec::new();
+        while let Some(e) = stream.next().await {
+            rest.push(e.map(|e| e.seq).map_err(|e| e.to_string()));
+        }
+        let (sent, end) = rest.split_at(rest.len() - 1);
+        assert!(
+            sent.iter().all(Result::is_ok) && sent.len() < 299,
+            "{} sent",
+            sent.len()
+        );
+        assert!(matches!(&end[0], Err(e) if e.contains("gone")), "{end:?}");
+        assert!(tx.is_closed(), "the run sees its client go");
+    }
+
     #[test]
     fn a_finished_runs_history_is_kept_in_memory_mode_and_dropped_here_when_durable() {
         let run = logged_run(2);
