@@ -21,8 +21,9 @@ pub struct Options {
     /// The run lengths, in tool-call turns.
     #[arg(long, value_delimiter = ',', default_value = "100,1000,10000")]
     turns: Vec<u32>,
-    /// Forks timed per length (the median is shown).
-    #[arg(long, default_value_t = 5)]
+    /// Forks timed per length (the median is shown; as many runs and
+    /// watches are timed beside them).
+    #[arg(long, default_value_t = 15)]
     forks: usize,
     /// Replays timed per length (the median is shown).
     #[arg(long, default_value_t = 5)]
