@@ -275,8 +275,9 @@ pub async fn serve_core(
         !config.tls.cert_file.as_os_str().is_empty(),
     )?;
     let mcp = mcp::Mcp::new(core.clone(), &config.mcp, keys.clone(), shutdown.clone())?;
+    let face = OrchestratorService::new(core.clone());
     let grpc = Routes::new(OrchestratorServer::with_interceptor(
-        OrchestratorService::new(core.clone()),
+        face.clone(),
         auth::Authenticate(keys.clone()),
     ))
     .add_service(A2aServiceServer::with_interceptor(
@@ -287,7 +288,7 @@ pub async fn serve_core(
         grpc.into_axum_router()
             // WatchRun and ForkRun: ahead of the generated routes.
             .merge(grpc::outgoing::routes(
-                OrchestratorService::new(core.clone()),
+                face,
                 auth::Authenticate(keys.clone()),
             ))
             .merge(http::router(core, keys, config.console.clone()))

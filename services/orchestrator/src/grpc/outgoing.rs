@@ -29,80 +29,60 @@ use crate::{
 
 /// The routes, each behind `auth` (merged into the one port's router).
 pub fn routes(face: OrchestratorService, auth: Authenticate) -> axum::Router {
+    let watch: Method<pb::WatchRunRequest> = |face, r| Box::pin(async move { face.watch(r).await });
+    let fork: Method<pb::ForkRunRequest> = |face, r| Box::pin(async move { face.fork(r).await });
     axum::Router::new()
         .route_service(
             "/baton.v1.Orchestrator/WatchRun",
-            InterceptedService::new(Route::new(Watch(face.clone())), auth.clone()),
+            InterceptedService::new(Route::new(face.clone(), watch), auth.clone()),
         )
         .route_service(
             "/baton.v1.Orchestrator/ForkRun",
-            InterceptedService::new(Route::new(Fork(face)), auth),
+            InterceptedService::new(Route::new(face, fork), auth),
         )
 }
 
+/// What a method does with its request `R`: the face's stream for it.
+type Method<R> = fn(OrchestratorService, Request<R>) -> BoxFuture<EventStream, Status>;
+
 type OutgoingStream = Pin<Box<dyn Stream<Item = Result<Outgoing, Status>> + Send>>;
-
-fn outgoing(stream: EventStream) -> OutgoingStream {
-    Box::pin(stream.outgoing().map(|item| item.map_err(status)))
-}
-
-/// WatchRun's handler.
-#[derive(Clone)]
-struct Watch(OrchestratorService);
-
-impl ServerStreamingService<pb::WatchRunRequest> for Watch {
-    type Response = Outgoing;
-    type ResponseStream = OutgoingStream;
-    type Future = BoxFuture<Response<OutgoingStream>, Status>;
-
-    fn call(&mut self, request: Request<pb::WatchRunRequest>) -> Self::Future {
-        let face = self.0.clone();
-        Box::pin(async move { Ok(Response::new(outgoing(face.watch(request).await?))) })
-    }
-}
-
-/// ForkRun's handler.
-#[derive(Clone)]
-struct Fork(OrchestratorService);
-
-impl ServerStreamingService<pb::ForkRunRequest> for Fork {
-    type Response = Outgoing;
-    type ResponseStream = OutgoingStream;
-    type Future = BoxFuture<Response<OutgoingStream>, Status>;
-
-    fn call(&mut self, request: Request<pb::ForkRunRequest>) -> Self::Future {
-        let face = self.0.clone();
-        Box::pin(async move { Ok(Response::new(outgoing(face.fork(request).await?))) })
-    }
-}
 
 /// A server-streaming method whose request is `R`, served as tonic's
 /// generated code serves one, with [`OutgoingCodec`].
-struct Route<H, R> {
-    handler: H,
-    _request: PhantomData<fn() -> R>,
+struct Route<R> {
+    face: OrchestratorService,
+    method: Method<R>,
 }
 
-impl<H: Clone, R> Clone for Route<H, R> {
+impl<R> Clone for Route<R> {
     fn clone(&self) -> Self {
-        Route::new(self.handler.clone())
+        Route::new(self.face.clone(), self.method)
     }
 }
 
-impl<H, R> Route<H, R> {
-    fn new(handler: H) -> Self {
-        Route {
-            handler,
-            _request: PhantomData,
-        }
+impl<R> Route<R> {
+    fn new(face: OrchestratorService, method: Method<R>) -> Self {
+        Route { face, method }
     }
 }
 
-impl<H, R, B> Service<http::Request<B>> for Route<H, R>
+/// The method's handler, as `Grpc::server_streaming` calls it.
+impl<R: Send + 'static> ServerStreamingService<R> for Route<R> {
+    type Response = Outgoing;
+    type ResponseStream = OutgoingStream;
+    type Future = BoxFuture<Response<OutgoingStream>, Status>;
+
+    fn call(&mut self, request: Request<R>) -> Self::Future {
+        let stream = (self.method)(self.face.clone(), request);
+        Box::pin(async move {
+            let stream = stream.await?.outgoing().map(|item| item.map_err(status));
+            Ok(Response::new(Box::pin(stream) as OutgoingStream))
+        })
+    }
+}
+
+impl<R, B> Service<http::Request<B>> for Route<R>
 where
-    H: ServerStreamingService<R, Response = Outgoing> + Clone + Send + 'static,
-    H::ResponseStream: Send + 'static,
-    H::Future: Send + 'static,
     R: Message + Default + Send + 'static,
     B: Body + Send + 'static,
     B::Error: Into<StdError> + Send + 'static,
@@ -116,10 +96,10 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let handler = self.handler.clone();
+        let route = self.clone();
         Box::pin(async move {
             let mut grpc = Grpc::new(OutgoingCodec::<R>(PhantomData));
-            Ok(grpc.server_streaming(handler, request).await)
+            Ok(grpc.server_streaming(route, request).await)
         })
     }
 }

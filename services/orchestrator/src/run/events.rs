@@ -56,7 +56,7 @@ struct Replaying {
     /// What the stream ends with if the log is dropped (evicted for
     /// room) before its replayed part has gone out; `None` once it has.
     gone: Option<Error>,
-    live: mpsc::Receiver<Result<Outgoing, Error>>,
+    live: EventStream,
 }
 
 /// Replayed events a fork's stream reads from its log at a time.
@@ -76,7 +76,7 @@ impl Replaying {
                 }
             }
             if self.cursor >= self.until {
-                return self.live.poll_recv(cx);
+                return self.live.poll_outgoing(cx);
             }
             let want = usize::try_from(self.until - self.cursor)
                 .map_or(REPLAY_BATCH, |n| n.min(REPLAY_BATCH));
@@ -117,10 +117,6 @@ impl EventStream {
         filter: Filter,
         gone: Error,
     ) -> EventStream {
-        let live = match self.0 {
-            Source::Channel(rx) => rx,
-            Source::Replaying(r) => r.live,
-        };
         EventStream(Source::Replaying(Box::new(Replaying {
             record,
             cursor: 0,
@@ -128,13 +124,21 @@ impl EventStream {
             batch: Vec::new().into_iter(),
             filter,
             gone: Some(gone),
-            live,
+            live: self,
         })))
     }
 
     /// The events as they come: those read from packed chunks not decoded.
     pub fn outgoing(mut self) -> impl futures::Stream<Item = Result<Outgoing, Error>> + Send {
         futures::stream::poll_fn(move |cx| self.poll_outgoing(cx))
+    }
+
+    /// Closes it: nothing more is taken (what is in flight may still be read).
+    fn close(&mut self) {
+        match &mut self.0 {
+            Source::Channel(rx) => rx.close(),
+            Source::Replaying(r) => r.live.close(),
+        }
     }
 
     fn poll_outgoing(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Outgoing, Error>>> {

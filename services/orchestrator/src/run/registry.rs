@@ -419,7 +419,7 @@ mod tests {
         let seqs: Vec<u64> = (&mut stream).map(|e| e.expect("event").seq).collect().await;
         assert_eq!(seqs, (1..=300).collect::<Vec<_>>());
         // Only the kinds asked for (terminal events always pass).
-        let (tx, stream) = live();
+        let (tx, stream) = events::channel();
         let deltas = Filter {
             kinds: [pb::EventKind::RunStarted as i32].into(),
             listed_kinds: 1,
