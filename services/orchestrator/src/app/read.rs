@@ -6,7 +6,9 @@
 //! run resumed here holds only its new events, a finished run's events go
 //! `LOG_RETENTION` after its end).
 
-use std::sync::Arc;
+use std::sync::{Arc, atomic::Ordering};
+
+use baton_proto::v1 as pb;
 
 use futures::StreamExt as _;
 
@@ -40,7 +42,23 @@ impl Orchestrator {
             };
         }
         match self.run_of(caller, run_id) {
-            Ok(run) => Ok(run.view()),
+            Ok(run) => {
+                let view = run.view();
+                // A durable run's end is logged (with its meta, in one
+                // script) a moment before this replica's record takes it,
+                // and a watcher reading the log may already have seen it:
+                // while the record says running, the store has the last
+                // word.
+                if view.status == pb::RunStatus::Running
+                    && run.epoch.load(Ordering::Relaxed) > 0
+                    && let Some(durable) = &self.services().durable
+                    && let Some(meta) = durable.meta(run_id).await?
+                    && meta.status != pb::RunStatus::Running
+                {
+                    return Ok(meta.to_view());
+                }
+                Ok(view)
+            }
             Err(missing) => {
                 self.on_peer(caller, run_id, missing, async |p, f| {
                     p.get_run(f, run_id).await
