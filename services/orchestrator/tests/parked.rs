@@ -370,3 +370,32 @@ async fn with_peers_a_parked_runs_first_answer_is_taken_once_on_any_replica() {
         assert_eq!(whole_run(&clients[2], &run_id).await, all);
     }
 }
+
+/// A durable run's end is logged, with its meta, a moment before the
+/// replica running it takes it into its own record; a watcher reading the
+/// log can see the end in between. GetRun on that replica then answers
+/// from the run store, not from its record still saying RUNNING. (The
+/// window is microseconds wide; here the store is made to say the run
+/// ended while the run goes on.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_run_here_says_a_durable_run_ended_once_the_store_says_so() {
+    let (redis, a, _b) = pair(&[]).await;
+    let on_a = a.client().await;
+    let started = |e: &pb::RunEvent| matches!(e.payload, Some(Payload::ToolCallStarted(_)));
+    let (stream, seen) = start_until(&on_a, request("slow", true, None), started).await;
+    let run_id = seen[0].run_id.clone();
+    assert_eq!(
+        on_a.get_run(&run_id).await.expect("get").status(),
+        pb::RunStatus::Running
+    );
+    let key = format!("baton:run:{{{run_id}}}:meta");
+    let cancelled = (pb::RunStatus::Cancelled as i32).to_string();
+    redis
+        .cli(&["HSET", &key, "status", &cancelled])
+        .expect("redis-cli");
+    assert_eq!(
+        on_a.get_run(&run_id).await.expect("get").status(),
+        pb::RunStatus::Cancelled
+    );
+    drop(stream);
+}
