@@ -209,7 +209,11 @@ fn stored_recording(mut journal: HashMap<String, Vec<u8>>) -> Vec<Recorded> {
         .into_iter()
         .filter_map(|(unit, seq)| {
             let record = journal.remove(&unit)?;
-            Some(Recorded { seq, unit, record })
+            Some(Recorded {
+                seq,
+                unit: unit.into(),
+                record: record.into(),
+            })
         })
         .collect();
     recording.sort_by_key(|r| r.seq);

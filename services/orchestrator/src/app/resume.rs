@@ -96,7 +96,10 @@ impl Orchestrator {
             .get("cancel")
             .map(|r| String::from_utf8_lossy(r).into_owned());
         checked.options.replay = Some(Replay {
-            journal: journal.into_iter().collect(),
+            journal: journal
+                .into_iter()
+                .map(|(unit, record)| (unit.into(), record.into()))
+                .collect(),
             replica: durable.owner().to_owned(),
             checkpoint_seq: claimed.last_seq,
             inbox,

@@ -314,15 +314,15 @@ pub async fn sequence(
         if draft.record_span {
             record.record_point(super::log::Recorded {
                 seq,
-                unit: format!("sp/{}", logged.ctx.id),
-                record: logged.ctx.span_id.clone().into_bytes(),
+                unit: format!("sp/{}", logged.ctx.id).into(),
+                record: logged.ctx.span_id.clone().into_bytes().into(),
             });
         }
         if let Some((unit, value)) = draft.journal.take() {
             record.record_point(super::log::Recorded {
                 seq,
-                unit,
-                record: value,
+                unit: unit.into(),
+                record: value.into(),
             });
         }
         // Every event, filtered or not, client or not, is kept for WatchRun

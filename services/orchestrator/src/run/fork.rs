@@ -19,7 +19,10 @@
 //!   ended). A tool call in flight keeps its `ToolCallStarted` (the fork
 //!   makes the call again without announcing it twice).
 
-use std::collections::{HashMap, HashSet};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use baton_proto::v1::{self as pb, run_event::Payload};
 
@@ -160,7 +163,7 @@ pub struct Plan {
     /// Its journal, each point with the seq of its event in the fork.
     pub recording: Vec<Recorded>,
     /// The same records by unit, as the fork runs with them.
-    pub journal: foldhash::HashMap<String, Vec<u8>>,
+    pub journal: foldhash::HashMap<Arc<str>, Arc<[u8]>>,
     /// The tool calls in flight at the point (their units) whose
     /// `ToolCallStarted` is among the replayed events.
     pub announced: HashSet<String>,
@@ -261,7 +264,7 @@ pub fn plan(
     // The journal (what was recorded before the point, by unit, copied),
     // and what was in flight: on two threads when the run is long.
     let before_point = |r: &Recorded| r.seq < at && kept(&r.unit);
-    let journal_of = || -> foldhash::HashMap<String, Vec<u8>> {
+    let journal_of = || -> foldhash::HashMap<Arc<str>, Arc<[u8]>> {
         history
             .recording
             .iter()
@@ -274,10 +277,10 @@ pub fn plan(
             .recording
             .iter()
             .filter(|r| before_point(r))
-            .map(|r| r.unit.as_str())
+            .map(|r| &*r.unit)
             .collect();
         if edit.is_some() {
-            units.insert(unit.as_str());
+            units.insert(&*unit);
         }
         in_flight(&history, before, &units)
     };
@@ -423,6 +426,7 @@ pub fn plan(
                 .clone()
                 .unwrap_or(Payload::RunStarted(Default::default()));
             let (rc_unit, record) = (edit.build)(&unit, &mut payload);
+            let (rc_unit, record): (Arc<str>, Arc<[u8]>) = (rc_unit.into(), record.into());
             journal.insert(rc_unit.clone(), record.clone());
             recording.push(Recorded {
                 seq: e.seq,
@@ -448,6 +452,7 @@ pub fn plan(
                 record = with_asked(record, original);
             }
             e.payload = Some(payload);
+            let (edited, record): (Arc<str>, Arc<[u8]>) = (edited.into(), record.into());
             journal.insert(edited.clone(), record.clone());
             recording.push(Recorded {
                 seq: e.seq,
@@ -646,8 +651,8 @@ mod tests {
                 _ => {
                     recording.push(Recorded {
                         seq,
-                        unit: format!("c/root/{call}"),
-                        record: call.clone().into_bytes(),
+                        unit: format!("c/root/{call}").into(),
+                        record: call.clone().into_bytes().into(),
                     });
                     Payload::ToolCallCompleted(pb::ToolCallCompleted {
                         call_id: call,
@@ -726,16 +731,13 @@ mod tests {
             assert_eq!(events, first_events(&b), "progress at {progress}");
             assert_eq!(a.recording, b.recording);
             assert_eq!(a.journal, b.journal);
-            let by_unit: foldhash::HashMap<String, Vec<u8>> = a
+            let by_unit: foldhash::HashMap<std::sync::Arc<str>, std::sync::Arc<[u8]>> = a
                 .recording
                 .iter()
                 .map(|r| (r.unit.clone(), r.record.clone()))
                 .collect();
             assert_eq!(a.journal, by_unit);
-            assert_eq!(
-                a.journal.get("c/root/c1").map(Vec::as_slice),
-                Some(&b"c1"[..])
-            );
+            assert_eq!(a.journal.get("c/root/c1").map(|r| &r[..]), Some(&b"c1"[..]));
             assert_eq!(a.announced, b.announced);
             assert_eq!(a.checkpoint(), events.len() as u64);
             // Numbered from 1, the progress of the call in flight left

@@ -147,7 +147,7 @@ pub async fn write_fork(
     let mut records: Vec<(String, Vec<u8>)> = Vec::with_capacity(recording.len() * 2);
     for r in recording {
         records.push((format!("#{}", r.unit), r.seq.to_string().into_bytes()));
-        records.push((r.unit.clone(), r.record.clone()));
+        records.push((r.unit.to_string(), r.record.to_vec()));
     }
     let mut records = records.chunks(journal::MAX_BATCH);
     for batch in events.chunks(journal::MAX_BATCH) {

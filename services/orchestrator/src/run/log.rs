@@ -64,9 +64,11 @@ pub struct Recorded {
     /// The seq of the event that ended it.
     pub seq: u64,
     /// Its unit (`t/root/1`: the root context's first model turn, ...).
-    pub unit: String,
+    /// Shared, with its record: a fork reads its origin's recording and
+    /// makes its journal of it without copying either.
+    pub unit: Arc<str>,
     /// Its record.
-    pub record: Vec<u8>,
+    pub record: Arc<[u8]>,
 }
 
 /// A run's history (see the module docs).

@@ -98,26 +98,29 @@ impl Rerun {
         let mut timed_out = std::collections::HashSet::new();
         let mut records = HashMap::new();
         for r in recording {
-            if let Some(id) = r.unit.strip_prefix("it/") {
+            // The replay's own maps own theirs (a replay reads its
+            // origin's recording once).
+            let (seq, unit, record) = (r.seq, r.unit.to_string(), r.record.to_vec());
+            if let Some(id) = unit.strip_prefix("it/") {
                 timed_out.insert(id.to_owned());
                 continue;
             }
-            if let Some(id) = r.unit.strip_prefix("ap/") {
-                answers.insert(id.to_owned(), r.record);
-            } else if let Some(id) = r.unit.strip_prefix("in/") {
-                let text = String::from_utf8_lossy(&r.record).into_owned();
+            if let Some(id) = unit.strip_prefix("ap/") {
+                answers.insert(id.to_owned(), record);
+            } else if let Some(id) = unit.strip_prefix("in/") {
+                let text = String::from_utf8_lossy(&record).into_owned();
                 answers.insert(id.to_owned(), serde_json::to_vec(&text).unwrap_or_default());
-            } else if r.unit.starts_with("t/") {
-                points.insert(r.seq, r.unit.clone());
+            } else if unit.starts_with("t/") {
+                points.insert(seq, unit.clone());
                 turns.insert(
-                    r.unit,
+                    unit,
                     Turn {
-                        record: r.record,
+                        record,
                         deltas: Vec::new(),
                     },
                 );
-            } else if r.unit.starts_with("c/") {
-                records.insert(r.unit, r.record);
+            } else if unit.starts_with("c/") {
+                records.insert(unit, record);
             }
         }
         let mut deltas: HashMap<String, Vec<String>> = HashMap::new();
@@ -464,17 +467,17 @@ mod tests {
             Recorded {
                 seq: 3,
                 unit: "t/root/1".into(),
-                record: serde_json::to_vec(&turn).unwrap_or_default(),
+                record: serde_json::to_vec(&turn).unwrap_or_default().into(),
             },
             Recorded {
                 seq: 6,
                 unit: "c/root/c1".into(),
-                record: br#"{"ok":true,"text":"found","x":true}"#.to_vec(),
+                record: br#"{"ok":true,"text":"found","x":true}"#.to_vec().into(),
             },
             Recorded {
                 seq: 7,
                 unit: "ap/approval:c1".into(),
-                record: br#"[true,"fine"]"#.to_vec(),
+                record: br#"[true,"fine"]"#.to_vec().into(),
             },
         ];
         Rerun::new(

@@ -117,7 +117,7 @@ pub struct RunOptions {
 pub struct Replay {
     /// The records, by unit (looked up at every point a resumed run or a
     /// fork walks through: a fast hasher).
-    pub journal: foldhash::HashMap<String, Vec<u8>>,
+    pub journal: foldhash::HashMap<Arc<str>, Arc<[u8]>>,
     /// The replica that resumed the run.
     pub replica: String,
     /// The seq of the run's last logged event before.
@@ -269,7 +269,7 @@ impl Run {
         let replay = self.replay.as_ref()?;
         let record = replay.journal.get(unit)?;
         if replay.run_context_at
-            && let Some(context) = replay.journal.get(&format!("rc/{unit}"))
+            && let Some(context) = replay.journal.get(format!("rc/{unit}").as_str())
             && let Ok(context) = serde_json::from_slice::<Map<String, Value>>(context)
         {
             *self.run_context.lock().unwrap_or_else(|p| p.into_inner()) = context;
