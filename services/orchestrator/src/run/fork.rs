@@ -48,7 +48,7 @@ pub struct Edit {
     pub build: Box<dyn FnOnce(&str, &mut Payload) -> (String, Vec<u8>) + Send>,
 }
 
-/// Recorded points from which a plan copies its journal on a thread of
+/// Recorded points from which a plan builds its journal on a thread of
 /// its own, beside its scan of what was in flight (a long run's: both take
 /// milliseconds, and the fork waits for them before it starts).
 const PARALLEL_FROM: usize = 4096;
@@ -261,8 +261,9 @@ pub fn plan(
         .iter()
         .find(|r| r.seq == at && r.unit == unit)
         .map(|r| r.record.clone());
-    // The journal (what was recorded before the point, by unit, copied),
-    // and what was in flight: on two threads when the run is long.
+    // The journal (what was recorded before the point, by unit, the
+    // records shared), and what was in flight: on two threads when the run
+    // is long.
     let before_point = |r: &Recorded| r.seq < at && kept(&r.unit);
     let journal_of = || -> foldhash::HashMap<Arc<str>, Arc<[u8]>> {
         history
@@ -693,7 +694,7 @@ mod tests {
     fn a_plan_from_packed_chunks_is_the_plan_from_decoded_events() {
         // The progress of the call in flight in the second chunk, in the
         // third, or none (nothing left out: every whole chunk is kept); a
-        // run long enough that the journal is copied on a thread of its
+        // run long enough that the journal is built on a thread of its
         // own.
         let short = LOG_CHUNK * 3 + 60;
         let long = super::PARALLEL_FROM * 3 + 100;
