@@ -98,29 +98,28 @@ impl Rerun {
         let mut timed_out = std::collections::HashSet::new();
         let mut records = HashMap::new();
         for r in recording {
-            // The replay's own maps own theirs (a replay reads its
-            // origin's recording once).
-            let (seq, unit, record) = (r.seq, r.unit.to_string(), r.record.to_vec());
-            if let Some(id) = unit.strip_prefix("it/") {
+            // The replay's maps own copies of the records it answers from
+            // (the recording is shared with the run it replays).
+            if let Some(id) = r.unit.strip_prefix("it/") {
                 timed_out.insert(id.to_owned());
                 continue;
             }
-            if let Some(id) = unit.strip_prefix("ap/") {
-                answers.insert(id.to_owned(), record);
-            } else if let Some(id) = unit.strip_prefix("in/") {
-                let text = String::from_utf8_lossy(&record).into_owned();
+            if let Some(id) = r.unit.strip_prefix("ap/") {
+                answers.insert(id.to_owned(), r.record.to_vec());
+            } else if let Some(id) = r.unit.strip_prefix("in/") {
+                let text = String::from_utf8_lossy(&r.record).into_owned();
                 answers.insert(id.to_owned(), serde_json::to_vec(&text).unwrap_or_default());
-            } else if unit.starts_with("t/") {
-                points.insert(seq, unit.clone());
+            } else if r.unit.starts_with("t/") {
+                points.insert(r.seq, r.unit.to_string());
                 turns.insert(
-                    unit,
+                    r.unit.to_string(),
                     Turn {
-                        record,
+                        record: r.record.to_vec(),
                         deltas: Vec::new(),
                     },
                 );
-            } else if unit.starts_with("c/") {
-                records.insert(unit, record);
+            } else if r.unit.starts_with("c/") {
+                records.insert(r.unit.to_string(), r.record.to_vec());
             }
         }
         let mut deltas: HashMap<String, Vec<String>> = HashMap::new();
