@@ -138,6 +138,9 @@ pub struct PackedChunk {
     /// Every event is read back marked `replayed` (a fork's copy of its
     /// origin's chunk: the same bytes, shared).
     replayed: bool,
+    /// Its first event's encoding in place of the one in `data` (a fork's
+    /// first chunk: its own `RunStarted`, the rest its origin's, shared).
+    first: Option<Arc<[u8]>>,
 }
 
 impl std::fmt::Debug for PackedChunk {
@@ -164,6 +167,7 @@ impl PackedChunk {
             data: data.into(),
             ends: ends.into(),
             replayed: false,
+            first: None,
         }
     }
 
@@ -178,24 +182,18 @@ impl PackedChunk {
 
     /// The chunk marked `replayed` with its first event replaced by
     /// `first` (a fork's `RunStarted`): that event encoded, the others'
-    /// bytes copied.
+    /// bytes shared.
     pub(super) fn replayed_with_first(&self, first: &pb::RunEvent) -> PackedChunk {
-        let rest = self.ends.first().map_or(0, |&e| e as usize);
-        let end = self.ends.last().map_or(0, |&e| e as usize);
-        let mut data = Vec::with_capacity(end + 64);
-        let _ = first.encode(&mut data);
-        let shift = data.len() as i64 - rest as i64;
-        data.extend_from_slice(&self.data[rest..end]);
-        let ends = self
-            .ends
-            .iter()
-            .map(|&end| u32::try_from(i64::from(end) + shift).unwrap_or(u32::MAX))
-            .collect();
         PackedChunk {
-            data: data.into(),
-            ends,
             replayed: true,
+            first: Some(first.encode_to_vec().into()),
+            ..self.clone()
         }
+    }
+
+    /// Bytes it holds (those it shares with other chunks included).
+    fn held(&self) -> usize {
+        self.data.len() + self.ends.len() * 4 + self.first.as_ref().map_or(0, |f| f.len())
     }
 
     /// Its events.
@@ -214,6 +212,11 @@ impl PackedChunk {
     /// The encoding of its `i`-th event (without the run's ids, and
     /// without `replayed` when the chunk is [`Self::replayed`]).
     pub(super) fn bytes(&self, i: usize) -> &[u8] {
+        if i == 0
+            && let Some(first) = &self.first
+        {
+            return first;
+        }
         let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
         &self.data[start..self.ends[i] as usize]
     }
@@ -412,7 +415,7 @@ impl Chunked {
             if packed.len() == 0 {
                 continue;
             }
-            self.packed_bytes += packed.data.len() + packed.ends.len() * 4;
+            self.packed_bytes += packed.held();
             self.packed_events += packed.len();
             self.starts.push(self.len);
             self.len += packed.len();
@@ -450,7 +453,7 @@ impl Chunked {
         };
         let packed = Chunk::pack(events);
         if let Chunk::Packed(p) = &packed {
-            self.packed_bytes += p.data.len() + p.ends.len() * 4;
+            self.packed_bytes += p.held();
             self.packed_events += p.ends.len();
         }
         self.chunks[at] = packed;
@@ -725,7 +728,11 @@ mod chunked_tests {
                 .map(super::PackedChunk::replayed)
                 .collect();
             if let Some(first) = chunks.first_mut() {
-                *first = first.replayed_with_first(&events[0]);
+                let changed = first.replayed_with_first(&events[0]);
+                // The origin's bytes, shared: only the new first event is
+                // encoded.
+                assert!(std::sync::Arc::ptr_eq(&changed.data, &first.data));
+                *first = changed;
             }
             let mut fork = Chunked::default();
             let taken = fork.preload_packed(chunks, &events[kept..]);
