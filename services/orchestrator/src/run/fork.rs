@@ -266,36 +266,42 @@ pub fn plan(
     // is long.
     let before_point = |r: &Recorded| r.seq < at && kept(&r.unit);
     let journal_of = || -> foldhash::HashMap<Arc<str>, Arc<[u8]>> {
-        history
-            .recording
-            .iter()
-            .filter(|r| before_point(r))
-            .map(|r| (r.unit.clone(), r.record.clone()))
-            .collect()
+        // Sized once: most points come before the point.
+        let mut journal = foldhash::HashMap::with_capacity_and_hasher(
+            history.recording.len(),
+            Default::default(),
+        );
+        journal.extend(
+            history
+                .recording
+                .iter()
+                .filter(|r| before_point(r))
+                .map(|r| (r.unit.clone(), r.record.clone())),
+        );
+        journal
     };
-    let flight = || {
-        let mut units: foldhash::HashSet<&str> = history
-            .recording
-            .iter()
-            .filter(|r| before_point(r))
-            .map(|r| &*r.unit)
-            .collect();
-        if edit.is_some() {
-            units.insert(&*unit);
-        }
-        in_flight(&history, before, &units)
-    };
+    // The edited point counts as journaled: the edit answers it (a call
+    // whose result is edited is not in flight).
+    let edited = |u: &str| edit.is_some() && u == &*unit;
     let (mut journal, (dropped, announced)) = if history.recording.len() >= PARALLEL_FROM {
         std::thread::scope(|s| {
             let journal = s.spawn(journal_of);
-            let flight = flight();
+            let units: foldhash::HashSet<&str> = history
+                .recording
+                .iter()
+                .filter(|r| before_point(r))
+                .map(|r| &*r.unit)
+                .collect();
+            let flight = in_flight(&history, before, &|u| units.contains(u) || edited(u));
             let journal = journal
                 .join()
                 .unwrap_or_else(|p| std::panic::resume_unwind(p));
             (journal, flight)
         })
     } else {
-        (journal_of(), flight())
+        let journal = journal_of();
+        let flight = in_flight(&history, before, &|u| journal.contains_key(u) || edited(u));
+        (journal, flight)
     };
     // The first events that are the origin's unchanged (but for `replayed`
     // and the first's fork fields): those packed are kept as they are,
@@ -504,10 +510,10 @@ fn kept(unit: &str) -> bool {
 fn in_flight(
     history: &History,
     before: usize,
-    units: &foldhash::HashSet<&str>,
+    journaled: &dyn Fn(&str) -> bool,
 ) -> (foldhash::HashSet<usize>, HashSet<String>) {
     let mut seen = InFlight {
-        units,
+        journaled,
         dropped: Default::default(),
         announced: HashSet::new(),
         deltas: HashMap::new(),
@@ -545,7 +551,8 @@ fn in_flight(
 
 /// What [`in_flight`] has seen so far.
 struct InFlight<'u> {
-    units: &'u foldhash::HashSet<&'u str>,
+    /// Whether a unit is taken from the journal (or edited).
+    journaled: &'u dyn Fn(&str) -> bool,
     dropped: foldhash::HashSet<usize>,
     announced: HashSet<String>,
     /// Per context, the text deltas since its last model turn ended.
@@ -564,7 +571,7 @@ impl InFlight<'_> {
             Some(ctx) => write!(self.unit, "{kind}/{ctx}/{id}"),
             None => write!(self.unit, "{kind}/{id}"),
         };
-        self.units.contains(self.unit.as_str())
+        (self.journaled)(self.unit.as_str())
     }
 
     fn see(&mut self, i: usize, ctx: &str, what: Option<(Kind, &str)>) {
