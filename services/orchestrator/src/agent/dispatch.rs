@@ -19,6 +19,7 @@ use crate::run::context::ContextInfo;
 use crate::run::record::LiveGuard;
 use crate::run::rerun::Answer;
 use crate::run::state::Run;
+use crate::run::unit;
 use crate::{
     model::ToolCallRequest,
     pipeline::{self, RunStep},
@@ -127,7 +128,7 @@ pub(super) async fn execute(
     run_frame: RunFrame,
     run_step: RunStep,
 ) -> CallResult {
-    let unit = format!("c/{}/{}", view.ctx.id, call.id);
+    let unit = unit::unit("c", &view.ctx.id, &call.id);
     // A resumed run (or a fork) does not make a call again that it had
     // made: it takes what the call returned, and the tool-output policies
     // apply again, as they did. The call is not made, so it has no span

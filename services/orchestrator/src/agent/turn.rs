@@ -21,6 +21,7 @@ use crate::run::failure::Failure;
 use crate::run::record::LiveGuard;
 use crate::run::rerun::Answer;
 use crate::run::state::Run;
+use crate::run::unit;
 
 /// A model turn's record: the turn, and what the model was asked (a
 /// replay compares it with what it asks; see `run::rerun`).
@@ -115,20 +116,13 @@ pub(super) async fn run_frame_inner(
     });
     // The record of an agent's start is its context's span id, which the
     // context keeps when the run is resumed.
-    let unit = format!("a/{}/{}", frame.ctx.id, frame.turns);
+    let unit = unit::numbered("a", &frame.ctx.id, frame.turns);
     let span_id = frame.ctx.span_id.clone();
     rt.emit_point(&frame.ctx, &frame.agent_name, started, unit, || {
         span_id.into_bytes()
     })
     .await;
     loop {
-        // The agent's tool definitions, made once per agent for the whole
-        // process (see `Shared::tool_defs`) and rebuilt only when a tool
-        // server lists its tools again (an MCP server's
-        // `tools/list_changed` shows from the next turn on): a turn loop of
-        // a hundred calls does not rebuild every JSON schema a hundred
-        // times, and a run parked on a person holds no copy of its own.
-        let tools = frame.tools(&rt.services);
         if frame.turns >= rt.limits.max_turns {
             return Err(Failure {
                 code: Code::ResourceExhausted,
@@ -145,16 +139,25 @@ pub(super) async fn run_frame_inner(
             agent: &frame.agent_name,
         };
         // A resumed run does not ask the model again for a turn it had.
-        let unit = format!("t/{}/{}", frame.ctx.id, frame.turns);
+        let unit = unit::numbered("t", &frame.ctx.id, frame.turns);
         let mut asked = None;
+        // The agent's tool definitions, made once per agent for the whole
+        // process (see `Shared::tool_defs`) and rebuilt only when a tool
+        // server lists its tools again (an MCP server's
+        // `tools/list_changed` shows from the next turn on): a turn loop of
+        // a hundred calls does not rebuild every JSON schema a hundred
+        // times, and a run parked on a person holds no copy of its own.
+        // Taken when the model is asked: a turn from the journal needs none.
+        let mut tools = None;
         let journaled = rt.replayed(&unit);
         let recorded = match journaled {
             Some(record) => Some(record),
             None => {
+                let tools = tools.insert(frame.tools(&rt.services));
                 let now = Asked::of(
                     frame.model.reference(),
                     &frame.messages,
-                    &tools,
+                    tools,
                     &frame.settings,
                     &mut frame.conversation,
                     frame.agent_turns == 0,
@@ -179,7 +182,7 @@ pub(super) async fn run_frame_inner(
                 let prefix = format!("{}/{}/", frame.ctx.id, frame.turns);
                 let request = ModelRequest {
                     messages: &frame.messages,
-                    tools: &tools,
+                    tools: tools.as_deref().unwrap_or_default(),
                     turn: frame.agent_turns,
                     input: &frame.input,
                     call_id_prefix: &prefix,
@@ -326,7 +329,7 @@ pub(super) async fn run_frame_inner(
                 output: turn.text.clone(),
                 usage: Some(frame.usage),
             });
-            let unit = format!("d/{}/{}", frame.ctx.id, frame.turns);
+            let unit = unit::numbered("d", &frame.ctx.id, frame.turns);
             rt.emit_point(&frame.ctx, &frame.agent_name, done, unit, Vec::new)
                 .await;
             return Ok((turn.text, frame.usage));
@@ -348,7 +351,7 @@ pub(super) async fn run_frame_inner(
             calls: results.len() as u32,
             failed,
         });
-        let unit = format!("b/{}/{}", frame.ctx.id, frame.turns);
+        let unit = unit::numbered("b", &frame.ctx.id, frame.turns);
         rt.emit_point(&frame.ctx, &frame.agent_name, batch, unit, Vec::new)
             .await;
 
@@ -505,14 +508,14 @@ pub(super) async fn switch_agent(
         from_agent: from.name.clone(),
         to_agent: frame.agent.name.clone(),
     });
-    let unit = format!("h/{}/{}", frame.ctx.id, frame.turns);
+    let unit = unit::numbered("h", &frame.ctx.id, frame.turns);
     rt.emit_point(&frame.ctx, &frame.agent_name, payload, unit, Vec::new)
         .await;
     let started = Payload::AgentStarted(pb::AgentStarted {
         agent: frame.agent.name.clone(),
         model: frame.model.reference().to_owned(),
     });
-    let unit = format!("a/{}/{}", frame.ctx.id, frame.turns);
+    let unit = unit::numbered("a", &frame.ctx.id, frame.turns);
     rt.emit_point(&frame.ctx, &frame.agent_name, started, unit, Vec::new)
         .await;
     Ok(())

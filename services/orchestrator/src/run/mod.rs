@@ -23,6 +23,7 @@
 //! - [`log`]: a run's event log, in fixed chunks (a leaf); `scan`: the
 //!   fields of a logged event a fork's plan reads without decoding it.
 //! - [`target`]: an agent or group resolved with its model, once.
+//! - [`unit`]: the names of a run's durable points (a leaf).
 //! - [`view`]: what the core answers about a run, from either record.
 //! - [`record`]: a run's record (status, cancellation, log, pending
 //!   approvals and inputs); [`registry`]: the runs of this replica.
@@ -48,6 +49,7 @@ mod scan;
 pub mod shared;
 pub mod state;
 pub mod target;
+pub mod unit;
 pub mod view;
 
 /// Runs built without a gRPC server, for the unit tests of the parts that
