@@ -21,7 +21,8 @@
 //!   and claiming every replica does.
 //! - [`context`]: a context of the tree and its span (a leaf).
 //! - [`log`]: a run's event log, in fixed chunks (a leaf); `scan`: the
-//!   fields of a logged event a fork's plan reads without decoding it.
+//!   fields of a logged event a fork's plan reads without decoding it;
+//!   `flight`: what was in flight at a fork point, found by that scan.
 //! - [`target`]: an agent or group resolved with its model, once.
 //! - [`unit`]: the names of a run's durable points (a leaf).
 //! - [`view`]: what the core answers about a run, from either record.
@@ -36,6 +37,7 @@ pub mod drive;
 pub mod durable;
 pub mod events;
 pub mod failure;
+mod flight;
 pub mod fork;
 mod history;
 pub mod journal;
