@@ -16,7 +16,7 @@
 use std::{
     collections::HashMap,
     sync::{
-        Mutex,
+        Arc, Mutex,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
 };
@@ -42,7 +42,7 @@ pub enum Answer<T> {
 /// A model turn of the recording.
 struct Turn {
     /// The turn's record (a `ModelTurn` with what was asked).
-    record: Vec<u8>,
+    record: Arc<[u8]>,
     /// The text the model streamed, delta by delta.
     deltas: Vec<String>,
 }
@@ -52,7 +52,7 @@ pub struct Call {
     tool: String,
     arguments: Value,
     /// The call's record (what it returned).
-    pub record: Vec<u8>,
+    pub record: Arc<[u8]>,
     /// What the call said while it ran, in its context: progress, options,
     /// questions to people and their answers.
     pub said: Vec<Payload>,
@@ -68,7 +68,7 @@ pub struct Rerun {
     turns: HashMap<String, Turn>,
     calls: HashMap<String, Call>,
     /// People's answers by question id, as an inbox holds them.
-    answers: HashMap<String, Vec<u8>>,
+    answers: HashMap<String, Arc<[u8]>>,
     /// Input requests nobody answered in time, by id.
     timed_out: std::collections::HashSet<String>,
     /// The events of remote A2A agents' contexts, by context id: a call
@@ -98,28 +98,29 @@ impl Rerun {
         let mut timed_out = std::collections::HashSet::new();
         let mut records = HashMap::new();
         for r in recording {
-            // The replay's maps own copies of the records it answers from
-            // (the recording is shared with the run it replays).
+            // The records are shared with the recording (and the run it
+            // replays), not copied.
             if let Some(id) = r.unit.strip_prefix("it/") {
                 timed_out.insert(id.to_owned());
                 continue;
             }
             if let Some(id) = r.unit.strip_prefix("ap/") {
-                answers.insert(id.to_owned(), r.record.to_vec());
+                answers.insert(id.to_owned(), r.record);
             } else if let Some(id) = r.unit.strip_prefix("in/") {
                 let text = String::from_utf8_lossy(&r.record).into_owned();
-                answers.insert(id.to_owned(), serde_json::to_vec(&text).unwrap_or_default());
+                let answer = serde_json::to_vec(&text).unwrap_or_default();
+                answers.insert(id.to_owned(), answer.into());
             } else if r.unit.starts_with("t/") {
                 points.insert(r.seq, r.unit.to_string());
                 turns.insert(
                     r.unit.to_string(),
                     Turn {
-                        record: r.record.to_vec(),
+                        record: r.record,
                         deltas: Vec::new(),
                     },
                 );
             } else if r.unit.starts_with("c/") {
-                records.insert(r.unit.to_string(), r.record.to_vec());
+                records.insert(r.unit.to_string(), r.record);
             }
         }
         let mut deltas: HashMap<String, Vec<String>> = HashMap::new();
@@ -288,7 +289,7 @@ impl Rerun {
         let diff = asked.diff(now, messages);
         if diff.is_empty() {
             self.matched.fetch_add(1, Ordering::Relaxed);
-            Answer::Recorded((&turn.record, &turn.deltas))
+            Answer::Recorded((&turn.record[..], &turn.deltas))
         } else {
             Answer::Differs(diff)
         }
@@ -329,7 +330,7 @@ impl Rerun {
         if self.live() {
             return None;
         }
-        self.answers.get(id).map(Vec::as_slice)
+        self.answers.get(id).map(|a| &a[..])
     }
 
     /// Whether the recording's input request `id` was not answered in
