@@ -46,7 +46,9 @@ pub(super) async fn run_step(
             format!("sf/{}/{attempt}", ctx.id),
         );
         if let Some(output) = rt.replayed(&done) {
-            return Ok(String::from_utf8_lossy(output).into_owned());
+            let output = String::from_utf8_lossy(output).into_owned();
+            rt.pace().await;
+            return Ok(output);
         }
         if let Some(record) = rt.replayed(&failed) {
             last_error = serde_json::from_slice::<(i32, String)>(record)

@@ -25,6 +25,8 @@
 //!   `flight`: what was in flight at a fork point, found by that scan.
 //! - [`target`]: an agent or group resolved with its model, once.
 //! - [`unit`]: the names of a run's durable points (a leaf).
+//! - `pace`: a walk through recorded points lets its worker go now and
+//!   then (a leaf).
 //! - [`view`]: what the core answers about a run, from either record.
 //! - [`record`]: a run's record (status, cancellation, log, pending
 //!   approvals and inputs); [`registry`]: the runs of this replica.
@@ -43,6 +45,7 @@ mod history;
 pub mod journal;
 pub mod launch;
 pub mod log;
+mod pace;
 pub mod quota;
 pub mod record;
 pub mod registry;
@@ -92,6 +95,16 @@ pub(crate) mod testing {
         limits: Limits,
         approval_mode: pb::ApprovalMode,
     ) -> (Arc<Run>, mpsc::Receiver<Draft>) {
+        run_with(yaml, limits, approval_mode, None)
+    }
+
+    /// [`run`], resumed with `replay` (what it had done) when given.
+    pub fn run_with(
+        yaml: &str,
+        limits: Limits,
+        approval_mode: pb::ApprovalMode,
+        replay: Option<super::state::Replay>,
+    ) -> (Arc<Run>, mpsc::Receiver<Draft>) {
         let catalog = Arc::new(Catalog::from_yaml(yaml).expect("the test catalog is valid"));
         let store = Arc::new(MemoryStore::new(StoreLimits::default()));
         let services = Shared::new(
@@ -118,7 +131,7 @@ pub(crate) mod testing {
             run_context: Default::default(),
             filter: Default::default(),
             detach: false,
-            replay: None,
+            replay,
             rerun: None,
             settings: Default::default(),
         };
