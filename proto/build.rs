@@ -35,6 +35,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let descriptors = out.join("baton_descriptor.bin");
     tonic_prost_build::configure()
         .file_descriptor_set_path(&descriptors)
+        // Messages decoded from one slice (see `codec`).
+        .codec_path("crate::codec::Codec")
         .extern_path(".google.protobuf.Timestamp", "crate::wkt::Timestamp")
         .extern_path(".google.protobuf.Duration", "crate::wkt::Duration")
         // A2A's Struct and Value: this crate's (`json_value`), with their JSON

@@ -13,6 +13,7 @@
     clippy::doc_lazy_continuation
 )]
 
+pub mod codec;
 pub mod json_value;
 pub mod wkt;
 

@@ -15,7 +15,7 @@ use futures::{Stream, StreamExt as _};
 use prost::Message;
 use tonic::{
     Request, Response, Status,
-    codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder},
+    codec::{Codec, EncodeBuf, Encoder},
     codegen::{Body, BoxFuture, Context, Poll, Service, StdError},
     server::{Grpc, ServerStreamingService},
     service::interceptor::InterceptedService,
@@ -104,7 +104,8 @@ where
     }
 }
 
-/// Decodes a request `R` with prost; encodes an [`Outgoing`] event as it
+/// Decodes a request `R` as every generated service does
+/// ([`baton_proto::codec`]); encodes an [`Outgoing`] event as it
 /// is: decoded ones with prost, packed ones by copying their bytes.
 struct OutgoingCodec<R>(PhantomData<fn() -> R>);
 
@@ -112,14 +113,14 @@ impl<R: Message + Default + Send + 'static> Codec for OutgoingCodec<R> {
     type Encode = Outgoing;
     type Decode = R;
     type Encoder = OutgoingEncoder;
-    type Decoder = RequestDecoder<R>;
+    type Decoder = baton_proto::codec::Decoder<R>;
 
     fn encoder(&mut self) -> OutgoingEncoder {
         OutgoingEncoder
     }
 
-    fn decoder(&mut self) -> RequestDecoder<R> {
-        RequestDecoder(PhantomData)
+    fn decoder(&mut self) -> Self::Decoder {
+        baton_proto::codec::Decoder::default()
     }
 }
 
@@ -139,19 +140,5 @@ impl Encoder for OutgoingEncoder {
                 Ok(())
             }
         }
-    }
-}
-
-struct RequestDecoder<R>(PhantomData<fn() -> R>);
-
-impl<R: Message + Default> Decoder for RequestDecoder<R> {
-    type Item = R;
-    type Error = Status;
-
-    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<R>, Status> {
-        // As tonic's prost codec maps a request that does not parse.
-        R::decode(buf)
-            .map(Some)
-            .map_err(|e| Status::internal(e.to_string()))
     }
 }
