@@ -1,6 +1,11 @@
 //! The orchestrator client.
 
-use futures::{Stream, StreamExt};
+use std::{
+    pin::Pin,
+    task::{Context, Poll, ready},
+};
+
+use futures::{Stream, StreamExt, future::BoxFuture};
 use tonic::transport::Channel;
 
 use baton_proto::v1::{self as pb, orchestrator_client::OrchestratorClient as Raw};
@@ -53,7 +58,9 @@ impl std::fmt::Debug for LinkHook {
     }
 }
 
-/// Where a re-attaching stream is.
+/// Where a re-attaching stream is. A stream of its own (not an `unfold`,
+/// which moves its whole state in and out of a new future for every
+/// event): a fork's replayed history comes as hundreds of events at once.
 struct Following {
     client: OrchestratorClient,
     current: Events,
@@ -61,6 +68,10 @@ struct Following {
     run_id: Option<String>,
     last_seq: u64,
     ended: bool,
+    /// A re-attach under way, with the error that broke the stream (what
+    /// the stream ends with if it gives up). Boxed: a stream that never
+    /// breaks holds only a pointer.
+    reattaching: Option<(Error, BoxFuture<'static, Result<Events, Error>>)>,
 }
 
 impl OrchestratorClient {
@@ -72,47 +83,71 @@ impl OrchestratorClient {
         run_id: Option<String>,
         after_seq: u64,
     ) -> Events {
-        let state = Following {
+        Box::pin(Following {
             client: self.clone(),
             current: stream,
             filter,
             run_id,
             last_seq: after_seq,
             ended: false,
-        };
-        Box::pin(futures::stream::unfold(state, |mut s| async move {
-            if s.ended {
-                return None;
-            }
-            loop {
-                match s.current.next().await {
-                    Some(Ok(event)) => {
-                        s.run_id.get_or_insert_with(|| event.run_id.clone());
-                        s.last_seq = event.seq;
-                        s.ended = is_terminal(&event);
-                        return Some((Ok(event), s));
-                    }
-                    // The replica went away (drained, or its connection
-                    // broke): re-attach, as often as it takes within
-                    // REATTACH_FOR each time.
-                    Some(Err(e)) if broken(&e) && s.run_id.is_some() => {
-                        s.client.tell(Link::Broken(e.to_string()));
-                        // Boxed: a stream that never breaks holds only a
-                        // pointer.
-                        if Box::pin(s.reattach()).await.is_err() {
-                            s.ended = true;
-                            return Some((Err(e), s));
-                        }
+            reattaching: None,
+        })
+    }
+}
+
+impl Stream for Following {
+    type Item = Result<pb::RunEvent, Error>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let s = self.get_mut();
+        loop {
+            if let Some((_, reattach)) = &mut s.reattaching {
+                let reattached = ready!(reattach.as_mut().poll(cx));
+                let broke = s.reattaching.take().map(|(e, _)| e);
+                match reattached {
+                    Ok(stream) => {
+                        s.current = stream;
                         s.client.tell(Link::Reattached);
                     }
-                    Some(Err(e)) => {
+                    Err(_) => {
                         s.ended = true;
-                        return Some((Err(e), s));
+                        return Poll::Ready(broke.map(Err));
                     }
-                    None => return None,
                 }
             }
-        }))
+            if s.ended {
+                return Poll::Ready(None);
+            }
+            match ready!(s.current.as_mut().poll_next(cx)) {
+                Some(Ok(event)) => {
+                    s.run_id.get_or_insert_with(|| event.run_id.clone());
+                    s.last_seq = event.seq;
+                    s.ended = is_terminal(&event);
+                    return Poll::Ready(Some(Ok(event)));
+                }
+                // The replica went away (drained, or its connection
+                // broke): re-attach, as often as it takes within
+                // REATTACH_FOR each time.
+                Some(Err(e)) if broken(&e) && s.run_id.is_some() => {
+                    s.client.tell(Link::Broken(e.to_string()));
+                    let reattach = reattach(
+                        s.client.clone(),
+                        s.run_id.clone().unwrap_or_default(),
+                        s.last_seq,
+                        s.filter.clone(),
+                    );
+                    s.reattaching = Some((e, Box::pin(reattach)));
+                }
+                Some(Err(e)) => {
+                    s.ended = true;
+                    return Poll::Ready(Some(Err(e)));
+                }
+                None => {
+                    s.ended = true;
+                    return Poll::Ready(None);
+                }
+            }
+        }
     }
 }
 
@@ -126,32 +161,28 @@ fn broken(e: &Error) -> bool {
     )
 }
 
-impl Following {
-    /// Re-attaches after `last_seq`, retrying while the orchestrator is
-    /// unavailable (a replica draining, another taking the run over).
-    async fn reattach(&mut self) -> Result<(), Error> {
-        let run_id = self.run_id.clone().unwrap_or_default();
-        let deadline = tokio::time::Instant::now() + REATTACH_FOR;
-        let mut wait = std::time::Duration::from_millis(100);
-        loop {
-            match self
-                .client
-                .watch_once(&run_id, self.last_seq, self.filter.clone())
-                .await
+/// Re-attaches to run `run_id` after `last_seq`, retrying while the
+/// orchestrator is unavailable (a replica draining, another taking the
+/// run over): the stream from there.
+async fn reattach(
+    client: OrchestratorClient,
+    run_id: String,
+    last_seq: u64,
+    filter: Option<pb::EventFilter>,
+) -> Result<Events, Error> {
+    let deadline = tokio::time::Instant::now() + REATTACH_FOR;
+    let mut wait = std::time::Duration::from_millis(100);
+    loop {
+        match client.watch_once(&run_id, last_seq, filter.clone()).await {
+            Ok(stream) => return Ok(stream),
+            Err(e)
+                if (broken(&e) || e.code() == tonic::Code::NotFound)
+                    && tokio::time::Instant::now() + wait < deadline =>
             {
-                Ok(stream) => {
-                    self.current = stream;
-                    return Ok(());
-                }
-                Err(e)
-                    if (broken(&e) || e.code() == tonic::Code::NotFound)
-                        && tokio::time::Instant::now() + wait < deadline =>
-                {
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(std::time::Duration::from_secs(1));
-                }
-                Err(e) => return Err(e),
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(std::time::Duration::from_secs(1));
             }
+            Err(e) => return Err(e),
         }
     }
 }
