@@ -36,6 +36,12 @@ use crate::{
 /// The header that marks a call forwarded by a peer.
 pub const FORWARDED: &str = "baton-forwarded";
 
+/// The header a forwarded answer (ResolveApproval, SubmitInput) carries its
+/// call's token in: the owner records the answer under it, so the caller
+/// asking again (its forward timed out) is told the answer was taken (see
+/// `run::durable::inbox`).
+pub const ANSWER_TOKEN: &str = "baton-answer-token";
+
 /// Why no channel to a peer can be made (logged; the peer is skipped).
 #[derive(Debug, thiserror::Error)]
 enum ChannelError {
@@ -142,6 +148,7 @@ impl Peers {
                 for (header, value) in [
                     ("traceparent", &caller.traceparent),
                     ("authorization", &caller.authorization),
+                    (ANSWER_TOKEN, &caller.answer_token),
                 ] {
                     if let Some(v) = value
                         .as_deref()
@@ -287,6 +294,8 @@ pub struct Forward {
     /// The caller's `authorization` (its API key): the peer authenticates
     /// the same tenant.
     pub authorization: Option<String>,
+    /// A forwarded answer's token (see [`ANSWER_TOKEN`]).
+    pub answer_token: Option<String>,
 }
 
 /// A peer's error, passed on with its code, message and field.

@@ -20,7 +20,7 @@ use baton_e2e::{RedisServer, events};
 
 mod replicas;
 use futures::StreamExt;
-use replicas::{Replica, agents_file, follow_on, pair, start_until};
+use replicas::{Replica, agents_file, block_redis, follow_on, pair, start_until};
 
 const AGENTS: &str = r#"
 scripts:
@@ -45,7 +45,11 @@ scripts:
     - {calls: [{tool: sleep, args: {ms: 1200, steps: 2}}]}
     - {calls: [{tool: sleep, args: {ms: 1200, steps: 2}}]}
     - {text: "stepped {{input}}"}
+  looper:
+    - {calls: [{tool: read_context, args: {key: "notes/none"}}], repeat: 600}
+    - {text: "looped {{input}}"}
 agents:
+  looper: {model: "scripted:looper", tools: [read_context]}
   stepper: {model: "scripted:stepper", tools: [sleep]}
   drafter: {model: "scripted:drafter"}
   napper: {model: "scripted:napper", tools: [sleep]}
@@ -749,4 +753,233 @@ agents:
         requests[0].idempotency_key
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A replica paused past its lease calls no tool (nor model) once it goes
+/// on: another replica may be doing the same work. Its journal appends
+/// were fenced already; its side effects were not (it went on to the next
+/// call until an append or a renewal failed). The tool server counts the
+/// calls: only the replica that claimed the run makes one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_paused_past_its_lease_calls_no_tool_when_it_goes_on() {
+    let redis = RedisServer::start().expect("redis-server");
+    let host = baton_e2e::toolhost::TestToolHost::start()
+        .await
+        .expect("tool host");
+    let dir = std::env::temp_dir().join(format!("baton-failover-fence-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let agents = dir.join("agents.yaml");
+    std::fs::write(
+        &agents,
+        format!(
+            r#"
+tool_servers:
+  payments: {{endpoint: "{}", tools: [slow_charge]}}
+scripts:
+  charger:
+    - {{calls: [{{tool: sleep, args: {{ms: 1500, steps: 1}}}}]}}
+    - {{calls: [{{tool: slow_charge}}]}}
+    - {{text: "done"}}
+agents:
+  charger: {{model: "scripted:charger", tools: [sleep, slow_charge]}}
+"#,
+            host.endpoint()
+        ),
+    )
+    .expect("write agents");
+    let a = Replica::start("replica-a", &redis, &agents).await;
+    let b = Replica::start("replica-b", &redis, &agents).await;
+    let (_stream, seen) = start_until(
+        &a.client().await,
+        request("charger"),
+        |e| matches!(&e.payload, Some(Payload::ToolCallStarted(c)) if c.tool == "sleep"),
+    )
+    .await;
+    let run_id = seen[0].run_id.clone();
+    // Paused mid-sleep, past its lease: b claims the run, sleeps again,
+    // charges once and completes it.
+    let on_b = pause_until_completed_elsewhere(&a, &b, &run_id).await;
+    assert_eq!(host.seen.requests.lock().expect("lock").len(), 1);
+    // a goes on: its sleep is over at once, and the next call would be the
+    // charge. It makes none, though the run store is slow to tell it that
+    // it lost the run (its fenced append and renewal wait 400 ms here).
+    let blocked = block_redis(&redis, 400);
+    std::thread::sleep(Duration::from_millis(30));
+    a.signal("-CONT");
+    blocked.join().expect("blocked");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let requests = host.seen.requests.lock().expect("lock").clone();
+    assert_eq!(
+        requests.len(),
+        1,
+        "the fenced replica charged again: {requests:?}"
+    );
+    let view = on_b.get_run(&run_id).await.expect("get");
+    assert_eq!(view.status(), pb::RunStatus::Completed);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A durable fork whose history could not be written was never started:
+/// its caller is told it failed, and no replica runs it later from the part
+/// that was written. (Its record was written, with a lease, before its
+/// history; once the lease lapsed a replica claimed it and ran it live
+/// from a partial history.) Here Redis runs out of memory (`maxmemory`)
+/// after the fork's record is written, while its history is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_whose_history_could_not_be_written_never_runs() {
+    let (redis, a, b) = pair(&[]).await;
+    let on_a = a.client().await;
+    let mut origin = pb::RunAgentRequest {
+        agent: "looper".into(),
+        input: "x".into(),
+        ..Default::default()
+    };
+    origin.limits = Some(pb::RunLimits {
+        max_turns: 700,
+        ..Default::default()
+    });
+    let events = on_a.run_agent_to_end(origin).await.expect("origin");
+    let origin_id = events[0].run_id.clone();
+    let last = events.last().expect("events").seq;
+    // Room for the fork's record (its request), not for its history.
+    let info = redis.cli(&["INFO", "memory"]).expect("info");
+    let used: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("used_memory");
+    redis
+        .cli(&["CONFIG", "SET", "maxmemory", &(used + 300_000).to_string()])
+        .expect("maxmemory");
+    let forked = on_a
+        .fork_run(pb::ForkRunRequest {
+            run_id: origin_id.clone(),
+            at_seq: last - 2,
+            ..Default::default()
+        })
+        .await;
+    let failed = match forked {
+        Err(e) => e.to_string(),
+        Ok(mut stream) => match stream.next().await {
+            Some(Err(e)) => e.to_string(),
+            other => panic!("the fork started: {other:?}"),
+        },
+    };
+    redis
+        .cli(&["CONFIG", "SET", "maxmemory", "0"])
+        .expect("maxmemory");
+    assert!(
+        failed.contains("run store") || failed.contains("OOM"),
+        "{failed}"
+    );
+    // Its record: ended FAILED within a few leases, never run.
+    let keys = redis.cli(&["KEYS", "baton:run:*:meta"]).expect("keys");
+    let fork_meta = keys
+        .lines()
+        .map(str::trim)
+        .find(|k| {
+            !k.is_empty()
+                && !k.contains(&origin_id)
+                && !redis
+                    .cli(&["HGET", k, "ff"])
+                    .expect("hget")
+                    .trim()
+                    .is_empty()
+        })
+        .map(str::to_owned);
+    let fork_meta = fork_meta.unwrap_or_else(|| panic!("the fork's record was written ({failed})"));
+    let status = |field: &str| {
+        redis
+            .cli(&["HGET", &fork_meta, field])
+            .expect("hget")
+            .trim()
+            .to_owned()
+    };
+    until(
+        Duration::from_secs(8),
+        "the fork's record ends",
+        async || status("status") != (pb::RunStatus::Running as i32).to_string(),
+    )
+    .await;
+    assert_eq!(
+        status("status"),
+        (pb::RunStatus::Failed as i32).to_string(),
+        "ended failed, not run: {}",
+        status("error_message")
+    );
+    // What a watcher sees: the replayed part, then its failure; nothing
+    // ran live.
+    let fork_id = fork_meta
+        .split(['{', '}'])
+        .nth(1)
+        .expect("a run id in the key")
+        .to_owned();
+    let all = follow_on(&b, &fork_id, 0, Duration::from_secs(5)).await;
+    match all.last().and_then(|e| e.payload.as_ref()) {
+        Some(Payload::RunFailed(f)) => assert!(f.message.contains("cannot be resumed"), "{f:?}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        !all.iter()
+            .any(|e| matches!(e.payload, Some(Payload::RunCompleted(_)))),
+        "the fork never completed"
+    );
+}
+
+/// A replay resumed on another replica answers from the recording of the
+/// run it replays; when that recording cannot be read (a run store error,
+/// here a key of the wrong type), it is not resumed from an empty one
+/// (which made every model and tool call live): it is given up to be
+/// claimed again, and resumed once the recording reads again, matching
+/// every call. (A transient error used to read as an empty recording.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_resumed_while_its_recording_cannot_be_read_waits_for_it() {
+    let (redis, a, b) = pair(&[]).await;
+    let on_a = a.client().await;
+    let origin = on_a.run_agent_to_end(slow()).await.expect("origin");
+    let origin_id = origin[0].run_id.clone();
+    let stream = on_a
+        .raw()
+        .replay_run(pb::ReplayRunRequest {
+            run_id: origin_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("replay")
+        .into_inner();
+    let (_stream, seen) = until_sleeping(Box::pin(
+        stream.map(|e| e.map_err(baton_client::Error::from)),
+    ))
+    .await;
+    let replay_id = seen[0].run_id.clone();
+    // The recording's log unreadable, then the replay's replica gone.
+    let log = format!("baton:run:{{{origin_id}}}:log");
+    let aside = format!("baton:run:{{{origin_id}}}:aside");
+    redis.cli(&["RENAME", &log, &aside]).expect("rename");
+    redis.cli(&["SET", &log, "not a stream"]).expect("set");
+    a.signal("-KILL");
+    // Claimed and given up again, round after round: nothing more of it.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let on_b = b.client().await;
+    let view = on_b.get_run(&replay_id).await.expect("get");
+    assert_eq!(view.status(), pb::RunStatus::Running);
+    let last = seen.last().expect("events").seq;
+    assert_eq!(
+        view.last_seq, last,
+        "nothing ran while the recording was unreadable"
+    );
+    // Readable again: resumed, every call answered from the recording.
+    redis.cli(&["DEL", &log]).expect("del");
+    redis.cli(&["RENAME", &aside, &log]).expect("rename");
+    let rest = follow_on(&b, &replay_id, last, Duration::from_secs(10)).await;
+    assert!(
+        !rest
+            .iter()
+            .any(|e| matches!(e.payload, Some(Payload::Diverged(_)))),
+        "the replay matched every call: {rest:?}"
+    );
+    match rest.last().and_then(|e| e.payload.as_ref()) {
+        Some(Payload::RunCompleted(c)) => assert_eq!(c.output, "woke up on x"),
+        other => panic!("{other:?}"),
+    }
 }

@@ -15,7 +15,7 @@ use baton_e2e::{RedisServer, events};
 use futures::StreamExt;
 
 mod replicas;
-use replicas::{pair, start_until, trio};
+use replicas::{block_redis, pair, start_until, trio};
 
 const AGENTS: &str = r#"
 scripts:
@@ -398,4 +398,164 @@ async fn get_run_here_says_a_durable_run_ended_once_the_store_says_so() {
         pb::RunStatus::Cancelled
     );
     drop(stream);
+}
+
+/// The deadline of a question the answer arrived for.
+fn deadline_ms(e: &pb::RunEvent) -> i64 {
+    let d = match &e.payload {
+        Some(Payload::ApprovalRequested(q)) => q.deadline,
+        Some(Payload::InputRequested(q)) => q.deadline,
+        other => panic!("{other:?}"),
+    }
+    .expect("a deadline");
+    d.seconds * 1000 + i64::from(d.nanos) / 1_000_000
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64
+}
+
+/// An answer given on a replica that does not run the run, told OK a
+/// moment before the deadline, is the run's answer: its owner learns of
+/// answers taken elsewhere at its next renewal (a third of the lease, 20 s
+/// here), which comes after the deadline, so at the deadline it asks the
+/// run store before it records a denial. (It used to deny the approval,
+/// "no answer before the deadline", and time the input out, though the
+/// caller had been told OK.) Once closed, the question takes no answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_told_ok_just_before_the_deadline_is_never_lost() {
+    let (_redis, a, b) = pair(&[("BATON_ORCH_RUNS__LEASE", "60s")]).await;
+    let (on_a, on_b) = (a.client().await, b.client().await);
+    let timeout = Some(Duration::from_secs(3));
+    for agent in ["payer", "interviewer"] {
+        // Attached on a: never parked.
+        let (mut stream, seen) = start_until(&on_a, request(agent, false, timeout), asked).await;
+        let run_id = seen[0].run_id.clone();
+        let asked_event = seen.last().expect("asked").clone();
+        let deadline = deadline_ms(&asked_event);
+        let wait = (deadline - 500 - now_ms()).max(0) as u64;
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        match &asked_event.payload {
+            Some(Payload::ApprovalRequested(q)) => on_b
+                .resolve_approval(&run_id, &q.approval_id, true, "just in time")
+                .await
+                .expect("taken on b before the deadline"),
+            Some(Payload::InputRequested(q)) => on_b
+                .submit_input(&run_id, &q.input_id, "Lisbon")
+                .await
+                .expect("taken on b before the deadline"),
+            other => panic!("{other:?}"),
+        }
+        let mut rest = Vec::new();
+        while let Some(e) = tokio::time::timeout(Duration::from_secs(5), stream.next())
+            .await
+            .expect("the run goes on within 5 s")
+        {
+            rest.push(e.expect("event"));
+        }
+        let taken: Vec<String> = rest
+            .iter()
+            .filter_map(|e| match &e.payload {
+                Some(Payload::ApprovalResolved(r)) => Some(format!(
+                    "{}:{}:{}",
+                    r.approved,
+                    r.reason,
+                    pb::ApprovalSource::try_from(r.source)
+                        .unwrap_or_default()
+                        .as_str_name()
+                )),
+                Some(Payload::InputReceived(r)) => Some(r.input.clone()),
+                Some(Payload::InputTimedOut(_)) => Some("timed out".into()),
+                _ => None,
+            })
+            .collect();
+        let (expected, output) = if agent == "payer" {
+            ("true:just in time:APPROVAL_SOURCE_PERSON", "paid x")
+        } else {
+            ("Lisbon", "planned x")
+        };
+        assert_eq!(taken, [expected], "{agent}: the answer told OK is taken");
+        match rest.last().and_then(|e| e.payload.as_ref()) {
+            Some(Payload::RunCompleted(c)) => assert_eq!(c.output, output),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    // Nobody answers: the owner closes the question at its deadline, and
+    // an answer after it is refused (never OK and lost).
+    let (mut stream, seen) = start_until(&on_a, request("payer", false, timeout), asked).await;
+    let run_id = seen[0].run_id.clone();
+    let approval_id = match &seen.last().and_then(|e| e.payload.clone()) {
+        Some(Payload::ApprovalRequested(q)) => q.approval_id.clone(),
+        other => panic!("{other:?}"),
+    };
+    let mut rest = Vec::new();
+    while let Some(e) = tokio::time::timeout(Duration::from_secs(6), stream.next())
+        .await
+        .expect("the run ends within 6 s")
+    {
+        rest.push(e.expect("event"));
+    }
+    assert!(rest.iter().any(|e| matches!(&e.payload,
+        Some(Payload::ApprovalResolved(r)) if r.source == pb::ApprovalSource::Deadline as i32)));
+    let err = on_b
+        .resolve_approval(&run_id, &approval_id, true, "late")
+        .await
+        .expect_err("too late");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+}
+
+/// With peers, an answer forwarded to the replica running the run, taken
+/// there, but not acknowledged within `peers.timeout` (the run store was
+/// slow): the replica the caller asked records it in the run store
+/// itself, finds this very answer taken (the forward carried its token)
+/// and answers OK. (It used to answer FAILED_PRECONDITION "already
+/// answered", or "has ended", while the answer took effect.) An error
+/// means nothing changed; OK means the answer is the run's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_answer_taken_but_not_acknowledged_in_time_is_told_ok() {
+    let (redis, replicas) = trio(true, &[("BATON_ORCH_PEERS__TIMEOUT", "60ms")]).await;
+    let on_0 = replicas[0].client().await;
+    let on_1 = replicas[1].client().await;
+    for agent in ["payer", "interviewer"] {
+        let (mut stream, seen) = start_until(&on_0, request(agent, false, None), asked).await;
+        let run_id = seen[0].run_id.clone();
+        let blocked = block_redis(&redis, 250);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let answered = match &seen.last().and_then(|e| e.payload.clone()) {
+            Some(Payload::ApprovalRequested(q)) => {
+                on_1.resolve_approval(&run_id, &q.approval_id, true, "ok")
+                    .await
+            }
+            Some(Payload::InputRequested(q)) => {
+                on_1.submit_input(&run_id, &q.input_id, "Lisbon").await
+            }
+            other => panic!("{other:?}"),
+        };
+        blocked.join().expect("blocked");
+        answered.unwrap_or_else(|e| panic!("{agent}: the answer was taken: {e:?}"));
+        let mut rest = Vec::new();
+        while let Some(e) = tokio::time::timeout(Duration::from_secs(5), stream.next())
+            .await
+            .expect("the run goes on within 5 s")
+        {
+            rest.push(e.expect("event"));
+        }
+        let taken = rest
+            .iter()
+            .filter(|e| match &e.payload {
+                Some(Payload::ApprovalResolved(r)) => r.approved && r.reason == "ok",
+                Some(Payload::InputReceived(r)) => r.input == "Lisbon",
+                _ => false,
+            })
+            .count();
+        assert_eq!(taken, 1, "{agent}: taken once");
+        assert!(matches!(
+            rest.last().and_then(|e| e.payload.as_ref()),
+            Some(Payload::RunCompleted(_))
+        ));
+    }
 }

@@ -48,6 +48,7 @@ impl A2aGrpc {
                     .get("authorization")
                     .and_then(|v| v.to_str().ok())
                     .map(str::to_owned),
+                answer_token: None,
             },
         })
     }

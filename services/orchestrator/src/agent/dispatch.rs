@@ -464,6 +464,8 @@ pub(super) async fn run_tool(
     let mut resume = None;
     loop {
         // Working while the tool runs, not while it waits for input.
+        // A fenced replica calls nothing more (see `Run::hold_lease`).
+        rt.hold_lease().await;
         let working = rt.record.work();
         let outcome = tokio::time::timeout(
             rt.limits.tool_timeout,

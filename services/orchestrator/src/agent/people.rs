@@ -138,6 +138,13 @@ pub(super) async fn approve(
                 },
             )
             .await;
+            let answered = match answered {
+                Some(answer) => Some(answer),
+                None => closed(rt, &approval_id)
+                    .await
+                    .and_then(|r| serde_json::from_slice::<(bool, String)>(&r).ok())
+                    .map(|(approved, reason)| ApprovalAnswer { approved, reason }),
+            };
             match answered {
                 Some(answer) => {
                     let record = (answer.approved, answer.reason.clone());
@@ -249,7 +256,7 @@ pub(super) async fn input_as(
         },
         false => question,
     };
-    match ask(
+    let answered = match ask(
         rt,
         view,
         question,
@@ -261,6 +268,13 @@ pub(super) async fn input_as(
     )
     .await
     {
+        Some(input) => Some(input),
+        None if unanswered => None,
+        None => closed(rt, &input_id)
+            .await
+            .and_then(|r| serde_json::from_slice::<String>(&r).ok()),
+    };
+    match answered {
         Some(input) => {
             let received = Payload::InputReceived(pb::InputReceived {
                 input_id,
@@ -288,6 +302,38 @@ pub(super) async fn input_as(
             )
             .await;
             Err(no_answer(rt))
+        }
+    }
+}
+
+/// Nobody answered question `id` in time as far as this replica knows.
+/// With durable runs the run store decides (see `durable::inbox`): an
+/// answer given on another replica before the deadline reaches the owner
+/// only at its next renewal, so the owner asks for it here, and the store
+/// closes the question for good otherwise. The answer taken, if any. A
+/// replica that is not the run's owner any more (fenced), or whose lease
+/// lapsed while the store did not answer, stops the run here: the replica
+/// that resumes it closes the question then.
+async fn closed(rt: &Run, id: &str) -> Option<Vec<u8>> {
+    use crate::run::durable::inbox::Closed;
+    let epoch = rt.record.epoch.load(std::sync::atomic::Ordering::Relaxed);
+    let durable = rt.services.durable.as_ref().filter(|_| epoch > 0)?;
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match durable.close(&rt.record.run_id, epoch, id).await {
+            Ok(Closed::Answer(answer)) => return Some(answer),
+            Ok(Closed::Unanswered) => return None,
+            Ok(Closed::Fenced) => match rt.stop_here("another replica owns this run now").await {},
+            Err(e) if rt.record.lease_lapsed() => {
+                let reason =
+                    format!("the run store did not close {id} before the lease lapsed: {e}");
+                match rt.stop_here(&reason).await {}
+            }
+            Err(e) => {
+                tracing::warn!(run_id = %rt.record.run_id, question = id, error = %e, "cannot close a question at its deadline; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
         }
     }
 }
@@ -402,10 +448,16 @@ async fn ask<T>(
                 (&rt.services.quotas, &rt.record.tenant, &rt.record.run_id);
             quotas.asking(tenant, run_id, question.deadline_ms).await;
             let left = (question.deadline_ms - now_ms()).max(0) as u64;
-            let answer = tokio::time::timeout(Duration::from_millis(left), rx)
-                .await
-                .ok()
-                .and_then(Result::ok);
+            let mut rx = rx;
+            let answer = match tokio::time::timeout(Duration::from_millis(left), &mut rx).await {
+                Ok(answer) => answer.ok(),
+                // An answer handed over as the deadline passed is taken:
+                // its caller was told OK.
+                Err(_) => {
+                    rx.close();
+                    rx.try_recv().ok()
+                }
+            };
             quotas.answered(tenant, run_id).await;
             answer
         }

@@ -190,6 +190,8 @@ pub(super) async fn run_frame_inner(
                 };
                 let mut chat = chat_span(rt, &frame.ctx, &*frame.model, &frame.settings);
                 let began = Instant::now();
+                // A fenced replica calls nothing more (see `Run::hold_lease`).
+                rt.hold_lease().await;
                 let working = rt.record.work();
                 let answered =
                     tokio::time::timeout(rt.limits.model_timeout, frame.model.turn(request, &sink))

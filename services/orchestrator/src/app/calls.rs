@@ -101,17 +101,27 @@ impl Orchestrator {
     where
         F: AsyncFnOnce(&Peers, &Forward) -> Answer<()>,
     {
+        // The call's token: a peer's forwarded call carries its caller's
+        // (see `durable::inbox`).
+        let mut caller = caller.clone();
+        let token = caller
+            .forward
+            .answer_token
+            .get_or_insert_with(|| uuid::Uuid::new_v4().simple().to_string())
+            .clone();
+        let caller = &caller;
         let missing = match self.run_of(caller, run_id) {
-            Ok(run) => return self.answer_here(&run, question).await,
+            Ok(run) => return self.answer_here(&run, question, &token).await,
             Err(missing) => missing,
         };
         match self.on_peer(caller, run_id, missing, forward).await {
             // Nobody runs it (or the caller is a peer: it answers from its
-            // own runs only).
+            // own runs only). A peer that ran it may have taken this very
+            // answer and not said so in time: the token tells.
             Err(Error::NotFound { .. })
                 if self.services().durable.is_some() && !caller.forward.forwarded =>
             {
-                self.answer_stored(caller, run_id, question).await
+                self.answer_stored(caller, run_id, question, &token).await
             }
             other => other,
         }
@@ -119,7 +129,12 @@ impl Orchestrator {
 
     /// An answer to a run running here: recorded in the run store first
     /// when runs are durable, then handed to the run.
-    async fn answer_here(&self, run: &Arc<RunRecord>, question: Question<'_>) -> Result<()> {
+    async fn answer_here(
+        &self,
+        run: &Arc<RunRecord>,
+        question: Question<'_>,
+        token: &str,
+    ) -> Result<()> {
         let give = |run: &RunRecord| match &question {
             Question::Approval(id, approved, reason) => run.resolve_approval(
                 id,
@@ -138,7 +153,8 @@ impl Orchestrator {
         let Some(durable) = self.services().durable.clone() else {
             return give(run);
         };
-        self.record_answer(durable, &run.run_id, question).await?;
+        self.record_answer(durable, &run.run_id, question, token)
+            .await?;
         // Recorded: the run takes it now. A run resumed here that has not
         // reached the question yet takes it from its inbox at the next
         // renewal; the renewal may also have handed this very answer over
@@ -220,24 +236,28 @@ impl Orchestrator {
         caller: &Caller,
         run_id: &str,
         question: Question<'_>,
+        token: &str,
     ) -> Result<()> {
         let durable = self.stored_run_of(caller, run_id).await?;
-        self.record_answer(durable, run_id, question).await
+        self.record_answer(durable, run_id, question, token).await
     }
 
     /// Records an answer in the inbox of durable run `run_id` (one script:
     /// exactly one answer per question is taken) and wakes the run if it
-    /// is parked.
+    /// is parked. `token` names the call: asked again, a call whose answer
+    /// was taken is told OK.
     async fn record_answer(
         &self,
         durable: Arc<RedisRuns>,
         run_id: &str,
         question: Question<'_>,
+        token: &str,
     ) -> Result<()> {
         let (id, field, what) = question.named();
         let id = id.to_owned();
         let refused = |message: String| Error::FailedPrecondition { field, message };
-        match durable.answer(run_id, question).await? {
+        match durable.answer(run_id, question, token).await? {
+            Answered::Taken => Ok(()),
             Answered::Gone => Err(not_found(run_id, "")),
             Answered::Ended(_) => Err(refused(format!(
                 "run {run_id} has ended: nobody can answer its {what} {id:?} any more"

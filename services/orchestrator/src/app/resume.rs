@@ -52,16 +52,24 @@ pub struct Claimed {
 impl Orchestrator {
     /// Resumes a claimed run here (see the module docs); `false` when it
     /// cannot be (its request or journal is unreadable), and the caller
-    /// ends it instead.
+    /// ends it instead. A run that cannot be read now (the run store
+    /// failed: a transient error must not end it, nor resume it from less
+    /// than it recorded) is given up again: claimable at once, the next
+    /// round of claims, here or anywhere, tries again.
     pub async fn resume(&self, claimed: Claimed) -> bool {
         let Some(durable) = self.services().durable.clone() else {
             return false;
         };
+        let (run_id, epoch) = (claimed.run_id.clone(), claimed.epoch);
         match self.try_resume(&durable, claimed).await {
             Ok(resumed) => resumed,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot resume a claimed run");
-                false
+                tracing::warn!(run_id, error = %e, "cannot resume a claimed run now; gave it up to be claimed again");
+                if let Err(e) = durable.release(&run_id, epoch).await {
+                    // Its lease lapses: claimable all the same, a lease later.
+                    tracing::warn!(run_id, error = %e, "cannot give a claimed run up");
+                }
+                true
             }
         }
     }
@@ -74,6 +82,11 @@ impl Orchestrator {
         let Some(request) = durable.request(id).await? else {
             return Ok(false);
         };
+        // A fork whose history was never all written: its caller was told
+        // it failed, and it ends so (see `RedisRuns::started`).
+        if meta.forked_from.is_some() && durable.is_starting(id).await? {
+            return Ok(false);
+        }
         let Ok(trace_id) = TraceId::parse(&meta.trace_id) else {
             return Ok(false);
         };
@@ -82,11 +95,11 @@ impl Orchestrator {
         };
         let journal = durable.journal(id).await?;
         // A replay goes on answering from the recording of the run it
-        // replays (gone: an empty one, where every request differs).
+        // replays (gone: an empty one, where every request differs; not
+        // readable now: resumed later, never from an empty one, which
+        // would make every call live).
         if let Some(origin) = meta.replay_of.clone() {
-            let history = super::fork::stored_history(durable, &origin, u64::MAX)
-                .await
-                .unwrap_or_default();
+            let history = super::fork::stored_history(durable, &origin, u64::MAX).await?;
             let rerun = Rerun::new(origin, meta.replay_strict, history).resumed(&journal);
             checked.options.rerun = Some(rerun);
         }

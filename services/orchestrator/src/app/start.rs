@@ -236,9 +236,15 @@ impl Orchestrator {
         let registered = match launch::register(&services, &prepared, stored.0).await {
             Ok(Some(journal)) => match fork {
                 Some((events, recording)) => {
-                    launch::write_fork(&journal, &record, events, recording)
-                        .await
-                        .map(|()| Some(journal))
+                    match launch::write_fork(&journal, &record, events, recording).await {
+                        Ok(()) => Ok(Some(journal)),
+                        Err(e) => {
+                            // Never resumed (it is not started): given up,
+                            // the next round of claims ends it failed.
+                            let _ = journal.runs.release(&record.run_id, journal.epoch).await;
+                            Err(e)
+                        }
+                    }
                 }
                 None => Ok(Some(journal)),
             },

@@ -90,6 +90,8 @@ fn forward(md: &MetadataMap) -> Forward {
         forwarded: md.contains_key(FORWARDED),
         traceparent: header("traceparent"),
         authorization: header("authorization"),
+        // Only a peer's call names the answer's token.
+        answer_token: header(crate::peers::ANSWER_TOKEN).filter(|_| md.contains_key(FORWARDED)),
     }
 }
 

@@ -237,6 +237,7 @@ pub fn caller(keys: Option<&ApiKeys>, headers: &HeaderMap) -> Result<Caller, Htt
             forwarded: headers.contains_key(FORWARDED),
             traceparent: text("traceparent"),
             authorization,
+            answer_token: None,
         },
     })
 }

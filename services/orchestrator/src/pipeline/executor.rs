@@ -231,6 +231,8 @@ async fn write_outputs(
     puts: Vec<Put>,
     sizes: &[u64],
 ) -> Result<(), (usize, StoreError)> {
+    // A fenced replica writes nothing more (see `Run::hold_lease`).
+    rt.hold_lease().await;
     let (written, refused) = match rt.services.store.put_many(&rt.scope, puts.clone()).await {
         Ok(written) => (written, None),
         Err(e) => {

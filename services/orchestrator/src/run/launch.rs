@@ -136,7 +136,10 @@ pub async fn register(
 }
 
 /// Writes a fork's replayed events and journal (`#{unit}`: the seq each
-/// point ended at) to the run store, a batch at a time, before it starts.
+/// point ended at) to the run store, a batch at a time, before it starts;
+/// the lease is renewed on the way (a long history may take longer than
+/// it), and the fork is marked started once all of it is written (see
+/// `RedisRuns::started`: until then no replica resumes it).
 pub async fn write_fork(
     journal: &Journal,
     record: &RunRecord,
@@ -160,6 +163,7 @@ pub async fn write_fork(
                 ..e.clone()
             })
             .collect();
+        renew_while_writing(journal, record).await?;
         let written = journal
             .runs
             .append(
@@ -177,6 +181,7 @@ pub async fn write_fork(
         }
     }
     for rest in records {
+        renew_while_writing(journal, record).await?;
         let written = journal
             .runs
             .append(run_id, journal.epoch, &[], rest, None)
@@ -187,7 +192,30 @@ pub async fn write_fork(
             )));
         }
     }
+    if !journal.runs.started(run_id, journal.epoch).await? {
+        return Err(Error::Unavailable(
+            "run store: another replica took the fork over while its history was written".into(),
+        ));
+    }
     Ok(())
+}
+
+/// Renews a starting fork's lease once a third of it has passed.
+async fn renew_while_writing(journal: &Journal, record: &RunRecord) -> Result<(), Error> {
+    let lease = journal.runs.lease().as_millis() as i64;
+    if record.lease_left() > lease * 2 / 3 {
+        return Ok(());
+    }
+    let sent = super::record::mono_ms();
+    match journal.runs.renew(&record.run_id, journal.epoch).await? {
+        Some(_) => {
+            record.lease_holds_until(sent + lease);
+            Ok(())
+        }
+        None => Err(Error::Unavailable(
+            "run store: another replica took the fork over while its history was written".into(),
+        )),
+    }
 }
 
 /// Registers a prepared run in `runs` and starts `body` with the run's

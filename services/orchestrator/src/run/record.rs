@@ -172,6 +172,22 @@ impl RunRecord {
         mono_ms() < self.lease_until.load(Ordering::SeqCst)
     }
 
+    /// Whether this replica's lease of the durable run has lapsed as far
+    /// as it knows (its monotonic clock past the last renewal's lease): a
+    /// replica paused past its lease may have been fenced, and does
+    /// nothing more for the run (see `Run::hold_lease`).
+    pub fn lease_lapsed(&self) -> bool {
+        self.epoch.load(Ordering::Relaxed) > 0
+            && mono_ms() >= self.lease_until.load(Ordering::SeqCst)
+    }
+
+    /// How long this replica's lease holds as far as it knows (ms).
+    pub fn lease_left(&self) -> i64 {
+        self.lease_until
+            .load(Ordering::SeqCst)
+            .saturating_sub(mono_ms())
+    }
+
     /// Whether the run was dropped here (see [`Self::drop_here`]).
     pub fn is_dropped(&self) -> bool {
         self.dropped.load(Ordering::SeqCst)

@@ -336,6 +336,30 @@ impl Run {
             .await;
     }
 
+    /// Stops the run here (see `RunRecord::drop_here`): it never goes on,
+    /// and its end is nobody's here (the replica that resumes it ends it).
+    /// The run's body is dropped at once (`run::drive` waits on the run's
+    /// cancellation first).
+    pub async fn stop_here(&self, reason: &str) -> std::convert::Infallible {
+        tracing::warn!(run_id = %self.record.run_id, reason, "stopped a run here");
+        self.record.drop_here(reason);
+        std::future::pending().await
+    }
+
+    /// Called before every side effect of a durable run (a model call, a
+    /// tool call, a write to the context store): a replica whose lease
+    /// has lapsed (paused past it, or cut off from the run store) may have
+    /// been fenced, and another replica may be doing the same work, so it
+    /// stops the run here instead. Its writes to the run store are fenced
+    /// by the epoch already; this stops what is not.
+    pub async fn hold_lease(&self) {
+        if self.record.lease_lapsed() {
+            match self
+                .stop_here("this replica's lease of the run lapsed: another replica may run it")
+                .await {}
+        }
+    }
+
     /// Adds what a model turn consumed to the run's totals.
     pub fn add_usage(&self, usage: &pb::Usage) {
         let u = &self.usage;

@@ -63,9 +63,18 @@ impl Replica {
             .env("BATON_ORCH_RUNS__REPLICA", name)
             .env("BATON_ORCH_SHUTDOWN_GRACE", "1s")
             .envs(env.iter().copied())
+            // With BATON_TEST_REPLICA_LOGS: `log.level` too, if it is a level.
+            .envs(
+                std::env::var("BATON_TEST_REPLICA_LOGS")
+                    .ok()
+                    .filter(|l| l != "1")
+                    .map(|l| ("BATON_ORCH_LOG__LEVEL", l)),
+            )
             .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            // BATON_TEST_REPLICA_LOGS=1: the replicas' logs on the test's
+            // output (to see what a failing test's replicas did).
+            .stdout(logs())
+            .stderr(logs())
             .spawn()
             .expect("spawn baton-orchestrator");
         let replica = Replica {
@@ -98,6 +107,14 @@ impl Replica {
             .expect("kill")
             .success();
         assert!(ok, "kill {signal}");
+    }
+}
+
+fn logs() -> Stdio {
+    if std::env::var_os("BATON_TEST_REPLICA_LOGS").is_some() {
+        Stdio::inherit()
+    } else {
+        Stdio::null()
     }
 }
 
@@ -199,4 +216,25 @@ pub async fn start_until(
             return (stream, seen);
         }
     }
+}
+
+/// Blocks `redis` for `ms` (a script that waits): every command sent
+/// meanwhile waits behind it.
+pub fn block_redis(redis: &RedisServer, ms: u64) -> std::thread::JoinHandle<()> {
+    let url = redis.url();
+    let script = format!(
+        "local t = redis.call('TIME') local until_ms = t[1] * 1000 + t[2] / 1000 + {ms} \
+         while true do local n = redis.call('TIME') if n[1] * 1000 + n[2] / 1000 >= until_ms then break end end \
+         return 1"
+    );
+    let port = url.rsplit(':').next().expect("port").to_owned();
+    std::thread::spawn(move || {
+        let ok = std::process::Command::new("redis-cli")
+            .args(["-p", &port, "EVAL", &script, "0"])
+            .output()
+            .expect("redis-cli")
+            .status
+            .success();
+        assert!(ok, "the blocking script ran");
+    })
 }

@@ -16,6 +16,21 @@
 //!   its inbox when it starts. A question's answer leaves the inbox when
 //!   the run journals it (the append script); a cancel stays until the
 //!   run's keys expire.
+//! - `{prefix}:run:{<id>}:taken` — a hash: question id → who took its
+//!   answer: the token of the call whose answer was recorded (each
+//!   ResolveApproval/SubmitInput has one, and a call forwarded to a peer
+//!   carries its caller's), or `!` when its owner closed it at its
+//!   deadline. So a call whose answer was taken is told OK even when it
+//!   asks again (a forwarded call that timed out, then the inbox; the run
+//!   may have ended meanwhile), any other caller is told it was answered
+//!   already or came too late, and a question closed at its deadline takes
+//!   no answer after (whatever the clocks of the replica and Redis say).
+//! - Closing at the deadline: when nobody answered in time, as far as the
+//!   owner knows, it asks the run store before it records a denial (or a
+//!   time-out): one script hands over an answer the inbox took before the
+//!   deadline (given on a replica that does not run the run, it reaches
+//!   the owner only at its next renewal), or closes the question. An
+//!   answer told OK is never lost to the deadline.
 //! - Parking: the owner of a run that only waits (see
 //!   `RunRecord::parkable`) stops it and gives its lease up until the
 //!   earliest deadline of its questions (`parked` in its hash): no replica
@@ -32,8 +47,15 @@ use crate::error::Error;
 static ANSWER: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{NOW}{ANSWER_BODY}")));
 
 const ANSWER_BODY: &str = r"
--- KEYS[1] meta, KEYS[2] journal, KEYS[3] inbox; ARGV[1] question id,
--- ARGV[2] its answered unit, ARGV[3] the answer.
+-- KEYS[1] meta, KEYS[2] journal, KEYS[3] inbox, KEYS[4] taken;
+-- ARGV[1] question id, ARGV[2] its answered unit, ARGV[3] the answer,
+-- ARGV[4] the call's token.
+local by = redis.call('HGET', KEYS[4], ARGV[1])
+-- This very call's answer was taken (asked again: a forward that timed
+-- out, then the inbox), whatever happened since.
+if by and by == ARGV[4] then
+  return {4}
+end
 local m = redis.call('HMGET', KEYS[1], 'status', 'parked', 'owner')
 if not m[1] then
   return {-2}
@@ -45,20 +67,46 @@ local deadline = redis.call('HGET', KEYS[2], 'q/' .. ARGV[1])
 if not deadline then
   return {0}
 end
-if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 1 or redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then
+-- Closed by its owner at the deadline, or timed out (journaled).
+if by == '!' or redis.call('HEXISTS', KEYS[2], 'it/' .. ARGV[1]) == 1 then
+  return {3}
+end
+if by or redis.call('HEXISTS', KEYS[2], ARGV[2]) == 1 or redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then
   return {2}
 end
 if tonumber(deadline) < now then
   return {3}
 end
+local ttl = redis.call('PTTL', KEYS[1])
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
-redis.call('PEXPIRE', KEYS[3], redis.call('PTTL', KEYS[1]))
+redis.call('PEXPIRE', KEYS[3], ttl)
+redis.call('HSET', KEYS[4], ARGV[1], ARGV[4])
+redis.call('PEXPIRE', KEYS[4], ttl)
 -- A parked run is claimable at once: should the replica that took the
 -- answer not wake it, any replica's next round of claims does.
 if m[2] == '1' then
   redis.call('HSET', KEYS[1], 'lease_until', 0)
 end
 return {1, m[2] or '0'}
+";
+
+/// Closes a question its owner waited for until the deadline: hands over
+/// the answer the inbox took meanwhile, or closes the question for good.
+static CLOSE: LazyLock<Script> = LazyLock::new(|| Script::new(CLOSE_BODY));
+
+const CLOSE_BODY: &str = r"
+-- KEYS[1] meta, KEYS[2] inbox, KEYS[3] taken; ARGV[1] epoch, ARGV[2]
+-- question id.
+if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
+  return {-1}
+end
+local answer = redis.call('HGET', KEYS[2], ARGV[2])
+if answer then
+  return {1, answer}
+end
+redis.call('HSET', KEYS[3], ARGV[2], '!')
+redis.call('PEXPIRE', KEYS[3], redis.call('PTTL', KEYS[1]))
+return {0}
 ";
 
 /// Records a cancel of a running run.
@@ -137,6 +185,20 @@ pub enum Answered {
         /// The run is parked.
         parked: bool,
     },
+    /// This very call's answer had been taken (the call was made twice:
+    /// forwarded to a peer, then recorded here).
+    Taken,
+}
+
+/// What closing a question at its deadline found (see the module docs).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Closed {
+    /// An answer was taken before the deadline: the run takes it now.
+    Answer(Vec<u8>),
+    /// Nobody answered: the question takes no answer any more.
+    Unanswered,
+    /// Another replica owns the run now (this one was fenced).
+    Fenced,
 }
 
 fn decode(reply: &[Value]) -> Answered {
@@ -154,6 +216,7 @@ fn decode(reply: &[Value]) -> Answered {
         0 => Answered::NotAsked,
         2 => Answered::AlreadyAnswered,
         3 => Answered::TooLate,
+        4 => Answered::Taken,
         _ => Answered::Recorded {
             parked: int(reply.get(1)) == 1,
         },
@@ -163,7 +226,13 @@ fn decode(reply: &[Value]) -> Answered {
 impl RedisRuns {
     /// Records a person's answer to a run's open question (see the module
     /// docs).
-    pub async fn answer(&self, run_id: &str, question: Question<'_>) -> Result<Answered, Error> {
+    /// `token` names the call (see the module docs).
+    pub async fn answer(
+        &self,
+        run_id: &str,
+        question: Question<'_>,
+        token: &str,
+    ) -> Result<Answered, Error> {
         let (id, unit, value) = match question {
             Question::Approval(id, approved, reason) => (
                 id,
@@ -181,9 +250,11 @@ impl RedisRuns {
             .key(self.meta_key(run_id))
             .key(self.journal_key(run_id))
             .key(self.inbox_key(run_id))
+            .key(self.taken_key(run_id))
             .arg(id)
             .arg(unit)
             .arg(value)
+            .arg(token)
             .invoke_async(&mut c)
             .await
             .map_err(redis_error)?;
@@ -222,6 +293,28 @@ impl RedisRuns {
                 .map_err(redis_error)?;
         }
         Ok(answered)
+    }
+
+    /// Closes question `id` of run `run_id` (owned with `epoch`) at its
+    /// deadline: the answer taken before it, if any (see the module docs).
+    pub async fn close(&self, run_id: &str, epoch: u64, id: &str) -> Result<Closed, Error> {
+        let mut c = self.conn().await?;
+        let reply: Vec<Value> = CLOSE
+            .key(self.meta_key(run_id))
+            .key(self.inbox_key(run_id))
+            .key(self.taken_key(run_id))
+            .arg(epoch)
+            .arg(id)
+            .invoke_async(&mut c)
+            .await
+            .map_err(redis_error)?;
+        Ok(match (reply.first(), reply.get(1)) {
+            (Some(Value::Int(1)), Some(Value::BulkString(answer))) => {
+                Closed::Answer(answer.clone())
+            }
+            (Some(Value::Int(0)), _) => Closed::Unanswered,
+            _ => Closed::Fenced,
+        })
     }
 
     /// What a run's inbox holds.

@@ -38,7 +38,7 @@ mod meta;
 pub mod quota;
 mod sessions;
 
-use std::{collections::HashMap, time::Duration};
+use std::{collections::HashMap, sync::LazyLock, time::Duration};
 
 use lease::decode_claim;
 pub use lease::{Claim, mono_ms};
@@ -231,6 +231,10 @@ impl RedisRuns {
         format!("{}:run:{{{run_id}}}:inbox", self.config.key_prefix)
     }
 
+    fn taken_key(&self, run_id: &str) -> String {
+        format!("{}:run:{{{run_id}}}:taken", self.config.key_prefix)
+    }
+
     fn journal_key(&self, run_id: &str) -> String {
         format!("{}:run:{{{run_id}}}:journal", self.config.key_prefix)
     }
@@ -315,6 +319,9 @@ impl RedisRuns {
         }
         if let Some(origin) = &meta.forked_from {
             invocation.arg("ff").arg(origin.to_field());
+            // Not resumable until its history is written (see
+            // [`Self::started`]).
+            invocation.arg("starting").arg("1");
         }
         if let Some(origin) = &meta.replay_of {
             invocation.arg("ro").arg(origin);
@@ -584,6 +591,42 @@ impl RedisRuns {
             }
         }
         Ok(out)
+    }
+
+    /// A fork's history is written (owned with `epoch`): from now on a
+    /// replica that claims it resumes it. Until then (`starting` in its
+    /// hash) a claim ends it failed instead: a fork whose start failed, or
+    /// whose replica stopped while it wrote its history, never runs from
+    /// a part of it. `false` when another replica owns it now.
+    pub async fn started(&self, run_id: &str, epoch: u64) -> Result<bool, Error> {
+        static STARTED: LazyLock<Script> = LazyLock::new(|| {
+            Script::new(
+                "if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 0 end
+redis.call('HDEL', KEYS[1], 'starting')
+return 1",
+            )
+        });
+        let mut c = self.conn().await?;
+        let started: i64 = STARTED
+            .key(self.meta_key(run_id))
+            .arg(epoch)
+            .invoke_async(&mut c)
+            .await
+            .map_err(redis_error)?;
+        Ok(started == 1)
+    }
+
+    /// Whether run `run_id` is a fork whose history was never all
+    /// written (see [`Self::started`]).
+    pub async fn is_starting(&self, run_id: &str) -> Result<bool, Error> {
+        let mut c = self.conn().await?;
+        let starting: Option<String> = redis::cmd("HGET")
+            .arg(self.meta_key(run_id))
+            .arg("starting")
+            .query_async(&mut c)
+            .await
+            .map_err(redis_error)?;
+        Ok(starting.is_some())
     }
 
     /// A run's metadata, `None` when it is unknown (or expired).
