@@ -362,7 +362,7 @@ pub async fn follow(
         if replaying.get() && !e.replayed {
             replaying.set(false);
             view.close()?;
-            crate::out::outln!("── live from here (seq {}) ──", e.seq)?;
+            crate::out::outln!("── live from here (the fork's seq {}) ──", e.seq)?;
         }
         view.draw(e)?;
         if let Some(line) = crate::replay::line(e) {
@@ -376,7 +376,7 @@ pub async fn follow(
             view.close()?;
             let tail = from.run_id.len().saturating_sub(8);
             crate::out::outln!(
-                "── a fork of run …{} at seq {}, replayed up to there ──",
+                "── a fork of run …{} at its seq {}, replayed up to there ──",
                 from.run_id.get(tail..).unwrap_or(&from.run_id),
                 from.seq
             )?;

@@ -32,6 +32,11 @@ pub struct PipelineArgs {
     /// repeat for several, in order.
     #[arg(long = "answer", value_name = "TEXT")]
     answers: Vec<String>,
+    /// Start the pipeline detached (it outlives this command), print its
+    /// run id and return; follow it with `baton runs watch`. Into a pipe
+    /// or `$(…)` the id alone is printed.
+    #[arg(long, conflicts_with_all = ["approve", "deny", "answers"])]
+    detach: bool,
     #[command(flatten)]
     steer: crate::steer::Steer,
 }
@@ -78,6 +83,7 @@ pub async fn run(args: PipelineArgs) -> anyhow::Result<()> {
     if settings.is_some() {
         request.settings = settings;
     }
+    request.detach = args.detach;
     let (client, links) = crate::follow::with_links(args.target.connect().await?);
     let steps: Vec<(String, String)> = request
         .pipeline
@@ -105,6 +111,15 @@ pub async fn run(args: PipelineArgs) -> anyhow::Result<()> {
         }
         Err(e) => return Err(e.into()),
     };
+    if args.detach {
+        let mut events = events;
+        let (run_id, trace_id) = crate::runs::started(&mut events).await?;
+        let sentence = format!(
+            "pipeline run {run_id} started, detached (trace {trace_id}): baton runs watch {run_id}"
+        );
+        let json = serde_json::json!({"runId": run_id, "traceId": trace_id});
+        return crate::runs::detached(args.json, &json, &run_id, &sentence);
+    }
     crate::follow::follow(
         &client,
         events,

@@ -10,9 +10,7 @@
 
 use baton_client::{OrchestratorClient, pb};
 use clap::Args;
-use futures::StreamExt;
 use serde_json::json;
-use std::io::IsTerminal as _;
 
 /// `baton run` arguments.
 #[derive(Args)]
@@ -232,28 +230,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     if args.detach {
         // The first event is RunStarted: the run exists and goes on alone.
-        let first = events
-            .next()
-            .await
-            .ok_or_else(|| anyhow::anyhow!("the stream ended before the run started"))??;
-        if args.json {
-            crate::out::outln!(
-                "{}",
-                json!({"run_id": first.run_id, "trace_id": first.trace_id})
-            )?;
-        } else if !std::io::stdout().is_terminal() {
-            // `RID=$(baton run … --detach)`: the id alone.
-            crate::out::outln!("{}", first.run_id)?;
-        } else {
-            let line = format!(
-                "run {} started, detached (trace {}): baton runs watch {}",
-                first.run_id, first.trace_id, first.run_id
-            );
-            crate::out::outln!(
-                "{}",
-                crate::view::wrap_whole(&line, crate::view::terminal_columns())
-            )?;
-        }
+        let (run_id, trace_id) = crate::runs::started(&mut events).await?;
+        let sentence =
+            format!("run {run_id} started, detached (trace {trace_id}): baton runs watch {run_id}");
+        let json = json!({"runId": run_id, "traceId": trace_id});
+        crate::runs::detached(args.json, &json, &run_id, &sentence)?;
         return Ok(());
     }
     crate::follow::follow(

@@ -89,7 +89,8 @@ enum RunsCmd {
     Fork {
         /// The run's id, or a unique start or end of it.
         run_id: String,
-        /// The seq of the fork point (`baton runs watch` shows seqs).
+        /// The seq of the fork point: `baton runs watch RUN_ID --json` gives
+        /// every event's seq, the console shows them on the run's page.
         #[arg(long, value_name = "SEQ")]
         at: u64,
         /// At a model turn: the text the model answers instead.
@@ -220,18 +221,7 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
                     if args.json {
                         crate::out::outln!(
                             "{}",
-                            json!({
-                                "run_id": r.run_id,
-                                "trace_id": r.trace_id,
-                                "kind": r.kind().as_str_name(),
-                                "target": r.target,
-                                "status": status_name(r.status),
-                                "waiting_for": waits,
-                                "started_at": time(&r.started_at),
-                                "ended_at": time(&r.ended_at),
-                                "last_seq": r.last_seq,
-                                "detached": r.detached,
-                            })
+                            list::summary_json(r, &status_name(r.status), waits,)
                         )?;
                     } else {
                         let started = match time(&r.started_at) {
@@ -261,20 +251,7 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
             let run_id = id::resolve(&client, &run_id).await?;
             let r = client.get_run(&run_id).await?;
             if args.json {
-                let value = json!({
-                    "run_id": r.run_id,
-                    "trace_id": r.trace_id,
-                    "kind": r.kind().as_str_name(),
-                    "target": r.target,
-                    "status": status_name(r.status),
-                    "started_at": time(&r.started_at),
-                    "ended_at": time(&r.ended_at),
-                    "output": r.output,
-                    "run_context_json": r.run_context_json,
-                    "error_code": r.error_code,
-                    "error_message": r.error_message,
-                    "last_seq": r.last_seq,
-                });
+                let value = list::get_json(&r, &status_name(r.status));
                 crate::out::outln!("{value}")?;
                 return Ok(());
             }
@@ -364,20 +341,12 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
             let (client, links) = crate::follow::with_links(client);
             let mut events = client.fork_run(request).await?;
             if detach {
-                use futures::StreamExt as _;
-                // The first event names the fork.
-                let first = events.next().await.transpose()?;
-                let (fork_id, trace_id) = first.map(|e| (e.run_id, e.trace_id)).unwrap_or_default();
-                if args.json {
-                    crate::out::outln!(
-                        "{}",
-                        json!({"run_id": fork_id, "trace_id": trace_id, "forked_from": {"run_id": run_id, "seq": at}})
-                    )?;
-                } else {
-                    crate::out::outln!("fork {fork_id} of run {run_id} at seq {at}")?;
-                    crate::out::outln!("follow it: baton runs watch {fork_id}")?;
-                }
-                return Ok(());
+                let (fork_id, trace_id) = started(&mut events).await?;
+                let json = json!({"runId": fork_id, "traceId": trace_id, "forkedFrom": {"runId": run_id, "seq": at}});
+                let sentence = format!(
+                    "fork {fork_id} of run {run_id} (at its seq {at}) started, detached: baton runs watch {fork_id}"
+                );
+                return detached(args.json, &json, &fork_id, &sentence);
             }
             follow(
                 &client,
@@ -404,21 +373,12 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
             let (client, links) = crate::follow::with_links(client);
             let mut events = client.replay_run(request).await?;
             if detach {
-                use futures::StreamExt as _;
-                // The first event names the replay.
-                let first = events.next().await.transpose()?;
-                let (replay_id, trace_id) =
-                    first.map(|e| (e.run_id, e.trace_id)).unwrap_or_default();
-                if args.json {
-                    crate::out::outln!(
-                        "{}",
-                        json!({"run_id": replay_id, "trace_id": trace_id, "replay_of": run_id, "strict": strict})
-                    )?;
-                } else {
-                    crate::out::outln!("replay {replay_id} of run {run_id}")?;
-                    crate::out::outln!("follow it: baton runs watch {replay_id}")?;
-                }
-                return Ok(());
+                let (replay_id, trace_id) = started(&mut events).await?;
+                let json = json!({"runId": replay_id, "traceId": trace_id, "replayOf": run_id, "strict": strict});
+                let sentence = format!(
+                    "replay {replay_id} of run {run_id} started, detached: baton runs watch {replay_id}"
+                );
+                return detached(args.json, &json, &replay_id, &sentence);
             }
             follow(
                 &client,
@@ -435,11 +395,44 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
             let status = client.cancel(&run_id, &reason).await?;
             let name = status_name(status as i32);
             if args.json {
-                crate::out::outln!("{}", json!({"run_id": run_id, "status": name}))?;
+                crate::out::outln!("{}", json!({"runId": run_id, "status": name}))?;
             } else {
                 crate::out::outln!("run {run_id}: {name}")?;
             }
             Ok(())
         }
     }
+}
+
+/// The ids of a run just started detached: its first event names it.
+pub(crate) async fn started(events: &mut baton_client::Events) -> anyhow::Result<(String, String)> {
+    use futures::StreamExt as _;
+    let first = events
+        .next()
+        .await
+        .ok_or_else(|| anyhow::anyhow!("the stream ended before the run started"))??;
+    Ok((first.run_id, first.trace_id))
+}
+
+/// What a command that started a run detached prints: `--json`, its ids;
+/// into a pipe (`RID=$(baton … --detach)`), the id alone; at a terminal,
+/// `sentence`, wrapped.
+pub(crate) fn detached(
+    json: bool,
+    value: &serde_json::Value,
+    run_id: &str,
+    sentence: &str,
+) -> anyhow::Result<()> {
+    use std::io::IsTerminal as _;
+    if json {
+        crate::out::outln!("{value}")?;
+    } else if !std::io::stdout().is_terminal() {
+        crate::out::outln!("{run_id}")?;
+    } else {
+        crate::out::outln!(
+            "{}",
+            crate::view::wrap_whole(sentence, crate::view::terminal_columns())
+        )?;
+    }
+    Ok(())
 }

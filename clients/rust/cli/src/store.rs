@@ -159,9 +159,9 @@ fn slot_json(s: &pb::SlotInfo) -> serde_json::Value {
     json!({
         "key": s.key,
         "version": s.version,
-        "size_bytes": s.size_bytes,
-        "content_type": s.content_type,
-        "expires_at_ms": expires(s.expires_at),
+        "sizeBytes": s.size_bytes,
+        "contentType": s.content_type,
+        "expiresAtMs": expires(s.expires_at),
     })
 }
 
@@ -213,7 +213,7 @@ pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
                 .await?;
             crate::out::outln!(
                 "{}",
-                json!({"version": r.version, "expires_at_ms": expires(r.expires_at)})
+                json!({"version": r.version, "expiresAtMs": expires(r.expires_at)})
             )?;
         }
         StoreCmd::Get {
@@ -242,7 +242,7 @@ pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
             }
             crate::out::outln!(
                 "{}",
-                json!({"used_bytes": r.used_bytes, "used_keys": r.used_keys})
+                json!({"usedBytes": r.used_bytes, "usedKeys": r.used_keys})
             )?;
         }
         StoreCmd::Delete {
@@ -280,7 +280,7 @@ pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
             for (key, r) in keys.iter().zip(client.put_many(&trace_id, entries).await?) {
                 crate::out::outln!(
                     "{}",
-                    json!({"key": key, "version": r.version, "expires_at_ms": expires(r.expires_at)})
+                    json!({"key": key, "version": r.version, "expiresAtMs": expires(r.expires_at)})
                 )?;
             }
         }
@@ -310,9 +310,9 @@ pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
                         "kind": c.kind().as_str_name().trim_start_matches("SLOT_CHANGE_KIND_").to_lowercase(),
                         "key": c.key,
                         "version": c.version,
-                        "size_bytes": c.size_bytes,
-                        "content_type": c.content_type,
-                        "expires_at_ms": expires(c.expires_at),
+                        "sizeBytes": c.size_bytes,
+                        "contentType": c.content_type,
+                        "expiresAtMs": expires(c.expires_at),
                     })
                 )?;
             }

@@ -69,15 +69,15 @@ async fn store_commands_round_trip_and_report_errors() {
         let shown = on_terminal(&format!("store --endpoint {ep} get {t} raw"), &[]);
         assert_eq!(shown, "from stdin\r\n");
         let meta = json(&baton(ep, &["get", t, "notes/plan", "--meta"], None));
-        assert_eq!(meta["content_type"], "text/plain");
-        assert_eq!(meta["size_bytes"], 6);
+        assert_eq!(meta["contentType"], "text/plain");
+        assert_eq!(meta["sizeBytes"], 6);
         // A value given as text is stored as text; stdin stays bytes.
         let other = "5cf92f3577b34da6a3ce929d0e0e4736";
         json(&baton(ep, &["put", other, "note", "hello"], None));
         let meta = json(&baton(ep, &["get", other, "note", "--meta"], None));
-        assert_eq!(meta["content_type"], "text/plain; charset=utf-8");
+        assert_eq!(meta["contentType"], "text/plain; charset=utf-8");
         let meta = json(&baton(ep, &["get", t, "raw", "--meta"], None));
-        assert_eq!(meta["content_type"], "application/octet-stream");
+        assert_eq!(meta["contentType"], "application/octet-stream");
 
         let list = baton(ep, &["list", t, "--prefix", "notes/"], None);
         let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&list.stdout)
@@ -86,7 +86,7 @@ async fn store_commands_round_trip_and_report_errors() {
             .collect();
         assert_eq!(lines.len(), 2, "one slot, then usage");
         assert_eq!(lines[0]["key"], "notes/plan");
-        assert_eq!(lines[1]["used_keys"], 2);
+        assert_eq!(lines[1]["usedKeys"], 2);
 
         let stale = baton(ep, &["put", t, "raw", "x", "--expected-version", "1"], None);
         assert!(!stale.status.success());
@@ -512,13 +512,13 @@ agents:
                 .expect("run baton")
         };
         let started = json(&cli(&["run", "slow", "plans", "--detach", "--json"]));
-        let id = started["run_id"].as_str().expect("run id").to_owned();
-        assert_eq!(started["trace_id"].as_str().map(str::len), Some(32));
+        let id = started["runId"].as_str().expect("run id").to_owned();
+        assert_eq!(started["traceId"].as_str().map(str::len), Some(32));
 
         // The command returned; the run goes on and is listed.
         let listed = cli(&["runs", "list", "--json"]);
         let line = json(&listed);
-        assert_eq!(line["run_id"], id.as_str());
+        assert_eq!(line["runId"], id.as_str());
         assert_eq!(line["detached"], true);
         assert_eq!(line["target"], "slow");
 
@@ -543,7 +543,7 @@ agents:
 
         // A run that would never end is cancelled from another command.
         let forever = json(&cli(&["run", "forever", "x", "--detach", "--json"]));
-        let forever = forever["run_id"].as_str().expect("id").to_owned();
+        let forever = forever["runId"].as_str().expect("id").to_owned();
         let running =
             String::from_utf8_lossy(&cli(&["runs", "list", "--status", "running"]).stdout)
                 .into_owned();

@@ -266,7 +266,7 @@ fn ctrl_c_of_baton_run_says_cancelled() {
     // Watching a detached run: Ctrl-C stops watching; the run goes on.
     let started = up.cli(&["run", "forever", "x", "--detach", "--json"]);
     let started: serde_json::Value = serde_json::from_slice(&started.stdout).expect("json");
-    let id = started["run_id"].as_str().expect("id");
+    let id = started["runId"].as_str().expect("id");
     let mut watch = Pty::start(&["runs", "watch", id], &up.endpoint, 80);
     watch.wait_for("sleep {\"ms\":60000}");
     watch.type_keys(b"\x03");

@@ -118,7 +118,7 @@ fn runs_get_and_list_for_people_and_scripts() {
     let trace = {
         let out = up.cli(&["runs", "get", &waiting, "--json"]);
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-        v["trace_id"].as_str().expect("trace").to_owned()
+        v["traceId"].as_str().expect("trace").to_owned()
     };
     // Until it asks.
     let end = std::time::Instant::now() + Duration::from_secs(10);
@@ -141,9 +141,9 @@ fn runs_get_and_list_for_people_and_scripts() {
     let mine = text(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json"))
-        .find(|r| r["run_id"] == waiting.as_str())
+        .find(|r| r["runId"] == waiting.as_str())
         .expect("listed");
-    assert_eq!(mine["waiting_for"], "an answer");
+    assert_eq!(mine["waitingFor"], "an answer");
     let out = up.cli(&["runs", "get", &waiting]);
     let shown = text(&out.stdout);
     assert!(
@@ -691,4 +691,104 @@ fn baton_ups_log_is_for_a_person_at_a_terminal() {
         Some(36),
         "ids whole: {line}"
     );
+}
+
+/// Forks and replays in scripts and for people: `runs fork --detach` and
+/// `runs replay --detach` into `$(…)` print the new run's id alone (as
+/// `baton run --detach` does), `--json` camelCase as the events;
+/// `runs list` and `runs get` say a run is a fork or a replay, and of
+/// which run, in text and `--json`; `baton pipeline FILE --detach` starts
+/// a pipeline detached.
+#[test]
+fn forks_replays_and_detached_pipelines_in_scripts() {
+    let up = Up::start(&[]);
+    let origin = detach(&up, "researcher");
+    let out = up.cli(&["runs", "watch", &origin, "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let at = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json"))
+        .find(|e| e["contextId"] == "root" && e.get("toolCallCompleted").is_some())
+        .and_then(|e| e["seq"].as_str().map(str::to_owned))
+        .expect("a tool result in the root context");
+
+    let out = up.cli(&["runs", "fork", &origin, "--at", &at, "--detach"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let fork = text(&out.stdout).trim_end().to_owned();
+    assert!(
+        fork.len() == 36 && !fork.contains(char::is_whitespace),
+        "the fork's id alone: {fork:?}"
+    );
+    let out = up.cli(&["runs", "fork", &origin, "--at", &at, "--detach", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(json["forkedFrom"]["runId"], origin.as_str(), "{json}");
+    assert_eq!(json["forkedFrom"]["seq"], at.parse::<u64>().expect("seq"));
+    assert_eq!(json["runId"].as_str().map(str::len), Some(36), "{json}");
+
+    let out = up.cli(&["runs", "watch", &origin, "--json"]);
+    assert!(out.status.success());
+    let out = up.cli(&["runs", "replay", &origin, "--detach"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let replay = text(&out.stdout).trim_end().to_owned();
+    assert_eq!(replay.len(), 36, "the replay's id alone: {replay:?}");
+
+    // What each is, for people and for programs.
+    let out = up.cli(&["runs", "get", &fork]);
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains(&format!("from     fork of run {origin} at its seq {at}")),
+        "{shown}"
+    );
+    let got: serde_json::Value =
+        serde_json::from_slice(&up.cli(&["runs", "get", &fork, "--json"]).stdout).expect("json");
+    assert_eq!(got["forkedFrom"]["runId"], origin.as_str(), "{got}");
+    let got: serde_json::Value =
+        serde_json::from_slice(&up.cli(&["runs", "get", &replay, "--json"]).stdout).expect("json");
+    assert_eq!(got["replayOf"], origin.as_str(), "{got}");
+    let list = text(&up.cli(&["runs", "list"]).stdout);
+    let row = |id: &str| {
+        list.lines()
+            .find(|l| l.starts_with(id))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(
+        row(&fork).contains(&format!("fork of run {origin} at its seq {at}")),
+        "{list}"
+    );
+    assert!(
+        row(&replay).contains(&format!("replay of run {origin}")),
+        "{list}"
+    );
+    let listed: Vec<serde_json::Value> = text(&up.cli(&["runs", "list", "--json"]).stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    let of = |id: &str| listed.iter().find(|r| r["runId"] == id).expect("listed");
+    assert_eq!(of(&fork)["forkedFrom"]["runId"], origin.as_str());
+    assert_eq!(of(&replay)["replayOf"], origin.as_str());
+    assert!(of(&origin).get("forkedFrom").is_none());
+
+    // A pipeline, detached.
+    let dir = std::env::temp_dir().join(format!("baton-cli-pipeline-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let file = dir.join("two.yaml");
+    std::fs::write(
+        &file,
+        "name: two\nmode: sequential\nsteps:\n  - {id: a, agent: long, task: one}\n  - {id: b, agent: fact_checker, task: two}\n",
+    )
+    .expect("write the pipeline");
+    let out = up.cli(&["pipeline", file.to_str().expect("utf-8"), "--detach"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let pipeline = text(&out.stdout).trim_end().to_owned();
+    assert_eq!(
+        pipeline.len(),
+        36,
+        "the pipeline run's id alone: {pipeline:?}"
+    );
+    let got: serde_json::Value =
+        serde_json::from_slice(&up.cli(&["runs", "get", &pipeline, "--json"]).stdout)
+            .expect("json");
+    assert_eq!(got["kind"], "RUN_KIND_PIPELINE", "{got}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

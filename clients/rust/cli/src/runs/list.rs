@@ -4,6 +4,7 @@
 //! a running run waits for a person, as the server says it.
 
 use baton_client::pb;
+use serde_json::{Value, json};
 
 use crate::view::{Wrap, cols};
 
@@ -39,6 +40,78 @@ fn shown_status(status: &str, waits: Option<&str>) -> String {
         Some(_) => "waiting".into(),
         None => status.into(),
     }
+}
+
+/// The run a fork was forked from, or a replay replays: `fork of run …ID
+/// at its seq N`, `replay of run …ID` (the id's last 8 characters, as
+/// `runs list` shows ids that fit).
+fn origin(forked_from: &Option<pb::RunOrigin>, replay_of: &str, short: bool) -> Option<String> {
+    let id = |id: &str| {
+        let tail = id.len().saturating_sub(8);
+        match short {
+            true => format!("…{}", id.get(tail..).unwrap_or(id)),
+            false => id.to_owned(),
+        }
+    };
+    if let Some(from) = forked_from {
+        Some(format!(
+            "fork of run {} at its seq {}",
+            id(&from.run_id),
+            from.seq
+        ))
+    } else if !replay_of.is_empty() {
+        Some(format!("replay of run {}", id(replay_of)))
+    } else {
+        None
+    }
+}
+
+/// The JSON of `forked_from` and `replay_of`, as events name them.
+fn origin_json(value: &mut Value, forked_from: &Option<pb::RunOrigin>, replay_of: &str) {
+    if let Some(from) = forked_from {
+        value["forkedFrom"] = json!({"runId": from.run_id, "seq": from.seq});
+    }
+    if !replay_of.is_empty() {
+        value["replayOf"] = json!(replay_of);
+    }
+}
+
+/// `baton runs list --json`: one run (camelCase, as events are).
+pub(super) fn summary_json(r: &pb::RunSummary, status: &str, waits: Option<&str>) -> Value {
+    let mut value = json!({
+        "runId": r.run_id,
+        "traceId": r.trace_id,
+        "kind": r.kind().as_str_name(),
+        "target": r.target,
+        "status": status,
+        "waitingFor": waits,
+        "startedAt": time(&r.started_at),
+        "endedAt": time(&r.ended_at),
+        "lastSeq": r.last_seq,
+        "detached": r.detached,
+    });
+    origin_json(&mut value, &r.forked_from, &r.replay_of);
+    value
+}
+
+/// `baton runs get --json`.
+pub(super) fn get_json(r: &pb::GetRunResponse, status: &str) -> Value {
+    let mut value = json!({
+        "runId": r.run_id,
+        "traceId": r.trace_id,
+        "kind": r.kind().as_str_name(),
+        "target": r.target,
+        "status": status,
+        "startedAt": time(&r.started_at),
+        "endedAt": time(&r.ended_at),
+        "output": r.output,
+        "runContextJson": r.run_context_json,
+        "errorCode": r.error_code,
+        "errorMessage": r.error_message,
+        "lastSeq": r.last_seq,
+    });
+    origin_json(&mut value, &r.forked_from, &r.replay_of);
+    value
 }
 
 /// The header line.
@@ -79,7 +152,12 @@ pub(super) fn row(
             r.last_seq,
             started,
             r.trace_id,
-            if r.detached { "  detached" } else { "" }
+            match (r.detached, origin(&r.forked_from, &r.replay_of, false)) {
+                (_, Some(origin)) if r.detached => format!("  detached, {origin}"),
+                (_, Some(origin)) => format!("  {origin}"),
+                (true, None) => "  detached".into(),
+                (false, None) => String::new(),
+            }
         );
     };
     let mut first = format!("{:<36}  {:<9}  {}", r.run_id, status, r.target);
@@ -98,6 +176,7 @@ pub(super) fn row(
     if r.detached {
         details.push("detached".into());
     }
+    details.extend(origin(&r.forked_from, &r.replay_of, true));
     if let Some(w) = waits {
         details.push(format!("waits for {w}"));
     }
@@ -136,6 +215,9 @@ pub(super) fn get(
         ("trace", r.trace_id.clone()),
         ("started", format!("{} UTC", date(&r.started_at))),
     ];
+    if let Some(origin) = origin(&r.forked_from, &r.replay_of, false) {
+        lines.push(("from", origin));
+    }
     if !ended.is_empty() {
         lines.push(("ended", format!("{ended} UTC")));
     }

@@ -194,7 +194,7 @@ impl Up {
                 .lines()
                 .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json"))
                 .find(|r| r["target"] == target)
-                .and_then(|r| r["run_id"].as_str().map(str::to_owned));
+                .and_then(|r| r["runId"].as_str().map(str::to_owned));
             if let Some(id) = found {
                 return id;
             }
