@@ -727,3 +727,169 @@ async fn a_run_context_edit_takes_the_point_as_recorded_then_sets_the_context() 
         );
     }
 }
+
+const PEOPLE: &str = r#"
+scripts:
+  payer:
+    - {calls: [{tool: write_context, args: {key: "pay/order", value: "42"}}]}
+    - {text: "payer saw: {{results}}"}
+  interviewer:
+    - {calls: [{tool: ask_user, args: {question: "Which city?", options: [Paris, Lisbon]}}]}
+    - {text: "planned {{results}}"}
+  echo: [{text: "echo of {{input}}"}]
+agents:
+  payer:
+    model: "scripted:payer"
+    tools: [write_context]
+    approvals: {write_context: always}
+  interviewer: {model: "scripted:interviewer", tools: [ask_user]}
+  echo: {model: "scripted:echo"}
+"#;
+
+/// The edits at a person's answer and at a step's end, end to end: an
+/// approval granted in the run and denied in the fork (the fork's
+/// `ApprovalResolved` says the fork's edit decided, not a person), an
+/// input answered Paris and Lisbon in the fork, a step's output replaced
+/// (the next step reads the replacement). Each fork runs on from its point
+/// with the edit, and says so in the point's event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approval_input_and_step_output_edits_reach_what_runs_after_them() {
+    use pb::fork_edit::Edit;
+    let server = OrchestratorServer::start(PEOPLE, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let client = server.client().await.expect("client");
+
+    // An approval, granted by a person in the run.
+    let mut request = baton_e2e::agent_request("payer", "x");
+    request.approval_mode = pb::ApprovalMode::Ask as i32;
+    let mut stream = client.run_agent(request).await.expect("run");
+    let mut origin = Vec::new();
+    while let Some(e) = stream.next().await {
+        let e = e.expect("event");
+        if let Some(Payload::ApprovalRequested(a)) = &e.payload {
+            client
+                .resolve_approval(&e.run_id, &a.approval_id, true, "fine")
+                .await
+                .expect("approve");
+        }
+        origin.push(e);
+    }
+    assert!(!output(&origin).contains("denied"), "{}", output(&origin));
+    let at = seq_of(&origin, |e| {
+        matches!(e.payload, Some(Payload::ApprovalResolved(_)))
+    });
+    let fork = fork_to_end(
+        &client,
+        &origin[0].run_id,
+        at,
+        Some(Edit::Approval(pb::ApprovalEdit {
+            approved: false,
+            reason: "too costly".into(),
+        })),
+    )
+    .await
+    .expect("fork");
+    check_fork_stream(&fork, &origin[0].run_id, at);
+    let resolved: Vec<&pb::ApprovalResolved> = fork
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Some(Payload::ApprovalResolved(r)) => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(resolved.len(), 1);
+    assert!(!resolved[0].approved);
+    assert_eq!(resolved[0].reason, "too costly");
+    assert_eq!(resolved[0].source, pb::ApprovalSource::Fork as i32);
+    assert!(
+        output(&fork).contains("denied: too costly"),
+        "the model read the denial: {}",
+        output(&fork)
+    );
+
+    // An input, answered Paris in the run, Lisbon in the fork.
+    let mut stream = client
+        .run_agent(baton_e2e::agent_request("interviewer", "x"))
+        .await
+        .expect("run");
+    let mut origin = Vec::new();
+    while let Some(e) = stream.next().await {
+        let e = e.expect("event");
+        if let Some(Payload::InputRequested(q)) = &e.payload {
+            client
+                .submit_input(&e.run_id, &q.input_id, "Paris")
+                .await
+                .expect("answer");
+        }
+        origin.push(e);
+    }
+    assert!(output(&origin).contains("Paris"), "{}", output(&origin));
+    let at = seq_of(&origin, |e| {
+        matches!(e.payload, Some(Payload::InputReceived(_)))
+    });
+    let fork = fork_to_end(
+        &client,
+        &origin[0].run_id,
+        at,
+        Some(Edit::Input("Lisbon".into())),
+    )
+    .await
+    .expect("fork");
+    check_fork_stream(&fork, &origin[0].run_id, at);
+    assert!(
+        fork.iter()
+            .any(|e| matches!(&e.payload, Some(Payload::InputReceived(r)) if r.input == "Lisbon"))
+    );
+    assert!(output(&fork).contains("Lisbon"), "{}", output(&fork));
+    assert!(!output(&fork).contains("Paris"), "{}", output(&fork));
+
+    // A step's output, replaced: the next step reads the replacement.
+    let step = |id: &str, task: &str| pb::PipelineStep {
+        id: id.into(),
+        agent: "echo".into(),
+        task: task.into(),
+        ..Default::default()
+    };
+    let mut first = step("first", "one");
+    first.output_to = "notes".into();
+    let mut second = step("second", "two");
+    second.input_from = vec!["notes".into()];
+    let origin = client
+        .run_pipeline_to_end(pb::RunPipelineRequest {
+            pipeline: Some(pb::PipelineSpec {
+                name: "two".into(),
+                steps: vec![first, second],
+                mode: pb::PipelineMode::Sequential as i32,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("pipeline");
+    let at = seq_of(
+        &origin,
+        |e| matches!(&e.payload, Some(Payload::StepCompleted(s)) if s.step_id == "first"),
+    );
+    let fork = fork_to_end(
+        &client,
+        &origin[0].run_id,
+        at,
+        Some(Edit::StepOutput("edited notes".into())),
+    )
+    .await
+    .expect("fork");
+    check_fork_stream(&fork, &origin[0].run_id, at);
+    let outputs: Vec<(String, String)> = fork
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Some(Payload::StepCompleted(s)) => Some((s.step_id.clone(), s.output.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(outputs[0], ("first".into(), "edited notes".into()));
+    assert!(
+        outputs[1].1.contains("edited notes") && !outputs[1].1.contains("echo of one"),
+        "the next step read the edit: {outputs:?}"
+    );
+}

@@ -417,7 +417,7 @@ export class TreeView {
       const r = item.resolved;
       const source = String(r.source || '').replace(/^APPROVAL_SOURCE_/, '').toLowerCase();
       p.body.append(h('div', { class: `verdict ${state}`, 'data-testid': 'approval-result' },
-        `${state}${source ? ` by ${source === 'mode' ? 'the approval mode' : source}` : ''}${r.reason ? `: ${r.reason}` : ''}`));
+        `${state}${source ? ` by ${{ mode: 'the approval mode', fork: "the fork's edit" }[source] || source}` : ''}${r.reason ? `: ${r.reason}` : ''}`));
     }
     if (item.errorText) p.body.append(h('div', { class: 'error', role: 'alert', 'data-testid': 'item-error', text: item.errorText }));
   }

@@ -133,6 +133,7 @@ impl Question {
                 Some(match a.source() {
                     pb::ApprovalSource::Deadline => format!("no answer in time: {verdict}"),
                     pb::ApprovalSource::Mode => format!("{verdict} by the run's approval mode"),
+                    pb::ApprovalSource::Fork => format!("{verdict} by the fork's edit{reason}"),
                     _ => format!("{verdict} elsewhere{reason}"),
                 })
             }

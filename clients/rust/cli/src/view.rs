@@ -473,6 +473,8 @@ impl View {
                 let tool = tool.map(|t| format!(" {t}")).unwrap_or_default();
                 let reason = match (a.source(), a.reason.as_str()) {
                     (pb::ApprovalSource::Mode, r) => format!(" (the run's approval mode, {r})"),
+                    (pb::ApprovalSource::Fork, "") => " (the fork's edit)".into(),
+                    (pb::ApprovalSource::Fork, r) => format!(" (the fork's edit: {r})"),
                     (_, "") => String::new(),
                     (_, r) => format!(" ({r})"),
                 };

@@ -374,7 +374,7 @@ fn edit_of(edit: fork_edit::Edit, max_context: usize) -> Result<Edit> {
                 if let Payload::ApprovalResolved(r) = payload {
                     r.approved = a.approved;
                     r.reason.clone_from(&a.reason);
-                    r.source = pb::ApprovalSource::Person as i32;
+                    r.source = pb::ApprovalSource::Fork as i32;
                 }
                 (
                     unit.to_owned(),
