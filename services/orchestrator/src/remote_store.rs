@@ -189,11 +189,22 @@ fn from_client(e: ClientError, trace_id: &TraceId, key: &str) -> Error {
             current: e.current_version(),
         },
         Code::Unavailable | Code::DeadlineExceeded => Error::Unavailable(message),
-        // The remote store's own message already names the field.
-        Code::InvalidArgument | Code::ResourceExhausted | Code::Aborted => Error::Remote {
-            code: e.code(),
-            message,
-        },
+        // The remote store's own message already names the field; a
+        // batch's refused entry comes with its index.
+        Code::InvalidArgument | Code::ResourceExhausted | Code::Aborted => {
+            let remote = Error::Remote {
+                code: e.code(),
+                message,
+            };
+            match e.entry() {
+                Some(index) => Error::InEntry {
+                    index,
+                    key: key.to_owned(),
+                    source: Box::new(remote),
+                },
+                None => remote,
+            }
+        }
         _ => Error::Internal(format!("context store: {message}")),
     }
 }

@@ -139,6 +139,10 @@ impl Error {
         let Self::InEntry { index, key, source } = self else {
             return self.to_string();
         };
+        // A remote store's message names the entry already.
+        if let Self::Remote { message, .. } = &**source {
+            return message.clone();
+        }
         let text = source.to_string();
         match source.field() {
             Some(f) if text.starts_with(&format!("{f}: ")) && !f.starts_with("quotas.") => {
@@ -184,6 +188,10 @@ impl Error {
 pub const FIELD_METADATA: &str = "baton-field";
 /// Metadata key carrying a slot's current version on a version mismatch.
 pub const CURRENT_VERSION_METADATA: &str = "baton-current-version";
+/// Metadata key carrying the index of the batch entry an error is about
+/// (a batched write's refused entry), whatever its field says (a tenant
+/// quota names itself, not the entry).
+pub const ENTRY_METADATA: &str = "baton-entry";
 
 impl Error {
     /// The gRPC code this error is reported with.
@@ -215,7 +223,12 @@ impl From<Error> for Status {
             status.metadata_mut().insert(FIELD_METADATA, value);
         }
         let inner = match &e {
-            Error::InEntry { source, .. } => source,
+            Error::InEntry { index, source, .. } => {
+                status
+                    .metadata_mut()
+                    .insert(ENTRY_METADATA, MetadataValue::from(*index as u64));
+                source
+            }
             e => e,
         };
         if let Error::VersionMismatch {

@@ -46,6 +46,11 @@ impl Error {
         self.metadata("baton-current-version")?.parse().ok()
     }
 
+    /// On a batched write's refusal: the index of the entry refused.
+    pub fn entry(&self) -> Option<usize> {
+        self.metadata("baton-entry")?.parse().ok()
+    }
+
     /// The message the server gave.
     pub fn message(&self) -> String {
         match self {

@@ -198,16 +198,13 @@ fn output_put(rt: &Run, key: &str, output: &str) -> Put {
 }
 
 /// The entry of a batched write the store refused: the one its error
-/// names — `entries[N]`, as a backend's error carries it or as the store
-/// service's message starts — else the first (the whole call failed).
+/// names (a backend's `InEntry`; the store service sends the index in its
+/// status's metadata, never parsed from the message), else the first (the
+/// whole call failed).
 fn refused_entry(e: &StoreError) -> usize {
     match e {
+        // A remote store says which in its error's metadata (`baton-entry`).
         StoreError::InEntry { index, .. } => *index,
-        StoreError::Remote { message, .. } => message
-            .strip_prefix("entries[")
-            .and_then(|rest| rest.split_once(']'))
-            .and_then(|(n, _)| n.parse().ok())
-            .unwrap_or(0),
         _ => 0,
     }
 }
