@@ -184,7 +184,7 @@ pub(super) async fn stored_history(
     }
     // The journal after the events: an append writes both at once, so
     // every point among the events read is in it.
-    let recording = stored_recording(durable.journal(run_id).await?);
+    let recording = stored_recording(run_id, durable.journal(run_id).await?)?;
     // No packed chunks: a durable fork writes every replayed event to the
     // run store, so it has them all decoded.
     Ok(History {
@@ -195,8 +195,12 @@ pub(super) async fn stored_history(
 }
 
 /// A durable run's recording from its journal: each point whose `#{unit}`
-/// field says the seq it ended at.
-fn stored_recording(mut journal: HashMap<String, Vec<u8>>) -> Vec<Recorded> {
+/// field says the seq it ended at. A span id (`sp/…`) is no point and has
+/// none; any other record without one means the journal is not what its
+/// writes make (one script writes a point's record and its seq together),
+/// and the history is refused rather than replayed without that point
+/// (which would do it again, live).
+fn stored_recording(run_id: &str, mut journal: HashMap<String, Vec<u8>>) -> Result<Vec<Recorded>> {
     let seqs: Vec<(String, u64)> = journal
         .iter()
         .filter_map(|(k, v)| {
@@ -216,8 +220,21 @@ fn stored_recording(mut journal: HashMap<String, Vec<u8>>) -> Vec<Recorded> {
             })
         })
         .collect();
+    let mut unplaced: Vec<&String> = journal
+        .keys()
+        .filter(|k| !k.starts_with('#') && !k.starts_with("sp/"))
+        .collect();
+    if !unplaced.is_empty() {
+        unplaced.sort();
+        tracing::error!(run_id, records = unplaced.len(), first = %unplaced[0], "a run's journal holds records without their seq");
+        return Err(Error::Internal(format!(
+            "the recording of run {run_id} is inconsistent: {} of its records have no seq (the first: {:?})",
+            unplaced.len(),
+            unplaced[0]
+        )));
+    }
     recording.sort_by_key(|r| r.seq);
-    recording
+    Ok(recording)
 }
 
 /// The edit a request asks for, checked: each field it names is checked
@@ -416,4 +433,43 @@ fn edit_of(edit: fork_edit::Edit, max_context: usize) -> Result<Edit> {
             }),
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn journal(entries: &[(&str, &str)]) -> HashMap<String, Vec<u8>> {
+        entries
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.as_bytes().to_vec()))
+            .collect()
+    }
+
+    #[test]
+    fn a_stored_recording_is_its_points_in_seq_order_span_ids_aside() {
+        let recorded = stored_recording(
+            "r",
+            journal(&[
+                ("#t/root/2", "9"),
+                ("t/root/2", "two"),
+                ("#t/root/1", "4"),
+                ("t/root/1", "one"),
+                ("sp/root.a.1", "00f067aa0ba902b7"),
+            ]),
+        )
+        .expect("consistent");
+        let units: Vec<(&str, u64)> = recorded.iter().map(|r| (&*r.unit, r.seq)).collect();
+        assert_eq!(units, [("t/root/1", 4), ("t/root/2", 9)]);
+    }
+
+    #[test]
+    fn a_point_without_its_seq_refuses_the_recording_instead_of_dropping_the_point() {
+        let err = stored_recording(
+            "r",
+            journal(&[("#t/root/1", "4"), ("t/root/1", "one"), ("t/root/2", "two")]),
+        )
+        .expect_err("inconsistent");
+        assert!(err.to_string().contains("\"t/root/2\""), "{err}");
+    }
 }
