@@ -3,7 +3,10 @@
 //! request is the one recorded and, when it is not, say what differs. The
 //! hashes are FNV-1a 64 over a fixed byte layout: stable across builds and
 //! Rust versions, as a recording in the run store outlives the binary that
-//! wrote it.
+//! wrote it. JSON (a tool call's arguments, a tool's schema, the settings)
+//! is hashed by its structure — type tags, object keys in sorted order,
+//! numbers by value — never as serde_json prints it, so a change of its
+//! formatting (key order, float printing) changes no hash.
 
 use std::sync::Arc;
 
@@ -111,6 +114,45 @@ impl Fnv {
         self.bytes(&(text.len() as u64).to_le_bytes())
             .bytes(text.as_bytes())
     }
+
+    /// A JSON value by its structure (see the module docs): a tag for its
+    /// type, then its content; an object's members in key order; an
+    /// integer as its 64 bits, any other number as its f64 bits.
+    fn json(&mut self, value: &serde_json::Value) -> &mut Self {
+        use serde_json::Value;
+        match value {
+            Value::Null => self.bytes(b"n"),
+            Value::Bool(b) => self.bytes(if *b { b"t" } else { b"f" }),
+            Value::Number(n) => {
+                if let Some(i) = n.as_i64() {
+                    self.bytes(b"i").bytes(&i.to_le_bytes())
+                } else if let Some(u) = n.as_u64() {
+                    self.bytes(b"u").bytes(&u.to_le_bytes())
+                } else {
+                    let f = n.as_f64().unwrap_or(f64::NAN);
+                    self.bytes(b"d").bytes(&f.to_bits().to_le_bytes())
+                }
+            }
+            Value::String(s) => self.bytes(b"s").text(s),
+            Value::Array(items) => {
+                self.bytes(b"a").bytes(&(items.len() as u64).to_le_bytes());
+                for item in items {
+                    self.json(item);
+                }
+                self
+            }
+            Value::Object(members) => {
+                self.bytes(b"o")
+                    .bytes(&(members.len() as u64).to_le_bytes());
+                let mut keys: Vec<&String> = members.keys().collect();
+                keys.sort_unstable();
+                for key in keys {
+                    self.text(key).json(&members[key]);
+                }
+                self
+            }
+        }
+    }
 }
 
 fn role_name(role: Role) -> &'static str {
@@ -127,7 +169,7 @@ fn message_hash(m: &ChatMessage) -> u64 {
     h.text(role_name(m.role)).text(&m.content);
     h.text(m.tool_call_id.as_deref().unwrap_or(""));
     for c in &m.tool_calls {
-        h.text(&c.id).text(&c.name).text(&c.arguments.to_string());
+        h.text(&c.id).text(&c.name).json(&c.arguments);
     }
     h.0
 }
@@ -188,8 +230,8 @@ impl Conversation {
         {
             return *hash;
         }
-        let text = serde_json::to_string(settings).unwrap_or_default();
-        let hash = Fnv::new().text(&text).0;
+        let value = serde_json::to_value(settings).unwrap_or_default();
+        let hash = Fnv::new().json(&value).0;
         self.settings = Some((settings.clone(), hash));
         hash
     }
@@ -203,9 +245,7 @@ impl Conversation {
         }
         let mut th = Fnv::new();
         for t in tools.iter() {
-            th.text(&t.name)
-                .text(&t.description)
-                .text(&t.parameters.to_string());
+            th.text(&t.name).text(&t.description).json(&t.parameters);
         }
         self.tools = Some((tools.clone(), th.0));
         th.0
@@ -400,6 +440,28 @@ mod tests {
             ChatMessage::new(Role::System, "be brief"),
             ChatMessage::new(Role::User, "hi"),
         ]
+    }
+
+    /// The hashes are of the JSON's structure, not of how serde_json
+    /// prints it: key order and number spelling change nothing; values,
+    /// types and nesting do. Pinned: a recording outlives the build.
+    #[test]
+    fn json_is_hashed_by_structure_and_the_hash_is_pinned() {
+        let hash = |v: serde_json::Value| Fnv::new().json(&v).0;
+        let a: serde_json::Value = serde_json::from_str(
+            r#"{"q": "tides", "n": 2, "f": 0.5, "deep": {"b": [1, true, null], "a": "x"}}"#,
+        )
+        .expect("json");
+        let b: serde_json::Value = serde_json::from_str(
+            r#"{"deep":{"a":"x","b":[1,true,null]},"f":5e-1,"n":2,"q":"tides"}"#,
+        )
+        .expect("json");
+        assert_eq!(hash(a.clone()), hash(b));
+        assert_eq!(hash(a), 0x1791_a118_b813_5723);
+        assert_ne!(hash(json!({"n": 2})), hash(json!({"n": "2"})));
+        assert_ne!(hash(json!({"n": 2})), hash(json!({"n": 2.5})));
+        assert_ne!(hash(json!([[1], 2])), hash(json!([1, [2]])));
+        assert_ne!(hash(json!({"ab": "c"})), hash(json!({"a": "bc"})));
     }
 
     #[test]
