@@ -251,6 +251,16 @@ agents:
         .await
         .expect("fork");
     assert_eq!(output(&fork), "second answer");
+    // The fork spent its live turn's tokens, not its origin's.
+    let spent = match fork.last().and_then(|e| e.payload.as_ref()) {
+        Some(Payload::RunCompleted(c)) => c.usage.expect("usage"),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        (spent.input_tokens, spent.output_tokens, spent.model_calls),
+        (20, 2, 1),
+        "{spent:?}"
+    );
     let requests = fake.requests();
     assert_eq!(
         requests.len(),
@@ -319,6 +329,16 @@ async fn bad_fork_points_and_edits_are_refused_naming_the_field_and_start_nothin
             Some(turn_edit("{nope")),
             Code::InvalidArgument,
             "edit.model_turn.tool_calls[0].arguments_json",
+        ),
+        // Neither a text nor a call: a turn that says nothing.
+        (
+            model_turn,
+            Some(pb::fork_edit::Edit::ModelTurn(pb::ModelTurnEdit {
+                text: "  ".into(),
+                tool_calls: Vec::new(),
+            })),
+            Code::InvalidArgument,
+            "edit.model_turn",
         ),
     ];
     for (at, edit, code, field) in cases {

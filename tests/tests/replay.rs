@@ -137,9 +137,13 @@ fn by_context(events: &[pb::RunEvent]) -> BTreeMap<String, Vec<String>> {
                 s.replay_of.clear();
                 s.strict = false;
             }
-            Payload::RunCompleted(c) => c.replay = None,
-            Payload::RunFailed(f) => f.replay = None,
-            Payload::RunCancelled(c) => c.replay = None,
+            // What was spent: a replay spends nothing on the calls the
+            // recording answers (checked on their own).
+            Payload::RunCompleted(c) => (c.replay, c.usage) = (None, None),
+            Payload::RunFailed(f) => (f.replay, f.usage) = (None, None),
+            Payload::RunCancelled(c) => (c.replay, c.usage) = (None, None),
+            Payload::AgentCompleted(c) => c.usage = None,
+            Payload::MessageCompleted(m) => m.usage = None,
             Payload::ToolCallCompleted(c) => c.duration = None,
             Payload::StepCompleted(c) => c.duration = None,
             // The store's version counter is the trace's: parallel
@@ -226,6 +230,16 @@ async fn an_unchanged_run_replayed_strictly_matches_every_call_and_calls_no_tool
     assert_reproduced(&original, &replayed, "boss");
     // Four model turns and the tool server's call, all from the recording.
     assert_eq!(stats(&replayed).calls, 5);
+    // Nothing spent: the run it replays spent those tokens.
+    let spent = match terminal(&replayed) {
+        Payload::RunCompleted(c) => c.usage.expect("usage"),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        (spent.input_tokens, spent.output_tokens, spent.model_calls),
+        (0, 0, 0),
+        "{spent:?}"
+    );
     assert_eq!(
         host.seen.requests.lock().expect("seen").len(),
         2,

@@ -241,6 +241,44 @@ async fn in_memory_a_waiting_run_says_what_for_and_is_listed_as_waiting() {
     server.shutdown().await.expect("shutdown");
 }
 
+/// A run waiting for a person has spent its first turn's tokens, and
+/// GetRun says so while it waits (it said 0 until the run's end — the
+/// console's runs list showed 0 while the run's page, adding up its
+/// events, said otherwise).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_runs_usage_so_far_is_what_get_run_says() {
+    let server = OrchestratorServer::start(AGENTS, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let client = server.client().await.expect("client");
+    let mut stream = client.run_agent(request("payer", None)).await.expect("run");
+    let mut spent = None;
+    while let Some(e) = stream.next().await {
+        let e = e.expect("event");
+        match e.payload {
+            Some(Payload::MessageCompleted(m)) => spent = m.usage,
+            Some(Payload::ApprovalRequested(_)) => break,
+            _ => {}
+        }
+    }
+    let spent = spent.expect("the first turn's usage");
+    assert!(spent.input_tokens > 0, "{spent:?}");
+    let run_id = client
+        .list_runs(pb::RunStatus::Running, 10, "")
+        .await
+        .expect("list")
+        .runs[0]
+        .clone();
+    let got = client.get_run(&run_id.run_id).await.expect("get");
+    let usage = got.usage.expect("usage");
+    assert_eq!(
+        (usage.input_tokens, usage.output_tokens, usage.model_calls),
+        (spent.input_tokens, spent.output_tokens, 1)
+    );
+    assert_eq!(got.status(), pb::RunStatus::Running);
+    server.shutdown().await.expect("shutdown");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_durable_runs_any_replica_says_what_a_run_waits_for() {
     let redis = RedisServer::start().expect("redis-server");

@@ -82,7 +82,8 @@ enum RunsCmd {
     #[command(after_help = "Examples:
   baton runs fork RUN_ID --at 12                      retry from seq 12
   baton runs fork RUN_ID --at 12 --result '{\"temp\": 30}'   another tool result
-  baton runs fork RUN_ID --at 7 --text 'Paris.'        another model answer
+  baton runs fork RUN_ID --at 7 --text 'Paris.'        another answer, same calls
+  baton runs fork RUN_ID --at 7 --text 'Paris.' --no-calls     and no tool call
   baton runs fork RUN_ID --at 7 --text '' --call search='{\"q\":\"x\"}'
   baton runs fork RUN_ID --at 20 --deny --reason 'too costly'
   baton runs fork RUN_ID --at 31 --input Lisbon --detach")]
@@ -97,9 +98,14 @@ enum RunsCmd {
         #[arg(long, group = "edit")]
         text: Option<String>,
         /// With --text: a tool call the turn asks for instead, as
-        /// TOOL=ARGUMENTS_JSON; repeat for several.
+        /// TOOL=ARGUMENTS_JSON; repeat for several. Without --call the
+        /// turn keeps the tool calls it made.
         #[arg(long = "call", value_name = "TOOL=JSON", requires = "text")]
         calls: Vec<String>,
+        /// With --text: the turn makes no tool call (its recorded ones are
+        /// dropped).
+        #[arg(long, requires = "text", conflicts_with = "calls")]
+        no_calls: bool,
         /// At a tool's result: the result instead.
         #[arg(long, group = "edit")]
         result: Option<String>,
@@ -289,6 +295,7 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
             at,
             text,
             calls,
+            no_calls,
             result,
             error,
             approve,
@@ -312,6 +319,10 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
                         tool: tool.to_owned(),
                         arguments_json: arguments.to_owned(),
                     });
+                }
+                if calls.is_empty() && !no_calls {
+                    // The turn's own calls, kept: only its text changes.
+                    tool_calls = recorded_calls(&client, &run_id, at).await?;
                 }
                 Some(Edit::ModelTurn(pb::ModelTurnEdit { text, tool_calls }))
             } else if let Some(result) = result {
@@ -435,4 +446,30 @@ pub(crate) fn detached(
         )?;
     }
     Ok(())
+}
+
+/// The tool calls of the model turn that ended at `seq` of run `run_id`
+/// (its `MessageCompleted`), to keep when only the turn's text is edited.
+async fn recorded_calls(
+    client: &baton_client::OrchestratorClient,
+    run_id: &str,
+    seq: u64,
+) -> anyhow::Result<Vec<pb::ToolCall>> {
+    use futures::StreamExt as _;
+    let mut events = client
+        .watch_run(run_id, seq.saturating_sub(1), None)
+        .await?;
+    while let Some(e) = events.next().await {
+        let e = e?;
+        if e.seq < seq {
+            continue;
+        }
+        return match e.payload {
+            Some(pb::run_event::Payload::MessageCompleted(m)) if e.seq == seq => Ok(m.tool_calls),
+            _ => anyhow::bail!(
+                "--at {seq}: not a model turn of run {run_id} (--text edits one); see baton runs watch {run_id} --json"
+            ),
+        };
+    }
+    anyhow::bail!("--at {seq}: run {run_id} has no event there")
 }

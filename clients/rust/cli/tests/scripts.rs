@@ -732,6 +732,57 @@ fn forks_replays_and_detached_pipelines_in_scripts() {
     let replay = text(&out.stdout).trim_end().to_owned();
     assert_eq!(replay.len(), 36, "the replay's id alone: {replay:?}");
 
+    // An edited model turn keeps the turn's tool calls unless told not to.
+    let turn = text(&up.cli(&["runs", "watch", &origin, "--json"]).stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json"))
+        .find(|e| e["contextId"] == "root" && e.get("messageCompleted").is_some())
+        .and_then(|e| e["seq"].as_str().map(str::to_owned))
+        .expect("the root's first model turn");
+    let ended = |args: &[&str]| -> String {
+        let out = up.cli(args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let last = text(&out.stdout)
+            .lines()
+            .last()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json"))
+            .expect("events");
+        last["runCompleted"]["output"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let kept = ended(&[
+        "runs",
+        "fork",
+        &origin,
+        "--at",
+        &turn,
+        "--text",
+        "Looking again.",
+        "--json",
+    ]);
+    assert!(kept.starts_with("Research done."), "the calls ran: {kept}");
+    let dropped = ended(&[
+        "runs",
+        "fork",
+        &origin,
+        "--at",
+        &turn,
+        "--text",
+        "Looking again.",
+        "--no-calls",
+        "--json",
+    ]);
+    assert_eq!(dropped, "Looking again.", "no call ran");
+    let out = up.cli(&["runs", "fork", &origin, "--at", &at, "--text", "x"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("not a model turn"),
+        "{}",
+        text(&out.stderr)
+    );
+
     // What each is, for people and for programs.
     let out = up.cli(&["runs", "get", &fork]);
     let shown = text(&out.stdout);

@@ -267,11 +267,25 @@ pub(super) async fn run_frame_inner(
             }
         };
         frame.agent_turns += 1;
-        let turn_usage = pb::Usage {
-            input_tokens: turn.usage.input_tokens,
-            output_tokens: turn.usage.output_tokens,
-            model_calls: 1,
-            tool_calls: turn.calls.len() as u64,
+        // What this run spent on the turn: nothing when a replay answered
+        // it from the recording (the run it replays spent that) or a fork
+        // took it from its origin's recording.
+        let inherited = match journaled {
+            Some(_) => rt.replay.as_ref().is_some_and(|r| r.fork),
+            None => recorded.is_some(),
+        };
+        let turn_usage = if inherited {
+            pb::Usage {
+                tool_calls: turn.calls.len() as u64,
+                ..Default::default()
+            }
+        } else {
+            pb::Usage {
+                input_tokens: turn.usage.input_tokens,
+                output_tokens: turn.usage.output_tokens,
+                model_calls: 1,
+                tool_calls: turn.calls.len() as u64,
+            }
         };
         rt.add_usage(&turn_usage);
         add_usage(&mut frame.usage, &turn_usage);

@@ -273,6 +273,15 @@ fn edit_of(edit: fork_edit::Edit, max_context: usize) -> Result<Edit> {
                     ),
                 });
             }
+            // A turn with neither says nothing: the agent would end with
+            // an empty answer (and the turn's recorded calls are not kept
+            // unless the edit names them again).
+            if turn.text.trim().is_empty() && turn.tool_calls.is_empty() {
+                return Err(Error::invalid(
+                    "edit.model_turn",
+                    "a model turn needs a text or at least one tool call (the edit replaces the whole turn: name the calls to keep)",
+                ));
+            }
             let mut calls = Vec::with_capacity(turn.tool_calls.len());
             let mut ids = std::collections::HashSet::new();
             for (i, c) in turn.tool_calls.iter().enumerate() {

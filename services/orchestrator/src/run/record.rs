@@ -422,6 +422,18 @@ impl RunRecord {
         lock(&self.state).clone()
     }
 
+    /// Adds what a model turn spent to the totals GetRun and ListRuns
+    /// show while the run runs (its end sets them whole).
+    pub fn add_usage(&self, usage: &pb::Usage) {
+        let mut s = lock(&self.state);
+        if s.status == pb::RunStatus::Running {
+            s.usage.input_tokens += usage.input_tokens;
+            s.usage.output_tokens += usage.output_tokens;
+            s.usage.model_calls += usage.model_calls;
+            s.usage.tool_calls += usage.tool_calls;
+        }
+    }
+
     /// Registers an approval the run waits for until `deadline_ms`.
     pub fn await_approval(&self, id: &str, deadline_ms: i64) -> oneshot::Receiver<ApprovalAnswer> {
         let (tx, rx) = oneshot::channel();

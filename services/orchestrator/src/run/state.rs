@@ -370,6 +370,7 @@ impl Run {
         u.model_calls
             .fetch_add(usage.model_calls, Ordering::Relaxed);
         u.tool_calls.fetch_add(usage.tool_calls, Ordering::Relaxed);
+        self.record.add_usage(usage);
     }
 
     /// Usage totals so far.
