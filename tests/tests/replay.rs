@@ -417,6 +417,23 @@ async fn a_changed_agent_diverges_where_it_changed_then_strict_fails_and_default
     assert!(matches!(terminal(&live), Payload::RunCompleted(_)));
     let s = stats(&live);
     assert_eq!((s.matched_calls, s.calls, s.diverged), (1, 5, true));
+    // GetRun and ListRuns say it diverged, on either replica (the run
+    // store keeps it); a replay that matched says it did not.
+    for client in [&cb, &ct] {
+        let got = client.get_run(&live[0].run_id).await.expect("get");
+        assert!(got.replay_diverged, "{got:?}");
+        assert!(!client.get_run(&same[0].run_id).await.expect("get").replay_diverged);
+        let listed = client
+            .list_runs(pb::RunStatus::Unspecified, 20, "")
+            .await
+            .expect("list");
+        let entry = listed
+            .runs
+            .iter()
+            .find(|r| r.run_id == live[0].run_id)
+            .expect("listed");
+        assert!(entry.replay_diverged);
+    }
     assert_eq!(
         host.seen.requests.lock().expect("seen").len(),
         4,

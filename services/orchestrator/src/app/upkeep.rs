@@ -266,6 +266,7 @@ pub async fn end_orphan(
         usage: pb::Usage::default(),
         error_code: tonic::Code::Unavailable as i32,
         error_message: message,
+        replay_diverged: false,
     };
     match durable
         .append(run_id, epoch, &events, &[], Some(&end))

@@ -51,20 +51,25 @@ fn run_end(payload: &Payload) -> Option<RunEnd> {
         usage: usage.unwrap_or_default(),
         error_code: 0,
         error_message: String::new(),
+        replay_diverged: false,
     };
+    let diverged = |stats: &Option<pb::ReplayStats>| stats.as_ref().is_some_and(|r| r.diverged);
     Some(match payload {
         Payload::RunCompleted(c) => RunEnd {
             output: c.output.clone(),
             run_context_json: c.run_context_json.clone(),
+            replay_diverged: diverged(&c.replay),
             ..base(pb::RunStatus::Completed, &c.usage)
         },
         Payload::RunFailed(f) => RunEnd {
             error_code: f.code,
             error_message: f.message.clone(),
+            replay_diverged: diverged(&f.replay),
             ..base(pb::RunStatus::Failed, &f.usage)
         },
         Payload::RunCancelled(c) => RunEnd {
             error_message: c.reason.clone(),
+            replay_diverged: diverged(&c.replay),
             ..base(pb::RunStatus::Cancelled, &c.usage)
         },
         _ => return None,

@@ -122,6 +122,7 @@ pub async fn register(
         forked_from: r.forked_from.get().cloned(),
         replay_of: r.replay_of.get().map(|(id, _)| id.clone()),
         replay_strict: r.replay_of.get().is_some_and(|(_, strict)| *strict),
+        replay_diverged: false,
     };
     let sent = super::record::mono_ms();
     let epoch = runs

@@ -112,6 +112,9 @@ pub struct RunRecord {
     pub(super) seq: AtomicU64,
     pub(super) state: Mutex<RunSnapshot>,
     pub(super) finished: Mutex<Option<Instant>>,
+    /// For a replay that has ended: whether it diverged (its terminal
+    /// event's stats).
+    replay_diverged: AtomicBool,
     approvals: Mutex<HashMap<String, Pending<ApprovalAnswer>>>,
     inputs: Mutex<HashMap<String, Pending<String>>>,
     /// Frames and tool calls of this run alive right now.
@@ -315,6 +318,7 @@ impl RunRecord {
             last_event_ms: AtomicI64::new(now_ms()),
             forked_from: std::sync::OnceLock::new(),
             replay_of: std::sync::OnceLock::new(),
+            replay_diverged: AtomicBool::new(false),
         })
     }
 
@@ -373,6 +377,15 @@ impl RunRecord {
             }
             _ => {}
         }
+        let stats = match payload {
+            Payload::RunCompleted(c) => c.replay.as_ref(),
+            Payload::RunFailed(f) => f.replay.as_ref(),
+            Payload::RunCancelled(c) => c.replay.as_ref(),
+            _ => None,
+        };
+        if stats.is_some_and(|r| r.diverged) {
+            self.replay_diverged.store(true, Ordering::Relaxed);
+        }
         *lock(&self.finished) = Some(Instant::now());
         // Nobody can answer a finished run's questions any more; their ids
         // stay known, so a late answer is FAILED_PRECONDITION, not NOT_FOUND.
@@ -412,6 +425,7 @@ impl RunRecord {
             },
             forked_from: self.forked_from.get().cloned(),
             replay_of: self.replay_of.get().map(|(id, _)| id.clone()),
+            replay_diverged: self.replay_diverged.load(Ordering::Relaxed),
             // Dropped from a replica with durable runs: the store has it.
             history_gone: self.epoch.load(Ordering::Relaxed) == 0 && !self.has_history(),
         }

@@ -31,6 +31,7 @@ impl From<RunView> for pb::GetRunResponse {
             forked_from: r.forked_from.as_ref().map(Origin::to_pb),
             history_gone: r.history_gone,
             replay_of: r.replay_of.clone().unwrap_or_default(),
+            replay_diverged: r.replay_diverged,
         }
     }
 }
@@ -63,6 +64,7 @@ impl From<pb::GetRunResponse> for RunView {
             }),
             history_gone: r.history_gone,
             replay_of: Some(r.replay_of).filter(|r| !r.is_empty()),
+            replay_diverged: r.replay_diverged,
         }
     }
 }
@@ -87,6 +89,7 @@ impl From<RunView> for pb::RunSummary {
             forked_from: r.forked_from.as_ref().map(Origin::to_pb),
             history_gone: r.history_gone,
             replay_of: r.replay_of.clone().unwrap_or_default(),
+            replay_diverged: r.replay_diverged,
         }
     }
 }

@@ -54,6 +54,8 @@ pub struct RunMeta {
     pub replay_of: Option<String>,
     /// For a replay: whether it is strict (field `rs`).
     pub replay_strict: bool,
+    /// For a replay that has ended: whether it diverged (field `rd`).
+    pub replay_diverged: bool,
 }
 
 impl RunMeta {
@@ -81,6 +83,7 @@ impl RunMeta {
             },
             forked_from: self.forked_from.clone(),
             replay_of: self.replay_of.clone(),
+            replay_diverged: self.replay_diverged,
             history_gone: false,
         }
     }
@@ -109,6 +112,8 @@ pub struct RunEnd {
     pub error_code: i32,
     /// The failure's or cancellation's message.
     pub error_message: String,
+    /// For a replay: whether it diverged.
+    pub replay_diverged: bool,
 }
 
 impl RunEnd {
@@ -124,6 +129,7 @@ impl RunEnd {
             ("usage", self.usage.encode_to_vec()),
             ("error_code", self.error_code.to_string().into_bytes()),
             ("error_message", self.error_message.clone().into_bytes()),
+            ("rd", u8::from(self.replay_diverged).to_string().into_bytes()),
         ]
     }
 }
@@ -162,6 +168,7 @@ pub(super) fn decode_meta(run_id: &str, f: &HashMap<String, Vec<u8>>) -> Option<
         forked_from: Origin::from_field(&text("ff")),
         replay_of: Some(text("ro")).filter(|r| !r.is_empty()),
         replay_strict: num("rs") == 1,
+        replay_diverged: num("rd") == 1,
     })
 }
 
