@@ -586,6 +586,47 @@ consoleTest('a researcher run is forked at a nested tool result with an edited r
   await page.locator(`${tid('run-forks')} a[href="#/runs/${forkId}"]`).waitFor();
 });
 
+consoleTest('an edited model answer keeps the turn\'s tool calls unless removed, and the form opens beside its point', async (page) => {
+  await openConsole(page, EXAMPLE, KEY_A);
+  const runId = await startRun(page, 'researcher', 'the history of edits');
+  await waitStatus(page, 'RUN_STATUS_COMPLETED');
+  // The root's first answer: "Let me look into …" with three tool calls.
+  const message = page.locator(`${ctxSel('root')} > .ctx-body ${tid('message')}`).first();
+  await message.locator(tid('fork-here')).click();
+  const box = page.locator(tid('fork-box'));
+  await box.waitFor();
+  assert.match(await page.locator(tid('fork-title')).textContent(), /^Fork at seq \d+: researcher's answer in root$/);
+  // Beside the item, not at the top of the page.
+  const [m, b] = [await message.boundingBox(), await box.boundingBox()];
+  assert.ok(b.y >= m.y + m.height - 1 && b.y - (m.y + m.height) < 80, `the form follows its point (${m.y}+${m.height}, ${b.y})`);
+  const tools = await page.locator(tid('fork-call-tool')).evaluateAll((els) => els.map((e) => e.value));
+  assert.deepEqual(tools, ['summarizer', 'sleep', 'write_context'], 'the turn\'s calls, pre-filled');
+  assert.equal(await page.locator(tid('fork-text')).getAttribute('aria-label'), 'The model\'s answer, edited');
+  await page.locator(tid('fork-text')).fill('Let me look again.');
+  await shot(page, 'fork-turn-form');
+  await page.setViewportSize({ width: 390, height: 844 });
+  await shot(page, 'fork-turn-form-phone');
+  await page.setViewportSize({ width: 1280, height: 800 });
+  // Neither a text nor a call: said at once, nothing sent.
+  await page.locator(tid('fork-text')).fill('');
+  for (let n = await page.locator(tid('fork-call-remove')).count(); n > 0; n--) {
+    await page.locator(tid('fork-call-remove')).first().click();
+  }
+  await page.locator(tid('fork-submit')).click();
+  assert.match(await page.locator(tid('fork-problem')).textContent(), /a text or keep one of its tool calls/);
+  // The text edited, the calls kept: the fork runs them.
+  await page.locator(tid('fork-cancel')).click();
+  await message.locator(tid('fork-here')).click();
+  await page.locator(tid('fork-text')).fill('Let me look again.');
+  await page.locator(tid('fork-submit')).click();
+  await page.waitForFunction((id) => {
+    const el = document.querySelector('[data-testid="run-page"]');
+    return el && el.dataset.runId && el.dataset.runId !== id;
+  }, runId);
+  await waitStatus(page, 'RUN_STATUS_COMPLETED');
+  assert.match(await page.locator(tid('run-output')).textContent(), /^Research done\./, 'the kept calls ran');
+});
+
 consoleTest('an unchanged researcher run replayed strictly matches its recording, call for call', async (page) => {
   await openConsole(page, EXAMPLE, KEY_A);
   const runId = await startRun(page, 'researcher', 'the history of replays');

@@ -58,7 +58,9 @@ export class GraphView {
       const title = group.id === 'root' ? 'Pipeline' : `Pipeline under ${group.id}`;
       this.container.append(h('section', { class: 'graph', 'data-testid': 'pipeline-graph', 'data-pipeline': group.id },
         h('h3', { text: title }), g.note,
-        h('div', { class: 'graph-scroll' }, g.canvas),
+        g.scroll = h('div', { class: 'graph-scroll' }, g.canvas),
+        g.hint = h('p', { class: 'muted small graph-hint', 'data-testid': 'graph-hint', hidden: true,
+          text: 'The graph is wider than the page: scroll it sideways for the other steps →' }),
         h('table', { class: 'steps-table' },
           h('caption', { class: 'sr-only', text: `${title}: steps` }),
           h('thead', null, h('tr', null, ...COLUMNS.map((t) => h('th', { scope: 'col', text: t })))),
@@ -85,6 +87,13 @@ export class GraphView {
     const height = (maxRow + 1) * (H + GY) - GY;
     g.canvas.style.width = `${width}px`;
     g.canvas.style.height = `${height}px`;
+    // Steps past the right edge are said to be there.
+    g.width = width;
+    if (!g.wider) {
+      g.wider = () => { g.hint.hidden = !(g.scroll.clientWidth && g.width > g.scroll.clientWidth + 1); };
+      window.addEventListener('resize', g.wider);
+    }
+    requestAnimationFrame(g.wider);
     g.svg.setAttribute('width', String(width));
     g.svg.setAttribute('height', String(height));
     g.svg.setAttribute('viewBox', `0 0 ${width} ${height}`);

@@ -91,6 +91,10 @@ export class RunModel {
     this.count = 0;
     /** Events taken from the original's recording (a fork's first). */
     this.replayedCount = 0;
+    /** Whether the event being applied is replayed (its items are). */
+    this.applyingReplayed = false;
+    /** Whether a fork's first live event came (said once). */
+    this.wentLive = false;
     /** For a fork: `{runId, seq}` of its origin (GetRun's forkedFrom). */
     this.forkedFrom = null;
     /** For a replay: the run it replays (GetRun's replayOf). */
@@ -186,6 +190,7 @@ export class RunModel {
 
   push(ctx, item) {
     item.ctx = ctx;
+    if (this.applyingReplayed) item.replayed = true;
     item.index = ctx.items.length;
     ctx.items.push(item);
     this.dirtyCtx.add(ctx);
@@ -256,6 +261,10 @@ export class RunModel {
     // needed.
     if (key !== 'textDelta' && key !== 'toolProgress') {
       t = parseTime(ev.time);
+      // A fork's replayed events keep their origin's times: they count at
+      // the fork's start (GetRun's), so its durations and timeline are its
+      // own, not minutes from its origin's start.
+      if (ev.replayed && this.forkedFrom && Number.isFinite(this.startedAt)) t = this.startedAt;
       if (Number.isFinite(t)) {
         if (!(this.firstMs <= t)) this.firstMs = t;
         if (!(this.lastMs >= t)) this.lastMs = t;
@@ -266,6 +275,13 @@ export class RunModel {
       }
     }
     if (ev.replayed) this.replayedCount++;
+    // Items a replayed event makes are marked so; where a fork goes live
+    // is said once, in the root context.
+    this.applyingReplayed = !!ev.replayed;
+    if (!ev.replayed && this.replayedCount > 0 && !this.wentLive) {
+      this.wentLive = true;
+      this.push(this.context('root', '', 0), { kind: 'live', seq });
+    }
     // The item a fork point's event touched gets its seq: "Fork from here".
     this.touched = null;
     const handler = this[`on_${key}`];
@@ -335,12 +351,13 @@ export class RunModel {
       m.final = true;
       m.usage = p.usage;
       m.finishReason = p.finishReason;
+      m.toolCalls = p.toolCalls || [];
       this.touch(m);
       ctx.openMessage = null;
     } else if (text) {
       this.push(ctx, {
         kind: 'message', agent: ev.agent || ctx.agent, text, final: true,
-        usage: p.usage, finishReason: p.finishReason,
+        usage: p.usage, finishReason: p.finishReason, toolCalls: p.toolCalls || [],
       });
     }
     // (A turn of tool calls alone has no message to fork from.)
@@ -350,7 +367,7 @@ export class RunModel {
     if (!this.usageFinal) {
       this.usage.inputTokens += num(u?.inputTokens);
       this.usage.outputTokens += num(u?.outputTokens);
-      this.usage.modelCalls += num(u?.modelCalls) || 1;
+      this.usage.modelCalls += u ? num(u.modelCalls) : 1;
       this.summaryDirty = true;
     }
     this.spans.push({
@@ -590,7 +607,7 @@ export class RunModel {
     step.group.lastSettled = step;
     ctx.status = 'completed';
     ctx.endMs = t;
-    this.touched = this.push(ctx, { kind: 'step', text: `step ${p.stepId} completed (attempt ${p.attempt})`, cls: 'ok', output: step.output });
+    this.touched = this.push(ctx, { kind: 'step', stepId: p.stepId, text: `step ${p.stepId} completed (attempt ${p.attempt})`, cls: 'ok', output: step.output });
   }
 
   on_stepFailed(ctx, p, t) {
@@ -609,7 +626,7 @@ export class RunModel {
       ctx.endMs = t;
     }
     this.touched = this.push(ctx, {
-      kind: 'step', cls: 'error', output: '',
+      kind: 'step', stepId: p.stepId, cls: 'error', output: '',
       text: `step ${p.stepId} attempt ${p.attempt} failed: ${step.error}${p.willRetry ? ' (retrying)' : ''}`,
     });
   }

@@ -290,7 +290,10 @@ export function openRun(main, runId, app) {
       clear(el.replays);
       replays.forEach((r, i) => {
         if (i) el.replays.append(', ');
-        el.replays.append(runLink(r.runId), ` ${statusWord(r.status)}`);
+        // A replay that differed from its recording says so: "completed"
+        // alone read as "reproduced".
+        const word = r.replayDiverged ? `diverged, then ${statusWord(r.status)}` : statusWord(r.status);
+        el.replays.append(runLink(r.runId), ` ${word}`);
       });
     } catch {
       /* the list is a convenience */
@@ -325,47 +328,92 @@ export function openRun(main, runId, app) {
   });
 
   // ---- forking ----
-  const EDIT_WORD = {
-    modelTurn: 'the model\'s answer', toolResult: 'the tool\'s result', approval: 'the decision',
-    input: 'the person\'s answer', stepOutput: 'the step\'s output',
+  /** What each fork point's edit changes, as a person says it. */
+  const EDIT_NOUN = {
+    modelTurn: 'model\'s answer', toolResult: 'tool\'s result', approval: 'decision',
+    input: 'person\'s answer', stepOutput: 'step\'s output',
   };
+  /** What the fork point is, where: "summarizer's result in root". */
+  function forkPointName(item) {
+    const where = item.ctx && item.ctx.id ? ` in ${item.ctx.id}` : '';
+    switch (item.forkKind) {
+      case 'modelTurn': return `${item.agent || 'the model'}'s answer${where}`;
+      case 'toolResult': return `${item.tool}'s result${where}`;
+      case 'approval': return `the approval of ${item.tool || 'a tool'}${where}`;
+      case 'input': return `the answer to ${item.tool || 'a tool'}'s question${where}`;
+      default: return `step ${item.stepId || ''}'s output${where}`;
+    }
+  }
+  /** The editable rows of a model turn's tool calls: kept unless removed. */
+  function callRows(calls) {
+    const rows = calls.map((c, i) => {
+      const tool = h('input', { type: 'text', value: c.tool || '', 'data-testid': 'fork-call-tool', 'aria-label': `Tool of call ${i + 1}` });
+      tool.value = c.tool || '';
+      const args = h('textarea', { rows: '2', 'data-testid': 'fork-call-args', 'aria-label': `Arguments of call ${i + 1} (JSON)` });
+      args.value = c.argumentsJson || '{}';
+      const row = h('div', { class: 'fork-call', 'data-testid': 'fork-call' },
+        h('div', { class: 'actions' }, h('strong', { text: `Tool call ${i + 1}` }), tool,
+          h('button', { type: 'button', class: 'btn small', 'data-testid': 'fork-call-remove', on: { click: () => { row.remove(); row.removed = true; } } }, 'Remove')),
+        args);
+      row.read = () => ({ callId: c.callId || String(i + 1), tool: tool.value.trim(), argumentsJson: args.value });
+      return row;
+    });
+    return rows;
+  }
   function openFork(item) {
     clear(el.forkBox);
     el.forkBox.hidden = false;
     const kind = item.forkKind;
+    const noun = EDIT_NOUN[kind];
     const current = kind === 'modelTurn' ? item.text : kind === 'toolResult' ? (item.error || item.result)
       : kind === 'input' ? item.answer : kind === 'stepOutput' ? (item.output || '') : '';
     const retry = h('input', { type: 'radio', name: 'fork-mode', value: 'retry', id: 'fork-retry', 'data-testid': 'fork-retry' });
     const edit = h('input', { type: 'radio', name: 'fork-mode', value: 'edit', id: 'fork-edit', checked: true, 'data-testid': 'fork-edit' });
-    const text = h('textarea', { rows: '4', 'data-testid': 'fork-text', 'aria-label': `New ${EDIT_WORD[kind]}` });
+    const text = h('textarea', { rows: '4', 'data-testid': 'fork-text', 'aria-label': `The ${noun}, edited` });
     text.value = current || '';
     const decision = h('select', { 'data-testid': 'fork-decision', 'aria-label': 'Decision' },
       h('option', { value: 'approve', text: 'Approve' }), h('option', { value: 'deny', text: 'Deny' }));
     if (item.resolved && item.resolved.approved) decision.value = 'deny';
     const reason = h('input', { type: 'text', 'data-testid': 'fork-reason', placeholder: 'reason (optional)', 'aria-label': 'Reason' });
     const isError = h('input', { type: 'checkbox', id: 'fork-error', 'data-testid': 'fork-is-error' });
+    const calls = kind === 'modelTurn' ? callRows(item.toolCalls || []) : [];
+    const callsBox = kind === 'modelTurn' && calls.length
+      ? h('div', { class: 'fork-calls', 'data-testid': 'fork-calls' },
+        h('p', { class: 'muted', text: 'The turn\'s tool calls are kept unless you remove them.' }), ...calls)
+      : null;
     const go = h('button', { type: 'submit', class: 'btn primary', 'data-testid': 'fork-submit' }, 'Fork');
     const close = h('button', { type: 'button', class: 'btn', 'data-testid': 'fork-cancel', on: { click: () => { el.forkBox.hidden = true; } } }, 'Close');
+    const problem = h('div', { class: 'error', role: 'alert', 'data-testid': 'fork-problem', hidden: true });
     const form = h('form', { class: 'fork-form' },
-      h('strong', { text: `Fork at seq ${item.forkSeq}` }),
+      h('strong', { 'data-testid': 'fork-title', text: `Fork at seq ${item.forkSeq}: ${forkPointName(item)}` }),
       h('p', { class: 'muted', text: 'Everything before this point is replayed from the recording: no model, tool or person is asked again. From here the fork runs live.' }),
       h('div', { class: 'fork-modes' },
-        h('label', { for: 'fork-edit' }, edit, `Change ${EDIT_WORD[kind]}`),
+        h('label', { for: 'fork-edit' }, edit, `Change the ${noun}`),
         h('label', { for: 'fork-retry' }, retry, 'Do it again, live (a retry)')),
       kind === 'approval' ? h('div', { class: 'actions' }, decision, reason) : text,
+      callsBox,
       kind === 'toolResult' ? h('label', { for: 'fork-error', class: 'fork-check' }, isError, 'The result is an error') : null,
+      problem,
       h('div', { class: 'actions' }, go, close));
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
-      go.disabled = true;
+      problem.hidden = true;
       let body = null;
       if (edit.checked) {
-        if (kind === 'modelTurn') body = { modelTurn: { text: text.value } };
-        else if (kind === 'toolResult') body = { toolResult: { result: text.value, isError: isError.checked } };
+        if (kind === 'modelTurn') {
+          const toolCalls = calls.filter((r) => !r.removed).map((r) => r.read());
+          if (!text.value.trim() && !toolCalls.length) {
+            problem.textContent = 'Give the model\'s answer a text or keep one of its tool calls: a turn with neither says nothing.';
+            problem.hidden = false;
+            return;
+          }
+          body = { modelTurn: { text: text.value, toolCalls } };
+        } else if (kind === 'toolResult') body = { toolResult: { result: text.value, isError: isError.checked } };
         else if (kind === 'approval') body = { approval: { approved: decision.value === 'approve', reason: reason.value } };
         else if (kind === 'input') body = { input: text.value };
         else body = { stepOutput: text.value };
       }
+      go.disabled = true;
       try {
         const r = await api.fork(runId, item.forkSeq, body);
         location.hash = `#/runs/${encodeURIComponent(r.runId)}`;
@@ -375,7 +423,10 @@ export function openRun(main, runId, app) {
       }
     });
     el.forkBox.append(form);
-    (kind === 'approval' ? decision : text).focus();
+    // Beside the point it forks at, not at the top of the page.
+    if (item._el && item._el.isConnected) item._el.after(el.forkBox);
+    el.forkBox.scrollIntoView({ block: 'nearest' });
+    (kind === 'approval' ? decision : text).focus({ preventScroll: true });
   }
 
   function drawTrace() {

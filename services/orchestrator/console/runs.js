@@ -104,12 +104,14 @@ export function openRuns(main, app) {
           status: h('span', { class: 'badge' }),
           link: h('a', { href: `#/runs/${encodeURIComponent(r.runId)}`, 'data-testid': 'run-link' }),
           sub: h('div', { class: 'muted small' }),
+          // At phone width the duration and events columns fold in here.
+          folded: h('div', { class: 'muted small phone-only', 'data-testid': 'run-folded' }),
           started: h('td', { class: 'c2' }),
           duration: h('td', { class: 'c3' }),
           tokens: h('td', { class: 'c4', 'data-testid': 'run-tokens' }),
           events: h('td', { class: 'c5' }),
         };
-        row.tr.append(h('td', { class: 'c0' }, row.status), h('td', { class: 'c1' }, row.link, row.sub), row.started, row.duration, row.tokens, row.events);
+        row.tr.append(h('td', { class: 'c0' }, row.status), h('td', { class: 'c1' }, row.link, row.sub, row.folded), row.started, row.duration, row.tokens, row.events);
         rows.set(r.runId, row);
       }
       // A running run waiting for a person says so, and on what.
@@ -135,6 +137,7 @@ export function openRuns(main, app) {
       const u = usageCache.get(r.runId);
       row.tokens.textContent = u && u.tokens !== null ? fmtInt(u.tokens) : '…';
       row.events.textContent = fmtInt(num(r.lastSeq));
+      row.folded.textContent = `${row.duration.textContent} · ${row.events.textContent} events`;
       // Put the row in its place (newest first) without rebuilding the table.
       if (row.tr.nextSibling !== before || row.tr.parentNode !== tbody) tbody.insertBefore(row.tr, before);
       before = row.tr;

@@ -253,8 +253,18 @@ export class TreeView {
     item._p = {};
     const el = fn.call(this, item, item._p);
     item._el = el;
+    if (item.replayed) {
+      el.classList.add('replayed');
+      el.dataset.replayed = 'true';
+      el.prepend(h('span', { class: 'replayed-mark', title: 'Taken from the recording of the run this one was forked from: nothing was asked again', text: 'replayed' }));
+    }
     this.updateItem(item);
     return el;
+  }
+
+  render_live(item) {
+    return h('li', { class: 'item note live', 'data-testid': 'fork-live' },
+      `▶ live from here (this fork's seq ${item.seq}): what follows ran for this fork`);
   }
 
   updateItem(item) {
