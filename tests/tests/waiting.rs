@@ -20,7 +20,9 @@ scripts:
     - {calls: [{tool: ask_user, args: {question: "Which city?", options: [Paris, Lisbon]}}]}
     - {text: "going to {{results}}"}
   quick: [{text: "done"}]
+  napper: [{calls: [{tool: sleep, args: {ms: 5000, steps: 1}}]}, {text: "rested"}]
 agents:
+  napper: {model: "scripted:napper", tools: [sleep]}
   payer: {model: "scripted:payer", tools: [write_context], approvals: {write_context: always}}
   asker: {model: "scripted:asker", tools: [ask_user]}
   quick: {model: "scripted:quick"}
@@ -277,6 +279,71 @@ async fn a_waiting_runs_usage_so_far_is_what_get_run_says() {
     );
     assert_eq!(got.status(), pb::RunStatus::Running);
     server.shutdown().await.expect("shutdown");
+}
+
+/// A question whose branch is dropped unanswered (here a pipeline step
+/// that timed out while its agent waited for an approval) is waited for no
+/// more: a replica that does not run the run reads that from the run
+/// store within a renewal of the lease, while the run goes on. (The run
+/// store's count was lowered only by an answer or a time-out journaled,
+/// so it said `approval` until the run's end.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_question_is_waited_for_no_more_on_any_replica() {
+    let redis = RedisServer::start().expect("redis-server");
+    let start = || {
+        let durable = baton_e2e::durable_runs(redis.url());
+        OrchestratorServer::start(AGENTS, None, move |c| {
+            durable(c);
+            c.runs.lease = std::time::Duration::from_secs(1);
+        })
+    };
+    let owner = start().await.expect("owner");
+    let other = start().await.expect("other");
+    let on = owner.client().await.expect("client");
+    let read = other.client().await.expect("client");
+    let step = |id: &str, agent: &str| pb::PipelineStep {
+        id: id.into(),
+        agent: agent.into(),
+        task: "x".into(),
+        ..Default::default()
+    };
+    let mut ask = step("ask", "payer");
+    ask.timeout = Some(baton_proto::wkt::Duration {
+        seconds: 1,
+        nanos: 0,
+    });
+    let mut stream = on
+        .run_pipeline(pb::RunPipelineRequest {
+            pipeline: Some(pb::PipelineSpec {
+                name: "drop".into(),
+                steps: vec![ask, step("nap", "napper")],
+                mode: pb::PipelineMode::Parallel as i32,
+                policy: pb::FailurePolicy::Continue as i32,
+                ..Default::default()
+            }),
+            detach: true,
+            ..Default::default()
+        })
+        .await
+        .expect("run");
+    let mut run_id = String::new();
+    while let Some(e) = stream.next().await {
+        let e = e.expect("event");
+        run_id.clone_from(&e.run_id);
+        if matches!(&e.payload, Some(Payload::StepFailed(f)) if f.step_id == "ask") {
+            break;
+        }
+    }
+    eventually(
+        "the other replica says the run waits for nobody while it runs",
+        || async {
+            let r = read.get_run(&run_id).await.expect("get");
+            r.status() == pb::RunStatus::Running && r.waiting_for.is_empty()
+        },
+    )
+    .await;
+    other.shutdown().await.expect("shutdown");
+    owner.shutdown().await.expect("shutdown");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -139,7 +139,10 @@ async fn renew(durable: &RedisRuns, runs: &Runs) {
         }
         // The lease runs from when the script is sent, not answered.
         let sent = mono_ms();
-        match durable.renew(&run.run_id, epoch).await {
+        match durable
+            .renew(&run.run_id, epoch, Some(run.open_questions()))
+            .await
+        {
             Ok(Some(inbox)) => {
                 run.lease_holds_until(sent + lease);
                 if inbox {

@@ -208,7 +208,11 @@ async fn renew_while_writing(journal: &Journal, record: &RunRecord) -> Result<()
         return Ok(());
     }
     let sent = super::record::mono_ms();
-    match journal.runs.renew(&record.run_id, journal.epoch).await? {
+    match journal
+        .runs
+        .renew(&record.run_id, journal.epoch, None)
+        .await?
+    {
         Some(_) => {
             record.lease_holds_until(sent + lease);
             Ok(())

@@ -436,6 +436,16 @@ impl RunRecord {
         lock(&self.state).clone()
     }
 
+    /// How many approvals and inputs the run waits for now: asked, not
+    /// answered, and still waited for (a branch dropped while it waited
+    /// waits no more).
+    pub fn open_questions(&self) -> (usize, usize) {
+        (
+            open_count(&lock(&self.approvals)),
+            open_count(&lock(&self.inputs)),
+        )
+    }
+
     /// Adds what a model turn spent to the totals GetRun and ListRuns
     /// show while the run runs (its end sets them whole).
     pub fn add_usage(&self, usage: &pb::Usage) {
@@ -554,6 +564,14 @@ impl RunRecord {
         let s = lock(&self.state);
         (s.output.len() + s.run_context_json.len() + s.error_message.len()) as u64
     }
+}
+
+/// How many of `questions` are still waited for.
+fn open_count<T>(questions: &HashMap<String, Pending<T>>) -> usize {
+    questions
+        .values()
+        .filter(|p| matches!(p, Pending::Waiting(tx, _) if !tx.is_closed()))
+        .count()
 }
 
 /// The earliest deadline of the questions still waited for.

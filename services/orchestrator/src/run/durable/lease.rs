@@ -52,11 +52,17 @@ return now + tonumber(ARGV[1])
 ";
 
 pub(super) const RENEW: &str = r"
--- KEYS[1] meta, KEYS[2] inbox; ARGV[1] epoch, ARGV[2] lease ms.
+-- KEYS[1] meta, KEYS[2] inbox; ARGV[1] epoch, ARGV[2] lease ms, ARGV[3]
+-- and ARGV[4] the questions the owner waits for (approvals, inputs), or
+-- empty: the counts the append script keeps are set to the owner's (a
+-- question whose branch was dropped unanswered is journaled as nothing).
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
   return {-1, 0}
 end
 redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
+if ARGV[3] ~= '' then
+  redis.call('HSET', KEYS[1], 'wait_ap', ARGV[3], 'wait_in', ARGV[4])
+end
 return {now + tonumber(ARGV[2]), redis.call('EXISTS', KEYS[2])}
 ";
 

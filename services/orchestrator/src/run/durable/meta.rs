@@ -129,7 +129,10 @@ impl RunEnd {
             ("usage", self.usage.encode_to_vec()),
             ("error_code", self.error_code.to_string().into_bytes()),
             ("error_message", self.error_message.clone().into_bytes()),
-            ("rd", u8::from(self.replay_diverged).to_string().into_bytes()),
+            (
+                "rd",
+                u8::from(self.replay_diverged).to_string().into_bytes(),
+            ),
         ]
     }
 }

@@ -358,15 +358,29 @@ impl RedisRuns {
     /// something (answers or a cancel given on another replica); `None`
     /// when the run's epoch is no longer `epoch` (another replica claimed
     /// it, or it expired): the caller must stop the run at once.
-    pub async fn renew(&self, run_id: &str, epoch: u64) -> Result<Option<bool>, Error> {
+    ///
+    /// `waiting`: the approvals and inputs the owner waits for now, which
+    /// the run's record then says (see the script).
+    pub async fn renew(
+        &self,
+        run_id: &str,
+        epoch: u64,
+        waiting: Option<(usize, usize)>,
+    ) -> Result<Option<bool>, Error> {
         let lease = self.lease;
         let mut c = self.conn().await?;
+        let (approvals, inputs) = match waiting {
+            Some((a, i)) => (a.to_string(), i.to_string()),
+            None => (String::new(), String::new()),
+        };
         let (until, inbox): (i64, i64) = self
             .renew
             .key(self.meta_key(run_id))
             .key(self.inbox_key(run_id))
             .arg(epoch)
             .arg(lease.as_millis() as i64)
+            .arg(approvals)
+            .arg(inputs)
             .invoke_async(&mut c)
             .await
             .map_err(redis_error)?;
