@@ -28,7 +28,15 @@ scripts:
   slow:
     - {calls: [{tool: sleep, args: {ms: 20000}}]}
     - {text: "woke up"}
+  slowpayer:
+    - {calls: [{tool: write_context, args: {key: "pay/order", value: "42"}}]}
+    - {calls: [{tool: sleep, args: {ms: 3000, steps: 1}}]}
+    - {text: "paid slowly"}
 agents:
+  slowpayer:
+    model: "scripted:slowpayer"
+    tools: [write_context, sleep]
+    approvals: {write_context: always}
   payer:
     model: "scripted:payer"
     tools: [write_context]
@@ -557,5 +565,73 @@ async fn a_forwarded_answer_taken_but_not_acknowledged_in_time_is_told_ok() {
             rest.last().and_then(|e| e.payload.as_ref()),
             Some(Payload::RunCompleted(_))
         ));
+    }
+}
+
+/// A second answer to a question already answered, given while the run
+/// still runs (the first answer taken, the run busy with what follows), is
+/// refused "already answered" on every replica, with and without peers,
+/// and changes nothing: the run ends with the first answer. (The other
+/// tests' second answers came after the run's end, where "has ended"
+/// answers them.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_answer_while_the_run_runs_is_refused_as_already_answered() {
+    for peers in [false, true] {
+        let (_redis, replicas) = trio(peers, &[]).await;
+        let mut clients = Vec::new();
+        for r in &replicas {
+            clients.push(r.client().await);
+        }
+        let (mut stream, seen) =
+            start_until(&clients[0], request("slowpayer", false, None), asked).await;
+        let run_id = seen[0].run_id.clone();
+        let approval_id = match &seen.last().and_then(|e| e.payload.clone()) {
+            Some(Payload::ApprovalRequested(q)) => q.approval_id.clone(),
+            other => panic!("{other:?}"),
+        };
+        clients[1]
+            .resolve_approval(&run_id, &approval_id, true, "first")
+            .await
+            .expect("the first answer");
+        // Until the run is past the approval, asleep.
+        loop {
+            let e = tokio::time::timeout(Duration::from_secs(5), stream.next())
+                .await
+                .expect("the run goes on")
+                .expect("open")
+                .expect("event");
+            if matches!(&e.payload, Some(Payload::ToolCallStarted(c)) if c.tool == "sleep") {
+                break;
+            }
+        }
+        for (i, client) in clients.iter().enumerate() {
+            let err = client
+                .resolve_approval(&run_id, &approval_id, false, "second")
+                .await
+                .expect_err("answered already");
+            assert_eq!(
+                err.code(),
+                tonic::Code::FailedPrecondition,
+                "peers {peers}, replica {i}: {err:?}"
+            );
+            assert!(
+                err.message().contains("already"),
+                "peers {peers}, replica {i}: {}",
+                err.message()
+            );
+            let view = client.get_run(&run_id).await.expect("get");
+            assert_eq!(view.status(), pb::RunStatus::Running, "still running");
+        }
+        let mut rest = Vec::new();
+        while let Some(e) = tokio::time::timeout(Duration::from_secs(8), stream.next())
+            .await
+            .expect("the run ends")
+        {
+            rest.push(e.expect("event"));
+        }
+        match rest.last().and_then(|e| e.payload.as_ref()) {
+            Some(Payload::RunCompleted(c)) => assert_eq!(c.output, "paid slowly"),
+            other => panic!("{other:?}"),
+        }
     }
 }
