@@ -28,6 +28,13 @@ async fn chaos_run(peers: bool) {
     let options = Options::short(seed, peers, binaries());
     let summary = chaos::run(&options).await.expect("the chaos run");
     assert!(summary.runs_started > 0, "no run started:\n{summary}");
+    // The faults happened, and did something: every kind at least once
+    // (the nemesis takes each once first), and runs were taken over.
+    for (kind, n) in &summary.faults {
+        assert!(*n > 0, "no {kind} fault:\n{summary}");
+    }
+    assert!(summary.resumes > 0, "no run resumed:\n{summary}");
+    assert!(summary.runs_completed > 0, "no run completed:\n{summary}");
     let lines: Vec<String> = summary.violations.iter().map(|v| v.to_string()).collect();
     assert!(
         lines.is_empty(),

@@ -6,7 +6,10 @@
 //! unless an earlier attempt of the client's may have been taken (its
 //! outcome unknown — a broken connection, a timeout — or taken, and the
 //! question asked again after a resume) and the applied answer is the
-//! client's. `answer-lost`: an
+//! client's. With a rival (another caller answering the same approval
+//! at the same moment on another replica, its own reason), the applied
+//! answer is the client's or the rival's, and the other was never told OK:
+//! `answer-twice` when both were. `answer-lost`: an
 //! answer the server took (Ok), yet the run asked the question again after
 //! a resume and it stayed open — the taken answer was not kept.
 
@@ -17,7 +20,7 @@ use baton_client::pb::{self, run_event::Payload};
 use super::{
     history::{Outcome, QuestionKind, Tracked},
     summary::Violation,
-    workload::approval_reason,
+    workload::{approval_reason, rival_reason},
 };
 
 /// Rule (e) over run `t` whose log is `log`.
@@ -47,7 +50,16 @@ pub fn check(t: &Tracked, log: &[pb::RunEvent], out: &mut Vec<Violation>) {
         }
     }
     for (q, (kind, seq)) in &asked {
-        let attempts: Vec<_> = t.answers.iter().filter(|a| &a.question == q).collect();
+        let attempts: Vec<_> = t
+            .answers
+            .iter()
+            .filter(|a| &a.question == q && !a.rival)
+            .collect();
+        let rivals: Vec<_> = t
+            .answers
+            .iter()
+            .filter(|a| &a.question == q && a.rival)
+            .collect();
         let tried = attempts
             .iter()
             .map(|a| {
@@ -64,8 +76,44 @@ pub fn check(t: &Tracked, log: &[pb::RunEvent], out: &mut Vec<Violation>) {
         let ours = attempts.first().map(|a| a.value.clone());
         let applied = resolved.get(q).and_then(|r| r.first()).copied();
         let ours_applied = match (applied.and_then(|e| e.payload.as_ref()), *kind) {
+            (Some(Payload::ApprovalResolved(r)), _)
+                if !rivals.is_empty() && r.reason == rival_reason(id) =>
+            {
+                // The rival's answer applied: it was not refused, and the
+                // client was never told OK.
+                for rival in &rivals {
+                    if matches!(rival.outcome, Outcome::Refused { .. }) {
+                        out.push(Violation::run(
+                            id,
+                            "answer",
+                            format!("approval {q}: the rival's answer applied, though it was refused ({})", show(&rival.outcome)),
+                        ));
+                    }
+                }
+                if attempts.iter().any(|a| a.outcome == Outcome::Ok) {
+                    out.push(Violation::run(
+                        id,
+                        "answer-twice",
+                        format!("approval {q}: the rival's answer applied, and the client was told OK too; attempts: {tried}"),
+                    ));
+                }
+                // The client's refusals "already answered" are right.
+                continue;
+            }
             (Some(Payload::ApprovalResolved(r)), _) => {
                 let person = r.source() == pb::ApprovalSource::Person;
+                if person && r.approved && r.reason == approval_reason(id) {
+                    if let Some(rival) = rivals.iter().find(|a| a.outcome == Outcome::Ok) {
+                        out.push(Violation::run(
+                            id,
+                            "answer-twice",
+                            format!(
+                                "approval {q}: the client's answer applied, and the rival was told OK too (r{} at {:.1?})",
+                                rival.replica, rival.at
+                            ),
+                        ));
+                    }
+                }
                 if !person || !r.approved || r.reason != approval_reason(id) {
                     out.push(Violation::run(
                         id,

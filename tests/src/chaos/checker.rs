@@ -595,6 +595,7 @@ mod tests {
             at: std::time::Duration::from_secs(1),
             outcome,
             parked: false,
+            rival: false,
         }
     }
 
@@ -611,6 +612,52 @@ mod tests {
             code: tonic::Code::FailedPrecondition,
             message: "approval_id: approval \"approval:c1\" was already answered".into(),
         }
+    }
+
+    /// A rival answered the same approval at the same moment: exactly one
+    /// of the two may be told OK, and the applied answer is that one's.
+    #[test]
+    fn of_two_competing_answers_exactly_one_is_told_ok() {
+        let rival = |outcome| Answer {
+            rival: true,
+            replica: 2,
+            ..attempt(outcome)
+        };
+        let by_rival = |seq| {
+            let mut e = approved(seq);
+            if let Some(Payload::ApprovalResolved(r)) = &mut e.payload {
+                r.reason = crate::chaos::workload::rival_reason(RUN);
+            }
+            e
+        };
+        let ours = [started(), asked(2), approved(3), completed(4, "Done. ok")];
+        let theirs = [started(), asked(2), by_rival(3), completed(4, "Done. ok")];
+        // Right: one told OK, the other refused, the OK one applied.
+        assert!(rules_of(&ours, vec![attempt(Outcome::Ok), rival(already_answered())]).is_empty());
+        assert!(
+            rules_of(
+                &theirs,
+                vec![attempt(already_answered()), rival(Outcome::Ok)]
+            )
+            .is_empty()
+        );
+        // Both told OK: whichever applied, the other caller was misled.
+        assert_eq!(
+            rules_of(&ours, vec![attempt(Outcome::Ok), rival(Outcome::Ok)]),
+            ["answer-twice"]
+        );
+        assert_eq!(
+            rules_of(&theirs, vec![attempt(Outcome::Ok), rival(Outcome::Ok)]),
+            ["answer-twice"]
+        );
+        // A refused answer applied.
+        assert_eq!(
+            rules_of(
+                &theirs,
+                vec![attempt(Outcome::Ok), rival(already_answered())]
+            ),
+            ["answer", "answer-twice"]
+        );
     }
 
     #[test]

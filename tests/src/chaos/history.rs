@@ -151,6 +151,10 @@ pub struct Answer {
     /// Whether the client let the run park first (answered after
     /// `park_after` with no watcher attached).
     pub parked: bool,
+    /// A rival's: another caller answering the same approval at the same
+    /// moment on another replica, with its own reason (one call, no
+    /// retry). Of the two, exactly one may be told OK.
+    pub rival: bool,
 }
 
 /// Everything known of one run the workload started.

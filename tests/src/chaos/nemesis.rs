@@ -31,6 +31,13 @@ pub async fn run(cluster: &mut Cluster, options: &Options, mut rng: Rng, began: 
         report.faults.insert(kind.name(), 0);
     }
     let end = began + options.duration;
+    // Every kind once first (in a random order), so every run has each;
+    // then any.
+    let mut first = FaultKind::ALL.to_vec();
+    for i in (1..first.len()).rev() {
+        first.swap(i, rng.below(i + 1));
+    }
+    let mut injected = 0;
     loop {
         let pause = rng.between(options.fault_every.0, options.fault_every.1);
         if Instant::now() + pause >= end {
@@ -39,7 +46,11 @@ pub async fn run(cluster: &mut Cluster, options: &Options, mut rng: Rng, began: 
         }
         tokio::time::sleep(pause).await;
         let i = rng.below(cluster.replicas.len());
-        let kind = *rng.pick(&FaultKind::ALL);
+        let kind = match first.get(injected) {
+            Some(kind) => *kind,
+            None => *rng.pick(&FaultKind::ALL),
+        };
+        injected += 1;
         let at = began.elapsed();
         let name = cluster.replicas[i].name.clone();
         let what = match inject(cluster, options, &mut rng, i, kind).await {

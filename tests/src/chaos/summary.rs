@@ -99,6 +99,11 @@ pub struct Summary {
     pub answers_refused: usize,
     /// Answer attempts of unknown outcome.
     pub answers_unknown: usize,
+    /// Rivals' answers: another caller answering an approval at the same
+    /// moment as the client, on another replica.
+    pub rivals: usize,
+    /// Of them, the ones the server took (the client's was refused then).
+    pub rivals_taken: usize,
     /// Starts that failed on every replica tried (no run id learned):
     /// what was started and the last error. Not a violation by itself (the
     /// replicas tried may all have been faulty), but shown.
@@ -158,6 +163,11 @@ impl std::fmt::Display for Summary {
             f,
             "  answers: {} taken ({} after letting the run park), {} refused, {} unknown",
             self.answers_ok, self.answers_after_parking, self.answers_refused, self.answers_unknown
+        )?;
+        writeln!(
+            f,
+            "  competing answers: {} rivals answered with the client, {} of them taken",
+            self.rivals, self.rivals_taken
         )?;
         if self.violations.is_empty() {
             write!(f, "  violations: none")

@@ -408,6 +408,41 @@ impl Following<'_> {
         let n = self.replicas.len();
         let mut r = self.rng.other_than(n, self.watching);
         let mut not_found = 0;
+        // Now and then a rival answers the same approval at the same moment
+        // on another replica (its own reason): one call, recorded.
+        let rival = (kind == QuestionKind::Approval && self.rng.chance(0.3)).then(|| {
+            let on = self.rng.other_than(n, r);
+            let client = self.replicas[on].clone();
+            let (run_id, question) = (self.run_id.clone(), id.to_owned());
+            let (history, began) = (self.shared.history.clone(), self.shared.began);
+            tokio::spawn(async move {
+                let reason = rival_reason(&run_id);
+                let call = client.resolve_approval(&run_id, &question, true, &reason);
+                let outcome = match tokio::time::timeout(CALL_TIMEOUT, call).await {
+                    Ok(Ok(())) => Outcome::Ok,
+                    Ok(Err(e)) => match e.code() {
+                        Code::FailedPrecondition | Code::NotFound | Code::InvalidArgument => {
+                            Outcome::Refused {
+                                code: e.code(),
+                                message: e.message(),
+                            }
+                        }
+                        code => Outcome::Unknown(format!("{code:?}: {}", e.message())),
+                    },
+                    Err(_) => Outcome::Unknown(format!("no answer within {CALL_TIMEOUT:?}")),
+                };
+                let answer = Answer {
+                    question,
+                    value: "approved".into(),
+                    replica: on,
+                    at: began.elapsed(),
+                    outcome,
+                    parked,
+                    rival: true,
+                };
+                history.update(&run_id, |t| t.answers.push(answer));
+            })
+        });
         for attempt in 0..MAX_ANSWER_ATTEMPTS {
             if attempt > 0 {
                 r = self.rng.below(n);
@@ -453,6 +488,7 @@ impl Following<'_> {
                 at: self.shared.began.elapsed(),
                 outcome: outcome.clone(),
                 parked,
+                rival: false,
             };
             let run_id = self.run_id.clone();
             self.shared
@@ -478,6 +514,9 @@ impl Following<'_> {
             let pause = Duration::from_millis(150 * u64::from(attempt + 1));
             tokio::time::sleep(pause).await;
         }
+        if let Some(rival) = rival {
+            let _ = rival.await;
+        }
     }
 
     fn note(&mut self, note: String) {
@@ -490,6 +529,11 @@ impl Following<'_> {
 /// can tell the applied answer is the client's).
 pub fn approval_reason(run_id: &str) -> String {
     format!("approved by the chaos client of {run_id}")
+}
+
+/// The reason a rival approves run `run_id` with (see [`Answer::rival`]).
+pub fn rival_reason(run_id: &str) -> String {
+    format!("approved by a rival of the chaos client of {run_id}")
 }
 
 /// The question an event asks: its id, kind, seq and options.
