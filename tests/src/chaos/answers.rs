@@ -81,14 +81,19 @@ pub fn check(t: &Tracked, log: &[pb::RunEvent], out: &mut Vec<Violation>) {
             {
                 // The rival's answer applied: it was not refused, and the
                 // client was never told OK.
-                for rival in &rivals {
-                    if matches!(rival.outcome, Outcome::Refused { .. }) {
-                        out.push(Violation::run(
-                            id,
-                            "answer",
-                            format!("approval {q}: the rival's answer applied, though it was refused ({})", show(&rival.outcome)),
-                        ));
-                    }
+                if rivals
+                    .iter()
+                    .all(|r| matches!(r.outcome, Outcome::Refused { .. }))
+                {
+                    let said = rivals.iter().map(|r| show(&r.outcome)).collect::<Vec<_>>();
+                    out.push(Violation::run(
+                        id,
+                        "answer",
+                        format!(
+                            "approval {q}: the rival's answer applied, though it was refused ({})",
+                            said.join("; ")
+                        ),
+                    ));
                 }
                 if attempts.iter().any(|a| a.outcome == Outcome::Ok) {
                     out.push(Violation::run(

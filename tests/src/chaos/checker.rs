@@ -650,6 +650,18 @@ mod tests {
             rules_of(&theirs, vec![attempt(Outcome::Ok), rival(Outcome::Ok)]),
             ["answer-twice"]
         );
+        // A rival asked twice, taken once: fine.
+        assert!(
+            rules_of(
+                &theirs,
+                vec![
+                    attempt(already_answered()),
+                    rival(Outcome::Ok),
+                    rival(already_answered())
+                ]
+            )
+            .is_empty()
+        );
         // A refused answer applied.
         assert_eq!(
             rules_of(

@@ -103,6 +103,8 @@ struct QuestionState {
     refused_answered: bool,
     /// Its resolution was seen on a stream.
     resolved: bool,
+    /// A rival answered it (once, at the client's first answer).
+    rivalled: bool,
 }
 
 /// A question asked again after its answer was taken: answer again if it
@@ -410,7 +412,11 @@ impl Following<'_> {
         let mut not_found = 0;
         // Now and then a rival answers the same approval at the same moment
         // on another replica (its own reason): one call, recorded.
-        let rival = (kind == QuestionKind::Approval && self.rng.chance(0.3)).then(|| {
+        let first = !std::mem::replace(
+            &mut self.questions.entry(id.to_owned()).or_default().rivalled,
+            true,
+        );
+        let rival = (first && kind == QuestionKind::Approval && self.rng.chance(0.3)).then(|| {
             let on = self.rng.other_than(n, r);
             let client = self.replicas[on].clone();
             let (run_id, question) = (self.run_id.clone(), id.to_owned());
