@@ -39,6 +39,7 @@ fn meta(tenant: &str) -> RunMeta {
         forked_from: None,
         replay_of: None,
         replay_strict: false,
+        replay_diverged: false,
     }
 }
 
@@ -64,6 +65,7 @@ fn ended(output: &str) -> RunEnd {
         },
         error_code: 0,
         error_message: String::new(),
+        replay_diverged: false,
     }
 }
 
@@ -590,7 +592,7 @@ async fn a_lapsed_lease_is_claimed_once_and_fences_the_former_owner() {
     // While a renews, nothing lapses and b cannot take the run.
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_millis(150)).await;
-        assert_eq!(a.renew(&id, epoch).await.expect("renew"), Some(false));
+        assert_eq!(a.renew(&id, epoch, None).await.expect("renew"), Some(false));
         assert!(b.lapsed(10).await.expect("lapsed").is_empty());
         assert_eq!(b.claim(&id).await.expect("claim"), Claim::Owned);
     }
@@ -618,14 +620,14 @@ async fn a_lapsed_lease_is_claimed_once_and_fences_the_former_owner() {
         "claimed once"
     );
     // The former owner is fenced: no renewal, no append.
-    assert_eq!(a.renew(&id, epoch).await.expect("renew"), None);
+    assert_eq!(a.renew(&id, epoch, None).await.expect("renew"), None);
     assert_eq!(
         a.append(&id, epoch, &[event(&id, 2, "late")], &[], None)
             .await
             .expect("append"),
         Append::Fenced
     );
-    assert_eq!(b.renew(&id, new_epoch).await.expect("renew"), Some(false));
+    assert_eq!(b.renew(&id, new_epoch, None).await.expect("renew"), Some(false));
     // Ended runs leave the lease set when met.
     b.append(
         &id,

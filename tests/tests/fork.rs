@@ -144,6 +144,32 @@ async fn a_fork_at_a_nested_tool_result_takes_the_edit_and_calls_nothing_before_
         .expect("fork");
     check_fork_stream(&fork, &origin, at);
     assert_eq!(output(&fork), "boss: scout: EDITED");
+    // What the fork spent is what it ran live, the same whether the run
+    // or its root agent says it (the scout its origin ran is not counted).
+    let run_usage = match fork.last().and_then(|e| e.payload.as_ref()) {
+        Some(Payload::RunCompleted(c)) => c.usage.expect("usage"),
+        other => panic!("{other:?}"),
+    };
+    let root_usage = fork
+        .iter()
+        .rev()
+        .find_map(|e| match &e.payload {
+            Some(Payload::AgentCompleted(a)) if e.context_id == "root" => a.usage,
+            _ => None,
+        })
+        .expect("the root agent's end");
+    assert_eq!(
+        (
+            root_usage.input_tokens,
+            root_usage.output_tokens,
+            root_usage.model_calls
+        ),
+        (
+            run_usage.input_tokens,
+            run_usage.output_tokens,
+            run_usage.model_calls
+        )
+    );
     assert_eq!(
         host.seen.requests.lock().expect("seen").len(),
         searched,

@@ -107,17 +107,19 @@ pub fn check(t: &Tracked, log: &[pb::RunEvent], out: &mut Vec<Violation>) {
             }
             (Some(Payload::ApprovalResolved(r)), _) => {
                 let person = r.source() == pb::ApprovalSource::Person;
-                if person && r.approved && r.reason == approval_reason(id) {
-                    if let Some(rival) = rivals.iter().find(|a| a.outcome == Outcome::Ok) {
-                        out.push(Violation::run(
-                            id,
-                            "answer-twice",
-                            format!(
-                                "approval {q}: the client's answer applied, and the rival was told OK too (r{} at {:.1?})",
-                                rival.replica, rival.at
-                            ),
-                        ));
-                    }
+                if person
+                    && r.approved
+                    && r.reason == approval_reason(id)
+                    && let Some(rival) = rivals.iter().find(|a| a.outcome == Outcome::Ok)
+                {
+                    out.push(Violation::run(
+                        id,
+                        "answer-twice",
+                        format!(
+                            "approval {q}: the client's answer applied, and the rival was told OK too (r{} at {:.1?})",
+                            rival.replica, rival.at
+                        ),
+                    ));
                 }
                 if !person || !r.approved || r.reason != approval_reason(id) {
                     out.push(Violation::run(

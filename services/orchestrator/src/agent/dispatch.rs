@@ -139,6 +139,10 @@ pub(super) async fn execute(
     {
         let mut result = CallResult::default();
         result.output = record.taken(&mut result);
+        // A fork's sub-agent that its origin ran: the origin spent that.
+        if rt.replay.as_ref().is_some_and(|r| r.fork) {
+            result.child_usage = None;
+        }
         let (_, final_text) = apply_policies(rt, view, call, &mut result);
         if let Some(text) = final_text {
             view.scope.end_with(text);
@@ -237,7 +241,8 @@ pub(super) async fn execute_call(
                 let child_ctx = child.open(rt, &view.ctx);
                 match from_recording(rt, view, call, &unit).await {
                     Some(record) => {
-                        // What the remote agent said, in its context.
+                        // What the remote agent said, in its context (and
+                        // spent: the run this one replays did).
                         let _end = child_ctx.end_on_drop();
                         let said = rt.rerun.as_ref().map(|r| r.remote_events(&child_ctx.id));
                         for (agent, payload) in said.unwrap_or_default() {
