@@ -627,7 +627,10 @@ async fn a_lapsed_lease_is_claimed_once_and_fences_the_former_owner() {
             .expect("append"),
         Append::Fenced
     );
-    assert_eq!(b.renew(&id, new_epoch, None).await.expect("renew"), Some(false));
+    assert_eq!(
+        b.renew(&id, new_epoch, None).await.expect("renew"),
+        Some(false)
+    );
     // Ended runs leave the lease set when met.
     b.append(
         &id,
