@@ -20,6 +20,7 @@
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod complete;
+mod detach;
 mod follow;
 mod jsonl;
 mod out;

@@ -113,12 +113,12 @@ pub async fn run(args: PipelineArgs) -> anyhow::Result<()> {
     };
     if args.detach {
         let mut events = events;
-        let (run_id, trace_id) = crate::runs::started(&mut events).await?;
+        let (run_id, trace_id) = crate::detach::started(&mut events).await?;
         let sentence = format!(
             "pipeline run {run_id} started, detached (trace {trace_id}): baton runs watch {run_id}"
         );
         let json = serde_json::json!({"runId": run_id, "traceId": trace_id});
-        return crate::runs::detached(args.json, &json, &run_id, &sentence);
+        return crate::detach::detached(args.json, &json, &run_id, &sentence);
     }
     crate::follow::follow(
         &client,

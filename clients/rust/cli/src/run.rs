@@ -230,11 +230,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     if args.detach {
         // The first event is RunStarted: the run exists and goes on alone.
-        let (run_id, trace_id) = crate::runs::started(&mut events).await?;
+        let (run_id, trace_id) = crate::detach::started(&mut events).await?;
         let sentence =
             format!("run {run_id} started, detached (trace {trace_id}): baton runs watch {run_id}");
         let json = json!({"runId": run_id, "traceId": trace_id});
-        crate::runs::detached(args.json, &json, &run_id, &sentence)?;
+        crate::detach::detached(args.json, &json, &run_id, &sentence)?;
         return Ok(());
     }
     crate::follow::follow(

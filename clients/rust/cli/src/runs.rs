@@ -352,12 +352,12 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
             let (client, links) = crate::follow::with_links(client);
             let mut events = client.fork_run(request).await?;
             if detach {
-                let (fork_id, trace_id) = started(&mut events).await?;
+                let (fork_id, trace_id) = crate::detach::started(&mut events).await?;
                 let json = json!({"runId": fork_id, "traceId": trace_id, "forkedFrom": {"runId": run_id, "seq": at}});
                 let sentence = format!(
                     "fork {fork_id} of run {run_id} (at its seq {at}) started, detached: baton runs watch {fork_id}"
                 );
-                return detached(args.json, &json, &fork_id, &sentence);
+                return crate::detach::detached(args.json, &json, &fork_id, &sentence);
             }
             follow(
                 &client,
@@ -384,12 +384,12 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
             let (client, links) = crate::follow::with_links(client);
             let mut events = client.replay_run(request).await?;
             if detach {
-                let (replay_id, trace_id) = started(&mut events).await?;
+                let (replay_id, trace_id) = crate::detach::started(&mut events).await?;
                 let json = json!({"runId": replay_id, "traceId": trace_id, "replayOf": run_id, "strict": strict});
                 let sentence = format!(
                     "replay {replay_id} of run {run_id} started, detached: baton runs watch {replay_id}"
                 );
-                return detached(args.json, &json, &replay_id, &sentence);
+                return crate::detach::detached(args.json, &json, &replay_id, &sentence);
             }
             follow(
                 &client,
@@ -413,39 +413,6 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
             Ok(())
         }
     }
-}
-
-/// The ids of a run just started detached: its first event names it.
-pub(crate) async fn started(events: &mut baton_client::Events) -> anyhow::Result<(String, String)> {
-    use futures::StreamExt as _;
-    let first = events
-        .next()
-        .await
-        .ok_or_else(|| anyhow::anyhow!("the stream ended before the run started"))??;
-    Ok((first.run_id, first.trace_id))
-}
-
-/// What a command that started a run detached prints: `--json`, its ids;
-/// into a pipe (`RID=$(baton … --detach)`), the id alone; at a terminal,
-/// `sentence`, wrapped.
-pub(crate) fn detached(
-    json: bool,
-    value: &serde_json::Value,
-    run_id: &str,
-    sentence: &str,
-) -> anyhow::Result<()> {
-    use std::io::IsTerminal as _;
-    if json {
-        crate::out::outln!("{value}")?;
-    } else if !std::io::stdout().is_terminal() {
-        crate::out::outln!("{run_id}")?;
-    } else {
-        crate::out::outln!(
-            "{}",
-            crate::view::wrap_whole(sentence, crate::view::terminal_columns())
-        )?;
-    }
-    Ok(())
 }
 
 /// The tool calls of the model turn that ended at `seq` of run `run_id`

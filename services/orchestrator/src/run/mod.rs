@@ -46,6 +46,7 @@ pub mod journal;
 pub mod launch;
 pub mod log;
 mod pace;
+mod pending;
 pub mod quota;
 pub mod record;
 pub mod registry;

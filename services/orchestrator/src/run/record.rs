@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 pub use super::durable::mono_ms;
 use super::log::EventLog;
 pub use super::log::{LOG_RETENTION, LogRead, Recorded};
+use super::pending::{Pending, earliest_deadline, open_count};
 use crate::error::Error;
 
 /// A person's answer to an approval.
@@ -27,23 +28,6 @@ pub struct ApprovalAnswer {
     pub approved: bool,
     /// The reason given.
     pub reason: String,
-}
-
-enum Pending<T> {
-    /// Asked; answerable until the deadline (ms since the Unix epoch).
-    Waiting(oneshot::Sender<T>, i64),
-    Answered,
-}
-
-impl<T> Pending<T> {
-    /// Hands `value` to the waiting run; false when it was answered already
-    /// or the run stopped waiting (deadline, cancellation).
-    fn answer(&mut self, value: T) -> bool {
-        match std::mem::replace(self, Pending::Answered) {
-            Pending::Waiting(tx, _) => tx.send(value).is_ok(),
-            Pending::Answered => false,
-        }
-    }
 }
 
 /// What GetRun reports.
@@ -564,25 +548,6 @@ impl RunRecord {
         let s = lock(&self.state);
         (s.output.len() + s.run_context_json.len() + s.error_message.len()) as u64
     }
-}
-
-/// How many of `questions` are still waited for.
-fn open_count<T>(questions: &HashMap<String, Pending<T>>) -> usize {
-    questions
-        .values()
-        .filter(|p| matches!(p, Pending::Waiting(tx, _) if !tx.is_closed()))
-        .count()
-}
-
-/// The earliest deadline of the questions still waited for.
-fn earliest_deadline<T>(questions: &HashMap<String, Pending<T>>) -> Option<i64> {
-    questions
-        .values()
-        .filter_map(|p| match p {
-            Pending::Waiting(tx, deadline) if !tx.is_closed() => Some(*deadline),
-            _ => None,
-        })
-        .min()
 }
 
 /// A model or tool call working (see [`RunRecord::work`]).
