@@ -691,32 +691,48 @@ async fn a_rolling_restart_of_every_replica_loses_no_run_and_shows_no_error() {
     assert_eq!(handed_over, 50, "every run moved at least once");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_toolhost_call_done_again_after_a_failover_carries_the_same_idempotency_key() {
+/// A `redis-server`, a tool server with `slow_charge`, and two replicas
+/// serving `agents` (scripts and agents, YAML) with it; the agents file's
+/// folder (the caller removes it).
+async fn with_charges(
+    tag: &str,
+    agents: &str,
+) -> (
+    RedisServer,
+    baton_e2e::toolhost::TestToolHost,
+    std::path::PathBuf,
+    Replica,
+    Replica,
+) {
     let redis = RedisServer::start().expect("redis-server");
     let host = baton_e2e::toolhost::TestToolHost::start()
         .await
         .expect("tool host");
-    let dir = std::env::temp_dir().join(format!("baton-failover-th-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("baton-failover-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("mkdir");
-    let agents = dir.join("agents.yaml");
-    std::fs::write(
-        &agents,
-        format!(
-            r#"
-tool_servers:
-  payments: {{endpoint: "{}", tools: [slow_charge]}}
+    let file = dir.join("agents.yaml");
+    let yaml = format!(
+        "tool_servers:\n  payments: {{endpoint: \"{}\", tools: [slow_charge]}}\n{agents}",
+        host.endpoint()
+    );
+    std::fs::write(&file, yaml).expect("write agents");
+    let a = Replica::start("replica-a", &redis, &file).await;
+    let b = Replica::start("replica-b", &redis, &file).await;
+    (redis, host, dir, a, b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_toolhost_call_done_again_after_a_failover_carries_the_same_idempotency_key() {
+    let (_redis, host, dir, a, b) = with_charges(
+        "th",
+        r#"
 scripts:
-  charger: [{{calls: [{{tool: slow_charge}}]}}, {{text: "done"}}]
+  charger: [{calls: [{tool: slow_charge}]}, {text: "done"}]
 agents:
-  charger: {{model: "scripted:charger", tools: [slow_charge]}}
+  charger: {model: "scripted:charger", tools: [slow_charge]}
 "#,
-            host.endpoint()
-        ),
     )
-    .expect("write agents");
-    let a = Replica::start("replica-a", &redis, &agents).await;
-    let b = Replica::start("replica-b", &redis, &agents).await;
+    .await;
     let (_stream, mut seen) = start_until(
         &a.client().await,
         request("charger"),
@@ -762,33 +778,19 @@ agents:
 /// calls: only the replica that claimed the run makes one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_paused_past_its_lease_calls_no_tool_when_it_goes_on() {
-    let redis = RedisServer::start().expect("redis-server");
-    let host = baton_e2e::toolhost::TestToolHost::start()
-        .await
-        .expect("tool host");
-    let dir = std::env::temp_dir().join(format!("baton-failover-fence-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let agents = dir.join("agents.yaml");
-    std::fs::write(
-        &agents,
-        format!(
-            r#"
-tool_servers:
-  payments: {{endpoint: "{}", tools: [slow_charge]}}
+    let (redis, host, dir, a, b) = with_charges(
+        "fence",
+        r#"
 scripts:
   charger:
-    - {{calls: [{{tool: sleep, args: {{ms: 1500, steps: 1}}}}]}}
-    - {{calls: [{{tool: slow_charge}}]}}
-    - {{text: "done"}}
+    - {calls: [{tool: sleep, args: {ms: 1500, steps: 1}}]}
+    - {calls: [{tool: slow_charge}]}
+    - {text: "done"}
 agents:
-  charger: {{model: "scripted:charger", tools: [sleep, slow_charge]}}
+  charger: {model: "scripted:charger", tools: [sleep, slow_charge]}
 "#,
-            host.endpoint()
-        ),
     )
-    .expect("write agents");
-    let a = Replica::start("replica-a", &redis, &agents).await;
-    let b = Replica::start("replica-b", &redis, &agents).await;
+    .await;
     let (_stream, seen) = start_until(
         &a.client().await,
         request("charger"),
