@@ -121,11 +121,22 @@ pub fn run(o: Options) -> anyhow::Result<()> {
         let per_run = t.elapsed().as_secs_f64() * 1000.0 / o.nested_runs as f64;
         println!("{:<62} {:>11.3} ms {:>11} ms", "(b) nested A→B→C, runs one after another, per run", per_run, 8.6);
 
-        // (c)
+        // (c), and what the finished run's history holds (its chunks
+        // packed as they filled, the last at its end).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let heap_before = crate::heap::live_bytes();
         let t = Instant::now();
         let n = run_once(&client, "chatty").await?;
         let rate = n as f64 / t.elapsed().as_secs_f64();
         println!("{:<62} {:>10.0} ev/s {:>9} ev/s", format!("(c) events per second on one stream ({n} events)"), rate, 878);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let held = crate::heap::live_bytes().saturating_sub(heap_before);
+        println!(
+            "    the finished run's history holds {:.1} MiB of heap, {:.1} bytes an event (bound: runs.max_history_bytes = {} MiB)",
+            held as f64 / (1 << 20) as f64,
+            held as f64 / n as f64,
+            baton_orchestrator::config::Config::default().runs.max_history_bytes >> 20
+        );
 
         // (d) parked runs: open them over many connections (HTTP/2 limits
         // concurrent streams per connection), wait until each is parked.
@@ -164,6 +175,37 @@ pub fn run(o: Options) -> anyhow::Result<()> {
             "    RSS {before} KiB before, {after} KiB with {running} runs parked (server and client in this process); parked in {took:.2?}"
         );
         drop(streams);
+
+        // (d) the server's share: as many runs started detached, waiting
+        // for the same approval with no caller attached (their streams
+        // dropped once asked): the heap they hold, counted by the
+        // allocator, is the server's alone.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let heap_before = crate::heap::live_bytes();
+        let mut waiting = 0;
+        for i in 0..o.parked {
+            let mut stream = clients[i % channels]
+                .run_agent(pb::RunAgentRequest {
+                    detach: true,
+                    ..req("parked")
+                })
+                .await?;
+            while let Some(e) = stream.next().await {
+                if matches!(e?.payload, Some(Payload::ApprovalRequested(_))) {
+                    waiting += 1;
+                    break;
+                }
+            }
+        }
+        anyhow::ensure!(waiting == o.parked, "only {waiting} runs waiting");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let held = crate::heap::live_bytes().saturating_sub(heap_before);
+        println!(
+            "{:<62} {:>10.2} KiB {:>14}",
+            format!("(d) the server's share: heap per detached run waiting"),
+            held as f64 / 1024.0 / o.parked as f64,
+            "<= 4 KiB"
+        );
         server.shutdown().await?;
         anyhow::Ok(())
     })
