@@ -61,6 +61,19 @@ impl Orchestrator {
             return false;
         };
         let (run_id, epoch) = (claimed.run_id.clone(), claimed.epoch);
+        // A replica shutting down resumes nothing: it hands runs over (a
+        // claim made as the drain began would be cancelled with the
+        // replica's runs, "server shutting down").
+        if self.shutdown.is_cancelled() {
+            tracing::info!(
+                run_id,
+                "shutting down: gave a claimed run up to another replica"
+            );
+            if let Err(e) = durable.release(&run_id, epoch).await {
+                tracing::warn!(run_id, error = %e, "cannot give a claimed run up");
+            }
+            return true;
+        }
         match self.try_resume(&durable, claimed).await {
             Ok(resumed) => resumed,
             Err(e) => {
@@ -166,6 +179,19 @@ impl Orchestrator {
         // A CancelRun given while the run was away.
         if let Some(reason) = cancel {
             record.cancel_by_request(&reason);
+        }
+        // Shutdown began while it was being resumed: the drain may have
+        // looked for runs to hand over before this one was here.
+        // (Redis not answering: it stays, and gets the grace period.)
+        if self.shutdown.is_cancelled()
+            && matches!(
+                durable.release(&record.run_id, claimed.epoch).await,
+                Ok(true)
+            )
+        {
+            self.runs
+                .drop_run(&record, "handed over to another replica");
+            tracing::info!(run_id = %record.run_id, "handed a run over");
         }
         Ok(true)
     }
