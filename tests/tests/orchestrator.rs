@@ -1124,3 +1124,60 @@ async fn watch_run_replays_a_long_runs_whole_history() {
         .await;
     assert_eq!(tail.len(), 3);
 }
+
+/// A run's history is bounded (`runs.max_history_bytes`): a run that
+/// stays within it completes; one that goes over it fails
+/// `RESOURCE_EXHAUSTED` naming the setting, with its history kept up to
+/// its end (the bound's exact edge, at it and one byte over, is tested on
+/// the log itself: `run::log`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_over_its_history_bound_fails_naming_it_and_keeps_its_history() {
+    let agents = "scripts:\n  chatty: [{text: 'word', deltas: 3000}]\n  brief: [{text: 'word', deltas: 20}]\nagents:\n  chatty: {model: 'scripted:chatty'}\n  brief: {model: 'scripted:brief'}\n";
+    let bound = 32 * 1024;
+    let server = OrchestratorServer::start(agents, None, |c| {
+        c.runs.max_history_bytes = bound;
+    })
+    .await
+    .expect("orchestrator");
+    let client = server.client().await.expect("connect");
+    let brief = client
+        .run_agent_to_end(agent_request("brief", "go"))
+        .await
+        .expect("run");
+    assert!(matches!(
+        brief.last().and_then(|e| e.payload.as_ref()),
+        Some(Payload::RunCompleted(_))
+    ));
+    let events = client
+        .run_agent_to_end(agent_request("chatty", "go"))
+        .await
+        .expect("run");
+    let Some(Payload::RunFailed(failed)) = events.last().and_then(|e| e.payload.clone()) else {
+        panic!("the run fails: {:?}", events.last());
+    };
+    assert_eq!(failed.code, Code::ResourceExhausted as i32);
+    assert!(
+        failed.message.contains("runs.max_history_bytes") && failed.message.contains("32768"),
+        "{}",
+        failed.message
+    );
+    // It stopped near the bound: far fewer events than the 3,000 deltas,
+    // each charged about 60 bytes.
+    assert!(
+        events.len() > 300 && events.len() < 1000,
+        "{} events",
+        events.len()
+    );
+    let run_id = &events[0].run_id;
+    let got = client.get_run(run_id).await.expect("get");
+    assert_eq!(got.status, pb::RunStatus::Failed as i32);
+    assert!(got.error_message.contains("runs.max_history_bytes"));
+    let replayed: Vec<pb::RunEvent> = client
+        .watch_run(run_id, 0, None)
+        .await
+        .expect("from seq 1")
+        .map(|e| e.expect("event"))
+        .collect()
+        .await;
+    assert_eq!(replayed, events, "its whole history, to its end");
+}

@@ -133,6 +133,11 @@ pub struct RunDefaults {
     /// Most bytes of finished runs' results (output, run context, error
     /// message) kept for GetRun; the oldest go first.
     pub max_finished_bytes: u64,
+    /// Most bytes one run's history may hold (its events, about as they
+    /// are encoded, and, in memory mode, its recording): the event that
+    /// takes a run over it is kept, then the run fails `RESOURCE_EXHAUSTED`
+    /// naming this setting.
+    pub max_history_bytes: u64,
     /// Where runs are kept: `memory` (in this process) or `redis` (their
     /// event logs and records in `runs.redis`, served by every replica).
     pub store: RunStoreMode,
@@ -210,6 +215,7 @@ impl Default for RunDefaults {
             finished_retention: Duration::from_secs(3600),
             max_finished_runs: 10_000,
             max_finished_bytes: 256 << 20,
+            max_history_bytes: 128 << 20,
             store: RunStoreMode::Memory,
             redis: RedisConfig::default(),
             retention: Duration::from_secs(24 * 3600),
@@ -385,7 +391,7 @@ pub enum InvalidConfig {
     Pipelines,
     /// One of the bounds on filters, watchers and finished runs is zero.
     #[error(
-        "runs.max_filter_entries, max_filter_prefix_len, max_watchers_per_run, max_finished_runs and finished_retention must be positive"
+        "runs.max_filter_entries, max_filter_prefix_len, max_watchers_per_run, max_finished_runs, max_history_bytes and finished_retention must be positive"
     )]
     RunBounds,
     /// `runs.max_turns` is zero or over its limit.
@@ -446,6 +452,7 @@ impl Config {
             || r.max_filter_prefix_len == 0
             || r.max_watchers_per_run == 0
             || r.max_finished_runs == 0
+            || r.max_history_bytes == 0
             || r.finished_retention.is_zero()
         {
             return Err(InvalidConfig::RunBounds);
@@ -580,4 +587,20 @@ pub struct PipelineLimits {
     pub max_retries: u32,
     /// Longest step timeout; also the default.
     pub max_step_timeout: Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Config, InvalidConfig};
+
+    #[test]
+    fn a_runs_history_bound_is_refused_at_zero_and_taken_at_one_byte() {
+        let mut config = Config::default();
+        config.runs.max_history_bytes = 0;
+        let err = config.validate().expect_err("zero");
+        assert!(matches!(err, InvalidConfig::RunBounds));
+        assert!(err.to_string().contains("max_history_bytes"), "{err}");
+        config.runs.max_history_bytes = 1;
+        config.validate().expect("one byte");
+    }
 }

@@ -24,8 +24,8 @@ const TAIL: usize = 2;
 /// run, so it is written as one short string (see [`Asked::encode`]):
 /// about 60 bytes plus the model's name, and the tools' names on an
 /// agent's first turn in a context.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(into = "String", try_from = "String")]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
 pub struct Asked {
     /// The model asked.
     pub m: String,
@@ -45,9 +45,11 @@ pub struct Asked {
     pub l: Vec<u64>,
 }
 
-impl From<Asked> for String {
-    fn from(a: Asked) -> String {
-        a.encode()
+/// Written as its short string, from a borrow (serde's `into` would copy
+/// it first: every model turn of every run is recorded with one).
+impl Serialize for Asked {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.encode())
     }
 }
 

@@ -78,6 +78,8 @@ pub async fn drive(
         return;
     }
     cleanup.await;
+    // Stopped as failed from outside the body (its history over its bound).
+    let outcome = outcome.or_else(|| rt.record.failure().map(Err));
     let replay = rt.rerun.as_ref().map(super::rerun::Rerun::stats);
     let terminal = match outcome {
         Some(Ok(output)) => Payload::RunCompleted(pb::RunCompleted {

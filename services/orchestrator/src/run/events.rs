@@ -158,7 +158,9 @@ impl futures::Stream for EventStream {
     }
 }
 
-/// An event before the sequencer numbers it.
+/// An event before the sequencer numbers it. Sent boxed: a channel's
+/// slots are as large as what it carries, and a run's draft channel
+/// allocates 32 of them as it opens (8 KiB of drafts, 256 bytes boxed).
 pub struct Draft {
     /// Where.
     pub ctx: Arc<ContextInfo>,
@@ -243,7 +245,7 @@ impl Filter {
             .payload
             .as_ref()
             .is_some_and(|p| self.passes_at(&event.context_id, event.depth, p));
-        passes.then_some(Outgoing::Event(event))
+        passes.then(|| Outgoing::Event(Box::new(event)))
     }
 
     /// Whether the client asked for this event. Terminal events always pass.
@@ -273,14 +275,13 @@ impl Filter {
 /// Numbers, records, filters and forwards a run's events until every frame
 /// has dropped its sender. Returns when the run's last event is through.
 pub async fn sequence(
-    mut drafts: mpsc::Receiver<Draft>,
+    mut drafts: mpsc::Receiver<Box<Draft>>,
     out: EventSender,
     filter: Filter,
     record: Arc<RunRecord>,
     emitted: prometheus_client::metrics::counter::Counter,
 ) {
-    let trace_id = record.trace_id.to_string();
-    let run_id = record.run_id.clone();
+    let tail = super::log::ids_tail(record.trace_id.as_str(), &record.run_id);
     let mut client_gone = false;
     loop {
         let mut draft = tokio::select! {
@@ -309,7 +310,9 @@ pub async fn sequence(
             payload: draft.payload,
             replayed: false,
         };
-        let event = forward.then(|| logged.to_event(&trace_id, &run_id));
+        // Encoded once: what the log keeps and the client is sent.
+        let encoded = logged.encode();
+        let event = forward.then(|| PackedEvent::new(encoded.clone(), seq, tail.clone()));
         // The recording forks replay (the run store keeps a durable run's).
         if draft.record_span {
             record.record_point(super::log::Recorded {
@@ -325,11 +328,11 @@ pub async fn sequence(
                 record: value.into(),
             });
         }
-        // Every event, filtered or not, client or not, is kept for WatchRun
-        // (compactly: the envelope's strings are shared).
-        record.log_event(logged, terminal);
+        // Every event, filtered or not, client or not, is kept for WatchRun.
+        drop(logged);
+        record.log_event(seq, encoded, terminal);
         let Some(event) = event else { continue };
-        if out.send(Ok(Outgoing::Event(event))).await.is_err() {
+        if out.send(Ok(Outgoing::Packed(event))).await.is_err() {
             client_gone = true;
             if !record.detached {
                 record.cancel("client disconnected");

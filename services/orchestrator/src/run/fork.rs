@@ -568,14 +568,15 @@ mod tests {
                     })
                 }
             };
-            log.push_back(Logged {
+            let event = Logged {
                 seq,
                 time: Default::default(),
                 ctx: ctx.clone(),
                 agent: Arc::from("loop"),
                 payload,
                 replayed: false,
-            });
+            };
+            log.push_back(seq, event.encode());
         }
         while log.pack_one(true) {}
         (log, recording)

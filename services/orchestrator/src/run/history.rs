@@ -5,24 +5,44 @@
 use std::{collections::HashMap, sync::atomic::Ordering, time::Instant};
 
 use baton_proto::v1::{self as pb, run_event::Payload};
+use bytes::Bytes;
 
 use super::{
-    log::{Chunked, LOG_RETENTION, LogRead, Logged, Outgoing, PackedChunk, Recorded, ids_tail},
+    log::{Chunked, LOG_RETENTION, LogRead, Outgoing, PackedChunk, Recorded, ids_tail},
     record::{RunRecord, lock, now_ms},
 };
 
 impl RunRecord {
     /// Keeps an event (unfiltered) in the run's history.
-    pub(crate) fn log_event(&self, event: Logged, terminal: bool) {
-        {
+    /// A run whose history goes over its bound (`runs.max_history_bytes`)
+    /// is failed here: the event that took it over is kept, and so are
+    /// the few its branches log as they stop, and its end.
+    pub(crate) fn log_event(&self, seq: u64, event: Bytes, terminal: bool) {
+        let over = {
             let mut log = lock(&self.log);
             if !log.dropped {
-                log.events.push_back(event);
+                log.events.push_back(seq, event);
             }
             log.ended |= terminal;
-        }
+            log.over_bound().map(|charged| (charged, log.bound))
+        };
         self.last_event_ms.store(now_ms(), Ordering::Relaxed);
         self.logged.notify_waiters();
+        if let Some((charged, bound)) = over
+            && !terminal
+        {
+            self.fail(super::failure::Failure::new(
+                tonic::Code::ResourceExhausted,
+                format!(
+                    "the run's history reached {charged} bytes, over runs.max_history_bytes ({bound} bytes): the run is stopped"
+                ),
+            ));
+        }
+    }
+
+    /// Bounds the run's history (`runs.max_history_bytes`).
+    pub(crate) fn bound_history(&self, bytes: u64) {
+        lock(&self.log).bound = bytes;
     }
 
     /// At most `max` of the logged events after seq `after` (watchers read
@@ -37,9 +57,7 @@ impl RunRecord {
     /// decoded ([`Outgoing`]).
     pub fn outgoing_after(&self, after: u64, max: usize) -> LogRead<Outgoing> {
         let tail = ids_tail(self.trace_id.as_str(), &self.run_id);
-        self.read_log(after, |log, skip| {
-            log.read_outgoing(skip, max, &tail, self.trace_id.as_str(), &self.run_id)
-        })
+        self.read_log(after, |log, skip| log.read_outgoing(skip, max, &tail))
     }
 
     fn read_log<E>(&self, after: u64, read: impl FnOnce(&Chunked, usize) -> Vec<E>) -> LogRead<E> {
@@ -183,20 +201,18 @@ impl RunRecord {
                 })
                 .clone();
             let seq = self.next_seq();
-            self.log_event(
-                Logged {
-                    seq,
-                    time: e.time.unwrap_or_default(),
-                    ctx,
-                    agent: Arc::from(e.agent.as_str()),
-                    payload: e
-                        .payload
-                        .clone()
-                        .unwrap_or(Payload::RunStarted(Default::default())),
-                    replayed: e.replayed,
-                },
-                false,
-            );
+            let logged = Logged {
+                seq,
+                time: e.time.unwrap_or_default(),
+                ctx,
+                agent: Arc::from(e.agent.as_str()),
+                payload: e
+                    .payload
+                    .clone()
+                    .unwrap_or(Payload::RunStarted(Default::default())),
+                replayed: e.replayed,
+            };
+            self.log_event(seq, logged.encode(), false);
         }
     }
 }

@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use super::{
     durable::{Append, RedisRuns, RunEnd, now_ms},
     events::{self, Draft, Filter, is_terminal},
-    log::Logged,
+    log::{Logged, Outgoing, PackedEvent, ids_tail},
     record::RunRecord,
 };
 use crate::error::Error;
@@ -79,20 +79,20 @@ fn run_end(payload: &Payload) -> Option<RunEnd> {
 /// Numbers, logs in Redis, records, filters and forwards a run's events
 /// until every frame has dropped its sender (see the module docs).
 pub async fn sequence(
-    mut drafts: mpsc::Receiver<Draft>,
+    mut drafts: mpsc::Receiver<Box<Draft>>,
     out: events::EventSender,
     filter: Filter,
     record: Arc<RunRecord>,
     journal: Journal,
     emitted: prometheus_client::metrics::counter::Counter,
 ) {
-    let trace_id = record.trace_id.to_string();
+    let tail = ids_tail(record.trace_id.as_str(), &record.run_id);
     let run_id = record.run_id.clone();
     let mut client_gone = false;
     // Once the log cannot be written, the run is cancelled and its last
     // events are kept here only.
     let mut broken = false;
-    let mut batch: Vec<Draft> = Vec::with_capacity(MAX_BATCH);
+    let mut batch: Vec<Box<Draft>> = Vec::with_capacity(MAX_BATCH);
     loop {
         let first = tokio::select! {
             biased;
@@ -154,9 +154,11 @@ pub async fn sequence(
             })
             .collect();
         emitted.inc_by(logged.len() as u64);
-        let events: Vec<pb::RunEvent> = logged
+        // Each encoded once: what Redis is sent, the log keeps and the
+        // client is sent.
+        let events: Vec<PackedEvent> = logged
             .iter()
-            .map(|l| l.to_event(&trace_id, &run_id))
+            .map(|l| PackedEvent::new(l.encode(), l.seq, tail.clone()))
             .collect();
         let mut forget_lease = false;
         if !broken {
@@ -187,8 +189,8 @@ pub async fn sequence(
         for (logged, event) in logged.into_iter().zip(events) {
             let terminal = is_terminal(&logged.payload);
             let forward = !client_gone && filter.passes(&logged.ctx, &logged.payload);
-            record.log_event(logged, terminal);
-            if forward && out.send(Ok(event.into())).await.is_err() {
+            record.log_event(logged.seq, event.bytes().clone(), terminal);
+            if forward && out.send(Ok(Outgoing::Packed(event))).await.is_err() {
                 client_gone = true;
                 record
                     .attached
@@ -210,7 +212,7 @@ pub async fn sequence(
 async fn write(
     journal: &Journal,
     run_id: &str,
-    events: &[pb::RunEvent],
+    events: &[PackedEvent],
     records: &[(String, Vec<u8>)],
     end: Option<&RunEnd>,
 ) -> Result<(), Error> {

@@ -37,7 +37,7 @@ pub struct Prepared {
     pub run: Arc<Run>,
     /// The run's span.
     pub span: Context,
-    drafts: mpsc::Receiver<Draft>,
+    drafts: mpsc::Receiver<Box<Draft>>,
     filter: Filter,
 }
 
@@ -66,6 +66,7 @@ pub fn prepare_record(
     options: RunOptions,
 ) -> Prepared {
     let mut options = options;
+    record.bound_history(services.defaults.max_history_bytes);
     run_span
         .span()
         .set_attribute(KeyValue::new("baton.run.id", record.run_id.clone()));
@@ -185,7 +186,7 @@ pub async fn write_fork(
         renew_while_writing(journal, record).await?;
         let written = journal
             .runs
-            .append(run_id, journal.epoch, &[], rest, None)
+            .append(run_id, journal.epoch, &[] as &[pb::RunEvent], rest, None)
             .await?;
         if written != super::durable::Append::Done {
             return Err(Error::Unavailable(format!(

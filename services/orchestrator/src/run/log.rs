@@ -3,18 +3,32 @@
 //! the seq of the event that ended it). A leaf: it knows contexts and
 //! events, nothing of runs or of the sequencer.
 //!
-//! Events are kept in fixed chunks of [`LOG_CHUNK`], so a growing log never
-//! moves what it holds; once the run ended its chunks are packed (their
-//! events encoded as `RunEvent`s without the run's ids, back to back), a
-//! chunk at a time, off the run's event path ([`Chunked::pack_one`]).
+//! An event is encoded once, as the sequencer numbers it: as a `RunEvent`
+//! without the run's ids ([`Logged::encode`]). Those bytes are what the log
+//! keeps, what the gRPC face sends (with the run's ids appended,
+//! [`PackedEvent`]) and, for a durable run, what Redis is sent (the same).
+//! No event is copied into a `RunEvent` on its way out; a face that needs
+//! its fields (HTTP, SSE, A2A, MCP) decodes it.
+//!
+//! Events are kept in chunks of [`LOG_CHUNK`], so a growing log never
+//! moves what it holds. A chunk holds its events' encodings one by one
+//! (live) until it is full, while the run runs, then they are packed back
+//! to back in one buffer ([`PackedChunk`]); the last chunk is packed once
+//! the run ended, off the run's event path ([`Chunked::pack_one`]). A
+//! running run holds at most one chunk unpacked, and it grows as it fills.
+//!
+//! Each event is charged its encoding's length: what its packed chunk
+//! holds of it. A run's history is bounded by those charges
+//! (`runs.max_history_bytes`, [`EventLog::over_bound`]).
 
 use std::sync::Arc;
 
 use baton_proto::v1::{self as pb, run_event::Payload};
-use bytes::{Buf as _, BufMut};
+use bytes::Bytes;
 use prost::Message as _;
 
 use super::context::ContextInfo;
+pub use super::packed::{Outgoing, PackedChunk, PackedEvent, ids_tail};
 
 /// An event as a run's log keeps it until its chunk is packed: numbered,
 /// its envelope shared with the context.
@@ -34,6 +48,53 @@ pub struct Logged {
 }
 
 impl Logged {
+    /// The event's encoding as a `RunEvent` without the run's ids: what
+    /// the log keeps and every face is sent (see the module docs).
+    pub fn encode(&self) -> Bytes {
+        let mut buf = Vec::with_capacity(
+            self.payload.encoded_len()
+                + self.ctx.id.len()
+                + self.ctx.parent.len()
+                + self.ctx.span_id.len()
+                + self.agent.len()
+                + ENVELOPE_BYTES,
+        );
+        self.encode_packed(&mut buf);
+        Bytes::from(buf)
+    }
+
+    /// Writes the event's encoding as a `RunEvent` without the run's ids
+    /// straight from the log's fields: the same bytes as
+    /// `to_event("", "")` encoded, without building it (no string or
+    /// payload copied).
+    fn encode_packed(&self, buf: &mut Vec<u8>) {
+        use prost::encoding::{bool as pbool, message, string, uint32, uint64};
+        if self.seq != 0 {
+            uint64::encode(1, &self.seq, buf);
+        }
+        for (tag, value) in [(4, &self.ctx.id), (5, &self.ctx.parent)] {
+            if !value.is_empty() {
+                string::encode(tag, value, buf);
+            }
+        }
+        if self.ctx.depth != 0 {
+            uint32::encode(6, &self.ctx.depth, buf);
+        }
+        if !self.agent.is_empty() {
+            prost::encoding::encode_key(7, prost::encoding::WireType::LengthDelimited, buf);
+            prost::encoding::encode_varint(self.agent.len() as u64, buf);
+            buf.extend_from_slice(self.agent.as_bytes());
+        }
+        if !self.ctx.span_id.is_empty() {
+            string::encode(8, &self.ctx.span_id, buf);
+        }
+        message::encode(9, &self.time, buf);
+        if self.replayed {
+            pbool::encode(10, &self.replayed, buf);
+        }
+        self.payload.encode(buf);
+    }
+
     /// The event as clients get it.
     pub fn to_event(&self, trace_id: &str, run_id: &str) -> pb::RunEvent {
         pb::RunEvent {
@@ -85,6 +146,11 @@ pub(super) struct EventLog {
     recording_bytes: usize,
     /// The request that started the run, encoded (memory mode).
     pub(super) request: Vec<u8>,
+    /// Most bytes the history may be charged (`runs.max_history_bytes`;
+    /// 0: unbounded).
+    pub(super) bound: u64,
+    /// The history went over `bound` (said once).
+    pub(super) over: bool,
 }
 
 impl EventLog {
@@ -104,6 +170,24 @@ impl EventLog {
         (self.events.bytes() + self.recording_bytes + self.request.len()) as u64
     }
 
+    /// Bytes the history is charged against its bound: its events'
+    /// charges ([`Logged::charge`]; a fork's first packed chunks, what
+    /// they hold), its recording and its request.
+    pub(super) fn charged(&self) -> u64 {
+        self.events.charged + (self.recording_bytes + self.request.len()) as u64
+    }
+
+    /// `Some(charged)` the first time the history is charged more than
+    /// its bound; `None` within it (at it included) and after it said so.
+    pub(super) fn over_bound(&mut self) -> Option<u64> {
+        let charged = self.charged();
+        if self.over || self.bound == 0 || charged <= self.bound {
+            return None;
+        }
+        self.over = true;
+        Some(charged)
+    }
+
     /// Forgets every event and record.
     pub(super) fn drop_history(&mut self) {
         self.events = Chunked::default();
@@ -117,247 +201,49 @@ impl EventLog {
 /// Events per chunk of a run's log.
 pub(super) const LOG_CHUNK: usize = 256;
 
-/// Bytes a live (unpacked) event is counted as.
-const LIVE_EVENT_BYTES: usize = 512;
+/// An event's encoding beside its payload's and its envelope's strings:
+/// its seq, time, depth and field tags, at most.
+const ENVELOPE_BYTES: usize = 40;
 
-/// A chunk of a run's log: its events as they were logged, or packed.
+/// A chunk of a run's log: its events' encodings one by one, as they were
+/// logged (and the memory they take), or packed.
 enum Chunk {
-    Live(Vec<Logged>),
+    Live(Vec<Bytes>, usize),
     Packed(PackedChunk),
-}
-
-/// A packed chunk: its events encoded as `RunEvent`s without the run's
-/// ids, back to back. Shared, not copied, when a fork reads its origin's
-/// history ([`Chunked::packed_prefix`]).
-#[derive(Clone)]
-pub struct PackedChunk {
-    /// The events, encoded, back to back.
-    data: Arc<[u8]>,
-    /// Where each event ends in `data`.
-    ends: Arc<[u32]>,
-    /// Every event is read back marked `replayed` (a fork's copy of its
-    /// origin's chunk: the same bytes, shared).
-    replayed: bool,
-    /// Its first event's encoding in place of the one in `data` (a fork's
-    /// first chunk: its own `RunStarted`, the rest its origin's, shared).
-    first: Option<Arc<[u8]>>,
-}
-
-impl std::fmt::Debug for PackedChunk {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "PackedChunk({} events, {} bytes)",
-            self.ends.len(),
-            self.data.len()
-        )
-    }
-}
-
-impl PackedChunk {
-    /// `events` encoded back to back (as they come: without the run's ids).
-    fn encode<E: std::borrow::Borrow<pb::RunEvent>>(events: impl Iterator<Item = E>) -> Self {
-        let mut data = Vec::new();
-        let mut ends = Vec::with_capacity(LOG_CHUNK);
-        for e in events {
-            let _ = e.borrow().encode(&mut data);
-            ends.push(u32::try_from(data.len()).unwrap_or(u32::MAX));
-        }
-        PackedChunk {
-            data: data.into(),
-            ends: ends.into(),
-            replayed: false,
-            first: None,
-        }
-    }
-
-    /// The chunk with every event marked `replayed` (a fork's first
-    /// events): the same bytes, shared, not copied.
-    pub(super) fn replayed(&self) -> PackedChunk {
-        PackedChunk {
-            replayed: true,
-            ..self.clone()
-        }
-    }
-
-    /// The chunk marked `replayed` with its first event replaced by
-    /// `first` (a fork's `RunStarted`): that event encoded, the others'
-    /// bytes shared.
-    pub(super) fn replayed_with_first(&self, first: &pb::RunEvent) -> PackedChunk {
-        PackedChunk {
-            replayed: true,
-            first: Some(first.encode_to_vec().into()),
-            ..self.clone()
-        }
-    }
-
-    /// Bytes it holds (those it shares with other chunks included).
-    fn held(&self) -> usize {
-        self.data.len() + self.ends.len() * 4 + self.first.as_ref().map_or(0, |f| f.len())
-    }
-
-    /// Its events.
-    pub(super) fn len(&self) -> usize {
-        self.ends.len()
-    }
-
-    /// Its first `n` events: the same bytes, shared.
-    pub(super) fn truncated(&self, n: usize) -> PackedChunk {
-        PackedChunk {
-            ends: self.ends[..n].into(),
-            ..self.clone()
-        }
-    }
-
-    /// The encoding of its `i`-th event (without the run's ids, and
-    /// without `replayed` when the chunk is [`Self::replayed`]).
-    pub(super) fn bytes(&self, i: usize) -> &[u8] {
-        if i == 0
-            && let Some(first) = &self.first
-        {
-            return first;
-        }
-        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
-        &self.data[start..self.ends[i] as usize]
-    }
-
-    /// Its `i`-th event, without the run's ids.
-    pub(super) fn event(&self, i: usize) -> pb::RunEvent {
-        let mut e = pb::RunEvent::decode(self.bytes(i)).unwrap_or_default();
-        e.replayed |= self.replayed;
-        e
-    }
-
-    /// Its events in order, decoded as they are taken.
-    pub(super) fn events(&self) -> impl Iterator<Item = pb::RunEvent> + '_ {
-        (0..self.len()).map(|i| self.event(i))
-    }
-}
-
-/// `replayed = true` (field 10, a varint) as a `RunEvent` encodes it.
-const REPLAYED: [u8; 2] = [10 << 3, 1];
-
-/// The run's ids as fields of an encoded `RunEvent`: what a packed event's
-/// bytes are sent with ([`PackedEvent`]).
-pub fn ids_tail(trace_id: &str, run_id: &str) -> Arc<[u8]> {
-    pb::RunEvent {
-        trace_id: trace_id.to_owned(),
-        run_id: run_id.to_owned(),
-        ..Default::default()
-    }
-    .encode_to_vec()
-    .into()
-}
-
-/// An event of a packed chunk as a stream sends it, not decoded: its bytes
-/// as the log keeps them, then the run's ids (and `replayed` when the chunk
-/// is a fork's copy). Fields may come in any order in a protobuf message,
-/// and these are not in the kept bytes, so the whole is the event's
-/// encoding; the gRPC face writes it as it is (`grpc::outgoing`), the
-/// other faces decode it ([`Self::event`]).
-#[derive(Clone)]
-pub struct PackedEvent {
-    chunk: PackedChunk,
-    i: usize,
-    seq: u64,
-    tail: Arc<[u8]>,
-}
-
-impl PackedEvent {
-    /// Its seq.
-    pub fn seq(&self) -> u64 {
-        self.seq
-    }
-
-    fn replayed(&self) -> &'static [u8] {
-        if self.chunk.replayed { &REPLAYED } else { &[] }
-    }
-
-    /// Writes its encoding into `buf`.
-    pub fn encode(&self, buf: &mut impl BufMut) {
-        buf.put_slice(self.chunk.bytes(self.i));
-        buf.put_slice(&self.tail);
-        buf.put_slice(self.replayed());
-    }
-
-    /// The event: its encoding, decoded (what a client reads from it).
-    pub fn event(&self) -> pb::RunEvent {
-        let encoded = self
-            .chunk
-            .bytes(self.i)
-            .chain(&self.tail[..])
-            .chain(self.replayed());
-        pb::RunEvent::decode(encoded).unwrap_or_default()
-    }
-}
-
-/// An event as a run's stream carries it to a face: decoded, or as its
-/// run's log keeps it (read back from a packed chunk for WatchRun or a
-/// fork's replayed part), decoded only by a face that needs its fields.
-// Not boxed: most events are live ones (`Event`), and a box would cost each
-// an allocation to save a few hundred bytes moved per channel hop.
-#[allow(clippy::large_enum_variant)]
-pub enum Outgoing {
-    /// Decoded.
-    Event(pb::RunEvent),
-    /// As its run's log keeps it.
-    Packed(PackedEvent),
-}
-
-impl Outgoing {
-    /// Its seq.
-    pub fn seq(&self) -> u64 {
-        match self {
-            Outgoing::Event(e) => e.seq,
-            Outgoing::Packed(p) => p.seq,
-        }
-    }
-
-    /// The event, decoded if it was not.
-    pub fn into_event(self) -> pb::RunEvent {
-        match self {
-            Outgoing::Event(e) => e,
-            Outgoing::Packed(p) => p.event(),
-        }
-    }
-}
-
-impl From<pb::RunEvent> for Outgoing {
-    fn from(e: pb::RunEvent) -> Self {
-        Outgoing::Event(e)
-    }
 }
 
 impl Chunk {
     fn len(&self) -> usize {
         match self {
-            Chunk::Live(v) => v.len(),
+            Chunk::Live(v, _) => v.len(),
             Chunk::Packed(p) => p.len(),
         }
     }
 
-    fn pack(events: &[Logged]) -> Chunk {
-        // The run's ids are the record's; not kept per event.
-        Chunk::Packed(PackedChunk::encode(
-            events.iter().map(|e| e.to_event("", "")),
-        ))
+    /// Live events' encodings, back to back in one buffer.
+    fn pack(events: &[Bytes]) -> Chunk {
+        let mut data = Vec::with_capacity(events.iter().map(Bytes::len).sum());
+        let mut ends = Vec::with_capacity(events.len());
+        for e in events {
+            data.extend_from_slice(e);
+            ends.push(u32::try_from(data.len()).unwrap_or(u32::MAX));
+        }
+        Chunk::Packed(PackedChunk::from_parts(data, ends))
     }
 
     fn event(&self, i: usize, trace_id: &str, run_id: &str) -> pb::RunEvent {
-        match self {
-            Chunk::Live(v) => v[i].to_event(trace_id, run_id),
-            Chunk::Packed(p) => {
-                let mut e = p.event(i);
-                trace_id.clone_into(&mut e.trace_id);
-                run_id.clone_into(&mut e.run_id);
-                e
-            }
-        }
+        let mut e = match self {
+            Chunk::Live(v, _) => pb::RunEvent::decode(&v[i][..]).unwrap_or_default(),
+            Chunk::Packed(p) => p.event(i),
+        };
+        trace_id.clone_into(&mut e.trace_id);
+        run_id.clone_into(&mut e.run_id);
+        e
     }
 }
 
-/// A run's events in chunks of [`LOG_CHUNK`], every chunk but the last
-/// packed (see the module docs). A fork's log starts with its origin's
+/// A run's events in chunks of [`LOG_CHUNK`], every full chunk packed
+/// (see the module docs). A fork's log starts with its origin's
 /// packed chunks, the last of which it may share only in part: so a chunk
 /// is full unless it is the last one or packed, and where each starts is
 /// kept.
@@ -371,7 +257,11 @@ pub(super) struct Chunked {
     /// seq it was resumed at).
     first_seq: u64,
     packed_bytes: usize,
-    packed_events: usize,
+    /// Bytes the live chunks' events take, about (their encodings, their
+    /// handles and the room kept for more).
+    live_bytes: usize,
+    /// Every event's encoding's length, packed or not.
+    charged: u64,
 }
 
 impl Chunked {
@@ -379,16 +269,35 @@ impl Chunked {
         self.len
     }
 
-    pub(super) fn push_back(&mut self, event: Logged) {
+    /// Logs event `seq`, encoded ([`Logged::encode`]). A chunk grows as it
+    /// fills (a run that logged a few events keeps room for a few); a full
+    /// one is packed as the next event starts a new one, so a running run
+    /// holds one chunk of events unpacked.
+    pub(super) fn push_back(&mut self, seq: u64, event: Bytes) {
         if self.len == 0 {
-            self.first_seq = event.seq;
+            self.first_seq = seq;
         }
+        let charge = event.len();
+        self.charged += charge as u64;
+        let room = |v: &Vec<Bytes>| (v.capacity() - v.len()) * std::mem::size_of::<Bytes>();
+        let charge = charge + std::mem::size_of::<Bytes>();
         match self.chunks.last_mut() {
-            Some(Chunk::Live(last)) if last.len() < LOG_CHUNK => last.push(event),
+            Some(Chunk::Live(last, bytes)) if last.len() < LOG_CHUNK => {
+                let before = *bytes;
+                *bytes -= room(last).min(*bytes);
+                last.push(event);
+                *bytes += charge + room(last);
+                self.live_bytes = self.live_bytes + *bytes - before;
+            }
             _ => {
-                let mut fresh = Vec::with_capacity(LOG_CHUNK);
+                if let Some(Chunk::Live(..)) = self.chunks.last() {
+                    self.pack_at(self.chunks.len() - 1);
+                }
+                let mut fresh = Vec::with_capacity(4);
                 fresh.push(event);
-                self.chunks.push(Chunk::Live(fresh));
+                let bytes = charge + room(&fresh);
+                self.live_bytes += bytes;
+                self.chunks.push(Chunk::Live(fresh, bytes));
                 self.starts.push(self.len);
             }
         }
@@ -416,7 +325,7 @@ impl Chunked {
                 continue;
             }
             self.packed_bytes += packed.held();
-            self.packed_events += packed.len();
+            self.charged += packed.held() as u64;
             self.starts.push(self.len);
             self.len += packed.len();
             self.chunks.push(Chunk::Packed(packed));
@@ -434,9 +343,10 @@ impl Chunked {
 
     /// Bytes the events hold, about.
     fn bytes(&self) -> usize {
-        (self.len - self.packed_events) * LIVE_EVENT_BYTES
+        self.live_bytes
             + self.packed_bytes
-            + self.chunks.len() * (std::mem::size_of::<Chunk>() + std::mem::size_of::<usize>())
+            + self.chunks.capacity() * std::mem::size_of::<Chunk>()
+            + self.starts.capacity() * std::mem::size_of::<usize>()
     }
 
     /// Packs the first chunk still live: a full one, or any once the run
@@ -446,18 +356,24 @@ impl Chunked {
         let at = self
             .chunks
             .iter()
-            .position(|c| matches!(c, Chunk::Live(v) if all || v.len() == LOG_CHUNK));
+            .position(|c| matches!(c, Chunk::Live(v, _) if all || v.len() == LOG_CHUNK));
         let Some(at) = at else { return false };
-        let Chunk::Live(events) = &self.chunks[at] else {
-            return false;
+        self.pack_at(at);
+        true
+    }
+
+    /// Packs chunk `at` if it is live.
+    fn pack_at(&mut self, at: usize) {
+        let Chunk::Live(events, bytes) = &self.chunks[at] else {
+            return;
         };
+        let bytes = *bytes;
         let packed = Chunk::pack(events);
         if let Chunk::Packed(p) = &packed {
             self.packed_bytes += p.held();
-            self.packed_events += p.ends.len();
         }
+        self.live_bytes -= bytes;
         self.chunks[at] = packed;
-        true
     }
 
     /// The log's first `max` events (or fewer) while they are packed, as
@@ -526,31 +442,20 @@ impl Chunked {
     }
 
     /// At most `max` events from the `skip`-th on, as streams carry them:
-    /// those of packed chunks not decoded, sent with `tail` (the run's ids,
-    /// [`ids_tail`]).
-    pub(super) fn read_outgoing(
-        &self,
-        skip: usize,
-        max: usize,
-        tail: &Arc<[u8]>,
-        trace_id: &str,
-        run_id: &str,
-    ) -> Vec<Outgoing> {
+    /// not decoded, sent with `tail` (the run's ids, [`ids_tail`]).
+    pub(super) fn read_outgoing(&self, skip: usize, max: usize, tail: &Arc<[u8]>) -> Vec<Outgoing> {
         let mut out = Vec::with_capacity(max.min(self.len.saturating_sub(skip)));
         let first_seq = self.first_seq;
         self.each_run(skip, max, |chunk, i, take, at| match chunk {
-            Chunk::Live(v) => out.extend(
-                v[i..i + take]
-                    .iter()
-                    .map(|e| Outgoing::Event(e.to_event(trace_id, run_id))),
-            ),
+            Chunk::Live(v, _) => out.extend(v[i..i + take].iter().enumerate().map(|(k, e)| {
+                Outgoing::Packed(PackedEvent::new(
+                    e.clone(),
+                    first_seq + (at + k) as u64,
+                    tail.clone(),
+                ))
+            })),
             Chunk::Packed(p) => out.extend((0..take).map(|k| {
-                Outgoing::Packed(PackedEvent {
-                    chunk: p.clone(),
-                    i: i + k,
-                    seq: first_seq + (at + k) as u64,
-                    tail: tail.clone(),
-                })
+                Outgoing::Packed(p.outgoing(i + k, first_seq + (at + k) as u64, tail.clone()))
             })),
         });
         out
@@ -604,12 +509,12 @@ mod chunked_tests {
     fn outgoing(log: &Chunked, skip: usize, max: usize, t: &str, r: &str) -> Vec<pb::RunEvent> {
         use prost::Message as _;
         let tail = super::ids_tail(t, r);
-        log.read_outgoing(skip, max, &tail, t, r)
+        log.read_outgoing(skip, max, &tail)
             .into_iter()
             .map(|o| {
                 let seq = o.seq();
                 let event = match o {
-                    Outgoing::Event(e) => e,
+                    Outgoing::Event(e) => *e,
                     Outgoing::Packed(p) => {
                         let mut wire = Vec::new();
                         p.encode(&mut wire);
@@ -626,13 +531,33 @@ mod chunked_tests {
     }
 
     #[test]
+    fn a_logged_event_packs_to_the_bytes_of_its_run_event() {
+        use prost::Message as _;
+        for seq in [0, 1, 2, 300, u64::MAX] {
+            let mut e = ev(seq);
+            assert_eq!(e.encode(), e.to_event("", "").encode_to_vec(), "seq {seq}");
+            e.agent = std::sync::Arc::from("");
+            e.replayed = true;
+            e.ctx = std::sync::Arc::new(crate::run::context::ContextInfo {
+                id: "root.b.1.c.2".into(),
+                parent: "root.b.1".into(),
+                depth: 2,
+                span_id: String::new(),
+                otel: opentelemetry::Context::new(),
+                span_recorded: Default::default(),
+            });
+            assert_eq!(e.encode(), e.to_event("", "").encode_to_vec(), "seq {seq}");
+        }
+    }
+
+    #[test]
     fn replayed_is_encoded_as_a_run_event_encodes_it() {
         use prost::Message as _;
         let e = pb::RunEvent {
             replayed: true,
             ..Default::default()
         };
-        assert_eq!(e.encode_to_vec(), super::REPLAYED);
+        assert_eq!(e.encode_to_vec(), crate::run::packed::REPLAYED);
     }
 
     #[test]
@@ -648,7 +573,7 @@ mod chunked_tests {
             let mut log = Chunked::default();
             let first = 41;
             for seq in first..first + total as u64 {
-                log.push_back(ev(seq));
+                log.push_back(seq, ev(seq).encode());
             }
             let want: Vec<pb::RunEvent> = (first..first + total as u64)
                 .map(|s| ev(s).to_event("t", "r"))
@@ -683,7 +608,7 @@ mod chunked_tests {
         for seq in 1..=total as u64 {
             let mut e = ev(seq);
             e.replayed = false;
-            origin.push_back(e);
+            origin.push_back(e.seq, e.encode());
         }
         while origin.pack_one(true) {}
         // As many events as asked for, the last chunk cut short.
@@ -731,7 +656,9 @@ mod chunked_tests {
                 let changed = first.replayed_with_first(&events[0]);
                 // The origin's bytes, shared: only the new first event is
                 // encoded.
-                assert!(std::sync::Arc::ptr_eq(&changed.data, &first.data));
+                if first.len() > 1 {
+                    assert_eq!(changed.bytes(1).as_ptr(), first.bytes(1).as_ptr());
+                }
                 *first = changed;
             }
             let mut fork = Chunked::default();
@@ -747,7 +674,7 @@ mod chunked_tests {
             for seq in (kept + taken + 1)..=total {
                 let mut e = ev(seq as u64);
                 e.replayed = true;
-                fork.push_back(e);
+                fork.push_back(e.seq, e.encode());
             }
             for sealed in [false, true] {
                 if sealed {
@@ -775,10 +702,75 @@ mod chunked_tests {
     }
 
     #[test]
+    fn a_running_log_packs_each_full_chunk_and_keeps_one_live() {
+        let mut log = Chunked::default();
+        let total = LOG_CHUNK * 3 + 5;
+        for seq in 1..=total as u64 {
+            log.push_back(seq, ev(seq).encode());
+        }
+        let live: Vec<usize> = log
+            .chunks
+            .iter()
+            .filter_map(|c| match c {
+                super::Chunk::Live(v, _) => Some(v.len()),
+                super::Chunk::Packed(_) => None,
+            })
+            .collect();
+        assert_eq!(live, [5], "only the last chunk is unencoded");
+        // The live chunk grew as it filled: room for 8, not 256.
+        let super::Chunk::Live(last, bytes) = log.chunks.last().expect("chunks") else {
+            panic!("the last chunk is live");
+        };
+        assert!(last.capacity() <= 8, "room for {}", last.capacity());
+        let handle = std::mem::size_of::<bytes::Bytes>();
+        let live: usize = (LOG_CHUNK * 3 + 1..=total)
+            .map(|s| ev(s as u64).encode().len() + handle)
+            .sum();
+        assert_eq!(*bytes, live + (last.capacity() - 5) * handle);
+        // Every event's encoding is charged, packed or not: what its
+        // packed chunk holds of it.
+        let all: u64 = (1..=total)
+            .map(|s| ev(s as u64).encode().len() as u64)
+            .sum();
+        assert_eq!(log.charged, all);
+        let packed = log.packed_bytes - LOG_CHUNK * 3 * 4;
+        let charged: usize = (1..=LOG_CHUNK * 3)
+            .map(|s| ev(s as u64).encode().len())
+            .sum();
+        assert_eq!(packed, charged);
+    }
+
+    #[test]
+    fn a_history_is_within_its_bound_at_it_and_over_it_one_byte_more() {
+        let events = 600;
+        let charge: u64 = (1..=events).map(|s| ev(s).encode().len() as u64).sum();
+        for (bound, over) in [(charge, false), (charge - 1, true), (0, false)] {
+            let mut log = super::EventLog {
+                bound,
+                ..Default::default()
+            };
+            let mut said = Vec::new();
+            for seq in 1..=events {
+                log.events.push_back(seq, ev(seq).encode());
+                if let Some(charged) = log.over_bound() {
+                    said.push((seq, charged));
+                }
+            }
+            assert_eq!(log.charged(), charge);
+            if over {
+                // Said once, at the last event, which took it over.
+                assert_eq!(said, [(events, charge)], "bound {bound}");
+            } else {
+                assert!(said.is_empty(), "bound {bound}: {said:?}");
+            }
+        }
+    }
+
+    #[test]
     fn a_packed_event_costs_its_encoding() {
         let mut log = Chunked::default();
         for seq in 1..=1000 {
-            log.push_back(ev(seq));
+            log.push_back(seq, ev(seq).encode());
         }
         while log.pack_one(true) {}
         let per_event = log.bytes() / 1000;

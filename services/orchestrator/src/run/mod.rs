@@ -20,7 +20,10 @@
 //!   parking; [`leases`]: the background renewal, inbox delivery, parking
 //!   and claiming every replica does.
 //! - [`context`]: a context of the tree and its span (a leaf).
-//! - [`log`]: a run's event log, in fixed chunks (a leaf); `scan`: the
+//! - [`packed`]: events encoded once, as the log keeps them and streams
+//!   carry them (a leaf).
+//! - [`log`]: a run's event log, in chunks, bounded by
+//!   `runs.max_history_bytes`; `scan`: the
 //!   fields of a logged event a fork's plan reads without decoding it;
 //!   `flight`: what was in flight at a fork point, found by that scan.
 //! - [`target`]: an agent or group resolved with its model, once.
@@ -29,7 +32,8 @@
 //!   then (a leaf).
 //! - [`view`]: what the core answers about a run, from either record.
 //! - [`record`]: a run's record (status, cancellation, log, pending
-//!   approvals and inputs); [`registry`]: the runs of this replica.
+//!   approvals and inputs); [`stop`]: stopping a run from outside its
+//!   body (cancelled, or failed); [`registry`]: the runs of this replica.
 //!
 //! Nothing here knows what an agent or a pipeline is: `crate::agent` and
 //! `crate::pipeline` are bodies `drive` runs.
@@ -46,6 +50,7 @@ pub mod journal;
 pub mod launch;
 pub mod log;
 mod pace;
+pub mod packed;
 mod pending;
 pub mod quota;
 pub mod record;
@@ -54,6 +59,7 @@ pub mod rerun;
 mod scan;
 pub mod shared;
 pub mod state;
+pub mod stop;
 pub mod target;
 pub mod unit;
 pub mod view;
@@ -95,7 +101,7 @@ pub(crate) mod testing {
         yaml: &str,
         limits: Limits,
         approval_mode: pb::ApprovalMode,
-    ) -> (Arc<Run>, mpsc::Receiver<Draft>) {
+    ) -> (Arc<Run>, mpsc::Receiver<Box<Draft>>) {
         run_with(yaml, limits, approval_mode, None)
     }
 
@@ -105,7 +111,7 @@ pub(crate) mod testing {
         limits: Limits,
         approval_mode: pb::ApprovalMode,
         replay: Option<super::state::Replay>,
-    ) -> (Arc<Run>, mpsc::Receiver<Draft>) {
+    ) -> (Arc<Run>, mpsc::Receiver<Box<Draft>>) {
         let catalog = Arc::new(Catalog::from_yaml(yaml).expect("the test catalog is valid"));
         let store = Arc::new(MemoryStore::new(StoreLimits::default()));
         let services = Shared::new(
@@ -147,7 +153,7 @@ pub(crate) mod testing {
     }
 
     /// The events sent so far, by kind name.
-    pub fn kinds(rx: &mut mpsc::Receiver<Draft>) -> Vec<String> {
+    pub fn kinds(rx: &mut mpsc::Receiver<Box<Draft>>) -> Vec<String> {
         let mut out = Vec::new();
         while let Ok(d) = rx.try_recv() {
             let name = super::events::kind_of(&d.payload).as_str_name();

@@ -91,8 +91,11 @@ pub struct RunRecord {
     /// knows (set at create, claim and renewal, from when the script was
     /// sent): past it, a paused replica may have been fenced.
     lease_until: AtomicI64,
-    cancel: CancellationToken,
-    cancel_reason: Mutex<Option<String>>,
+    pub(super) cancel: CancellationToken,
+    pub(super) cancel_reason: Mutex<Option<String>>,
+    /// Why the run was stopped as failed from outside its body (its
+    /// history over its bound): the run ends `RunFailed` with it.
+    pub(super) failure: Mutex<Option<super::failure::Failure>>,
     pub(super) seq: AtomicU64,
     pub(super) state: Mutex<RunSnapshot>,
     pub(super) finished: Mutex<Option<Instant>>,
@@ -197,22 +200,6 @@ impl RunRecord {
         self.logged.notify_waiters();
     }
 
-    /// Cancels the run at a client's request (CancelRun) with `reason`;
-    /// the status after: `CANCELLED`, or the status the run already ended
-    /// with.
-    pub fn cancel_by_request(&self, reason: &str) -> pb::RunStatus {
-        let status = self.snapshot().status;
-        if status != pb::RunStatus::Running {
-            return status;
-        }
-        self.cancel(&if reason.is_empty() {
-            "cancelled by request".to_owned()
-        } else {
-            format!("cancelled by request: {reason}")
-        });
-        pb::RunStatus::Cancelled
-    }
-
     /// A new running run whose token is a child of `parent`.
     pub fn new(
         trace_id: TraceId,
@@ -278,6 +265,7 @@ impl RunRecord {
             lease_until: AtomicI64::new(i64::MAX),
             cancel: parent.child_token(),
             cancel_reason: Mutex::new(None),
+            failure: Mutex::new(None),
             seq: AtomicU64::new(started.last_seq),
             state: Mutex::new(RunSnapshot {
                 status: pb::RunStatus::Running,
@@ -315,19 +303,6 @@ impl RunRecord {
     /// The run's cancellation token.
     pub fn token(&self) -> &CancellationToken {
         &self.cancel
-    }
-
-    /// Cancels the run (the first reason given wins).
-    pub fn cancel(&self, reason: &str) {
-        lock(&self.cancel_reason).get_or_insert_with(|| reason.to_owned());
-        self.cancel.cancel();
-    }
-
-    /// Why the run was cancelled.
-    pub fn cancel_reason(&self) -> String {
-        lock(&self.cancel_reason)
-            .clone()
-            .unwrap_or_else(|| "server shutting down".into())
     }
 
     pub(crate) fn next_seq(&self) -> u64 {

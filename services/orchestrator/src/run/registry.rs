@@ -251,6 +251,10 @@ mod tests {
         }
     }
 
+    fn log(run: &RunRecord, event: Logged, terminal: bool) {
+        run.log_event(event.seq, event.encode(), terminal);
+    }
+
     fn new_run() -> Arc<RunRecord> {
         RunRecord::new(
             TraceId::random(),
@@ -338,7 +342,8 @@ mod tests {
     fn watchers_read_the_log_in_batches_and_never_wrap() {
         let run = new_run();
         for seq in 1..=10 {
-            run.log_event(
+            log(
+                &run,
                 logged(seq, Payload::TextDelta(pb::TextDelta::default())),
                 false,
             );
@@ -351,7 +356,7 @@ mod tests {
         assert_eq!(seqs(run.events_after(8, 4)), (vec![9, 10], false));
         let done = Payload::RunCompleted(pb::RunCompleted::default());
         run.finish(&done, 11);
-        run.log_event(logged(11, done), true);
+        log(&run, logged(11, done), true);
         assert_eq!(
             seqs(run.events_after(8, 2)),
             (vec![9, 10], false),
@@ -365,12 +370,14 @@ mod tests {
 
     fn logged_run(events: u64) -> Arc<RunRecord> {
         let run = new_run();
-        run.log_event(
+        log(
+            &run,
             logged(1, Payload::RunStarted(pb::RunStarted::default())),
             false,
         );
         for seq in 2..events {
-            run.log_event(
+            log(
+                &run,
                 logged(
                     seq,
                     Payload::TextDelta(pb::TextDelta {
@@ -382,7 +389,7 @@ mod tests {
         }
         let done = Payload::RunCompleted(pb::RunCompleted::default());
         run.finish(&done, events);
-        run.log_event(logged(events, done), true);
+        log(&run, logged(events, done), true);
         run
     }
 

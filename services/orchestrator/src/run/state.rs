@@ -76,7 +76,7 @@ pub struct Run {
     /// Pipeline outputs being written behind (tools that may read the store
     /// wait for them).
     pub pending_writes: PendingWrites,
-    pub(super) events: mpsc::Sender<Draft>,
+    pub(super) events: mpsc::Sender<Box<Draft>>,
     pub(super) usage: UsageCounters,
     /// Whether durable points are recorded (runs are durable).
     journaling: bool,
@@ -221,7 +221,7 @@ impl Run {
         record: Arc<RunRecord>,
         run_span: Context,
         options: RunOptions,
-        events: mpsc::Sender<Draft>,
+        events: mpsc::Sender<Box<Draft>>,
     ) -> Arc<Self> {
         Arc::new(Self {
             // Every run records its durable points: forks replay them.
@@ -256,13 +256,13 @@ impl Run {
         // being torn down, when events no longer matter.
         let _ = self
             .events
-            .send(Draft {
+            .send(Box::new(Draft {
                 ctx: ctx.clone(),
                 agent: agent.clone(),
                 payload,
                 journal: None,
                 record_span: false,
-            })
+            }))
             .await;
     }
 
@@ -326,13 +326,13 @@ impl Run {
         let journal = self.journaling.then(|| (unit, record()));
         let _ = self
             .events
-            .send(Draft {
+            .send(Box::new(Draft {
                 ctx: ctx.clone(),
                 agent: agent.clone(),
                 payload,
                 journal,
                 record_span,
-            })
+            }))
             .await;
     }
 

@@ -95,6 +95,36 @@ pub struct RedisRuns {
     claim: Script,
 }
 
+/// An event as the run's log in Redis keeps it: its seq, and its whole
+/// encoding (the run's ids included).
+pub trait Loggable {
+    /// Its seq.
+    fn seq(&self) -> u64;
+    /// Its encoding.
+    fn encoded(&self) -> Vec<u8>;
+}
+
+impl Loggable for pb::RunEvent {
+    fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    fn encoded(&self) -> Vec<u8> {
+        self.encode_to_vec()
+    }
+}
+
+/// An event as the sequencer encoded it: not encoded again.
+impl Loggable for crate::run::log::PackedEvent {
+    fn seq(&self) -> u64 {
+        crate::run::log::PackedEvent::seq(self)
+    }
+
+    fn encoded(&self) -> Vec<u8> {
+        self.to_vec()
+    }
+}
+
 const APPEND: &str = r"
 -- KEYS[1] meta, KEYS[2] log, KEYS[3] journal, KEYS[4] inbox
 -- ARGV[1] epoch, ARGV[2] events n, ARGV[3] ttl ms (0: keep), ARGV[4] fields m,
@@ -430,7 +460,7 @@ impl RedisRuns {
         &self,
         run_id: &str,
         epoch: u64,
-        events: &[pb::RunEvent],
+        events: &[impl Loggable],
         journal: &[(String, Vec<u8>)],
         end: Option<&RunEnd>,
     ) -> Result<Append, Error> {
@@ -451,7 +481,7 @@ impl RedisRuns {
         let fields = end.map(RunEnd::fields).unwrap_or_default();
         invocation.arg(ttl).arg(fields.len()).arg(journal.len());
         for e in events {
-            invocation.arg(e.seq).arg(e.encode_to_vec());
+            invocation.arg(e.seq()).arg(e.encoded());
         }
         for (field, value) in &fields {
             invocation.arg(*field).arg(value.as_slice());
