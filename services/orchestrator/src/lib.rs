@@ -286,7 +286,8 @@ pub async fn serve_core(
     ));
     let routes = Routes::from(
         grpc.into_axum_router()
-            // WatchRun and ForkRun: ahead of the generated routes.
+            // The streaming RPCs (each event sent as encoded once): ahead
+            // of the generated routes.
             .merge(grpc::outgoing::routes(
                 face,
                 auth::Authenticate(keys.clone()),

@@ -50,6 +50,39 @@ impl OrchestratorService {
             .map_err(status)
     }
 
+    /// RunAgent's stream (the generated route's and [`outgoing`]'s).
+    async fn agent(&self, request: Request<pb::RunAgentRequest>) -> Result<EventStream, Status> {
+        let caller = caller(&request);
+        let started = match AgentRequest::try_from(request.into_inner()) {
+            Ok(request) => self.core.start_agent(&caller, request).await,
+            Err(e) => Err(self.core.refused("RunAgent", &caller, e)),
+        };
+        Ok(started.map_err(status)?.events)
+    }
+
+    /// RunPipeline's stream (the generated route's and [`outgoing`]'s).
+    async fn pipeline(
+        &self,
+        request: Request<pb::RunPipelineRequest>,
+    ) -> Result<EventStream, Status> {
+        let caller = caller(&request);
+        let started = match PipelineRequest::try_from(request.into_inner()) {
+            Ok(request) => self.core.start_pipeline(&caller, request).await,
+            Err(e) => Err(self.core.refused("RunPipeline", &caller, e)),
+        };
+        Ok(started.map_err(status)?.events)
+    }
+
+    /// ReplayRun's stream (the generated route's and [`outgoing`]'s).
+    async fn replay(&self, request: Request<pb::ReplayRunRequest>) -> Result<EventStream, Status> {
+        let caller = caller(&request);
+        let started = match wire::request::replay(request.into_inner()) {
+            Ok(request) => self.core.replay(&caller, request).await,
+            Err(e) => Err(self.core.refused("ReplayRun", &caller, e)),
+        };
+        Ok(started.map_err(status)?.events)
+    }
+
     /// ForkRun's stream (the generated route's and [`outgoing`]'s).
     async fn fork(&self, request: Request<pb::ForkRunRequest>) -> Result<EventStream, Status> {
         let caller = caller(&request);
@@ -105,13 +138,7 @@ impl OrchestratorRpc for OrchestratorService {
         &self,
         request: Request<pb::RunAgentRequest>,
     ) -> Answer<Self::RunAgentStream> {
-        let caller = caller(&request);
-        let request = AgentRequest::try_from(request.into_inner());
-        let started = match request {
-            Ok(request) => self.core.start_agent(&caller, request).await,
-            Err(e) => Err(self.core.refused("RunAgent", &caller, e)),
-        };
-        Ok(Response::new(events(started.map_err(status)?.events)))
+        Ok(Response::new(events(self.agent(request).await?)))
     }
 
     type RunPipelineStream = EventStatusStream;
@@ -120,13 +147,7 @@ impl OrchestratorRpc for OrchestratorService {
         &self,
         request: Request<pb::RunPipelineRequest>,
     ) -> Answer<Self::RunPipelineStream> {
-        let caller = caller(&request);
-        let request = PipelineRequest::try_from(request.into_inner());
-        let started = match request {
-            Ok(request) => self.core.start_pipeline(&caller, request).await,
-            Err(e) => Err(self.core.refused("RunPipeline", &caller, e)),
-        };
-        Ok(Response::new(events(started.map_err(status)?.events)))
+        Ok(Response::new(events(self.pipeline(request).await?)))
     }
 
     async fn resolve_approval(
@@ -216,13 +237,7 @@ impl OrchestratorRpc for OrchestratorService {
         &self,
         request: Request<pb::ReplayRunRequest>,
     ) -> Answer<Self::ReplayRunStream> {
-        let caller = caller(&request);
-        let request = wire::request::replay(request.into_inner());
-        let started = match request {
-            Ok(request) => self.core.replay(&caller, request).await,
-            Err(e) => Err(self.core.refused("ReplayRun", &caller, e)),
-        };
-        Ok(Response::new(events(started.map_err(status)?.events)))
+        Ok(Response::new(events(self.replay(request).await?)))
     }
 
     async fn list_agents(

@@ -1,12 +1,13 @@
-//! WatchRun and ForkRun on routes of their own, ahead of the generated
-//! service's (which answers the same, decoded, and is kept for the trait):
-//! their streams send what a run's log kept packed as its bytes
-//! ([`PackedEvent`](crate::run::events::PackedEvent)), with the run's ids
-//! appended, so a recorded history goes out without being decoded and
-//! encoded again — what a fork's replayed part and a watch of an ended run
-//! are made of. Everything else is the generated service's: the same
-//! authentication interceptor, codec settings (no compression, 4 MiB
-//! requests) and status mapping.
+//! The streaming RPCs (RunAgent, RunPipeline, WatchRun, ForkRun,
+//! ReplayRun) on routes of their own, ahead of the generated service's
+//! (which answers the same, decoded, and is kept for the trait): their
+//! streams send each event as the run's log keeps it
+//! ([`PackedEvent`](crate::run::events::PackedEvent): encoded once, as the
+//! sequencer numbered it), with the run's ids appended, so no event is
+//! decoded and encoded again on its way out — live, replayed or read back.
+//! Everything else is the generated service's: the same authentication
+//! interceptor, codec settings (no compression, 4 MiB requests) and status
+//! mapping.
 
 use std::{convert::Infallible, marker::PhantomData, pin::Pin};
 
@@ -31,7 +32,24 @@ use crate::{
 pub fn routes(face: OrchestratorService, auth: Authenticate) -> axum::Router {
     let watch: Method<pb::WatchRunRequest> = |face, r| Box::pin(async move { face.watch(r).await });
     let fork: Method<pb::ForkRunRequest> = |face, r| Box::pin(async move { face.fork(r).await });
+    let agent: Method<pb::RunAgentRequest> = |face, r| Box::pin(async move { face.agent(r).await });
+    let pipeline: Method<pb::RunPipelineRequest> =
+        |face, r| Box::pin(async move { face.pipeline(r).await });
+    let replay: Method<pb::ReplayRunRequest> =
+        |face, r| Box::pin(async move { face.replay(r).await });
     axum::Router::new()
+        .route_service(
+            "/baton.v1.Orchestrator/RunAgent",
+            InterceptedService::new(Route::new(face.clone(), agent), auth.clone()),
+        )
+        .route_service(
+            "/baton.v1.Orchestrator/RunPipeline",
+            InterceptedService::new(Route::new(face.clone(), pipeline), auth.clone()),
+        )
+        .route_service(
+            "/baton.v1.Orchestrator/ReplayRun",
+            InterceptedService::new(Route::new(face.clone(), replay), auth.clone()),
+        )
         .route_service(
             "/baton.v1.Orchestrator/WatchRun",
             InterceptedService::new(Route::new(face.clone(), watch), auth.clone()),
