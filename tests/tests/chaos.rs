@@ -35,6 +35,9 @@ async fn chaos_run(peers: bool) {
     }
     assert!(summary.resumes > 0, "no run resumed:\n{summary}");
     assert!(summary.runs_completed > 0, "no run completed:\n{summary}");
+    // The answers that race: rivals, and the client's late second answers.
+    assert!(summary.rivals > 0, "no rival answered:\n{summary}");
+    assert!(summary.late > 0, "no late second answer:\n{summary}");
     let lines: Vec<String> = summary.violations.iter().map(|v| v.to_string()).collect();
     assert!(
         lines.is_empty(),

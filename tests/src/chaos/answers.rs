@@ -12,6 +12,8 @@
 //! `answer-twice` when both were. `answer-lost`: an
 //! answer the server took (Ok), yet the run asked the question again after
 //! a resume and it stayed open — the taken answer was not kept.
+//! `answer-late`: a second answer the client sent the moment its first was
+//! told OK (racing the run going on and ending) was told OK too.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -53,8 +55,22 @@ pub fn check(t: &Tracked, log: &[pb::RunEvent], out: &mut Vec<Violation>) {
         let attempts: Vec<_> = t
             .answers
             .iter()
-            .filter(|a| &a.question == q && !a.rival)
+            .filter(|a| &a.question == q && !a.rival && !a.late)
             .collect();
+        for late in t
+            .answers
+            .iter()
+            .filter(|a| &a.question == q && a.late && a.outcome == Outcome::Ok)
+        {
+            out.push(Violation::run(
+                id,
+                "answer-late",
+                format!(
+                    "{kind:?} {q}: a second answer, sent to r{} at {:.1?} once the first was told OK, was told OK too",
+                    late.replica, late.at
+                ),
+            ));
+        }
         let rivals: Vec<_> = t
             .answers
             .iter()

@@ -596,6 +596,7 @@ mod tests {
             outcome,
             parked: false,
             rival: false,
+            late: false,
         }
     }
 
@@ -669,6 +670,40 @@ mod tests {
                 vec![attempt(Outcome::Ok), rival(already_answered())]
             ),
             ["answer", "answer-twice"]
+        );
+    }
+
+    /// The client answered again at once on another replica, once its
+    /// first answer was told OK: that one is refused (the question is
+    /// taken, or the run has ended), never told OK.
+    #[test]
+    fn a_late_second_answer_is_never_told_ok() {
+        let late = |outcome| Answer {
+            late: true,
+            replica: 2,
+            ..attempt(outcome)
+        };
+        let ours = [started(), asked(2), approved(3), completed(4, "Done. ok")];
+        let ended = Outcome::Refused {
+            code: tonic::Code::FailedPrecondition,
+            message: "run has ended: nobody can answer its approval".into(),
+        };
+        for refused in [already_answered(), ended] {
+            assert!(rules_of(&ours, vec![attempt(Outcome::Ok), late(refused)]).is_empty());
+        }
+        assert!(
+            rules_of(
+                &ours,
+                vec![
+                    attempt(Outcome::Ok),
+                    late(Outcome::Unknown("timeout".into()))
+                ]
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            rules_of(&ours, vec![attempt(Outcome::Ok), late(Outcome::Ok)]),
+            ["answer-late"]
         );
     }
 

@@ -155,6 +155,10 @@ pub struct Answer {
     /// moment on another replica, with its own reason (one call, no
     /// retry). Of the two, exactly one may be told OK.
     pub rival: bool,
+    /// A second answer of the client's, sent to another replica the moment
+    /// its first was told OK (one call, no retry): it races the run going
+    /// on past the question and ending, and must never be told OK.
+    pub late: bool,
 }
 
 /// Everything known of one run the workload started.

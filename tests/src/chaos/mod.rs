@@ -142,6 +142,12 @@ pub async fn run(options: &Options) -> anyhow::Result<Summary> {
             summary.resumes += facts.resumes;
             *summary.runs_by_item.entry(t.item).or_insert(0) += 1;
             for a in &t.answers {
+                if a.late {
+                    summary.late += 1;
+                    summary.late_refused +=
+                        usize::from(matches!(a.outcome, history::Outcome::Refused { .. }));
+                    continue;
+                }
                 if a.rival {
                     summary.rivals += 1;
                     summary.rivals_taken += usize::from(a.outcome == history::Outcome::Ok);

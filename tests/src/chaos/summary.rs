@@ -104,6 +104,11 @@ pub struct Summary {
     pub rivals: usize,
     /// Of them, the ones the server took (the client's was refused then).
     pub rivals_taken: usize,
+    /// Late second answers: the client's, sent again at once on another
+    /// replica after its first was told OK.
+    pub late: usize,
+    /// Of them, the ones refused (none may be taken).
+    pub late_refused: usize,
     /// Starts that failed on every replica tried (no run id learned):
     /// what was started and the last error. Not a violation by itself (the
     /// replicas tried may all have been faulty), but shown.
@@ -168,6 +173,11 @@ impl std::fmt::Display for Summary {
             f,
             "  competing answers: {} rivals answered with the client, {} of them taken",
             self.rivals, self.rivals_taken
+        )?;
+        writeln!(
+            f,
+            "  late second answers: {} sent once the first was told OK, {} refused",
+            self.late, self.late_refused
         )?;
         if self.violations.is_empty() {
             write!(f, "  violations: none")

@@ -445,6 +445,7 @@ impl Following<'_> {
                     outcome,
                     parked,
                     rival: true,
+                    late: false,
                 };
                 history.update(&run_id, |t| t.answers.push(answer));
             })
@@ -495,6 +496,7 @@ impl Following<'_> {
                 outcome: outcome.clone(),
                 parked,
                 rival: false,
+                late: false,
             };
             let run_id = self.run_id.clone();
             self.shared
@@ -504,6 +506,12 @@ impl Following<'_> {
             match outcome {
                 Outcome::Ok => {
                     state.taken = true;
+                    // Now and then the client answers again at once on
+                    // another replica, as a double click would: the run
+                    // goes on, often to its end, as that answer arrives.
+                    if self.rng.chance(0.2) {
+                        self.answer_late(id, kind, &value, r, parked).await;
+                    }
                     return;
                 }
                 Outcome::Refused { code, .. } if code == Code::NotFound && not_found < 2 => {
@@ -523,6 +531,57 @@ impl Following<'_> {
         if let Some(rival) = rival {
             let _ = rival.await;
         }
+    }
+
+    /// The late second answer (see [`Answer::late`]): one call to another
+    /// replica than `first`, recorded.
+    async fn answer_late(
+        &mut self,
+        id: &str,
+        kind: QuestionKind,
+        value: &str,
+        first: usize,
+        parked: bool,
+    ) {
+        let on = self.rng.other_than(self.replicas.len(), first);
+        let client = &self.replicas[on];
+        let call = async {
+            match kind {
+                QuestionKind::Approval => {
+                    client
+                        .resolve_approval(&self.run_id, id, true, &approval_reason(&self.run_id))
+                        .await
+                }
+                QuestionKind::Input => client.submit_input(&self.run_id, id, value).await,
+            }
+        };
+        let outcome = match tokio::time::timeout(CALL_TIMEOUT, call).await {
+            Ok(Ok(())) => Outcome::Ok,
+            Ok(Err(e)) => match e.code() {
+                Code::FailedPrecondition | Code::NotFound | Code::InvalidArgument => {
+                    Outcome::Refused {
+                        code: e.code(),
+                        message: e.message(),
+                    }
+                }
+                code => Outcome::Unknown(format!("{code:?}: {}", e.message())),
+            },
+            Err(_) => Outcome::Unknown(format!("no answer within {CALL_TIMEOUT:?}")),
+        };
+        let answer = Answer {
+            question: id.to_owned(),
+            value: value.to_owned(),
+            replica: on,
+            at: self.shared.began.elapsed(),
+            outcome,
+            parked,
+            rival: false,
+            late: true,
+        };
+        let run_id = self.run_id.clone();
+        self.shared
+            .history
+            .update(&run_id, |t| t.answers.push(answer));
     }
 
     fn note(&mut self, note: String) {
