@@ -20,9 +20,9 @@ use std::collections::{BTreeMap, HashMap};
 use baton_client::pb::{self, run_event::Payload};
 
 use super::{
+    calls::{approval_reason, rival_reason},
     history::{Outcome, QuestionKind, Tracked},
     summary::Violation,
-    workload::{approval_reason, rival_reason},
 };
 
 /// Rule (e) over run `t` whose log is `log`.

@@ -470,9 +470,9 @@ fn agree(
 mod tests {
     use super::*;
     use crate::chaos::{
+        calls::approval_reason,
         history::{Answer, Expected, Outcome, Seen},
         survey::ReplicaView,
-        workload::approval_reason,
     };
 
     const RUN: &str = "run-1";
@@ -627,7 +627,7 @@ mod tests {
         let by_rival = |seq| {
             let mut e = approved(seq);
             if let Some(Payload::ApprovalResolved(r)) = &mut e.payload {
-                r.reason = crate::chaos::workload::rival_reason(RUN);
+                r.reason = crate::chaos::calls::rival_reason(RUN);
             }
             e
         };

@@ -16,12 +16,14 @@
 //! The modules: `options` ([`Options`], [`Binaries`]), `rng` and
 //! `summary` are leaves; `cluster` runs the processes; `nemesis` injects
 //! faults into it; `items` holds the workload's agents, pipeline and
-//! expected outputs, `workload` the clients, which write the `history`;
+//! expected outputs, `workload` the clients, which write the `history`
+//! (`calls`: what they answer with, and an answer sent once);
 //! `survey` asks every replica about every run afterwards; `checker`
 //! (with `answers`, rule (e)) judges history and survey into the
 //! [`Summary`]'s violations. This file only wires them together.
 
 mod answers;
+mod calls;
 mod checker;
 mod cluster;
 mod history;

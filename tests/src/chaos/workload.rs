@@ -26,16 +26,13 @@ use futures::StreamExt;
 use tonic::Code;
 
 use super::{
+    calls::{CALL_TIMEOUT, approval_reason, once, rival_reason},
     cluster::lazy_client,
     history::{Answer, Expected, History, Outcome, QuestionKind, Seen},
     items::{self, Item, Start},
     rng::Rng,
 };
 use crate::events::is_terminal;
-
-/// The deadline of one call (a start, a WatchRun's first answer, an
-/// answer).
-const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Consecutive failed (re-)attaches after which a client stops following a
 /// run (the checker still reads its whole log).
@@ -424,19 +421,7 @@ impl Following<'_> {
             tokio::spawn(async move {
                 let reason = rival_reason(&run_id);
                 let call = client.resolve_approval(&run_id, &question, true, &reason);
-                let outcome = match tokio::time::timeout(CALL_TIMEOUT, call).await {
-                    Ok(Ok(())) => Outcome::Ok,
-                    Ok(Err(e)) => match e.code() {
-                        Code::FailedPrecondition | Code::NotFound | Code::InvalidArgument => {
-                            Outcome::Refused {
-                                code: e.code(),
-                                message: e.message(),
-                            }
-                        }
-                        code => Outcome::Unknown(format!("{code:?}: {}", e.message())),
-                    },
-                    Err(_) => Outcome::Unknown(format!("no answer within {CALL_TIMEOUT:?}")),
-                };
+                let outcome = once(call).await;
                 let answer = Answer {
                     question,
                     value: "approved".into(),
@@ -555,19 +540,7 @@ impl Following<'_> {
                 QuestionKind::Input => client.submit_input(&self.run_id, id, value).await,
             }
         };
-        let outcome = match tokio::time::timeout(CALL_TIMEOUT, call).await {
-            Ok(Ok(())) => Outcome::Ok,
-            Ok(Err(e)) => match e.code() {
-                Code::FailedPrecondition | Code::NotFound | Code::InvalidArgument => {
-                    Outcome::Refused {
-                        code: e.code(),
-                        message: e.message(),
-                    }
-                }
-                code => Outcome::Unknown(format!("{code:?}: {}", e.message())),
-            },
-            Err(_) => Outcome::Unknown(format!("no answer within {CALL_TIMEOUT:?}")),
-        };
+        let outcome = once(call).await;
         let answer = Answer {
             question: id.to_owned(),
             value: value.to_owned(),
@@ -588,17 +561,6 @@ impl Following<'_> {
         let run_id = self.run_id.clone();
         self.shared.history.update(&run_id, |t| t.notes.push(note));
     }
-}
-
-/// The reason sent with every approval of run `run_id` (so the checker
-/// can tell the applied answer is the client's).
-pub fn approval_reason(run_id: &str) -> String {
-    format!("approved by the chaos client of {run_id}")
-}
-
-/// The reason a rival approves run `run_id` with (see [`Answer::rival`]).
-pub fn rival_reason(run_id: &str) -> String {
-    format!("approved by a rival of the chaos client of {run_id}")
 }
 
 /// The question an event asks: its id, kind, seq and options.
