@@ -38,6 +38,13 @@ async fn chaos_run(peers: bool) {
     // The answers that race: rivals, and the client's late second answers.
     assert!(summary.rivals > 0, "no rival answered:\n{summary}");
     assert!(summary.late > 0, "no late second answer:\n{summary}");
+    // Answers near a short deadline, and the context store read back.
+    assert!(summary.tight_runs > 0, "no tight run:\n{summary}");
+    assert!(
+        summary.near_before + summary.near_after > 0,
+        "no answer near a deadline:\n{summary}"
+    );
+    assert!(summary.store_slots > 0, "no slot checked:\n{summary}");
     let lines: Vec<String> = summary.violations.iter().map(|v| v.to_string()).collect();
     assert!(
         lines.is_empty(),

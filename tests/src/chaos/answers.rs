@@ -14,6 +14,12 @@
 //! a resume and it stayed open — the taken answer was not kept.
 //! `answer-late`: a second answer the client sent the moment its first was
 //! told OK (racing the run going on and ending) was told OK too.
+//! `answer-deadline`: on a tight run (see [`super::deadline`]), a question
+//! closed by its deadline although an answer to it was told OK; closed by
+//! its deadline with no answer told OK is right there (and a refusal that
+//! its deadline passed is, like "already answered", a violation only when
+//! the client's answer applied with no earlier attempt that could have
+//! been taken).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -46,6 +52,9 @@ pub fn check(t: &Tracked, log: &[pb::RunEvent], out: &mut Vec<Violation>) {
                 resolved.entry(r.approval_id.clone()).or_default().push(e)
             }
             Some(Payload::InputReceived(r)) => {
+                resolved.entry(r.input_id.clone()).or_default().push(e)
+            }
+            Some(Payload::InputTimedOut(r)) => {
                 resolved.entry(r.input_id.clone()).or_default().push(e)
             }
             _ => {}
@@ -91,6 +100,37 @@ pub fn check(t: &Tracked, log: &[pb::RunEvent], out: &mut Vec<Violation>) {
             .join("; ");
         let ours = attempts.first().map(|a| a.value.clone());
         let applied = resolved.get(q).and_then(|r| r.first()).copied();
+        let by_deadline = match applied.and_then(|e| e.payload.as_ref()) {
+            Some(Payload::ApprovalResolved(r)) => r.source() == pb::ApprovalSource::Deadline,
+            Some(Payload::InputTimedOut(_)) => true,
+            _ => false,
+        };
+        if by_deadline && t.tight {
+            // Right unless an answer to it was told OK.
+            let told: Vec<_> = attempts
+                .iter()
+                .chain(&rivals)
+                .filter(|a| a.outcome == Outcome::Ok)
+                .map(|a| {
+                    let margin = a.margin_ms.map_or("?".into(), |m| format!("{m} ms"));
+                    format!(
+                        "r{} at {:.1?}, {margin} before the deadline",
+                        a.replica, a.at
+                    )
+                })
+                .collect();
+            if !told.is_empty() {
+                out.push(Violation::run(
+                    id,
+                    "answer-deadline",
+                    format!(
+                        "{kind:?} {q} (asked at seq {seq}) closed by its deadline, yet told OK ({}); attempts: {tried}",
+                        told.join("; ")
+                    ),
+                ));
+            }
+            continue;
+        }
         let ours_applied = match (applied.and_then(|e| e.payload.as_ref()), *kind) {
             (Some(Payload::ApprovalResolved(r)), _)
                 if !rivals.is_empty() && r.reason == rival_reason(id) =>
@@ -152,6 +192,16 @@ pub fn check(t: &Tracked, log: &[pb::RunEvent], out: &mut Vec<Violation>) {
                 }
                 person && r.approved && r.reason == approval_reason(id)
             }
+            (Some(Payload::InputTimedOut(_)), _) => {
+                out.push(Violation::run(
+                    id,
+                    "answer",
+                    format!(
+                        "input {q} (asked at seq {seq}) closed by its deadline; attempts: {tried}"
+                    ),
+                ));
+                false
+            }
             (Some(Payload::InputReceived(r)), _) => {
                 let mine = ours.as_deref() == Some(r.input.as_str());
                 if !mine {
@@ -176,7 +226,7 @@ pub fn check(t: &Tracked, log: &[pb::RunEvent], out: &mut Vec<Violation>) {
             }
         };
         for (i, a) in attempts.iter().enumerate() {
-            if !a.outcome.already_answered() {
+            if !a.outcome.already_answered() && !a.outcome.too_late() {
                 continue;
             }
             let excused =
@@ -186,7 +236,7 @@ pub fn check(t: &Tracked, log: &[pb::RunEvent], out: &mut Vec<Violation>) {
                     id,
                     "answer",
                     format!(
-                        "{kind:?} {q}: attempt {} on r{} at {:.1?}{} refused as already answered, with no earlier attempt that could have been taken; attempts: {tried}",
+                        "{kind:?} {q}: attempt {} on r{} at {:.1?}{} refused as already answered (or too late), with no earlier attempt that could have been taken; attempts: {tried}",
                         i + 1,
                         a.replica,
                         a.at,

@@ -19,8 +19,10 @@
 //!   [`durable_point`]) appears once per identity — except a tool or model
 //!   completion seen again after a `RunResumed` whose checkpoint is below
 //!   the first copy (that call was in flight: at least once);
-//! - `answer` and `answer-lost` (e): see [`answers`] — every question
-//!   resolved once, by a person, with the client's answer;
+//! - `answer`, `answer-lost`, `answer-late` and `answer-deadline` (e):
+//!   see [`answers`] — every question resolved once, by a person, with
+//!   the client's answer (or, on a tight run, by its deadline when no
+//!   answer was told OK);
 //! - `replicas-agree` (f): GetRun on every replica gives the log's status,
 //!   last seq and output; `watch-log` (f): WatchRun(0) on every replica
 //!   returns exactly the log;
@@ -30,7 +32,8 @@
 //!   active, and no replica logs "another replica owns this run now" more
 //!   than twice for one run.
 //!
-//! The drain rule (h) is the nemesis's (it times each drain).
+//! The drain rule (h) is the nemesis's (it times each drain); the store
+//! rule (i), `store`, reads the context store (see [`super::store`]).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -164,7 +167,7 @@ pub fn check_replicas(states: &[ReplicaState], all_ended: bool) -> Vec<Violation
 /// The run's log (see the module docs): of the WatchRun(0) streams that
 /// closed after a terminal event, the one most replicas returned (the
 /// first of them on a tie); `None` when there is none.
-fn the_log(views: &[ReplicaView]) -> Option<&Vec<pb::RunEvent>> {
+pub fn the_log(views: &[ReplicaView]) -> Option<&Vec<pb::RunEvent>> {
     let mut votes: Vec<(&Vec<pb::RunEvent>, usize)> = Vec::new();
     for l in views.iter().filter_map(|v| v.log.as_ref()?.as_ref().ok()) {
         if !l.iter().any(is_terminal) {
@@ -556,6 +559,7 @@ mod tests {
             run_id: RUN.into(),
             item: "billing",
             expected: Expected::Prefix("Done. ".into()),
+            tight: false,
             copies: events.iter().map(Seen::of).collect(),
             answers,
             asked_again: Vec::new(),
@@ -597,6 +601,7 @@ mod tests {
             parked: false,
             rival: false,
             late: false,
+            margin_ms: None,
         }
     }
 
@@ -705,6 +710,62 @@ mod tests {
             rules_of(&ours, vec![attempt(Outcome::Ok), late(Outcome::Ok)]),
             ["answer-late"]
         );
+    }
+
+    /// On a tight run the client answers near the deadline: closed by its
+    /// deadline is right when no answer was told OK, a violation when one
+    /// was; on any other run a deadline close is a violation.
+    #[test]
+    fn a_question_closed_by_its_deadline_was_told_ok_to_nobody() {
+        let denied = ev(
+            3,
+            "root",
+            Payload::ApprovalResolved(pb::ApprovalResolved {
+                approval_id: "approval:c1".into(),
+                approved: false,
+                reason: "no answer before the deadline".into(),
+                source: pb::ApprovalSource::Deadline as i32,
+            }),
+        );
+        let closed = [started(), asked(2), denied, completed(4, "Done. denied")];
+        let near = |outcome, margin| Answer {
+            margin_ms: Some(margin),
+            ..attempt(outcome)
+        };
+        let too_late = Outcome::Refused {
+            code: tonic::Code::FailedPrecondition,
+            message: "the deadline of approval \"approval:c1\" has passed".into(),
+        };
+        let tight = |answers| {
+            let mut t = tracked(&closed, answers);
+            t.tight = true;
+            rules(&t, &[view_of(&closed)])
+        };
+        assert!(tight(vec![near(too_late.clone(), -40)]).is_empty());
+        assert!(tight(vec![near(already_answered(), -5)]).is_empty());
+        assert!(tight(vec![near(Outcome::Unknown("timeout".into()), 80)]).is_empty());
+        assert_eq!(tight(vec![near(Outcome::Ok, 120)]), ["answer-deadline"]);
+        // A rival told OK counts too.
+        let rival = Answer {
+            rival: true,
+            ..near(Outcome::Ok, 130)
+        };
+        assert_eq!(
+            tight(vec![near(too_late.clone(), -10), rival]),
+            ["answer-deadline"]
+        );
+        // Not tight: nobody answers near a deadline there (the close and
+        // the refusal are each named).
+        assert_eq!(
+            rules_of(&closed, vec![attempt(too_late.clone())]),
+            ["answer", "answer"]
+        );
+        // The client's answer applied, though its only attempt was told it
+        // came too late: an error that changed something.
+        let ours = [started(), asked(2), approved(3), completed(4, "Done. ok")];
+        let mut t = tracked(&ours, vec![near(too_late, -20)]);
+        t.tight = true;
+        assert_eq!(rules(&t, &[view_of(&ours)]), ["answer"]);
     }
 
     #[test]

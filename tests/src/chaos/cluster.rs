@@ -123,6 +123,7 @@ pub struct Cluster {
     pub replicas: Vec<Replica>,
     _redis: RedisServer,
     _store: Guard,
+    store_addr: SocketAddr,
     orchestrator: PathBuf,
     env: Vec<(String, String)>,
 }
@@ -194,6 +195,7 @@ impl Cluster {
             replicas,
             _redis: redis,
             _store: store,
+            store_addr,
             orchestrator: options.binaries.orchestrator.clone(),
             env,
         };
@@ -204,6 +206,11 @@ impl Cluster {
             cluster.ready(i).await?;
         }
         Ok(cluster)
+    }
+
+    /// The context store's endpoint.
+    pub fn store_endpoint(&self) -> String {
+        format!("http://{}", self.store_addr)
     }
 
     /// The replicas' endpoints, by index.

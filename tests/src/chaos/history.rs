@@ -133,6 +133,11 @@ impl Outcome {
         matches!(self, Self::Refused { message, .. }
             if message.contains("already answered") || message.contains("already resolved"))
     }
+
+    /// Whether the server refused it as past the question's deadline.
+    pub fn too_late(&self) -> bool {
+        matches!(self, Self::Refused { message, .. } if message.contains("has passed"))
+    }
 }
 
 /// One answer attempt.
@@ -159,6 +164,10 @@ pub struct Answer {
     /// its first was told OK (one call, no retry): it races the run going
     /// on past the question and ending, and must never be told OK.
     pub late: bool,
+    /// On a tight run (see [`super::deadline`]): the milliseconds left
+    /// before the question's deadline when the answer was sent (negative
+    /// once it passed).
+    pub margin_ms: Option<i64>,
 }
 
 /// Everything known of one run the workload started.
@@ -170,6 +179,9 @@ pub struct Tracked {
     pub item: &'static str,
     /// What it must end with.
     pub expected: Expected,
+    /// Started with a short deadline for its questions, answered near it
+    /// (see [`super::deadline`]).
+    pub tight: bool,
     /// Every event received, every copy, in arrival order.
     pub copies: Vec<Seen>,
     /// Every answer attempt, in order.
@@ -196,12 +208,13 @@ struct State {
 
 impl History {
     /// Starts tracking `run_id`.
-    pub fn started(&self, run_id: &str, item: &'static str, expected: Expected) {
+    pub fn started(&self, run_id: &str, item: &'static str, expected: Expected, tight: bool) {
         self.with(|s| {
             s.runs.entry(run_id.to_owned()).or_insert_with(|| Tracked {
                 run_id: run_id.to_owned(),
                 item,
                 expected,
+                tight,
                 copies: Vec::new(),
                 answers: Vec::new(),
                 asked_again: Vec::new(),

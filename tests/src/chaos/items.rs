@@ -107,13 +107,23 @@ pub enum Start {
     Pipeline(pb::RunPipelineRequest),
 }
 
-/// The request that starts `item` on `input`, detached.
-pub fn request(item: Item, input: &str, pipeline: &pb::PipelineSpec) -> Start {
+/// The request that starts `item` on `input`, detached; its questions
+/// have `approval_timeout` to be answered when one is given.
+pub fn request(
+    item: Item,
+    input: &str,
+    pipeline: &pb::PipelineSpec,
+    approval_timeout: Option<std::time::Duration>,
+) -> Start {
     match item.agent() {
         Some(agent) => Start::Agent(pb::RunAgentRequest {
             agent: agent.into(),
             input: input.into(),
             detach: true,
+            limits: approval_timeout.map(|t| pb::RunLimits {
+                approval_timeout: Some(t.into()),
+                ..Default::default()
+            }),
             ..Default::default()
         }),
         None => Start::Pipeline(pb::RunPipelineRequest {

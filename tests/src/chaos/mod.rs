@@ -17,20 +17,25 @@
 //! `summary` are leaves; `cluster` runs the processes; `nemesis` injects
 //! faults into it; `items` holds the workload's agents, pipeline and
 //! expected outputs, `workload` the clients, which write the `history`
-//! (`calls`: what they answer with, and an answer sent once);
-//! `survey` asks every replica about every run afterwards; `checker`
-//! (with `answers`, rule (e)) judges history and survey into the
+//! (`calls`: what they answer with, and an answer sent once; `questions`:
+//! what the events ask; `deadline`: tight runs, answered near a short
+//! deadline); `survey` asks every replica about every run afterwards;
+//! `checker` (with `answers`, rule (e)) judges history and survey, and
+//! `store` (rule (i)) the context store against the runs' logs, into the
 //! [`Summary`]'s violations. This file only wires them together.
 
 mod answers;
 mod calls;
 mod checker;
 mod cluster;
+mod deadline;
 mod history;
 mod items;
 mod nemesis;
 mod options;
+mod questions;
 mod rng;
+mod store;
 mod summary;
 mod survey;
 mod workload;
@@ -130,6 +135,9 @@ pub async fn run(options: &Options) -> anyhow::Result<Summary> {
         logs: dir.path().to_path_buf(),
         ..Summary::default()
     };
+    let store = baton_client::StoreClient::connect(cluster.store_endpoint())
+        .await
+        .context("the context store")?;
     // In batches: a soak's replicas return millions of events.
     for batch in tracked.chunks(SURVEY_BATCH) {
         let ids: Vec<String> = batch.iter().map(|t| t.run_id.clone()).collect();
@@ -140,6 +148,15 @@ pub async fn run(options: &Options) -> anyhow::Result<Summary> {
             let seen = views.get(&t.run_id).unwrap_or(&none);
             let (found, facts) = checker::check_run(t, seen, &target.names);
             violations.extend(found);
+            if let Some(log) = checker::the_log(seen) {
+                let f = store::check(&store, &t.run_id, log, &mut violations).await;
+                summary.store_slots += f.slots;
+                summary.store_late_writes += f.late_writes;
+                if t.tight {
+                    summary.closed_by_deadline += deadline::closed(log);
+                }
+            }
+            summary.tight_runs += usize::from(t.tight);
             summary.runs_completed += usize::from(facts.completed);
             summary.resumes += facts.resumes;
             *summary.runs_by_item.entry(t.item).or_insert(0) += 1;
@@ -149,6 +166,14 @@ pub async fn run(options: &Options) -> anyhow::Result<Summary> {
                     summary.late_refused +=
                         usize::from(matches!(a.outcome, history::Outcome::Refused { .. }));
                     continue;
+                }
+                if let Some(margin) = a.margin_ms.filter(|_| !a.rival) {
+                    *if margin >= 0 {
+                        &mut summary.near_before
+                    } else {
+                        &mut summary.near_after
+                    } += 1;
+                    summary.near_taken += usize::from(a.outcome == history::Outcome::Ok);
                 }
                 if a.rival {
                     summary.rivals += 1;

@@ -109,6 +109,23 @@ pub struct Summary {
     pub late: usize,
     /// Of them, the ones refused (none may be taken).
     pub late_refused: usize,
+    /// Runs started tight (see `deadline`): their questions answered near
+    /// a short deadline.
+    pub tight_runs: usize,
+    /// The client's answers to tight runs' questions: sent before the
+    /// deadline, sent after it.
+    pub near_before: usize,
+    /// See `near_before`.
+    pub near_after: usize,
+    /// Of the answers near a deadline, the ones taken.
+    pub near_taken: usize,
+    /// Tight runs' questions closed by their deadline.
+    pub closed_by_deadline: usize,
+    /// Slots of the context store checked against the runs' logs.
+    pub store_slots: usize,
+    /// Of them, slots at a version above the last the log recorded (see
+    /// `store`).
+    pub store_late_writes: usize,
     /// Starts that failed on every replica tried (no run id learned):
     /// what was started and the last error. Not a violation by itself (the
     /// replicas tried may all have been faulty), but shown.
@@ -178,6 +195,20 @@ impl std::fmt::Display for Summary {
             f,
             "  late second answers: {} sent once the first was told OK, {} refused",
             self.late, self.late_refused
+        )?;
+        writeln!(
+            f,
+            "  near a deadline: {} tight runs, {} answers sent before their deadline and {} after, {} taken, {} questions closed by their deadline",
+            self.tight_runs,
+            self.near_before,
+            self.near_after,
+            self.near_taken,
+            self.closed_by_deadline
+        )?;
+        writeln!(
+            f,
+            "  context store: {} slots checked against the runs' logs, {} late writes",
+            self.store_slots, self.store_late_writes
         )?;
         if self.violations.is_empty() {
             write!(f, "  violations: none")

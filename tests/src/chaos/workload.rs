@@ -15,21 +15,20 @@
 use std::{
     collections::HashMap,
     sync::Arc,
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime},
 };
 
-use baton_client::{
-    OrchestratorClient,
-    pb::{self, run_event::Payload},
-};
+use baton_client::{OrchestratorClient, pb};
 use futures::StreamExt;
 use tonic::Code;
 
 use super::{
     calls::{CALL_TIMEOUT, approval_reason, once, rival_reason},
     cluster::lazy_client,
+    deadline,
     history::{Answer, Expected, History, Outcome, QuestionKind, Seen},
     items::{self, Item, Start},
+    questions::{self, Asked},
     rng::Rng,
 };
 use crate::events::is_terminal;
@@ -75,9 +74,11 @@ pub async fn client(shared: Arc<Shared>, n: usize, mut rng: Rng) {
         let item = *rng.pick(&Item::ALL);
         let input = format!("c{n}-{k}");
         k += 1;
+        let tight = deadline::tight(&mut rng, item);
         let mut run = Following {
             shared: &shared,
             replicas: &replicas,
+            tight,
             rng: &mut rng,
             run_id: String::new(),
             last_seq: 0,
@@ -102,6 +103,8 @@ struct QuestionState {
     resolved: bool,
     /// A rival answered it (once, at the client's first answer).
     rivalled: bool,
+    /// When silence closes it.
+    deadline: Option<SystemTime>,
 }
 
 /// A question asked again after its answer was taken: answer again if it
@@ -134,6 +137,8 @@ struct PendingAnswer {
 struct Following<'a> {
     shared: &'a Shared,
     replicas: &'a [OrchestratorClient],
+    /// Started tight (see [`deadline`]).
+    tight: bool,
     rng: &'a mut Rng,
     run_id: String,
     last_seq: u64,
@@ -209,7 +214,8 @@ impl Following<'_> {
             let r = self.rng.below(self.replicas.len());
             let raw = self.replicas[r].raw();
             let started = tokio::time::timeout(CALL_TIMEOUT, async {
-                let mut stream = match items::request(item, input, &self.shared.pipeline) {
+                let timeout = self.tight.then_some(deadline::TIGHT);
+                let mut stream = match items::request(item, input, &self.shared.pipeline, timeout) {
                     Start::Agent(req) => raw.clone().run_agent(req).await?.into_inner(),
                     Start::Pipeline(req) => raw.clone().run_pipeline(req).await?.into_inner(),
                 };
@@ -226,9 +232,9 @@ impl Following<'_> {
                 Ok(Ok((stream, first))) => {
                     self.run_id = first.run_id.clone();
                     self.watching = r;
-                    self.shared
-                        .history
-                        .started(&self.run_id, item.name(), item.expected(input));
+                    let expected = deadline::expected(item, input, self.tight);
+                    let history = &self.shared.history;
+                    history.started(&self.run_id, item.name(), expected, self.tight);
                     self.seen(first);
                     return Some(stream);
                 }
@@ -273,13 +279,13 @@ impl Following<'_> {
             match tokio::time::timeout_at(until.into(), stream.next()).await {
                 Ok(Some(Ok(event))) => {
                     let terminal = is_terminal(&event);
-                    let asked = question_of(&event);
+                    let asked = questions::asked(&event);
                     self.seen(event);
                     if terminal {
                         return Next::Ended;
                     }
-                    if let Some((id, kind, seq, options)) = asked
-                        && let Some(next) = self.asked(id, kind, seq, options).await
+                    if let Some(asked) = asked
+                        && let Some(next) = self.asked(asked).await
                     {
                         return next;
                     }
@@ -316,8 +322,8 @@ impl Following<'_> {
     /// Keeps a copy of `event` and follows its seq.
     fn seen(&mut self, event: pb::RunEvent) {
         self.last_seq = self.last_seq.max(event.seq);
-        if let Some(id) = resolution_of(&event) {
-            self.questions.entry(id.clone()).or_default().resolved = true;
+        if let Some(id) = questions::resolved(&event) {
+            self.questions.entry(id.to_owned()).or_default().resolved = true;
             if self.reask.as_ref().is_some_and(|r| r.id == id) {
                 self.reask = None;
             }
@@ -329,16 +335,18 @@ impl Following<'_> {
     }
 
     /// A question was asked (or asked again): answer it now, after letting
-    /// the run park, or — when an answer was taken already — only if it
-    /// stays open.
-    async fn asked(
-        &mut self,
-        id: String,
-        kind: QuestionKind,
-        seq: u64,
-        options: Vec<String>,
-    ) -> Option<Next> {
+    /// the run park, near its deadline on a tight run, or — when an answer
+    /// was taken already — only if it stays open.
+    async fn asked(&mut self, asked: Asked) -> Option<Next> {
+        let Asked {
+            id,
+            kind,
+            seq,
+            options,
+            deadline,
+        } = asked;
         let state = self.questions.entry(id.clone()).or_default();
+        state.deadline = deadline.or(state.deadline);
         if state.resolved || state.refused_answered {
             return None;
         }
@@ -357,13 +365,20 @@ impl Following<'_> {
                 QuestionKind::Input if options.is_empty() => "Paris".to_owned(),
                 QuestionKind::Input => self.rng.pick(&options).clone(),
             };
-            if kind == QuestionKind::Input {
+            if kind == QuestionKind::Input && !self.tight {
                 let expected = Expected::Exact(items::interviewer_output(&value));
                 self.shared
                     .history
                     .update(&self.run_id, |t| t.expected = expected);
             }
             self.questions.entry(id.clone()).or_default().value = Some(value);
+        }
+        if self.tight
+            && let Some(deadline) = deadline
+        {
+            deadline::wait_near(deadline, self.rng).await;
+            self.answer(&id, kind, false).await;
+            return None;
         }
         if self.rng.chance(0.35) {
             // Let it park: no watcher for longer than park_after.
@@ -418,6 +433,7 @@ impl Following<'_> {
             let client = self.replicas[on].clone();
             let (run_id, question) = (self.run_id.clone(), id.to_owned());
             let (history, began) = (self.shared.history.clone(), self.shared.began);
+            let margin_ms = self.margin(id);
             tokio::spawn(async move {
                 let reason = rival_reason(&run_id);
                 let call = client.resolve_approval(&run_id, &question, true, &reason);
@@ -431,6 +447,7 @@ impl Following<'_> {
                     parked,
                     rival: true,
                     late: false,
+                    margin_ms,
                 };
                 history.update(&run_id, |t| t.answers.push(answer));
             })
@@ -440,6 +457,7 @@ impl Following<'_> {
                 r = self.rng.below(n);
             }
             let client = &self.replicas[r];
+            let margin_ms = self.margin(id);
             let call = async {
                 match kind {
                     QuestionKind::Approval => {
@@ -482,6 +500,7 @@ impl Following<'_> {
                 parked,
                 rival: false,
                 late: false,
+                margin_ms,
             };
             let run_id = self.run_id.clone();
             self.shared
@@ -530,6 +549,7 @@ impl Following<'_> {
     ) {
         let on = self.rng.other_than(self.replicas.len(), first);
         let client = &self.replicas[on];
+        let margin_ms = self.margin(id);
         let call = async {
             match kind {
                 QuestionKind::Approval => {
@@ -550,6 +570,7 @@ impl Following<'_> {
             parked,
             rival: false,
             late: true,
+            margin_ms,
         };
         let run_id = self.run_id.clone();
         self.shared
@@ -557,36 +578,15 @@ impl Following<'_> {
             .update(&run_id, |t| t.answers.push(answer));
     }
 
+    /// On a tight run: the milliseconds left before question `id`'s
+    /// deadline.
+    fn margin(&self, id: &str) -> Option<i64> {
+        let deadline = self.questions.get(id)?.deadline?;
+        self.tight.then(|| deadline::margin_ms(deadline))
+    }
+
     fn note(&mut self, note: String) {
         let run_id = self.run_id.clone();
         self.shared.history.update(&run_id, |t| t.notes.push(note));
-    }
-}
-
-/// The question an event asks: its id, kind, seq and options.
-fn question_of(e: &pb::RunEvent) -> Option<(String, QuestionKind, u64, Vec<String>)> {
-    match &e.payload {
-        Some(Payload::ApprovalRequested(q)) => Some((
-            q.approval_id.clone(),
-            QuestionKind::Approval,
-            e.seq,
-            Vec::new(),
-        )),
-        Some(Payload::InputRequested(q)) => Some((
-            q.input_id.clone(),
-            QuestionKind::Input,
-            e.seq,
-            q.options.clone(),
-        )),
-        _ => None,
-    }
-}
-
-/// The question an event resolves.
-fn resolution_of(e: &pb::RunEvent) -> Option<String> {
-    match &e.payload {
-        Some(Payload::ApprovalResolved(r)) => Some(r.approval_id.clone()),
-        Some(Payload::InputReceived(r)) => Some(r.input_id.clone()),
-        _ => None,
     }
 }
