@@ -556,6 +556,11 @@ consoleTest('a researcher run is forked at a nested tool result with an edited r
   const runId = await startRun(page, 'researcher', 'the history of forks');
   await waitStatus(page, 'RUN_STATUS_COMPLETED');
   await expand(page, 'root.summarizer.1');
+  // The summarizer's first turn is tool calls alone: an item of its own,
+  // a fork point like any turn.
+  const turn = page.locator(`${ctxSel('root.summarizer.1')} > .ctx-body ${tid('message')}`).first();
+  assert.equal(await turn.locator(tid('message-text')).textContent(), 'called fact_checker');
+  assert.equal(await turn.locator(tid('fork-here')).count(), 1, 'a turn of tool calls alone can be forked');
   // summarizer's call of fact_checker: a fork point one level down.
   const call = page.locator(`${ctxSel('root.summarizer.1')} > .ctx-body ${tid('tool-call')}`).first();
   await call.locator(tid('fork-here')).click();
@@ -577,6 +582,12 @@ consoleTest('a researcher run is forked at a nested tool result with an edited r
   assert.equal(await origin.getAttribute('href'), `#/runs/${runId}`);
   assert.match(await page.locator(tid('run-origin')).textContent(), /at seq \d+ · \d+ events replayed/);
   await assertStreamComplete(page, forkId, 'the fork');
+  // Where it went live: the edited result, marked so, and said in the root.
+  assert.match(await page.locator(tid('fork-live')).textContent(), /^▶ edited here, then live/);
+  await expand(page, 'root.summarizer.1');
+  const edited = page.locator(`${ctxSel('root.summarizer.1')} > .ctx-body ${tid('tool-call')}[data-edited="true"]`);
+  assert.equal(await edited.count(), 1, 'the edited result is marked');
+  assert.equal(await edited.locator(tid('fork-edited')).textContent(), 'edited');
   await shot(page, 'fork-run', { fullPage: true });
   await page.setViewportSize({ width: 390, height: 844 });
   await shot(page, 'fork-run-phone', { fullPage: true });

@@ -197,7 +197,10 @@ async fn a_fork_at_a_nested_tool_result_takes_the_edit_and_calls_nothing_before_
     // GetRun and ListRuns name the origin.
     let got = client.get_run(&fork[0].run_id).await.expect("get");
     let from = got.forked_from.expect("forked_from");
-    assert_eq!((from.run_id.as_str(), from.seq), (origin.as_str(), at));
+    assert_eq!(
+        (from.run_id.as_str(), from.seq, from.edited),
+        (origin.as_str(), at, true)
+    );
     let listed = client
         .list_runs(pb::RunStatus::Unspecified, 10, "")
         .await
@@ -207,13 +210,22 @@ async fn a_fork_at_a_nested_tool_result_takes_the_edit_and_calls_nothing_before_
         .iter()
         .find(|r| r.run_id == fork[0].run_id)
         .expect("listed");
-    assert_eq!(entry.forked_from.as_ref().map(|f| f.seq), Some(at));
+    assert_eq!(
+        entry.forked_from.as_ref().map(|f| (f.seq, f.edited)),
+        Some((at, true))
+    );
 
     // Without an edit, the point is done again, live: one more search.
     let retry = fork_to_end(&client, &origin, at, None)
         .await
         .expect("retry");
     check_fork_stream(&retry, &origin, at);
+    let edited_of = |events: &[pb::RunEvent]| match &events[0].payload {
+        Some(Payload::RunStarted(s)) => s.forked_from.as_ref().map(|f| f.edited),
+        _ => None,
+    };
+    assert_eq!(edited_of(&retry), Some(false), "a retry is no edit");
+    assert_eq!(edited_of(&fork), Some(true));
     assert_eq!(output(&retry), output(&original));
     assert_eq!(host.seen.requests.lock().expect("seen").len(), searched + 1);
 
@@ -513,7 +525,10 @@ async fn a_durable_runs_fork_is_made_on_any_replica_and_kept_in_the_run_store() 
         output(&fork)
     );
     let got = ca.get_run(&fork_id).await.expect("get");
-    assert_eq!(got.forked_from.map(|f| f.seq), Some(decided));
+    assert_eq!(
+        got.forked_from.map(|f| (f.seq, f.edited)),
+        Some((decided, true))
+    );
     // A fork of the fork on a, from the store's recording: a retry of the
     // edited point does the tool call again, live.
     let edited = fork.iter().find(|e| !e.replayed).expect("edited").seq;

@@ -70,6 +70,11 @@ const FORK_POINTS = {
   stepFailed: 'stepOutput',
 };
 
+/** A fork's origin as the API says it (`forkedFrom`). */
+function origin(o) {
+  return { runId: o.runId, seq: Number(o.seq || 0), edited: !!o.edited };
+}
+
 /** The state of one run. */
 export class RunModel {
   constructor(runId) {
@@ -95,7 +100,8 @@ export class RunModel {
     this.applyingReplayed = false;
     /** Whether a fork's first live event came (said once). */
     this.wentLive = false;
-    /** For a fork: `{runId, seq}` of its origin (GetRun's forkedFrom). */
+    /** For a fork: `{runId, seq, edited}` of its origin (GetRun's or
+     * RunStarted's forkedFrom). */
     this.forkedFrom = null;
     /** For a replay: the run it replays (GetRun's replayOf). */
     this.replayOf = '';
@@ -151,7 +157,7 @@ export class RunModel {
     const e = parseTime(r.endedAt);
     if (Number.isFinite(e)) this.endedAt = e;
     if (r.output) this.output = r.output;
-    if (r.forkedFrom && r.forkedFrom.runId) this.forkedFrom = { runId: r.forkedFrom.runId, seq: Number(r.forkedFrom.seq || 0) };
+    if (r.forkedFrom && r.forkedFrom.runId) this.forkedFrom = origin(r.forkedFrom);
     this.historyGone = !!r.historyGone;
     if (r.replayOf) this.replayOf = r.replayOf;
     if (r.runContextJson) this.runContextJson = r.runContextJson;
@@ -278,14 +284,22 @@ export class RunModel {
     // Items a replayed event makes are marked so; where a fork goes live
     // is said once, in the root context.
     this.applyingReplayed = !!ev.replayed;
+    // A fork whose point's outcome was edited goes live with that point's
+    // event: what it touches is marked edited.
+    let edited = false;
     if (!ev.replayed && this.replayedCount > 0 && !this.wentLive) {
       this.wentLive = true;
-      this.push(this.context('root', '', 0), { kind: 'live', seq });
+      edited = !!this.forkedFrom?.edited;
+      this.push(this.context('root', '', 0), { kind: 'live', seq, afterEdit: edited });
     }
     // The item a fork point's event touched gets its seq: "Fork from here".
     this.touched = null;
     const handler = this[`on_${key}`];
     if (handler) handler.call(this, ctx, p, t, ev, seq);
+    if (edited && this.touched) {
+      this.touched.edited = true;
+      this.touch(this.touched);
+    }
     if (this.touched && FORK_POINTS[key]) {
       this.touched.forkSeq = seq;
       this.touched.forkKind = FORK_POINTS[key];
@@ -294,6 +308,7 @@ export class RunModel {
   }
 
   on_runStarted(ctx, p, t) {
+    if (p.forkedFrom && p.forkedFrom.runId && !this.forkedFrom) this.forkedFrom = origin(p.forkedFrom);
     this.kind = p.kind || this.kind;
     this.target = p.target || this.target;
     if (!Number.isFinite(this.startedAt)) this.startedAt = t;
@@ -354,14 +369,14 @@ export class RunModel {
       m.toolCalls = p.toolCalls || [];
       this.touch(m);
       ctx.openMessage = null;
-    } else if (text) {
+    } else if (text || p.toolCalls?.length) {
+      // A turn of tool calls alone is an item too: it is a fork point.
       this.push(ctx, {
         kind: 'message', agent: ev.agent || ctx.agent, text, final: true,
         usage: p.usage, finishReason: p.finishReason, toolCalls: p.toolCalls || [],
       });
     }
-    // (A turn of tool calls alone has no message to fork from.)
-    this.touched = m || (text ? ctx.items[ctx.items.length - 1] : null);
+    this.touched = m || (text || p.toolCalls?.length ? ctx.items[ctx.items.length - 1] : null);
     if (text) ctx.lastText = text;
     const u = p.usage;
     if (!this.usageFinal) {

@@ -263,13 +263,24 @@ export class TreeView {
   }
 
   render_live(item) {
-    return h('li', { class: 'item note live', 'data-testid': 'fork-live' },
-      `▶ live from here (this fork's seq ${item.seq}): what follows ran for this fork`);
+    return h('li', { class: 'item note live', 'data-testid': 'fork-live' }, item.afterEdit
+      ? `▶ edited here, then live (this fork's seq ${item.seq}): the fork point's outcome as it was edited, then what ran for this fork`
+      : `▶ live from here (this fork's seq ${item.seq}): what follows ran for this fork`);
   }
 
   updateItem(item) {
     const fn = this[`update_${item.kind}`];
     if (fn) fn.call(this, item, item._p, item._el);
+    if (item.edited && !item._p.edited) {
+      // Its start may have been replayed; its outcome was not.
+      item._el.classList.remove('replayed');
+      delete item._el.dataset.replayed;
+      item._el.querySelector(':scope > .replayed-mark')?.remove();
+      item._el.classList.add('edited');
+      item._el.dataset.edited = 'true';
+      item._p.edited = h('span', { class: 'replayed-mark edited-mark', 'data-testid': 'fork-edited', title: 'The fork point: this outcome was edited for this fork, not done again', text: 'edited' });
+      item._el.prepend(item._p.edited);
+    }
     if (item.forkSeq && !item._p.fork && this.actions.fork) {
       item._p.fork = h('button', {
         type: 'button', class: 'btn small fork', 'data-testid': 'fork-here', 'data-seq': String(item.forkSeq),
@@ -308,6 +319,12 @@ export class TreeView {
       el.classList.toggle('streaming', !item.final);
     }
     if (item.final) {
+      if (!text && item.toolCalls?.length && !p.calls) {
+        // A turn of tool calls alone: say which, where its text would be.
+        p.calls = true;
+        el.classList.add('calls-only');
+        p.text.data = `called ${item.toolCalls.map((c) => c.tool || 'a tool').join(', ')}`;
+      }
       const parts = [];
       if (item.superseded) {
         el.classList.add('superseded');

@@ -819,6 +819,20 @@ fn forks_replays_and_detached_pipelines_in_scripts() {
     assert_eq!(of(&fork)["forkedFrom"]["runId"], origin.as_str());
     assert_eq!(of(&replay)["replayOf"], origin.as_str());
     assert!(of(&origin).get("forkedFrom").is_none());
+    assert_eq!(of(&fork)["forkedFrom"]["edited"], false, "a retry");
+    // A fork whose point was edited says so.
+    let out = up.cli(&[
+        "runs", "fork", &origin, "--at", &turn, "--text", "Edited.", "--detach",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let edited = text(&out.stdout).trim_end().to_owned();
+    let shown = text(&up.cli(&["runs", "get", &edited]).stdout);
+    assert!(
+        shown.contains(&format!(
+            "from     fork of run {origin} at its seq {turn}, edited"
+        )),
+        "{shown}"
+    );
 
     // A pipeline, detached.
     let dir = std::env::temp_dir().join(format!("baton-cli-pipeline-{}", std::process::id()));

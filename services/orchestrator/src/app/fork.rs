@@ -54,6 +54,7 @@ impl Orchestrator {
         check_filter(&request.filter, &self.services().defaults)?;
         let max_context = self.services().defaults.max_run_context_bytes;
         let edit = request.edit.map(|e| edit_of(e, max_context)).transpose()?;
+        let edited = edit.as_ref().is_some_and(|e| e.kind != PointKind::Any);
         let (history, stored, kind) = self
             .history(caller, &request.run_id, request.at_seq)
             .await?;
@@ -94,6 +95,7 @@ impl Orchestrator {
         let _ = record.forked_from.set(Origin {
             run_id: request.run_id.clone(),
             seq: request.at_seq,
+            edited,
         });
         let checkpoint = plan.checkpoint();
         record.preload(std::mem::take(&mut plan.packed), &plan.events);

@@ -327,6 +327,7 @@ pub fn plan(
         packed.push(kept);
         from += take;
     }
+    let outcome_edited = edit.as_ref().is_some_and(|e| e.kind != PointKind::Any);
     let fork_fields = |e: &mut pb::RunEvent| {
         if let Some(Payload::RunStarted(s)) = &mut e.payload {
             // A fork of a replay is no replay.
@@ -336,6 +337,7 @@ pub fn plan(
                 Origin {
                     run_id: origin_run.to_owned(),
                     seq: at,
+                    edited: outcome_edited,
                 }
                 .to_pb(),
             );

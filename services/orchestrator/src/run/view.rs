@@ -58,6 +58,9 @@ pub struct Origin {
     pub run_id: String,
     /// The seq of the fork point in it.
     pub seq: u64,
+    /// The point's outcome was edited (not a retry, not a run-context
+    /// edit): the fork's first live event is the point's, edited.
+    pub edited: bool,
 }
 
 impl Origin {
@@ -66,20 +69,28 @@ impl Origin {
         pb::RunOrigin {
             run_id: self.run_id.clone(),
             seq: self.seq,
+            edited: self.edited,
         }
     }
 
-    /// As the run store keeps it (`{seq} {run_id}`), and back.
+    /// As the run store keeps it (`{seq} {run_id}`, the seq followed by
+    /// `e` when edited), and back.
     pub fn to_field(&self) -> String {
-        format!("{} {}", self.seq, self.run_id)
+        let edited = if self.edited { "e" } else { "" };
+        format!("{}{edited} {}", self.seq, self.run_id)
     }
 
     /// See [`Self::to_field`].
     pub fn from_field(field: &str) -> Option<Self> {
         let (seq, run_id) = field.split_once(' ')?;
+        let (seq, edited) = match seq.strip_suffix('e') {
+            Some(seq) => (seq, true),
+            None => (seq, false),
+        };
         Some(Self {
             run_id: run_id.to_owned(),
             seq: seq.parse().ok()?,
+            edited,
         })
     }
 }
@@ -140,5 +151,26 @@ pub fn from_ms(ms: i64) -> SystemTime {
         UNIX_EPOCH + Duration::from_millis(ms as u64)
     } else {
         UNIX_EPOCH - Duration::from_millis(ms.unsigned_abs())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_origin_is_kept_and_read_back_whole_and_an_older_field_still_reads() {
+        for edited in [false, true] {
+            let o = Origin {
+                run_id: "01a22588-5c9d-70b2-aa54-9537c20cbc5e".into(),
+                seq: 35,
+                edited,
+            };
+            assert_eq!(Origin::from_field(&o.to_field()), Some(o.clone()));
+        }
+        // As the run store kept it before `edited` was.
+        let old = Origin::from_field("35 01a22588").expect("reads");
+        assert_eq!((old.seq, old.edited), (35, false));
+        assert_eq!(Origin::from_field("35x 01a22588"), None);
     }
 }

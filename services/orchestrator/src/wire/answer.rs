@@ -61,6 +61,7 @@ impl From<pb::GetRunResponse> for RunView {
             forked_from: r.forked_from.map(|o| Origin {
                 run_id: o.run_id,
                 seq: o.seq,
+                edited: o.edited,
             }),
             history_gone: r.history_gone,
             replay_of: Some(r.replay_of).filter(|r| !r.is_empty()),

@@ -55,9 +55,10 @@ fn origin(forked_from: &Option<pb::RunOrigin>, replay_of: &str, short: bool) -> 
     };
     if let Some(from) = forked_from {
         Some(format!(
-            "fork of run {} at its seq {}",
+            "fork of run {} at its seq {}{}",
             id(&from.run_id),
-            from.seq
+            from.seq,
+            if from.edited { ", edited" } else { "" }
         ))
     } else if !replay_of.is_empty() {
         Some(format!("replay of run {}", id(replay_of)))
@@ -69,7 +70,7 @@ fn origin(forked_from: &Option<pb::RunOrigin>, replay_of: &str, short: bool) -> 
 /// The JSON of `forked_from` and `replay_of`, as events name them.
 fn origin_json(value: &mut Value, forked_from: &Option<pb::RunOrigin>, replay_of: &str) {
     if let Some(from) = forked_from {
-        value["forkedFrom"] = json!({"runId": from.run_id, "seq": from.seq});
+        value["forkedFrom"] = json!({"runId": from.run_id, "seq": from.seq, "edited": from.edited});
     }
     if !replay_of.is_empty() {
         value["replayOf"] = json!(replay_of);
