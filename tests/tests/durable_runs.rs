@@ -79,7 +79,7 @@ async fn log_and_fencing(runs: &RedisRuns, bump_epoch: impl AsyncFnOnce(&str)) {
         .expect("create");
     let batch: Vec<pb::RunEvent> = (1..=3).map(|s| event(&id, s, &format!("t{s}"))).collect();
     assert_eq!(
-        runs.append(&id, epoch, &batch, &[], None)
+        runs.append(&id, epoch, &batch, &[], None, None)
             .await
             .expect("append"),
         Append::Done
@@ -99,7 +99,7 @@ async fn log_and_fencing(runs: &RedisRuns, bump_epoch: impl AsyncFnOnce(&str)) {
     bump_epoch(&id).await;
     let late = [event(&id, 4, "late")];
     assert_eq!(
-        runs.append(&id, epoch, &late, &[], Some(&ended("stale")))
+        runs.append(&id, epoch, &late, &[], Some(&ended("stale")), None)
             .await
             .expect("append"),
         Append::Fenced
@@ -109,7 +109,7 @@ async fn log_and_fencing(runs: &RedisRuns, bump_epoch: impl AsyncFnOnce(&str)) {
     assert_eq!((still.status, still.last_seq), (pb::RunStatus::Running, 3));
     // The new epoch writes.
     assert_eq!(
-        runs.append(&id, epoch + 1, &late, &[], Some(&ended("fresh")))
+        runs.append(&id, epoch + 1, &late, &[], Some(&ended("fresh")), None)
             .await
             .expect("append"),
         Append::Done
@@ -231,7 +231,7 @@ async fn a_tail_waits_for_the_next_events() {
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(100)).await;
             let batch = [event(&id, 1, "a"), event(&id, 2, "b")];
-            runs.append(&id, epoch, &batch, &[], None)
+            runs.append(&id, epoch, &batch, &[], None, None)
                 .await
                 .expect("append");
         })
@@ -275,6 +275,7 @@ async fn a_tenants_runs_are_listed_newest_first_and_ended_ones_expire() {
                 &[event(&m.run_id, 1, "x")],
                 &[],
                 Some(&ended("ok")),
+                None,
             )
             .await
             .expect("end");
@@ -585,7 +586,7 @@ async fn a_lapsed_lease_is_claimed_once_and_fences_the_former_owner() {
         .create(&m, &[], Duration::from_secs(60))
         .await
         .expect("create");
-    a.append(&id, epoch, &[event(&id, 1, "x")], &[], None)
+    a.append(&id, epoch, &[event(&id, 1, "x")], &[], None, None)
         .await
         .expect("append");
 
@@ -622,7 +623,7 @@ async fn a_lapsed_lease_is_claimed_once_and_fences_the_former_owner() {
     // The former owner is fenced: no renewal, no append.
     assert_eq!(a.renew(&id, epoch, None).await.expect("renew"), None);
     assert_eq!(
-        a.append(&id, epoch, &[event(&id, 2, "late")], &[], None)
+        a.append(&id, epoch, &[event(&id, 2, "late")], &[], None, None)
             .await
             .expect("append"),
         Append::Fenced
@@ -638,6 +639,7 @@ async fn a_lapsed_lease_is_claimed_once_and_fences_the_former_owner() {
         &[event(&id, 2, "end")],
         &[],
         Some(&ended("x")),
+        None,
     )
     .await
     .expect("end");

@@ -281,6 +281,43 @@ async fn a_waiting_runs_usage_so_far_is_what_get_run_says() {
     server.shutdown().await.expect("shutdown");
 }
 
+/// The same with durable runs, read on a replica that does not run the
+/// run: GetRun there reads the run store, whose totals the
+/// owner writes with each model turn's event (they were written only at
+/// the run's end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_durable_runs_usage_so_far_is_what_every_replica_says() {
+    let redis = RedisServer::start().expect("redis-server");
+    let start = || OrchestratorServer::start(AGENTS, None, baton_e2e::durable_runs(redis.url()));
+    let owner = start().await.expect("owner");
+    let other = start().await.expect("other");
+    let on = owner.client().await.expect("client");
+    let read = other.client().await.expect("client");
+    let mut stream = on.run_agent(request("payer", None)).await.expect("run");
+    let (mut spent, mut run_id) = (None, String::new());
+    while let Some(e) = stream.next().await {
+        let e = e.expect("event");
+        run_id.clone_from(&e.run_id);
+        match e.payload {
+            Some(Payload::MessageCompleted(m)) => spent = m.usage,
+            Some(Payload::ApprovalRequested(_)) => break,
+            _ => {}
+        }
+    }
+    let spent = spent.expect("the first turn's usage");
+    assert!(spent.input_tokens > 0, "{spent:?}");
+    let want = (spent.input_tokens, spent.output_tokens, 1);
+    let got = read.get_run(&run_id).await.expect("get on the other");
+    assert_eq!(got.status(), pb::RunStatus::Running);
+    let usage = got.usage.expect("usage");
+    assert_eq!(
+        (usage.input_tokens, usage.output_tokens, usage.model_calls),
+        want
+    );
+    other.shutdown().await.expect("shutdown");
+    owner.shutdown().await.expect("shutdown");
+}
+
 /// A question whose branch is dropped unanswered (here a pipeline step
 /// that timed out while its agent waited for an approval) is waited for no
 /// more: a replica that does not run the run reads that from the run

@@ -272,7 +272,7 @@ pub async fn end_orphan(
         replay_diverged: false,
     };
     match durable
-        .append(run_id, epoch, &events, &[], Some(&end))
+        .append(run_id, epoch, &events, &[], Some(&end), None)
         .await
     {
         Ok(Append::Done) => durable.forget_lease(run_id).await,

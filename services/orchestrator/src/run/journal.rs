@@ -164,7 +164,13 @@ pub async fn sequence(
         if !broken {
             let end = logged.iter().find_map(|l| run_end(&l.payload));
             let ended = end.is_some();
-            let written = write(&journal, &run_id, &events, &records, end.as_ref()).await;
+            // A model turn changed the totals: every replica's GetRun
+            // reads them from the run's hash.
+            let usage = logged
+                .iter()
+                .any(|l| matches!(l.payload, Payload::MessageCompleted(_)))
+                .then(|| record.usage());
+            let written = write(&journal, &run_id, &events, &records, end.as_ref(), usage).await;
             forget_lease = written.is_ok() && ended;
             if let Err(e) = written {
                 broken = true;
@@ -215,13 +221,14 @@ async fn write(
     events: &[PackedEvent],
     records: &[(String, Vec<u8>)],
     end: Option<&RunEnd>,
+    usage: Option<pb::Usage>,
 ) -> Result<(), Error> {
     let mut tried = 0;
     loop {
         tried += 1;
         match journal
             .runs
-            .append(run_id, journal.epoch, events, records, end)
+            .append(run_id, journal.epoch, events, records, end, usage)
             .await
         {
             Ok(Append::Done) => return Ok(()),

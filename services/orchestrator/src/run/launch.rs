@@ -174,6 +174,7 @@ pub async fn write_fork(
                 &batch,
                 records.next().unwrap_or(&[]),
                 None,
+                None,
             )
             .await?;
         if written != super::durable::Append::Done {
@@ -186,7 +187,14 @@ pub async fn write_fork(
         renew_while_writing(journal, record).await?;
         let written = journal
             .runs
-            .append(run_id, journal.epoch, &[] as &[pb::RunEvent], rest, None)
+            .append(
+                run_id,
+                journal.epoch,
+                &[] as &[pb::RunEvent],
+                rest,
+                None,
+                None,
+            )
             .await?;
         if written != super::durable::Append::Done {
             return Err(Error::Unavailable(format!(

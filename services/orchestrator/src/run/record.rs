@@ -405,6 +405,11 @@ impl RunRecord {
         )
     }
 
+    /// The run's totals so far (whole once it ended).
+    pub fn usage(&self) -> pb::Usage {
+        lock(&self.state).usage
+    }
+
     /// Adds what a model turn spent to the totals GetRun and ListRuns
     /// show while the run runs (its end sets them whole).
     pub fn add_usage(&self, usage: &pb::Usage) {

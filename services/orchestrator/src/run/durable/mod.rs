@@ -454,8 +454,10 @@ impl RedisRuns {
 
     /// Appends events (each with its `seq`) to the run's log with the
     /// records of the durable points they end (`journal`: unit, record),
-    /// and, with `end`, records how it ended and starts its retention — all
-    /// in one script, only while `epoch` is the run's.
+    /// and, with `end`, records how it ended and starts its retention;
+    /// without, `usage` (the run's totals so far, when they changed) goes
+    /// to its hash, for GetRun and ListRuns on every replica — all in one
+    /// script, only while `epoch` is the run's.
     pub async fn append(
         &self,
         run_id: &str,
@@ -463,6 +465,7 @@ impl RedisRuns {
         events: &[impl Loggable],
         journal: &[(String, Vec<u8>)],
         end: Option<&RunEnd>,
+        usage: Option<pb::Usage>,
     ) -> Result<Append, Error> {
         let mut c = self.conn().await?;
         let mut invocation = self.append.prepare_invoke();
@@ -478,7 +481,11 @@ impl RedisRuns {
         } else {
             0
         };
-        let fields = end.map(RunEnd::fields).unwrap_or_default();
+        let fields = match (end, usage) {
+            (Some(end), _) => end.fields(),
+            (None, Some(usage)) => vec![("usage", usage.encode_to_vec())],
+            (None, None) => Vec::new(),
+        };
         invocation.arg(ttl).arg(fields.len()).arg(journal.len());
         for e in events {
             invocation.arg(e.seq()).arg(e.encoded());
