@@ -17,9 +17,9 @@ use super::frame::{CallFrame, CallOutput, CallResult, FrameView, RunFrame, durat
 use super::people::{self, approve};
 use crate::run::context::ContextInfo;
 use crate::run::record::LiveGuard;
-use crate::run::rerun::Answer;
+use crate::run::recording::rerun::Answer;
+use crate::run::recording::unit;
 use crate::run::state::Run;
-use crate::run::unit;
 use crate::{
     model::ToolCallRequest,
     pipeline::{self, RunStep},
@@ -134,13 +134,13 @@ pub(super) async fn execute(
     // apply again, as they did. The call is not made, so it has no span
     // and no metric here; its event was sent before.
     if let Some(record) = rt
-        .replayed(&unit)
+        .journaled(&unit)
         .and_then(|r| serde_json::from_slice::<CallRecord>(r).ok())
     {
         let mut result = CallResult::default();
         result.output = record.taken(&mut result);
         // A fork's sub-agent that its origin ran: the origin spent that.
-        if rt.replay.as_ref().is_some_and(|r| r.fork) {
+        if rt.walk.as_ref().is_some_and(|r| r.fork) {
             result.child_usage = None;
         }
         let (_, final_text) = apply_policies(rt, view, call, &mut result);
@@ -206,7 +206,7 @@ pub(super) async fn execute_call(
     });
     // A fork's call in flight at its fork point was announced already.
     if !rt
-        .replay
+        .walk
         .as_ref()
         .is_some_and(|r| r.announced.contains(&unit))
     {

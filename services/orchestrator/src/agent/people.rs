@@ -94,7 +94,7 @@ pub(super) async fn approve(
             // A resumed run does not ask again what a person answered.
             let unit = format!("ap/{approval_id}");
             if let Some(answer) = rt
-                .replayed(&unit)
+                .journaled(&unit)
                 .and_then(|r| serde_json::from_slice::<(bool, String)>(r).ok())
             {
                 return match answer {
@@ -212,11 +212,11 @@ pub(super) async fn input_as(
     // A resumed run does not ask again for input it received, nor a
     // question nobody answered in time.
     let unit = format!("in/{input_id}");
-    if let Some(input) = rt.replayed(&unit) {
+    if let Some(input) = rt.journaled(&unit) {
         return Ok(String::from_utf8_lossy(input).into_owned());
     }
     let timed_out = format!("it/{input_id}");
-    if rt.replayed(&timed_out).is_some() {
+    if rt.journaled(&timed_out).is_some() {
         return Err(no_answer(rt));
     }
     // A replay of a question nobody answered in time: nobody answers it.
@@ -381,7 +381,7 @@ impl Question {
     fn new(rt: &Run, id: &str) -> Self {
         let unit = format!("q/{id}");
         let before = rt
-            .replayed(&unit)
+            .journaled(&unit)
             .and_then(|r| std::str::from_utf8(r).ok()?.parse::<i64>().ok());
         Self {
             unit,

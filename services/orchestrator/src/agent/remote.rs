@@ -73,7 +73,7 @@ pub(super) async fn call(
         task: None,
         done: false,
     };
-    let mut updates = match rt.replayed(&unit) {
+    let mut updates = match rt.journaled(&unit) {
         Some(task) => {
             // Resumed: the task was sent before; follow it.
             let task = String::from_utf8_lossy(task).into_owned();

@@ -19,12 +19,12 @@ use crate::pipeline::StepCall;
 use crate::run::context::ContextInfo;
 use crate::run::failure::Failure;
 use crate::run::record::LiveGuard;
-use crate::run::rerun::Answer;
+use crate::run::recording::rerun::Answer;
+use crate::run::recording::unit;
 use crate::run::state::Run;
-use crate::run::unit;
 
 /// A model turn's record: the turn, and what the model was asked (a
-/// replay compares it with what it asks; see `run::rerun`).
+/// replay compares it with what it asks; see `run::recording::rerun`).
 #[derive(serde::Serialize)]
 struct TurnRecord<'a> {
     #[serde(flatten)]
@@ -149,7 +149,7 @@ pub(super) async fn run_frame_inner(
         // times, and a run parked on a person holds no copy of its own.
         // Taken when the model is asked: a turn from the journal needs none.
         let mut tools = None;
-        let journaled = rt.replayed(&unit);
+        let journaled = rt.journaled(&unit);
         let recorded = match journaled {
             Some(record) => Some(record),
             None => {
@@ -271,7 +271,7 @@ pub(super) async fn run_frame_inner(
         // it from the recording (the run it replays spent that) or a fork
         // took it from its origin's recording.
         let inherited = match journaled {
-            Some(_) => rt.replay.as_ref().is_some_and(|r| r.fork),
+            Some(_) => rt.walk.as_ref().is_some_and(|r| r.fork),
             None => recorded.is_some(),
         };
         let turn_usage = if inherited {

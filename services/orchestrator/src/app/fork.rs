@@ -2,7 +2,7 @@
 //! from a point of a recorded run. Its history — the events and the
 //! recording, from this replica's runs in memory mode, from the run store
 //! when runs are durable — is planned into the fork's first events and its
-//! journal (`run::fork`); the fork is then built from the original's
+//! journal (`run::recording::fork`); the fork is then built from the original's
 //! request, checked against today's agents, and run like a resumed run
 //! with that journal: nothing before the point is called again, and from
 //! the point on it is live. A durable fork's replayed part is written to
@@ -27,12 +27,13 @@ use crate::{
         validate::{check_filter, parse_run_context},
     },
     run::{
-        durable::RedisRuns,
-        fork::{self, Edit, History, PointKind},
-        journal::MAX_BATCH,
+        durable::{RedisRuns, sequencer},
         launch,
         log::Recorded,
-        state::Replay,
+        recording::{
+            Walk,
+            fork::{self, Edit, History, PointKind},
+        },
         view::Origin,
     },
 };
@@ -73,15 +74,7 @@ impl Orchestrator {
         let span = self.run_span(&caller.trace, "ForkRun", kind, &target);
         checked.options.detach = request.detach;
         checked.options.filter = request.filter.clone();
-        checked.options.replay = Some(Replay {
-            journal: std::mem::take(&mut plan.journal),
-            replica: String::new(),
-            checkpoint_seq: plan.checkpoint(),
-            inbox: HashMap::new(),
-            fork: true,
-            announced: std::mem::take(&mut plan.announced),
-            run_context_at: plan.recording.iter().any(|r| r.unit.starts_with("rc/")),
-        });
+        checked.options.walk = Some(Walk::forked(&mut plan));
         let prepared = launch::prepare(
             &services,
             span,
@@ -178,7 +171,7 @@ pub(super) async fn stored_history(
     let mut events = Vec::new();
     let mut cursor = 0;
     while cursor < at_seq {
-        let want = (at_seq - cursor).min(MAX_BATCH as u64 * 8) as usize;
+        let want = (at_seq - cursor).min(sequencer::MAX_BATCH as u64 * 8) as usize;
         let batch = durable.events_after(run_id, cursor, want).await?;
         let Some(last) = batch.last() else { break };
         cursor = last.seq;

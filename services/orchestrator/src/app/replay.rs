@@ -1,7 +1,7 @@
 //! ReplayRun: a new run (new id, new trace, the caller's tenant) of an
 //! ended run's request, against today's agents and models, answered from
 //! the original's recording while it asks what the original asked (see
-//! `run::rerun`). Its history is read as a fork's is (`fork.rs`); it is
+//! `run::recording::rerun`). Its history is read as a fork's is (`fork.rs`); it is
 //! then started like any run of that request — durable when runs are.
 
 use super::{
@@ -11,7 +11,7 @@ use super::{
 use crate::{
     error::{Error, Result},
     request::{ReplayRequest, validate::check_filter},
-    run::{launch, rerun::Rerun},
+    run::{launch, recording::rerun::Rerun},
 };
 use baton_proto::v1 as pb;
 

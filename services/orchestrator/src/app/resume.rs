@@ -31,8 +31,11 @@ use crate::{
         validate::{agent_run, pipeline_run},
     },
     run::{
-        durable::RedisRuns, journal::Journal, launch, record::RunRecord, rerun::Rerun,
-        state::Replay, view::from_ms,
+        durable::{RedisRuns, sequencer::DurableLog},
+        launch,
+        record::RunRecord,
+        recording::{Walk, rerun::Rerun},
+        view::from_ms,
     },
 };
 
@@ -116,23 +119,16 @@ impl Orchestrator {
             let rerun = Rerun::new(origin, meta.replay_strict, history).resumed(&journal);
             checked.options.rerun = Some(rerun);
         }
-        let run_context_at = journal.keys().any(|k| k.starts_with("rc/"));
         let inbox = durable.inbox(id).await?;
         let cancel = inbox
             .get("cancel")
             .map(|r| String::from_utf8_lossy(r).into_owned());
-        checked.options.replay = Some(Replay {
-            journal: journal
-                .into_iter()
-                .map(|(unit, record)| (unit.into(), record.into()))
-                .collect(),
-            replica: durable.owner().to_owned(),
-            checkpoint_seq: claimed.last_seq,
+        checked.options.walk = Some(Walk::resumed(
+            journal,
+            durable.owner().to_owned(),
+            claimed.last_seq,
             inbox,
-            fork: false,
-            announced: Default::default(),
-            run_context_at,
-        });
+        ));
         let record = RunRecord::resumed(
             claimed.run_id.clone(),
             from_ms(meta.started_ms.max(0)),
@@ -159,7 +155,7 @@ impl Orchestrator {
         let prepared = launch::prepare_record(&self.services(), record, span, checked.options);
         let body = checked.body.future(&prepared.run);
         let record = prepared.record.clone();
-        let journal = Journal {
+        let log = DurableLog {
             runs: self
                 .services()
                 .durable
@@ -171,7 +167,7 @@ impl Orchestrator {
         // Nobody is attached: clients follow it with WatchRun.
         drop(launch::launch(
             prepared,
-            Some(journal),
+            Some(log),
             &self.runs,
             &self.tasks,
             body,

@@ -303,7 +303,7 @@ pub(super) async fn execute(
     let mut seeds = Vec::new();
     for (k, v) in initial {
         let unit = format!("sd/{}/{k}", root.id);
-        if rt.replayed(&unit).is_some() {
+        if rt.journaled(&unit).is_some() {
             continue;
         }
         let key = Key::parse("key", &k, max_key)
@@ -442,7 +442,7 @@ pub(super) async fn execute(
                 // A resumed pipeline does not write again an output it had
                 // written.
                 let unit = format!("sw/{}", contexts[i].id);
-                let written_before = rt.replayed(&unit).is_some();
+                let written_before = rt.journaled(&unit).is_some();
                 if plan.steps[i].output_to.is_some() && !written_before {
                     // Written behind: dependents already have the output
                     // from memory; readers of the store wait for it.

@@ -45,12 +45,12 @@ pub(super) async fn run_step(
             format!("sc/{}/{attempt}", ctx.id),
             format!("sf/{}/{attempt}", ctx.id),
         );
-        if let Some(output) = rt.replayed(&done) {
+        if let Some(output) = rt.journaled(&done) {
             let output = String::from_utf8_lossy(output).into_owned();
             rt.pace().await;
             return Ok(output);
         }
-        if let Some(record) = rt.replayed(&failed) {
+        if let Some(record) = rt.journaled(&failed) {
             last_error = serde_json::from_slice::<(i32, String)>(record)
                 .map(|(code, message)| Failure::new(Code::from_i32(code), message))
                 .unwrap_or_else(|e| {

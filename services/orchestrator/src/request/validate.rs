@@ -154,7 +154,7 @@ fn options(s: &Shared, o: RequestOptions) -> Result<RunOptions> {
         approval_mode: o.approval_mode,
         filter: o.filter,
         detach: o.detach,
-        replay: None,
+        walk: None,
         rerun: None,
         settings: o.settings,
     })

@@ -29,13 +29,13 @@ pub async fn drive(
 ) {
     let no_agent: Arc<str> = Arc::from("");
     // A resumed run says so instead of starting again.
-    match &rt.replay {
+    match &rt.walk {
         // A fork's RunStarted is among its replayed events.
-        Some(replay) if replay.fork => {}
-        Some(replay) => {
+        Some(walk) if walk.fork => {}
+        Some(walk) => {
             let resumed = Payload::RunResumed(pb::RunResumed {
-                replica: replay.replica.clone(),
-                checkpoint_seq: replay.checkpoint_seq,
+                replica: walk.replica.clone(),
+                checkpoint_seq: walk.checkpoint_seq,
             });
             rt.emit(root, &no_agent, resumed).await;
         }
@@ -80,7 +80,7 @@ pub async fn drive(
     cleanup.await;
     // Stopped as failed from outside the body (its history over its bound).
     let outcome = outcome.or_else(|| rt.record.failure().map(Err));
-    let replay = rt.rerun.as_ref().map(super::rerun::Rerun::stats);
+    let replay = rt.rerun.as_ref().map(super::recording::rerun::Rerun::stats);
     let terminal = match outcome {
         Some(Ok(output)) => Payload::RunCompleted(pb::RunCompleted {
             output,

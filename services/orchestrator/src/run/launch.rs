@@ -15,9 +15,11 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use super::shared::Shared;
 use super::{
-    durable::RunMeta,
+    durable::{
+        RunMeta,
+        sequencer::{self, DurableLog},
+    },
     events::{self, Draft, Filter},
-    journal::{self, Journal},
     record::RunRecord,
     registry::Runs,
     state::{Run, RunOptions},
@@ -90,14 +92,14 @@ pub fn prepare_record(
 
 /// Records a prepared run in the run store when runs are durable, with the
 /// request that started it (`request`, encoded: another replica resumes
-/// the run from it); its journal: where its events go, with the epoch this
+/// the run from it); its durable log: where its events go, with the epoch this
 /// replica owns it with. `UNAVAILABLE` when Redis does not answer, and
 /// nothing starts.
 pub async fn register(
     services: &Shared,
     prepared: &Prepared,
     request: Vec<u8>,
-) -> Result<Option<Journal>, Error> {
+) -> Result<Option<DurableLog>, Error> {
     let Some(runs) = &services.durable else {
         return Ok(None);
     };
@@ -131,7 +133,7 @@ pub async fn register(
         .await?;
     r.epoch.store(epoch, std::sync::atomic::Ordering::Relaxed);
     r.lease_holds_until(sent + runs.lease().as_millis() as i64);
-    Ok(Some(Journal {
+    Ok(Some(DurableLog {
         runs: runs.clone(),
         epoch,
     }))
@@ -143,7 +145,7 @@ pub async fn register(
 /// it), and the fork is marked started once all of it is written (see
 /// `RedisRuns::started`: until then no replica resumes it).
 pub async fn write_fork(
-    journal: &Journal,
+    log: &DurableLog,
     record: &RunRecord,
     events: &[pb::RunEvent],
     recording: &[super::log::Recorded],
@@ -154,8 +156,8 @@ pub async fn write_fork(
         records.push((format!("#{}", r.unit), r.seq.to_string().into_bytes()));
         records.push((r.unit.to_string(), r.record.to_vec()));
     }
-    let mut records = records.chunks(journal::MAX_BATCH);
-    for batch in events.chunks(journal::MAX_BATCH) {
+    let mut records = records.chunks(sequencer::MAX_BATCH);
+    for batch in events.chunks(sequencer::MAX_BATCH) {
         // The log keeps whole events, the run's ids included.
         let batch: Vec<pb::RunEvent> = batch
             .iter()
@@ -165,12 +167,12 @@ pub async fn write_fork(
                 ..e.clone()
             })
             .collect();
-        renew_while_writing(journal, record).await?;
-        let written = journal
+        renew_while_writing(log, record).await?;
+        let written = log
             .runs
             .append(
                 run_id,
-                journal.epoch,
+                log.epoch,
                 &batch,
                 records.next().unwrap_or(&[]),
                 None,
@@ -184,17 +186,10 @@ pub async fn write_fork(
         }
     }
     for rest in records {
-        renew_while_writing(journal, record).await?;
-        let written = journal
+        renew_while_writing(log, record).await?;
+        let written = log
             .runs
-            .append(
-                run_id,
-                journal.epoch,
-                &[] as &[pb::RunEvent],
-                rest,
-                None,
-                None,
-            )
+            .append(run_id, log.epoch, &[] as &[pb::RunEvent], rest, None, None)
             .await?;
         if written != super::durable::Append::Done {
             return Err(Error::Unavailable(format!(
@@ -202,7 +197,7 @@ pub async fn write_fork(
             )));
         }
     }
-    if !journal.runs.started(run_id, journal.epoch).await? {
+    if !log.runs.started(run_id, log.epoch).await? {
         return Err(Error::Unavailable(
             "run store: another replica took the fork over while its history was written".into(),
         ));
@@ -211,17 +206,13 @@ pub async fn write_fork(
 }
 
 /// Renews a starting fork's lease once a third of it has passed.
-async fn renew_while_writing(journal: &Journal, record: &RunRecord) -> Result<(), Error> {
-    let lease = journal.runs.lease().as_millis() as i64;
+async fn renew_while_writing(log: &DurableLog, record: &RunRecord) -> Result<(), Error> {
+    let lease = log.runs.lease().as_millis() as i64;
     if record.lease_left() > lease * 2 / 3 {
         return Ok(());
     }
     let sent = super::record::mono_ms();
-    match journal
-        .runs
-        .renew(&record.run_id, journal.epoch, None)
-        .await?
-    {
+    match log.runs.renew(&record.run_id, log.epoch, None).await? {
         Some(_) => {
             record.lease_holds_until(sent + lease);
             Ok(())
@@ -233,11 +224,11 @@ async fn renew_while_writing(journal: &Journal, record: &RunRecord) -> Result<()
 }
 
 /// Registers a prepared run in `runs` and starts `body` with the run's
-/// sequencer (the durable one with a `journal`), as one task of `tasks`;
+/// sequencer (the durable one with a `log`), as one task of `tasks`;
 /// returns the caller's stream.
 pub fn launch(
     prepared: Prepared,
-    journal: Option<Journal>,
+    log: Option<DurableLog>,
     runs: &Runs,
     tasks: &TaskTracker,
     body: impl Future<Output = ()> + Send + 'static,
@@ -266,14 +257,14 @@ pub fn launch(
     let (out_tx, stream) = events::channel();
     tasks.spawn(async move {
         let emitted = metrics.events.clone();
-        match journal {
+        match log {
             None => {
                 let sequencer = events::sequence(drafts, out_tx, filter, record.clone(), emitted);
                 tokio::join!(sequencer, body);
             }
-            Some(journal) => {
+            Some(log) => {
                 let sequencer =
-                    journal::sequence(drafts, out_tx, filter, record.clone(), journal, emitted);
+                    sequencer::sequence(drafts, out_tx, filter, record.clone(), log, emitted);
                 tokio::join!(sequencer, body);
             }
         }

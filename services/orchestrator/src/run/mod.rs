@@ -12,24 +12,23 @@
 //! - [`failure`]: [`failure::Failure`], the one error type inside a run
 //!   (a gRPC code and a message).
 //! - [`events`]: the sequencer (numbers, times, records and filters events)
-//!   and [`events::Filter`]; [`journal`]: the sequencer of a durable run,
-//!   which writes each batch to Redis before anyone sees it.
+//!   and [`events::Filter`].
 //! - [`durable`]: runs kept in Redis (`runs.store = "redis"`): event logs,
 //!   records, journals, the tenants' lists, fenced appends, leases and
 //!   claims, the inbox of answers and cancels given on other replicas, and
-//!   parking; [`leases`]: the background renewal, inbox delivery, parking
-//!   and claiming every replica does.
-//! - [`context`]: a context of the tree and its span (a leaf).
+//!   parking; `durable::sequencer`: the sequencer of a durable run, which
+//!   writes each batch to Redis before anyone sees it.
+//! - [`recording`]: a run's recording (unit names, the journal, a walk
+//!   through it and its pacing) and the three that start from one: a
+//!   resumed run, a fork, a replay — with the words each of "journal",
+//!   "walk", "replay" and "replayed" means.
+//! - [`context`]: a context of the tree and its span (a leaf); [`clock`]:
+//!   the wall and monotonic clocks in milliseconds (a leaf).
 //! - [`packed`]: events encoded once, as the log keeps them and streams
 //!   carry them (a leaf).
 //! - [`log`]: a run's event log, in chunks, bounded by
-//!   `runs.max_history_bytes`; `scan`: the
-//!   fields of a logged event a fork's plan reads without decoding it;
-//!   `flight`: what was in flight at a fork point, found by that scan.
+//!   `runs.max_history_bytes`.
 //! - [`target`]: an agent or group resolved with its model, once.
-//! - [`unit`]: the names of a run's durable points (a leaf).
-//! - `pace`: a walk through recorded points lets its worker go now and
-//!   then (a leaf).
 //! - [`view`]: what the core answers about a run, from either record.
 //! - [`record`]: a run's record (status, cancellation, log, pending
 //!   approvals and inputs); [`stop`]: stopping a run from outside its
@@ -38,30 +37,25 @@
 //! Nothing here knows what an agent or a pipeline is: `crate::agent` and
 //! `crate::pipeline` are bodies `drive` runs.
 
+pub mod clock;
 pub mod context;
 pub mod drive;
 pub mod durable;
 pub mod events;
 pub mod failure;
-mod flight;
-pub mod fork;
 mod history;
-pub mod journal;
 pub mod launch;
 pub mod log;
-mod pace;
 pub mod packed;
 mod pending;
 pub mod quota;
 pub mod record;
+pub mod recording;
 pub mod registry;
-pub mod rerun;
-mod scan;
 pub mod shared;
 pub mod state;
 pub mod stop;
 pub mod target;
-pub mod unit;
 pub mod view;
 
 /// Runs built without a gRPC server, for the unit tests of the parts that
@@ -105,12 +99,12 @@ pub(crate) mod testing {
         run_with(yaml, limits, approval_mode, None)
     }
 
-    /// [`run`], resumed with `replay` (what it had done) when given.
+    /// [`run`], walking `walk` first when given.
     pub fn run_with(
         yaml: &str,
         limits: Limits,
         approval_mode: pb::ApprovalMode,
-        replay: Option<super::state::Replay>,
+        walk: Option<super::recording::Walk>,
     ) -> (Arc<Run>, mpsc::Receiver<Box<Draft>>) {
         let catalog = Arc::new(Catalog::from_yaml(yaml).expect("the test catalog is valid"));
         let store = Arc::new(MemoryStore::new(StoreLimits::default()));
@@ -138,7 +132,7 @@ pub(crate) mod testing {
             run_context: Default::default(),
             filter: Default::default(),
             detach: false,
-            replay,
+            walk,
             rerun: None,
             settings: Default::default(),
         };

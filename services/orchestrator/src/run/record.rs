@@ -15,7 +15,7 @@ use baton_proto::v1::{self as pb, run_event::Payload};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-pub use super::durable::mono_ms;
+pub use super::clock::mono_ms;
 use super::log::EventLog;
 pub use super::log::{LOG_RETENTION, LogRead, Recorded};
 use super::pending::{Pending, earliest_deadline, open_count};
@@ -539,9 +539,7 @@ impl Drop for Working<'_> {
     }
 }
 
-pub(super) fn now_ms() -> i64 {
-    super::durable::now_ms()
-}
+pub(super) use super::clock::now_ms;
 
 /// Counts a frame or tool call as alive while it exists.
 pub struct LiveGuard(Arc<RunRecord>);

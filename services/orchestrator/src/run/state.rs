@@ -20,8 +20,8 @@ use tokio::sync::mpsc;
 
 use super::context::ContextInfo;
 use super::events::{Draft, Filter};
-use super::pace::Pacer;
 use super::record::RunRecord;
+use super::recording::{Walk, pace::Pacer, rerun::Rerun};
 use super::target::{Resolved, Unresolved, resolve};
 use crate::catalog::settings::Settings;
 use crate::{catalog::Agent, model::Model, run::shared::Shared};
@@ -80,10 +80,10 @@ pub struct Run {
     pub(super) usage: UsageCounters,
     /// Whether durable points are recorded (runs are durable).
     journaling: bool,
-    /// What a resumed run had done (see [`Replay`]).
-    pub replay: Option<Replay>,
+    /// What a resumed run or a fork walks through first (see [`Walk`]).
+    pub walk: Option<Walk>,
     /// For a replay (ReplayRun): the recording it answers from.
-    pub rerun: Option<super::rerun::Rerun>,
+    pub rerun: Option<Rerun>,
     /// The request's generation settings, over every agent's own.
     pub settings: Settings,
     /// When its walk through recorded points last let the worker go.
@@ -105,39 +105,13 @@ pub struct RunOptions {
     pub filter: Filter,
     /// Whether the run outlives its caller's stream.
     pub detach: bool,
-    /// When the run is resumed on this replica: what it had done.
-    pub replay: Option<Replay>,
+    /// When the run is resumed on this replica, or a fork: what it walks
+    /// through first.
+    pub walk: Option<Walk>,
     /// For a replay (ReplayRun): the recording it answers from.
-    pub rerun: Option<super::rerun::Rerun>,
+    pub rerun: Option<Rerun>,
     /// The request's generation settings.
     pub settings: Settings,
-}
-
-/// What a resumed run had done before: the records of its durable points
-/// (model turns, tool calls, answers of people, started agents), by unit.
-/// A unit found here is not done again and its events are not sent again.
-#[derive(Debug, Default)]
-pub struct Replay {
-    /// The records, by unit (looked up at every point a resumed run or a
-    /// fork walks through: a fast hasher).
-    pub journal: foldhash::HashMap<Arc<str>, Arc<[u8]>>,
-    /// The replica that resumed the run.
-    pub replica: String,
-    /// The seq of the run's last logged event before.
-    pub checkpoint_seq: u64,
-    /// Answers people gave (on any replica) that the run had not taken
-    /// yet, by question id; `cancel`: a CancelRun's reason.
-    pub inbox: std::collections::HashMap<String, Vec<u8>>,
-    /// A fork starting (ForkRun): its replayed events, `RunStarted`
-    /// first, are logged already; nothing says it resumed.
-    pub fork: bool,
-    /// A fork's tool calls in flight at its fork point, by unit: their
-    /// `ToolCallStarted` is among its replayed events, so making the call
-    /// again does not send it twice.
-    pub announced: std::collections::HashSet<String>,
-    /// Whether the journal holds a run-context edit (`rc/…`): looked up
-    /// only then.
-    pub run_context_at: bool,
 }
 
 /// Store writes of a run that are in flight: a pipeline writes each step's
@@ -238,7 +212,7 @@ impl Run {
             pending_writes: PendingWrites::default(),
             events,
             usage: UsageCounters::default(),
-            replay: options.replay,
+            walk: options.walk,
             rerun: options.rerun,
             settings: options.settings,
             pacer: Pacer::default(),
@@ -266,19 +240,10 @@ impl Run {
             .await;
     }
 
-    /// The record of `unit` when the run is being resumed and had done it.
-    /// A point a fork edited the run context at (`rc/{unit}`, see
-    /// `run::fork`) sets the run context as it is taken.
-    pub fn replayed(&self, unit: &str) -> Option<&[u8]> {
-        let replay = self.replay.as_ref()?;
-        let record = replay.journal.get(unit)?;
-        if replay.run_context_at
-            && let Some(context) = replay.journal.get(format!("rc/{unit}").as_str())
-            && let Ok(context) = serde_json::from_slice::<Map<String, Value>>(context)
-        {
-            *self.run_context.lock().unwrap_or_else(|p| p.into_inner()) = context;
-        }
-        Some(record)
+    /// The record of `unit` when the run walks through a journal that has
+    /// it (resumed, or a fork): see [`Walk::take`].
+    pub fn journaled(&self, unit: &str) -> Option<&[u8]> {
+        self.walk.as_ref()?.take(unit, &self.run_context)
     }
 
     /// An answer to question `id` given while the run was away (parked, or
@@ -288,7 +253,7 @@ impl Run {
         if let Some(answer) = self.rerun.as_ref().and_then(|r| r.answer(id)) {
             return Some(answer);
         }
-        self.replay
+        self.walk
             .as_ref()
             .and_then(|r| r.inbox.get(id))
             .map(Vec::as_slice)
@@ -296,7 +261,7 @@ impl Run {
 
     /// Called at each point taken from a resumed run's or a fork's
     /// journal: nothing there waits, so the walk lets the worker go once
-    /// in a while (see `run::pace`). A replay (ReplayRun) does not: its
+    /// in a while (see `run::recording::pace`). A replay (ReplayRun) does not: its
     /// matched calls are answered like an instant model's, whose live runs
     /// do not pause either (pausing there too made the benchmark's
     /// 10,000-turn replay slower: about 440 ms against 360).
@@ -315,7 +280,7 @@ impl Run {
         unit: String,
         record: impl FnOnce() -> Vec<u8>,
     ) {
-        if self.replayed(&unit).is_some() {
+        if self.journaled(&unit).is_some() {
             self.pace().await;
             return;
         }
@@ -442,8 +407,8 @@ impl Run {
     /// The span id a resumed run's context `id` had: its events keep it.
     fn replayed_span(&self, id: &str) -> Option<opentelemetry::trace::SpanId> {
         let record = self
-            .replayed(&format!("sp/{id}"))
-            .or_else(|| self.replayed(&format!("a/{id}/0")))?;
+            .journaled(&format!("sp/{id}"))
+            .or_else(|| self.journaled(&format!("a/{id}/0")))?;
         opentelemetry::trace::SpanId::from_hex(std::str::from_utf8(record).ok()?).ok()
     }
 
@@ -477,7 +442,8 @@ impl Run {
         diverged.strict = rerun.strict;
         if rerun.diverge() {
             tracing::info!(run_id = %self.record.run_id, origin = %rerun.origin, context = %ctx.id, diff = %diverged.diff, "replay diverged");
-            let failure = super::rerun::strict_failure(&rerun.origin, &ctx.id, &diverged);
+            let failure =
+                super::recording::rerun::strict_failure(&rerun.origin, &ctx.id, &diverged);
             // A point (`dv`, its record the failure's message): a resumed
             // replay knows it diverged, when, and a strict one how it ends.
             // Told before a strict replay ends, which drops the run's body.
@@ -504,30 +470,27 @@ mod tests {
     };
 
     use super::*;
-    use crate::run::{pace::SLICE, testing};
+    use crate::run::{recording::pace::SLICE, testing};
 
     /// A point of a resumed run's (or a fork's) journal is not sent again,
     /// and a walk through them lets the worker go once a slice has passed
-    /// (`run::pace`); a live point is sent, unpaced.
+    /// (`run::recording::pace`); a live point is sent, unpaced.
     #[tokio::test]
     async fn a_walk_through_the_journal_lets_the_worker_go_and_sends_nothing() {
         let journal = [(Arc::from("b/root/1"), Arc::from(&b""[..]))]
             .into_iter()
             .collect();
-        let replay = Replay {
+        let walk = Walk {
             journal,
-            replica: String::new(),
             checkpoint_seq: 4,
-            inbox: Default::default(),
             fork: true,
-            announced: Default::default(),
-            run_context_at: false,
+            ..Walk::default()
         };
         let (rt, mut events) = testing::run_with(
             "default_model: scripted:quiet\nscripts:\n  quiet:\n    - text: ok\nagents:\n  a: {}\n",
             testing::limits(),
             pb::ApprovalMode::Ask,
-            Some(replay),
+            Some(walk),
         );
         let root = rt.root_context("agent a".into());
         let agent: Arc<str> = Arc::from("a");

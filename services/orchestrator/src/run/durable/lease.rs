@@ -5,17 +5,6 @@
 
 use redis::Value;
 
-/// Milliseconds on this process's monotonic clock (from its first call):
-/// a paused process (SIGSTOP) sees it jump by the pause when it goes on,
-/// so a lease it held looks lapsed at once.
-pub fn mono_ms() -> i64 {
-    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    START
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_millis() as i64
-}
-
 /// What [`RedisRuns::claim`] found.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Claim {

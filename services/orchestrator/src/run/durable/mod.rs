@@ -37,12 +37,13 @@ mod lease;
 mod list;
 mod meta;
 pub mod quota;
+pub mod sequencer;
 mod sessions;
 
 use std::{collections::HashMap, time::Duration};
 
+pub use lease::Claim;
 use lease::decode_claim;
-pub use lease::{Claim, mono_ms};
 pub use meta::{RunEnd, RunMeta};
 use meta::{decode_entries, decode_meta};
 
@@ -59,12 +60,7 @@ use redis::{Script, Value};
 
 use crate::error::Error;
 
-/// Milliseconds since the Unix epoch, now.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+pub use super::clock::{mono_ms, now_ms};
 
 /// How an append ended.
 #[derive(Debug, PartialEq, Eq)]

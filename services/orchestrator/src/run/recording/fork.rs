@@ -23,13 +23,15 @@ use std::{collections::HashSet, sync::Arc};
 
 use baton_proto::v1::{self as pb, run_event::Payload};
 
-use super::{
-    events::kind_of,
-    flight,
-    log::{PackedChunk, Recorded},
-    view::Origin,
+use super::flight;
+use crate::{
+    error::Error,
+    run::{
+        events::kind_of,
+        log::{PackedChunk, Recorded},
+        view::Origin,
+    },
 };
-use crate::error::Error;
 
 /// What replaces the fork point's outcome, with the record the run reads
 /// instead of the recorded one (its format is the point's unit's).

@@ -26,8 +26,8 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
-use super::{failure::Failure, fork::History};
-use crate::model::asked::Asked;
+use super::fork::History;
+use crate::{model::asked::Asked, run::failure::Failure};
 
 /// What a replay answers a request with.
 pub enum Answer<T> {

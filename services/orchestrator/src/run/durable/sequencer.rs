@@ -1,5 +1,5 @@
 //! The sequencer of a durable run (`runs.store = "redis"`): numbers a run's
-//! events as [`super::events::sequence`] does, but writes every batch to
+//! events as [`crate::run::events::sequence`] does, but writes every batch to
 //! the run's log in Redis (with the run's end, when the batch holds it)
 //! before any client sees one of its events — so an event a client has
 //! seen is never lost or rewritten.
@@ -22,19 +22,22 @@ use std::{sync::Arc, time::SystemTime};
 use baton_proto::v1::{self as pb, run_event::Payload};
 use tokio::sync::mpsc;
 
-use super::{
-    durable::{Append, RedisRuns, RunEnd, now_ms},
-    events::{self, Draft, Filter, is_terminal},
-    log::{Logged, Outgoing, PackedEvent, ids_tail},
-    record::RunRecord,
+use super::{Append, RedisRuns, RunEnd, now_ms};
+use crate::{
+    error::Error,
+    run::{
+        events::{self, Draft, Filter, is_terminal},
+        log::{Logged, Outgoing, PackedEvent, ids_tail},
+        record::RunRecord,
+    },
 };
-use crate::error::Error;
 
 /// Most events written to Redis in one script call.
 pub const MAX_BATCH: usize = 512;
 
-/// Where a durable run's events go, and with which epoch.
-pub struct Journal {
+/// Where a durable run's events go (its log in the run store), and with
+/// which epoch.
+pub struct DurableLog {
     /// The run store.
     pub runs: Arc<RedisRuns>,
     /// The epoch this replica owns the run with.
@@ -83,7 +86,7 @@ pub async fn sequence(
     out: events::EventSender,
     filter: Filter,
     record: Arc<RunRecord>,
-    journal: Journal,
+    log: DurableLog,
     emitted: prometheus_client::metrics::counter::Counter,
 ) {
     let tail = ids_tail(record.trace_id.as_str(), &record.run_id);
@@ -170,7 +173,7 @@ pub async fn sequence(
                 .iter()
                 .any(|l| matches!(l.payload, Payload::MessageCompleted(_)))
                 .then(|| record.usage());
-            let written = write(&journal, &run_id, &events, &records, end.as_ref(), usage).await;
+            let written = write(&log, &run_id, &events, &records, end.as_ref(), usage).await;
             forget_lease = written.is_ok() && ended;
             if let Err(e) = written {
                 broken = true;
@@ -208,7 +211,7 @@ pub async fn sequence(
         }
         // The run ended: out of the lease set, once its caller has the end.
         if forget_lease {
-            journal.runs.forget_lease(&run_id).await;
+            log.runs.forget_lease(&run_id).await;
         }
     }
 }
@@ -216,7 +219,7 @@ pub async fn sequence(
 /// Appends a batch, retrying once (a reconnecting connection fails its
 /// first command); fenced or still failing is an error.
 async fn write(
-    journal: &Journal,
+    log: &DurableLog,
     run_id: &str,
     events: &[PackedEvent],
     records: &[(String, Vec<u8>)],
@@ -226,9 +229,9 @@ async fn write(
     let mut tried = 0;
     loop {
         tried += 1;
-        match journal
+        match log
             .runs
-            .append(run_id, journal.epoch, events, records, end, usage)
+            .append(run_id, log.epoch, events, records, end, usage)
             .await
         {
             Ok(Append::Done) => return Ok(()),

@@ -1,17 +1,15 @@
-//! What was in flight at a fork point (see `run::fork`): found by a scan
+//! What was in flight at a fork point (see `run::recording::fork`): found by a scan
 //! of the events before it, the packed ones read without being decoded.
 
 use std::collections::{HashMap, HashSet};
 
 use baton_proto::v1 as pb;
 
-use super::{
-    log::PackedChunk,
-    scan::{self, Kind},
-};
+use super::scan::{self, Kind};
+use crate::run::log::PackedChunk;
 
 /// The indexes of the events of what was in flight before the fork point
-/// (the first `before` events) that the fork sends again (see `run::fork`):
+/// (the first `before` events) that the fork sends again (see `run::recording::fork`):
 /// the progress and options of tool calls whose point is not in the
 /// journal, questions not answered, and the streamed text of each
 /// context's model turn that had not ended; and the units of the calls in

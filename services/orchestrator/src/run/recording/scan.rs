@@ -7,7 +7,7 @@
 use baton_proto::v1::run_event::Payload;
 use prost::encoding::decode_varint;
 
-/// The kinds of events a fork's plan looks at (see `run::fork::in_flight`).
+/// The kinds of events a fork's plan looks at (see `run::recording::flight`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     TextDelta,
