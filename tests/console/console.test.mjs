@@ -235,6 +235,10 @@ consoleTest('a key typed into the console starts researcher; its nested contexts
   assert.equal(await bar.getAttribute('value'), '100');
 
   await assertStreamComplete(page, runId, 'researcher');
+  // What it cost: the example prices researcher's and summarizer's models,
+  // not fact_checker's (its call counts as unpriced, no cost invented).
+  await page.waitForFunction(() => /USD/.test(document.querySelector('[data-testid="run-usage"]').textContent));
+  assert.match(await page.locator(tid('run-usage')).textContent(), /5 model calls · 4 tool calls · 0\.\d{4} USD · 1 call unpriced$/);
   await shot(page, 'nested-run-full', { fullPage: true });
   // The tree from the tabs down.
   await page.locator(tid('tab-conversation')).evaluate((el) => el.scrollIntoView({ block: 'start' }));
@@ -247,6 +251,15 @@ consoleTest('a key typed into the console starts researcher; its nested contexts
   await page.locator(tid('run-target')).evaluate((el) => el.scrollIntoView({ block: 'start' }));
   await shot(page, 'nested-run');
   if (process.env.UPDATE_DOCS_SCREENSHOT === '1') copyFileSync(join(ARTIFACTS, 'nested-run.png'), DOCS_PNG);
+  // The runs list says it too, from ListRuns.
+  await page.locator('a[href="#/runs"]').first().click();
+  const cost = page.locator(`${tid('run-row')}[data-run-id="${runId}"] ${tid('run-cost')}`);
+  await page.waitForFunction((id) => /USD/.test(document.querySelector(`[data-testid="run-row"][data-run-id="${id}"] [data-testid="run-cost"]`)?.textContent || ''), runId);
+  assert.match(await cost.textContent(), /^0\.\d{4} USD$/);
+  await shot(page, 'runs-list-cost');
+  await page.setViewportSize({ width: 390, height: 844 });
+  await shot(page, 'runs-list-cost-phone');
+  await page.setViewportSize({ width: 1280, height: 800 });
 });
 
 consoleTest('a progress bar moves while a tool reports progress', async (page) => {

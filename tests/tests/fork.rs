@@ -147,14 +147,14 @@ async fn a_fork_at_a_nested_tool_result_takes_the_edit_and_calls_nothing_before_
     // What the fork spent is what it ran live, the same whether the run
     // or its root agent says it (the scout its origin ran is not counted).
     let run_usage = match fork.last().and_then(|e| e.payload.as_ref()) {
-        Some(Payload::RunCompleted(c)) => c.usage.expect("usage"),
+        Some(Payload::RunCompleted(c)) => c.usage.clone().expect("usage"),
         other => panic!("{other:?}"),
     };
     let root_usage = fork
         .iter()
         .rev()
         .find_map(|e| match &e.payload {
-            Some(Payload::AgentCompleted(a)) if e.context_id == "root" => a.usage,
+            Some(Payload::AgentCompleted(a)) if e.context_id == "root" => a.usage.clone(),
             _ => None,
         })
         .expect("the root agent's end");
@@ -291,7 +291,7 @@ agents:
     assert_eq!(output(&fork), "second answer");
     // The fork spent its live turn's tokens, not its origin's.
     let spent = match fork.last().and_then(|e| e.payload.as_ref()) {
-        Some(Payload::RunCompleted(c)) => c.usage.expect("usage"),
+        Some(Payload::RunCompleted(c)) => c.usage.clone().expect("usage"),
         other => panic!("{other:?}"),
     };
     assert_eq!(

@@ -121,7 +121,7 @@ async fn nested_agents_two_deep_with_streaming_tool_and_context_writes() {
         done.run_context_json, r#"{"last_write":"wrote research/topic at version 1"}"#,
         "the example's run policy records the last write"
     );
-    let usage = done.usage.expect("usage");
+    let usage = done.usage.clone().expect("usage");
     assert_eq!(
         usage.model_calls,
         2 + 2 + 1,

@@ -690,7 +690,7 @@ agents:
     let usage = events
         .iter()
         .find_map(|e| match &e.payload {
-            Some(Payload::RunCompleted(c)) => c.usage,
+            Some(Payload::RunCompleted(c)) => c.usage.clone(),
             _ => None,
         })
         .expect("usage");

@@ -249,7 +249,7 @@ async fn an_unchanged_run_replayed_strictly_matches_every_call_and_calls_no_tool
     assert_eq!(stats(&replayed).calls, 5);
     // Nothing spent: the run it replays spent those tokens.
     let spent = match terminal(&replayed) {
-        Payload::RunCompleted(c) => c.usage.expect("usage"),
+        Payload::RunCompleted(c) => c.usage.clone().expect("usage"),
         other => panic!("{other:?}"),
     };
     assert_eq!(

@@ -272,7 +272,7 @@ async fn a_waiting_runs_usage_so_far_is_what_get_run_says() {
         .runs[0]
         .clone();
     let got = client.get_run(&run_id.run_id).await.expect("get");
-    let usage = got.usage.expect("usage");
+    let usage = got.usage.clone().expect("usage");
     assert_eq!(
         (usage.input_tokens, usage.output_tokens, usage.model_calls),
         (spent.input_tokens, spent.output_tokens, 1)

@@ -89,7 +89,7 @@ export class RunModel {
     this.runContextJson = '';
     this.error = null; // {code, message}
     this.cancelReason = '';
-    this.usage = { inputTokens: 0, outputTokens: 0, modelCalls: 0, toolCalls: 0 };
+    this.usage = { inputTokens: 0, outputTokens: 0, modelCalls: 0, toolCalls: 0, costNanos: 0, currency: '', unpricedModelCalls: 0 };
     this.usageFinal = false;
     this.lastSeq = 0;
     this.seqs = [];
@@ -169,6 +169,9 @@ export class RunModel {
         outputTokens: num(r.usage.outputTokens),
         modelCalls: num(r.usage.modelCalls),
         toolCalls: num(r.usage.toolCalls),
+        costNanos: num(r.usage.costNanos),
+        currency: r.usage.currency || '',
+        unpricedModelCalls: num(r.usage.unpricedModelCalls),
       };
       this.usageFinal = true;
     }
@@ -383,6 +386,9 @@ export class RunModel {
       this.usage.inputTokens += num(u?.inputTokens);
       this.usage.outputTokens += num(u?.outputTokens);
       this.usage.modelCalls += u ? num(u.modelCalls) : 1;
+      this.usage.costNanos += num(u?.costNanos);
+      this.usage.unpricedModelCalls += num(u?.unpricedModelCalls);
+      if (u?.currency) this.usage.currency = u.currency;
       this.summaryDirty = true;
     }
     this.spans.push({

@@ -5,7 +5,7 @@
 
 import { api } from './api.js';
 import { EXAMPLE, graphSpec, parseDoc, rememberSpec, toRequest } from './pipeline.js';
-import { clear, shortId, fmtAgo, fmtDuration, fmtInt, fmtTime, h, kindWord, num, parseTime, sleep, statusWord, tokens } from './util.js';
+import { clear, shortId, fmtAgo, fmtCost, fmtDuration, fmtInt, fmtTime, h, kindWord, num, parseTime, sleep, statusWord, tokens } from './util.js';
 
 const POLL_MS = 1500;
 const PAGE = 50;
@@ -58,7 +58,7 @@ export function openRuns(main, app) {
       h('table', { class: 'runs', 'data-testid': 'runs-table' },
         h('caption', { class: 'sr-only', text: 'Runs of this tenant, newest first' }),
         h('thead', null, h('tr', null,
-          ...['Status', 'Agent or pipeline', 'Started', 'Duration', 'Tokens', 'Events'].map((t, i) =>
+          ...['Status', 'Agent or pipeline', 'Started', 'Duration', 'Tokens · cost', 'Events'].map((t, i) =>
             h('th', { scope: 'col', class: `c${i}`, text: t })))),
         tbody)),
     empty,
@@ -104,11 +104,12 @@ export function openRuns(main, app) {
           status: h('span', { class: 'badge' }),
           link: h('a', { href: `#/runs/${encodeURIComponent(r.runId)}`, 'data-testid': 'run-link' }),
           sub: h('div', { class: 'muted small' }),
-          // At phone width the duration and events columns fold in here.
+          // At phone width the duration, tokens and events columns fold in here.
           folded: h('div', { class: 'muted small phone-only', 'data-testid': 'run-folded' }),
           started: h('td', { class: 'c2' }),
           duration: h('td', { class: 'c3' }),
           tokens: h('td', { class: 'c4', 'data-testid': 'run-tokens' }),
+          cost: h('span', { class: 'cost', 'data-testid': 'run-cost' }),
           events: h('td', { class: 'c5' }),
         };
         row.tr.append(h('td', { class: 'c0' }, row.status), h('td', { class: 'c1' }, row.link, row.sub, row.folded), row.started, row.duration, row.tokens, row.events);
@@ -134,10 +135,16 @@ export function openRuns(main, app) {
       row.started.textContent = fmtAgo(s, now);
       row.started.title = fmtTime(s);
       row.duration.textContent = Number.isFinite(s) ? fmtDuration((Number.isFinite(e) ? e : now) - s) : '—';
-      const u = usageCache.get(r.runId);
+      // ListRuns says what each run spent (a server before it did not:
+      // then GetRun's, asked a few at a time).
+      const u = r.usage ? { tokens: tokens(r.usage), cost: fmtCost(r.usage) } : usageCache.get(r.runId);
       row.tokens.textContent = u && u.tokens !== null ? fmtInt(u.tokens) : '…';
+      row.cost.textContent = (u && u.cost) || '';
+      row.tokens.append(row.cost);
       row.events.textContent = fmtInt(num(r.lastSeq));
-      row.folded.textContent = `${row.duration.textContent} · ${row.events.textContent} events`;
+      // At phone width the duration, tokens and events columns fold here.
+      const spent = u && u.tokens !== null ? ` · ${fmtInt(u.tokens)} tokens${u.cost ? ` · ${u.cost}` : ''}` : '';
+      row.folded.textContent = `${row.duration.textContent} · ${row.events.textContent} events${spent}`;
       // Put the row in its place (newest first) without rebuilding the table.
       if (row.tr.nextSibling !== before || row.tr.parentNode !== tbody) tbody.insertBefore(row.tr, before);
       before = row.tr;
@@ -162,11 +169,11 @@ export function openRuns(main, app) {
     for (const r of shown) {
       if (inflight >= USAGE_PARALLEL) return;
       const u = usageCache.get(r.runId);
-      if (u && (u.final || u.pending || now - u.at < USAGE_STALE_MS)) continue;
+      if (r.usage || (u && (u.final || u.pending || now - u.at < USAGE_STALE_MS))) continue;
       inflight++;
       usageCache.set(r.runId, { ...(u || { tokens: null }), pending: true, at: now });
       api.getRun(r.runId, stop.signal).then((g) => {
-        usageCache.set(r.runId, { tokens: tokens(g.usage), final: g.status !== 'RUN_STATUS_RUNNING', at: Date.now() });
+        usageCache.set(r.runId, { tokens: tokens(g.usage), cost: fmtCost(g.usage), final: g.status !== 'RUN_STATUS_RUNNING', at: Date.now() });
       }).catch(() => {
         usageCache.set(r.runId, { tokens: u ? u.tokens : null, final: false, at: Date.now() });
       }).finally(() => {

@@ -172,7 +172,19 @@ export function tokens(usage) {
   return num(usage.inputTokens) + num(usage.outputTokens);
 }
 
-/** `in 120 · out 30 tokens · 2 model calls · 1 tool call`, or ''. */
+/**
+ * A cost in billionths (`costNanos`) with its currency: `0.0091 USD`
+ * (6 decimals below 0.0001, 2 from 100 up), or '' when no call was priced
+ * (a model without a price shows tokens only).
+ */
+export function fmtCost(u) {
+  if (!u || !u.currency) return '';
+  const v = num(u.costNanos) / 1e9;
+  const digits = v >= 100 ? 2 : v >= 0.0001 || v === 0 ? 4 : 6;
+  return `${v.toFixed(digits)} ${u.currency}`;
+}
+
+/** `in 120 · out 30 tokens · 2 model calls · 1 tool call · 0.0091 USD · 1 call unpriced`, or ''. */
 export function fmtUsage(u) {
   if (!u) return '';
   const parts = [];
@@ -183,6 +195,10 @@ export function fmtUsage(u) {
   if (m) parts.push(`${fmtInt(m)} model call${m === 1 ? '' : 's'}`);
   const t = num(u.toolCalls);
   if (t) parts.push(`${fmtInt(t)} tool call${t === 1 ? '' : 's'}`);
+  const cost = fmtCost(u);
+  if (cost) parts.push(cost);
+  const unpriced = num(u.unpricedModelCalls);
+  if (cost && unpriced) parts.push(`${fmtInt(unpriced)} call${unpriced === 1 ? '' : 's'} unpriced`);
   return parts.join(' · ');
 }
 

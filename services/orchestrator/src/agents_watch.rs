@@ -86,7 +86,11 @@ pub async fn watch(
 /// `config`: it parses, and every agent the config exposes over A2A or MCP
 /// is in it.
 fn check(config: &Config, text: &str) -> Result<Arc<Catalog>, String> {
-    let catalog = Catalog::from_yaml(text).map_err(|e| e.to_string())?;
+    let dir = config
+        .agents_file
+        .parent()
+        .unwrap_or(std::path::Path::new("."));
+    let catalog = Catalog::from_yaml_in(text, dir).map_err(|e| e.to_string())?;
     crate::a2a::face::exposed(&catalog, &config.a2a).map_err(|e| e.to_string())?;
     crate::mcp::face::exposed(&catalog, &config.mcp).map_err(|e| e.to_string())?;
     Ok(Arc::new(catalog))

@@ -100,7 +100,11 @@ use crate::{
 pub fn load_catalog(config: &Config) -> anyhow::Result<Arc<Catalog>> {
     let text = std::fs::read_to_string(&config.agents_file)
         .with_context(|| format!("cannot read agents file {}", config.agents_file.display()))?;
-    let catalog = Catalog::from_yaml(&text)
+    let dir = config
+        .agents_file
+        .parent()
+        .unwrap_or(std::path::Path::new("."));
+    let catalog = Catalog::from_yaml_in(&text, dir)
         .map_err(|e| anyhow::anyhow!("{}: {e}", config.agents_file.display()))?;
     Ok(Arc::new(catalog))
 }

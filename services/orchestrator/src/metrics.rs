@@ -10,6 +10,7 @@
 //! | `baton_model_call_duration_seconds` | `model`, `outcome` (ok, error) |
 //! | `baton_tool_call_duration_seconds` | `tool`, `outcome` |
 //! | `baton_model_tokens_total` | `model`, `direction` (input, output) |
+//! | `baton_model_cost_nanos_total` | `model`, `currency` (billionths of it; priced models only) |
 //! | `baton_tenant_runs` | `tenant` (runs not ended on this replica) |
 //! | `baton_tenant_runs_waiting` | `tenant` (of them, waiting for a person) |
 //! | `baton_tenant_model_tokens_total` | `tenant` |
@@ -39,6 +40,7 @@ pub struct Metrics {
     model_latency: Histograms,
     tool_latency: Histograms,
     tokens: Family<Labels, Counter>,
+    cost: Family<Labels, Counter>,
     /// Model references and tool names that may be label values; anything
     /// else (a request's own default_model, a tool name a model made up)
     /// counts as `other`, so no client can grow the label sets.
@@ -144,6 +146,12 @@ impl Metrics {
             "Tokens reported by models",
             tokens.clone(),
         );
+        let cost = Family::<Labels, Counter>::default();
+        r.register(
+            "baton_model_cost_nanos",
+            "What priced model calls cost, in billionths of the prices' currency",
+            cost.clone(),
+        );
         let quota = QuotaMetrics::default();
         r.register(
             "baton_tenant_runs",
@@ -176,6 +184,7 @@ impl Metrics {
             model_latency,
             tool_latency,
             tokens,
+            cost,
             known_models: HashSet::new(),
             known_tools: HashSet::new(),
         }
@@ -230,6 +239,14 @@ impl Metrics {
                 ])
                 .inc_by(output);
         }
+    }
+
+    /// A call of `model` cost `nanos` billionths of `currency`.
+    pub fn model_cost(&self, model: &str, currency: &str, nanos: u64) {
+        let model = self.model_label(model);
+        self.cost
+            .get_or_create(&vec![("model", model), ("currency", currency.to_owned())])
+            .inc_by(nanos);
     }
 
     /// One tool call took `seconds`.

@@ -291,7 +291,11 @@ struct CallRecord {
     ok: bool,
     text: String,
     handoff: Option<String>,
-    child_usage: Option<[u64; 4]>,
+    /// See `run::usage::to_record`.
+    child_usage: Option<Vec<u64>>,
+    /// Its currency, when it cost something.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cur: Option<String>,
     /// The call left Baton (a tool server, an MCP server, a remote agent).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     x: bool,
@@ -301,12 +305,9 @@ impl CallRecord {
     /// What the call returned, its handoff and usage set in `result`.
     fn taken(self, result: &mut CallResult) -> CallOutput {
         result.handoff = self.handoff;
-        result.child_usage = self.child_usage.map(|[i, o, m, t]| pb::Usage {
-            input_tokens: i,
-            output_tokens: o,
-            model_calls: m,
-            tool_calls: t,
-        });
+        result.child_usage = self
+            .child_usage
+            .map(|r| crate::run::usage::from_record(&r, self.cur));
         if self.ok {
             Ok(self.text)
         } else {
@@ -355,6 +356,7 @@ pub fn call_record(ok: bool, text: String) -> Vec<u8> {
         text,
         handoff: None,
         child_usage: None,
+        cur: None,
         x: false,
     })
     .unwrap_or_default()
@@ -379,7 +381,13 @@ async fn finish_call(
         handoff: result.handoff.clone(),
         child_usage: result
             .child_usage
-            .map(|u| [u.input_tokens, u.output_tokens, u.model_calls, u.tool_calls]),
+            .as_ref()
+            .map(crate::run::usage::to_record),
+        cur: result
+            .child_usage
+            .as_ref()
+            .map(|u| u.currency.clone())
+            .filter(|c| !c.is_empty()),
     };
     let (policies, final_text) = apply_policies(rt, view, call, &mut result);
     let (output, error) = match &result.output {

@@ -321,10 +321,7 @@ impl ToolEvents for FrameSink<'_> {
 }
 
 pub(super) fn add_usage(into: &mut pb::Usage, other: &pb::Usage) {
-    into.input_tokens += other.input_tokens;
-    into.output_tokens += other.output_tokens;
-    into.model_calls += other.model_calls;
-    into.tool_calls += other.tool_calls;
+    crate::run::usage::add(into, other);
 }
 
 pub(super) fn pb_call(c: &ToolCallRequest) -> pb::ToolCall {

@@ -150,6 +150,10 @@ pub(super) async fn run_frame_inner(
         // Taken when the model is asked: a turn from the journal needs none.
         let mut tools = None;
         let journaled = rt.journaled(&unit);
+        // The model's price (none: its calls are unpriced, see
+        // `catalog::prices`).
+        let prices = &rt.services.catalog.prices;
+        let (price, currency) = (prices.of(frame.model.reference()), prices.currency.as_str());
         let recorded = match journaled {
             Some(record) => Some(record),
             None => {
@@ -262,7 +266,20 @@ pub(super) async fn run_frame_inner(
                     ms = seconds * 1000.0,
                     "model turn"
                 );
-                end_chat_span(chat, frame.model.reference(), &turn);
+                let u = &turn.usage;
+                let cost = price
+                    .map(|p| p.cost_nanos(u.input_tokens, u.cached_input_tokens, u.output_tokens));
+                if let Some(nanos) = cost {
+                    rt.services
+                        .metrics
+                        .model_cost(frame.model.reference(), currency, nanos);
+                }
+                end_chat_span(
+                    chat,
+                    frame.model.reference(),
+                    &turn,
+                    cost.map(|c| (c, currency)),
+                );
                 turn
             }
         };
@@ -280,11 +297,20 @@ pub(super) async fn run_frame_inner(
                 ..Default::default()
             }
         } else {
+            // Priced at today's prices (a resumed run's turns taken from
+            // its journal too: the run's totals are made again as it walks).
             pb::Usage {
                 input_tokens: turn.usage.input_tokens,
                 output_tokens: turn.usage.output_tokens,
                 model_calls: 1,
                 tool_calls: turn.calls.len() as u64,
+                cached_input_tokens: turn.usage.cached_input_tokens,
+                cost_nanos: price.map_or(0, |p| {
+                    let u = &turn.usage;
+                    p.cost_nanos(u.input_tokens, u.cached_input_tokens, u.output_tokens)
+                }),
+                currency: price.map(|_| currency.to_owned()).unwrap_or_default(),
+                unpriced_model_calls: u64::from(price.is_none()),
             }
         };
         rt.add_usage(&turn_usage);
@@ -343,7 +369,7 @@ pub(super) async fn run_frame_inner(
         if turn.calls.is_empty() {
             let done = Payload::AgentCompleted(pb::AgentCompleted {
                 output: turn.text.clone(),
-                usage: Some(frame.usage),
+                usage: Some(frame.usage.clone()),
             });
             let unit = unit::numbered("d", &frame.ctx.id, frame.turns);
             rt.emit_point(&frame.ctx, &frame.agent_name, done, unit, Vec::new)
@@ -458,7 +484,16 @@ pub(super) fn end_chat_span(
     mut span: opentelemetry_sdk::trace::Span,
     reference: &str,
     turn: &ModelTurn,
+    cost: Option<(u64, &str)>,
 ) {
+    // No semantic convention names a call's cost yet: Baton's own, beside
+    // the gen_ai usage (a model without a price has none).
+    if let Some((nanos, currency)) = cost {
+        span.set_attributes([
+            KeyValue::new("baton.usage.cost", nanos as f64 / 1e9),
+            KeyValue::new("baton.usage.currency", currency.to_owned()),
+        ]);
+    }
     let requested = reference.split_once(':').map_or(reference, |(_, m)| m);
     let model = if turn.model.is_empty() {
         requested.to_owned()

@@ -19,6 +19,10 @@ pub enum CatalogError {
     /// field, a value of the wrong type).
     #[error("agents file: {0}")]
     Yaml(#[source] serde_norway::Error),
+    /// A price, or the prices file, is refused (the message names the
+    /// field).
+    #[error("{0}")]
+    Prices(String),
     /// A scripted turn is incoherent.
     #[error("scripts.{script}[{turn}]: {source}")]
     Script {

@@ -15,6 +15,7 @@ pub mod error;
 pub mod models;
 pub mod names;
 pub mod policy;
+pub mod prices;
 pub mod remote;
 pub mod settings;
 
@@ -189,6 +190,10 @@ pub struct AgentsFile {
     pub policies: BTreeMap<String, PolicySpec>,
     /// Policies applied to every tool output of a run, before the agent's.
     pub run_policies: Vec<String>,
+    /// Model prices by reference, per million tokens (see [`prices`]).
+    pub prices: BTreeMap<String, prices::PriceSpec>,
+    /// LiteLLM's model price map, relative to the agents file.
+    pub prices_file: Option<String>,
 }
 
 /// A validated agent.
@@ -223,17 +228,33 @@ pub struct Catalog {
     pub run_policies: Vec<Policy>,
     /// Provider settings.
     pub providers: Providers,
+    /// Model prices.
+    pub prices: prices::Prices,
 }
 
 impl Catalog {
     /// Parses and validates an agents file.
     pub fn from_yaml(text: &str) -> Result<Self, CatalogError> {
-        let file: AgentsFile = serde_norway::from_str(text).map_err(CatalogError::Yaml)?;
-        Self::from_file(file)
+        Self::from_yaml_in(text, std::path::Path::new("."))
     }
 
-    /// Validates an agents file.
+    /// Parses and validates an agents file whose directory is `dir` (its
+    /// `prices_file` is read from there).
+    pub fn from_yaml_in(text: &str, dir: &std::path::Path) -> Result<Self, CatalogError> {
+        let file: AgentsFile = serde_norway::from_str(text).map_err(CatalogError::Yaml)?;
+        Self::from_file_in(file, dir)
+    }
+
+    /// Validates an agents file (its `prices_file` read from the working
+    /// directory).
     pub fn from_file(file: AgentsFile) -> Result<Self, CatalogError> {
+        Self::from_file_in(file, std::path::Path::new("."))
+    }
+
+    /// Validates an agents file whose directory is `dir`.
+    pub fn from_file_in(file: AgentsFile, dir: &std::path::Path) -> Result<Self, CatalogError> {
+        let prices = prices::Prices::new(&file.prices, file.prices_file.as_deref(), dir)
+            .map_err(CatalogError::Prices)?;
         for (name, turns) in &file.scripts {
             for (i, t) in turns.iter().enumerate() {
                 t.validate().map_err(|source| CatalogError::Script {
@@ -503,6 +524,7 @@ impl Catalog {
             remote_agents: file.remote_agents,
             run_policies,
             providers: file.providers,
+            prices,
         })
     }
 

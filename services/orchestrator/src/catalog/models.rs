@@ -196,6 +196,9 @@ pub struct ScriptUsage {
     pub input_tokens: u64,
     /// Completion tokens.
     pub output_tokens: u64,
+    /// Of the prompt tokens, those to report as read from a prompt cache.
+    #[serde(default)]
+    pub cached_input_tokens: u64,
 }
 
 /// One scripted turn.

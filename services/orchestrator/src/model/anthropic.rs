@@ -177,6 +177,7 @@ impl AnthropicModel {
                     let m = &data["message"];
                     model = m["model"].as_str().unwrap_or_default().to_owned();
                     usage.input_tokens = input_tokens(&m["usage"]);
+                    usage.cached_input_tokens = cached_tokens(&m["usage"]);
                     usage.output_tokens = m["usage"]["output_tokens"].as_u64().unwrap_or(0);
                 }
                 "content_block_start" => {
@@ -275,6 +276,7 @@ impl AnthropicModel {
         let usage = TokenUsage {
             input_tokens: input_tokens(&answer["usage"]),
             output_tokens: answer["usage"]["output_tokens"].as_u64().unwrap_or(0),
+            cached_input_tokens: cached_tokens(&answer["usage"]),
         };
         Ok(turn(
             text,
@@ -285,6 +287,11 @@ impl AnthropicModel {
             request.call_id_prefix,
         ))
     }
+}
+
+/// Input tokens read from the prompt cache.
+fn cached_tokens(u: &Value) -> u64 {
+    u["cache_read_input_tokens"].as_u64().unwrap_or(0)
 }
 
 /// Input tokens, cached ones included.

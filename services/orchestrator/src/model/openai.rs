@@ -268,6 +268,9 @@ fn read_usage(u: &Value) -> TokenUsage {
     TokenUsage {
         input_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
         output_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
+        cached_input_tokens: u["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap_or(0),
     }
 }
 
@@ -388,6 +391,8 @@ impl Model for OpenAiModel {
             usage: TokenUsage {
                 input_tokens: turn.usage.input_tokens + again.usage.input_tokens,
                 output_tokens: turn.usage.output_tokens + again.usage.output_tokens,
+                cached_input_tokens: turn.usage.cached_input_tokens
+                    + again.usage.cached_input_tokens,
             },
             ..again
         })

@@ -167,10 +167,12 @@ impl Model for ScriptedModel {
                     / 4
                     + 1,
                 output_tokens: (text.len() as u64) / 4 + calls.len() as u64,
+                cached_input_tokens: 0,
             },
             |u| TokenUsage {
                 input_tokens: u.input_tokens,
                 output_tokens: u.output_tokens,
+                cached_input_tokens: u.cached_input_tokens,
             },
         );
         let finish_reason = if calls.is_empty() {

@@ -16,6 +16,10 @@ pub struct TokenUsage {
     pub input_tokens: u64,
     /// Completion tokens.
     pub output_tokens: u64,
+    /// Of the prompt tokens, those the provider read from its prompt
+    /// cache (recorded turns from before it read as 0).
+    #[serde(default)]
+    pub cached_input_tokens: u64,
 }
 
 /// What a model answered.

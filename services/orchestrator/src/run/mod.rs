@@ -29,6 +29,7 @@
 //! - [`log`]: a run's event log, in chunks, bounded by
 //!   `runs.max_history_bytes`.
 //! - [`target`]: an agent or group resolved with its model, once.
+//! - [`usage`]: adding usages up, and their journal records (a leaf).
 //! - [`view`]: what the core answers about a run, from either record.
 //! - [`record`]: a run's record (status, cancellation, log, pending
 //!   approvals and inputs); [`stop`]: stopping a run from outside its
@@ -56,6 +57,7 @@ pub mod shared;
 pub mod state;
 pub mod stop;
 pub mod target;
+pub mod usage;
 pub mod view;
 
 /// Runs built without a gRPC server, for the unit tests of the parts that

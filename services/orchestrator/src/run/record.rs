@@ -321,18 +321,18 @@ impl RunRecord {
                 s.status = pb::RunStatus::Completed;
                 s.output = c.output.clone();
                 s.run_context_json = c.run_context_json.clone();
-                s.usage = c.usage.unwrap_or_default();
+                s.usage = c.usage.clone().unwrap_or_default();
             }
             Payload::RunFailed(f) => {
                 s.status = pb::RunStatus::Failed;
                 s.error_code = f.code;
                 s.error_message = f.message.clone();
-                s.usage = f.usage.unwrap_or_default();
+                s.usage = f.usage.clone().unwrap_or_default();
             }
             Payload::RunCancelled(c) => {
                 s.status = pb::RunStatus::Cancelled;
                 s.error_message = c.reason.clone();
-                s.usage = c.usage.unwrap_or_default();
+                s.usage = c.usage.clone().unwrap_or_default();
             }
             _ => {}
         }
@@ -407,7 +407,7 @@ impl RunRecord {
 
     /// The run's totals so far (whole once it ended).
     pub fn usage(&self) -> pb::Usage {
-        lock(&self.state).usage
+        lock(&self.state).usage.clone()
     }
 
     /// Adds what a model turn spent to the totals GetRun and ListRuns
@@ -415,10 +415,7 @@ impl RunRecord {
     pub fn add_usage(&self, usage: &pb::Usage) {
         let mut s = lock(&self.state);
         if s.status == pb::RunStatus::Running {
-            s.usage.input_tokens += usage.input_tokens;
-            s.usage.output_tokens += usage.output_tokens;
-            s.usage.model_calls += usage.model_calls;
-            s.usage.tool_calls += usage.tool_calls;
+            super::usage::add(&mut s.usage, usage);
         }
     }
 

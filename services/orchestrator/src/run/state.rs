@@ -49,6 +49,10 @@ pub(super) struct UsageCounters {
     pub(super) output_tokens: AtomicU64,
     pub(super) model_calls: AtomicU64,
     pub(super) tool_calls: AtomicU64,
+    pub(super) cached_input_tokens: AtomicU64,
+    pub(super) cost_nanos: AtomicU64,
+    pub(super) unpriced_model_calls: AtomicU64,
+    pub(super) currency: std::sync::OnceLock<String>,
 }
 
 /// What every branch of a run shares: the service's [`Shared`] and what
@@ -335,6 +339,14 @@ impl Run {
         u.model_calls
             .fetch_add(usage.model_calls, Ordering::Relaxed);
         u.tool_calls.fetch_add(usage.tool_calls, Ordering::Relaxed);
+        u.cached_input_tokens
+            .fetch_add(usage.cached_input_tokens, Ordering::Relaxed);
+        u.cost_nanos.fetch_add(usage.cost_nanos, Ordering::Relaxed);
+        u.unpriced_model_calls
+            .fetch_add(usage.unpriced_model_calls, Ordering::Relaxed);
+        if !usage.currency.is_empty() {
+            let _ = u.currency.set(usage.currency.clone());
+        }
         self.record.add_usage(usage);
     }
 
@@ -345,6 +357,10 @@ impl Run {
             output_tokens: self.usage.output_tokens.load(Ordering::Relaxed),
             model_calls: self.usage.model_calls.load(Ordering::Relaxed),
             tool_calls: self.usage.tool_calls.load(Ordering::Relaxed),
+            cached_input_tokens: self.usage.cached_input_tokens.load(Ordering::Relaxed),
+            cost_nanos: self.usage.cost_nanos.load(Ordering::Relaxed),
+            unpriced_model_calls: self.usage.unpriced_model_calls.load(Ordering::Relaxed),
+            currency: self.usage.currency.get().cloned().unwrap_or_default(),
         }
     }
 

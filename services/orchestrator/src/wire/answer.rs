@@ -91,6 +91,7 @@ impl From<RunView> for pb::RunSummary {
             history_gone: r.history_gone,
             replay_of: r.replay_of.clone().unwrap_or_default(),
             replay_diverged: r.replay_diverged,
+            usage: Some(r.usage),
         }
     }
 }

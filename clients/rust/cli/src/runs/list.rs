@@ -67,6 +67,61 @@ fn origin(forked_from: &Option<pb::RunOrigin>, replay_of: &str, short: bool) -> 
     }
 }
 
+/// What a run spent, for people: `in 2107 · out 513 tokens · 3 model
+/// calls · 0.0091 USD` (`1 call unpriced` when a model had no price; no
+/// cost when none had one). `None` before its first model call.
+pub fn usage_text(u: Option<&pb::Usage>) -> Option<String> {
+    let u = u.filter(|u| u.model_calls > 0 || u.tool_calls > 0)?;
+    let mut parts = vec![format!(
+        "in {} · out {} tokens",
+        u.input_tokens, u.output_tokens
+    )];
+    if u.cached_input_tokens > 0 {
+        parts.push(format!("{} cached", u.cached_input_tokens));
+    }
+    let plural = |n: u64, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
+    parts.push(plural(u.model_calls, "model call"));
+    if u.model_calls > u.unpriced_model_calls {
+        parts.push(format!("{} {}", money(u.cost_nanos), u.currency));
+    }
+    if u.unpriced_model_calls > 0 && u.model_calls > u.unpriced_model_calls {
+        parts.push(format!(
+            "{} unpriced",
+            plural(u.unpriced_model_calls, "call")
+        ));
+    }
+    Some(parts.join(" · "))
+}
+
+/// An amount in billionths: 4 decimals, 6 below 0.0001 (`0.0091`,
+/// `0.000035`), 2 from 100 up.
+pub fn money(nanos: u64) -> String {
+    let v = nanos as f64 / 1e9;
+    if v >= 100.0 {
+        format!("{v:.2}")
+    } else if v >= 0.0001 || nanos == 0 {
+        format!("{v:.4}")
+    } else {
+        format!("{v:.6}")
+    }
+}
+
+/// A usage as JSON (camelCase, as events are).
+fn usage_json(value: &mut Value, u: Option<&pb::Usage>) {
+    if let Some(u) = u {
+        value["usage"] = json!({
+            "inputTokens": u.input_tokens,
+            "outputTokens": u.output_tokens,
+            "cachedInputTokens": u.cached_input_tokens,
+            "modelCalls": u.model_calls,
+            "toolCalls": u.tool_calls,
+            "costNanos": u.cost_nanos,
+            "currency": u.currency,
+            "unpricedModelCalls": u.unpriced_model_calls,
+        });
+    }
+}
+
 /// The JSON of `forked_from` and `replay_of`, as events name them.
 fn origin_json(value: &mut Value, forked_from: &Option<pb::RunOrigin>, replay_of: &str) {
     if let Some(from) = forked_from {
@@ -92,6 +147,7 @@ pub(super) fn summary_json(r: &pb::RunSummary, status: &str, waits: Option<&str>
         "detached": r.detached,
     });
     origin_json(&mut value, &r.forked_from, &r.replay_of);
+    usage_json(&mut value, r.usage.as_ref());
     value
 }
 
@@ -112,6 +168,7 @@ pub(super) fn get_json(r: &pb::GetRunResponse, status: &str) -> Value {
         "lastSeq": r.last_seq,
     });
     origin_json(&mut value, &r.forked_from, &r.replay_of);
+    usage_json(&mut value, r.usage.as_ref());
     value
 }
 
@@ -178,6 +235,7 @@ pub(super) fn row(
         details.push("detached".into());
     }
     details.extend(origin(&r.forked_from, &r.replay_of, true));
+    details.extend(usage_text(r.usage.as_ref()));
     if let Some(w) = waits {
         details.push(format!("waits for {w}"));
     }
@@ -223,6 +281,9 @@ pub(super) fn get(
         lines.push(("ended", format!("{ended} UTC")));
     }
     lines.push(("events", r.last_seq.to_string()));
+    if let Some(usage) = usage_text(r.usage.as_ref()) {
+        lines.push(("usage", usage));
+    }
     if !r.error_message.is_empty() || r.error_code != 0 {
         lines.push(("error", format!("{}: {}", r.error_code, r.error_message)));
     }

@@ -71,7 +71,7 @@ impl RunMeta {
             ended_at: self.ended_ms.map(from_ms),
             output: self.output.clone(),
             run_context_json: self.run_context_json.clone(),
-            usage: self.usage,
+            usage: self.usage.clone(),
             error_code: self.error_code,
             error_message: self.error_message.clone(),
             last_seq: self.last_seq,

@@ -51,7 +51,7 @@ fn run_end(payload: &Payload) -> Option<RunEnd> {
         ended_ms: now_ms(),
         output: String::new(),
         run_context_json: String::new(),
-        usage: usage.unwrap_or_default(),
+        usage: usage.clone().unwrap_or_default(),
         error_code: 0,
         error_message: String::new(),
         replay_diverged: false,
@@ -231,7 +231,7 @@ async fn write(
         tried += 1;
         match log
             .runs
-            .append(run_id, log.epoch, events, records, end, usage)
+            .append(run_id, log.epoch, events, records, end, usage.clone())
             .await
         {
             Ok(Append::Done) => return Ok(()),
