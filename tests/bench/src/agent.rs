@@ -32,6 +32,12 @@ pub struct Options {
 }
 
 pub(crate) const AGENTS: &str = r#"
+# Priced models: every model call is costed (c's is not: counted unpriced).
+prices:
+  scripted:looper: {input: 2.5, output: 10, cached_input: 1.25}
+  scripted:a: {input: 0.15, output: 0.6}
+  scripted:b: {input: 0.15, output: 0.6}
+  scripted:chatty: {input: 1, output: 2}
 scripts:
   looper:
     - {calls: [{tool: list_context, args: {}}], repeat: 100, usage: {input_tokens: 1, output_tokens: 1}}
