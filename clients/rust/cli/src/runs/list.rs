@@ -305,3 +305,39 @@ pub(super) fn get(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_usage_reads_with_its_cost_and_never_an_invented_one() {
+        assert_eq!(usage_text(None), None);
+        assert_eq!(usage_text(Some(&pb::Usage::default())), None, "nothing yet");
+        let mut u = pb::Usage {
+            input_tokens: 487,
+            output_tokens: 139,
+            model_calls: 5,
+            tool_calls: 4,
+            cost_nanos: 1_972_950,
+            currency: "USD".into(),
+            unpriced_model_calls: 1,
+            ..Default::default()
+        };
+        assert_eq!(
+            usage_text(Some(&u)).as_deref(),
+            Some("in 487 · out 139 tokens · 5 model calls · 0.0020 USD · 1 call unpriced")
+        );
+        u.unpriced_model_calls = 5;
+        u.cost_nanos = 0;
+        u.currency.clear();
+        assert_eq!(
+            usage_text(Some(&u)).as_deref(),
+            Some("in 487 · out 139 tokens · 5 model calls"),
+            "no price, no cost"
+        );
+        assert_eq!(money(35_000), "0.000035");
+        assert_eq!(money(0), "0.0000");
+        assert_eq!(money(123_456_000_000), "123.46");
+    }
+}
