@@ -218,8 +218,25 @@ impl Metrics {
     }
 
     /// One model turn took `seconds`.
-    pub fn model_call(&self, model: &str, ok: bool, seconds: f64, input: u64, output: u64) {
+    /// `cost`: what it cost, in billionths of the currency, when priced.
+    pub fn model_call(
+        &self,
+        model: &str,
+        ok: bool,
+        seconds: f64,
+        input: u64,
+        output: u64,
+        cost: Option<(u64, &str)>,
+    ) {
         let model = self.model_label(model);
+        if let Some((nanos, currency)) = cost {
+            self.cost
+                .get_or_create(&vec![
+                    ("model", model.clone()),
+                    ("currency", currency.to_owned()),
+                ])
+                .inc_by(nanos);
+        }
         self.model_latency
             .get_or_create(&vec![("model", model.clone()), ("outcome", outcome(ok))])
             .observe(seconds);
@@ -239,14 +256,6 @@ impl Metrics {
                 ])
                 .inc_by(output);
         }
-    }
-
-    /// A call of `model` cost `nanos` billionths of `currency`.
-    pub fn model_cost(&self, model: &str, currency: &str, nanos: u64) {
-        let model = self.model_label(model);
-        self.cost
-            .get_or_create(&vec![("model", model), ("currency", currency.to_owned())])
-            .inc_by(nanos);
     }
 
     /// One tool call took `seconds`.

@@ -213,6 +213,7 @@ pub(super) async fn run_frame_inner(
                             seconds,
                             0,
                             0,
+                            None,
                         );
                         chat.set_attribute(KeyValue::new("error.type", e.error_type.clone()));
                         chat.set_status(Status::error(message.clone()));
@@ -234,6 +235,7 @@ pub(super) async fn run_frame_inner(
                             seconds,
                             0,
                             0,
+                            None,
                         );
                         chat.set_attribute(KeyValue::new("error.type", "timeout"));
                         chat.set_status(Status::error(message.clone()));
@@ -251,12 +253,16 @@ pub(super) async fn run_frame_inner(
                         turn.usage.input_tokens + turn.usage.output_tokens,
                     )
                     .await;
+                let u = &turn.usage;
+                let cost = price
+                    .map(|p| p.cost_nanos(u.input_tokens, u.cached_input_tokens, u.output_tokens));
                 rt.services.metrics.model_call(
                     frame.model.reference(),
                     true,
                     seconds,
                     turn.usage.input_tokens,
                     turn.usage.output_tokens,
+                    cost.map(|c| (c, currency)),
                 );
                 tracing::debug!(
                     model = frame.model.reference(),
@@ -266,14 +272,6 @@ pub(super) async fn run_frame_inner(
                     ms = seconds * 1000.0,
                     "model turn"
                 );
-                let u = &turn.usage;
-                let cost = price
-                    .map(|p| p.cost_nanos(u.input_tokens, u.cached_input_tokens, u.output_tokens));
-                if let Some(nanos) = cost {
-                    rt.services
-                        .metrics
-                        .model_cost(frame.model.reference(), currency, nanos);
-                }
                 end_chat_span(
                     chat,
                     frame.model.reference(),

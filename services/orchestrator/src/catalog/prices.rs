@@ -175,6 +175,9 @@ impl Prices {
         if let Some(p) = self.by_reference.get(reference) {
             return Some(p);
         }
+        if self.from_file.is_empty() {
+            return None;
+        }
         let (provider, model) = reference.split_once(':')?;
         self.from_file
             .get(model)

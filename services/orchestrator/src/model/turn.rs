@@ -17,9 +17,13 @@ pub struct TokenUsage {
     /// Completion tokens.
     pub output_tokens: u64,
     /// Of the prompt tokens, those the provider read from its prompt
-    /// cache (recorded turns from before it read as 0).
-    #[serde(default)]
+    /// cache (recorded turns from before it read as 0; 0 is not written).
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub cached_input_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What a model answered.

@@ -344,7 +344,7 @@ impl Run {
         u.cost_nanos.fetch_add(usage.cost_nanos, Ordering::Relaxed);
         u.unpriced_model_calls
             .fetch_add(usage.unpriced_model_calls, Ordering::Relaxed);
-        if !usage.currency.is_empty() {
+        if !usage.currency.is_empty() && u.currency.get().is_none() {
             let _ = u.currency.set(usage.currency.clone());
         }
         self.record.add_usage(usage);
