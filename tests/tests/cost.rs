@@ -262,3 +262,92 @@ async fn a_bad_price_or_prices_file_is_refused_at_start_naming_the_field() {
     assert_eq!(cost(&run), (0, "USD", 0));
     server.shutdown().await.expect("shutdown");
 }
+
+/// A durable run waiting for a person after a priced sub-agent finished,
+/// handed over by its replica's drain to another, which resumes it from
+/// its journal and takes the answer:
+/// the run's totals still hold what the sub-agent spent (its turns are
+/// not walked again, its call's record carries them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_run_keeps_what_its_finished_sub_agents_spent() {
+    const PAYER: &str = r#"
+prices:
+  scripted:boss: {input: 2.5, output: 10}
+  scripted:helper: {input: 1, output: 2}
+scripts:
+  boss:
+    - calls: [{tool: helper, args: {task: "help"}}]
+      usage: {input_tokens: 1000, output_tokens: 100}
+    - calls: [{tool: write_context, args: {key: paid, value: "yes"}}]
+      usage: {input_tokens: 1000, output_tokens: 100}
+    - text: "paid"
+      usage: {input_tokens: 1000, output_tokens: 100}
+  helper:
+    - text: "helped"
+      usage: {input_tokens: 500, output_tokens: 50}
+agents:
+  boss: {model: "scripted:boss", tools: [helper, write_context], approvals: {write_context: always}}
+  helper: {model: "scripted:helper"}
+"#;
+    let redis = baton_e2e::RedisServer::start().expect("redis-server");
+    let start = || {
+        let durable = baton_e2e::durable_runs(redis.url());
+        OrchestratorServer::start(PAYER, None, move |c| {
+            durable(c);
+            c.runs.lease = std::time::Duration::from_secs(1);
+        })
+    };
+    let owner = start().await.expect("owner");
+    let other = start().await.expect("other");
+    let on = owner.client().await.expect("client");
+    let mut stream = on
+        .run_agent(pb::RunAgentRequest {
+            agent: "boss".into(),
+            input: "x".into(),
+            detach: true,
+            ..Default::default()
+        })
+        .await
+        .expect("run");
+    let (mut run_id, mut approval) = (String::new(), String::new());
+    while let Some(e) = stream.next().await {
+        let e = e.expect("event");
+        run_id.clone_from(&e.run_id);
+        if let Some(Payload::ApprovalRequested(a)) = e.payload {
+            approval = a.approval_id;
+            break;
+        }
+    }
+    drop(stream);
+    // The owner drains: the run is handed over, and the other replica
+    // claims it and resumes it, then takes the answer.
+    owner.shutdown().await.expect("shutdown");
+    let read = other.client().await.expect("client");
+    baton_e2e::eventually("the other replica takes the answer", || async {
+        read.resolve_approval(&run_id, &approval, true, "ok")
+            .await
+            .is_ok()
+    })
+    .await;
+    let mut watch = read.watch_run(&run_id, 0, None).await.expect("watch");
+    let mut log = Vec::new();
+    while let Some(e) = watch.next().await {
+        log.push(e.expect("event"));
+    }
+    assert!(
+        log.iter()
+            .any(|e| matches!(e.payload, Some(Payload::RunResumed(_)))),
+        "the run was resumed"
+    );
+    let run = match &log.last().and_then(|e| e.payload.clone()) {
+        Some(Payload::RunCompleted(c)) => c.usage.clone().expect("usage"),
+        other => panic!("ended with {other:?}"),
+    };
+    // boss: 3 × (1000 in at 2.5/M + 100 out at 10/M) = 3 × 3,500,000;
+    // helper: 500 in at 1/M + 50 out at 2/M = 600,000.
+    assert_eq!(
+        (run.model_calls, run.cost_nanos, run.currency.as_str()),
+        (4, 3 * 3_500_000 + 600_000, "USD")
+    );
+    other.shutdown().await.expect("shutdown");
+}

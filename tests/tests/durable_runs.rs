@@ -59,10 +59,10 @@ fn ended(output: &str) -> RunEnd {
         ended_ms: now_ms(),
         output: output.into(),
         run_context_json: "{}".into(),
-        usage: pb::Usage {
+        usage: Some(pb::Usage {
             model_calls: 2,
             ..Default::default()
-        },
+        }),
         error_code: 0,
         error_message: String::new(),
         replay_diverged: false,

@@ -724,6 +724,7 @@ export class RunModel {
     this.usage = {
       inputTokens: num(u.inputTokens), outputTokens: num(u.outputTokens),
       modelCalls: num(u.modelCalls), toolCalls: num(u.toolCalls),
+      costNanos: num(u.costNanos), currency: u.currency || '', unpricedModelCalls: num(u.unpricedModelCalls),
     };
     this.usageFinal = true;
   }

@@ -140,8 +140,12 @@ pub(super) async fn execute(
         let mut result = CallResult::default();
         result.output = record.taken(&mut result);
         // A fork's sub-agent that its origin ran: the origin spent that.
+        // A resumed run's: its turns are not walked again, so what it
+        // spent goes back into the run's totals here.
         if rt.walk.as_ref().is_some_and(|r| r.fork) {
             result.child_usage = None;
+        } else if let Some(u) = &result.child_usage {
+            rt.add_usage(u);
         }
         let (_, final_text) = apply_policies(rt, view, call, &mut result);
         if let Some(text) = final_text {

@@ -349,9 +349,9 @@ fn edit_of(edit: fork_edit::Edit, max_context: usize) -> Result<Edit> {
                             })
                             .collect();
                         finish_reason.clone_into(&mut m.finish_reason);
+                        // No model was called: the edit answered.
                         m.usage = Some(pb::Usage {
                             tool_calls: calls.len() as u64,
-                            model_calls: 1,
                             ..Default::default()
                         });
                     }

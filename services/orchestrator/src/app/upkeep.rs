@@ -266,7 +266,7 @@ pub async fn end_orphan(
         ended_ms: now_ms(),
         output: String::new(),
         run_context_json: String::new(),
-        usage: pb::Usage::default(),
+        usage: None,
         error_code: tonic::Code::Unavailable as i32,
         error_message: message,
         replay_diverged: false,

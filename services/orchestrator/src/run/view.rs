@@ -73,20 +73,16 @@ impl Origin {
         }
     }
 
-    /// As the run store keeps it (`{seq} {run_id}`, the seq followed by
-    /// `e` when edited), and back.
+    /// As the run store keeps it (`{seq} {run_id}`; `edited` is a field of
+    /// its own, `fe`, so a replica of an earlier version still reads this
+    /// one), and back.
     pub fn to_field(&self) -> String {
-        let edited = if self.edited { "e" } else { "" };
-        format!("{}{edited} {}", self.seq, self.run_id)
+        format!("{} {}", self.seq, self.run_id)
     }
 
     /// See [`Self::to_field`].
-    pub fn from_field(field: &str) -> Option<Self> {
+    pub fn from_field(field: &str, edited: bool) -> Option<Self> {
         let (seq, run_id) = field.split_once(' ')?;
-        let (seq, edited) = match seq.strip_suffix('e') {
-            Some(seq) => (seq, true),
-            None => (seq, false),
-        };
         Some(Self {
             run_id: run_id.to_owned(),
             seq: seq.parse().ok()?,
@@ -166,11 +162,12 @@ mod tests {
                 seq: 35,
                 edited,
             };
-            assert_eq!(Origin::from_field(&o.to_field()), Some(o.clone()));
+            assert_eq!(Origin::from_field(&o.to_field(), edited), Some(o.clone()));
+            // A replica of an earlier version reads the same field.
+            assert_eq!(o.to_field(), "35 01a22588-5c9d-70b2-aa54-9537c20cbc5e");
         }
-        // As the run store kept it before `edited` was.
-        let old = Origin::from_field("35 01a22588").expect("reads");
+        let old = Origin::from_field("35 01a22588", false).expect("reads");
         assert_eq!((old.seq, old.edited), (35, false));
-        assert_eq!(Origin::from_field("35x 01a22588"), None);
+        assert_eq!(Origin::from_field("35x 01a22588", false), None);
     }
 }

@@ -81,10 +81,13 @@ pub fn usage_text(u: Option<&pb::Usage>) -> Option<String> {
     }
     let plural = |n: u64, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
     parts.push(plural(u.model_calls, "model call"));
-    if u.model_calls > u.unpriced_model_calls {
+    // Priced when a call had a price (a run stored before prices has no
+    // currency, and no cost to show).
+    let priced = !u.currency.is_empty();
+    if priced {
         parts.push(format!("{} {}", money(u.cost_nanos), u.currency));
     }
-    if u.unpriced_model_calls > 0 && u.model_calls > u.unpriced_model_calls {
+    if priced && u.unpriced_model_calls > 0 {
         parts.push(format!(
             "{} unpriced",
             plural(u.unpriced_model_calls, "call")

@@ -106,8 +106,9 @@ pub struct RunEnd {
     pub output: String,
     /// The run context.
     pub run_context_json: String,
-    /// Totals.
-    pub usage: pb::Usage,
+    /// Totals; `None` leaves those the run wrote as it ran (a run ended
+    /// for its replica, which knows nothing of what it spent).
+    pub usage: Option<pb::Usage>,
     /// The failure's code.
     pub error_code: i32,
     /// The failure's or cancellation's message.
@@ -118,7 +119,7 @@ pub struct RunEnd {
 
 impl RunEnd {
     pub(super) fn fields(&self) -> Vec<(&'static str, Vec<u8>)> {
-        vec![
+        let mut fields = vec![
             ("status", (self.status as i32).to_string().into_bytes()),
             ("ended_ms", self.ended_ms.to_string().into_bytes()),
             ("output", self.output.clone().into_bytes()),
@@ -126,14 +127,17 @@ impl RunEnd {
                 "run_context_json",
                 self.run_context_json.clone().into_bytes(),
             ),
-            ("usage", self.usage.encode_to_vec()),
             ("error_code", self.error_code.to_string().into_bytes()),
             ("error_message", self.error_message.clone().into_bytes()),
             (
                 "rd",
                 u8::from(self.replay_diverged).to_string().into_bytes(),
             ),
-        ]
+        ];
+        if let Some(usage) = &self.usage {
+            fields.push(("usage", usage.encode_to_vec()));
+        }
+        fields
     }
 }
 
@@ -168,7 +172,7 @@ pub(super) fn decode_meta(run_id: &str, f: &HashMap<String, Vec<u8>>) -> Option<
         last_seq: num("last_seq").max(0) as u64,
         waiting_approvals: num("wait_ap").clamp(0, i64::from(u32::MAX)) as u32,
         waiting_inputs: num("wait_in").clamp(0, i64::from(u32::MAX)) as u32,
-        forked_from: Origin::from_field(&text("ff")),
+        forked_from: Origin::from_field(&text("ff"), text("fe") == "1"),
         replay_of: Some(text("ro")).filter(|r| !r.is_empty()),
         replay_strict: num("rs") == 1,
         replay_diverged: num("rd") == 1,

@@ -346,6 +346,9 @@ impl RedisRuns {
         }
         if let Some(origin) = &meta.forked_from {
             invocation.arg("ff").arg(origin.to_field());
+            if origin.edited {
+                invocation.arg("fe").arg("1");
+            }
             // Not resumable until its history is written (see
             // [`Self::started`]).
             invocation.arg("starting").arg("1");

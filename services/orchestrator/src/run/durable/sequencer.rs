@@ -51,7 +51,7 @@ fn run_end(payload: &Payload) -> Option<RunEnd> {
         ended_ms: now_ms(),
         output: String::new(),
         run_context_json: String::new(),
-        usage: usage.clone().unwrap_or_default(),
+        usage: Some(usage.clone().unwrap_or_default()),
         error_code: 0,
         error_message: String::new(),
         replay_diverged: false,
