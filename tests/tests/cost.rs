@@ -53,6 +53,25 @@ async fn events(client: &OrchestratorClient, agent: &str) -> Vec<pb::RunEvent> {
     out
 }
 
+/// The usage of the run whose events are `log`, which completed.
+fn run_usage(log: &[pb::RunEvent]) -> pb::Usage {
+    match log.last().and_then(|e| e.payload.as_ref()) {
+        Some(Payload::RunCompleted(c)) => c.usage.clone().expect("usage"),
+        other => panic!("ended with {other:?}"),
+    }
+}
+
+/// GET `url` (no key: the test servers have none), as JSON.
+async fn get_json(http: &reqwest::Client, url: &str) -> Value {
+    http.get(url)
+        .send()
+        .await
+        .expect("GET")
+        .json()
+        .await
+        .expect("json")
+}
+
 fn cost(u: &pb::Usage) -> (u64, &str, u64) {
     (u.cost_nanos, u.currency.as_str(), u.unpriced_model_calls)
 }
@@ -87,10 +106,7 @@ async fn a_priced_call_carries_its_cost_on_every_face_and_an_unpriced_one_none()
     assert_eq!(cost(helper[0]), (0, "", 1));
     assert_eq!(helper[0].input_tokens, 7);
 
-    let run = match &log.last().and_then(|e| e.payload.clone()) {
-        Some(Payload::RunCompleted(c)) => c.usage.clone().expect("usage"),
-        other => panic!("ended with {other:?}"),
-    };
+    let run = run_usage(&log);
     assert_eq!(cost(&run), (FIRST + SECOND, "USD", 1));
     assert_eq!(
         (run.input_tokens, run.output_tokens, run.model_calls),
@@ -134,14 +150,7 @@ async fn a_priced_call_carries_its_cost_on_every_face_and_an_unpriced_one_none()
 
     // And over HTTP, in proto3 JSON (64-bit integers are strings).
     let http = reqwest::Client::new();
-    let got: Value = http
-        .get(format!("{}/v1/runs/{run_id}", server.endpoint()))
-        .send()
-        .await
-        .expect("GET")
-        .json()
-        .await
-        .expect("json");
+    let got = get_json(&http, &format!("{}/v1/runs/{run_id}", server.endpoint())).await;
     assert_eq!(
         got["usage"]["costNanos"],
         json!((FIRST + SECOND).to_string()),
@@ -149,14 +158,7 @@ async fn a_priced_call_carries_its_cost_on_every_face_and_an_unpriced_one_none()
     );
     assert_eq!(got["usage"]["currency"], "USD");
     assert_eq!(got["usage"]["unpricedModelCalls"], "1");
-    let page: Value = http
-        .get(format!("{}/v1/runs", server.endpoint()))
-        .send()
-        .await
-        .expect("GET")
-        .json()
-        .await
-        .expect("json");
+    let page = get_json(&http, &format!("{}/v1/runs", server.endpoint())).await;
     assert_eq!(
         page["runs"][0]["usage"]["costNanos"],
         json!((FIRST + SECOND).to_string()),
@@ -210,10 +212,7 @@ agents:
             .expect("orchestrator");
     let client = server.client().await.expect("client");
     let log = events(&client, "gpt").await;
-    let run = match &log.last().and_then(|e| e.payload.clone()) {
-        Some(Payload::RunCompleted(c)) => c.usage.clone().expect("usage"),
-        other => panic!("ended with {other:?}"),
-    };
+    let run = run_usage(&log);
     assert_eq!(run.cached_input_tokens, 1_000);
     assert_eq!(cost(&run), (FIRST, "USD", 0));
     server.shutdown().await.expect("shutdown");
@@ -255,10 +254,7 @@ async fn a_bad_price_or_prices_file_is_refused_at_start_naming_the_field() {
     .expect("a price of 0 is valid");
     let client = server.client().await.expect("client");
     let log = events(&client, "a").await;
-    let run = match &log.last().and_then(|e| e.payload.clone()) {
-        Some(Payload::RunCompleted(c)) => c.usage.clone().expect("usage"),
-        other => panic!("ended with {other:?}"),
-    };
+    let run = run_usage(&log);
     assert_eq!(cost(&run), (0, "USD", 0));
     server.shutdown().await.expect("shutdown");
 }
@@ -339,10 +335,7 @@ agents:
             .any(|e| matches!(e.payload, Some(Payload::RunResumed(_)))),
         "the run was resumed"
     );
-    let run = match &log.last().and_then(|e| e.payload.clone()) {
-        Some(Payload::RunCompleted(c)) => c.usage.clone().expect("usage"),
-        other => panic!("ended with {other:?}"),
-    };
+    let run = run_usage(&log);
     // boss: 3 × (1000 in at 2.5/M + 100 out at 10/M) = 3 × 3,500,000;
     // helper: 500 in at 1/M + 50 out at 2/M = 600,000.
     assert_eq!(

@@ -320,10 +320,6 @@ impl ToolEvents for FrameSink<'_> {
     }
 }
 
-pub(super) fn add_usage(into: &mut pb::Usage, other: &pb::Usage) {
-    crate::run::usage::add(into, other);
-}
-
 pub(super) fn pb_call(c: &ToolCallRequest) -> pb::ToolCall {
     pb::ToolCall {
         call_id: c.id.clone(),

@@ -13,7 +13,7 @@ use tonic::Code;
 use tracing::Instrument as _;
 
 use super::dispatch::{CallPlan, execute, plan};
-use super::frame::{CallFrame, FrameSink, add_usage, pb_call};
+use super::frame::{CallFrame, FrameSink, pb_call};
 use crate::model::{ChatMessage, DeltaSink as _, ModelRequest, ModelTurn, Role, asked::Asked};
 use crate::pipeline::StepCall;
 use crate::run::context::ContextInfo;
@@ -22,6 +22,7 @@ use crate::run::record::LiveGuard;
 use crate::run::recording::rerun::Answer;
 use crate::run::recording::unit;
 use crate::run::state::Run;
+use crate::run::usage::add as add_usage;
 
 /// A model turn's record: the turn, and what the model was asked (a
 /// replay compares it with what it asks; see `run::recording::rerun`).
