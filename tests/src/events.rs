@@ -19,6 +19,8 @@ pub fn kind(e: &pb::RunEvent) -> &'static str {
         Some(Payload::MessageCompleted(_)) => "MessageCompleted",
         Some(Payload::AgentCompleted(_)) => "AgentCompleted",
         Some(Payload::Handoff(_)) => "Handoff",
+        Some(Payload::ModelFallback(_)) => "ModelFallback",
+        Some(Payload::BudgetExhausted(_)) => "BudgetExhausted",
         Some(Payload::ToolCallStarted(_)) => "ToolCallStarted",
         Some(Payload::ToolProgress(_)) => "ToolProgress",
         Some(Payload::ToolOptions(_)) => "ToolOptions",

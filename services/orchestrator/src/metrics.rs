@@ -11,6 +11,10 @@
 //! | `baton_tool_call_duration_seconds` | `tool`, `outcome` |
 //! | `baton_model_tokens_total` | `model`, `direction` (input, output) |
 //! | `baton_model_cost_nanos_total` | `model`, `currency` (billionths of it; priced models only) |
+//! | `baton_model_errors_total` | `model`, `kind` (the HTTP status, `timeout`, `connection`, `stream`, `breaker_open`, …) |
+//! | `baton_model_fallbacks_total` | `from`, `to`, `reason` (rate_limited, unavailable, timeout, breaker_open, context_window) |
+//! | `baton_model_breaker_open` | `provider` (1 while its circuit breaker is open on this replica) |
+//! | `baton_budget_exhausted_total` | `action` (fail, finish, ask) |
 //! | `baton_tenant_runs` | `tenant` (runs not ended on this replica) |
 //! | `baton_tenant_runs_waiting` | `tenant` (of them, waiting for a person) |
 //! | `baton_tenant_model_tokens_total` | `tenant` |
@@ -41,6 +45,10 @@ pub struct Metrics {
     tool_latency: Histograms,
     tokens: Family<Labels, Counter>,
     cost: Family<Labels, Counter>,
+    model_errors: Family<Labels, Counter>,
+    fallbacks: Family<Labels, Counter>,
+    breakers: Family<Labels, Gauge>,
+    budgets: Family<Labels, Counter>,
     /// Model references and tool names that may be label values; anything
     /// else (a request's own default_model, a tool name a model made up)
     /// counts as `other`, so no client can grow the label sets.
@@ -67,6 +75,9 @@ impl Metrics {
         m.known_models.insert(catalog.default_model.clone());
         for agent in catalog.agents.values() {
             m.known_models.insert(agent.spec.model.clone());
+            m.known_models.extend(agent.spec.fallbacks.iter().cloned());
+            m.known_models
+                .extend(agent.spec.context_window_fallbacks.iter().cloned());
             m.known_tools.extend(agent.spec.tools.iter().cloned());
             m.known_tools.extend(
                 agent
@@ -152,6 +163,30 @@ impl Metrics {
             "What priced model calls cost, in billionths of the prices' currency",
             cost.clone(),
         );
+        let model_errors = Family::<Labels, Counter>::default();
+        r.register(
+            "baton_model_errors",
+            "Failed model calls (after the provider's retries), by model and kind",
+            model_errors.clone(),
+        );
+        let fallbacks = Family::<Labels, Counter>::default();
+        r.register(
+            "baton_model_fallbacks",
+            "Model calls moved to a fallback model, by from, to and reason",
+            fallbacks.clone(),
+        );
+        let breakers = Family::<Labels, Gauge>::default();
+        r.register(
+            "baton_model_breaker_open",
+            "1 while a provider's circuit breaker is open on this replica",
+            breakers.clone(),
+        );
+        let budgets = Family::<Labels, Counter>::default();
+        r.register(
+            "baton_budget_exhausted",
+            "Model calls a budget had too little left for, by what the agent did",
+            budgets.clone(),
+        );
         let quota = QuotaMetrics::default();
         r.register(
             "baton_tenant_runs",
@@ -185,6 +220,10 @@ impl Metrics {
             tool_latency,
             tokens,
             cost,
+            model_errors,
+            fallbacks,
+            breakers,
+            budgets,
             known_models: HashSet::new(),
             known_tools: HashSet::new(),
         }
@@ -256,6 +295,41 @@ impl Metrics {
                 ])
                 .inc_by(output);
         }
+    }
+
+    /// A model call failed with `kind` (its `error_type`).
+    pub fn model_error(&self, model: &str, kind: &str) {
+        self.model_errors
+            .get_or_create(&vec![
+                ("model", self.model_label(model)),
+                ("kind", kind.to_owned()),
+            ])
+            .inc();
+    }
+
+    /// A call moved from `from` to `to` for `reason`.
+    pub fn fallback(&self, from: &str, to: &str, reason: &str) {
+        self.fallbacks
+            .get_or_create(&vec![
+                ("from", self.model_label(from)),
+                ("to", self.model_label(to)),
+                ("reason", reason.to_owned()),
+            ])
+            .inc();
+    }
+
+    /// Whether `provider`'s breaker is open now.
+    pub fn breaker(&self, provider: &str, open: bool) {
+        self.breakers
+            .get_or_create(&vec![("provider", provider.to_owned())])
+            .set(i64::from(open));
+    }
+
+    /// A budget ran out; the agent did `action`.
+    pub fn budget_exhausted(&self, action: &str) {
+        self.budgets
+            .get_or_create(&vec![("action", action.to_owned())])
+            .inc();
     }
 
     /// One tool call took `seconds`.

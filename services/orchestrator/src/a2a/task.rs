@@ -239,6 +239,8 @@ impl Task {
             | Payload::StepCompleted(_)
             | Payload::StepFailed(_)
             | Payload::StepSkipped(_)
+            | Payload::ModelFallback(_)
+            | Payload::BudgetExhausted(_)
             | Payload::PipelineCompleted(_) => {
                 let Some(line) = progress_line(event, payload) else {
                     return Vec::new();

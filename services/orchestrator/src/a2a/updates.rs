@@ -121,6 +121,18 @@ pub fn progress_line(event: &pb::RunEvent, payload: &Payload) -> Option<String> 
         Payload::StepFailed(s) => format!("step {} failed: {}", s.step_id, s.error),
         Payload::StepSkipped(s) => format!("step {} skipped", s.step_id),
         Payload::PipelineCompleted(_) => "pipeline done".to_owned(),
+        Payload::ModelFallback(f) => format!(
+            "{at}{} failed ({}), {} answers instead{}",
+            f.from_model,
+            f.reason,
+            f.to_model,
+            if f.discarded_text {
+                "; the text so far is discarded"
+            } else {
+                ""
+            }
+        ),
+        Payload::BudgetExhausted(b) => format!("{at}{} ({})", b.message, b.action),
         _ => return None,
     })
 }

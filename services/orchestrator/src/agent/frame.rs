@@ -70,6 +70,12 @@ pub struct CallFrame {
     /// The hash of `messages` so far (what a model turn was asked is
     /// recorded with it).
     pub(super) conversation: crate::model::asked::Conversation,
+    /// The budget node its model calls draw from (see
+    /// `model::call::budget`).
+    pub(super) budget: usize,
+    /// A budget ran out and the agent's `on_exhausted` is `finish`: the
+    /// next call is its last, without tools.
+    pub(super) finishing: bool,
 }
 
 impl CallFrame {
@@ -154,6 +160,7 @@ impl CallFrame {
                 agent.spec.description.clone(),
             ));
         }
+        let budget = enter_budget(rt, &ctx, &agent);
         let mut messages = Vec::with_capacity(history.len() + 2);
         messages.push(ChatMessage::new(
             Role::System,
@@ -181,8 +188,20 @@ impl CallFrame {
             settings: Default::default(),
             format_retries: 0,
             conversation: Default::default(),
+            budget,
+            finishing: false,
         }
         .with_settings(rt)
+    }
+
+    /// The agent's and the request's settings, without the model's own
+    /// (over a fallback model's).
+    pub(super) fn over_settings(&self, rt: &Run) -> crate::catalog::settings::Settings {
+        let mut request = rt.settings.clone();
+        if !self.answers_request {
+            request.response_format = None;
+        }
+        self.agent.spec.settings.merged(&request)
     }
 
     fn with_settings(mut self, rt: &Run) -> Self {
@@ -268,6 +287,17 @@ impl CallFrame {
     }
 }
 
+/// Agent `agent` takes over context `ctx`: the budget node its calls draw
+/// from (a node of its own when it has a budget).
+pub(super) fn enter_budget(rt: &Run, ctx: &ContextInfo, agent: &Agent) -> usize {
+    use crate::model::call::{budget::Limit, lock};
+    let limit = agent.spec.budget.as_ref().map_or(Limit::default(), |b| Limit {
+        tokens: b.tokens,
+        cost_nanos: b.cost.map(crate::catalog::budget::cost_nanos),
+    });
+    lock(&rt.budgets).enter(&ctx.id, &ctx.parent, &agent.name, limit)
+}
+
 /// The part of a frame a call reads while the turn's calls run.
 pub(super) struct FrameView {
     pub(super) ctx: Arc<ContextInfo>,
@@ -310,6 +340,27 @@ impl DeltaSink for FrameSink<'_> {
                 Payload::TextDelta(pb::TextDelta { text }),
             )
             .await;
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::model::call::CallSink for FrameSink<'_> {
+    async fn fell_back(
+        &self,
+        from: &str,
+        to: &str,
+        why: &crate::model::call::Skipped,
+        discarded: bool,
+    ) {
+        self.rt.services.metrics.fallback(from, to, why.reason);
+        let event = Payload::ModelFallback(pb::ModelFallback {
+            from_model: from.to_owned(),
+            to_model: to.to_owned(),
+            reason: why.reason.into(),
+            error: why.message.clone(),
+            discarded_text: discarded,
+        });
+        self.rt.emit(self.ctx, self.agent, event).await;
     }
 }
 

@@ -59,6 +59,16 @@ pub(super) async fn approve(
     if !needed {
         return Ok(());
     }
+    ask_approval(rt, view, call).await
+}
+
+/// Asks for approval of `call` as the run's approval mode says (a person,
+/// or the mode's own answer); a budget's raise is asked this way too.
+pub(super) async fn ask_approval(
+    rt: &Arc<Run>,
+    view: &FrameView,
+    call: &ToolCallRequest,
+) -> Result<(), String> {
     let approval_id = format!("approval:{}", call.id);
     let resolved = |approved: bool, reason: &str, source: pb::ApprovalSource| {
         Payload::ApprovalResolved(pb::ApprovalResolved {

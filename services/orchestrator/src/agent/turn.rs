@@ -1,22 +1,20 @@
 //! The turn loop: a frame's model turns until a final answer, handoffs,
 //! and each turn's `chat` span.
 
-use std::{sync::Arc, time::Instant};
+use std::sync::Arc;
 
 use baton_proto::v1::{self as pb, run_event::Payload};
 use futures::future::{BoxFuture, join_all};
-use opentelemetry::{
-    KeyValue,
-    trace::{Span as _, SpanBuilder, SpanKind, Status, Tracer},
-};
 use tonic::Code;
 use tracing::Instrument as _;
 
 use super::dispatch::{CallPlan, execute, plan};
 use super::frame::{CallFrame, FrameSink, pb_call};
-use crate::model::{ChatMessage, DeltaSink as _, ModelRequest, ModelTurn, Role, asked::Asked};
+use crate::catalog::budget::OnExhausted;
+use crate::model::call::budget::{Exhausted, Limit, money};
+use crate::model::call::{Answered, CallError, CallModel as _, Claim, ModelCall, lock};
+use crate::model::{ChatMessage, DeltaSink as _, Model, ModelTurn, Role, ToolDef, asked::Asked};
 use crate::pipeline::StepCall;
-use crate::run::context::ContextInfo;
 use crate::run::failure::Failure;
 use crate::run::record::LiveGuard;
 use crate::run::recording::rerun::Answer;
@@ -134,10 +132,13 @@ pub(super) async fn run_frame_inner(
             });
         }
         frame.turns += 1;
+        // Its own handles: the model call may change the frame (a spent
+        // budget's last call).
+        let (ctx, agent) = (frame.ctx.clone(), frame.agent_name.clone());
         let sink = FrameSink {
             rt,
-            ctx: &frame.ctx,
-            agent: &frame.agent_name,
+            ctx: &ctx,
+            agent: &agent,
         };
         // A resumed run does not ask the model again for a turn it had.
         let unit = unit::numbered("t", &frame.ctx.id, frame.turns);
@@ -151,10 +152,6 @@ pub(super) async fn run_frame_inner(
         // Taken when the model is asked: a turn from the journal needs none.
         let mut tools = None;
         let journaled = rt.journaled(&unit);
-        // The model's price (none: its calls are unpriced, see
-        // `catalog::prices`).
-        let prices = &rt.services.catalog.prices;
-        let (price, currency) = (prices.of(frame.model.reference()), prices.currency.as_str());
         let recorded = match journaled {
             Some(record) => Some(record),
             None => {
@@ -172,7 +169,8 @@ pub(super) async fn run_frame_inner(
                 answer
             }
         };
-        let turn = match recorded {
+        let mut skipped = Vec::new();
+        let mut turn = match recorded {
             Some(record) => serde_json::from_slice::<ModelTurn>(record).map_err(|e| {
                 Failure::new(Code::Internal, format!("the record of turn {unit}: {e}"))
             })?,
@@ -184,104 +182,31 @@ pub(super) async fn run_frame_inner(
                         message: e.to_string(),
                     });
                 }
-                let prefix = format!("{}/{}/", frame.ctx.id, frame.turns);
-                let request = ModelRequest {
-                    messages: &frame.messages,
-                    tools: tools.as_deref().unwrap_or_default(),
-                    turn: frame.agent_turns,
-                    input: &frame.input,
-                    call_id_prefix: &prefix,
-                    settings: &frame.settings,
-                };
-                let mut chat = chat_span(rt, &frame.ctx, &*frame.model, &frame.settings);
-                let began = Instant::now();
-                // A fenced replica calls nothing more (see `Run::hold_lease`).
-                rt.hold_lease().await;
-                let working = rt.record.work();
-                let answered =
-                    tokio::time::timeout(rt.limits.model_timeout, frame.model.turn(request, &sink))
-                        .await;
-                drop(working);
-                let seconds = began.elapsed().as_secs_f64();
-                let turn = match answered {
-                    Ok(Ok(t)) => t,
-                    Ok(Err(e)) => {
-                        let message = e.to_string();
-                        tracing::warn!(model = frame.model.reference(), code = ?e.code(), error_type = %e.error_type, error = %message, "model call failed");
-                        rt.services.metrics.model_call(
-                            frame.model.reference(),
-                            false,
-                            seconds,
-                            0,
-                            0,
-                            None,
-                        );
-                        chat.set_attribute(KeyValue::new("error.type", e.error_type.clone()));
-                        chat.set_status(Status::error(message.clone()));
-                        chat.end();
-                        return Err(Failure {
-                            code: e.code(),
-                            message,
-                        });
-                    }
-                    Err(_) => {
-                        let message = format!(
-                            "model {} did not answer within {:?}",
-                            frame.model.reference(),
-                            rt.limits.model_timeout
-                        );
-                        rt.services.metrics.model_call(
-                            frame.model.reference(),
-                            false,
-                            seconds,
-                            0,
-                            0,
-                            None,
-                        );
-                        chat.set_attribute(KeyValue::new("error.type", "timeout"));
-                        chat.set_status(Status::error(message.clone()));
-                        chat.end();
-                        return Err(Failure {
-                            code: Code::DeadlineExceeded,
-                            message,
-                        });
-                    }
+                let tools = tools.as_deref().unwrap_or_default();
+                let Some(answered) = call_model(rt, &mut frame, tools, &sink).await? else {
+                    // A budget ran out and the agent finishes or got more:
+                    // the turn is taken again.
+                    continue;
                 };
                 rt.services
                     .quotas
                     .spend_tokens(
                         &rt.record.tenant,
-                        turn.usage.input_tokens + turn.usage.output_tokens,
+                        answered.turn.usage.input_tokens + answered.turn.usage.output_tokens,
                     )
                     .await;
-                let u = &turn.usage;
-                let cost = price
-                    .map(|p| p.cost_nanos(u.input_tokens, u.cached_input_tokens, u.output_tokens));
-                rt.services.metrics.model_call(
-                    frame.model.reference(),
-                    true,
-                    seconds,
-                    turn.usage.input_tokens,
-                    turn.usage.output_tokens,
-                    cost.map(|c| (c, currency)),
-                );
-                tracing::debug!(
-                    model = frame.model.reference(),
-                    input_tokens = turn.usage.input_tokens,
-                    output_tokens = turn.usage.output_tokens,
-                    calls = turn.calls.len(),
-                    ms = seconds * 1000.0,
-                    "model turn"
-                );
-                end_chat_span(
-                    chat,
-                    frame.model.reference(),
-                    &turn,
-                    cost.map(|c| (c, currency)),
-                );
+                skipped = answered.skipped;
+                let mut turn = answered.turn;
+                if !Arc::ptr_eq(&answered.model, &frame.model) {
+                    turn.answered_by = answered.model.reference().to_owned();
+                }
                 turn
             }
         };
+        if frame.finishing {
+            // The last call of a spent budget answers; it calls nothing.
+            turn.calls.clear();
+        }
         frame.agent_turns += 1;
         // What this run spent on the turn: nothing when a replay answered
         // it from the recording (the run it replays spent that) or a fork
@@ -290,6 +215,15 @@ pub(super) async fn run_frame_inner(
             Some(_) => rt.walk.as_ref().is_some_and(|r| r.fork),
             None => recorded.is_some(),
         };
+        let answered_by = if turn.answered_by.is_empty() {
+            frame.model.reference()
+        } else {
+            turn.answered_by.as_str()
+        };
+        // The answering model's price (none: its calls are unpriced, see
+        // `catalog::prices`).
+        let prices = &rt.services.catalog.prices;
+        let (price, currency) = (prices.of(answered_by), prices.currency.as_str());
         let turn_usage = if inherited {
             pb::Usage {
                 tool_calls: turn.calls.len() as u64,
@@ -298,16 +232,21 @@ pub(super) async fn run_frame_inner(
         } else {
             // Priced at today's prices (a resumed run's turns taken from
             // its journal too: the run's totals are made again as it walks).
+            let u = &turn.usage;
+            let cost = price.map_or(0, |p| {
+                p.cost_nanos(u.input_tokens, u.cached_input_tokens, u.output_tokens)
+            });
+            if journaled.is_some() {
+                // A resumed run's budgets count what it spent before.
+                lock(&rt.budgets).spend(frame.budget, u.input_tokens + u.output_tokens, cost);
+            }
             pb::Usage {
-                input_tokens: turn.usage.input_tokens,
-                output_tokens: turn.usage.output_tokens,
+                input_tokens: u.input_tokens,
+                output_tokens: u.output_tokens,
                 model_calls: 1,
                 tool_calls: turn.calls.len() as u64,
-                cached_input_tokens: turn.usage.cached_input_tokens,
-                cost_nanos: price.map_or(0, |p| {
-                    let u = &turn.usage;
-                    p.cost_nanos(u.input_tokens, u.cached_input_tokens, u.output_tokens)
-                }),
+                cached_input_tokens: u.cached_input_tokens,
+                cost_nanos: cost,
                 currency: price.map(|_| currency.to_owned()).unwrap_or_default(),
                 unpriced_model_calls: u64::from(price.is_none()),
             }
@@ -321,6 +260,15 @@ pub(super) async fn run_frame_inner(
                 tool_calls: turn.calls.iter().map(pb_call).collect(),
                 usage: Some(turn_usage),
                 finish_reason: turn.finish_reason.clone(),
+                model: answered_by.to_owned(),
+                skipped: skipped
+                    .into_iter()
+                    .map(|s| pb::SkippedModel {
+                        model: s.model,
+                        reason: s.reason.into(),
+                        error: s.message,
+                    })
+                    .collect(),
             });
             rt.emit_point(&frame.ctx, &frame.agent_name, completed, unit, || {
                 serde_json::to_vec(&TurnRecord {
@@ -429,92 +377,180 @@ pub(super) async fn run_frame_inner(
     }
 }
 
-/// The `chat <model>` span of one model call, with the GenAI semantic
-/// conventions' request attributes.
-pub(super) fn chat_span(
-    rt: &Run,
-    ctx: &ContextInfo,
-    model: &dyn crate::model::Model,
-    settings: &crate::catalog::settings::Settings,
-) -> opentelemetry_sdk::trace::Span {
-    let reference = model.reference();
-    let name = reference.split_once(':').map_or(reference, |(_, m)| m);
-    let mut attributes = vec![
-        KeyValue::new("gen_ai.operation.name", "chat"),
-        KeyValue::new("gen_ai.provider.name", model.system().to_owned()),
-        KeyValue::new("gen_ai.request.model", name.to_owned()),
-    ];
-    if let Some(t) = settings.temperature {
-        attributes.push(KeyValue::new("gen_ai.request.temperature", t));
+/// Asks the frame's model (through the model-call stack: budget,
+/// fallbacks, breakers) for its next turn. `None` when a budget ran out
+/// and the agent finishes or was given more: the turn is taken again.
+async fn call_model(
+    rt: &Arc<Run>,
+    frame: &mut CallFrame,
+    tools: &[ToolDef],
+    sink: &FrameSink<'_>,
+) -> Result<Option<Answered>, Failure> {
+    let spec = &frame.agent.spec;
+    let resolve = |refs: &[String]| -> Result<Vec<Arc<dyn Model>>, Failure> {
+        refs.iter()
+            .map(|r| {
+                rt.services.models.resolve(r).map_err(|e| Failure {
+                    code: Code::FailedPrecondition,
+                    message: format!("agent {}: {e}", frame.agent.name),
+                })
+            })
+            .collect()
+    };
+    let mut list;
+    let candidates: &[Arc<dyn Model>] = if spec.fallbacks.is_empty() {
+        std::slice::from_ref(&frame.model)
+    } else {
+        list = vec![frame.model.clone()];
+        list.extend(resolve(&spec.fallbacks)?);
+        &list
+    };
+    let wide = resolve(&spec.context_window_fallbacks)?;
+    let over = (candidates.len() > 1 || !wide.is_empty()).then(|| frame.over_settings(rt));
+    let budget = lock(&rt.budgets).bounds(frame.budget).then_some(Claim {
+        book: &rt.budgets,
+        node: frame.budget,
+    });
+    let prefix = format!("{}/{}/", frame.ctx.id, frame.turns);
+    let call = ModelCall {
+        candidates,
+        context_window: &wide,
+        messages: &frame.messages,
+        // The last call of a spent budget calls no tool.
+        tools: if frame.finishing { &[] } else { tools },
+        turn: frame.agent_turns,
+        input: &frame.input,
+        call_id_prefix: &prefix,
+        settings: &frame.settings,
+        over: over.as_ref().unwrap_or(&frame.settings),
+        max_output: None,
+        timeout: rt.limits.model_timeout,
+        budget,
+        prices: &rt.services.catalog.prices,
+        trace: &frame.ctx.otel,
+    };
+    // A fenced replica calls nothing more (see `Run::hold_lease`).
+    rt.hold_lease().await;
+    let working = rt.record.work();
+    let answered = rt.services.calls.call(call, sink).await;
+    drop(working);
+    match answered {
+        Ok(a) => Ok(Some(a)),
+        Err(CallError::Model(e, skipped)) => {
+            let mut message = e.to_string();
+            if !skipped.is_empty() {
+                let tried: Vec<String> = skipped
+                    .iter()
+                    .map(|s| format!("{} ({})", s.model, s.reason))
+                    .collect();
+                message.push_str(&format!("; passed over before it: {}", tried.join(", ")));
+            }
+            Err(Failure {
+                code: e.code(),
+                message,
+            })
+        }
+        Err(CallError::Exhausted(x)) => exhausted(rt, frame, x).await.map(|()| None),
     }
-    if let Some(p) = settings.top_p {
-        attributes.push(KeyValue::new("gen_ai.request.top_p", p));
-    }
-    if let Some(m) = settings.max_tokens {
-        attributes.push(KeyValue::new("gen_ai.request.max_tokens", i64::from(m)));
-    }
-    if let Some(seed) = settings.seed {
-        attributes.push(KeyValue::new("gen_ai.request.seed", seed));
-    }
-    if let Some(stop) = &settings.stop {
-        attributes.push(KeyValue::new(
-            "gen_ai.request.stop_sequences",
-            opentelemetry::Value::Array(
-                stop.iter()
-                    .map(|s| opentelemetry::StringValue::from(s.clone()))
-                    .collect::<Vec<_>>()
-                    .into(),
-            ),
-        ));
-    }
-    if settings.response_format.is_some() {
-        attributes.push(KeyValue::new("gen_ai.output.type", "json"));
-    }
-    rt.tracer().build_with_context(
-        SpanBuilder::from_name(format!("chat {name}"))
-            .with_kind(SpanKind::Client)
-            .with_attributes(attributes),
-        &ctx.otel,
-    )
 }
 
-/// Ends a chat span with the response attributes.
-pub(super) fn end_chat_span(
-    mut span: opentelemetry_sdk::trace::Span,
-    reference: &str,
-    turn: &ModelTurn,
-    cost: Option<(u64, &str)>,
-) {
-    // No semantic convention names a call's cost yet: Baton's own, beside
-    // the gen_ai usage (a model without a price has none).
-    if let Some((nanos, currency)) = cost {
-        span.set_attributes([
-            KeyValue::new("baton.usage.cost", nanos as f64 / 1e9),
-            KeyValue::new("baton.usage.currency", currency.to_owned()),
-        ]);
-    }
-    let requested = reference.split_once(':').map_or(reference, |(_, m)| m);
-    let model = if turn.model.is_empty() {
-        requested.to_owned()
-    } else {
-        turn.model.clone()
+/// A budget has too little left for the frame's next call: the agent's
+/// `on_exhausted` decides. `Ok`: take the turn again (finishing, or with
+/// more); else the run fails with `RESOURCE_EXHAUSTED` naming the budget.
+async fn exhausted(rt: &Arc<Run>, frame: &mut CallFrame, x: Exhausted) -> Result<(), Failure> {
+    let on = frame
+        .agent
+        .spec
+        .budget
+        .as_ref()
+        .map_or(OnExhausted::Fail, |b| b.on_exhausted);
+    let currency = rt.services.catalog.prices.currency.clone();
+    let message = x.describe(&currency);
+    // A model without a price under a cost budget cannot be helped by
+    // one more call or more money: it fails.
+    let action = match on {
+        OnExhausted::Finish if !frame.finishing && x.unpriced.is_none() => OnExhausted::Finish,
+        OnExhausted::Ask if x.unpriced.is_none() => OnExhausted::Ask,
+        _ => OnExhausted::Fail,
     };
-    span.set_attributes([
-        KeyValue::new("gen_ai.response.model", model),
-        KeyValue::new("gen_ai.usage.input_tokens", turn.usage.input_tokens as i64),
-        KeyValue::new(
-            "gen_ai.usage.output_tokens",
-            turn.usage.output_tokens as i64,
-        ),
-        KeyValue::new(
-            "gen_ai.response.finish_reasons",
-            opentelemetry::Value::Array(
-                vec![opentelemetry::StringValue::from(turn.finish_reason.clone())].into(),
-            ),
-        ),
-    ]);
-    span.end();
+    rt.services.metrics.budget_exhausted(action.as_str());
+    let (spent_tokens, spent_cost) = (x.spent_tokens, x.spent_cost);
+    let event = Payload::BudgetExhausted(pb::BudgetExhausted {
+        budget: x.budget.clone(),
+        tokens_limit: x.limit.tokens.unwrap_or(0),
+        tokens_spent: spent_tokens,
+        cost_limit_nanos: x.limit.cost_nanos.unwrap_or(0),
+        cost_spent_nanos: spent_cost,
+        currency: if x.limit.cost_nanos.is_some() {
+            currency.clone()
+        } else {
+            String::new()
+        },
+        action: action.as_str().into(),
+        message: message.clone(),
+    });
+    let unit = unit::numbered("x", &frame.ctx.id, frame.turns);
+    rt.emit_point(&frame.ctx, &frame.agent_name, event, unit, Vec::new)
+        .await;
+    let fail = |message: String| Failure {
+        code: Code::ResourceExhausted,
+        message,
+    };
+    match action {
+        OnExhausted::Fail => Err(fail(message)),
+        OnExhausted::Finish => {
+            frame.finishing = true;
+            frame.messages.push(ChatMessage::new(
+                Role::User,
+                "Your budget for this task is spent. Answer now, from what you have, without calling tools.",
+            ));
+            Ok(())
+        }
+        OnExhausted::Ask => {
+            let limit = x.limit;
+            let asked = frame
+                .agent
+                .spec
+                .budget
+                .as_ref()
+                .and_then(|b| b.ask_more)
+                .unwrap_or_default();
+            let more = Limit {
+                tokens: limit.tokens.map(|t| asked.tokens.unwrap_or(t)),
+                cost_nanos: limit
+                    .cost_nanos
+                    .map(|c| asked.cost.map_or(c, crate::catalog::budget::cost_nanos)),
+            };
+            let mut arguments = serde_json::json!({
+                "budget": x.budget,
+                "message": message,
+            });
+            if let (Some(t), Some(m)) = (limit.tokens, more.tokens) {
+                arguments["tokens"] = serde_json::json!({"limit": t, "spent": spent_tokens, "more": m});
+            }
+            if let (Some(c), Some(m)) = (limit.cost_nanos, more.cost_nanos) {
+                arguments["cost"] = serde_json::json!({
+                    "limit": money(c), "spent": money(spent_cost), "more": money(m), "currency": currency,
+                });
+            }
+            let call = crate::model::ToolCallRequest {
+                id: format!("{}/{}/budget", frame.ctx.id, frame.turns),
+                name: RAISE_BUDGET.into(),
+                arguments,
+            };
+            match super::people::ask_approval(rt, &frame.view(), &call).await {
+                Ok(()) => {
+                    lock(&rt.budgets).raise(x.node(), more);
+                    Ok(())
+                }
+                Err(denied) => Err(fail(format!("{message}; a raise was not given: {denied}"))),
+            }
+        }
+    }
 }
+
+/// The tool an approval to raise a budget names.
+pub const RAISE_BUDGET: &str = "raise_budget";
 
 /// Hands the frame over to `to`: same context and messages, new agent, new
 /// model, per-agent state reset.
@@ -544,6 +580,8 @@ pub(super) async fn switch_agent(
     frame.format_retries = 0;
     frame.agent_turns = 0;
     frame.agent_context = Arc::default();
+    frame.budget = super::frame::enter_budget(rt, &frame.ctx, &frame.agent);
+    frame.finishing = false;
     // The instructions (message 1) change: the conversation is hashed
     // again from the start for what the next turn is asked.
     frame.conversation = Default::default();

@@ -23,6 +23,10 @@ pub enum CatalogError {
     /// field).
     #[error("{0}")]
     Prices(String),
+    /// An agent's budget or fallbacks are wrong (the message names the
+    /// field).
+    #[error("{0}")]
+    Budget(String),
     /// A scripted turn is incoherent.
     #[error("scripts.{script}[{turn}]: {source}")]
     Script {

@@ -10,6 +10,7 @@
 //! (tool-output policies), [`models`] (providers and scripts), and
 //! [`error`] (why a file is refused, naming the YAML path).
 
+pub mod budget;
 pub mod builtin;
 pub mod error;
 pub mod models;
@@ -77,6 +78,15 @@ pub struct AgentSpec {
     pub a2a_io: A2aIo,
     /// Whether it is served as an MCP tool (see the config's `mcp`).
     pub mcp: bool,
+    /// Models tried in order when its model fails with a rate limit, a
+    /// server error, a timeout or a connection failure (see
+    /// [`budget`]).
+    pub fallbacks: Vec<String>,
+    /// Models tried in order when its model's context window is too small
+    /// for the request.
+    pub context_window_fallbacks: Vec<String>,
+    /// Its budget, and what it does when one runs out.
+    pub budget: Option<budget::BudgetSpec>,
 }
 
 /// What an agent served over A2A reads and writes.
@@ -399,8 +409,33 @@ impl Catalog {
                 });
             }
         }
+        let known_model = |r: &str| -> Result<(), String> {
+            match parse_model_ref(r) {
+                Ok(("scripted", script)) if !file.scripts.contains_key(script) => {
+                    Err(format!("{r:?}: no script named {script:?}"))
+                }
+                Ok((provider, _)) if provider != "scripted" && !file.providers.contains_key(provider) => Err(format!(
+                    "{r:?}: unknown provider {provider:?} (known: {})",
+                    known_providers(&file.providers)
+                )),
+                Ok(_) => Ok(()),
+                Err(e) => Err(e.to_string()),
+            }
+        };
         for (name, a) in &file.agents {
             check_model(format!("agents.{name}.model"), &a.model)?;
+            budget::check_fallbacks(
+                name,
+                &a.model,
+                [
+                    ("fallbacks", &a.fallbacks),
+                    ("context_window_fallbacks", &a.context_window_fallbacks),
+                ],
+                &known_model,
+            )?;
+            if let Some(b) = &a.budget {
+                b.validate(name)?;
+            }
             a.settings.validate(&format!("agents.{name}.settings"))?;
             for t in &a.tools {
                 if !(BUILTIN_TOOLS.contains(&t.as_str())

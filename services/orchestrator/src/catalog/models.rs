@@ -64,6 +64,39 @@ pub struct ProviderSpec {
     pub settings: Settings,
     /// Per-model overrides, by model name.
     pub models: BTreeMap<String, ModelSpec>,
+    /// Its circuit breaker (see `model::call::breaker`).
+    pub breaker: BreakerSpec,
+}
+
+/// `providers.<name>.breaker`: after `failures` failures (429, 5xx,
+/// timeouts, connection failures, after the retries) within `window`,
+/// calls skip the provider for `cooldown`, then one call probes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BreakerSpec {
+    /// Failures that open it (at least 1).
+    pub failures: u32,
+    /// Within how long.
+    #[serde(deserialize_with = "duration")]
+    pub window: Duration,
+    /// How long it stays open before a probe.
+    #[serde(deserialize_with = "duration")]
+    pub cooldown: Duration,
+}
+
+impl Default for BreakerSpec {
+    fn default() -> Self {
+        Self {
+            failures: 5,
+            window: Duration::from_secs(30),
+            cooldown: Duration::from_secs(30),
+        }
+    }
+}
+
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    super::names::parse_delay(&s).map_err(serde::de::Error::custom)
 }
 
 /// `providers.<name>.models.<model>`: what differs for one model.
@@ -82,6 +115,14 @@ pub const RESERVED_PROVIDERS: &[&str] = &["scripted"];
 /// Why an entry of `providers` is refused; the message names the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProviderError {
+    /// A breaker setting is zero.
+    #[error("providers.{name}.breaker.{field}: must be more than 0")]
+    Breaker {
+        /// The entry.
+        name: String,
+        /// The setting.
+        field: &'static str,
+    },
     /// The entry takes the name of a built-in provider.
     #[error("providers.{0}: {0:?} is a built-in provider and takes no settings")]
     Reserved(String),
@@ -159,6 +200,19 @@ impl ProviderSpec {
         }
         self.settings
             .validate(&format!("providers.{name}.settings"))?;
+        let b = &self.breaker;
+        for (field, zero) in [
+            ("failures", b.failures == 0),
+            ("window", b.window.is_zero()),
+            ("cooldown", b.cooldown.is_zero()),
+        ] {
+            if zero {
+                return Err(ProviderError::Breaker {
+                    name: name.to_owned(),
+                    field,
+                });
+            }
+        }
         for (model, spec) in &self.models {
             spec.settings
                 .validate(&format!("providers.{name}.models.{model}.settings"))?;

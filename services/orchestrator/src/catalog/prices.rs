@@ -74,6 +74,25 @@ impl Price {
         Self::per_million(input * 1e6, output * 1e6, cached_input.map(|c| c * 1e6))
     }
 
+    /// The dearer of two prices, part by part (a budget's worst case over
+    /// the models a call may go to).
+    pub fn max(self, other: &Self) -> Self {
+        Self {
+            input: self.input.max(other.input),
+            output: self.output.max(other.output),
+            cached_input: self.cached_input.max(other.cached_input),
+        }
+    }
+
+    /// The most output tokens `nanos` pay for (any number when output is
+    /// free).
+    pub fn output_tokens_within(&self, nanos: u64) -> u64 {
+        if self.output <= 0.0 {
+            return u64::MAX;
+        }
+        (nanos as f64 / self.output).floor().min(u64::MAX as f64) as u64
+    }
+
     /// What a call of `input` prompt tokens (`cached` of them read from
     /// the provider's cache) and `output` completion tokens cost, in
     /// billionths of the currency.

@@ -354,6 +354,7 @@ fn turn(
         usage,
         finish_reason,
         model,
+        answered_by: String::new(),
     }
 }
 

@@ -20,6 +20,12 @@ pub enum ModelErrorKind {
     /// The provider refused Baton's own key for it (401, 403):
     /// `FAILED_PRECONDITION`, with a message pointing at the provider's key.
     ProviderKey,
+    /// No answer within the model timeout: `DEADLINE_EXCEEDED`.
+    Timeout,
+    /// The request is longer than the model's context window (a 400 that
+    /// says so): `FAILED_PRECONDITION`; a model with a larger window may
+    /// take it (`context_window_fallbacks`).
+    ContextWindow,
 }
 
 /// A model failure; the agent's context fails with it.
@@ -58,9 +64,10 @@ impl ModelError {
         match self.kind {
             ModelErrorKind::RateLimited => tonic::Code::ResourceExhausted,
             ModelErrorKind::Unavailable => tonic::Code::Unavailable,
-            ModelErrorKind::Rejected | ModelErrorKind::ProviderKey => {
-                tonic::Code::FailedPrecondition
-            }
+            ModelErrorKind::Timeout => tonic::Code::DeadlineExceeded,
+            ModelErrorKind::Rejected
+            | ModelErrorKind::ProviderKey
+            | ModelErrorKind::ContextWindow => tonic::Code::FailedPrecondition,
         }
     }
 }

@@ -139,6 +139,10 @@ impl Endpoint {
                     self.name
                 ),
             ),
+            400 | 413 | 422 if context_window(&said) => (
+                ModelErrorKind::ContextWindow,
+                format!("the request is longer than the model's context window (HTTP {status}): {said}"),
+            ),
             s if s >= 500 => (
                 ModelErrorKind::Unavailable,
                 format!("the provider failed (HTTP {status}){retries}: {said}"),
@@ -150,6 +154,22 @@ impl Endpoint {
         };
         ModelError::new(reference, kind, status.as_u16().to_string(), message)
     }
+}
+
+/// Whether a provider's message says the request is over the model's
+/// context window (OpenAI's `context_length_exceeded`, Anthropic's "prompt
+/// is too long", vLLM's and LiteLLM's wordings).
+fn context_window(said: &str) -> bool {
+    let said = said.to_ascii_lowercase();
+    [
+        "context_length_exceeded",
+        "context length",
+        "context window",
+        "prompt is too long",
+        "too many tokens",
+    ]
+    .iter()
+    .any(|p| said.contains(p))
 }
 
 fn retryable(status: reqwest::StatusCode) -> bool {

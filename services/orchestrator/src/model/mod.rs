@@ -17,6 +17,7 @@
 
 pub mod anthropic;
 pub mod asked;
+pub mod call;
 pub mod chat;
 pub mod error;
 pub mod http;

@@ -317,6 +317,7 @@ fn finish(
         usage,
         finish_reason,
         model,
+        answered_by: String::new(),
     }
 }
 

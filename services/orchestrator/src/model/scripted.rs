@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::catalog::models::{ScriptTurn, empty_object};
 
 use super::{
-    chat::{ChatMessage, Role, ToolCallRequest},
+    chat::{ChatMessage, Role, ToolCallRequest, ToolDef},
     error::{ModelError, ModelErrorKind},
     turn::{DeltaSink, Model, ModelRequest, ModelTurn, TokenUsage},
 };
@@ -73,6 +73,12 @@ fn template_value(v: &Value, input: &str, results: &str) -> Value {
     }
 }
 
+/// A scripted turn's input tokens when its script gives no usage: a token
+/// per 4 bytes of the messages, plus one.
+fn input_tokens(messages: &[ChatMessage]) -> u64 {
+    messages.iter().map(|m| m.content.len() as u64).sum::<u64>() / 4 + 1
+}
+
 /// The tool results that answered the last assistant turn.
 fn last_results(messages: &[ChatMessage]) -> String {
     let tail: Vec<&str> = messages
@@ -88,6 +94,14 @@ fn last_results(messages: &[ChatMessage]) -> String {
 impl Model for ScriptedModel {
     fn reference(&self) -> &str {
         &self.reference
+    }
+
+    /// Exact: the script's usage, else what [`Self::turn`] will count.
+    fn estimate_input_tokens(&self, messages: &[ChatMessage], _: &[ToolDef], turn: usize) -> u64 {
+        match self.nth(turn).and_then(|t| t.usage) {
+            Some(u) => u.input_tokens,
+            None => input_tokens(messages),
+        }
     }
 
     async fn turn(
@@ -116,7 +130,55 @@ impl Model for ScriptedModel {
             return Err(fail(message.clone()));
         }
         let results = last_results(request.messages);
-        let text = template(&turn.text, request.input, &results);
+        let mut text = template(&turn.text, request.input, &results);
+        let mut calls: Vec<ToolCallRequest> = turn
+            .calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| ToolCallRequest {
+                id: format!("{}{}", request.call_id_prefix, i + 1),
+                name: c.tool.clone(),
+                arguments: template_value(&c.args, request.input, &results),
+            })
+            .collect();
+        if let Some(to) = &turn.handoff {
+            calls.push(ToolCallRequest {
+                id: format!("{}{}", request.call_id_prefix, calls.len() + 1),
+                name: format!("transfer_to_{to}"),
+                arguments: empty_object(),
+            });
+        }
+        let mut usage = turn.usage.map_or_else(
+            || TokenUsage {
+                input_tokens: input_tokens(request.messages),
+                output_tokens: (text.len() as u64) / 4 + calls.len() as u64,
+                cached_input_tokens: 0,
+            },
+            |u| TokenUsage {
+                input_tokens: u.input_tokens,
+                output_tokens: u.output_tokens,
+                cached_input_tokens: u.cached_input_tokens,
+            },
+        );
+        let mut finish_reason = if calls.is_empty() {
+            "stop"
+        } else {
+            "tool_calls"
+        };
+        // `max_tokens` cuts the answer as a provider would: its text at 4
+        // bytes a token, and no tool call (a cut call is no call).
+        if let Some(max) = request.settings.max_tokens
+            && usage.output_tokens > u64::from(max)
+        {
+            usage.output_tokens = u64::from(max);
+            let mut end = (max as usize * 4).min(text.len());
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            text.truncate(end);
+            calls.clear();
+            finish_reason = "length";
+        }
         match turn.deltas {
             Some(n) if !text.is_empty() => {
                 // n nearly equal pieces on char boundaries; a text shorter than
@@ -140,53 +202,14 @@ impl Model for ScriptedModel {
                 }
             }
         }
-        let mut calls: Vec<ToolCallRequest> = turn
-            .calls
-            .iter()
-            .enumerate()
-            .map(|(i, c)| ToolCallRequest {
-                id: format!("{}{}", request.call_id_prefix, i + 1),
-                name: c.tool.clone(),
-                arguments: template_value(&c.args, request.input, &results),
-            })
-            .collect();
-        if let Some(to) = &turn.handoff {
-            calls.push(ToolCallRequest {
-                id: format!("{}{}", request.call_id_prefix, calls.len() + 1),
-                name: format!("transfer_to_{to}"),
-                arguments: empty_object(),
-            });
-        }
-        let usage = turn.usage.map_or_else(
-            || TokenUsage {
-                input_tokens: request
-                    .messages
-                    .iter()
-                    .map(|m| m.content.len() as u64)
-                    .sum::<u64>()
-                    / 4
-                    + 1,
-                output_tokens: (text.len() as u64) / 4 + calls.len() as u64,
-                cached_input_tokens: 0,
-            },
-            |u| TokenUsage {
-                input_tokens: u.input_tokens,
-                output_tokens: u.output_tokens,
-                cached_input_tokens: u.cached_input_tokens,
-            },
-        );
-        let finish_reason = if calls.is_empty() {
-            "stop"
-        } else {
-            "tool_calls"
-        }
-        .to_owned();
+        let finish_reason = finish_reason.to_owned();
         Ok(ModelTurn {
             text,
             calls,
             usage,
             finish_reason,
             model: String::new(),
+            answered_by: String::new(),
         })
     }
 }

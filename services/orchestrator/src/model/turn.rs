@@ -40,6 +40,10 @@ pub struct ModelTurn {
     /// The model that answered, as the provider reports it (empty: the
     /// one asked for).
     pub model: String,
+    /// The `provider:model` reference of the fallback that answered (empty:
+    /// the agent's own model).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub answered_by: String,
 }
 
 /// What a model is asked.
@@ -85,6 +89,29 @@ pub trait Model: Send + Sync {
     fn settings(&self) -> &Settings {
         static NONE: std::sync::OnceLock<Settings> = std::sync::OnceLock::new();
         NONE.get_or_init(Settings::default)
+    }
+
+    /// The input tokens of a request of `messages` and `tools` (the agent's
+    /// turn `turn`), estimated before the call for budgets and limits: a
+    /// character count that errs high (3 characters a token, plus 4 a
+    /// message); a model that knows better says so.
+    fn estimate_input_tokens(&self, messages: &[ChatMessage], tools: &[ToolDef], turn: usize) -> u64 {
+        let _ = turn;
+        let chars: usize = messages
+            .iter()
+            .map(|m| {
+                m.content.len()
+                    + m.tool_calls
+                        .iter()
+                        .map(|c| c.name.len() + c.arguments.to_string().len())
+                        .sum::<usize>()
+            })
+            .sum::<usize>()
+            + tools
+                .iter()
+                .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
+                .sum::<usize>();
+        (chars as u64).div_ceil(3) + 4 * messages.len() as u64
     }
 
     /// Produces the next turn, streaming its text to `sink`.

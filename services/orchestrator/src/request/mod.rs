@@ -109,6 +109,8 @@ pub struct RequestedLimits {
     pub model_timeout: Option<Duration>,
     /// How long people are waited for.
     pub approval_timeout: Option<Duration>,
+    /// What the run may spend (unset bounds: none).
+    pub budget: crate::model::call::budget::Limit,
 }
 
 /// A run's request as the run store keeps it, for the replica that resumes

@@ -234,6 +234,7 @@ fn limits(d: &RunDefaults, l: RequestedLimits) -> Result<Limits> {
             l.approval_timeout,
             d.approval_timeout,
         )?,
+        budget: l.budget,
     })
 }
 

@@ -205,6 +205,8 @@ pub fn kind_of(p: &Payload) -> pb::EventKind {
         Payload::MessageCompleted(_) => K::MessageCompleted,
         Payload::AgentCompleted(_) => K::AgentCompleted,
         Payload::Handoff(_) => K::Handoff,
+        Payload::ModelFallback(_) => K::ModelFallback,
+        Payload::BudgetExhausted(_) => K::BudgetExhausted,
         Payload::ToolCallStarted(_) => K::ToolCallStarted,
         Payload::ToolProgress(_) => K::ToolProgress,
         Payload::ToolOptions(_) => K::ToolOptions,

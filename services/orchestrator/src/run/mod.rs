@@ -89,6 +89,7 @@ pub(crate) mod testing {
             tool_timeout: Duration::from_secs(1),
             model_timeout: Duration::from_secs(1),
             approval_timeout: Duration::from_millis(200),
+            budget: Default::default(),
         }
     }
 

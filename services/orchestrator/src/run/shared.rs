@@ -63,9 +63,30 @@ pub struct Shared {
     pub durable: Option<Arc<RedisRuns>>,
     /// The tenants' quotas and their usage.
     pub quotas: Arc<RunQuotas>,
+    /// The model-call stack (budget, fallback, breaker, attempt).
+    pub calls: Arc<crate::model::call::Stack>,
     /// What each agent's model is told about its tools, by agent (and
     /// group), with the toolbox generation it was built at.
     tool_defs: Mutex<HashMap<String, ToolDefs>>,
+}
+
+/// The model-call stack of `catalog`'s providers.
+fn call_stack(
+    catalog: &Catalog,
+    tracing: &Tracing,
+    metrics: &Arc<Metrics>,
+) -> Arc<crate::model::call::Stack> {
+    use crate::model::call::{Observe, attempt::Attempt, breaker::Breakers, stack};
+    let specs = catalog
+        .providers
+        .iter()
+        .map(|(name, p)| (name.clone(), p.breaker))
+        .collect();
+    let attempt = Attempt(Observe {
+        tracer: tracing.tracer().clone(),
+        metrics: metrics.clone(),
+    });
+    Arc::new(stack(Breakers::new(attempt, specs, metrics.clone())))
 }
 
 impl Shared {
@@ -91,6 +112,7 @@ impl Shared {
         Ok(Self {
             models: Arc::new(Models::new(catalog.clone(), env)?),
             tools: Arc::new(Toolbox::new(&catalog, env)?),
+            calls: call_stack(&catalog, &tracing, &metrics),
             quotas: Arc::new(RunQuotas::new(
                 QuotaConfig::default(),
                 durable.clone(),
@@ -124,6 +146,8 @@ impl Shared {
         Ok(Self {
             models: Arc::new(Models::new(catalog.clone(), env)?),
             tools: Arc::new(Toolbox::new(&catalog, env)?),
+            // The breakers start closed again, with the file's settings.
+            calls: call_stack(&catalog, &self.tracing, &self.metrics),
             catalog,
             store: self.store.clone(),
             tracing: self.tracing.clone(),

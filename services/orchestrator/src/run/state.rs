@@ -41,6 +41,8 @@ pub struct Limits {
     pub model_timeout: Duration,
     /// How long approvals and input requests wait for a person.
     pub approval_timeout: Duration,
+    /// What the run may spend on models.
+    pub budget: crate::model::call::budget::Limit,
 }
 
 #[derive(Default)]
@@ -92,6 +94,8 @@ pub struct Run {
     pub settings: Settings,
     /// When its walk through recorded points last let the worker go.
     pacer: Pacer,
+    /// Its budgets (see `model::call::budget`).
+    pub budgets: Mutex<crate::model::call::budget::Book>,
 }
 
 /// What a run is started with, besides the service's [`Shared`]: its
@@ -220,6 +224,7 @@ impl Run {
             rerun: options.rerun,
             settings: options.settings,
             pacer: Pacer::default(),
+            budgets: Mutex::new(crate::model::call::budget::Book::new(options.limits.budget)),
         })
     }
 

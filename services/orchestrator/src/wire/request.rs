@@ -150,6 +150,22 @@ fn limits(l: Option<pb::RunLimits>) -> Result<RequestedLimits> {
         tool_timeout: timeout("limits.tool_timeout", l.tool_timeout)?,
         model_timeout: timeout("limits.model_timeout", l.model_timeout)?,
         approval_timeout: timeout("limits.approval_timeout", l.approval_timeout)?,
+        budget: budget(l.budget)?,
+    })
+}
+
+/// The run's budget: each bound set is more than 0.
+fn budget(b: Option<pb::Budget>) -> Result<crate::model::call::budget::Limit> {
+    let Some(b) = b else {
+        return Ok(Default::default());
+    };
+    crate::catalog::budget::check_amount("limits.budget", b.tokens, b.cost).map_err(|e| {
+        let (field, message) = e.split_once(": ").unwrap_or(("limits.budget", &e));
+        Error::invalid(field.to_owned(), message.to_owned())
+    })?;
+    Ok(crate::model::call::budget::Limit {
+        tokens: b.tokens,
+        cost_nanos: b.cost.map(crate::catalog::budget::cost_nanos),
     })
 }
 
