@@ -28,6 +28,9 @@ pub enum Reply {
     Stream(Vec<Value>),
     /// A 200 with this JSON body (a non-streamed answer).
     Json(Value),
+    /// A 200 streaming these chunks, then the connection closed mid-answer
+    /// (no finish reason, no `[DONE]`): a provider breaking mid-stream.
+    Broken(Vec<Value>),
 }
 
 /// A request the server received.
@@ -231,6 +234,17 @@ async fn serve(
                 socket.flush().await?;
             }
             socket.write_all(b"data: [DONE]\n\n").await?;
+        }
+        Some(Reply::Broken(chunks)) => {
+            socket
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n")
+                .await?;
+            for c in chunks {
+                socket
+                    .write_all(format!("data: {c}\n\n").as_bytes())
+                    .await?;
+                socket.flush().await?;
+            }
         }
         None => {
             let body = r#"{"error":{"message":"no scripted reply left"}}"#;

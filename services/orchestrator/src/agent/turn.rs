@@ -426,6 +426,14 @@ async fn call_model(
         max_output: None,
         timeout: rt.limits.model_timeout,
         budget,
+        // An agent that finishes when a budget runs out leaves room for its
+        // last answer.
+        hold_back: match &spec.budget {
+            Some(b) if b.on_exhausted == OnExhausted::Finish && !frame.finishing => {
+                b.finish_reserve.unwrap_or(crate::catalog::budget::FINISH_RESERVE)
+            }
+            _ => 0,
+        },
         prices: &rt.services.catalog.prices,
         trace: &frame.ctx.otel,
     };

@@ -17,7 +17,9 @@
 //! its model calls has too little left for it, its own or a caller's:
 //! `fail` (the default), `finish` (one last call without tools), `ask` (a
 //! person is asked to raise the budget by `ask_more`, its limit again
-//! when unset).
+//! when unset). With `finish`, the agent's ordinary calls leave
+//! `finish_reserve` tokens in every budget above them, so the last answer
+//! has room.
 
 use serde::Deserialize;
 
@@ -72,7 +74,14 @@ pub struct BudgetSpec {
     /// How much more `ask` asks for (unset: the exhausted budget's limit
     /// again).
     pub ask_more: Option<Amount>,
+    /// With `finish`: tokens its ordinary calls leave in every budget above
+    /// them, for the last answer (default 1000; priced at the dearest
+    /// output price for a cost budget).
+    pub finish_reserve: Option<u64>,
 }
+
+/// The reserve of `finish` when the agents file sets none.
+pub const FINISH_RESERVE: u64 = 1000;
 
 /// Why a budget's number is refused: `field` is its path.
 pub fn check_amount(field: &str, tokens: Option<u64>, cost: Option<f64>) -> Result<(), String> {
@@ -99,6 +108,11 @@ impl BudgetSpec {
     pub fn validate(&self, agent: &str) -> Result<(), CatalogError> {
         let field = format!("agents.{agent}.budget");
         check_amount(&field, self.tokens, self.cost).map_err(CatalogError::Budget)?;
+        if self.finish_reserve == Some(0) {
+            return Err(CatalogError::Budget(format!(
+                "{field}.finish_reserve: must be at least 1"
+            )));
+        }
         if let Some(more) = &self.ask_more {
             check_amount(&format!("{field}.ask_more"), more.tokens, more.cost)
                 .map_err(CatalogError::Budget)?;

@@ -165,6 +165,7 @@ impl AnthropicModel {
         let mut usage = TokenUsage::default();
         let mut stop_reason = String::new();
         let mut model = String::new();
+        let mut stopped = false;
         while let Some(event) = events.next().await {
             let event = event.map_err(|e| fail(format!("stream broke: {}", cause_chain(&e))))?;
             let data: Value = match serde_json::from_str(&event.data) {
@@ -221,7 +222,10 @@ impl AnthropicModel {
                         usage.output_tokens = o;
                     }
                 }
-                "message_stop" => break,
+                "message_stop" => {
+                    stopped = true;
+                    break;
+                }
                 "error" => {
                     return Err(fail(format!(
                         "error in stream: {}",
@@ -230,6 +234,13 @@ impl AnthropicModel {
                 }
                 _ => {}
             }
+        }
+        // A stream that ends before the message did is a broken answer,
+        // not a short one.
+        if !stopped && stop_reason.is_empty() {
+            return Err(fail(
+                "the stream ended before the answer did (no message_stop)".into(),
+            ));
         }
         let calls = blocks
             .into_values()

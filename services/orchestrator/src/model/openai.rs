@@ -159,10 +159,12 @@ impl OpenAiModel {
         let mut usage = TokenUsage::default();
         let mut finish_reason = String::new();
         let mut model = String::new();
+        let mut done = false;
         while let Some(event) = events.next().await {
             let event = event
                 .map_err(|e| fail(format!("stream broke: {}", super::http::cause_chain(&e))))?;
             if event.data.trim() == "[DONE]" {
+                done = true;
                 break;
             }
             let chunk: Value = serde_json::from_str(&event.data)
@@ -203,6 +205,13 @@ impl OpenAiModel {
                     }
                 }
             }
+        }
+        // A stream that ends before the answer did (no finish_reason, no
+        // `[DONE]`) is a broken answer, not a short one.
+        if !done && finish_reason.is_empty() {
+            return Err(fail(
+                "the stream ended before the answer did (no finish_reason, no [DONE])".into(),
+            ));
         }
         Ok(finish(
             text,

@@ -63,6 +63,10 @@ pub struct Need<'a> {
     pub price: Option<&'a Price>,
     /// The model without a price, for the message.
     pub unpriced: &'a str,
+    /// Tokens the call must leave in every bounded budget (the reserve of
+    /// an agent that finishes when one runs out); priced at the output
+    /// price for a cost budget.
+    pub hold_back: u64,
 }
 
 /// A call's reservation: settle it with [`Book::settle`].
@@ -242,6 +246,7 @@ impl Book {
         let mut cap = need.max_output.map_or(u64::MAX, u64::from);
         let input_cost = need.price.map_or(0, |p| p.cost_nanos(need.input_tokens, 0, 0));
         let one_output = need.price.map_or(0, |p| p.cost_nanos(0, 0, 1).max(1));
+        let hold_cost = need.price.map_or(0, |p| p.cost_nanos(0, 0, need.hold_back));
         for n in self.chain(node) {
             let b = &self.nodes[n];
             let exhausted = |unpriced: Option<String>| Exhausted {
@@ -257,7 +262,9 @@ impl Book {
                 node: n,
             };
             if let Some(limit) = b.limit.tokens {
-                let left = limit.saturating_sub(b.spent_tokens + b.reserved_tokens);
+                let left = limit
+                    .saturating_sub(b.spent_tokens + b.reserved_tokens)
+                    .saturating_sub(need.hold_back);
                 if left <= need.input_tokens {
                     return Err(exhausted(None));
                 }
@@ -267,7 +274,9 @@ impl Book {
                 let Some(price) = need.price else {
                     return Err(exhausted(Some(need.unpriced.to_owned())));
                 };
-                let left = limit.saturating_sub(b.spent_cost + b.reserved_cost);
+                let left = limit
+                    .saturating_sub(b.spent_cost + b.reserved_cost)
+                    .saturating_sub(hold_cost);
                 if left < input_cost + one_output {
                     return Err(exhausted(None));
                 }
@@ -359,6 +368,7 @@ mod tests {
             max_output: max,
             price: None,
             unpriced: "m:x",
+            hold_back: 0,
         }
     }
 
@@ -397,6 +407,14 @@ mod tests {
         b.settle(r, 0, 0);
         let e = b.reserve(RUN, need(100, Some(500))).unwrap_err();
         assert_eq!((e.needed_tokens, e.spent_tokens), (101, 0));
+        // A reserve held back for a last answer counts as spent.
+        let e = b
+            .reserve(RUN, Need { hold_back: 50, ..need(50, None) })
+            .unwrap_err();
+        assert_eq!(e.needed_tokens, 51);
+        let r = b.reserve(RUN, Need { hold_back: 49, ..need(50, None) }).unwrap();
+        assert_eq!(r.max_output, Some(1));
+        b.settle(r, 0, 0);
         assert_eq!(
             e.describe("USD"),
             "budget run exhausted: 0 of 100 tokens spent, the next model call needs at least 101"

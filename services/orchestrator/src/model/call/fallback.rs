@@ -201,6 +201,7 @@ mod tests {
             max_output: None,
             timeout: std::time::Duration::from_secs(1),
             budget: None,
+            hold_back: 0,
             prices: &prices,
             trace: &trace,
         };

@@ -72,6 +72,9 @@ pub struct ModelCall<'a> {
     pub timeout: Duration,
     /// The budgets the call draws from (`None`: none bounds it).
     pub budget: Option<Claim<'a>>,
+    /// Tokens to leave in every budget (an agent's `finish` reserve; 0 for
+    /// its last call).
+    pub hold_back: u64,
     /// Prices of the models.
     pub prices: &'a Prices,
     /// The span the `chat` spans go under.
@@ -186,6 +189,7 @@ impl<I: CallModel> CallModel for Budgeted<I> {
             max_output: call.settings.max_tokens,
             price: price.as_ref(),
             unpriced,
+            hold_back: call.hold_back,
         };
         let reservation = lock(claim.book)
             .reserve(claim.node, need)
