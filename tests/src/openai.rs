@@ -26,6 +26,13 @@ pub enum Reply {
     },
     /// A 200 streaming these chunks (each becomes one `data:` event).
     Stream(Vec<Value>),
+    /// An error status whose JSON error says `message`.
+    Said {
+        /// The HTTP status.
+        code: u16,
+        /// The error's message.
+        message: &'static str,
+    },
     /// A 200 with this JSON body (a non-streamed answer).
     Json(Value),
     /// A 200 streaming these chunks, then the connection closed mid-answer
@@ -198,6 +205,19 @@ async fn serve(
         .unwrap_or_else(|p| p.into_inner())
         .pop_front();
     match reply {
+        Some(Reply::Said { code, message }) => {
+            let body =
+                json!({"error": {"message": message, "type": "test", "code": code}}).to_string();
+            socket
+                .write_all(
+                    format!(
+                        "HTTP/1.1 {code} Said\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    )
+                    .as_bytes(),
+                )
+                .await?;
+        }
         Some(Reply::Status { code, retry_after }) => {
             let body = json!({"error": {"message": format!("scripted status {code}"), "type": "test", "code": code}}).to_string();
             let mut head = format!(

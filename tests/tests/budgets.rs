@@ -112,7 +112,11 @@ async fn a_run_budget_holds_at_its_limit_and_fails_one_token_under_naming_itself
     let Payload::RunCompleted(done) = last(&log) else {
         panic!("{:?}", last(&log))
     };
-    assert_eq!(spent(&done.usage), BEFORE_LAST + 201, "never over the budget");
+    assert_eq!(
+        spent(&done.usage),
+        BEFORE_LAST + 201,
+        "never over the budget"
+    );
     let boss = turns(&log, "boss");
     assert_eq!(boss[1].finish_reason, "length");
     assert_eq!(spent(&boss[1].usage), 201);
@@ -132,7 +136,12 @@ async fn a_run_budget_holds_at_its_limit_and_fails_one_token_under_naming_itself
     let said = exhausted(&log);
     assert_eq!(said.len(), 1);
     assert_eq!(
-        (said[0].budget.as_str(), said[0].action.as_str(), said[0].tokens_limit, said[0].tokens_spent),
+        (
+            said[0].budget.as_str(),
+            said[0].action.as_str(),
+            said[0].tokens_limit,
+            said[0].tokens_spent
+        ),
         ("run", "fail", 380, 180)
     );
     // GetRun shows the failure and the spend.
@@ -179,7 +188,10 @@ async fn finish_answers_once_more_without_tools_from_the_reserve_kept_for_it() {
     let worker = turns(&log, "worker");
     assert_eq!(worker.len(), 2, "{worker:?}");
     assert_eq!(worker[0].tool_calls.len(), 1);
-    assert!(worker[1].tool_calls.is_empty(), "the last call calls nothing");
+    assert!(
+        worker[1].tool_calls.is_empty(),
+        "the last call calls nothing"
+    );
     assert_eq!(done.output, "my findings so far");
     let said = exhausted(&log);
     assert_eq!(said.len(), 1);
@@ -213,7 +225,10 @@ agents:
 
 /// Starts `worker` detached; answers its budget's approval over HTTP with
 /// `approved`; the run's end.
-async fn ask_and_answer(server: &OrchestratorServer, approved: bool) -> (Vec<pb::RunEvent>, pb::ApprovalRequested) {
+async fn ask_and_answer(
+    server: &OrchestratorServer,
+    approved: bool,
+) -> (Vec<pb::RunEvent>, pb::ApprovalRequested) {
     let client = server.client().await.expect("client");
     let mut stream = client
         .run_agent(request("worker", None))
@@ -237,7 +252,11 @@ async fn ask_and_answer(server: &OrchestratorServer, approved: bool) -> (Vec<pb:
                 .send()
                 .await
                 .expect("POST");
-            assert!(answered.status().is_success(), "{:?}", answered.text().await);
+            assert!(
+                answered.status().is_success(),
+                "{:?}",
+                answered.text().await
+            );
         }
         log.push(e);
     }
@@ -247,7 +266,9 @@ async fn ask_and_answer(server: &OrchestratorServer, approved: bool) -> (Vec<pb:
 fn urlencoding(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
             _ => format!("%{b:02X}"),
         })
         .collect()
@@ -262,7 +283,10 @@ async fn ask_raises_the_budget_when_a_person_approves_and_fails_when_denied() {
     assert_eq!(asked.tool, "raise_budget");
     let args: serde_json::Value = serde_json::from_str(&asked.arguments_json).expect("json");
     assert_eq!(args["budget"], "agent worker in root");
-    assert_eq!(args["tokens"], serde_json::json!({"limit": 250, "spent": 220, "more": 250}));
+    assert_eq!(
+        args["tokens"],
+        serde_json::json!({"limit": 250, "spent": 220, "more": 250})
+    );
     let Payload::RunCompleted(done) = last(&log) else {
         panic!("{:?}", last(&log))
     };
@@ -276,8 +300,12 @@ async fn ask_raises_the_budget_when_a_person_approves_and_fails_when_denied() {
     };
     assert_eq!(failed.code, Code::ResourceExhausted as i32);
     assert!(
-        failed.message.starts_with("budget agent worker in root exhausted: 220 of 250 tokens spent")
-            && failed.message.ends_with("a raise was not given: raise_budget was denied: enough"),
+        failed
+            .message
+            .starts_with("budget agent worker in root exhausted: 220 of 250 tokens spent")
+            && failed
+                .message
+                .ends_with("a raise was not given: raise_budget was denied: enough"),
         "{}",
         failed.message
     );
@@ -318,18 +346,27 @@ async fn fifty_parallel_sub_agents_spend_no_more_than_a_budget_for_ten() {
         .iter()
         .filter(|e| matches!(&e.payload, Some(Payload::ToolCallCompleted(t)) if t.error.contains("budget run exhausted")))
         .count();
-    assert_eq!((answered, refused), (10, 40), "ten fit, forty were refused before they called");
+    assert_eq!(
+        (answered, refused),
+        (10, 40),
+        "ten fit, forty were refused before they called"
+    );
     let Payload::RunFailed(failed) = last(&log) else {
         panic!("{:?}", last(&log))
     };
     assert_eq!(failed.code, Code::ResourceExhausted as i32);
     let got = client.get_run(&log[0].run_id).await.expect("get");
-    assert_eq!(spent(&got.usage), limit, "spent all of it and not one token more");
+    assert_eq!(
+        spent(&got.usage),
+        limit,
+        "spent all of it and not one token more"
+    );
     server.shutdown().await.expect("shutdown");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cost_budget_refuses_a_model_without_a_price_and_bad_budgets_are_refused_naming_the_field() {
+async fn a_cost_budget_refuses_a_model_without_a_price_and_bad_budgets_are_refused_naming_the_field()
+ {
     let server = OrchestratorServer::start(AGENTS, None, |_| {})
         .await
         .expect("orchestrator");
@@ -349,12 +386,34 @@ async fn a_cost_budget_refuses_a_model_without_a_price_and_bad_budgets_are_refus
         panic!("{:?}", last(&log))
     };
     assert_eq!(failed.code, Code::ResourceExhausted as i32);
-    assert!(failed.message.contains("model scripted:boss has no price"), "{}", failed.message);
+    assert!(
+        failed.message.contains("model scripted:boss has no price"),
+        "{}",
+        failed.message
+    );
 
     for (budget, field) in [
-        (pb::Budget { tokens: Some(0), cost: None }, "limits.budget.tokens"),
-        (pb::Budget { tokens: None, cost: Some(-1.0) }, "limits.budget.cost"),
-        (pb::Budget { tokens: None, cost: Some(f64::NAN) }, "limits.budget.cost"),
+        (
+            pb::Budget {
+                tokens: Some(0),
+                cost: None,
+            },
+            "limits.budget.tokens",
+        ),
+        (
+            pb::Budget {
+                tokens: None,
+                cost: Some(-1.0),
+            },
+            "limits.budget.cost",
+        ),
+        (
+            pb::Budget {
+                tokens: None,
+                cost: Some(f64::NAN),
+            },
+            "limits.budget.cost",
+        ),
     ] {
         let Err(e) = client.run_agent(request("boss", Some(budget))).await else {
             panic!("started with a bad budget");
@@ -373,7 +432,10 @@ async fn a_cost_budget_refuses_a_model_without_a_price_and_bad_budgets_are_refus
     let body: serde_json::Value = refused.json().await.expect("json");
     assert_eq!(body["field"], "limits.budget.tokens", "{body}");
     // Nothing started.
-    let runs = client.list_runs(pb::RunStatus::Unspecified, 100, "").await.expect("list");
+    let runs = client
+        .list_runs(pb::RunStatus::Unspecified, 100, "")
+        .await
+        .expect("list");
     assert_eq!(runs.runs.len(), 1, "only the unpriced run started");
 
     let refused = |yaml: String| async move {
@@ -383,16 +445,33 @@ async fn a_cost_budget_refuses_a_model_without_a_price_and_bad_budgets_are_refus
         }
     };
     let agent = |extra: &str| {
-        format!("scripts: {{a: [{{text: ok}}]}}\nagents: {{a: {{model: \"scripted:a\", {extra}}}}}\n")
+        format!(
+            "scripts: {{a: [{{text: ok}}]}}\nagents: {{a: {{model: \"scripted:a\", {extra}}}}}\n"
+        )
     };
     for (extra, says) in [
-        ("budget: {tokens: 0}", "agents.a.budget.tokens: must be at least 1"),
-        ("budget: {cost: -2}", "agents.a.budget.cost: -2 is not a positive amount"),
+        (
+            "budget: {tokens: 0}",
+            "agents.a.budget.tokens: must be at least 1",
+        ),
+        (
+            "budget: {cost: -2}",
+            "agents.a.budget.cost: -2 is not a positive amount",
+        ),
         ("budget: {cost: lots}", "budget"),
         ("budget: {on_exhausted: pray}", "on_exhausted"),
-        ("budget: {finish_reserve: 0}", "agents.a.budget.finish_reserve: must be at least 1"),
-        ("fallbacks: [\"nope:x\"]", "agents.a.fallbacks[0]: \"nope:x\": unknown provider"),
-        ("fallbacks: [\"scripted:a\"]", "agents.a.fallbacks[0]: \"scripted:a\" is the agent's own model"),
+        (
+            "budget: {finish_reserve: 0}",
+            "agents.a.budget.finish_reserve: must be at least 1",
+        ),
+        (
+            "fallbacks: [\"nope:x\"]",
+            "agents.a.fallbacks[0]: \"nope:x\": unknown provider",
+        ),
+        (
+            "fallbacks: [\"scripted:a\"]",
+            "agents.a.fallbacks[0]: \"scripted:a\" is the agent's own model",
+        ),
     ] {
         let e = refused(agent(extra)).await;
         assert!(e.contains(says), "{extra}: {e}");

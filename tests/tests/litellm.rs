@@ -110,4 +110,58 @@ agents:
     assert_eq!(tries("rate-limited"), 2, "a 429 is retried");
     assert_eq!(tries("failing"), 2, "a 500 is retried");
     assert_eq!(tries("too-long"), 1, "a 400 is not");
+
+    // Fallbacks through the proxy: its 429 and 500 move the call on to a
+    // model that answers; its context-window error to the larger window.
+    let agents = format!(
+        r#"
+providers:
+  proxy: {{kind: openai, base_url: "{}", api_key_env: LITELLM_KEY, max_retries: 0}}
+agents:
+  resilient: {{model: "proxy:rate-limited", fallbacks: ["proxy:failing", "proxy:text"]}}
+  roomy: {{model: "proxy:too-long", fallbacks: ["proxy:failing"], context_window_fallbacks: ["proxy:text"]}}
+"#,
+        proxy.base_url()
+    );
+    let fallbacks =
+        OrchestratorServer::start_with_env(&agents, None, |_| {}, &[("LITELLM_KEY", LITELLM_KEY)])
+            .await
+            .expect("orchestrator");
+    let client = OrchestratorClient::connect(fallbacks.endpoint())
+        .await
+        .expect("connect");
+    for (agent, passed) in [
+        (
+            "resilient",
+            vec![
+                ("proxy:rate-limited", "rate_limited"),
+                ("proxy:failing", "unavailable"),
+            ],
+        ),
+        ("roomy", vec![("proxy:too-long", "context_window")]),
+    ] {
+        let events = client
+            .run_agent_to_end(agent_request(agent, "hi"))
+            .await
+            .expect("run");
+        let m = events
+            .iter()
+            .find_map(|e| match &e.payload {
+                Some(Payload::MessageCompleted(m)) => Some(m.clone()),
+                _ => None,
+            })
+            .expect("a model turn");
+        assert_eq!(
+            (m.text.as_str(), m.model.as_str()),
+            ("Hello from LiteLLM", "proxy:text"),
+            "{agent}"
+        );
+        let skipped: Vec<(&str, &str)> = m
+            .skipped
+            .iter()
+            .map(|s| (s.model.as_str(), s.reason.as_str()))
+            .collect();
+        assert_eq!(skipped, passed, "{agent}");
+    }
+    fallbacks.shutdown().await.expect("shutdown");
 }

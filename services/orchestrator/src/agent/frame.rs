@@ -291,10 +291,14 @@ impl CallFrame {
 /// from (a node of its own when it has a budget).
 pub(super) fn enter_budget(rt: &Run, ctx: &ContextInfo, agent: &Agent) -> usize {
     use crate::model::call::{budget::Limit, lock};
-    let limit = agent.spec.budget.as_ref().map_or(Limit::default(), |b| Limit {
-        tokens: b.tokens,
-        cost_nanos: b.cost.map(crate::catalog::budget::cost_nanos),
-    });
+    let limit = agent
+        .spec
+        .budget
+        .as_ref()
+        .map_or(Limit::default(), |b| Limit {
+            tokens: b.tokens,
+            cost_nanos: b.cost.map(crate::catalog::budget::cost_nanos),
+        });
     lock(&rt.budgets).enter(&ctx.id, &ctx.parent, &agent.name, limit)
 }
 

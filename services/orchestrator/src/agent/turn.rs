@@ -429,9 +429,9 @@ async fn call_model(
         // An agent that finishes when a budget runs out leaves room for its
         // last answer.
         hold_back: match &spec.budget {
-            Some(b) if b.on_exhausted == OnExhausted::Finish && !frame.finishing => {
-                b.finish_reserve.unwrap_or(crate::catalog::budget::FINISH_RESERVE)
-            }
+            Some(b) if b.on_exhausted == OnExhausted::Finish && !frame.finishing => b
+                .finish_reserve
+                .unwrap_or(crate::catalog::budget::FINISH_RESERVE),
             _ => 0,
         },
         prices: &rt.services.catalog.prices,
@@ -534,7 +534,8 @@ async fn exhausted(rt: &Arc<Run>, frame: &mut CallFrame, x: Exhausted) -> Result
                 "message": message,
             });
             if let (Some(t), Some(m)) = (limit.tokens, more.tokens) {
-                arguments["tokens"] = serde_json::json!({"limit": t, "spent": spent_tokens, "more": m});
+                arguments["tokens"] =
+                    serde_json::json!({"limit": t, "spent": spent_tokens, "more": m});
             }
             if let (Some(c), Some(m)) = (limit.cost_nanos, more.cost_nanos) {
                 arguments["cost"] = serde_json::json!({

@@ -183,21 +183,51 @@ mod tests {
         };
         let list = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let ok = list(&["b:y", "c:z"]);
-        assert!(check_fallbacks("a", "a:x", [("fallbacks", &ok), ("context_window_fallbacks", &[])], &known).is_ok());
+        assert!(
+            check_fallbacks(
+                "a",
+                "a:x",
+                [("fallbacks", &ok), ("context_window_fallbacks", &[])],
+                &known
+            )
+            .is_ok()
+        );
         for (bad, says) in [
-            (list(&["b:y", "nope:z"]), "agents.a.fallbacks[1]: \"nope:z\": unknown provider"),
-            (list(&["a:x"]), "agents.a.fallbacks[0]: \"a:x\" is the agent's own model"),
-            (list(&["b:y", "b:y"]), "agents.a.fallbacks[1]: \"b:y\" is listed twice"),
-            (list(&["noref"]), "agents.a.fallbacks[0]: \"noref\" is not provider:model"),
+            (
+                list(&["b:y", "nope:z"]),
+                "agents.a.fallbacks[1]: \"nope:z\": unknown provider",
+            ),
+            (
+                list(&["a:x"]),
+                "agents.a.fallbacks[0]: \"a:x\" is the agent's own model",
+            ),
+            (
+                list(&["b:y", "b:y"]),
+                "agents.a.fallbacks[1]: \"b:y\" is listed twice",
+            ),
+            (
+                list(&["noref"]),
+                "agents.a.fallbacks[0]: \"noref\" is not provider:model",
+            ),
         ] {
-            let e = check_fallbacks("a", "a:x", [("fallbacks", &bad), ("context_window_fallbacks", &[])], &known)
-                .unwrap_err()
-                .to_string();
-            assert!(e.starts_with(says), "{e}");
-        }
-        let e = check_fallbacks("a", "", [("fallbacks", &ok), ("context_window_fallbacks", &[])], &known)
+            let e = check_fallbacks(
+                "a",
+                "a:x",
+                [("fallbacks", &bad), ("context_window_fallbacks", &[])],
+                &known,
+            )
             .unwrap_err()
             .to_string();
+            assert!(e.starts_with(says), "{e}");
+        }
+        let e = check_fallbacks(
+            "a",
+            "",
+            [("fallbacks", &ok), ("context_window_fallbacks", &[])],
+            &known,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("names its own model"), "{e}");
     }
 }

@@ -414,10 +414,14 @@ impl Catalog {
                 Ok(("scripted", script)) if !file.scripts.contains_key(script) => {
                     Err(format!("{r:?}: no script named {script:?}"))
                 }
-                Ok((provider, _)) if provider != "scripted" && !file.providers.contains_key(provider) => Err(format!(
-                    "{r:?}: unknown provider {provider:?} (known: {})",
-                    known_providers(&file.providers)
-                )),
+                Ok((provider, _))
+                    if provider != "scripted" && !file.providers.contains_key(provider) =>
+                {
+                    Err(format!(
+                        "{r:?}: unknown provider {provider:?} (known: {})",
+                        known_providers(&file.providers)
+                    ))
+                }
                 Ok(_) => Ok(()),
                 Err(e) => Err(e.to_string()),
             }

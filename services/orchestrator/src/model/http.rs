@@ -141,7 +141,9 @@ impl Endpoint {
             ),
             400 | 413 | 422 if context_window(&said) => (
                 ModelErrorKind::ContextWindow,
-                format!("the request is longer than the model's context window (HTTP {status}): {said}"),
+                format!(
+                    "the request is longer than the model's context window (HTTP {status}): {said}"
+                ),
             ),
             s if s >= 500 => (
                 ModelErrorKind::Unavailable,

@@ -95,7 +95,12 @@ pub trait Model: Send + Sync {
     /// turn `turn`), estimated before the call for budgets and limits: a
     /// character count that errs high (3 characters a token, plus 4 a
     /// message); a model that knows better says so.
-    fn estimate_input_tokens(&self, messages: &[ChatMessage], tools: &[ToolDef], turn: usize) -> u64 {
+    fn estimate_input_tokens(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolDef],
+        turn: usize,
+    ) -> u64 {
         let _ = turn;
         let chars: usize = messages
             .iter()

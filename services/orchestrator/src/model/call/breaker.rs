@@ -118,7 +118,9 @@ impl<I: TryModel> TryModel for Breakers<I> {
         call: &ModelCall<'_>,
         sink: &dyn DeltaSink,
     ) -> Result<ModelTurn, ModelError> {
-        let provider = model.system();
+        // The provider entry: the reference's `provider` part.
+        let reference = model.reference();
+        let provider = reference.split_once(':').map_or(reference, |(p, _)| p);
         let Some(spec) = self.specs.get(provider) else {
             return self.inner.try_model(model, call, sink).await;
         };
@@ -136,7 +138,11 @@ impl<I: TryModel> TryModel for Breakers<I> {
             ));
         }
         let answered = self.inner.try_model(model, call, sink).await;
-        let failed = answered.as_ref().err().and_then(moves).is_some_and(|why| why != "context_window");
+        let failed = answered
+            .as_ref()
+            .err()
+            .and_then(moves)
+            .is_some_and(|why| why != "context_window");
         let open = self.outcome(provider, spec, failed, Instant::now());
         self.metrics.breaker(provider, open);
         answered

@@ -244,7 +244,9 @@ impl Book {
     /// first node (from `node` up) with too little left.
     pub fn reserve(&mut self, node: usize, need: Need<'_>) -> Result<Reservation, Exhausted> {
         let mut cap = need.max_output.map_or(u64::MAX, u64::from);
-        let input_cost = need.price.map_or(0, |p| p.cost_nanos(need.input_tokens, 0, 0));
+        let input_cost = need
+            .price
+            .map_or(0, |p| p.cost_nanos(need.input_tokens, 0, 0));
         let one_output = need.price.map_or(0, |p| p.cost_nanos(0, 0, 1).max(1));
         let hold_cost = need.price.map_or(0, |p| p.cost_nanos(0, 0, need.hold_back));
         for n in self.chain(node) {
@@ -383,14 +385,20 @@ mod tests {
         let helper = b.enter("root.helper.1", "root", "helper", limit(100));
         assert_eq!(b.name(helper), "agent helper in root.helper.1");
         // Its sub-agents and pipeline steps draw from it.
-        assert_eq!(b.enter("root.helper.1.x.1", "root.helper.1", "x", Limit::default()), helper);
+        assert_eq!(
+            b.enter("root.helper.1.x.1", "root.helper.1", "x", Limit::default()),
+            helper
+        );
         assert_eq!(b.node_of("root.helper.1.run_pipeline.1.a"), helper);
         // A second call of the agent has a node of its own.
         let again = b.enter("root.helper.2", "root", "helper", limit(100));
         assert_ne!(again, helper);
         // A handoff in root.helper.1 to an agent without a budget draws
         // from what the caller has.
-        assert_eq!(b.enter("root.helper.1", "root", "other", Limit::default()), RUN);
+        assert_eq!(
+            b.enter("root.helper.1", "root", "other", Limit::default()),
+            RUN
+        );
         assert_eq!(b.node_of("root.helper.1.x.1"), RUN);
         assert_eq!(b.find("agent helper in root.helper.2"), Some(again));
     }
@@ -409,10 +417,24 @@ mod tests {
         assert_eq!((e.needed_tokens, e.spent_tokens), (101, 0));
         // A reserve held back for a last answer counts as spent.
         let e = b
-            .reserve(RUN, Need { hold_back: 50, ..need(50, None) })
+            .reserve(
+                RUN,
+                Need {
+                    hold_back: 50,
+                    ..need(50, None)
+                },
+            )
             .unwrap_err();
         assert_eq!(e.needed_tokens, 51);
-        let r = b.reserve(RUN, Need { hold_back: 49, ..need(50, None) }).unwrap();
+        let r = b
+            .reserve(
+                RUN,
+                Need {
+                    hold_back: 49,
+                    ..need(50, None)
+                },
+            )
+            .unwrap();
         assert_eq!(r.max_output, Some(1));
         b.settle(r, 0, 0);
         assert_eq!(
@@ -441,8 +463,16 @@ mod tests {
         // The agent's node is held whole: a second call in it is refused,
         // naming it and what the first holds.
         let e = b.reserve(agent, need(10, None)).unwrap_err();
-        assert_eq!((e.budget.as_str(), e.reserved_tokens), ("agent a in root.a.1", 300));
-        assert!(e.describe("").contains("(300 more held by calls in flight)"), "{}", e.describe(""));
+        assert_eq!(
+            (e.budget.as_str(), e.reserved_tokens),
+            ("agent a in root.a.1", 300)
+        );
+        assert!(
+            e.describe("")
+                .contains("(300 more held by calls in flight)"),
+            "{}",
+            e.describe("")
+        );
         // The run's other 700 are free beside it.
         let beside = b.reserve(RUN, need(100, Some(50))).unwrap();
         assert_eq!(beside.max_output, Some(50));
@@ -491,9 +521,25 @@ mod tests {
         assert_eq!(r.max_output, Some(4500));
         b.settle(r, 1100, 1_200_000);
         let e = b.reserve(RUN, need(10, None)).unwrap_err();
-        assert!(e.describe("USD").contains("has no price"), "{}", e.describe("USD"));
-        b.raise(RUN, Limit { tokens: Some(5), cost_nanos: Some(1) });
-        assert_eq!(b.limit(RUN), Limit { tokens: None, cost_nanos: Some(10_000_001) });
+        assert!(
+            e.describe("USD").contains("has no price"),
+            "{}",
+            e.describe("USD")
+        );
+        b.raise(
+            RUN,
+            Limit {
+                tokens: Some(5),
+                cost_nanos: Some(1),
+            },
+        );
+        assert_eq!(
+            b.limit(RUN),
+            Limit {
+                tokens: None,
+                cost_nanos: Some(10_000_001)
+            }
+        );
         assert_eq!(money(1_200_000), "0.0012");
         assert_eq!(money(2_000_000_000), "2");
     }

@@ -128,12 +128,18 @@ mod tests {
         fn reference(&self) -> &str {
             &self.reference
         }
-        async fn turn(&self, _: ModelRequest<'_>, sink: &dyn DeltaSink) -> Result<ModelTurn, ModelError> {
+        async fn turn(
+            &self,
+            _: ModelRequest<'_>,
+            sink: &dyn DeltaSink,
+        ) -> Result<ModelTurn, ModelError> {
             if !self.partial.is_empty() {
                 sink.delta(self.partial.into()).await;
             }
             match self.fails {
-                Some((kind, error_type)) => Err(ModelError::new(&self.reference, kind, error_type, "no")),
+                Some((kind, error_type)) => {
+                    Err(ModelError::new(&self.reference, kind, error_type, "no"))
+                }
                 None => Ok(ModelTurn {
                     text: format!("from {}", self.reference),
                     ..Default::default()
@@ -176,7 +182,11 @@ mod tests {
         }
     }
 
-    fn model(r: &str, fails: Option<(ModelErrorKind, &'static str)>, partial: &'static str) -> Arc<dyn Model> {
+    fn model(
+        r: &str,
+        fails: Option<(ModelErrorKind, &'static str)>,
+        partial: &'static str,
+    ) -> Arc<dyn Model> {
         Arc::new(Fake {
             reference: r.into(),
             fails,
@@ -184,7 +194,10 @@ mod tests {
         })
     }
 
-    async fn run(candidates: &[Arc<dyn Model>], wide: &[Arc<dyn Model>]) -> (Result<String, String>, Vec<String>) {
+    async fn run(
+        candidates: &[Arc<dyn Model>],
+        wide: &[Arc<dyn Model>],
+    ) -> (Result<String, String>, Vec<String>) {
         let settings = Settings::default();
         let prices = Prices::default();
         let trace = opentelemetry::Context::new();
@@ -210,9 +223,14 @@ mod tests {
             Ok(a) => Ok(format!(
                 "{} skipped {:?}",
                 a.turn.text,
-                a.skipped.iter().map(|s| (s.model.as_str(), s.reason)).collect::<Vec<_>>()
+                a.skipped
+                    .iter()
+                    .map(|s| (s.model.as_str(), s.reason))
+                    .collect::<Vec<_>>()
             )),
-            Err(CallError::Model(e, skipped)) => Err(format!("{} after {}", e.model, skipped.len())),
+            Err(CallError::Model(e, skipped)) => {
+                Err(format!("{} after {}", e.model, skipped.len()))
+            }
             Err(CallError::Exhausted(_)) => Err("exhausted".into()),
         };
         (out, seen.0.into_inner().unwrap())
@@ -230,16 +248,37 @@ mod tests {
             &[],
         )
         .await;
-        assert_eq!(out.unwrap(), "from c:1 skipped [(\"a:1\", \"rate_limited\"), (\"b:1\", \"unavailable\")]");
+        assert_eq!(
+            out.unwrap(),
+            "from c:1 skipped [(\"a:1\", \"rate_limited\"), (\"b:1\", \"unavailable\")]"
+        );
         assert_eq!(
             seen,
-            ["a:1->b:1 rate_limited false", "half an ans", "b:1->c:1 unavailable true"]
+            [
+                "a:1->b:1 rate_limited false",
+                "half an ans",
+                "b:1->c:1 unavailable true"
+            ]
         );
         // A 400 ends the call at the first model.
-        let (out, _) = run(&[model("a:1", Some((Rejected, "400")), ""), model("b:1", None, "")], &[]).await;
+        let (out, _) = run(
+            &[
+                model("a:1", Some((Rejected, "400")), ""),
+                model("b:1", None, ""),
+            ],
+            &[],
+        )
+        .await;
         assert_eq!(out.unwrap_err(), "a:1 after 0");
         // The last model's failure is the call's.
-        let (out, _) = run(&[model("a:1", Some((Timeout, "timeout")), ""), model("b:1", Some((Unavailable, "500")), "")], &[]).await;
+        let (out, _) = run(
+            &[
+                model("a:1", Some((Timeout, "timeout")), ""),
+                model("b:1", Some((Unavailable, "500")), ""),
+            ],
+            &[],
+        )
+        .await;
         assert_eq!(out.unwrap_err(), "b:1 after 1");
     }
 
@@ -252,13 +291,20 @@ mod tests {
             &[model("w:1", None, "")],
         )
         .await;
-        assert_eq!(out.unwrap(), "from w:1 skipped [(\"a:1\", \"context_window\")]");
+        assert_eq!(
+            out.unwrap(),
+            "from w:1 skipped [(\"a:1\", \"context_window\")]"
+        );
         // Without that list it ends the call (the ordinary fallbacks have
         // no larger window).
         let (out, _) = run(&[model("a:1", too_small, ""), model("b:1", None, "")], &[]).await;
         assert_eq!(out.unwrap_err(), "a:1 after 0");
         // The widened list's own context-window error ends it.
-        let (out, _) = run(&[model("a:1", too_small, "")], &[model("w:1", too_small, ""), model("w:2", None, "")]).await;
+        let (out, _) = run(
+            &[model("a:1", too_small, "")],
+            &[model("w:1", too_small, ""), model("w:2", None, "")],
+        )
+        .await;
         assert_eq!(out.unwrap_err(), "w:1 after 1");
     }
 }

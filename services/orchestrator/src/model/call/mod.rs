@@ -177,7 +177,9 @@ impl<I: CallModel> CallModel for Budgeted<I> {
         let mut unpriced = "";
         for m in call.candidates.iter().chain(call.context_window) {
             match call.prices.of(m.reference()) {
-                Some(p) => price = Some(price.map_or(*p, |q: crate::catalog::prices::Price| q.max(p))),
+                Some(p) => {
+                    price = Some(price.map_or(*p, |q: crate::catalog::prices::Price| q.max(p)))
+                }
                 None if unpriced.is_empty() => unpriced = m.reference(),
                 None => {}
             }
@@ -221,9 +223,7 @@ pub fn lock(book: &Mutex<Book>) -> std::sync::MutexGuard<'_, Book> {
 pub type Stack = Budgeted<fallback::Fallbacks<breaker::Breakers<attempt::Attempt>>>;
 
 /// The stack, in its order: budget, fallback, breaker, attempt.
-pub fn stack(
-    breakers: breaker::Breakers<attempt::Attempt>,
-) -> Stack {
+pub fn stack(breakers: breaker::Breakers<attempt::Attempt>) -> Stack {
     Budgeted(fallback::Fallbacks(breakers))
 }
 
