@@ -411,6 +411,51 @@ impl View {
                 format!("● {} [{}] on {}", a.agent, e.context_id, a.model)
             }
             Some(Payload::Handoff(h)) => format!("⇢ handoff {} → {}", h.from_agent, h.to_agent),
+            Some(Payload::ModelFallback(f)) => {
+                // The failed model's text is dropped: the next starts over.
+                if f.discarded_text {
+                    self.streamed.remove(&ctx);
+                }
+                format!(
+                    "{}{who}{} failed ({}): {} answers instead{}",
+                    self.mark("↻ ", "~ "),
+                    f.from_model,
+                    f.reason,
+                    f.to_model,
+                    if f.discarded_text {
+                        "; the text above is discarded"
+                    } else {
+                        ""
+                    }
+                )
+            }
+            Some(Payload::BudgetExhausted(b)) => {
+                // Short enough for a line: what is spent of what, and what
+                // the agent does (the whole message is in the event).
+                let mut spent = Vec::new();
+                if b.tokens_limit > 0 {
+                    spent.push(format!("{}/{} tokens", b.tokens_spent, b.tokens_limit));
+                }
+                if b.cost_limit_nanos > 0 {
+                    spent.push(format!(
+                        "{}/{} {}",
+                        crate::runs::list::money(b.cost_spent_nanos),
+                        crate::runs::list::money(b.cost_limit_nanos),
+                        b.currency
+                    ));
+                }
+                format!(
+                    "{}{who}budget spent ({}): {}{}",
+                    self.mark("⊘ ", "! "),
+                    b.budget,
+                    spent.join(", "),
+                    match b.action.as_str() {
+                        "finish" => " → one last answer, without tools",
+                        "ask" => " → asks for more",
+                        _ => "",
+                    }
+                )
+            }
             Some(Payload::ToolCallStarted(c)) => {
                 self.calls.insert(c.call_id.clone(), c.tool.clone());
                 format!(

@@ -281,6 +281,24 @@ fn up_then_agents_and_run() {
         err.contains("stdin is closed: answer it with --approve or --deny"),
         "{err}"
     );
+    // A budget's raise is asked as an approval, said plainly.
+    let raised = run(&["run", "frugal", "tides"], b"y\n");
+    let asked = String::from_utf8_lossy(&raised.stderr);
+    assert!(
+        asked.contains("raise budget agent frugal in root by 1000 tokens (5"),
+        "{asked}"
+    );
+    let shown = String::from_utf8_lossy(&raised.stdout);
+    assert!(
+        shown.contains(
+            "! frugal: budget spent (agent frugal in root): 515/600 tokens → asks for more"
+        ),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("> frugal: Both sources agree: Checked: "),
+        "{shown}"
+    );
     // Input requests answered from flags.
     let answered = run(&["run", "interviewer", "trip", "--answer", "Oslo"], b"");
     assert!(
