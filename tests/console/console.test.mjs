@@ -337,6 +337,38 @@ consoleTest('two approvals two deep: one approved, one denied', async (page) => 
   await assertStreamComplete(page, runId, 'outer');
 });
 
+consoleTest('a spent budget asks for more, said plainly; approved, the run goes on', async (page) => {
+  await openConsole(page, EXAMPLE, KEY_A);
+  const runId = await startRun(page, 'frugal', 'tides');
+  const ask = page.locator(`${tid('approval')}[data-state="pending"]`);
+  await ask.waitFor();
+  assert.equal(await ask.locator(tid('raise-budget')).textContent(),
+    'Raise budget agent frugal in root by 1000 tokens (515 of 600 spent)?');
+  const spent = page.locator(`${tid('budget-exhausted')}[data-action="ask"]`);
+  assert.match(await spent.textContent(), /budget agent frugal in root exhausted: 515 of 600 tokens spent.*Asking a person for more\.$/);
+  assert.match(await page.locator(tid('pending')).textContent(), /raise a budget/);
+  await shot(page, 'budget-ask', { fullPage: true });
+  await page.setViewportSize({ width: 390, height: 844 });
+  await shot(page, 'budget-ask-phone', { fullPage: true });
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await ask.locator(tid('approve')).click();
+  await waitStatus(page, 'RUN_STATUS_COMPLETED');
+  assert.match(await page.locator(tid('run-output')).textContent(), /^Both sources agree: /);
+  await assertStreamComplete(page, runId, 'frugal');
+});
+
+consoleTest('a model whose provider is down is passed over: a fallback answers, and both say so', async (page) => {
+  await openConsole(page, NESTED, KEY_A);
+  const runId = await startRun(page, 'sturdy', 'hi');
+  await waitStatus(page, 'RUN_STATUS_COMPLETED');
+  const note = page.locator(tid('model-fallback'));
+  assert.equal(await note.textContent(), '↻ down:m failed (unavailable): scripted:sturdy answers instead');
+  const meta = await page.locator(tid('message')).last().locator('.meta').textContent();
+  assert.match(meta, /answered by scripted:sturdy after down:m \(unavailable\)/);
+  await shot(page, 'fallback');
+  await assertStreamComplete(page, runId, 'sturdy');
+});
+
 consoleTest('a question is answered by typing', async (page) => {
   await openConsole(page, EXAMPLE, KEY_A);
   const runId = await startRun(page, 'interviewer', 'a trip');

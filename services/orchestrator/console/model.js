@@ -10,7 +10,7 @@ import { num, parseDuration, parseTime } from './util.js';
 export const PAYLOADS = [
   'runStarted', 'runCompleted', 'runFailed', 'runCancelled', 'runResumed',
   'agentStarted', 'textDelta', 'messageCompleted', 'agentCompleted', 'handoff',
-  'toolCallStarted', 'toolProgress', 'toolOptions', 'toolCallCompleted',
+  'modelFallback', 'budgetExhausted', 'toolCallStarted', 'toolProgress', 'toolOptions', 'toolCallCompleted',
   'toolBatchCompleted', 'approvalRequested', 'approvalResolved',
   'inputRequested', 'inputReceived', 'inputTimedOut', 'contextWritten', 'stepStarted',
   'stepCompleted', 'stepFailed', 'stepSkipped', 'pipelineCompleted', 'diverged',
@@ -370,6 +370,8 @@ export class RunModel {
       m.usage = p.usage;
       m.finishReason = p.finishReason;
       m.toolCalls = p.toolCalls || [];
+      m.model = p.model || '';
+      m.skipped = p.skipped || [];
       this.touch(m);
       ctx.openMessage = null;
     } else if (text || p.toolCalls?.length) {
@@ -377,6 +379,7 @@ export class RunModel {
       this.push(ctx, {
         kind: 'message', agent: ev.agent || ctx.agent, text, final: true,
         usage: p.usage, finishReason: p.finishReason, toolCalls: p.toolCalls || [],
+        model: p.model || '', skipped: p.skipped || [],
       });
     }
     this.touched = m || (text || p.toolCalls?.length ? ctx.items[ctx.items.length - 1] : null);
@@ -406,6 +409,26 @@ export class RunModel {
     ctx.endMs = t;
     this.push(ctx, { kind: 'done', agent: ctx.agent, output: ctx.output, usage: ctx.usage, shown: ctx.output === ctx.lastText });
     this.head(ctx);
+  }
+
+  on_modelFallback(ctx, p) {
+    // The failed model's streamed text is dropped: the next model starts
+    // the turn again in a message of its own.
+    const m = ctx.openMessage;
+    if (p.discardedText && m) {
+      m.discarded = true;
+      m.final = true;
+      ctx.openMessage = null;
+      this.touch(m);
+    }
+    this.push(ctx, {
+      kind: 'fallback', from: p.fromModel || '', to: p.toModel || '', reason: p.reason || '',
+      error: p.error || '', discarded: !!p.discardedText,
+    });
+  }
+
+  on_budgetExhausted(ctx, p) {
+    this.push(ctx, { kind: 'budget', budget: p.budget || '', message: p.message || '', action: p.action || 'fail' });
   }
 
   on_handoff(ctx, p, t) {
@@ -494,7 +517,7 @@ export class RunModel {
         args: p.argumentsJson || '', resolved: null, closed: false, sending: false,
       });
       this.approvals.set(p.approvalId, item);
-      item.span = { kind: 'wait', ctx, label: `approve ${p.tool}`, start: t, end: NaN, state: 'running', detail: '' };
+      item.span = { kind: 'wait', ctx, label: p.tool === 'raise_budget' ? 'raise a budget' : `approve ${p.tool}`, start: t, end: NaN, state: 'running', detail: '' };
       this.spans.push(item.span);
     }
     item.deadline = parseTime(p.deadline);

@@ -470,7 +470,9 @@ export function openRun(main, runId, app) {
     el.pending.append(h('strong', { text: `Waiting for you (${items.length}): ` }));
     const list = h('ul');
     for (const item of items.slice(0, 8)) {
-      const what = item.kind === 'approval' ? `approve ${item.tool}` : `answer ${item.tool}: ${item.prompt}`;
+      const what = item.kind === 'approval'
+        ? (item.tool === 'raise_budget' ? 'raise a budget' : `approve ${item.tool}`)
+        : `answer ${item.tool}: ${item.prompt}`;
       list.append(h('li', null,
         h('button', {
           type: 'button', class: 'link', 'data-testid': 'pending-jump',

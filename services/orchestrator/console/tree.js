@@ -326,6 +326,13 @@ export class TreeView {
         p.text.data = `called ${item.toolCalls.map((c) => c.tool || 'a tool').join(', ')}`;
       }
       const parts = [];
+      if (item.discarded) {
+        el.classList.add('superseded');
+        parts.push('discarded: its model failed mid-answer and the next model started over');
+      }
+      if (item.skipped?.length) {
+        parts.push(`answered by ${item.model} after ${item.skipped.map((x) => `${x.model} (${x.reason.replace('_', ' ')})`).join(', ')}`);
+      }
       if (item.superseded) {
         el.classList.add('superseded');
         parts.push('superseded: the run resumed elsewhere and this turn was done again');
@@ -414,8 +421,8 @@ export class TreeView {
       'data-call-id': item.callId, tabindex: '-1',
     },
     h('div', { class: 'ask-title' }, h('span', { class: 'kind', text: 'approval' }),
-      h('span', null, 'Run tool ', h('strong', { text: item.tool }), '?')),
-    item.args ? h('pre', { class: 'approval-args', 'data-testid': 'approval-args', text: pretty(item.args) }) : null,
+      raiseTitle(item) || h('span', null, 'Run tool ', h('strong', { text: item.tool }), '?')),
+    item.args && item.tool !== 'raise_budget' ? h('pre', { class: 'approval-args', 'data-testid': 'approval-args', text: pretty(item.args) }) : null,
     p.body);
     return el;
   }
@@ -518,6 +525,19 @@ export class TreeView {
       `● ${item.agent}`, item.model ? h('span', { class: 'meta', text: ` on ${item.model}` }) : null);
   }
 
+  render_fallback(item) {
+    return h('li', { class: 'item note fallback', 'data-testid': 'model-fallback', title: item.error },
+      '↻ ', h('strong', { text: item.from }), ` failed (${item.reason.replace('_', ' ')}): `,
+      h('strong', { text: item.to }), ' answers instead',
+      item.discarded ? '; the text above is discarded' : '');
+  }
+
+  render_budget(item) {
+    const then = { finish: ' One last answer, without tools.', ask: ' Asking a person for more.' }[item.action] || '';
+    return h('li', { class: 'item note budget', 'data-testid': 'budget-exhausted', 'data-action': item.action },
+      h('strong', { text: '⊘ ' }), `${item.message}.${then}`);
+  }
+
   render_handoff(item) {
     return h('li', { class: 'item note handoff', 'data-testid': 'handoff' },
       'handoff ', h('strong', { text: item.from }), ' → ', h('strong', { text: item.to }));
@@ -571,6 +591,17 @@ export class TreeView {
   render_note(item) {
     return h('li', { class: 'item note', 'data-testid': 'note', text: item.text || '' });
   }
+}
+
+/** An approval to raise a budget, said plainly (null for any other). */
+function raiseTitle(item) {
+  if (item.tool !== 'raise_budget') return null;
+  let a;
+  try { a = JSON.parse(item.args); } catch { return null; }
+  const more = [];
+  if (a.tokens) more.push(`${a.tokens.more} tokens (${a.tokens.spent} of ${a.tokens.limit} spent)`);
+  if (a.cost) more.push(`${a.cost.more} ${a.cost.currency} (${a.cost.spent} of ${a.cost.limit} spent)`);
+  return h('span', { 'data-testid': 'raise-budget' }, 'Raise budget ', h('strong', { text: a.budget || '' }), ` by ${more.join(' and ')}?`);
 }
 
 /** A labelled block of text: inline when short, else in a <details>. */
