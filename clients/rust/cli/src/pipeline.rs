@@ -79,6 +79,9 @@ pub async fn run(args: PipelineArgs) -> anyhow::Result<()> {
         if l.run_timeout.is_some() {
             mine.run_timeout = l.run_timeout;
         }
+        if l.budget.is_some() {
+            mine.budget = l.budget;
+        }
     }
     if settings.is_some() {
         request.settings = settings;

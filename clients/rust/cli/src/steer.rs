@@ -1,6 +1,8 @@
 //! What `baton run` and `baton pipeline` may change about a run's models:
 //! `--model` (the model of agents that name none), `--max-turns`,
-//! `--max-depth` (how deep agents may call agents), `--timeout` (the whole run's deadline) and `--set key=value` generation
+//! `--max-depth` (how deep agents may call agents), `--timeout` (the whole
+//! run's deadline), `--budget-tokens` and `--budget-cost` (what the whole
+//! run may spend) and `--set key=value` generation
 //! settings, sent as the request's `settings` (over every agent's and
 //! provider's own; the server checks the values and names a bad one).
 
@@ -27,6 +29,14 @@ pub struct Steer {
     /// Deadline of the whole run (`90s`, `5m`).
     #[arg(long, value_parser = baton_common::config::duration::parse)]
     timeout: Option<std::time::Duration>,
+    /// Most tokens (input and output) the whole run may spend on models,
+    /// its sub-agents included (`limits.budget.tokens`).
+    #[arg(long, value_name = "N")]
+    budget_tokens: Option<u64>,
+    /// Most the whole run may spend on models, in the prices' currency
+    /// (`limits.budget.cost`, e.g. `0.25`).
+    #[arg(long, value_name = "AMOUNT")]
+    budget_cost: Option<f64>,
     /// A generation setting, `key=value`; repeatable. Keys: temperature,
     /// top_p, max_tokens, seed, stop (repeat for several), tool_choice
     /// (auto, none, required or a tool name), parallel_tool_calls
@@ -46,7 +56,16 @@ impl Steer {
         Option<pb::RunLimits>,
         Option<pb::GenerationSettings>,
     )> {
-        let set = self.max_turns.is_some() || self.timeout.is_some() || self.max_depth.is_some();
+        let budget = (self.budget_tokens.is_some() || self.budget_cost.is_some()).then(|| {
+            pb::Budget {
+                tokens: self.budget_tokens,
+                cost: self.budget_cost,
+            }
+        });
+        let set = self.max_turns.is_some()
+            || self.timeout.is_some()
+            || self.max_depth.is_some()
+            || budget.is_some();
         let limits = set.then(|| pb::RunLimits {
             max_depth: self.max_depth,
             max_turns: self.max_turns.unwrap_or(0),
@@ -54,6 +73,7 @@ impl Steer {
                 seconds: t.as_secs() as i64,
                 nanos: t.subsec_nanos() as i32,
             }),
+            budget,
             ..Default::default()
         });
         let settings = if self.set.is_empty() {

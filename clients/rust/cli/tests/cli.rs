@@ -596,6 +596,7 @@ async fn run_sends_the_model_limits_and_settings_of_its_flags() {
     let fake = FakeOpenAi::start(vec![
         Reply::Stream(vec![text("steered"), finish("stop")]),
         Reply::Stream(vec![text("piped"), finish("stop")]),
+        Reply::Stream(vec![text("on a budget"), finish("stop")]),
     ])
     .await
     .expect("fake");
@@ -675,6 +676,26 @@ async fn run_sends_the_model_limits_and_settings_of_its_flags() {
     );
     assert_eq!(fake.requests()[1].body["seed"], 5);
     assert_eq!(fake.requests().len(), 2, "the refused runs sent nothing");
+    // A run's budget: the call's max_tokens is capped at what it leaves
+    // (20 tokens less the input's estimate, 2 for "hello" and 4 for each
+    // of the 2 messages).
+    let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["run", "open", "hello", "--endpoint", &endpoint])
+        .args(["--model", "local:tiny", "--set", "max_tokens=32"])
+        .args(["--budget-tokens", "20"])
+        .output()
+        .expect("baton run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(fake.requests()[2].body["max_tokens"], 10);
+    let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["run", "open", "hello", "--endpoint", &endpoint])
+        .args(["--budget-cost=-1"])
+        .output()
+        .expect("baton run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("limits.budget.cost"), "{err}");
+    assert_eq!(fake.requests().len(), 3, "the refused run sent nothing");
     server.shutdown().await.expect("shutdown");
 }
 
