@@ -56,12 +56,11 @@ impl Steer {
         Option<pb::RunLimits>,
         Option<pb::GenerationSettings>,
     )> {
-        let budget = (self.budget_tokens.is_some() || self.budget_cost.is_some()).then(|| {
-            pb::Budget {
+        let budget =
+            (self.budget_tokens.is_some() || self.budget_cost.is_some()).then(|| pb::Budget {
                 tokens: self.budget_tokens,
                 cost: self.budget_cost,
-            }
-        });
+            });
         let set = self.max_turns.is_some()
             || self.timeout.is_some()
             || self.max_depth.is_some()

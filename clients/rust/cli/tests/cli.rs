@@ -685,7 +685,11 @@ async fn run_sends_the_model_limits_and_settings_of_its_flags() {
         .args(["--budget-tokens", "20"])
         .output()
         .expect("baton run");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(fake.requests()[2].body["max_tokens"], 10);
     let out = Command::new(env!("CARGO_BIN_EXE_baton"))
         .args(["run", "open", "hello", "--endpoint", &endpoint])
