@@ -57,7 +57,7 @@ impl Steer {
         Option<pb::GenerationSettings>,
     )> {
         let budget =
-            (self.budget_tokens.is_some() || self.budget_cost.is_some()).then(|| pb::Budget {
+            (self.budget_tokens.is_some() || self.budget_cost.is_some()).then_some(pb::Budget {
                 tokens: self.budget_tokens,
                 cost: self.budget_cost,
             });

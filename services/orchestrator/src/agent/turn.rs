@@ -465,7 +465,7 @@ async fn call_model(
 /// A budget has too little left for the frame's next call: the agent's
 /// `on_exhausted` decides. `Ok`: take the turn again (finishing, or with
 /// more); else the run fails with `RESOURCE_EXHAUSTED` naming the budget.
-async fn exhausted(rt: &Arc<Run>, frame: &mut CallFrame, x: Exhausted) -> Result<(), Failure> {
+async fn exhausted(rt: &Arc<Run>, frame: &mut CallFrame, x: Box<Exhausted>) -> Result<(), Failure> {
     let on = frame
         .agent
         .spec

@@ -162,11 +162,11 @@ mod tests {
     fn budgets_refuse_zero_negative_and_not_a_number() {
         assert!(check_amount("b", Some(1), Some(0.000_001)).is_ok());
         assert_eq!(
-            check_amount("b", Some(0), None).unwrap_err(),
+            check_amount("b", Some(0), None).expect_err("refused"),
             "b.tokens: must be at least 1"
         );
         for bad in [-1.0, 0.0, f64::NAN, f64::INFINITY] {
-            let e = check_amount("agents.a.budget", None, Some(bad)).unwrap_err();
+            let e = check_amount("agents.a.budget", None, Some(bad)).expect_err("refused");
             assert!(e.starts_with("agents.a.budget.cost: "), "{e}");
         }
         assert_eq!(cost_nanos(0.5), 500_000_000);
@@ -216,7 +216,7 @@ mod tests {
                 [("fallbacks", &bad), ("context_window_fallbacks", &[])],
                 &known,
             )
-            .unwrap_err()
+            .expect_err("refused")
             .to_string();
             assert!(e.starts_with(says), "{e}");
         }
@@ -226,7 +226,7 @@ mod tests {
             [("fallbacks", &ok), ("context_window_fallbacks", &[])],
             &known,
         )
-        .unwrap_err()
+        .expect_err("refused")
         .to_string();
         assert!(e.contains("names its own model"), "{e}");
     }

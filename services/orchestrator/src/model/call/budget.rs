@@ -242,7 +242,7 @@ impl Book {
     /// Reserves the worst case of a call drawing from `node` on every node
     /// above it, its `max_tokens` capped at what they have left; or the
     /// first node (from `node` up) with too little left.
-    pub fn reserve(&mut self, node: usize, need: Need<'_>) -> Result<Reservation, Exhausted> {
+    pub fn reserve(&mut self, node: usize, need: Need<'_>) -> Result<Reservation, Box<Exhausted>> {
         let mut cap = need.max_output.map_or(u64::MAX, u64::from);
         let input_cost = need
             .price
@@ -251,17 +251,19 @@ impl Book {
         let hold_cost = need.price.map_or(0, |p| p.cost_nanos(0, 0, need.hold_back));
         for n in self.chain(node) {
             let b = &self.nodes[n];
-            let exhausted = |unpriced: Option<String>| Exhausted {
-                budget: b.name.clone(),
-                limit: b.limit,
-                spent_tokens: b.spent_tokens,
-                spent_cost: b.spent_cost,
-                reserved_tokens: b.reserved_tokens,
-                reserved_cost: b.reserved_cost,
-                needed_tokens: need.input_tokens + 1,
-                needed_cost: input_cost + one_output,
-                unpriced,
-                node: n,
+            let exhausted = |unpriced: Option<String>| {
+                Box::new(Exhausted {
+                    budget: b.name.clone(),
+                    limit: b.limit,
+                    spent_tokens: b.spent_tokens,
+                    spent_cost: b.spent_cost,
+                    reserved_tokens: b.reserved_tokens,
+                    reserved_cost: b.reserved_cost,
+                    needed_tokens: need.input_tokens + 1,
+                    needed_cost: input_cost + one_output,
+                    unpriced,
+                    node: n,
+                })
             };
             if let Some(limit) = b.limit.tokens {
                 let left = limit
@@ -410,10 +412,10 @@ mod tests {
             cost_nanos: None,
         });
         // 99 input + 1 output fits exactly: max_tokens capped at 1.
-        let r = b.reserve(RUN, need(99, Some(500))).unwrap();
+        let r = b.reserve(RUN, need(99, Some(500))).expect("ok");
         assert_eq!(r.max_output, Some(1));
         b.settle(r, 0, 0);
-        let e = b.reserve(RUN, need(100, Some(500))).unwrap_err();
+        let e = b.reserve(RUN, need(100, Some(500))).expect_err("refused");
         assert_eq!((e.needed_tokens, e.spent_tokens), (101, 0));
         // A reserve held back for a last answer counts as spent.
         let e = b
@@ -424,7 +426,7 @@ mod tests {
                     ..need(50, None)
                 },
             )
-            .unwrap_err();
+            .expect_err("refused");
         assert_eq!(e.needed_tokens, 51);
         let r = b
             .reserve(
@@ -434,7 +436,7 @@ mod tests {
                     ..need(50, None)
                 },
             )
-            .unwrap();
+            .expect("ok");
         assert_eq!(r.max_output, Some(1));
         b.settle(r, 0, 0);
         assert_eq!(
@@ -458,11 +460,11 @@ mod tests {
             },
         );
         // Under the agent's 300: 100 in, capped at 200 out.
-        let first = b.reserve(agent, need(100, None)).unwrap();
+        let first = b.reserve(agent, need(100, None)).expect("ok");
         assert_eq!(first.max_output, Some(200));
         // The agent's node is held whole: a second call in it is refused,
         // naming it and what the first holds.
-        let e = b.reserve(agent, need(10, None)).unwrap_err();
+        let e = b.reserve(agent, need(10, None)).expect_err("refused");
         assert_eq!(
             (e.budget.as_str(), e.reserved_tokens),
             ("agent a in root.a.1", 300)
@@ -474,7 +476,7 @@ mod tests {
             e.describe("")
         );
         // The run's other 700 are free beside it.
-        let beside = b.reserve(RUN, need(100, Some(50))).unwrap();
+        let beside = b.reserve(RUN, need(100, Some(50))).expect("ok");
         assert_eq!(beside.max_output, Some(50));
         b.settle(first, 130, 0);
         b.settle(beside, 120, 0);
@@ -483,9 +485,9 @@ mod tests {
         // Unbounded chains keep the configured max_tokens, and reserve
         // nothing without one.
         let mut free = Book::new(Limit::default());
-        let r = free.reserve(RUN, need(10, Some(7))).unwrap();
+        let r = free.reserve(RUN, need(10, Some(7))).expect("ok");
         assert_eq!(r.max_output, Some(7));
-        let r = free.reserve(RUN, need(10, None)).unwrap();
+        let r = free.reserve(RUN, need(10, None)).expect("ok");
         assert_eq!((r.max_output, r.tokens), (None, 0));
     }
 
@@ -494,15 +496,15 @@ mod tests {
         let price = crate::catalog::prices::Prices::new(
             &[(
                 "m:x".to_owned(),
-                serde_norway::from_str("{input: 1.0, output: 2.0}").unwrap(),
+                serde_norway::from_str("{input: 1.0, output: 2.0}").expect("ok"),
             )]
             .into_iter()
             .collect(),
             None,
             std::path::Path::new("."),
         )
-        .unwrap();
-        let p = price.of("m:x").unwrap();
+        .expect("ok");
+        let p = price.of("m:x").expect("ok");
         // 1 000 nanos per input token, 2 000 per output token; 0.01 left.
         let mut b = Book::new(Limit {
             tokens: None,
@@ -516,11 +518,11 @@ mod tests {
                     ..need(1000, None)
                 },
             )
-            .unwrap();
+            .expect("ok");
         // (10 000 000 - 1 000 000) / 2 000 = 4 500 output tokens.
         assert_eq!(r.max_output, Some(4500));
         b.settle(r, 1100, 1_200_000);
-        let e = b.reserve(RUN, need(10, None)).unwrap_err();
+        let e = b.reserve(RUN, need(10, None)).expect_err("refused");
         assert!(
             e.describe("USD").contains("has no price"),
             "{}",

@@ -168,7 +168,7 @@ mod tests {
     #[async_trait::async_trait]
     impl DeltaSink for Seen {
         async fn delta(&self, text: String) {
-            self.0.lock().unwrap().push(text);
+            self.0.lock().expect("ok").push(text);
         }
     }
 
@@ -177,7 +177,7 @@ mod tests {
         async fn fell_back(&self, from: &str, to: &str, why: &Skipped, discarded: bool) {
             self.0
                 .lock()
-                .unwrap()
+                .expect("ok")
                 .push(format!("{from}->{to} {} {discarded}", why.reason));
         }
     }
@@ -233,7 +233,7 @@ mod tests {
             }
             Err(CallError::Exhausted(_)) => Err("exhausted".into()),
         };
-        (out, seen.0.into_inner().unwrap())
+        (out, seen.0.into_inner().expect("ok"))
     }
 
     #[tokio::test]
@@ -249,7 +249,7 @@ mod tests {
         )
         .await;
         assert_eq!(
-            out.unwrap(),
+            out.expect("ok"),
             "from c:1 skipped [(\"a:1\", \"rate_limited\"), (\"b:1\", \"unavailable\")]"
         );
         assert_eq!(
@@ -269,7 +269,7 @@ mod tests {
             &[],
         )
         .await;
-        assert_eq!(out.unwrap_err(), "a:1 after 0");
+        assert_eq!(out.expect_err("refused"), "a:1 after 0");
         // The last model's failure is the call's.
         let (out, _) = run(
             &[
@@ -279,7 +279,7 @@ mod tests {
             &[],
         )
         .await;
-        assert_eq!(out.unwrap_err(), "b:1 after 1");
+        assert_eq!(out.expect_err("refused"), "b:1 after 1");
     }
 
     #[tokio::test]
@@ -292,19 +292,19 @@ mod tests {
         )
         .await;
         assert_eq!(
-            out.unwrap(),
+            out.expect("ok"),
             "from w:1 skipped [(\"a:1\", \"context_window\")]"
         );
         // Without that list it ends the call (the ordinary fallbacks have
         // no larger window).
         let (out, _) = run(&[model("a:1", too_small, ""), model("b:1", None, "")], &[]).await;
-        assert_eq!(out.unwrap_err(), "a:1 after 0");
+        assert_eq!(out.expect_err("refused"), "a:1 after 0");
         // The widened list's own context-window error ends it.
         let (out, _) = run(
             &[model("a:1", too_small, "")],
             &[model("w:1", too_small, ""), model("w:2", None, "")],
         )
         .await;
-        assert_eq!(out.unwrap_err(), "w:1 after 1");
+        assert_eq!(out.expect_err("refused"), "w:1 after 1");
     }
 }

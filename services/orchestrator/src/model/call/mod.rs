@@ -132,7 +132,7 @@ pub enum CallError {
     /// Every model it went to failed; the last failure.
     Model(ModelError, Vec<Skipped>),
     /// A budget has too little left.
-    Exhausted(Exhausted),
+    Exhausted(Box<Exhausted>),
 }
 
 /// What a call tells its watchers besides its text.
