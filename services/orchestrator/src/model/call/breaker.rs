@@ -16,9 +16,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{ModelCall, TryModel, moves};
+use super::{CallSink, ModelCall, TryModel, moves};
 use crate::catalog::models::BreakerSpec;
-use crate::model::{DeltaSink, Model, ModelError, ModelErrorKind, ModelTurn};
+use crate::model::{Model, ModelError, ModelErrorKind, ModelTurn};
 
 /// The `error_type` of a call refused by an open breaker.
 pub const OPEN: &str = "breaker_open";
@@ -116,7 +116,7 @@ impl<I: TryModel> TryModel for Breakers<I> {
         &self,
         model: &Arc<dyn Model>,
         call: &ModelCall<'_>,
-        sink: &dyn DeltaSink,
+        sink: &dyn CallSink,
     ) -> Result<ModelTurn, ModelError> {
         // The provider entry: the reference's `provider` part.
         let reference = model.reference();

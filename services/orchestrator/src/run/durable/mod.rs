@@ -33,6 +33,7 @@
 
 mod claims;
 pub mod inbox;
+mod limits;
 mod lease;
 mod list;
 mod meta;
