@@ -83,11 +83,12 @@ fn call_stack(
         Some(d) => d.clone(),
         None => Arc::new(limit::MemoryWindows::default()),
     };
+    let shared = durable.map(|d| d.clone() as Arc<dyn crate::model::call::breaker::SharedBreakers>);
     let observe = Observe {
         tracer: tracing.tracer().clone(),
         metrics: metrics.clone(),
     };
-    Arc::new(stack(catalog, observe, window))
+    Arc::new(stack(catalog, observe, window, shared))
 }
 
 impl Shared {

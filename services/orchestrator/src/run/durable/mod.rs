@@ -31,6 +31,7 @@
 //! write a byte of the run. A run's keys live `run_timeout` plus
 //! `runs.retention` from its start, and `runs.retention` from its end.
 
+mod breakers;
 mod claims;
 pub mod inbox;
 mod limits;
