@@ -21,6 +21,7 @@ pub fn kind(e: &pb::RunEvent) -> &'static str {
         Some(Payload::Handoff(_)) => "Handoff",
         Some(Payload::ModelFallback(_)) => "ModelFallback",
         Some(Payload::BudgetExhausted(_)) => "BudgetExhausted",
+        Some(Payload::RateLimitWait(_)) => "RateLimitWait",
         Some(Payload::ToolCallStarted(_)) => "ToolCallStarted",
         Some(Payload::ToolProgress(_)) => "ToolProgress",
         Some(Payload::ToolOptions(_)) => "ToolOptions",

@@ -10,7 +10,7 @@ import { num, parseDuration, parseTime } from './util.js';
 export const PAYLOADS = [
   'runStarted', 'runCompleted', 'runFailed', 'runCancelled', 'runResumed',
   'agentStarted', 'textDelta', 'messageCompleted', 'agentCompleted', 'handoff',
-  'modelFallback', 'budgetExhausted', 'toolCallStarted', 'toolProgress', 'toolOptions', 'toolCallCompleted',
+  'modelFallback', 'budgetExhausted', 'rateLimitWait', 'toolCallStarted', 'toolProgress', 'toolOptions', 'toolCallCompleted',
   'toolBatchCompleted', 'approvalRequested', 'approvalResolved',
   'inputRequested', 'inputReceived', 'inputTimedOut', 'contextWritten', 'stepStarted',
   'stepCompleted', 'stepFailed', 'stepSkipped', 'pipelineCompleted', 'diverged',
@@ -424,6 +424,13 @@ export class RunModel {
     this.push(ctx, {
       kind: 'fallback', from: p.fromModel || '', to: p.toModel || '', reason: p.reason || '',
       error: p.error || '', discarded: !!p.discardedText,
+    });
+  }
+
+  on_rateLimitWait(ctx, p) {
+    this.push(ctx, {
+      kind: 'wait', provider: p.provider || '', model: p.model || '',
+      waitS: parseDuration(p.wait), ahead: num(p.ahead),
     });
   }
 

@@ -532,6 +532,12 @@ export class TreeView {
       item.discarded ? '; the text above is discarded' : '');
   }
 
+  render_wait(item) {
+    const s = Number.isFinite(item.waitS) ? item.waitS.toFixed(1) : '?';
+    return h('li', { class: 'item note wait', 'data-testid': 'rate-limit-wait' },
+      `⏳ waiting for ${item.provider}'s rate limit, ${s} s${item.ahead ? ` (${item.ahead} ahead)` : ''}`);
+  }
+
   render_budget(item) {
     const then = { finish: ' One last answer, without tools.', ask: ' Asking a person for more.' }[item.action] || '';
     return h('li', { class: 'item note budget', 'data-testid': 'budget-exhausted', 'data-action': item.action },

@@ -15,6 +15,8 @@
 //! | `baton_model_fallbacks_total` | `from`, `to`, `reason` (rate_limited, unavailable, timeout, breaker_open, context_window) |
 //! | `baton_model_breaker_open` | `provider` (1 while its circuit breaker is open on this replica) |
 //! | `baton_budget_exhausted_total` | `action` (fail, finish, ask) |
+//! | `baton_rate_limit_queue` | `provider` (calls waiting for its rate limit on this replica) |
+//! | `baton_rate_limit_wait_seconds` | `provider` (how long calls waited for it) |
 //! | `baton_tenant_runs` | `tenant` (runs not ended on this replica) |
 //! | `baton_tenant_runs_waiting` | `tenant` (of them, waiting for a person) |
 //! | `baton_tenant_model_tokens_total` | `tenant` |
@@ -49,6 +51,8 @@ pub struct Metrics {
     fallbacks: Family<Labels, Counter>,
     breakers: Family<Labels, Gauge>,
     budgets: Family<Labels, Counter>,
+    limit_queue: Family<Labels, Gauge>,
+    limit_wait: Histograms,
     /// Model references and tool names that may be label values; anything
     /// else (a request's own default_model, a tool name a model made up)
     /// counts as `other`, so no client can grow the label sets.
@@ -187,6 +191,18 @@ impl Metrics {
             "Model calls a budget had too little left for, by what the agent did",
             budgets.clone(),
         );
+        let limit_queue = Family::<Labels, Gauge>::default();
+        r.register(
+            "baton_rate_limit_queue",
+            "Model calls waiting for their provider's rate limit on this replica",
+            limit_queue.clone(),
+        );
+        let limit_wait = latency_histograms();
+        r.register(
+            "baton_rate_limit_wait_seconds",
+            "How long model calls waited for their provider's rate limit",
+            limit_wait.clone(),
+        );
         let quota = QuotaMetrics::default();
         r.register(
             "baton_tenant_runs",
@@ -224,6 +240,8 @@ impl Metrics {
             fallbacks,
             breakers,
             budgets,
+            limit_queue,
+            limit_wait,
             known_models: HashSet::new(),
             known_tools: HashSet::new(),
         }
@@ -323,6 +341,20 @@ impl Metrics {
         self.breakers
             .get_or_create(&vec![("provider", provider.to_owned())])
             .set(i64::from(open));
+    }
+
+    /// `n` calls wait for `provider`'s rate limit here.
+    pub fn rate_limit_queue(&self, provider: &str, n: usize) {
+        self.limit_queue
+            .get_or_create(&vec![("provider", provider.to_owned())])
+            .set(n as i64);
+    }
+
+    /// A call waited `seconds` for `provider`'s rate limit.
+    pub fn rate_limit_wait(&self, provider: &str, seconds: f64) {
+        self.limit_wait
+            .get_or_create(&vec![("provider", provider.to_owned())])
+            .observe(seconds);
     }
 
     /// A budget ran out; the agent did `action`.

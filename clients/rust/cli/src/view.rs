@@ -429,6 +429,18 @@ impl View {
                     }
                 )
             }
+            Some(Payload::RateLimitWait(w)) => format!(
+                "{}{who}waiting for {}'s rate limit, {:.1} s{}",
+                self.mark("⏳ ", "~ "),
+                w.provider,
+                w.wait
+                    .map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9),
+                if w.ahead > 0 {
+                    format!(" ({} ahead)", w.ahead)
+                } else {
+                    String::new()
+                }
+            ),
             Some(Payload::BudgetExhausted(b)) => {
                 // Short enough for a line: what is spent of what, and what
                 // the agent does (the whole message is in the event).

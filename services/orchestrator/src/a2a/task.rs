@@ -241,6 +241,7 @@ impl Task {
             | Payload::StepSkipped(_)
             | Payload::ModelFallback(_)
             | Payload::BudgetExhausted(_)
+            | Payload::RateLimitWait(_)
             | Payload::PipelineCompleted(_) => {
                 let Some(line) = progress_line(event, payload) else {
                     return Vec::new();

@@ -133,6 +133,11 @@ pub fn progress_line(event: &pb::RunEvent, payload: &Payload) -> Option<String> 
             }
         ),
         Payload::BudgetExhausted(b) => format!("{at}{} ({})", b.message, b.action),
+        Payload::RateLimitWait(w) => format!(
+            "{at}waiting for {}'s rate limit, {:.1} s",
+            w.provider,
+            w.wait.map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9)
+        ),
         _ => return None,
     })
 }

@@ -366,6 +366,16 @@ impl crate::model::call::CallSink for FrameSink<'_> {
         });
         self.rt.emit(self.ctx, self.agent, event).await;
     }
+
+    async fn waiting(&self, provider: &str, model: &str, wait: Duration, ahead: usize) {
+        let event = Payload::RateLimitWait(pb::RateLimitWait {
+            provider: provider.to_owned(),
+            model: model.to_owned(),
+            wait: Some(duration(wait)),
+            ahead: ahead as u32,
+        });
+        self.rt.emit(self.ctx, self.agent, event).await;
+    }
 }
 
 #[async_trait::async_trait]

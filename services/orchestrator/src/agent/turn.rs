@@ -436,6 +436,7 @@ async fn call_model(
         },
         prices: &rt.services.catalog.prices,
         trace: &frame.ctx.otel,
+        tenant: &rt.record.tenant,
     };
     // A fenced replica calls nothing more (see `Run::hold_lease`).
     rt.hold_lease().await;

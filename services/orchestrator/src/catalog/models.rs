@@ -66,6 +66,40 @@ pub struct ProviderSpec {
     pub models: BTreeMap<String, ModelSpec>,
     /// Its circuit breaker (see `model::call::breaker`).
     pub breaker: BreakerSpec,
+    /// Its rate limit, shared by every replica (see `model::call::limit`).
+    pub rate_limit: Option<RateLimitSpec>,
+}
+
+/// `providers.<name>.rate_limit`: at most `requests` calls and `tokens`
+/// tokens (input and output) within any `window`, for every replica
+/// together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitSpec {
+    /// Most calls within a window.
+    #[serde(default)]
+    pub requests: Option<u64>,
+    /// Most tokens within a window (a call counts its input estimate and
+    /// its `max_tokens` until it is settled to what it used).
+    #[serde(default)]
+    pub tokens: Option<u64>,
+    /// The window (default 1m).
+    #[serde(default = "minute", deserialize_with = "duration")]
+    pub window: Duration,
+    /// A limit per model of the provider, not one for all.
+    #[serde(default)]
+    pub per_model: bool,
+    /// A limit per tenant, not one for all.
+    #[serde(default)]
+    pub per_tenant: bool,
+    /// When the shared counters (Redis) do not answer, call anyway
+    /// (default: the call fails `UNAVAILABLE`).
+    #[serde(default)]
+    pub fail_open: bool,
+}
+
+fn minute() -> Duration {
+    Duration::from_secs(60)
 }
 
 /// `providers.<name>.breaker`: after `failures` failures (429, 5xx,
@@ -115,6 +149,16 @@ pub const RESERVED_PROVIDERS: &[&str] = &["scripted"];
 /// Why an entry of `providers` is refused; the message names the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProviderError {
+    /// A rate limit setting is wrong.
+    #[error("providers.{name}.rate_limit.{field}: {message}")]
+    RateLimit {
+        /// The entry.
+        name: String,
+        /// The setting.
+        field: &'static str,
+        /// What is wrong.
+        message: String,
+    },
     /// A breaker setting is zero.
     #[error("providers.{name}.breaker.{field}: must be more than 0")]
     Breaker {
@@ -211,6 +255,27 @@ impl ProviderSpec {
                     name: name.to_owned(),
                     field,
                 });
+            }
+        }
+        if let Some(l) = &self.rate_limit {
+            let bad = |field: &'static str, message: &str| {
+                Err(ProviderError::RateLimit {
+                    name: name.to_owned(),
+                    field,
+                    message: message.to_owned(),
+                })
+            };
+            if l.requests.is_none() && l.tokens.is_none() {
+                return bad("requests", "set requests, tokens, or both");
+            }
+            if l.requests == Some(0) {
+                return bad("requests", "must be more than 0");
+            }
+            if l.tokens == Some(0) {
+                return bad("tokens", "must be more than 0");
+            }
+            if l.window < Duration::from_millis(100) {
+                return bad("window", "must be at least 100ms");
             }
         }
         for (model, spec) in &self.models {

@@ -207,6 +207,7 @@ pub fn kind_of(p: &Payload) -> pb::EventKind {
         Payload::Handoff(_) => K::Handoff,
         Payload::ModelFallback(_) => K::ModelFallback,
         Payload::BudgetExhausted(_) => K::BudgetExhausted,
+        Payload::RateLimitWait(_) => K::RateLimitWait,
         Payload::ToolCallStarted(_) => K::ToolCallStarted,
         Payload::ToolProgress(_) => K::ToolProgress,
         Payload::ToolOptions(_) => K::ToolOptions,

@@ -70,23 +70,25 @@ pub struct Shared {
     tool_defs: Mutex<HashMap<String, ToolDefs>>,
 }
 
-/// The model-call stack of `catalog`'s providers.
+/// The model-call stack of `catalog`'s providers; rate limits counted in
+/// Redis when runs are durable, else here.
 fn call_stack(
     catalog: &Catalog,
     tracing: &Tracing,
     metrics: &Arc<Metrics>,
+    durable: Option<&Arc<RedisRuns>>,
 ) -> Arc<crate::model::call::Stack> {
-    use crate::model::call::{Observe, attempt::Attempt, breaker::Breakers, stack};
-    let specs = catalog
-        .providers
-        .iter()
-        .map(|(name, p)| (name.clone(), p.breaker))
-        .collect();
-    let attempt = Attempt(Observe {
+    use crate::model::call::{Observe, limit, stack};
+    let window: Arc<dyn limit::Window> = match durable {
+        Some(d) => d.clone(),
+        None => Arc::new(limit::MemoryWindows::default()),
+    };
+    let shared = durable.map(|d| d.clone() as Arc<dyn crate::model::call::breaker::SharedBreakers>);
+    let observe = Observe {
         tracer: tracing.tracer().clone(),
         metrics: metrics.clone(),
-    });
-    Arc::new(stack(Breakers::new(attempt, specs, metrics.clone())))
+    };
+    Arc::new(stack(catalog, observe, window, shared))
 }
 
 impl Shared {
@@ -112,7 +114,7 @@ impl Shared {
         Ok(Self {
             models: Arc::new(Models::new(catalog.clone(), env)?),
             tools: Arc::new(Toolbox::new(&catalog, env)?),
-            calls: call_stack(&catalog, &tracing, &metrics),
+            calls: call_stack(&catalog, &tracing, &metrics, durable.as_ref()),
             quotas: Arc::new(RunQuotas::new(
                 QuotaConfig::default(),
                 durable.clone(),
@@ -147,7 +149,12 @@ impl Shared {
             models: Arc::new(Models::new(catalog.clone(), env)?),
             tools: Arc::new(Toolbox::new(&catalog, env)?),
             // The breakers start closed again, with the file's settings.
-            calls: call_stack(&catalog, &self.tracing, &self.metrics),
+            calls: call_stack(
+                &catalog,
+                &self.tracing,
+                &self.metrics,
+                self.durable.as_ref(),
+            ),
             catalog,
             store: self.store.clone(),
             tracing: self.tracing.clone(),

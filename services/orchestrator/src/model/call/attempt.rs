@@ -9,9 +9,9 @@ use opentelemetry::{
     trace::{Span as _, SpanBuilder, SpanKind, Status, Tracer},
 };
 
-use super::{ModelCall, Observe, TryModel};
+use super::{CallSink, ModelCall, Observe, TryModel};
 use crate::catalog::settings::Settings;
-use crate::model::{DeltaSink, Model, ModelError, ModelErrorKind, ModelTurn};
+use crate::model::{Model, ModelError, ModelErrorKind, ModelTurn};
 
 /// Calls the model itself.
 pub struct Attempt(pub Observe);
@@ -22,7 +22,7 @@ impl TryModel for Attempt {
         &self,
         model: &Arc<dyn Model>,
         call: &ModelCall<'_>,
-        sink: &dyn DeltaSink,
+        sink: &dyn CallSink,
     ) -> Result<ModelTurn, ModelError> {
         let reference = model.reference();
         // The model's own settings under the agent's and the request's

@@ -7,8 +7,15 @@
 //! Open, calls to the provider fail at once with `breaker_open` (the
 //! fallback layer moves them on) for `cooldown`; then one call probes it:
 //! answered (even with a 400), the breaker closes; failed, it opens again.
-//! The state is this process's; `baton_model_breaker_open{provider}` shows
-//! it.
+//! `baton_model_breaker_open{provider}` shows it.
+//!
+//! With durable runs the breaker is shared by every replica through Redis
+//! ([`SharedBreakers`], see `run::durable::breakers`): each counted failure
+//! is counted for all of them (the failure path only: a call that answers
+//! costs no round trip unless the breaker had failures), a breaker opened
+//! by one replica is seen by the others within a second (each reads the
+//! open breakers once a second), and after the cool-down one replica of
+//! all probes.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -16,9 +23,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{ModelCall, TryModel, moves};
+use super::{CallSink, ModelCall, TryModel, moves};
 use crate::catalog::models::BreakerSpec;
-use crate::model::{DeltaSink, Model, ModelError, ModelErrorKind, ModelTurn};
+use crate::model::{Model, ModelError, ModelErrorKind, ModelTurn};
 
 /// The `error_type` of a call refused by an open breaker.
 pub const OPEN: &str = "breaker_open";
@@ -41,16 +48,41 @@ enum Pass {
     Refuse(Duration),
 }
 
+/// Breaker state every replica shares (Redis, with durable runs).
+#[async_trait::async_trait]
+pub trait SharedBreakers: Send + Sync {
+    /// Counts a failure of `provider` for every replica (a failed probe
+    /// opens it again at once); how long the breaker is open for now
+    /// (`None`: closed).
+    async fn failed(
+        &self,
+        provider: &str,
+        spec: &BreakerSpec,
+        probe: bool,
+    ) -> Result<Option<Duration>, String>;
+    /// `provider` answered: closed for every replica.
+    async fn answered(&self, provider: &str) -> Result<(), String>;
+    /// How long each of `providers`' breakers is open for (`None`: closed).
+    async fn open(&self, providers: &[String]) -> Result<Vec<Option<Duration>>, String>;
+    /// Whether this replica may probe `provider` (one replica at a time,
+    /// for at most `hold`).
+    async fn probe(&self, provider: &str, hold: Duration) -> Result<bool, String>;
+}
+
+type States = Mutex<HashMap<String, State>>;
+
 /// The breakers of every provider entry.
 pub struct Breakers<I> {
     inner: I,
     specs: HashMap<String, BreakerSpec>,
-    states: Mutex<HashMap<String, State>>,
+    states: Arc<States>,
     metrics: Arc<crate::metrics::Metrics>,
+    shared: Option<Arc<dyn SharedBreakers>>,
 }
 
 impl<I> Breakers<I> {
-    /// Breakers of the providers in `specs` around `inner`.
+    /// Breakers of the providers in `specs` around `inner`, this process's
+    /// own.
     pub fn new(
         inner: I,
         specs: HashMap<String, BreakerSpec>,
@@ -59,14 +91,57 @@ impl<I> Breakers<I> {
         Self {
             inner,
             specs,
-            states: Mutex::default(),
+            states: Arc::default(),
             metrics,
+            shared: None,
         }
+    }
+
+    /// These breakers shared through `shared`: the breakers other replicas
+    /// opened are read once a second (while these breakers live).
+    pub fn shared(mut self, shared: Arc<dyn SharedBreakers>) -> Self {
+        let providers: Vec<String> = self.specs.keys().cloned().collect();
+        if !providers.is_empty() && tokio::runtime::Handle::try_current().is_ok() {
+            let states = Arc::downgrade(&self.states);
+            let (from, metrics) = (shared.clone(), self.metrics.clone());
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs(1));
+                loop {
+                    tick.tick().await;
+                    let Some(states) = states.upgrade() else {
+                        return;
+                    };
+                    let Ok(open) = from.open(&providers).await else {
+                        continue;
+                    };
+                    let now = Instant::now();
+                    let mut states = states.lock().unwrap_or_else(|p| p.into_inner());
+                    for (provider, open) in providers.iter().zip(open) {
+                        let Some(open) = open else { continue };
+                        let s = states.entry(provider.clone()).or_default();
+                        if !s.probing && s.open_until.is_none_or(|u| u < now + open) {
+                            s.open_until = Some(now + open);
+                            metrics.breaker(provider, true);
+                        }
+                    }
+                }
+            });
+        }
+        self.shared = Some(shared);
+        self
     }
 
     fn with<R>(&self, provider: &str, f: impl FnOnce(&mut State) -> R) -> R {
         let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
         f(states.entry(provider.to_owned()).or_default())
+    }
+
+    /// Whether `provider`'s breaker has counted anything since it last
+    /// closed.
+    fn dirty(&self, provider: &str) -> bool {
+        self.with(provider, |s| {
+            !s.failures.is_empty() || s.open_until.is_some() || s.probing
+        })
     }
 
     fn pass(&self, provider: &str, now: Instant) -> Pass {
@@ -116,7 +191,7 @@ impl<I: TryModel> TryModel for Breakers<I> {
         &self,
         model: &Arc<dyn Model>,
         call: &ModelCall<'_>,
-        sink: &dyn DeltaSink,
+        sink: &dyn CallSink,
     ) -> Result<ModelTurn, ModelError> {
         // The provider entry: the reference's `provider` part.
         let reference = model.reference();
@@ -124,7 +199,15 @@ impl<I: TryModel> TryModel for Breakers<I> {
         let Some(spec) = self.specs.get(provider) else {
             return self.inner.try_model(model, call, sink).await;
         };
-        if let Pass::Refuse(wait) = self.pass(provider, Instant::now()) {
+        let mut pass = self.pass(provider, Instant::now());
+        // One replica of all probes.
+        if let (Pass::Probe, Some(shared)) = (&pass, &self.shared)
+            && !shared.probe(provider, call.timeout).await.unwrap_or(false)
+        {
+            self.with(provider, |s| s.probing = false);
+            pass = Pass::Refuse(Duration::ZERO);
+        }
+        if let Pass::Refuse(wait) = pass {
             return Err(ModelError::new(
                 model.reference(),
                 ModelErrorKind::Unavailable,

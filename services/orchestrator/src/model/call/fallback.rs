@@ -25,7 +25,7 @@ pub struct Fallbacks<I>(pub I);
 
 /// Passes text on and notes that some went.
 struct Started<'a> {
-    sink: &'a dyn DeltaSink,
+    sink: &'a dyn CallSink,
     started: AtomicBool,
 }
 
@@ -34,6 +34,17 @@ impl DeltaSink for Started<'_> {
     async fn delta(&self, text: String) {
         self.started.store(true, Ordering::Relaxed);
         self.sink.delta(text).await;
+    }
+}
+
+#[async_trait::async_trait]
+impl CallSink for Started<'_> {
+    async fn fell_back(&self, from: &str, to: &str, why: &Skipped, discarded: bool) {
+        self.sink.fell_back(from, to, why, discarded).await;
+    }
+
+    async fn waiting(&self, provider: &str, model: &str, wait: std::time::Duration, ahead: usize) {
+        self.sink.waiting(provider, model, wait, ahead).await;
     }
 }
 
@@ -156,7 +167,7 @@ mod tests {
             &self,
             model: &Arc<dyn Model>,
             call: &ModelCall<'_>,
-            sink: &dyn DeltaSink,
+            sink: &dyn CallSink,
         ) -> Result<ModelTurn, crate::model::ModelError> {
             model.turn(call.request(call.settings), sink).await
         }
@@ -180,6 +191,7 @@ mod tests {
                 .expect("ok")
                 .push(format!("{from}->{to} {} {discarded}", why.reason));
         }
+        async fn waiting(&self, _: &str, _: &str, _: std::time::Duration, _: usize) {}
     }
 
     fn model(
@@ -217,6 +229,7 @@ mod tests {
             hold_back: 0,
             prices: &prices,
             trace: &trace,
+            tenant: "t",
         };
         let seen = Seen::default();
         let out = match Fallbacks(Direct).call(call, &seen).await {

@@ -18,6 +18,9 @@
 //! 3. **breaker** ([`breaker::Breakers`]): per provider; after `failures`
 //!    failures within `window` the provider is skipped for `cooldown`, then
 //!    one call probes it.
+//! 3b. **rate limit** ([`limit::Limits`]): per provider (or model, or
+//!    tenant), one sliding window for every replica; a call over it waits
+//!    in a queue fair across tenants, at most the model timeout.
 //! 4. **attempt** ([`attempt::Attempt`]): one model under the model
 //!    timeout, its `chat` span and its metrics.
 //! 5. **the provider** (`model::openai`, `model::anthropic`,
@@ -31,6 +34,7 @@ pub mod attempt;
 pub mod breaker;
 pub mod budget;
 pub mod fallback;
+pub mod limit;
 
 use std::{sync::Arc, sync::Mutex, time::Duration};
 
@@ -79,6 +83,8 @@ pub struct ModelCall<'a> {
     pub prices: &'a Prices,
     /// The span the `chat` spans go under.
     pub trace: &'a opentelemetry::Context,
+    /// The run's tenant (rate limits per tenant, and their fair queue).
+    pub tenant: &'a str,
 }
 
 impl<'a> ModelCall<'a> {
@@ -141,6 +147,10 @@ pub trait CallSink: DeltaSink {
     /// The call moves from `from` to `to` because `from` failed (`why`);
     /// `discarded`: `from` had streamed text, which is dropped.
     async fn fell_back(&self, from: &str, to: &str, why: &Skipped, discarded: bool);
+
+    /// The call waits about `wait` for `provider`'s rate limit (to call
+    /// `model`), behind `ahead` other calls of this replica.
+    async fn waiting(&self, provider: &str, model: &str, wait: Duration, ahead: usize);
 }
 
 /// The whole call (layers 1–2).
@@ -153,12 +163,12 @@ pub trait CallModel: Send + Sync {
 /// One model of the call (layers 3–4).
 #[async_trait::async_trait]
 pub trait TryModel: Send + Sync {
-    /// `model`'s answer to `call` (with `settings`), streaming to `sink`.
+    /// `model`'s answer to `call`, streaming to `sink`.
     async fn try_model(
         &self,
         model: &Arc<dyn Model>,
         call: &ModelCall<'_>,
-        sink: &dyn DeltaSink,
+        sink: &dyn CallSink,
     ) -> Result<ModelTurn, ModelError>;
 }
 

@@ -31,8 +31,10 @@
 //! write a byte of the run. A run's keys live `run_timeout` plus
 //! `runs.retention` from its start, and `runs.retention` from its end.
 
+mod breakers;
 mod claims;
 pub mod inbox;
+mod limits;
 mod lease;
 mod list;
 mod meta;
