@@ -74,37 +74,6 @@ enum Kind {
     },
 }
 
-/// An approval to raise a budget (tool `raise_budget`), said plainly:
-/// `raise budget run by 500 tokens (480 of 500 spent)`.
-fn raise(tool: &str, arguments: &str) -> Option<String> {
-    if tool != "raise_budget" {
-        return None;
-    }
-    let a: serde_json::Value = serde_json::from_str(arguments).ok()?;
-    let mut parts = Vec::new();
-    if let Some(t) = a.get("tokens") {
-        parts.push(format!(
-            "{} tokens ({} of {} spent)",
-            t["more"], t["spent"], t["limit"]
-        ));
-    }
-    if let Some(c) = a.get("cost") {
-        let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
-        parts.push(format!(
-            "{} {} ({} of {} spent)",
-            s(&c["more"]),
-            s(&c["currency"]),
-            s(&c["spent"]),
-            s(&c["limit"])
-        ));
-    }
-    Some(format!(
-        "raise budget {} by {}",
-        a["budget"].as_str().unwrap_or("?"),
-        parts.join(" and ")
-    ))
-}
-
 impl Question {
     /// The question of `e`, if it asks one.
     fn of(e: &pb::RunEvent) -> Option<Self> {
@@ -140,7 +109,7 @@ impl Question {
         match &self.kind {
             Kind::Approval {
                 tool, arguments, ..
-            } => match raise(tool, arguments) {
+            } => match crate::said::raise(tool, arguments) {
                 Some(asked) => format!("{asked}? [y/N] "),
                 None => format!("approve {tool} {arguments}? [y/N] "),
             },

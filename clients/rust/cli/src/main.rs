@@ -28,6 +28,7 @@ mod pipeline;
 mod replay;
 mod run;
 mod runs;
+mod said;
 mod steer;
 mod store;
 mod up;

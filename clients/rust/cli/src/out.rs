@@ -10,3 +10,16 @@ macro_rules! outln {
     }};
 }
 pub(crate) use outln;
+
+/// An amount in billionths: 4 decimals, 6 below 0.0001 (`0.0091`,
+/// `0.000035`), 2 from 100 up.
+pub fn money(nanos: u64) -> String {
+    let v = nanos as f64 / 1e9;
+    if v >= 100.0 {
+        format!("{v:.2}")
+    } else if v >= 0.0001 || nanos == 0 {
+        format!("{v:.4}")
+    } else {
+        format!("{v:.6}")
+    }
+}

@@ -8,7 +8,7 @@ use serde_json::json;
 use crate::follow::{CtrlC, follow};
 
 mod id;
-pub(crate) mod list;
+mod list;
 use crate::run::Target;
 use list::{clock, date, time};
 

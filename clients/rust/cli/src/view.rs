@@ -16,6 +16,7 @@
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 
+use crate::said::{self, bar, short};
 use baton_client::{pb, pb::run_event::Payload};
 
 /// What the last write left open on the current line.
@@ -416,57 +417,13 @@ impl View {
                 if f.discarded_text {
                     self.streamed.remove(&ctx);
                 }
-                format!(
-                    "{}{who}{} failed ({}): {} answers instead{}",
-                    self.mark("↻ ", "~ "),
-                    f.from_model,
-                    f.reason,
-                    f.to_model,
-                    if f.discarded_text {
-                        "; the text above is discarded"
-                    } else {
-                        ""
-                    }
-                )
+                format!("{}{who}{}", self.mark("↻ ", "~ "), said::fallback(f))
             }
-            Some(Payload::RateLimitWait(w)) => format!(
-                "{}{who}waiting for {}'s rate limit, {:.1} s{}",
-                self.mark("⏳ ", "~ "),
-                w.provider,
-                w.wait
-                    .map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9),
-                if w.ahead > 0 {
-                    format!(" ({} ahead)", w.ahead)
-                } else {
-                    String::new()
-                }
-            ),
+            Some(Payload::RateLimitWait(w)) => {
+                format!("{}{who}{}", self.mark("⏳ ", "~ "), said::waiting(w))
+            }
             Some(Payload::BudgetExhausted(b)) => {
-                // Short enough for a line: what is spent of what, and what
-                // the agent does (the whole message is in the event).
-                let mut spent = Vec::new();
-                if b.tokens_limit > 0 {
-                    spent.push(format!("{}/{} tokens", b.tokens_spent, b.tokens_limit));
-                }
-                if b.cost_limit_nanos > 0 {
-                    spent.push(format!(
-                        "{}/{} {}",
-                        crate::runs::list::money(b.cost_spent_nanos),
-                        crate::runs::list::money(b.cost_limit_nanos),
-                        b.currency
-                    ));
-                }
-                format!(
-                    "{}{who}budget spent ({}): {}{}",
-                    self.mark("⊘ ", "! "),
-                    b.budget,
-                    spent.join(", "),
-                    match b.action.as_str() {
-                        "finish" => " → one last answer, without tools",
-                        "ask" => " → asks for more",
-                        _ => "",
-                    }
-                )
+                format!("{}{who}{}", self.mark("⊘ ", "! "), said::spent(b))
             }
             Some(Payload::ToolCallStarted(c)) => {
                 self.calls.insert(c.call_id.clone(), c.tool.clone());
@@ -629,25 +586,6 @@ impl View {
             _ => return Ok(()),
         };
         self.line(format!("{indent}{line}"))
-    }
-}
-
-fn bar(percent: u32) -> String {
-    let filled = (percent.min(100) / 5) as usize;
-    format!(
-        "[{}{}] {percent:>3}%",
-        "#".repeat(filled),
-        ".".repeat(20 - filled)
-    )
-}
-
-/// Text for one line of the tree view: whitespace collapsed, at most 160
-/// characters (`--json` keeps everything).
-fn short(text: &str) -> String {
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    match flat.char_indices().nth(160) {
-        Some((cut, _)) => format!("{}…", &flat[..cut]),
-        None => flat,
     }
 }
 

@@ -136,7 +136,8 @@ pub fn progress_line(event: &pb::RunEvent, payload: &Payload) -> Option<String> 
         Payload::RateLimitWait(w) => format!(
             "{at}waiting for {}'s rate limit, {:.1} s",
             w.provider,
-            w.wait.map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9)
+            w.wait
+                .map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9)
         ),
         _ => return None,
     })

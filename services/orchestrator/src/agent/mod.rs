@@ -30,6 +30,7 @@
 //! - tool-output policies are the catalog's ([`crate::catalog::policy`]):
 //!   the agents file declares them, a call applies them.
 
+mod ask;
 mod call_sink;
 mod dispatch;
 pub mod frame;

@@ -23,7 +23,7 @@
 
 use serde::Deserialize;
 
-use super::{error::CatalogError, parse_model_ref};
+use super::{error::CatalogError, names::parse_model_ref};
 
 /// What an agent does when a budget has too little left for its next
 /// model call.

@@ -85,7 +85,11 @@ pub fn usage_text(u: Option<&pb::Usage>) -> Option<String> {
     // currency, and no cost to show).
     let priced = !u.currency.is_empty();
     if priced {
-        parts.push(format!("{} {}", money(u.cost_nanos), u.currency));
+        parts.push(format!(
+            "{} {}",
+            crate::out::money(u.cost_nanos),
+            u.currency
+        ));
     }
     if priced && u.unpriced_model_calls > 0 {
         parts.push(format!(
@@ -94,19 +98,6 @@ pub fn usage_text(u: Option<&pb::Usage>) -> Option<String> {
         ));
     }
     Some(parts.join(" · "))
-}
-
-/// An amount in billionths: 4 decimals, 6 below 0.0001 (`0.0091`,
-/// `0.000035`), 2 from 100 up.
-pub fn money(nanos: u64) -> String {
-    let v = nanos as f64 / 1e9;
-    if v >= 100.0 {
-        format!("{v:.2}")
-    } else if v >= 0.0001 || nanos == 0 {
-        format!("{v:.4}")
-    } else {
-        format!("{v:.6}")
-    }
 }
 
 /// A usage as JSON (camelCase, as events are).
@@ -339,8 +330,8 @@ mod tests {
             Some("in 487 · out 139 tokens · 5 model calls"),
             "no price, no cost"
         );
-        assert_eq!(money(35_000), "0.000035");
-        assert_eq!(money(0), "0.0000");
-        assert_eq!(money(123_456_000_000), "123.46");
+        assert_eq!(crate::out::money(35_000), "0.000035");
+        assert_eq!(crate::out::money(0), "0.0000");
+        assert_eq!(crate::out::money(123_456_000_000), "123.46");
     }
 }

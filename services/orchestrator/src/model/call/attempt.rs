@@ -9,7 +9,7 @@ use opentelemetry::{
     trace::{Span as _, SpanBuilder, SpanKind, Status, Tracer},
 };
 
-use super::{CallSink, ModelCall, Observe, TryModel};
+use super::request::{CallSink, ModelCall, Observe, TryModel};
 use crate::catalog::settings::Settings;
 use crate::model::{Model, ModelError, ModelErrorKind, ModelTurn};
 

@@ -23,12 +23,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{CallSink, ModelCall, TryModel, moves};
+use super::request::{CallSink, ModelCall, TryModel, moves};
 use crate::catalog::models::BreakerSpec;
 use crate::model::{Model, ModelError, ModelErrorKind, ModelTurn};
 
-/// The `error_type` of a call refused by an open breaker.
-pub const OPEN: &str = "breaker_open";
+pub use super::request::OPEN;
 
 #[derive(Default)]
 struct State {
@@ -225,8 +224,26 @@ impl<I: TryModel> TryModel for Breakers<I> {
             .as_ref()
             .err()
             .and_then(moves)
-            .is_some_and(|why| why != "context_window");
-        let open = self.outcome(provider, spec, failed, Instant::now());
+            .is_some_and(|why| why != "context_window" && why != "breaker_open");
+        let dirty = self.dirty(provider);
+        let mut open = self.outcome(provider, spec, failed, Instant::now());
+        if let Some(shared) = &self.shared {
+            if failed {
+                // Counted for every replica: it may open here by others'.
+                let probed = pass == Pass::Probe;
+                if let Ok(Some(for_)) = shared.failed(provider, spec, probed).await {
+                    let until = Instant::now() + for_;
+                    self.with(provider, |s| {
+                        if s.open_until.is_none_or(|u| u < until) {
+                            s.open_until = Some(until);
+                        }
+                    });
+                    open = true;
+                }
+            } else if dirty && let Err(e) = shared.answered(provider).await {
+                tracing::warn!(provider, error = %e, "the shared breaker was not closed");
+            }
+        }
         self.metrics.breaker(provider, open);
         answered
     }

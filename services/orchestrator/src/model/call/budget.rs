@@ -417,6 +417,10 @@ mod tests {
         b.settle(r, 0, 0);
         let e = b.reserve(RUN, need(100, Some(500))).expect_err("refused");
         assert_eq!((e.needed_tokens, e.spent_tokens), (101, 0));
+        assert_eq!(
+            e.describe("USD"),
+            "budget run exhausted: 0 of 100 tokens spent, the next model call needs at least 101"
+        );
         // A reserve held back for a last answer counts as spent.
         let e = b
             .reserve(
@@ -439,10 +443,6 @@ mod tests {
             .expect("ok");
         assert_eq!(r.max_output, Some(1));
         b.settle(r, 0, 0);
-        assert_eq!(
-            e.describe("USD"),
-            "budget run exhausted: 0 of 100 tokens spent, the next model call needs at least 101"
-        );
     }
 
     #[test]

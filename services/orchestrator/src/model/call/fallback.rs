@@ -17,7 +17,9 @@ use std::sync::{
     atomic::{AtomicBool, Ordering},
 };
 
-use super::{Answered, CallError, CallModel, CallSink, ModelCall, Skipped, TryModel, moves};
+use super::request::{
+    Answered, CallError, CallModel, CallSink, ModelCall, Skipped, TryModel, moves,
+};
 use crate::model::{DeltaSink, Model};
 
 /// Tries the call's models in order.

@@ -32,7 +32,7 @@ use std::{
 
 use tokio::sync::oneshot;
 
-use super::{CallSink, ModelCall, TryModel};
+use super::request::{CallSink, ModelCall, TryModel};
 use crate::catalog::models::RateLimitSpec;
 use crate::model::{Model, ModelError, ModelErrorKind, ModelTurn};
 
@@ -60,10 +60,14 @@ pub trait Window: Send + Sync {
     async fn settle(&self, key: &str, id: &str, counted: u64, used: u64);
 }
 
+/// The calls one window holds: when each was let through, its id, its
+/// tokens.
+type Log = VecDeque<(Instant, String, u64)>;
+
 /// Windows of this process (memory mode).
 #[derive(Default)]
 pub struct MemoryWindows {
-    keys: Mutex<HashMap<String, VecDeque<(Instant, String, u64)>>>,
+    keys: Mutex<HashMap<String, Log>>,
 }
 
 #[async_trait::async_trait]
@@ -78,13 +82,15 @@ impl Window for MemoryWindows {
         {
             log.pop_front();
         }
-        Ok(match fits(log.iter().map(|(at, _, t)| (*at, *t)), want, now) {
-            None => {
-                log.push_back((now, id.to_owned(), want.cost));
-                None
-            }
-            wait => wait,
-        })
+        Ok(
+            match fits(log.iter().map(|(at, _, t)| (*at, *t)), want, now) {
+                None => {
+                    log.push_back((now, id.to_owned(), want.cost));
+                    None
+                }
+                wait => wait,
+            },
+        )
     }
 
     async fn settle(&self, key: &str, id: &str, _counted: u64, used: u64) {
@@ -101,7 +107,11 @@ impl Window for MemoryWindows {
 /// Whether a call fits a window whose entries (oldest first, within the
 /// window) are `log`: `None`, or how long until the entries that keep it
 /// out have left the window.
-fn fits(log: impl Iterator<Item = (Instant, u64)> + Clone, want: &Want, now: Instant) -> Option<Duration> {
+fn fits(
+    log: impl Iterator<Item = (Instant, u64)> + Clone,
+    want: &Want,
+    now: Instant,
+) -> Option<Duration> {
     let left_at = |at: Instant| (at + want.window).saturating_duration_since(now);
     let mut wait = Duration::ZERO;
     if let Some(max) = want.requests {
@@ -285,11 +295,7 @@ impl<I: TryModel> TryModel for Limits<I> {
         let cost = match spec.tokens {
             Some(_) => {
                 model.estimate_input_tokens(call.messages, call.tools, call.turn)
-                    + u64::from(
-                        call.max_output
-                            .or(call.settings.max_tokens)
-                            .unwrap_or(0),
-                    )
+                    + u64::from(call.max_output.or(call.settings.max_tokens).unwrap_or(0))
             }
             None => 0,
         };
@@ -360,7 +366,11 @@ impl<I: TryModel> TryModel for Limits<I> {
                 (ahead, start)
             };
             if start {
-                tokio::spawn(state.clone().pump(key.clone(), provider.to_owned(), spec.fail_open));
+                tokio::spawn(
+                    state
+                        .clone()
+                        .pump(key.clone(), provider.to_owned(), spec.fail_open),
+                );
             }
             sink.waiting(provider, reference, wait, ahead).await;
             let began = Instant::now();
@@ -419,21 +429,41 @@ mod tests {
     async fn a_window_lets_n_calls_through_then_says_when_the_next_fits() {
         let w = MemoryWindows::default();
         for i in 0..3 {
-            assert_eq!(w.take("k", &i.to_string(), &want(Some(3), None, 0)).await, Ok(None));
+            assert_eq!(
+                w.take("k", &i.to_string(), &want(Some(3), None, 0)).await,
+                Ok(None)
+            );
         }
-        let wait = w.take("k", "3", &want(Some(3), None, 0)).await.unwrap().expect("full");
-        assert!(wait > Duration::from_secs(9) && wait <= Duration::from_secs(10), "{wait:?}");
+        let wait = w
+            .take("k", "3", &want(Some(3), None, 0))
+            .await
+            .expect("ok")
+            .expect("full");
+        assert!(
+            wait > Duration::from_secs(9) && wait <= Duration::from_secs(10),
+            "{wait:?}"
+        );
         // Another key is its own window.
-        assert_eq!(w.take("other", "x", &want(Some(3), None, 0)).await, Ok(None));
+        assert_eq!(
+            w.take("other", "x", &want(Some(3), None, 0)).await,
+            Ok(None)
+        );
     }
 
     #[test]
     fn tokens_fit_until_the_window_holds_too_many_and_wait_for_enough_to_leave() {
         let t0 = Instant::now();
-        let log = [(t0, 40u64), (t0 + Duration::from_secs(2), 40), (t0 + Duration::from_secs(4), 10)];
+        let log = [
+            (t0, 40u64),
+            (t0 + Duration::from_secs(2), 40),
+            (t0 + Duration::from_secs(4), 10),
+        ];
         let now = t0 + Duration::from_secs(5);
         // 90 used of 100: 10 more fit, 11 do not.
-        assert_eq!(fits(log.iter().copied(), &want(None, Some(100), 10), now), None);
+        assert_eq!(
+            fits(log.iter().copied(), &want(None, Some(100), 10), now),
+            None
+        );
         // 30 more: the first 40 must leave (at 10s, 5s from now).
         assert_eq!(
             fits(log.iter().copied(), &want(None, Some(100), 30), now),
@@ -491,16 +521,23 @@ mod tests {
 
     #[async_trait::async_trait]
     impl CallSink for Quiet {
-        async fn fell_back(&self, _: &str, _: &str, _: &super::super::Skipped, _: bool) {}
+        async fn fell_back(
+            &self,
+            _: &str,
+            _: &str,
+            _: &crate::model::call::request::Skipped,
+            _: bool,
+        ) {
+        }
         async fn waiting(&self, _: &str, _: &str, _: Duration, _: usize) {}
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn waiting_calls_go_through_one_tenant_after_another() {
         let spec = RateLimitSpec {
             requests: Some(1),
             tokens: None,
-            window: Duration::from_secs(1),
+            window: Duration::from_millis(100),
             per_model: false,
             per_tenant: false,
             fail_open: false,
@@ -540,8 +577,11 @@ mod tests {
                     trace: &trace,
                     tenant,
                 };
-                limits.try_model(&model, &call, &Quiet).await.expect("let through");
-                order.lock().unwrap().push(format!("{tenant}{i}"));
+                limits
+                    .try_model(&model, &call, &Quiet)
+                    .await
+                    .expect("let through");
+                order.lock().expect("ok").push(format!("{tenant}{i}"));
             }));
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -549,7 +589,7 @@ mod tests {
             t.await.expect("task");
         }
         // a0 at once; then b's call before the rest of a's burst.
-        let order = order.lock().unwrap().clone();
+        let order = order.lock().expect("ok").clone();
         assert_eq!(order[..2], ["a0".to_owned(), "a1".to_owned()]);
         assert_eq!(order[2], "b4", "{order:?}");
         assert_eq!(order.len(), 5);

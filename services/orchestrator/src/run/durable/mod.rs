@@ -34,8 +34,8 @@
 mod breakers;
 mod claims;
 pub mod inbox;
-mod limits;
 mod lease;
+mod limits;
 mod list;
 mod meta;
 pub mod quota;
