@@ -376,6 +376,7 @@ async fn a_tenants_run_quota_refuses_a_call_over_it_as_a_tool_error() {
             concurrent_runs: Some(1),
             parked_runs: None,
             model_tokens_per_hour: None,
+            ..Default::default()
         };
     })
     .await;

@@ -1,6 +1,8 @@
 //! Per-tenant quotas of the orchestrator (`quotas.default`,
 //! `quotas.tenants.<name>`), each at and just over its limit: runs not
-//! ended, runs waiting for people, model tokens per hour. Over a quota the
+//! ended, runs waiting for people, model tokens per hour, model tokens and
+//! cost per UTC day (reserved before each call, so parallel calls cannot
+//! overspend them). Over a quota the
 //! call is `RESOURCE_EXHAUSTED` naming it, and nothing starts; with durable
 //! runs the quotas hold across replicas (a parked run, in no replica's
 //! memory, still counts).
@@ -29,6 +31,10 @@ scripts:
   spender:
     - text: "spent"
       usage: {input_tokens: 60, output_tokens: 40}
+  pricey:
+    - text: "spent"
+      delay: 100ms
+      usage: {input_tokens: 60, output_tokens: 40}
   greedy:
     - calls: [{tool: sleep, args: {ms: 1}}]
       usage: {input_tokens: 100, output_tokens: 50}
@@ -39,7 +45,10 @@ scripts:
       usage: {input_tokens: 1, output_tokens: 1}
     - text: "slept"
       usage: {input_tokens: 1, output_tokens: 1}
+prices:
+  "scripted:pricey": {input: 1000, output: 1000}
 agents:
+  pricey: {model: "scripted:pricey", settings: {max_tokens: 40}}
   asker:
     model: "scripted:asker"
     tools: [write_context]
@@ -62,6 +71,7 @@ fn quota(runs: Option<u64>, parked: Option<u64>, tokens: Option<u64>) -> RunQuot
         concurrent_runs: runs,
         parked_runs: parked,
         model_tokens_per_hour: tokens,
+        ..Default::default()
     }
 }
 
@@ -386,5 +396,94 @@ async fn with_durable_runs_quotas_hold_across_replicas_and_parked_runs_count() {
         &refused(&globex_a, "spender").await,
         "model_tokens_per_hour",
         "tenant globex",
+    );
+}
+
+fn day_budget(tokens: Option<u64>, cost: Option<f64>) -> RunQuota {
+    RunQuota {
+        model_tokens_per_day: tokens,
+        model_cost_per_day: cost.map(|c| baton_orchestrator::config::Money((c * 1e9) as u64)),
+        ..Default::default()
+    }
+}
+
+/// Runs `agent` for `client` to its end; whether it completed, and its
+/// failure's message.
+async fn outcome(client: &OrchestratorClient, agent: &str) -> Result<(), String> {
+    let end = to_end(client.run_agent(request(agent)).await.expect("admitted")).await;
+    match end.payload {
+        Some(Payload::RunCompleted(_)) => Ok(()),
+        Some(Payload::RunFailed(f)) => {
+            assert_eq!(f.code, Code::ResourceExhausted as i32, "{f:?}");
+            Err(f.message)
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_budgets_per_day_hold_at_their_limit_and_refuse_one_token_over() {
+    // Each spender call is 60 in (the script's estimate) and 40 out.
+    let server = server("per-day", |c| {
+        c.quotas.default = day_budget(Some(200), None);
+        // globex's budget leaves room for 60 in and 39 out after one run:
+        // its second call is capped, not refused.
+        c.quotas
+            .tenants
+            .insert("globex".into(), day_budget(Some(199), None));
+    })
+    .await;
+    let acme = as_tenant(&server, ACME).await;
+    let globex = as_tenant(&server, GLOBEX).await;
+    // acme: 100 + 100 = its 200; the third call needs 61.
+    assert_eq!(outcome(&acme, "spender").await, Ok(()));
+    assert_eq!(outcome(&acme, "spender").await, Ok(()));
+    let e = outcome(&acme, "spender").await.expect_err("over the day's budget");
+    assert_eq!(
+        e,
+        "quotas.model_tokens_per_day: tenant acme: 200 of 200 tokens spent this UTC day; the next model call needs at least 61"
+    );
+    // globex: 100, then 60 in and 39 out (capped): 199.
+    assert_eq!(outcome(&globex, "spender").await, Ok(()));
+    assert_eq!(outcome(&globex, "spender").await, Ok(()));
+    assert!(outcome(&globex, "spender").await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cost_budget_per_day_holds_for_parallel_calls_across_replicas() {
+    let redis = RedisServer::start().expect("redis-server");
+    let replica = |name: &'static str| {
+        let durable = baton_e2e::durable_runs(redis.url());
+        server(name, move |c| {
+            durable(c);
+            // pricey: 1000 per million tokens, 100 tokens a call at most
+            // (60 in, 40 out): 0.0001 a call; the day holds four calls.
+            c.quotas.default = day_budget(None, Some(0.0004));
+        })
+    };
+    let (a, b) = (replica("cost-a").await, replica("cost-b").await);
+    let (on_a, on_b) = (as_tenant(&a, ACME).await, as_tenant(&b, ACME).await);
+    // Ten calls at once on two replicas: four fit the day, six are refused
+    // before they call.
+    let runs: Vec<_> = (0..10)
+        .map(|i| {
+            let client = if i % 2 == 0 { on_a.clone() } else { on_b.clone() };
+            tokio::spawn(async move { outcome(&client, "pricey").await })
+        })
+        .collect();
+    let mut done = 0;
+    let mut refused = Vec::new();
+    for r in runs {
+        match r.await.expect("run") {
+            Ok(()) => done += 1,
+            Err(m) => refused.push(m),
+        }
+    }
+    eprintln!("10 parallel calls on 2 replicas against a day's budget for 4: {done} ran, {} refused", refused.len());
+    assert_eq!((done, refused.len()), (4, 6), "{refused:?}");
+    assert!(
+        refused[0].starts_with("quotas.model_cost_per_day: tenant acme: "),
+        "{}",
+        refused[0]
     );
 }

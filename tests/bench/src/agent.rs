@@ -29,7 +29,16 @@ pub struct Options {
     /// Concurrent parked runs in shape (d).
     #[arg(long, default_value_t = 10_000)]
     parked: usize,
+    /// Every model call reserves and settles against budgets: the run's
+    /// (a request field), its agent's (the agents file) and its tenant's
+    /// per day (the config), each far above what the runs spend — the
+    /// cost of the checks, not of running out.
+    #[arg(long)]
+    budgets: bool,
 }
+
+/// Whether runs carry a budget of their own (`--budgets`).
+static BUDGETS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 pub(crate) const AGENTS: &str = r#"
 # Priced models: every model call is costed (c's is not: counted unpriced).
@@ -57,9 +66,19 @@ agents:
 "#;
 
 fn req(agent: &str) -> pb::RunAgentRequest {
+    let budget = BUDGETS
+        .load(std::sync::atomic::Ordering::Relaxed)
+        .then_some(pb::Budget {
+            tokens: Some(1_000_000_000_000),
+            cost: None,
+        });
     pb::RunAgentRequest {
         agent: agent.into(),
         input: "go".into(),
+        limits: budget.map(|b| pb::RunLimits {
+            budget: Some(b),
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }
@@ -93,9 +112,20 @@ pub fn run(o: Options) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let yaml = AGENTS.replace("DELTAS", &o.deltas.to_string());
-        let server = OrchestratorServer::start(&yaml, None, |c| {
+        let mut yaml = AGENTS.replace("DELTAS", &o.deltas.to_string());
+        if o.budgets {
+            BUDGETS.store(true, std::sync::atomic::Ordering::Relaxed);
+            yaml = yaml.replace(
+                "tools: [list_context]}",
+                "tools: [list_context], budget: {tokens: 1000000000000}}",
+            );
+        }
+        let budgets = o.budgets;
+        let server = OrchestratorServer::start(&yaml, None, move |c| {
             c.runs.max_turns = 200;
+            if budgets {
+                c.quotas.default.model_tokens_per_day = Some(1_000_000_000_000_000);
+            }
         })
         .await?;
         let client = OrchestratorClient::connect(server.endpoint()).await?;

@@ -11,6 +11,7 @@ use tonic::Code;
 use super::frame::{CallFrame, FrameSink};
 use crate::catalog::budget::OnExhausted;
 use crate::model::call::budget::{Exhausted, Limit, money};
+use crate::model::call::request::Periods;
 use crate::model::call::{Answered, CallError, CallModel as _, Claim, ModelCall, lock};
 use crate::model::{ChatMessage, Model, Role, ToolDef};
 use crate::run::failure::Failure;
@@ -77,11 +78,23 @@ pub(super) async fn call_model(
         prices: &rt.services.catalog.prices,
         trace: &frame.ctx.otel,
         tenant: &rt.record.tenant,
+        // The tenant's budgets per period, when it has any.
+        periods: (!rt.services.quotas.periods_of(&rt.record.tenant).is_empty())
+            .then_some(&*rt.services.quotas as &dyn Periods),
     };
     // A fenced replica calls nothing more (see `Run::hold_lease`).
     rt.hold_lease().await;
     let working = rt.record.work();
-    let answered = rt.services.calls.call(call, sink).await;
+    let mut answered = rt.services.calls.call(call, sink).await;
+    // The tenant's budgets fail closed: while their shared counters do not
+    // answer, the call waits and tries again, then fails UNAVAILABLE.
+    for wait in [200, 800, 2000] {
+        if !matches!(answered, Err(CallError::Unreachable(_))) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+        answered = rt.services.calls.call(call, sink).await;
+    }
     drop(working);
     match answered {
         Ok(a) => Ok(Some(a)),
@@ -100,6 +113,17 @@ pub(super) async fn call_model(
             })
         }
         Err(CallError::Exhausted(x)) => exhausted(rt, frame, x).await.map(|()| None),
+        Err(CallError::Period(message)) => {
+            rt.services.metrics.budget_exhausted("fail");
+            Err(Failure {
+                code: Code::ResourceExhausted,
+                message,
+            })
+        }
+        Err(CallError::Unreachable(message)) => Err(Failure {
+            code: Code::Unavailable,
+            message,
+        }),
     }
 }
 

@@ -21,6 +21,9 @@ pub use crate::client_tls::TlsClient;
 pub use faces::{A2aConfig, ConsoleConfig, McpApprovalMode, McpConfig};
 
 mod faces;
+pub mod quota;
+
+pub use quota::{Money, RunQuota};
 
 /// `service.name` unless configured otherwise.
 pub const SERVICE_NAME: &str = "baton-orchestrator";
@@ -471,30 +474,6 @@ impl Config {
             }
         }
         Ok(())
-    }
-}
-
-/// One tenant's limits (see `baton_common::quota`: unset is the default's,
-/// or no limit).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RunQuota {
-    /// Runs started and not ended (running, waiting or parked).
-    pub concurrent_runs: Option<u64>,
-    /// Runs waiting for a person (an approval or input open), parked or
-    /// not: new runs are refused while this many wait.
-    pub parked_runs: Option<u64>,
-    /// Model tokens (input and output) in the last hour.
-    pub model_tokens_per_hour: Option<u64>,
-}
-
-impl Limits for RunQuota {
-    fn over(&self, under: &Self) -> Self {
-        Self {
-            concurrent_runs: self.concurrent_runs.or(under.concurrent_runs),
-            parked_runs: self.parked_runs.or(under.parked_runs),
-            model_tokens_per_hour: self.model_tokens_per_hour.or(under.model_tokens_per_hour),
-        }
     }
 }
 

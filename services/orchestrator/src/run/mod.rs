@@ -49,6 +49,7 @@ pub mod launch;
 pub mod log;
 pub mod packed;
 mod pending;
+pub mod periods;
 pub mod quota;
 pub mod record;
 pub mod recording;

@@ -59,6 +59,8 @@ pub struct RunQuotas {
     local: Mutex<HashMap<String, Local>>,
     durable: Option<Arc<RedisRuns>>,
     metrics: QuotaMetrics,
+    /// The tenants' model budgets per period, in memory mode.
+    periods: super::periods::LocalPeriods,
 }
 
 fn limit(v: Option<u64>) -> i64 {
@@ -82,12 +84,28 @@ impl RunQuotas {
             local: Mutex::default(),
             durable,
             metrics,
+            periods: Default::default(),
         }
     }
 
     /// No limits (tests, tools).
     pub fn unlimited() -> Self {
         Self::new(QuotaConfig::default(), None, QuotaMetrics::default())
+    }
+
+    /// `tenant`'s quotas.
+    pub(super) fn quota_of(&self, tenant: &str) -> RunQuota {
+        self.config.of(tenant)
+    }
+
+    /// The run store, with durable runs.
+    pub(super) fn durable(&self) -> Option<&Arc<RedisRuns>> {
+        self.durable.as_ref()
+    }
+
+    /// The period budgets' counters of memory mode.
+    pub(super) fn local_periods(&self) -> &super::periods::LocalPeriods {
+        &self.periods
     }
 
     fn local<R>(&self, tenant: &str, f: impl FnOnce(&mut Local) -> R) -> R {

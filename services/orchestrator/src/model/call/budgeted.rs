@@ -3,7 +3,7 @@
 //! have left, settle after.
 
 use super::budget::Need;
-use super::request::{Answered, CallError, CallModel, CallSink, ModelCall, lock};
+use super::request::{Answered, CallError, CallModel, CallSink, ModelCall, PeriodRefusal, lock};
 
 /// Layer 1: budgets.
 pub struct Budgeted<I>(pub I);
@@ -11,9 +11,9 @@ pub struct Budgeted<I>(pub I);
 #[async_trait::async_trait]
 impl<I: CallModel> CallModel for Budgeted<I> {
     async fn call(&self, call: ModelCall<'_>, sink: &dyn CallSink) -> Result<Answered, CallError> {
-        let Some(claim) = call.budget else {
+        if call.budget.is_none() && call.periods.is_none() {
             return self.0.call(call, sink).await;
-        };
+        }
         // The dearest of the models it may go to prices the worst case;
         // one without a price leaves it unpriced.
         let mut price = None;
@@ -36,11 +36,42 @@ impl<I: CallModel> CallModel for Budgeted<I> {
             unpriced,
             hold_back: call.hold_back,
         };
-        let reservation = lock(claim.book)
-            .reserve(claim.node, need)
-            .map_err(CallError::Exhausted)?;
+        let reservation = match call.budget {
+            Some(claim) => Some((
+                claim,
+                lock(claim.book)
+                    .reserve(claim.node, need)
+                    .map_err(CallError::Exhausted)?,
+            )),
+            None => None,
+        };
         let mut call = call;
-        call.max_output = reservation.max_output;
+        call.max_output = match &reservation {
+            Some((_, r)) => r.max_output,
+            None => call.settings.max_tokens,
+        };
+        // Then the tenant's budgets per period, with what the run's left.
+        let mut hold = None;
+        if let Some(periods) = call.periods {
+            match periods
+                .reserve(call.tenant, need.input_tokens, call.max_output, need.price)
+                .await
+            {
+                Ok((h, cap)) => {
+                    call.max_output = cap;
+                    hold = Some(h);
+                }
+                Err(refused) => {
+                    if let Some((claim, r)) = reservation {
+                        lock(claim.book).settle(r, 0, 0);
+                    }
+                    return Err(match refused {
+                        PeriodRefusal::Exhausted(m) => CallError::Period(m),
+                        PeriodRefusal::Unreachable(m) => CallError::Unreachable(m),
+                    });
+                }
+            }
+        }
         let answered = self.0.call(call, sink).await;
         let (tokens, cost) = match &answered {
             Ok(a) => {
@@ -52,7 +83,12 @@ impl<I: CallModel> CallModel for Budgeted<I> {
             }
             Err(_) => (0, 0),
         };
-        lock(claim.book).settle(reservation, tokens, cost);
+        if let Some((claim, r)) = reservation {
+            lock(claim.book).settle(r, tokens, cost);
+        }
+        if let (Some(periods), Some(h)) = (call.periods, hold) {
+            periods.settle(h, tokens, cost).await;
+        }
         answered
     }
 }

@@ -232,6 +232,7 @@ mod tests {
             prices: &prices,
             trace: &trace,
             tenant: "t",
+            periods: None,
         };
         let seen = Seen::default();
         let out = match Fallbacks(Direct).call(call, &seen).await {

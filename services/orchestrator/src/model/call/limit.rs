@@ -576,6 +576,7 @@ mod tests {
                     prices: &prices,
                     trace: &trace,
                     tenant,
+                    periods: None,
                 };
                 limits
                     .try_model(&model, &call, &Quiet)

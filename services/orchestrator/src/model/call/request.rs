@@ -55,6 +55,8 @@ pub struct ModelCall<'a> {
     pub trace: &'a opentelemetry::Context,
     /// The run's tenant (rate limits per tenant, and their fair queue).
     pub tenant: &'a str,
+    /// The tenant's period budgets, when it has any.
+    pub periods: Option<&'a dyn Periods>,
 }
 
 impl<'a> ModelCall<'a> {
@@ -109,6 +111,51 @@ pub enum CallError {
     Model(ModelError, Vec<Skipped>),
     /// A budget has too little left.
     Exhausted(Box<Exhausted>),
+    /// A budget of the tenant's for a period has too little left: the
+    /// message names the quota.
+    Period(String),
+    /// The shared counters of the tenant's period budgets did not answer.
+    Unreachable(String),
+}
+
+/// What a call holds of its tenant's period budgets (settle it with
+/// [`Periods::settle`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeriodHold {
+    /// Where it is held (the periods' counters).
+    pub keys: Vec<String>,
+    /// Tokens held.
+    pub tokens: u64,
+    /// Cost held, in billionths.
+    pub cost: u64,
+}
+
+/// Why a tenant's period budgets refuse a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeriodRefusal {
+    /// Too little left: the message names the quota.
+    Exhausted(String),
+    /// The counters did not answer.
+    Unreachable(String),
+}
+
+/// A tenant's model budgets per period (`quotas.*.model_*_per_*`), counted
+/// where every replica counts them.
+#[async_trait::async_trait]
+pub trait Periods: Send + Sync {
+    /// Reserves `input` tokens and at most `cap` output tokens (priced at
+    /// `price`) of `tenant`'s budgets; the hold, and the output tokens it
+    /// allows (at most `cap`).
+    async fn reserve(
+        &self,
+        tenant: &str,
+        input: u64,
+        cap: Option<u32>,
+        price: Option<&crate::catalog::prices::Price>,
+    ) -> Result<(PeriodHold, Option<u32>), PeriodRefusal>;
+
+    /// Settles `hold` to what the call spent.
+    async fn settle(&self, hold: PeriodHold, tokens: u64, cost: u64);
 }
 
 /// What a call tells its watchers besides its text.

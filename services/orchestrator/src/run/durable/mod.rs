@@ -38,6 +38,7 @@ mod lease;
 mod limits;
 mod list;
 mod meta;
+mod periods;
 pub mod quota;
 pub mod sequencer;
 mod sessions;

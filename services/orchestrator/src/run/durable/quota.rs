@@ -110,7 +110,7 @@ return tokens_used(KEYS[1])
 });
 
 impl RedisRuns {
-    fn quota_key(&self, tenant: &str, what: &str) -> String {
+    pub(super) fn quota_key(&self, tenant: &str, what: &str) -> String {
         let hex: String = tenant.bytes().map(|b| format!("{b:02x}")).collect();
         format!("{}:quota:{{{hex}}}:{what}", self.config.key_prefix)
     }
