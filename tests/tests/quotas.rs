@@ -438,7 +438,9 @@ async fn model_budgets_per_day_hold_at_their_limit_and_refuse_one_token_over() {
     // acme: 100 + 100 = its 200; the third call needs 61.
     assert_eq!(outcome(&acme, "spender").await, Ok(()));
     assert_eq!(outcome(&acme, "spender").await, Ok(()));
-    let e = outcome(&acme, "spender").await.expect_err("over the day's budget");
+    let e = outcome(&acme, "spender")
+        .await
+        .expect_err("over the day's budget");
     assert_eq!(
         e,
         "quotas.model_tokens_per_day: tenant acme: 200 of 200 tokens spent this UTC day; the next model call needs at least 61"
@@ -457,8 +459,8 @@ async fn a_cost_budget_per_day_holds_for_parallel_calls_across_replicas() {
         server(name, move |c| {
             durable(c);
             // pricey: 1000 per million tokens, 100 tokens a call at most
-            // (60 in, 40 out): 0.0001 a call; the day holds four calls.
-            c.quotas.default = day_budget(None, Some(0.0004));
+            // (60 in, 40 out): 0.1 a call; the day holds four calls.
+            c.quotas.default = day_budget(None, Some(0.4));
         })
     };
     let (a, b) = (replica("cost-a").await, replica("cost-b").await);
@@ -467,7 +469,11 @@ async fn a_cost_budget_per_day_holds_for_parallel_calls_across_replicas() {
     // before they call.
     let runs: Vec<_> = (0..10)
         .map(|i| {
-            let client = if i % 2 == 0 { on_a.clone() } else { on_b.clone() };
+            let client = if i % 2 == 0 {
+                on_a.clone()
+            } else {
+                on_b.clone()
+            };
             tokio::spawn(async move { outcome(&client, "pricey").await })
         })
         .collect();
@@ -479,7 +485,10 @@ async fn a_cost_budget_per_day_holds_for_parallel_calls_across_replicas() {
             Err(m) => refused.push(m),
         }
     }
-    eprintln!("10 parallel calls on 2 replicas against a day's budget for 4: {done} ran, {} refused", refused.len());
+    eprintln!(
+        "10 parallel calls on 2 replicas against a day's budget for 4: {done} ran, {} refused",
+        refused.len()
+    );
     assert_eq!((done, refused.len()), (4, 6), "{refused:?}");
     assert!(
         refused[0].starts_with("quotas.model_cost_per_day: tenant acme: "),

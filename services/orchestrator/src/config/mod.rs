@@ -5,7 +5,7 @@
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
-use baton_common::quota::{Limits, Quotas, QuotasError};
+use baton_common::quota::{Quotas, QuotasError};
 use baton_common::{
     logging::LogConfig,
     otel::{TelemetryConfig, TelemetryError},

@@ -100,7 +100,11 @@ impl RunQuota {
     pub fn periods(&self) -> Vec<PeriodBudget> {
         [
             (Period::Hour, None, self.model_cost_per_hour),
-            (Period::Day, self.model_tokens_per_day, self.model_cost_per_day),
+            (
+                Period::Day,
+                self.model_tokens_per_day,
+                self.model_cost_per_day,
+            ),
             (
                 Period::Month,
                 self.model_tokens_per_month,

@@ -12,13 +12,11 @@
 
 use std::{collections::HashMap, sync::Mutex};
 
-use crate::catalog::prices::Price;
-use crate::config::quota::{Period, PeriodBudget, RunQuota};
+use crate::config::quota::{Period, PeriodBudget};
 use crate::model::call::budget::money;
-use crate::model::call::request::{PeriodHold, PeriodRefusal, Periods};
+use crate::model::call::request::{PeriodHold, PeriodRefusal};
 
 use super::clock::now_ms;
-use super::quota::RunQuotas;
 
 /// One period's counters: spent and held, tokens and cost.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -87,7 +85,11 @@ pub struct Ask {
 /// Whether a call fits `budgets` whose counters are `counters`: the output
 /// tokens it may write, and what it holds; or the index of the first budget
 /// that refuses it.
-pub fn fit(budgets: &[PeriodBudget], counters: &[Counters], ask: Ask) -> Result<(Option<u32>, u64, u64), usize> {
+pub fn fit(
+    budgets: &[PeriodBudget],
+    counters: &[Counters],
+    ask: Ask,
+) -> Result<(Option<u32>, u64, u64), usize> {
     let mut cap = ask.cap.map(u64::from);
     let (pin, pout) = ask.price.unwrap_or((0.0, 0.0));
     for (i, (b, c)) in budgets.iter().zip(counters).enumerate() {
@@ -177,15 +179,18 @@ fn held(n: u64, show: fn(u64) -> String) -> String {
     }
 }
 
-/// A tenant's period counters in this process (memory mode): by tenant and
-/// period, the period's number and its counters.
+/// By tenant and period: the period's number and its counters.
+type ByTenant = HashMap<(String, &'static str), (i64, Counters)>;
+
+/// A tenant's period counters in this process (memory mode).
 #[derive(Default)]
 pub struct LocalPeriods {
-    counters: Mutex<HashMap<(String, &'static str), (i64, Counters)>>,
+    counters: Mutex<ByTenant>,
 }
 
 impl LocalPeriods {
-    fn reserve(
+    /// Reserves `ask` against `tenant`'s `budgets`.
+    pub fn reserve(
         &self,
         tenant: &str,
         budgets: &[PeriodBudget],
@@ -206,8 +211,9 @@ impl LocalPeriods {
             keys.push(format!("{tenant}\n{}\n{n}", b.period.as_str()));
             counters.push(entry.1);
         }
-        let (cap, tokens, cost) = fit(budgets, &counters, ask)
-            .map_err(|i| PeriodRefusal::Exhausted(refusal(tenant, &budgets[i], &counters[i], ask)))?;
+        let (cap, tokens, cost) = fit(budgets, &counters, ask).map_err(|i| {
+            PeriodRefusal::Exhausted(refusal(tenant, &budgets[i], &counters[i], ask))
+        })?;
         for b in budgets {
             if let Some(e) = all.get_mut(&(tenant.to_owned(), b.period.as_str())) {
                 e.1.held_tokens += tokens;
@@ -217,11 +223,13 @@ impl LocalPeriods {
         Ok((PeriodHold { keys, tokens, cost }, cap))
     }
 
-    fn settle(&self, hold: &PeriodHold, tokens: u64, cost: u64) {
+    /// Settles `hold` to what the call spent.
+    pub fn settle(&self, hold: &PeriodHold, tokens: u64, cost: u64) {
         let mut all = self.counters.lock().unwrap_or_else(|p| p.into_inner());
         for key in &hold.keys {
             let mut parts = key.split('\n');
-            let (Some(tenant), Some(period), Some(n)) = (parts.next(), parts.next(), parts.next()) else {
+            let (Some(tenant), Some(period), Some(n)) = (parts.next(), parts.next(), parts.next())
+            else {
                 continue;
             };
             let period = ["hour", "day", "month"]
@@ -236,68 +244,6 @@ impl LocalPeriods {
                 e.1.tokens += tokens;
                 e.1.cost += cost;
             }
-        }
-    }
-}
-
-/// Billionths per input and output token of `price`.
-fn per_token(price: Option<&Price>) -> Option<(f64, f64)> {
-    price.map(|p| {
-        (
-            p.cost_nanos(1_000_000, 0, 0) as f64 / 1e6,
-            p.cost_nanos(0, 0, 1_000_000) as f64 / 1e6,
-        )
-    })
-}
-
-impl RunQuotas {
-    /// `tenant`'s period budgets (none: its calls hold nothing).
-    pub fn periods_of(&self, tenant: &str) -> Vec<PeriodBudget> {
-        self.quota_of(tenant).periods()
-    }
-
-    fn fail_open(&self, tenant: &str) -> bool {
-        let q: RunQuota = self.quota_of(tenant);
-        q.model_budgets_fail_open.unwrap_or(false)
-    }
-}
-
-#[async_trait::async_trait]
-impl Periods for RunQuotas {
-    async fn reserve(
-        &self,
-        tenant: &str,
-        input: u64,
-        cap: Option<u32>,
-        price: Option<&Price>,
-    ) -> Result<(PeriodHold, Option<u32>), PeriodRefusal> {
-        let budgets = self.periods_of(tenant);
-        if budgets.is_empty() {
-            return Ok((PeriodHold::default(), cap));
-        }
-        let ask = Ask {
-            input,
-            cap,
-            price: per_token(price),
-        };
-        match self.durable() {
-            None => self.local_periods().reserve(tenant, &budgets, ask),
-            Some(durable) => match durable.reserve_periods(tenant, &budgets, ask).await {
-                Err(PeriodRefusal::Unreachable(_)) if self.fail_open(tenant) => {
-                    Ok((PeriodHold::default(), cap))
-                }
-                other => other,
-            },
-        }
-    }
-
-    async fn settle(&self, hold: PeriodHold, tokens: u64, cost: u64) {
-        if hold.keys.is_empty() {
-            return;
-        }
-        match self.durable() {
-            None => self.local_periods().settle(&hold, tokens, cost),
-            Some(durable) => durable.settle_periods(&hold, tokens, cost).await,
         }
     }
 }

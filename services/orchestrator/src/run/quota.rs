@@ -27,6 +27,9 @@ use super::durable::{
     RedisRuns, now_ms,
     quota::{AdmitLimits, Admitted},
 };
+use crate::catalog::prices::Price;
+use crate::config::quota::PeriodBudget;
+use crate::model::call::request::{PeriodHold, PeriodRefusal, Periods};
 use crate::{
     config::{QuotaConfig, RunQuota},
     error::Error,
@@ -91,21 +94,6 @@ impl RunQuotas {
     /// No limits (tests, tools).
     pub fn unlimited() -> Self {
         Self::new(QuotaConfig::default(), None, QuotaMetrics::default())
-    }
-
-    /// `tenant`'s quotas.
-    pub(super) fn quota_of(&self, tenant: &str) -> RunQuota {
-        self.config.of(tenant)
-    }
-
-    /// The run store, with durable runs.
-    pub(super) fn durable(&self) -> Option<&Arc<RedisRuns>> {
-        self.durable.as_ref()
-    }
-
-    /// The period budgets' counters of memory mode.
-    pub(super) fn local_periods(&self) -> &super::periods::LocalPeriods {
-        &self.periods
     }
 
     fn local<R>(&self, tenant: &str, f: impl FnOnce(&mut Local) -> R) -> R {
@@ -332,6 +320,70 @@ impl RunQuotas {
             && let Err(e) = durable.tokens(tenant, tokens).await
         {
             tracing::warn!(tenant, error = %e, "cannot count model tokens");
+        }
+    }
+}
+
+/// Billionths per input and output token of `price`.
+fn per_token(price: Option<&Price>) -> Option<(f64, f64)> {
+    price.map(|p| {
+        (
+            p.cost_nanos(1_000_000, 0, 0) as f64 / 1e6,
+            p.cost_nanos(0, 0, 1_000_000) as f64 / 1e6,
+        )
+    })
+}
+
+impl RunQuotas {
+    /// `tenant`'s model budgets per period (none: its calls hold nothing).
+    pub fn periods_of(&self, tenant: &str) -> Vec<PeriodBudget> {
+        self.config.of(tenant).periods()
+    }
+
+    fn fail_open(&self, tenant: &str) -> bool {
+        self.config
+            .of(tenant)
+            .model_budgets_fail_open
+            .unwrap_or(false)
+    }
+}
+
+#[async_trait::async_trait]
+impl Periods for RunQuotas {
+    async fn reserve(
+        &self,
+        tenant: &str,
+        input: u64,
+        cap: Option<u32>,
+        price: Option<&Price>,
+    ) -> Result<(PeriodHold, Option<u32>), PeriodRefusal> {
+        let budgets = self.periods_of(tenant);
+        if budgets.is_empty() {
+            return Ok((PeriodHold::default(), cap));
+        }
+        let ask = super::periods::Ask {
+            input,
+            cap,
+            price: per_token(price),
+        };
+        match &self.durable {
+            None => self.periods.reserve(tenant, &budgets, ask),
+            Some(durable) => match durable.reserve_periods(tenant, &budgets, ask).await {
+                Err(PeriodRefusal::Unreachable(_)) if self.fail_open(tenant) => {
+                    Ok((PeriodHold::default(), cap))
+                }
+                other => other,
+            },
+        }
+    }
+
+    async fn settle(&self, hold: PeriodHold, tokens: u64, cost: u64) {
+        if hold.keys.is_empty() {
+            return;
+        }
+        match &self.durable {
+            None => self.periods.settle(&hold, tokens, cost),
+            Some(durable) => durable.settle_periods(&hold, tokens, cost).await,
         }
     }
 }

@@ -247,7 +247,7 @@ mod tests {
             Err(CallError::Model(e, skipped)) => {
                 Err(format!("{} after {}", e.model, skipped.len()))
             }
-            Err(CallError::Exhausted(_)) => Err("exhausted".into()),
+            Err(_) => Err("refused".into()),
         };
         (out, seen.0.into_inner().expect("ok"))
     }

@@ -102,9 +102,7 @@ impl RedisRuns {
         ask: Ask,
     ) -> Result<(PeriodHold, Option<u32>), PeriodRefusal> {
         let unreachable = |e: String| {
-            PeriodRefusal::Unreachable(format!(
-                "the tenant's model budgets cannot be read: {e}"
-            ))
+            PeriodRefusal::Unreachable(format!("the tenant's model budgets cannot be read: {e}"))
         };
         let mut c = self.conn().await.map_err(|e| unreachable(e.to_string()))?;
         let now = now_ms();
