@@ -45,10 +45,14 @@ scripts:
     - {calls: [{tool: sleep, args: {ms: 1200, steps: 2}}]}
     - {calls: [{tool: sleep, args: {ms: 1200, steps: 2}}]}
     - {text: "stepped {{input}}"}
+  spendy:
+    - {calls: [{tool: sleep, args: {ms: 2500}}], usage: {input_tokens: 100, output_tokens: 10}}
+    - {text: "answered within budget", usage: {input_tokens: 100, output_tokens: 10}}
   looper:
     - {calls: [{tool: read_context, args: {key: "notes/none"}}], repeat: 600}
     - {text: "looped {{input}}"}
 agents:
+  spendy: {model: "scripted:spendy", tools: [sleep]}
   looper: {model: "scripted:looper", tools: [read_context]}
   stepper: {model: "scripted:stepper", tools: [sleep]}
   drafter: {model: "scripted:drafter"}
@@ -183,6 +187,60 @@ async fn a_killed_replicas_run_is_resumed_by_another_where_it_was() {
         (got.status(), got.output.as_str()),
         (pb::RunStatus::Completed, "woke up on x")
     );
+}
+
+/// A run with a budget resumed on another replica counts the turns it had
+/// taken against its budget, once: a budget of 219 tokens for turns of 110
+/// and 110 leaves the second turn 9 output tokens, before the kill or
+/// after it (counted twice, the run would fail; not at all, it would
+/// spend 220).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_run_counts_what_it_spent_before_against_its_budget() {
+    let (_redis, a, b) = pair(&[]).await;
+    let mut r = request("spendy");
+    r.limits = Some(pb::RunLimits {
+        budget: Some(pb::Budget {
+            tokens: Some(219),
+            cost: None,
+        }),
+        ..Default::default()
+    });
+    let stream = a.client().await.run_agent(r).await.expect("run");
+    let (stream, seen) = until_sleeping(stream).await;
+    let run_id = seen[0].run_id.clone();
+    let last = seen.last().expect("events").seq;
+    a.signal("-KILL");
+    drop(stream);
+    let on_b = b.client().await;
+    let rest: Vec<pb::RunEvent> = tokio::time::timeout(Duration::from_secs(10), async {
+        on_b.watch_run(&run_id, last, None)
+            .await
+            .expect("watch on b")
+            .map(|e| e.expect("event"))
+            .collect()
+            .await
+    })
+    .await
+    .expect("the run ends within the deadline");
+    assert!(
+        matches!(rest.first().and_then(|e| e.payload.as_ref()), Some(Payload::RunResumed(_))),
+        "{rest:?}"
+    );
+    let turn = rest
+        .iter()
+        .find_map(|e| match &e.payload {
+            Some(Payload::MessageCompleted(m)) => Some(m.clone()),
+            _ => None,
+        })
+        .expect("the second turn, on b");
+    assert_eq!(turn.finish_reason, "length", "{turn:?}");
+    match rest.last().and_then(|e| e.payload.as_ref()) {
+        Some(Payload::RunCompleted(c)) => {
+            let u = c.usage.clone().expect("usage");
+            assert_eq!(u.input_tokens + u.output_tokens, 219, "{u:?}");
+        }
+        other => panic!("the run completes on b: {other:?}"),
+    }
 }
 
 /// Pauses `a` (SIGSTOP, past its lease) until `b` has resumed and

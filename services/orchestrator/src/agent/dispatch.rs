@@ -146,6 +146,10 @@ pub(super) async fn execute(
             result.child_usage = None;
         } else if let Some(u) = &result.child_usage {
             rt.add_usage(u);
+            // And into the budgets above the caller, as its turns would.
+            let mut book = crate::model::call::lock(&rt.budgets);
+            let node = book.node_of(&view.ctx.id);
+            book.spend(node, u.input_tokens + u.output_tokens, u.cost_nanos);
         }
         let (_, final_text) = apply_policies(rt, view, call, &mut result);
         if let Some(text) = final_text {
