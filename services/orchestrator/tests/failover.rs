@@ -223,7 +223,10 @@ async fn a_resumed_run_counts_what_it_spent_before_against_its_budget() {
     .await
     .expect("the run ends within the deadline");
     assert!(
-        matches!(rest.first().and_then(|e| e.payload.as_ref()), Some(Payload::RunResumed(_))),
+        matches!(
+            rest.first().and_then(|e| e.payload.as_ref()),
+            Some(Payload::RunResumed(_))
+        ),
         "{rest:?}"
     );
     let turn = rest
