@@ -481,6 +481,24 @@ def test_store_over_tls_with_a_ca_file_and_a_client_certificate(tmp_path):
     run(main())
 
 
+def test_a_run_budget_bounds_what_the_run_spends():
+    async def main():
+        async with running() as b:
+            with pytest.raises(InvalidArgument) as bad:
+                await b.orchestrator.run_agent("echo", "hi", budget_tokens=0).collect()
+            assert bad.value.field == "limits.budget.tokens"
+            # One token leaves no room for the call's input: refused before
+            # the model is asked, naming the budget.
+            events = await b.orchestrator.run_agent("echo", "hi", budget_tokens=1).collect()
+            failed = events[-1].run_failed
+            assert failed.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], failed
+            assert failed.message.startswith("budget run exhausted: 0 of 1 tokens spent"), failed
+            events = await b.orchestrator.run_agent("echo", "hi", budget_tokens=100_000).collect()
+            assert events[-1].WhichOneof("payload") == "run_completed"
+
+    run(main())
+
+
 def test_generation_settings_reach_the_run():
     async def main():
         async with running() as b:

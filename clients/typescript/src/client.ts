@@ -154,6 +154,10 @@ export interface RunOpts extends CallOpts {
   maxTurns?: number;
   /** Deadline of the whole run, in seconds. */
   runTimeout?: number;
+  /** Most tokens the whole run may spend on models (`limits.budget.tokens`). */
+  budgetTokens?: number;
+  /** Most the whole run may spend on models, in the prices' currency. */
+  budgetCost?: number;
   /** The model of agents that name none, `provider:model`. */
   defaultModel?: string;
   /** The run's generation settings. */
@@ -195,6 +199,10 @@ function limits(o: RunOpts) {
     maxDepth: o.maxDepth,
     maxTurns: o.maxTurns ?? 0,
     runTimeout: o.runTimeout === undefined ? undefined : duration(o.runTimeout),
+    budget:
+      o.budgetTokens === undefined && o.budgetCost === undefined
+        ? undefined
+        : { tokens: o.budgetTokens, cost: o.budgetCost },
   };
 }
 

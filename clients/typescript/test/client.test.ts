@@ -311,6 +311,20 @@ test("a broken stream re-attaches after its last seq", async () => {
   await assert.rejects(new RunStream(call([unavailable()]), () => call([])).collect());
 });
 
+test("a run budget bounds what the run spends", async () => {
+  await assert.rejects(
+    b.orchestrator.runAgent("echo", "hi", { budgetTokens: 0 }).collect(),
+    (e: unknown) => e instanceof InvalidArgument && e.field === "limits.budget.tokens",
+  );
+  const refused = await b.orchestrator.runAgent("echo", "hi", { budgetTokens: 1 }).collect();
+  const last = refused[refused.length - 1].payload;
+  assert.ok(last?.$case === "runFailed", JSON.stringify(last));
+  assert.equal(last.runFailed.code, 8); // RESOURCE_EXHAUSTED
+  assert.match(last.runFailed.message, /^budget run exhausted: 0 of 1 tokens spent/);
+  const done = await b.orchestrator.runAgent("echo", "hi", { budgetTokens: 100000 }).collect();
+  assert.equal(done[done.length - 1].payload?.$case, "runCompleted");
+});
+
 test("generation settings reach the run", async () => {
   await assert.rejects(
     b.orchestrator.runAgent("echo", "hi", { settings: { temperature: 3 } }).collect(),

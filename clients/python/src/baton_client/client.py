@@ -298,6 +298,8 @@ class Orchestrator:
         timeout: float | None = None,
         detach: bool = False,
         settings: Mapping[str, Any] | pb.GenerationSettings | None = None,
+        budget_tokens: int | None = None,
+        budget_cost: float | None = None,
     ) -> RunStream:
         """Starts ``agent`` (or a group) on ``input``; returns its events.
         ``max_depth`` is how deep agents may call agents in this run (the
@@ -308,14 +310,16 @@ class Orchestrator:
         A detached run (``detach``) outlives the stream: leaving it does not cancel
         the run (follow it with ``watch``, find it with ``list_runs``).
         ``settings`` are the run's generation settings, over every agent's
-        and provider's own (see :func:`generation_settings`)."""
+        and provider's own (see :func:`generation_settings`).
+        ``budget_tokens`` and ``budget_cost`` bound what the whole run may
+        spend on models (the request's ``limits.budget``)."""
         request = pb.RunAgentRequest(
             agent=agent,
             input=input,
             history=list(history),
             run_context_json=json.dumps(run_context) if run_context is not None else "",
             default_model=default_model,
-            limits=self._limits(max_depth, max_turns, run_timeout),
+            limits=self._limits(max_depth, max_turns, run_timeout, budget_tokens, budget_cost),
             approval_mode=self._approval_mode(approval_mode),
             filter=filter,
             detach=detach,
@@ -346,6 +350,8 @@ class Orchestrator:
         max_turns: int = 0,
         run_timeout: float | None = None,
         settings: Mapping[str, Any] | pb.GenerationSettings | None = None,
+        budget_tokens: int | None = None,
+        budget_cost: float | None = None,
     ) -> RunStream:
         """Starts a pipeline. Steps are dicts with the fields of
         ``PipelineStep`` (``timeout`` in seconds) or the messages themselves.
@@ -367,7 +373,7 @@ class Orchestrator:
             initial_slots=dict(initial_slots or {}),
             keep_context=keep_context,
             default_model=default_model,
-            limits=self._limits(max_depth, max_turns, run_timeout),
+            limits=self._limits(max_depth, max_turns, run_timeout, budget_tokens, budget_cost),
             approval_mode=self._approval_mode(approval_mode),
             filter=filter,
             detach=detach,
@@ -526,12 +532,22 @@ class Orchestrator:
         return await _call(method, request, timeout, self._md(None))
 
     @staticmethod
-    def _limits(max_depth: int | None, max_turns: int, run_timeout: float | None) -> pb.RunLimits:
+    def _limits(
+        max_depth: int | None,
+        max_turns: int,
+        run_timeout: float | None,
+        budget_tokens: int | None = None,
+        budget_cost: float | None = None,
+    ) -> pb.RunLimits:
         limits = pb.RunLimits(max_turns=max_turns)
         if max_depth is not None:
             limits.max_depth = max_depth
         if run_timeout is not None:
             limits.run_timeout.CopyFrom(_duration(run_timeout))
+        if budget_tokens is not None:
+            limits.budget.tokens = budget_tokens
+        if budget_cost is not None:
+            limits.budget.cost = budget_cost
         return limits
 
     @staticmethod
