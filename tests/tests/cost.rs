@@ -344,3 +344,62 @@ agents:
     );
     other.shutdown().await.expect("shutdown");
 }
+
+/// `lead` runs a pipeline of two `worker` steps as a tool.
+const PIPELINE_AGENTS: &str = r#"
+prices:
+  scripted:worker: {input: 1000, output: 1000}
+scripts:
+  lead:
+    - calls:
+        - tool: run_pipeline
+          args:
+            mode: parallel
+            steps:
+              - {id: one, agent: worker, task: "a"}
+              - {id: two, agent: worker, task: "b"}
+      usage: {input_tokens: 10, output_tokens: 5}
+    - text: "both done"
+      usage: {input_tokens: 20, output_tokens: 5}
+  worker:
+    - text: "worked"
+      usage: {input_tokens: 100, output_tokens: 50}
+agents:
+  lead: {model: "scripted:lead", tools: [run_pipeline]}
+  worker: {model: "scripted:worker"}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_run_as_a_tool_counts_in_its_callers_usage() {
+    let server = OrchestratorServer::start(PIPELINE_AGENTS, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let client = server.client().await.expect("client");
+    let log = events(&client, "lead").await;
+    let lead_done = log
+        .iter()
+        .find_map(|e| match &e.payload {
+            Some(Payload::AgentCompleted(a)) if e.context_id == "root" => a.usage.clone(),
+            _ => None,
+        })
+        .expect("lead's end");
+    // Its own two turns (40 tokens) and the two steps (150 each).
+    assert_eq!(
+        (
+            lead_done.input_tokens + lead_done.output_tokens,
+            lead_done.model_calls
+        ),
+        (340, 4)
+    );
+    // The steps' cost: 300 tokens at 1000 a million.
+    assert_eq!(
+        (lead_done.cost_nanos, lead_done.unpriced_model_calls),
+        (300_000_000, 2)
+    );
+    assert_eq!(
+        run_usage(&log),
+        lead_done,
+        "the run's totals are the root agent's"
+    );
+    server.shutdown().await.expect("shutdown");
+}

@@ -264,7 +264,12 @@ pub(super) async fn execute_call(
             }
             CallPlan::Pipeline(child) => {
                 let child_ctx = child.open(rt, &view.ctx);
-                pipeline::tool::run_as_tool(rt, &child_ctx, &call.arguments, run_step).await
+                let output =
+                    pipeline::tool::run_as_tool(rt, &child_ctx, &call.arguments, run_step).await;
+                // Its steps count in the calling agent's usage, as a
+                // sub-agent's do.
+                result.child_usage = rt.take_step_usage(&child_ctx.id);
+                output
             }
             CallPlan::Agent(child, target) => {
                 let child_ctx = child.open(rt, &view.ctx);

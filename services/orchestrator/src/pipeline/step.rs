@@ -201,7 +201,12 @@ async fn attempt_once(
     let ran = tokio::select! {
         biased;
         () = scope.ended() => Ok(String::new()),
-        r = run_step(rt, call) => r.map(|(output, _)| output),
+        r = run_step(rt, call) => r.map(|(output, usage)| {
+            // What the step spent, for the agent that ran the pipeline as
+            // a tool (the run's totals and budgets counted it already).
+            rt.add_step_usage(&ctx.parent, &usage);
+            output
+        }),
     };
     let output = match (scope.output(), ran) {
         (Some(final_output), _) => final_output,

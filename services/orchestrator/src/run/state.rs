@@ -3,6 +3,7 @@
 //! scope a `final` tool output ends.
 
 use std::{
+    collections::HashMap,
     sync::{
         Arc, Mutex,
         atomic::{AtomicU64, Ordering},
@@ -96,6 +97,9 @@ pub struct Run {
     pacer: Pacer,
     /// Its budgets (see `model::call::budget`).
     pub budgets: Mutex<crate::model::call::budget::Book>,
+    /// What the steps of each pipeline run as a tool spent, by the
+    /// pipeline's context (its caller's agent counts it as a sub-agent's).
+    pipeline_usage: Mutex<HashMap<String, pb::Usage>>,
 }
 
 /// What a run is started with, besides the service's [`Shared`]: its
@@ -225,6 +229,7 @@ impl Run {
             settings: options.settings,
             pacer: Pacer::default(),
             budgets: Mutex::new(crate::model::call::budget::Book::new(options.limits.budget)),
+            pipeline_usage: Mutex::default(),
         })
     }
 
@@ -353,6 +358,23 @@ impl Run {
             let _ = u.currency.set(usage.currency.clone());
         }
         self.record.add_usage(usage);
+    }
+
+    /// A step of the pipeline in context `pipeline` spent `usage`.
+    pub fn add_step_usage(&self, pipeline: &str, usage: &pb::Usage) {
+        let mut all = self
+            .pipeline_usage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        super::usage::add(all.entry(pipeline.to_owned()).or_default(), usage);
+    }
+
+    /// What the steps of the pipeline in context `pipeline` spent, once.
+    pub fn take_step_usage(&self, pipeline: &str) -> Option<pb::Usage> {
+        self.pipeline_usage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(pipeline)
     }
 
     /// Usage totals so far.
