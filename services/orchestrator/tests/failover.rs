@@ -609,7 +609,13 @@ async fn a_pipeline_killed_mid_step_resumes_with_its_finished_steps_kept() {
     seen.extend(rest);
     events::check_stream_rules(&seen);
     match seen.last().and_then(|e| e.payload.as_ref()) {
-        Some(Payload::RunCompleted(c)) => assert_eq!(c.output, "draft of reviewed draft of tides"),
+        Some(Payload::RunCompleted(c)) => {
+            assert_eq!(c.output, "draft of reviewed draft of tides");
+            // Every model call counts once: the finished step's (from its
+            // record), the napper's two, the last step's.
+            let calls = c.usage.as_ref().map_or(0, |u| u.model_calls);
+            assert_eq!(calls, 4, "{:?}", c.usage);
+        }
         other => panic!("{other:?}"),
     }
     // Each step started once and ended once: the finished one was kept,

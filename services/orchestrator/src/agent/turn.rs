@@ -318,8 +318,16 @@ pub(super) async fn run_frame_inner(
                 usage: Some(frame.usage.clone()),
             });
             let unit = unit::numbered("d", &frame.ctx.id, frame.turns);
-            rt.emit_point(&frame.ctx, &frame.agent_name, done, unit, Vec::new)
-                .await;
+            // Its record is what the frame spent (a resumed pipeline reads
+            // it for a step that had finished; records from before are
+            // empty).
+            let usage = &frame.usage;
+            rt.emit_point(&frame.ctx, &frame.agent_name, done, unit, || {
+                let currency = (!usage.currency.is_empty()).then(|| usage.currency.clone());
+                serde_json::to_vec(&(crate::run::usage::to_record(usage), currency))
+                    .unwrap_or_default()
+            })
+            .await;
             return Ok((turn.text, frame.usage));
         }
 

@@ -47,6 +47,18 @@ pub(super) async fn run_step(
         );
         if let Some(output) = rt.journaled(&done) {
             let output = String::from_utf8_lossy(output).into_owned();
+            // What it spent goes back into the run's totals, budgets and
+            // its caller's usage (a fork's origin spent it: not a fork's).
+            if !rt.walk.as_ref().is_some_and(|w| w.fork)
+                && let Some(u) = finished_usage(rt, &ctx.id)
+            {
+                rt.add_usage(&u);
+                let mut book = crate::model::call::lock(&rt.budgets);
+                let node = book.node_of(&ctx.parent);
+                book.spend(node, u.input_tokens + u.output_tokens, u.cost_nanos);
+                drop(book);
+                rt.add_step_usage(&ctx.parent, &u);
+            }
             rt.pace().await;
             return Ok(output);
         }
@@ -135,6 +147,16 @@ pub(super) async fn run_step(
         }
     }
     Err(last_error)
+}
+
+/// What the finished step in context `ctx` spent, as its agent's end
+/// recorded it (`None`: a record from before usage was recorded).
+fn finished_usage(rt: &Run, ctx: &str) -> Option<pb::Usage> {
+    (1..=rt.limits.max_turns).rev().find_map(|n| {
+        let record = rt.journaled(&crate::run::recording::unit::numbered("d", ctx, n))?;
+        let (r, currency) = serde_json::from_slice::<(Vec<u64>, Option<String>)>(record).ok()?;
+        Some(crate::run::usage::from_record(&r, currency))
+    })
 }
 
 /// One attempt: fill in the task, run the agent in the step's context,
