@@ -478,3 +478,63 @@ async fn a_cost_budget_refuses_a_model_without_a_price_and_bad_budgets_are_refus
     }
     server.shutdown().await.expect("shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finish_and_ask_begin_one_token_under_the_limit_of_the_call_and_not_at_it() {
+    // finish: after 112 spent, the second turn needs 101 above the 120 kept
+    // for the last answer: 333 lets it go (capped at 1 token), 332 finishes.
+    for (limit, finishes) in [(333, false), (332, true)] {
+        let yaml = FINISHING.replace("tokens: 250,", &format!("tokens: {limit},"));
+        let server = OrchestratorServer::start(&yaml, None, |_| {})
+            .await
+            .expect("orchestrator");
+        let log = run(
+            &server.client().await.expect("client"),
+            request("worker", None),
+        )
+        .await;
+        assert!(
+            matches!(last(&log), Payload::RunCompleted(_)),
+            "{:?}",
+            last(&log)
+        );
+        let said: Vec<String> = exhausted(&log).into_iter().map(|b| b.action).collect();
+        assert_eq!(
+            said,
+            if finishes {
+                vec!["finish".to_owned()]
+            } else {
+                vec![]
+            },
+            "{limit}"
+        );
+        server.shutdown().await.expect("shutdown");
+    }
+    // ask: after 220 spent, the third turn needs 101: 321 lets it go, 320
+    // asks a person (answered no here: the run fails).
+    for (limit, asks) in [(321, false), (320, true)] {
+        let yaml = ASKING.replace("tokens: 250,", &format!("tokens: {limit},"));
+        let server = OrchestratorServer::start(&yaml, None, |_| {})
+            .await
+            .expect("orchestrator");
+        let log = if asks {
+            ask_and_answer(&server, false).await.0
+        } else {
+            run(
+                &server.client().await.expect("client"),
+                request("worker", None),
+            )
+            .await
+        };
+        let asked = log
+            .iter()
+            .any(|e| matches!(&e.payload, Some(Payload::ApprovalRequested(_))));
+        assert_eq!(asked, asks, "{limit}");
+        assert_eq!(
+            matches!(last(&log), Payload::RunCompleted(_)),
+            !asks,
+            "{limit}"
+        );
+        server.shutdown().await.expect("shutdown");
+    }
+}

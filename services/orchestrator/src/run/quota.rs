@@ -387,3 +387,58 @@ impl Periods for RunQuotas {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::{Money, RunQuota};
+
+    /// Quotas whose shared counters are a Redis nobody serves.
+    fn unreachable(fail_open: bool) -> RunQuotas {
+        let mut redis = baton_store::redis::RedisConfig::default();
+        redis.url = "redis://127.0.0.1:1".into();
+        redis.timeout = Duration::from_millis(200);
+        let durable = RedisRuns::new(&redis, Duration::from_secs(60), "r", Duration::from_secs(1))
+            .expect("a lazy connection");
+        let mut config = QuotaConfig::default();
+        config.default = RunQuota {
+            model_cost_per_day: Some(Money(1_000_000_000)),
+            model_budgets_fail_open: Some(fail_open),
+            ..Default::default()
+        };
+        RunQuotas::new(config, Some(Arc::new(durable)), QuotaMetrics::default())
+    }
+
+    #[tokio::test]
+    async fn period_budgets_fail_closed_when_redis_does_not_answer_unless_told_to_fail_open() {
+        let price = crate::catalog::prices::Prices::new(
+            &[(
+                "m:x".to_owned(),
+                serde_norway::from_str("{input: 1.0, output: 2.0}").expect("price"),
+            )]
+            .into_iter()
+            .collect(),
+            None,
+            std::path::Path::new("."),
+        )
+        .expect("prices");
+        let p = price.of("m:x");
+        match unreachable(false).reserve("acme", 10, Some(5), p).await {
+            Err(PeriodRefusal::Unreachable(m)) => {
+                assert!(
+                    m.starts_with("the tenant's model budgets cannot be read"),
+                    "{m}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        // Failing open, the call goes ahead holding nothing.
+        let (hold, cap) = unreachable(true)
+            .reserve("acme", 10, Some(5), p)
+            .await
+            .expect("fail open");
+        assert_eq!((hold.keys.len(), cap), (0, Some(5)));
+    }
+}

@@ -532,6 +532,71 @@ mod tests {
         async fn waiting(&self, _: &str, _: &str, _: Duration, _: usize) {}
     }
 
+    /// Counters that do not answer (Redis down).
+    struct Down;
+
+    #[async_trait::async_trait]
+    impl Window for Down {
+        async fn take(&self, _: &str, _: &str, _: &Want) -> Result<Option<Duration>, String> {
+            Err("connection refused".into())
+        }
+        async fn settle(&self, _: &str, _: &str, _: u64, _: u64) {}
+    }
+
+    #[tokio::test]
+    async fn unreachable_counters_fail_the_call_closed_unless_the_limit_fails_open() {
+        for fail_open in [false, true] {
+            let spec = RateLimitSpec {
+                requests: Some(10),
+                tokens: None,
+                window: Duration::from_secs(1),
+                per_model: false,
+                per_tenant: false,
+                fail_open,
+            };
+            let limits = Limits::new(
+                Direct,
+                [("p".to_owned(), spec)].into_iter().collect(),
+                Arc::new(Down),
+                Arc::default(),
+            );
+            let model: Arc<dyn Model> = Arc::new(Quick);
+            let settings = crate::catalog::settings::Settings::default();
+            let prices = crate::catalog::prices::Prices::default();
+            let trace = opentelemetry::Context::new();
+            let models = [model.clone()];
+            let call = ModelCall {
+                candidates: &models,
+                context_window: &[],
+                messages: &[],
+                tools: &[],
+                turn: 0,
+                input: "",
+                call_id_prefix: "",
+                settings: &settings,
+                over: &settings,
+                max_output: None,
+                timeout: Duration::from_secs(1),
+                budget: None,
+                hold_back: 0,
+                prices: &prices,
+                trace: &trace,
+                tenant: "t",
+                periods: None,
+            };
+            let answered = limits.try_model(&model, &call, &Quiet).await;
+            match (fail_open, answered) {
+                (false, Err(e)) => {
+                    assert_eq!(e.error_type, "limit_unreachable");
+                    assert_eq!(e.code(), tonic::Code::Unavailable);
+                    assert!(e.message.contains("connection refused"), "{e}");
+                }
+                (true, Ok(_)) => {}
+                (open, other) => panic!("fail_open {open}: {other:?}"),
+            }
+        }
+    }
+
     #[tokio::test]
     async fn waiting_calls_go_through_one_tenant_after_another() {
         let spec = RateLimitSpec {
