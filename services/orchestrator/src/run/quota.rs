@@ -397,15 +397,19 @@ mod tests {
 
     /// Quotas whose shared counters are a Redis nobody serves.
     fn unreachable(fail_open: bool) -> RunQuotas {
-        let mut redis = baton_store::redis::RedisConfig::default();
-        redis.url = "redis://127.0.0.1:1".into();
-        redis.timeout = Duration::from_millis(200);
+        let redis = baton_store::redis::RedisConfig {
+            url: "redis://127.0.0.1:1".into(),
+            timeout: Duration::from_millis(200),
+            ..Default::default()
+        };
         let durable = RedisRuns::new(&redis, Duration::from_secs(60), "r", Duration::from_secs(1))
             .expect("a lazy connection");
-        let mut config = QuotaConfig::default();
-        config.default = RunQuota {
-            model_cost_per_day: Some(Money(1_000_000_000)),
-            model_budgets_fail_open: Some(fail_open),
+        let config = QuotaConfig {
+            default: RunQuota {
+                model_cost_per_day: Some(Money(1_000_000_000)),
+                model_budgets_fail_open: Some(fail_open),
+                ..Default::default()
+            },
             ..Default::default()
         };
         RunQuotas::new(config, Some(Arc::new(durable)), QuotaMetrics::default())
