@@ -369,6 +369,24 @@ consoleTest('a model whose provider is down is passed over: a fallback answers, 
   await assertStreamComplete(page, runId, 'sturdy');
 });
 
+consoleTest("a call over its provider's rate limit waits, and the context says so", async (page) => {
+  await openConsole(page, NESTED, KEY_A);
+  // The first run takes the limit's one call in 3 s; the second waits.
+  const first = await startRun(page, 'limited', 'one');
+  await waitStatus(page, 'RUN_STATUS_COMPLETED');
+  await assertStreamComplete(page, first, 'limited');
+  await page.locator('a', { hasText: 'Runs' }).first().click();
+  await page.locator(tid('runs-page')).waitFor();
+  const runId = await startRun(page, 'limited', 'two');
+  const wait = page.locator(tid('rate-limit-wait'));
+  await wait.waitFor();
+  assert.match(await wait.textContent(), /^◷ waiting for stub's rate limit, [0-9]\.[0-9] s$/);
+  await shot(page, 'rate-limit-wait');
+  await waitStatus(page, 'RUN_STATUS_COMPLETED');
+  assert.equal(await page.locator(tid('run-output')).textContent(), 'stub answer');
+  await assertStreamComplete(page, runId, 'limited');
+});
+
 consoleTest('a question is answered by typing', async (page) => {
   await openConsole(page, EXAMPLE, KEY_A);
   const runId = await startRun(page, 'interviewer', 'a trip');

@@ -535,7 +535,7 @@ export class TreeView {
   render_wait(item) {
     const s = Number.isFinite(item.waitS) ? item.waitS.toFixed(1) : '?';
     return h('li', { class: 'item note wait', 'data-testid': 'rate-limit-wait' },
-      `⏳ waiting for ${item.provider}'s rate limit, ${s} s${item.ahead ? ` (${item.ahead} ahead)` : ''}`);
+      `◷ waiting for ${item.provider}'s rate limit, ${s} s${item.ahead ? ` (${item.ahead} ahead)` : ''}`);
   }
 
   render_budget(item) {
