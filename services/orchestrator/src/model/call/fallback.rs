@@ -126,7 +126,6 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
-    use crate::catalog::{prices::Prices, settings::Settings};
     use crate::model::{ModelError, ModelErrorKind, ModelRequest, ModelTurn};
 
     /// A model that fails with `kind` after streaming `partial`, or answers.
@@ -212,28 +211,8 @@ mod tests {
         candidates: &[Arc<dyn Model>],
         wide: &[Arc<dyn Model>],
     ) -> (Result<String, String>, Vec<String>) {
-        let settings = Settings::default();
-        let prices = Prices::default();
-        let trace = opentelemetry::Context::new();
-        let call = ModelCall {
-            candidates,
-            context_window: wide,
-            messages: &[],
-            tools: &[],
-            turn: 0,
-            input: "",
-            call_id_prefix: "",
-            settings: &settings,
-            over: &settings,
-            max_output: None,
-            timeout: std::time::Duration::from_secs(1),
-            budget: None,
-            hold_back: 0,
-            prices: &prices,
-            trace: &trace,
-            tenant: "t",
-            periods: None,
-        };
+        let fixture = crate::model::call::request::TestCall::default();
+        let call = fixture.call(candidates, wide, "t", std::time::Duration::from_secs(1));
         let seen = Seen::default();
         let out = match Fallbacks(Direct).call(call, &seen).await {
             Ok(a) => Ok(format!(

@@ -561,29 +561,9 @@ mod tests {
                 Arc::default(),
             );
             let model: Arc<dyn Model> = Arc::new(Quick);
-            let settings = crate::catalog::settings::Settings::default();
-            let prices = crate::catalog::prices::Prices::default();
-            let trace = opentelemetry::Context::new();
+            let fixture = crate::model::call::request::TestCall::default();
             let models = [model.clone()];
-            let call = ModelCall {
-                candidates: &models,
-                context_window: &[],
-                messages: &[],
-                tools: &[],
-                turn: 0,
-                input: "",
-                call_id_prefix: "",
-                settings: &settings,
-                over: &settings,
-                max_output: None,
-                timeout: Duration::from_secs(1),
-                budget: None,
-                hold_back: 0,
-                prices: &prices,
-                trace: &trace,
-                tenant: "t",
-                periods: None,
-            };
+            let call = fixture.call(&models, &[], "t", Duration::from_secs(1));
             let answered = limits.try_model(&model, &call, &Quiet).await;
             match (fail_open, answered) {
                 (false, Err(e)) => {
@@ -620,29 +600,9 @@ mod tests {
             let (limits, order) = (limits.clone(), order.clone());
             tasks.push(tokio::spawn(async move {
                 let model: Arc<dyn Model> = Arc::new(Quick);
-                let settings = crate::catalog::settings::Settings::default();
-                let prices = crate::catalog::prices::Prices::default();
-                let trace = opentelemetry::Context::new();
+                let fixture = crate::model::call::request::TestCall::default();
                 let models = [model.clone()];
-                let call = ModelCall {
-                    candidates: &models,
-                    context_window: &[],
-                    messages: &[],
-                    tools: &[],
-                    turn: 0,
-                    input: "",
-                    call_id_prefix: "",
-                    settings: &settings,
-                    over: &settings,
-                    max_output: None,
-                    timeout: Duration::from_secs(30),
-                    budget: None,
-                    hold_back: 0,
-                    prices: &prices,
-                    trace: &trace,
-                    tenant,
-                    periods: None,
-                };
+                let call = fixture.call(&models, &[], tenant, Duration::from_secs(30));
                 limits
                     .try_model(&model, &call, &Quiet)
                     .await

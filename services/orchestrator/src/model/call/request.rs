@@ -213,3 +213,47 @@ pub fn moves(e: &ModelError) -> Option<&'static str> {
         ModelErrorKind::Rejected | ModelErrorKind::ProviderKey => None,
     }
 }
+
+/// What a unit test's [`ModelCall`] borrows: default settings, no prices,
+/// an empty trace.
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct TestCall {
+    settings: Settings,
+    prices: Prices,
+    trace: opentelemetry::Context,
+}
+
+#[cfg(test)]
+impl TestCall {
+    /// A call of `candidates` (then `wide` on a context-window error) for
+    /// `tenant`, with no messages, tools or budget, timing out after
+    /// `timeout`.
+    pub(crate) fn call<'a>(
+        &'a self,
+        candidates: &'a [Arc<dyn Model>],
+        wide: &'a [Arc<dyn Model>],
+        tenant: &'a str,
+        timeout: Duration,
+    ) -> ModelCall<'a> {
+        ModelCall {
+            candidates,
+            context_window: wide,
+            messages: &[],
+            tools: &[],
+            turn: 0,
+            input: "",
+            call_id_prefix: "",
+            settings: &self.settings,
+            over: &self.settings,
+            max_output: None,
+            timeout,
+            budget: None,
+            hold_back: 0,
+            prices: &self.prices,
+            trace: &self.trace,
+            tenant,
+            periods: None,
+        }
+    }
+}
