@@ -174,7 +174,8 @@ impl OrchestratorServer {
             },
         )
         .map_err(|e| anyhow::anyhow!(e))?
-        .with_quotas(config.quotas.clone());
+        .with_quotas(config.quotas.clone())
+        .with_conversations(config.conversations.clone());
         let core =
             baton_orchestrator::app::Orchestrator::new(services, shutdown.clone(), tasks.clone());
         let handle = tokio::spawn({

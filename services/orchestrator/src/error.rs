@@ -44,6 +44,14 @@ pub enum Error {
         /// Why not.
         message: String,
     },
+    /// What the request would create exists already (a conversation id).
+    #[error("{field}: {message}")]
+    AlreadyExists {
+        /// The request field.
+        field: &'static str,
+        /// What exists.
+        message: String,
+    },
     /// The request is over a size or count limit of this server.
     #[error("{field}: {message}")]
     Exhausted {
@@ -102,6 +110,7 @@ impl Error {
         match self {
             Error::InvalidArgument { .. } => Code::InvalidArgument,
             Error::NotFound { .. } => Code::NotFound,
+            Error::AlreadyExists { .. } => Code::AlreadyExists,
             Error::Exhausted { .. } => Code::ResourceExhausted,
             Error::FailedPrecondition { .. } => Code::FailedPrecondition,
             Error::OutOfRange { .. } => Code::OutOfRange,
@@ -118,6 +127,7 @@ impl Error {
         match self {
             Error::InvalidArgument { field, .. } | Error::Exhausted { field, .. } => Some(field),
             Error::NotFound { field, .. }
+            | Error::AlreadyExists { field, .. }
             | Error::FailedPrecondition { field, .. }
             | Error::OutOfRange { field, .. } => Some(field),
             Error::Peer { field, .. } => field.as_deref(),

@@ -62,6 +62,7 @@ pub mod auth;
 pub mod catalog;
 pub mod client_tls;
 pub mod config;
+pub mod conversation;
 pub mod error;
 pub mod grpc;
 pub mod http;
@@ -209,7 +210,8 @@ pub async fn serve(
         &|name| secret_from_env(name, &|k| std::env::var(k).ok()),
     )
     .map_err(|e| anyhow::anyhow!(e))?
-    .with_quotas(config.quotas.clone());
+    .with_quotas(config.quotas.clone())
+    .with_conversations(config.conversations.clone());
     let core = Orchestrator::new(services, shutdown.clone(), tasks.clone());
     serve_core(core, store, config, listener, shutdown, tasks).await
 }

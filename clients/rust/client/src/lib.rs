@@ -22,6 +22,7 @@
 
 pub mod balance;
 mod channel;
+mod conversations;
 mod error;
 mod orchestrator;
 mod store;

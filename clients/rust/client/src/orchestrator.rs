@@ -242,7 +242,7 @@ impl OrchestratorClient {
     }
 
     /// `message` as a request carrying the API key, if any.
-    fn request<T>(&self, message: T) -> tonic::Request<T> {
+    pub(crate) fn request<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
         if let Some(auth) = &self.authorization {
             request.metadata_mut().insert("authorization", auth.clone());

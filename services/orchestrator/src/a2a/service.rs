@@ -195,13 +195,23 @@ impl Service {
     ) -> Result<crate::app::Started> {
         let mut caller = caller.clone();
         let mut labels = std::collections::BTreeMap::new();
-        if !message.context_id.is_empty() {
+        // A context is a conversation (A2A §3.4.1: the same contextId is
+        // the same session): its id is the context's trace id, so a
+        // follow-up in the context continues it; a message in no context
+        // starts one, whose id the task gives back as its contextId.
+        let (trace, open) = if message.context_id.is_empty() {
+            (
+                baton_common::ids::TraceId::random().as_str().to_owned(),
+                crate::conversation::store::Open::New,
+            )
+        } else {
             let trace = context_trace(&caller.tenant, &message.context_id);
             if trace != message.context_id {
                 labels.insert(CONTEXT_LABEL.to_owned(), message.context_id.clone());
             }
-            caller.trace = trace_parent(&trace);
-        }
+            (trace, crate::conversation::store::Open::Either)
+        };
+        caller.trace = trace_parent(&trace);
         let input = match agent.io {
             A2aIo::Text => text,
             A2aIo::Message => {
@@ -220,6 +230,12 @@ impl Service {
             Err(e) => return Err(self.core.refused("RunAgent", &caller, e).into()),
         };
         request.labels = labels;
+        request.conversation = Some(crate::request::ConversationAsk {
+            id: trace,
+            open,
+            busy: crate::conversation::Busy::Wait,
+            ttl: None,
+        });
         Ok(self.core.start_agent(&caller, request).await?)
     }
 

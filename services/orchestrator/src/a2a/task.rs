@@ -242,6 +242,7 @@ impl Task {
             | Payload::ModelFallback(_)
             | Payload::BudgetExhausted(_)
             | Payload::RateLimitWait(_)
+            | Payload::HistoryCompacted(_)
             | Payload::PipelineCompleted(_) => {
                 let Some(line) = progress_line(event, payload) else {
                     return Vec::new();

@@ -76,6 +76,9 @@ pub struct CallFrame {
     /// A budget ran out and the agent's `on_exhausted` is `finish`: the
     /// next call is its last, without tools.
     pub(super) finishing: bool,
+    /// The root frame of a run in a conversation: what the run adds to it
+    /// (from message `.1`, the input, on).
+    pub(super) transcript: Option<(Arc<crate::conversation::transcript::Transcript>, usize)>,
 }
 
 impl CallFrame {
@@ -86,6 +89,14 @@ impl CallFrame {
         let ctx = rt.root_context(crate::run::context::invoke_agent_span_name(&target.target));
         let mut frame = Self::resolved(rt, ctx, target, history, input, Arc::default());
         frame.answer_request(rt);
+        if rt.record.conversation.get().is_some() {
+            let base = frame.messages.len() - usize::from(!frame.input.is_empty());
+            let transcript = crate::conversation::transcript::Transcript::new(
+                frame.messages.get(base).cloned(),
+                &frame.agent.name,
+            );
+            frame.transcript = Some((Arc::new(transcript), base));
+        }
         frame
     }
 
@@ -107,6 +118,20 @@ impl CallFrame {
             .settings()
             .merged(&self.agent.spec.settings)
             .merged(&request)
+    }
+
+    /// What the run adds to its conversation, for the root frame of a run
+    /// in one.
+    pub fn transcript(&self) -> Option<Arc<crate::conversation::transcript::Transcript>> {
+        self.transcript.as_ref().map(|(t, _)| t.clone())
+    }
+
+    /// Writes the turns so far to the run's transcript (a root frame in a
+    /// conversation).
+    pub(super) fn sync_transcript(&self) {
+        if let Some((t, base)) = &self.transcript {
+            t.sync(&self.messages[*base..], &self.agent.name);
+        }
     }
 
     /// What a final tool output in this frame ends.
@@ -190,6 +215,7 @@ impl CallFrame {
             conversation: Default::default(),
             budget,
             finishing: false,
+            transcript: None,
         }
         .with_settings(rt)
     }

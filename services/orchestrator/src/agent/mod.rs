@@ -58,15 +58,30 @@ pub async fn body(
 ) {
     let root_ctx = root.ctx.clone();
     let scope = root.scope.clone();
+    let link = rt.record.conversation.get().cloned();
+    let transcript = root.transcript();
     let started = pb::RunStarted {
         kind: pb::RunKind::Agent as i32,
         target,
         input: root.input.clone(),
         labels: labels.into_iter().collect(),
+        conversation_id: link.as_ref().map(|l| l.id.clone()).unwrap_or_default(),
+        conversation_messages: link
+            .as_ref()
+            .map(|l| l.base_count - l.fold + u32::from(l.summary.is_some()))
+            .unwrap_or_default(),
         ..Default::default()
     };
     let _end = root_ctx.end_on_drop();
+    let agent_name = root.agent_name.clone();
     let body = async {
+        // What compaction folded, said once (a resumed run logged it).
+        if rt.walk.is_none()
+            && let Some(event) = link.as_ref().and_then(|l| l.event())
+        {
+            let payload = pb::run_event::Payload::HistoryCompacted(event);
+            rt.emit(&root_ctx, &agent_name, payload).await;
+        }
         let ran = tokio::select! {
             biased;
             () = scope.ended() => Ok(String::new()),
@@ -79,5 +94,46 @@ pub async fn body(
             None => ran,
         }
     };
-    drive(&rt, &root_ctx, started, Box::pin(body), async {}).await;
+    let conversation = async {
+        if let (Some(link), Some(transcript)) = (&link, &transcript) {
+            conversation_end(&rt, link, transcript).await;
+        }
+    };
+    drive(&rt, &root_ctx, started, Box::pin(body), conversation).await;
+}
+
+/// Appends what a run in a conversation added, before its terminal event
+/// (so the next message, sent once a client sees the run end, finds it).
+/// A replica whose lease lapsed leaves it to the one that took the run.
+async fn conversation_end(
+    rt: &Arc<Run>,
+    link: &crate::conversation::link::Link,
+    transcript: &crate::conversation::transcript::Transcript,
+) {
+    if rt.record.lease_lapsed() {
+        return;
+    }
+    let added = transcript.added();
+    let status = if added.answered {
+        pb::RunStatus::Completed
+    } else if rt.record.token().is_cancelled() {
+        pb::RunStatus::Cancelled
+    } else {
+        pb::RunStatus::Failed
+    };
+    let conversations = &rt.services.conversations;
+    if let Err(e) = link
+        .finish(
+            conversations,
+            &rt.record.tenant,
+            &rt.record.run_id,
+            added,
+            status,
+        )
+        .await
+    {
+        // Not applied: the turn stays the run's until its hold lapses, and
+        // a resumed run applies it then.
+        tracing::warn!(run_id = %rt.record.run_id, conversation = %link.id, error = %e, "a run's messages were not appended to its conversation");
+    }
 }

@@ -328,6 +328,9 @@ pub(super) async fn run_frame_inner(
                     .unwrap_or_default()
             })
             .await;
+            if let Some((t, base)) = &frame.transcript {
+                t.answered(&frame.messages[*base..], &turn.text, &frame.agent.name);
+            }
             return Ok((turn.text, frame.usage));
         }
 
@@ -371,6 +374,7 @@ pub(super) async fn run_frame_inner(
         assistant.tool_calls = turn.calls;
         frame.messages.push(assistant);
         frame.messages.extend(replies);
+        frame.sync_transcript();
         if frame.scope.is_ended() {
             // A Final policy ended the scope: no further turns, here or above.
             return Err(Failure {
@@ -380,6 +384,7 @@ pub(super) async fn run_frame_inner(
         }
         if let Some(to) = handoff {
             switch_agent(rt, &mut frame, &to).await?;
+            frame.sync_transcript();
         }
     }
 }

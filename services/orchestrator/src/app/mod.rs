@@ -10,6 +10,7 @@
 //! | cancel a run, answer an approval, answer an input | `calls.rs` |
 //! | a trace's slots, and a watch of them | `slots.rs` |
 //! | fork a run at a point; replay a run against today's agents | `fork.rs`, `replay.rs` |
+//! | a run entering its conversation; get, list, update, delete one | `conversations.rs` |
 //! | drain at shutdown | `drain.rs` |
 //! | keep durable runs: renew leases, deliver answers, park, claim | `upkeep.rs` |
 //!
@@ -24,6 +25,7 @@
 //! any replica answers from Redis).
 
 mod calls;
+mod conversations;
 mod drain;
 mod fork;
 mod orchestrator;

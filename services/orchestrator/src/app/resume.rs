@@ -148,6 +148,14 @@ impl Orchestrator {
         if let Some(origin) = meta.forked_from.clone() {
             let _ = record.forked_from.set(origin);
         }
+        if let Some(link) = meta.conversation.clone() {
+            // The group member that answered first answers again.
+            let default_model = checked.options.default_model.clone();
+            checked
+                .body
+                .start_at(&self.services(), &default_model, &link.agent);
+            let _ = record.conversation.set(std::sync::Arc::new(link));
+        }
         record.lease_holds_until(claimed.claimed_at + durable.lease().as_millis() as i64);
         let span = self
             .resumed_span(durable, &claimed.run_id, &trace_id, &meta.target)

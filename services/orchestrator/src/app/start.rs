@@ -64,6 +64,8 @@ pub(super) struct Checked {
     pub(super) body: Body,
     pub(super) options: RunOptions,
     pub(super) stored: StoredRequest,
+    /// The conversation an agent run continues or starts.
+    pub(super) conversation: Option<crate::request::ConversationAsk>,
 }
 
 impl From<AgentRun> for Checked {
@@ -77,6 +79,7 @@ impl From<AgentRun> for Checked {
             },
             options: r.options,
             stored: r.stored,
+            conversation: r.conversation,
         }
     }
 }
@@ -91,6 +94,7 @@ impl From<PipelineRun> for Checked {
             },
             options: r.options,
             stored: r.stored,
+            conversation: None,
         }
     }
 }
@@ -101,6 +105,33 @@ impl Body {
         match self {
             Body::Agent { target, .. } => (pb::RunKind::Agent, target.target.clone()),
             Body::Pipeline { plan, .. } => (pb::RunKind::Pipeline, plan.target().to_owned()),
+        }
+    }
+
+    /// Makes group member `agent` the one that runs first (a run in a
+    /// conversation, resumed: the member it began with); nothing when the
+    /// body is not a group's or `agent` is not of it.
+    pub(super) fn start_at(
+        &mut self,
+        services: &crate::run::shared::Shared,
+        default_model: &str,
+        agent: &str,
+    ) {
+        let Body::Agent { target, .. } = self else {
+            return;
+        };
+        let Some(members) = target.group_members.clone() else {
+            return;
+        };
+        if agent.is_empty() || agent == target.agent.name || !members.iter().any(|m| m == agent) {
+            return;
+        }
+        if let Ok(mut member) =
+            crate::run::target::resolve(&services.catalog, &services.models, default_model, agent)
+        {
+            member.target = target.target.clone();
+            member.group_members = Some(members);
+            *target = member;
         }
     }
 
@@ -193,9 +224,10 @@ impl Orchestrator {
         services: Arc<crate::run::shared::Shared>,
     ) -> Result<Started> {
         let Checked {
-            body,
+            mut body,
             options,
-            stored,
+            mut stored,
+            conversation,
         } = run;
         let (kind, target) = body.kind_and_target();
         let span = self.run_span(&caller.trace, method, kind, &target);
@@ -208,8 +240,20 @@ impl Orchestrator {
             options,
             &self.runs_stop,
         );
+        let entered = match conversation {
+            Some(ask) => Some(
+                self.enter_conversation(&services, &prepared, &mut body, &mut stored, ask)
+                    .await?,
+            ),
+            None => None,
+        };
+        let run_id = prepared.record.run_id.clone();
         let future = body.future(&prepared.run);
-        self.launch_with(prepared, stored, None, future).await
+        let started = self.launch_with(prepared, stored, None, future).await;
+        if let (Err(_), Some(key)) = (&started, &entered) {
+            services.conversations.release(key, &run_id).await;
+        }
+        started
     }
 
     /// Records a prepared run where runs are kept (with its request, when

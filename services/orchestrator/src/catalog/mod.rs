@@ -12,6 +12,7 @@
 
 pub mod budget;
 pub mod builtin;
+pub mod compaction;
 pub mod error;
 pub mod models;
 pub mod names;
@@ -87,6 +88,8 @@ pub struct AgentSpec {
     pub context_window_fallbacks: Vec<String>,
     /// Its budget, and what it does when one runs out.
     pub budget: Option<budget::BudgetSpec>,
+    /// How a long conversation is compacted before it answers.
+    pub conversation: compaction::ConversationSpec,
 }
 
 /// What an agent served over A2A reads and writes.
@@ -440,6 +443,7 @@ impl Catalog {
             if let Some(b) = &a.budget {
                 b.validate(name)?;
             }
+            a.conversation.validate(name, &known_model)?;
             a.settings.validate(&format!("agents.{name}.settings"))?;
             for t in &a.tools {
                 if !(BUILTIN_TOOLS.contains(&t.as_str())

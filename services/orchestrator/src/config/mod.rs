@@ -20,6 +20,7 @@ use crate::auth::{AuthConfig, AuthError};
 pub use crate::client_tls::TlsClient;
 pub use faces::{A2aConfig, ConsoleConfig, McpApprovalMode, McpConfig};
 
+pub mod conversations;
 mod faces;
 pub mod quota;
 
@@ -280,6 +281,8 @@ pub struct Config {
     /// The MCP face: which agents MCP clients may call as tools (see
     /// `crate::mcp`).
     pub mcp: McpConfig,
+    /// Conversations (see `crate::conversation`).
+    pub conversations: conversations::ConversationConfig,
 }
 
 impl Default for Config {
@@ -305,6 +308,7 @@ impl Default for Config {
             console: ConsoleConfig::default(),
             a2a: A2aConfig::default(),
             mcp: McpConfig::default(),
+            conversations: Default::default(),
         }
     }
 }
@@ -357,6 +361,9 @@ pub enum InvalidConfig {
     /// `server`.
     #[error(transparent)]
     Server(#[from] ServerOptionsError),
+    /// `conversations`.
+    #[error(transparent)]
+    Conversations(#[from] conversations::ConversationConfigError),
     /// `store.timeout` is zero.
     #[error("store.timeout must be positive")]
     StoreTimeout,
@@ -418,6 +425,7 @@ impl Config {
         self.auth.validate()?;
         self.tls.validate()?;
         self.quotas.validate()?;
+        self.conversations.validate()?;
         self.server.validate()?;
         if !self.console.trace_url.is_empty() && !self.console.trace_url.contains("{trace_id}") {
             return Err(InvalidConfig::TraceUrl);

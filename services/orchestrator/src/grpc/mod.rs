@@ -225,6 +225,58 @@ impl OrchestratorRpc for OrchestratorService {
         Ok(Response::new(page.into()))
     }
 
+    async fn get_conversation(
+        &self,
+        request: Request<pb::GetConversationRequest>,
+    ) -> Answer<pb::Conversation> {
+        let caller = caller(&request);
+        let c = self
+            .core
+            .get_conversation(&caller, request.get_ref())
+            .await
+            .map_err(status)?;
+        Ok(Response::new(c))
+    }
+
+    async fn list_conversations(
+        &self,
+        request: Request<pb::ListConversationsRequest>,
+    ) -> Answer<pb::ListConversationsResponse> {
+        let caller = caller(&request);
+        let page = self
+            .core
+            .list_conversations(&caller, request.get_ref())
+            .await
+            .map_err(status)?;
+        Ok(Response::new(page))
+    }
+
+    async fn update_conversation(
+        &self,
+        request: Request<pb::UpdateConversationRequest>,
+    ) -> Answer<pb::Conversation> {
+        let caller = caller(&request);
+        let c = self
+            .core
+            .update_conversation(&caller, request.into_inner())
+            .await
+            .map_err(status)?;
+        Ok(Response::new(c))
+    }
+
+    async fn delete_conversation(
+        &self,
+        request: Request<pb::DeleteConversationRequest>,
+    ) -> Answer<pb::DeleteConversationResponse> {
+        let caller = caller(&request);
+        let deleted = self
+            .core
+            .delete_conversation(&caller, &request.get_ref().conversation_id)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(deleted))
+    }
+
     type ForkRunStream = EventStatusStream;
 
     async fn fork_run(&self, request: Request<pb::ForkRunRequest>) -> Answer<Self::ForkRunStream> {

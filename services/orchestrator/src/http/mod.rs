@@ -109,6 +109,8 @@ fn axum_path(path: &str) -> String {
 fn method_router(routes: Vec<&'static Route>) -> MethodRouter<Arc<Face>> {
     let method = match routes[0].method {
         "POST" => axum::routing::MethodFilter::POST,
+        "PATCH" => axum::routing::MethodFilter::PATCH,
+        "DELETE" => axum::routing::MethodFilter::DELETE,
         _ => axum::routing::MethodFilter::GET,
     };
     on(
@@ -306,6 +308,24 @@ impl Face {
                 let query = RunsQuery::try_from(&r)?;
                 let page = core.list(&caller, &query).await?;
                 Ok(json(&pb::ListRunsResponse::from(page)))
+            }
+            Rpc::ListConversations => {
+                let r = call.query.list_conversations()?;
+                Ok(json(&core.list_conversations(&caller, &r).await?))
+            }
+            Rpc::GetConversation => {
+                let mut r = call.query.get_conversation()?;
+                r.conversation_id = call.param("conversation_id")?;
+                Ok(json(&core.get_conversation(&caller, &r).await?))
+            }
+            Rpc::UpdateConversation => {
+                let mut r: pb::UpdateConversationRequest = json_body(&call.body)?;
+                r.conversation_id = call.param("conversation_id")?;
+                Ok(json(&core.update_conversation(&caller, r).await?))
+            }
+            Rpc::DeleteConversation => {
+                let id = call.param("conversation_id")?;
+                Ok(json(&core.delete_conversation(&caller, &id).await?))
             }
             Rpc::GetRun => {
                 let run = core.get(&caller, &call.param("run_id")?).await?;

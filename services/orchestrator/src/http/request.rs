@@ -135,6 +135,27 @@ impl Query {
         })
     }
 
+    /// The ListConversations request of `page_size`, `page_token`.
+    pub fn list_conversations(&self) -> Result<pb::ListConversationsRequest, HttpError> {
+        self.only(&["page_size", "page_token"])?;
+        Ok(pb::ListConversationsRequest {
+            page_size: self.number("page_size")?.unwrap_or(0),
+            page_token: self.one("page_token")?.unwrap_or_default().to_owned(),
+        })
+    }
+
+    /// The GetConversation request of `page_size`, `page_token`, `last`
+    /// (its id is the path's).
+    pub fn get_conversation(&self) -> Result<pb::GetConversationRequest, HttpError> {
+        self.only(&["page_size", "page_token", "last"])?;
+        Ok(pb::GetConversationRequest {
+            conversation_id: String::new(),
+            page_size: self.number("page_size")?.unwrap_or(0),
+            page_token: self.one("page_token")?.unwrap_or_default().to_owned(),
+            last: self.number("last")?.unwrap_or(0),
+        })
+    }
+
     /// A page of slots: `page_token` (the key after which it starts) and
     /// `page_size` (0: the store's default).
     pub fn slots_page(&self) -> Result<(Option<String>, usize), HttpError> {

@@ -29,6 +29,14 @@ pub enum Rpc {
     SubmitInput,
     /// `ListAgents`.
     ListAgents,
+    /// `GetConversation`.
+    GetConversation,
+    /// `ListConversations`.
+    ListConversations,
+    /// `UpdateConversation`.
+    UpdateConversation,
+    /// `DeleteConversation`.
+    DeleteConversation,
     /// The context store's `List` of a trace's slots (metadata only).
     ListSlots,
     /// The context store's `Watch` of a trace's slots (SSE).
@@ -154,6 +162,42 @@ pub const ROUTES: &[Route] = &[
         answer: "baton.v1.ListAgentsResponse",
         stream: false,
         summary: "The agents and groups runs can name.",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/conversations",
+        rpc: Rpc::ListConversations,
+        body: None,
+        answer: "baton.v1.ListConversationsResponse",
+        stream: false,
+        summary: "The caller's tenant's conversations, most recently used first, a page at a time (`page_size`, `page_token`), without their messages.",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/conversations/{conversation_id}",
+        rpc: Rpc::GetConversation,
+        body: None,
+        answer: "baton.v1.Conversation",
+        stream: false,
+        summary: "A conversation: a page of its messages (`page_size`, `page_token`, or `last` for the newest), and its runs. A run continues it with `POST /v1/runs` and `conversationId`.",
+    },
+    Route {
+        method: "PATCH",
+        path: "/v1/conversations/{conversation_id}",
+        rpc: Rpc::UpdateConversation,
+        body: Some("baton.v1.UpdateConversationRequest"),
+        answer: "baton.v1.Conversation",
+        stream: false,
+        summary: "Set a conversation's `title` and `labels` (an empty value removes a label).",
+    },
+    Route {
+        method: "DELETE",
+        path: "/v1/conversations/{conversation_id}",
+        rpc: Rpc::DeleteConversation,
+        body: None,
+        answer: "baton.v1.DeleteConversationResponse",
+        stream: false,
+        summary: "Delete a conversation: its messages and its runs' histories (a run of it still going is cancelled first).",
     },
     Route {
         method: "GET",

@@ -6,7 +6,9 @@
 //! A turn may stream text (split into `deltas` pieces, or word by word), call
 //! one or several tools (`calls`), hand off (`handoff: agent`), wait
 //! (`delay`), or fail (`fail`). In text and string arguments, `{{input}}` is
-//! the context's task and `{{results}}` the previous turn's tool results.
+//! the context's task and `{{results}}` the previous turn's tool results;
+//! in text, `{{history}}` is the earlier user messages of the conversation
+//! (a history's or a conversation's), joined by ` | `.
 
 use std::sync::Arc;
 
@@ -54,6 +56,17 @@ fn template(s: &str, input: &str, results: &str) -> String {
     }
     s.replace("{{input}}", input)
         .replace("{{results}}", results)
+}
+
+/// The user messages before the last one (a conversation's earlier
+/// messages), joined by ` | `: `{{history}}` in a scripted text.
+fn earlier_user_messages(messages: &[ChatMessage]) -> String {
+    let users: Vec<&str> = messages
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .map(|m| m.content.as_str())
+        .collect();
+    users[..users.len().saturating_sub(1)].join(" | ")
 }
 
 fn template_value(v: &Value, input: &str, results: &str) -> Value {
@@ -131,6 +144,9 @@ impl Model for ScriptedModel {
         }
         let results = last_results(request.messages);
         let mut text = template(&turn.text, request.input, &results);
+        if text.contains("{{history}}") {
+            text = text.replace("{{history}}", &earlier_user_messages(request.messages));
+        }
         let mut calls: Vec<ToolCallRequest> = turn
             .calls
             .iter()

@@ -31,6 +31,21 @@ pub struct AgentRequest {
     /// What the face tags the run with, in its `RunStarted` (the A2A face's
     /// context id); none through baton.v1.
     pub labels: std::collections::BTreeMap<String, String>,
+    /// The conversation the run continues or starts.
+    pub conversation: Option<ConversationAsk>,
+}
+
+/// A run asked for in a conversation.
+#[derive(Debug, Clone)]
+pub struct ConversationAsk {
+    /// Its id; empty: a new one Baton makes.
+    pub id: String,
+    /// Whether the run may start it.
+    pub open: crate::conversation::store::Open,
+    /// Whether the run waits for a running one.
+    pub busy: crate::conversation::Busy,
+    /// How long it is kept after this use (none: the server's).
+    pub ttl: Option<Duration>,
 }
 
 /// A fork asked for (ForkRun), its fields as the request names them.

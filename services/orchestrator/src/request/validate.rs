@@ -37,6 +37,8 @@ pub struct AgentRun {
     pub stored: StoredRequest,
     /// What the face tagged the run with.
     pub labels: std::collections::BTreeMap<String, String>,
+    /// The conversation it continues or starts.
+    pub conversation: Option<super::ConversationAsk>,
 }
 
 /// A RunPipeline request checked: what the run is started with.
@@ -70,6 +72,21 @@ pub fn agent_run(s: &Shared, r: AgentRequest) -> Result<AgentRun> {
             "must not be empty when there is no history",
         ));
     }
+    if let Some(c) = &r.conversation {
+        if r.input.is_empty() {
+            return Err(Error::invalid(
+                "input",
+                "must not be empty in a conversation",
+            ));
+        }
+        let max = s.conversations.config.max_ttl;
+        if c.ttl.is_some_and(|t| t > max) {
+            return Err(Error::invalid(
+                "conversation_ttl",
+                format!("must be at most conversations.max_ttl ({max:?})"),
+            ));
+        }
+    }
     let options = options(s, r.options)?;
     // An agent without any model is a bad request, not a failed run.
     let target = resolve(&s.catalog, &s.models, &options.default_model, &r.agent)
@@ -81,6 +98,7 @@ pub fn agent_run(s: &Shared, r: AgentRequest) -> Result<AgentRun> {
         options,
         stored: r.stored,
         labels: r.labels,
+        conversation: r.conversation,
     })
 }
 

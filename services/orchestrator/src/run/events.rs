@@ -208,6 +208,7 @@ pub fn kind_of(p: &Payload) -> pb::EventKind {
         Payload::ModelFallback(_) => K::ModelFallback,
         Payload::BudgetExhausted(_) => K::BudgetExhausted,
         Payload::RateLimitWait(_) => K::RateLimitWait,
+        Payload::HistoryCompacted(_) => K::HistoryCompacted,
         Payload::ToolCallStarted(_) => K::ToolCallStarted,
         Payload::ToolProgress(_) => K::ToolProgress,
         Payload::ToolOptions(_) => K::ToolOptions,

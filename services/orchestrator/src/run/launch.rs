@@ -126,6 +126,7 @@ pub async fn register(
         replay_of: r.replay_of.get().map(|(id, _)| id.clone()),
         replay_strict: r.replay_of.get().is_some_and(|(_, strict)| *strict),
         replay_diverged: false,
+        conversation: r.conversation.get().map(|l| (**l).clone()),
     };
     let sent = super::record::mono_ms();
     let epoch = runs

@@ -124,6 +124,8 @@ pub struct RunRecord {
     pub forked_from: std::sync::OnceLock<super::view::Origin>,
     /// For a replay: the run it replays, and whether strictly.
     pub replay_of: std::sync::OnceLock<(String, bool)>,
+    /// For a run in a conversation: which, and what it appends.
+    pub conversation: std::sync::OnceLock<Arc<crate::conversation::link::Link>>,
 }
 
 /// Longest approval or input id the runtime makes (context id, turn and
@@ -290,6 +292,7 @@ impl RunRecord {
             last_event_ms: AtomicI64::new(now_ms()),
             forked_from: std::sync::OnceLock::new(),
             replay_of: std::sync::OnceLock::new(),
+            conversation: std::sync::OnceLock::new(),
             replay_diverged: AtomicBool::new(false),
         })
     }
@@ -385,6 +388,11 @@ impl RunRecord {
             forked_from: self.forked_from.get().cloned(),
             replay_of: self.replay_of.get().map(|(id, _)| id.clone()),
             replay_diverged: self.replay_diverged.load(Ordering::Relaxed),
+            conversation_id: self
+                .conversation
+                .get()
+                .map(|l| l.id.clone())
+                .unwrap_or_default(),
             // Dropped from a replica with durable runs: the store has it.
             history_gone: self.epoch.load(Ordering::Relaxed) == 0 && !self.has_history(),
         }

@@ -65,6 +65,8 @@ pub struct Shared {
     pub quotas: Arc<RunQuotas>,
     /// The model-call stack (budget, fallback, breaker, attempt).
     pub calls: Arc<crate::model::call::Stack>,
+    /// The conversations (in Redis with durable runs).
+    pub conversations: Arc<crate::conversation::Conversations>,
     /// What each agent's model is told about its tools, by agent (and
     /// group), with the toolbox generation it was built at.
     tool_defs: Mutex<HashMap<String, ToolDefs>>,
@@ -91,6 +93,21 @@ fn call_stack(
     Arc::new(stack(catalog, observe, window, shared))
 }
 
+/// Conversations in Redis when runs are durable, else in the process.
+fn conversations(
+    config: crate::config::conversations::ConversationConfig,
+    durable: Option<&Arc<RedisRuns>>,
+) -> Arc<crate::conversation::Conversations> {
+    use crate::conversation::{
+        Conversations, memory::MemoryStore, redis::RedisStore, store::Store,
+    };
+    let store: Arc<dyn Store> = match durable {
+        Some(d) => Arc::new(RedisStore::new(d.clone())),
+        None => Arc::new(MemoryStore::new(config.max_kept)),
+    };
+    Arc::new(Conversations::new(store, config))
+}
+
 impl Shared {
     /// Everything `catalog`'s agents need on `store`; provider keys are read
     /// through `env`.
@@ -115,6 +132,7 @@ impl Shared {
             models: Arc::new(Models::new(catalog.clone(), env)?),
             tools: Arc::new(Toolbox::new(&catalog, env)?),
             calls: call_stack(&catalog, &tracing, &metrics, durable.as_ref()),
+            conversations: conversations(Default::default(), durable.as_ref()),
             quotas: Arc::new(RunQuotas::new(
                 QuotaConfig::default(),
                 durable.clone(),
@@ -163,6 +181,7 @@ impl Shared {
             pipeline_limits: self.pipeline_limits,
             durable: self.durable.clone(),
             quotas: self.quotas.clone(),
+            conversations: self.conversations.clone(),
             tool_defs: Mutex::default(),
         })
     }
@@ -174,6 +193,15 @@ impl Shared {
             self.durable.clone(),
             self.metrics.quota.clone(),
         ));
+        self
+    }
+
+    /// These services with the conversations' bounds of `config`.
+    pub fn with_conversations(
+        mut self,
+        config: crate::config::conversations::ConversationConfig,
+    ) -> Self {
+        self.conversations = conversations(config, self.durable.as_ref());
         self
     }
 

@@ -49,6 +49,8 @@ pub struct RunView {
     /// Its history (events, recording) was evicted for room: GetRun has
     /// its result, nothing can watch, fork or replay it.
     pub history_gone: bool,
+    /// The conversation it belongs to ("" none).
+    pub conversation_id: String,
 }
 
 /// Where a fork came from: the original run and the seq of its fork point.

@@ -32,6 +32,7 @@ impl From<RunView> for pb::GetRunResponse {
             history_gone: r.history_gone,
             replay_of: r.replay_of.clone().unwrap_or_default(),
             replay_diverged: r.replay_diverged,
+            conversation_id: r.conversation_id,
         }
     }
 }
@@ -66,6 +67,7 @@ impl From<pb::GetRunResponse> for RunView {
             history_gone: r.history_gone,
             replay_of: Some(r.replay_of).filter(|r| !r.is_empty()),
             replay_diverged: r.replay_diverged,
+            conversation_id: r.conversation_id,
         }
     }
 }
@@ -92,6 +94,7 @@ impl From<RunView> for pb::RunSummary {
             replay_of: r.replay_of.clone().unwrap_or_default(),
             replay_diverged: r.replay_diverged,
             usage: Some(r.usage),
+            conversation_id: r.conversation_id,
         }
     }
 }

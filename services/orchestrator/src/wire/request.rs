@@ -23,7 +23,9 @@ impl TryFrom<pb::RunAgentRequest> for AgentRequest {
 
     fn try_from(r: pb::RunAgentRequest) -> Result<Self> {
         let stored = StoredRequest(r.encode_to_vec());
+        let conversation = conversation(&r)?;
         Ok(Self {
+            conversation,
             history: history(r.history)?,
             options: options(
                 r.run_context_json,
@@ -251,6 +253,63 @@ impl From<&Filter> for pb::EventFilter {
 fn approval_mode(v: i32) -> Result<pb::ApprovalMode> {
     pb::ApprovalMode::try_from(v)
         .map_err(|_| Error::invalid("approval_mode", format!("{v} is not an ApprovalMode")))
+}
+
+/// The conversation a RunAgent asks for (none: neither `conversation_id`
+/// nor `new_conversation`).
+fn conversation(r: &pb::RunAgentRequest) -> Result<Option<crate::request::ConversationAsk>> {
+    use crate::conversation::{Busy, check_id, store::Open};
+    if r.conversation_id.is_empty() && !r.new_conversation {
+        if r.conversation_ttl.is_some() {
+            return Err(Error::invalid(
+                "conversation_ttl",
+                "is only read with conversation_id or new_conversation",
+            ));
+        }
+        return Ok(None);
+    }
+    if !r.conversation_id.is_empty() {
+        check_id("conversation_id", &r.conversation_id)?;
+    }
+    if !r.history.is_empty() {
+        return Err(Error::invalid(
+            "history",
+            "must be empty with conversation_id or new_conversation: the conversation holds the history",
+        ));
+    }
+    let busy = match pb::ConversationBusy::try_from(r.conversation_busy) {
+        Ok(pb::ConversationBusy::Refuse) => Busy::Refuse,
+        Ok(_) => Busy::Wait,
+        Err(_) => {
+            return Err(Error::invalid(
+                "conversation_busy",
+                format!("{} is not a ConversationBusy", r.conversation_busy),
+            ));
+        }
+    };
+    let ttl = match &r.conversation_ttl {
+        None => None,
+        Some(d) if d.seconds < 0 || d.nanos < 0 || d.nanos >= 1_000_000_000 => {
+            return Err(Error::invalid(
+                "conversation_ttl",
+                "must be a positive duration",
+            ));
+        }
+        Some(d) => Some(Duration::new(d.seconds as u64, d.nanos as u32)),
+    };
+    if ttl.is_some_and(|t| t.is_zero()) {
+        return Err(Error::invalid("conversation_ttl", "must be positive"));
+    }
+    Ok(Some(crate::request::ConversationAsk {
+        id: r.conversation_id.clone(),
+        open: if r.new_conversation {
+            Open::New
+        } else {
+            Open::Existing
+        },
+        busy,
+        ttl,
+    }))
 }
 
 fn history(messages: Vec<pb::Message>) -> Result<Vec<ChatMessage>> {

@@ -56,6 +56,8 @@ pub struct RunMeta {
     pub replay_strict: bool,
     /// For a replay that has ended: whether it diverged (field `rd`).
     pub replay_diverged: bool,
+    /// For a run in a conversation (field `cv`).
+    pub conversation: Option<crate::conversation::link::Link>,
 }
 
 impl RunMeta {
@@ -85,6 +87,11 @@ impl RunMeta {
             replay_of: self.replay_of.clone(),
             replay_diverged: self.replay_diverged,
             history_gone: false,
+            conversation_id: self
+                .conversation
+                .as_ref()
+                .map(|l| l.id.clone())
+                .unwrap_or_default(),
         }
     }
 
@@ -176,6 +183,7 @@ pub(super) fn decode_meta(run_id: &str, f: &HashMap<String, Vec<u8>>) -> Option<
         replay_of: Some(text("ro")).filter(|r| !r.is_empty()),
         replay_strict: num("rs") == 1,
         replay_diverged: num("rd") == 1,
+        conversation: crate::conversation::link::Link::from_field(&text("cv")),
     })
 }
 

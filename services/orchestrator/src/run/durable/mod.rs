@@ -33,6 +33,7 @@
 
 mod breakers;
 mod claims;
+mod delete;
 pub mod inbox;
 mod lease;
 mod limits;
@@ -300,8 +301,13 @@ impl RedisRuns {
         format!("{}:runs:{hex}", self.config.key_prefix)
     }
 
-    async fn conn(&self) -> Result<ConnRef, Error> {
+    pub(crate) async fn conn(&self) -> Result<ConnRef, Error> {
         self.conn.get().await.map_err(store_error)
+    }
+
+    /// What every key of this store starts with.
+    pub(crate) fn key_prefix(&self) -> &str {
+        &self.config.key_prefix
     }
 
     /// Whether Redis answers.
@@ -355,6 +361,9 @@ impl RedisRuns {
             // Not resumable until its history is written (see
             // [`Self::started`]).
             invocation.arg("starting").arg("1");
+        }
+        if let Some(link) = &meta.conversation {
+            invocation.arg("cv").arg(link.to_field());
         }
         if let Some(origin) = &meta.replay_of {
             invocation.arg("ro").arg(origin);

@@ -1,0 +1,505 @@
+//! Conversations kept in Redis (durable runs): any replica continues any
+//! conversation.
+//!
+//! Keys, per conversation (one hash tag, so Redis Cluster works):
+//!
+//! - `{prefix}:conv:{<hex tenant>:<id>}:meta` — a hash: `created`,
+//!   `updated` (Redis's clock, ms), `ttl`, `count`, `bytes`, `folded`,
+//!   `agent`, `title`, `bf` (branched from), `running` and `running_until`
+//!   (the run holding the turn, and when its hold lapses), `l:<key>` per
+//!   label.
+//! - `…:msgs` — a list of its messages (`baton.v1.ConversationMessage`).
+//! - `…:runs` — a list of its runs (`baton.v1.ConversationRun`).
+//! - `{prefix}:convs:<hex tenant>` — the tenant's conversations, a sorted
+//!   set by last use, for listing; entries whose conversation expired are
+//!   skipped and dropped when a listing meets them.
+//!
+//! Taking the turn reads the messages in the same script (one round trip);
+//! giving it back appends in one script that applies only while the turn
+//! is the run's, so a run resumed after its replica died and ending again
+//! appends nothing twice.
+
+use std::{collections::BTreeMap, collections::HashMap, sync::Arc};
+
+use prost::Message as _;
+use redis::{Script, Value};
+
+use super::store::{Begin, Begun, Finish, Key, Meta, Open, Page, Store};
+use crate::{
+    error::{Error, Result},
+    run::durable::RedisRuns,
+};
+
+const NOW: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+";
+
+const BEGIN: &str = r"
+-- KEYS[1] meta, KEYS[2] msgs, KEYS[3] runs
+-- ARGV[1] run, ARGV[2] open (0 existing, 1 new, 2 either), ARGV[3] hold ms,
+-- ARGV[4] ttl ms, ARGV[5] branched from, ARGV[6] base bytes, ARGV[7] n,
+-- then n base messages.
+-- Returns {0} not found, {3} exists, {1, running} busy, {2, meta, msgs}.
+local exists = redis.call('EXISTS', KEYS[1]) == 1
+if exists and ARGV[2] == '1' then
+  return {3}
+end
+if not exists then
+  if ARGV[2] == '0' then
+    return {0}
+  end
+  local n = tonumber(ARGV[7])
+  redis.call('DEL', KEYS[2], KEYS[3])
+  redis.call('HSET', KEYS[1], 'created', now, 'count', n, 'bytes', ARGV[6],
+    'folded', 0, 'title', '', 'agent', '', 'bf', ARGV[5], 'running', '')
+  for i = 1, n do
+    redis.call('RPUSH', KEYS[2], ARGV[7 + i])
+  end
+else
+  local running = redis.call('HGET', KEYS[1], 'running')
+  local till = tonumber(redis.call('HGET', KEYS[1], 'running_until') or '0')
+  if running and running ~= '' and running ~= ARGV[1] and till > now then
+    return {1, running}
+  end
+end
+local hold, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
+redis.call('HSET', KEYS[1], 'running', ARGV[1], 'running_until', now + hold,
+  'updated', now, 'ttl', ttl)
+for i = 1, 3 do
+  redis.call('PEXPIRE', KEYS[i], ttl + hold)
+end
+return {2, redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -1)}
+";
+
+const FINISH: &str = r"
+-- KEYS[1] meta, KEYS[2] msgs, KEYS[3] runs
+-- ARGV[1] run, ARGV[2] fold, ARGV[3] summary ('' none), ARGV[4] agent,
+-- ARGV[5] run entry, ARGV[6] count, ARGV[7] bytes, ARGV[8] ttl, ARGV[9] n,
+-- then n messages. Returns 1 applied, 0 not the run's turn.
+if redis.call('HGET', KEYS[1], 'running') ~= ARGV[1] then
+  return 0
+end
+local fold = tonumber(ARGV[2])
+if fold > 0 then
+  redis.call('LTRIM', KEYS[2], fold, -1)
+  redis.call('HINCRBY', KEYS[1], 'folded', fold)
+end
+if ARGV[3] ~= '' then
+  redis.call('LPUSH', KEYS[2], ARGV[3])
+end
+local n = tonumber(ARGV[9])
+for i = 1, n do
+  redis.call('RPUSH', KEYS[2], ARGV[9 + i])
+end
+redis.call('RPUSH', KEYS[3], ARGV[5])
+redis.call('HSET', KEYS[1], 'running', '', 'running_until', 0, 'agent', ARGV[4],
+  'count', ARGV[6], 'bytes', ARGV[7], 'updated', now, 'ttl', ARGV[8])
+for i = 1, 3 do
+  redis.call('PEXPIRE', KEYS[i], ARGV[8])
+end
+return 1
+";
+
+const RELEASE: &str = r"
+if redis.call('HGET', KEYS[1], 'running') == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'running', '', 'running_until', 0)
+end
+return 1
+";
+
+const UPDATE: &str = r"
+-- KEYS[1] meta; ARGV[1] 1 to set the title, ARGV[2] title, then label
+-- pairs (an empty value deletes).
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
+if ARGV[1] == '1' then
+  redis.call('HSET', KEYS[1], 'title', ARGV[2])
+end
+for i = 3, #ARGV, 2 do
+  if ARGV[i + 1] == '' then
+    redis.call('HDEL', KEYS[1], 'l:' .. ARGV[i])
+  else
+    redis.call('HSET', KEYS[1], 'l:' .. ARGV[i], ARGV[i + 1])
+  end
+end
+return 1
+";
+
+/// Conversations in Redis (see the module docs).
+pub struct RedisStore {
+    runs: Arc<RedisRuns>,
+    begin: Script,
+    finish: Script,
+    release: Script,
+    update: Script,
+}
+
+impl RedisStore {
+    /// Conversations in the Redis of the run store `runs`.
+    pub fn new(runs: Arc<RedisRuns>) -> Self {
+        Self {
+            runs,
+            begin: Script::new(&format!("{NOW}{BEGIN}")),
+            finish: Script::new(&format!("{NOW}{FINISH}")),
+            release: Script::new(RELEASE),
+            update: Script::new(UPDATE),
+        }
+    }
+
+    fn key(&self, key: &Key, what: &str) -> String {
+        format!(
+            "{}:conv:{{{}:{}}}:{what}",
+            self.runs.key_prefix(),
+            hex(&key.tenant),
+            key.id
+        )
+    }
+
+    fn index(&self, tenant: &str) -> String {
+        format!("{}:convs:{}", self.runs.key_prefix(), hex(tenant))
+    }
+
+    /// Marks `key` used now in its tenant's index.
+    async fn touch(&self, key: &Key) -> Result<()> {
+        let mut c = self.runs.conn().await?;
+        redis::cmd("ZADD")
+            .arg(self.index(&key.tenant))
+            .arg(crate::run::launch::now_ms())
+            .arg(&key.id)
+            .query_async::<i64>(&mut c)
+            .await
+            .map_err(redis_error)?;
+        Ok(())
+    }
+}
+
+fn hex(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn redis_error(e: redis::RedisError) -> Error {
+    Error::Unavailable(format!("conversation store: redis: {e}"))
+}
+
+fn decode_meta(id: &str, fields: &HashMap<String, Vec<u8>>) -> Meta {
+    let text = |k: &str| {
+        fields
+            .get(k)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .unwrap_or_default()
+    };
+    let num = |k: &str| text(k).parse::<i64>().unwrap_or(0);
+    Meta {
+        id: id.to_owned(),
+        title: text("title"),
+        labels: fields
+            .iter()
+            .filter_map(|(k, v)| {
+                k.strip_prefix("l:")
+                    .map(|k| (k.to_owned(), String::from_utf8_lossy(v).into_owned()))
+            })
+            .collect(),
+        created_ms: num("created"),
+        updated_ms: num("updated"),
+        ttl_ms: num("ttl"),
+        count: num("count") as u32,
+        bytes: num("bytes") as u64,
+        running: text("running"),
+        agent: text("agent"),
+        branched_from: text("bf"),
+        folded: num("folded") as u32,
+    }
+}
+
+fn hash_of(v: &Value) -> HashMap<String, Vec<u8>> {
+    let mut out = HashMap::new();
+    match v {
+        Value::Array(items) => {
+            for pair in items.chunks(2) {
+                if let [Value::BulkString(k), Value::BulkString(v)] = pair {
+                    out.insert(String::from_utf8_lossy(k).into_owned(), v.clone());
+                }
+            }
+        }
+        Value::Map(items) => {
+            for (k, v) in items {
+                if let (Value::BulkString(k), Value::BulkString(v)) = (k, v) {
+                    out.insert(String::from_utf8_lossy(k).into_owned(), v.clone());
+                }
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+fn decoded<M: prost::Message + Default>(items: &[Vec<u8>], what: &str) -> Result<Vec<M>> {
+    items
+        .iter()
+        .map(|b| {
+            M::decode(b.as_slice())
+                .map_err(|e| Error::Internal(format!("conversation store: a {what}: {e}")))
+        })
+        .collect()
+}
+
+fn bulk_list(v: &Value) -> Vec<Vec<u8>> {
+    match v {
+        Value::Array(items) => items
+            .iter()
+            .filter_map(|i| match i {
+                Value::BulkString(b) => Some(b.clone()),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for RedisStore {
+    async fn begin(&self, key: &Key, begin: &Begin) -> Result<Begun> {
+        let mut c = self.runs.conn().await?;
+        let mut call = self.begin.prepare_invoke();
+        for what in ["meta", "msgs", "runs"] {
+            call.key(self.key(key, what));
+        }
+        let open = match begin.open {
+            Open::Existing => 0,
+            Open::New => 1,
+            Open::Either => 2,
+        };
+        call.arg(&begin.run_id)
+            .arg(open)
+            .arg(begin.hold_ms)
+            .arg(begin.ttl_ms)
+            .arg(&begin.branched_from)
+            .arg(begin.base.iter().map(super::store::size).sum::<u64>())
+            .arg(begin.base.len());
+        for m in &begin.base {
+            call.arg(m.encode_to_vec());
+        }
+        let reply: Value = call.invoke_async(&mut c).await.map_err(redis_error)?;
+        let Value::Array(parts) = reply else {
+            return Err(Error::Internal(
+                "conversation store: a malformed answer".into(),
+            ));
+        };
+        let code = match parts.first() {
+            Some(Value::Int(n)) => *n,
+            _ => -1,
+        };
+        Ok(match code {
+            0 => Begun::NotFound,
+            3 => Begun::Exists,
+            1 => Begun::Busy {
+                running: match parts.get(1) {
+                    Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+                    _ => String::new(),
+                },
+            },
+            2 => {
+                let meta = decode_meta(&key.id, &hash_of(parts.get(1).unwrap_or(&Value::Nil)));
+                let messages = decoded(&bulk_list(parts.get(2).unwrap_or(&Value::Nil)), "message")?;
+                self.touch(key).await?;
+                Begun::Taken { meta, messages }
+            }
+            _ => {
+                return Err(Error::Internal(
+                    "conversation store: a malformed answer".into(),
+                ));
+            }
+        })
+    }
+
+    async fn finish(&self, key: &Key, finish: &Finish) -> Result<bool> {
+        let mut c = self.runs.conn().await?;
+        let mut call = self.finish.prepare_invoke();
+        for what in ["meta", "msgs", "runs"] {
+            call.key(self.key(key, what));
+        }
+        call.arg(&finish.run_id)
+            .arg(finish.fold)
+            .arg(
+                finish
+                    .summary
+                    .as_ref()
+                    .map(prost::Message::encode_to_vec)
+                    .unwrap_or_default(),
+            )
+            .arg(&finish.agent)
+            .arg(finish.run.encode_to_vec())
+            .arg(finish.count)
+            .arg(finish.bytes)
+            .arg(finish.ttl_ms)
+            .arg(finish.messages.len());
+        for m in &finish.messages {
+            call.arg(m.encode_to_vec());
+        }
+        let applied: i64 = call.invoke_async(&mut c).await.map_err(redis_error)?;
+        if applied == 1 {
+            self.touch(key).await?;
+        }
+        Ok(applied == 1)
+    }
+
+    async fn release(&self, key: &Key, run_id: &str) -> Result<()> {
+        let mut c = self.runs.conn().await?;
+        self.release
+            .key(self.key(key, "meta"))
+            .arg(run_id)
+            .invoke_async::<i64>(&mut c)
+            .await
+            .map_err(redis_error)?;
+        Ok(())
+    }
+
+    async fn page(&self, key: &Key, from: u32, n: u32) -> Result<Option<Page>> {
+        let mut c = self.runs.conn().await?;
+        let (fields, messages, runs): (HashMap<String, Vec<u8>>, Vec<Vec<u8>>, Vec<Vec<u8>>) =
+            redis::pipe()
+                .cmd("HGETALL")
+                .arg(self.key(key, "meta"))
+                .cmd("LRANGE")
+                .arg(self.key(key, "msgs"))
+                .arg(from)
+                .arg(i64::from(from) + i64::from(n) - 1)
+                .cmd("LRANGE")
+                .arg(self.key(key, "runs"))
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut c)
+                .await
+                .map_err(redis_error)?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Page {
+            meta: decode_meta(&key.id, &fields),
+            messages: if n == 0 {
+                Vec::new()
+            } else {
+                decoded(&messages, "message")?
+            },
+            runs: decoded(&runs, "run")?,
+        }))
+    }
+
+    async fn list(
+        &self,
+        tenant: &str,
+        after: Option<(i64, String)>,
+        n: usize,
+    ) -> Result<Vec<Meta>> {
+        let index = self.index(tenant);
+        let mut found = Vec::new();
+        let mut max = after.as_ref().map_or(i64::MAX, |(t, _)| *t);
+        let mut skip_from: Option<String> = after.map(|(_, id)| id);
+        loop {
+            let mut c = self.runs.conn().await?;
+            let batch = (n + 1).max(64);
+            let page: Vec<(String, f64)> = redis::cmd("ZREVRANGEBYSCORE")
+                .arg(&index)
+                .arg(max)
+                .arg("-inf")
+                .arg("WITHSCORES")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(batch)
+                .query_async(&mut c)
+                .await
+                .map_err(redis_error)?;
+            let done = page.len() < batch;
+            let mut progressed = false;
+            for (id, score) in &page {
+                let score = *score as i64;
+                // Ties at the page's edge: ids at or after the cursor's
+                // were given (same score, descending ids).
+                if score == max
+                    && let Some(cursor) = &skip_from
+                    && id >= cursor
+                {
+                    continue;
+                }
+                progressed = true;
+                let key = Key {
+                    tenant: tenant.to_owned(),
+                    id: id.clone(),
+                };
+                let mut c = self.runs.conn().await?;
+                let fields: HashMap<String, Vec<u8>> = redis::cmd("HGETALL")
+                    .arg(self.key(&key, "meta"))
+                    .query_async(&mut c)
+                    .await
+                    .map_err(redis_error)?;
+                if fields.is_empty() {
+                    // Expired: dropped from the index.
+                    redis::cmd("ZREM")
+                        .arg(&index)
+                        .arg(id)
+                        .query_async::<i64>(&mut c)
+                        .await
+                        .map_err(redis_error)?;
+                    continue;
+                }
+                found.push(decode_meta(id, &fields));
+                if found.len() == n {
+                    return Ok(found);
+                }
+                max = score;
+                skip_from = Some(id.clone());
+            }
+            if done || !progressed {
+                return Ok(found);
+            }
+        }
+    }
+
+    async fn update(
+        &self,
+        key: &Key,
+        title: Option<String>,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<Option<Meta>> {
+        let mut c = self.runs.conn().await?;
+        let mut call = self.update.prepare_invoke();
+        call.key(self.key(key, "meta"))
+            .arg(u8::from(title.is_some()))
+            .arg(title.unwrap_or_default());
+        for (k, v) in labels {
+            call.arg(k).arg(v);
+        }
+        let found: i64 = call.invoke_async(&mut c).await.map_err(redis_error)?;
+        if found == 0 {
+            return Ok(None);
+        }
+        Ok(self.page(key, 0, 0).await?.map(|p| p.meta))
+    }
+
+    async fn delete(&self, key: &Key) -> Result<Option<Vec<String>>> {
+        let Some(page) = self.page(key, 0, 0).await? else {
+            return Ok(None);
+        };
+        let mut c = self.runs.conn().await?;
+        redis::cmd("DEL")
+            .arg(self.key(key, "meta"))
+            .arg(self.key(key, "msgs"))
+            .arg(self.key(key, "runs"))
+            .query_async::<i64>(&mut c)
+            .await
+            .map_err(redis_error)?;
+        redis::cmd("ZREM")
+            .arg(self.index(&key.tenant))
+            .arg(&key.id)
+            .query_async::<i64>(&mut c)
+            .await
+            .map_err(redis_error)?;
+        let mut runs: Vec<String> = page.runs.into_iter().map(|r| r.run_id).collect();
+        if !page.meta.running.is_empty() {
+            runs.push(page.meta.running);
+        }
+        Ok(Some(runs))
+    }
+}

@@ -1,0 +1,193 @@
+//! What a conversation store does ([`Store`]), in memory
+//! ([`super::memory`]) or in Redis ([`super::redis`]), and the values it
+//! takes and gives.
+
+use std::collections::BTreeMap;
+
+use baton_proto::v1 as pb;
+
+use crate::error::Result;
+
+/// A conversation's name: its tenant and id (ids are per tenant).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    /// The tenant.
+    pub tenant: String,
+    /// The id.
+    pub id: String,
+}
+
+/// Whether a run's turn may start the conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Open {
+    /// It must exist (`NOT_FOUND` otherwise).
+    Existing,
+    /// It must not exist yet (`ALREADY_EXISTS` otherwise).
+    New,
+    /// Either (the A2A face: a client names its context ids).
+    Either,
+}
+
+/// A run asking for a conversation's turn.
+#[derive(Debug, Clone)]
+pub struct Begin {
+    /// The run.
+    pub run_id: String,
+    /// Whether it may start the conversation.
+    pub open: Open,
+    /// How long the turn is held at most (the run's deadline and some):
+    /// a turn never given back frees itself then.
+    pub hold_ms: i64,
+    /// How long the conversation is kept after this use.
+    pub ttl_ms: i64,
+    /// A new conversation's first messages (a branch's: its origin's).
+    pub base: Vec<pb::ConversationMessage>,
+    /// A new branch's origin conversation.
+    pub branched_from: String,
+}
+
+/// What asking for the turn gave.
+#[derive(Debug, Clone)]
+pub enum Begun {
+    /// The turn is the run's: the conversation and its messages.
+    Taken {
+        /// The conversation.
+        meta: Meta,
+        /// Its messages, oldest first.
+        messages: Vec<pb::ConversationMessage>,
+    },
+    /// Another run has it.
+    Busy {
+        /// That run.
+        running: String,
+    },
+    /// No such conversation (`Open::Existing`).
+    NotFound,
+    /// It exists (`Open::New`).
+    Exists,
+}
+
+/// A run giving its turn back with what it added.
+#[derive(Debug, Clone)]
+pub struct Finish {
+    /// The run.
+    pub run_id: String,
+    /// How many of the oldest messages compaction folded away.
+    pub fold: u32,
+    /// What replaces them (compaction `summarize`).
+    pub summary: Option<pb::ConversationMessage>,
+    /// The run's messages.
+    pub messages: Vec<pb::ConversationMessage>,
+    /// The agent that answered last.
+    pub agent: String,
+    /// The run's entry in the conversation's runs.
+    pub run: pb::ConversationRun,
+    /// The conversation's message count once this is applied.
+    pub count: u32,
+    /// Its bytes once this is applied.
+    pub bytes: u64,
+    /// How long it is kept after this use.
+    pub ttl_ms: i64,
+}
+
+/// A conversation's own fields (no messages).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Meta {
+    /// Its id.
+    pub id: String,
+    /// Its title.
+    pub title: String,
+    /// Its labels.
+    pub labels: BTreeMap<String, String>,
+    /// When it started (ms since the epoch).
+    pub created_ms: i64,
+    /// When it was last used.
+    pub updated_ms: i64,
+    /// How long it is kept after its last use.
+    pub ttl_ms: i64,
+    /// Messages held.
+    pub count: u32,
+    /// Their bytes.
+    pub bytes: u64,
+    /// The run holding its turn ("" when none).
+    pub running: String,
+    /// The agent that answered last.
+    pub agent: String,
+    /// The conversation it branched from.
+    pub branched_from: String,
+    /// Messages folded away so far.
+    pub folded: u32,
+}
+
+impl Meta {
+    /// As the API says it (without messages and runs).
+    pub fn to_pb(&self) -> pb::Conversation {
+        let ts = |ms: i64| Some(crate::run::view::from_ms(ms).into());
+        pb::Conversation {
+            id: self.id.clone(),
+            title: self.title.clone(),
+            labels: self.labels.clone().into_iter().collect(),
+            created_at: ts(self.created_ms),
+            updated_at: ts(self.updated_ms),
+            expires_at: ts(self.updated_ms + self.ttl_ms),
+            message_count: self.count,
+            bytes: self.bytes,
+            running_run_id: self.running.clone(),
+            agent: self.agent.clone(),
+            branched_from: self.branched_from.clone(),
+            folded: self.folded,
+            ..Default::default()
+        }
+    }
+}
+
+/// A page of a conversation.
+#[derive(Debug, Clone)]
+pub struct Page {
+    /// The conversation.
+    pub meta: Meta,
+    /// Messages `from..from + n`.
+    pub messages: Vec<pb::ConversationMessage>,
+    /// Its runs, oldest first.
+    pub runs: Vec<pb::ConversationRun>,
+}
+
+/// Where conversations are kept (see the module docs of
+/// `crate::conversation`). Every operation is atomic on one conversation.
+#[async_trait::async_trait]
+pub trait Store: Send + Sync {
+    /// Gives `begin.run_id` the conversation's turn (see [`Begun`]).
+    async fn begin(&self, key: &Key, begin: &Begin) -> Result<Begun>;
+    /// Applies a run's messages and gives its turn back; `false` (nothing
+    /// applied) when the turn is not the run's (applied before, or the
+    /// conversation was deleted).
+    async fn finish(&self, key: &Key, finish: &Finish) -> Result<bool>;
+    /// Gives a run's turn back without appending (it never started).
+    async fn release(&self, key: &Key, run_id: &str) -> Result<()>;
+    /// The conversation, `n` of its messages from `from`, its runs.
+    async fn page(&self, key: &Key, from: u32, n: u32) -> Result<Option<Page>>;
+    /// A tenant's conversations, most recently used first, after `after`
+    /// (`(updated_ms, id)` of the last of the previous page).
+    async fn list(&self, tenant: &str, after: Option<(i64, String)>, n: usize)
+    -> Result<Vec<Meta>>;
+    /// Sets the title (when given) and labels (an empty value removes).
+    async fn update(
+        &self,
+        key: &Key,
+        title: Option<String>,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<Option<Meta>>;
+    /// Deletes it; the ids of its runs, `None` when there was none.
+    async fn delete(&self, key: &Key) -> Result<Option<Vec<String>>>;
+}
+
+/// The text bytes of a message (its content and its calls' arguments).
+pub fn size(m: &pb::ConversationMessage) -> u64 {
+    m.message.as_ref().map_or(0, |m| {
+        m.content.len() as u64
+            + m.tool_calls
+                .iter()
+                .map(|c| (c.tool.len() + c.arguments_json.len()) as u64)
+                .sum::<u64>()
+    })
+}
