@@ -22,6 +22,7 @@ pub fn kind(e: &pb::RunEvent) -> &'static str {
         Some(Payload::ModelFallback(_)) => "ModelFallback",
         Some(Payload::BudgetExhausted(_)) => "BudgetExhausted",
         Some(Payload::RateLimitWait(_)) => "RateLimitWait",
+        Some(Payload::HistoryCompacted(_)) => "HistoryCompacted",
         Some(Payload::ToolCallStarted(_)) => "ToolCallStarted",
         Some(Payload::ToolProgress(_)) => "ToolProgress",
         Some(Payload::ToolOptions(_)) => "ToolOptions",

@@ -108,7 +108,28 @@ export const api = {
     return request('GET', `/v1/runs?${q}`, undefined, signal);
   },
   getRun: (runId, signal) => request('GET', `/v1/runs/${enc(runId)}`, undefined, signal),
-  /** Starts a detached agent run: `{runId, traceId}`. */
+  /** A page of the tenant's conversations, most recently used first (without their messages). */
+  listConversations({ pageSize = 50, pageToken } = {}, signal) {
+    const q = new URLSearchParams();
+    q.set('pageSize', String(pageSize));
+    if (pageToken) q.set('pageToken', pageToken);
+    return request('GET', `/v1/conversations?${q}`, undefined, signal);
+  },
+  /** A conversation with a page of its messages (`last`: the newest that many) and its runs. */
+  getConversation(id, { pageSize, pageToken, last } = {}, signal) {
+    const q = new URLSearchParams();
+    if (pageSize) q.set('pageSize', String(pageSize));
+    if (pageToken) q.set('pageToken', pageToken);
+    if (last) q.set('last', String(last));
+    const qs = q.toString();
+    return request('GET', `/v1/conversations/${enc(id)}${qs ? `?${qs}` : ''}`, undefined, signal);
+  },
+  /** Sets a conversation's `title` and/or `labels`. */
+  updateConversation: (id, body) => request('PATCH', `/v1/conversations/${enc(id)}`, body),
+  /** Deletes a conversation (its messages and its runs' histories): `{runsDeleted}`. */
+  deleteConversation: (id) => request('DELETE', `/v1/conversations/${enc(id)}`),
+  /** Starts a detached agent run: `{runId, traceId}` (with `conversationId`
+   * or `newConversation`, a message of a conversation). */
   startRun: (body) => request('POST', '/v1/runs', body),
   /** Starts a detached pipeline run: `{runId, traceId}`. */
   startPipeline: (body) => request('POST', '/v1/pipelines:run', body),

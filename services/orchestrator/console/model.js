@@ -10,7 +10,7 @@ import { num, parseDuration, parseTime } from './util.js';
 export const PAYLOADS = [
   'runStarted', 'runCompleted', 'runFailed', 'runCancelled', 'runResumed',
   'agentStarted', 'textDelta', 'messageCompleted', 'agentCompleted', 'handoff',
-  'modelFallback', 'budgetExhausted', 'rateLimitWait', 'toolCallStarted', 'toolProgress', 'toolOptions', 'toolCallCompleted',
+  'modelFallback', 'budgetExhausted', 'rateLimitWait', 'historyCompacted', 'toolCallStarted', 'toolProgress', 'toolOptions', 'toolCallCompleted',
   'toolBatchCompleted', 'approvalRequested', 'approvalResolved',
   'inputRequested', 'inputReceived', 'inputTimedOut', 'contextWritten', 'stepStarted',
   'stepCompleted', 'stepFailed', 'stepSkipped', 'pipelineCompleted', 'diverged',
@@ -112,6 +112,11 @@ export class RunModel {
     this.divergedAt = null;
     /** GetRun said the run's history is no longer kept. */
     this.historyGone = false;
+    /** The conversation the run continues (GetRun's or RunStarted's
+     * conversationId); '' when none. */
+    this.conversationId = '';
+    /** The run's input (RunStarted's). */
+    this.input = '';
     this.touched = null;
     this.terminal = false;
     this.firstMs = NaN;
@@ -160,6 +165,7 @@ export class RunModel {
     if (r.forkedFrom && r.forkedFrom.runId) this.forkedFrom = origin(r.forkedFrom);
     this.historyGone = !!r.historyGone;
     if (r.replayOf) this.replayOf = r.replayOf;
+    if (r.conversationId) this.conversationId = r.conversationId;
     if (r.runContextJson) this.runContextJson = r.runContextJson;
     // While it runs, the totals are summed from the events (replayed from
     // seq 1); once it ended, GetRun's are the run's.
@@ -320,6 +326,12 @@ export class RunModel {
       this.replayOf = p.replayOf;
       this.strict = !!p.strict;
     }
+    this.input = p.input || this.input;
+    if (p.conversationId) {
+      this.conversationId = p.conversationId;
+      // What the model saw before the input: the conversation so far.
+      this.push(ctx, { kind: 'conversation', conversationId: p.conversationId, messages: num(p.conversationMessages) });
+    }
     this.summaryDirty = true;
   }
 
@@ -431,6 +443,13 @@ export class RunModel {
     this.push(ctx, {
       kind: 'wait', provider: p.provider || '', model: p.model || '',
       waitS: parseDuration(p.wait), ahead: num(p.ahead),
+    });
+  }
+
+  on_historyCompacted(ctx, p) {
+    this.push(ctx, {
+      kind: 'compacted', mode: p.mode || '', folded: num(p.folded), kept: num(p.kept), summary: p.summary || '',
+      reason: p.reason || '', tokensBefore: num(p.tokensBefore), tokensAfter: num(p.tokensAfter),
     });
   }
 

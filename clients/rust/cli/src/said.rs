@@ -35,6 +35,22 @@ pub fn waiting(w: &pb::RateLimitWait) -> String {
     )
 }
 
+/// `folded 12 earlier messages (window, over max_messages); 8 kept`.
+pub fn compacted(h: &pb::HistoryCompacted) -> String {
+    format!(
+        "{} {} earlier messages ({}, over {}); {} kept",
+        if h.mode == "summarize" {
+            "summarized"
+        } else {
+            "folded"
+        },
+        h.folded,
+        h.mode,
+        h.reason,
+        h.kept
+    )
+}
+
 /// Short enough for a line: what is spent of what, and what the agent
 /// does (the whole message is in the event): `budget spent (run):
 /// 380/380 tokens → asks for more`.

@@ -206,20 +206,22 @@ impl Orchestrator {
         }
     }
 
-    /// Whether run `run_id` has ended (or is nowhere to be found): its
-    /// turn of a conversation, if it holds one, is free.
+    /// Whether run `run_id` has ended: its turn of a conversation, if it
+    /// still holds one, is free (a run ended from outside its body — by a
+    /// replica that found it unresumable — gave nothing back). A run not
+    /// found is not taken for ended: it may be one that took its turn and
+    /// is not registered yet; a turn nobody gives back frees itself when
+    /// its hold lapses.
     async fn run_ended(&self, run_id: &str) -> bool {
         if let Ok(record) = self.runs.get(run_id) {
             return record.snapshot().status != pb::RunStatus::Running;
         }
         match &self.services().durable {
-            Some(durable) => match durable.meta(run_id).await {
-                Ok(Some(meta)) => meta.status != pb::RunStatus::Running,
-                Ok(None) => true,
-                // Not known now: not freed.
-                Err(_) => false,
-            },
-            None => true,
+            Some(durable) => matches!(
+                durable.meta(run_id).await,
+                Ok(Some(meta)) if meta.status != pb::RunStatus::Running
+            ),
+            None => false,
         }
     }
 

@@ -57,6 +57,17 @@ impl Orchestrator {
                 {
                     return Ok(meta.to_view());
                 }
+                // A durable run of a conversation that another replica
+                // deleted: gone here too.
+                if view.status != pb::RunStatus::Running
+                    && run.conversation.get().is_some()
+                    && run.epoch.load(Ordering::Relaxed) > 0
+                    && let Some(durable) = &self.services().durable
+                    && durable.meta(run_id).await?.is_none()
+                {
+                    self.runs.remove(run_id);
+                    return Err(not_found(run_id, ""));
+                }
                 Ok(view)
             }
             Err(missing) => {

@@ -8,7 +8,8 @@
 //! (`delay`), or fail (`fail`). In text and string arguments, `{{input}}` is
 //! the context's task and `{{results}}` the previous turn's tool results;
 //! in text, `{{history}}` is the earlier user messages of the conversation
-//! (a history's or a conversation's), joined by ` | `.
+//! (a history's or a conversation's), joined by ` | ` (`(nothing)` when
+//! there is none).
 
 use std::sync::Arc;
 
@@ -66,7 +67,12 @@ fn earlier_user_messages(messages: &[ChatMessage]) -> String {
         .filter(|m| m.role == Role::User)
         .map(|m| m.content.as_str())
         .collect();
-    users[..users.len().saturating_sub(1)].join(" | ")
+    let earlier = &users[..users.len().saturating_sub(1)];
+    if earlier.is_empty() {
+        "(nothing)".to_owned()
+    } else {
+        earlier.join(" | ")
+    }
 }
 
 fn template_value(v: &Value, input: &str, results: &str) -> Value {
