@@ -473,6 +473,52 @@ async fn the_sdk_client_works_with_baton_over_grpc() {
     sdk_client_over("GRPC").await;
 }
 
+/// A2A §3.4.1: a follow-up in the same `contextId` continues the session.
+/// The SDK's client sends two messages in one context (the one Baton gave
+/// back, then one the client made up) and the second answer depends on
+/// the first; the context is a Baton conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_in_the_same_context_continues_the_conversation() {
+    let server = OrchestratorServer::start(&example_agents(), None, |_| {})
+        .await
+        .expect("orchestrator");
+    let chat = SdkClient::new(format!("{}/a2a/chat", server.endpoint()));
+    let first = chat.run(&["send", "my name is Ada"]).await;
+    let task = &first.one()["task"];
+    assert_eq!(
+        text(&task["artifacts"][0]),
+        "You said: my name is Ada. Before that: (nothing)"
+    );
+    let context = str_of(task, "/contextId").to_owned();
+    let second = chat
+        .run(&["send", "what is my name?", "--context", &context])
+        .await;
+    let task = &second.one()["task"];
+    assert_eq!(str_of(task, "/contextId"), context);
+    assert_eq!(
+        text(&task["artifacts"][0]),
+        "You said: what is my name?. Before that: my name is Ada"
+    );
+    let baton = server.client().await.expect("client");
+    let conversation = baton
+        .get_conversation(&context, 0, "", 0)
+        .await
+        .expect("the context is a conversation");
+    assert_eq!(conversation.message_count, 4);
+    // A context id the client made: its own conversation, continued too.
+    let own = uuid::Uuid::new_v4().to_string();
+    chat.run(&["send", "I like tea", "--context", &own]).await;
+    let again = chat.run(&["send", "and you?", "--context", &own]).await;
+    assert_eq!(
+        text(&again.one()["task"]["artifacts"][0]),
+        "You said: and you?. Before that: I like tea"
+    );
+    // Tasks by context are as they were: both, newest first.
+    let listed_in = chat.run(&["list", "--context", &context]).await;
+    assert_eq!(listed(listed_in.one()).len(), 2);
+    server.shutdown().await.expect("shutdown");
+}
+
 const KEY_T1: &str = "t1-key-0123456789abcdef";
 const KEY_T2: &str = "t2-key-fedcba9876543210";
 

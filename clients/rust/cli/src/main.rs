@@ -19,7 +19,9 @@
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod chat;
 mod complete;
+mod conversations;
 mod detach;
 mod follow;
 mod jsonl;
@@ -73,6 +75,19 @@ enum Cmd {
   baton run researcher \"tides\" --json > events.jsonl
   baton run researcher \"tides\" --detach           then: baton runs watch RUN_ID")]
     Run(run::RunArgs),
+    /// Talk with an agent: each line a message of one conversation, each
+    /// answer streamed as `baton run` draws it.
+    #[command(after_help = "Examples:
+  baton chat chat                               a new conversation
+  baton chat chat --conversation chat-0192…     continue one
+  printf 'hi\\nand again\\n' | baton chat chat     from a pipe")]
+    Chat(chat::ChatArgs),
+    /// List, show and delete conversations.
+    #[command(after_help = "Examples:
+  baton conversations list
+  baton conversations show ID --last 10
+  baton conversations delete ID")]
+    Conversations(conversations::ConversationsArgs),
     /// List, inspect, follow and cancel runs (detached ones too).
     #[command(after_help = "Examples:
   baton runs list
@@ -202,6 +217,8 @@ async fn run_command() -> std::process::ExitCode {
         Cmd::Up(args) => Box::pin(up::run(args)).await,
         Cmd::Agents(args) => run::agents(args).await,
         Cmd::Run(args) => run::run(args).await,
+        Cmd::Chat(args) => chat::chat(args).await,
+        Cmd::Conversations(args) => conversations::run(args).await,
         Cmd::Pipeline(args) => pipeline::run(args).await,
         Cmd::Runs(args) => runs::run(args).await,
         Cmd::Store(args) => store::run(args).await,

@@ -8,9 +8,10 @@ use serde_json::json;
 use crate::follow::{CtrlC, follow};
 
 mod id;
-mod list;
+pub(crate) mod list;
 use crate::run::Target;
-use list::{clock, date, time};
+pub(crate) use list::date;
+use list::{clock, time};
 
 /// `baton runs …`.
 #[derive(Args)]

@@ -13,7 +13,7 @@ pub(super) fn time(t: &Option<baton_client::wkt::Timestamp>) -> String {
 }
 
 /// `2026-11-26 15:48:02` (UTC), from a timestamp.
-pub(super) fn date(t: &Option<baton_client::wkt::Timestamp>) -> String {
+pub(crate) fn date(t: &Option<baton_client::wkt::Timestamp>) -> String {
     time(t).get(..19).unwrap_or_default().replace('T', " ")
 }
 
