@@ -45,6 +45,10 @@ async fn chaos_run(peers: bool) {
         "no answer near a deadline:\n{summary}"
     );
     assert!(summary.store_slots > 0, "no slot checked:\n{summary}");
+    assert!(
+        summary.conversations > 0 && summary.conversation_messages > 0,
+        "no conversation checked:\n{summary}"
+    );
     let lines: Vec<String> = summary.violations.iter().map(|v| v.to_string()).collect();
     assert!(
         lines.is_empty(),

@@ -313,6 +313,7 @@ async fn one_run_at_a_time_twenty_senders_never_interleave_and_a_refusal_names_t
         .expect("refused");
     let holder = holder.await.expect("joined");
     assert_eq!(busy.code(), Code::Aborted, "{busy:?}");
+    assert_eq!(busy.field(), Some("conversation_id"));
     assert!(busy.to_string().contains(&holder[0].run_id), "{busy}");
     let c = client.get_conversation(&slow, 0, "", 0).await.expect("get");
     assert_eq!(c.message_count, 4, "the refused message changed nothing");

@@ -40,6 +40,7 @@ fn meta(tenant: &str) -> RunMeta {
         replay_of: None,
         replay_strict: false,
         replay_diverged: false,
+        conversation: None,
     }
 }
 

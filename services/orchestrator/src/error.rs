@@ -71,6 +71,15 @@ pub enum Error {
     /// A stream's reader fell too far behind and lost its place.
     #[error("{0}")]
     Aborted(String),
+    /// Another call holds what the request needs (a conversation's turn);
+    /// `ABORTED`: try again once it ends.
+    #[error("{field}: {message}")]
+    Busy {
+        /// The request field.
+        field: &'static str,
+        /// What holds it.
+        message: String,
+    },
     /// The server is draining.
     #[error("server is shutting down")]
     ShuttingDown,
@@ -114,7 +123,7 @@ impl Error {
             Error::Exhausted { .. } => Code::ResourceExhausted,
             Error::FailedPrecondition { .. } => Code::FailedPrecondition,
             Error::OutOfRange { .. } => Code::OutOfRange,
-            Error::Aborted(_) => Code::Aborted,
+            Error::Aborted(_) | Error::Busy { .. } => Code::Aborted,
             Error::ShuttingDown | Error::Unavailable(_) => Code::Unavailable,
             Error::Internal(_) => Code::Internal,
             Error::Peer { code, .. } => *code,
@@ -128,6 +137,7 @@ impl Error {
             Error::InvalidArgument { field, .. } | Error::Exhausted { field, .. } => Some(field),
             Error::NotFound { field, .. }
             | Error::AlreadyExists { field, .. }
+            | Error::Busy { field, .. }
             | Error::FailedPrecondition { field, .. }
             | Error::OutOfRange { field, .. } => Some(field),
             Error::Peer { field, .. } => field.as_deref(),

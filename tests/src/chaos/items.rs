@@ -36,11 +36,14 @@ pub enum Item {
     Sleeper,
     /// `slow_payer` (test-only): a 1 s tool call, then an approval.
     SlowPayer,
+    /// `chat`: a message of the client's conversation (its answer names
+    /// every earlier message).
+    Chat,
 }
 
 impl Item {
     /// Every item; the workload picks among them uniformly.
-    pub const ALL: [Item; 9] = [
+    pub const ALL: [Item; 10] = [
         Self::Assistant,
         Self::Researcher,
         Self::Support,
@@ -50,6 +53,7 @@ impl Item {
         Self::Pipeline,
         Self::Sleeper,
         Self::SlowPayer,
+        Self::Chat,
     ];
 
     /// The item's name in the summary.
@@ -64,6 +68,7 @@ impl Item {
             Self::Pipeline => "pipeline",
             Self::Sleeper => "sleeper",
             Self::SlowPayer => "slow_payer",
+            Self::Chat => "chat",
         }
     }
 
@@ -90,6 +95,7 @@ impl Item {
             Self::Pipeline => Expected::Prefix("Report. ".into()),
             Self::Sleeper => Expected::Exact(format!("slept on {input}")),
             Self::SlowPayer => Expected::Exact(format!("paid {input}")),
+            Self::Chat => Expected::Prefix(format!("You said: {input}. Before that: ")),
         }
     }
 }
@@ -107,13 +113,23 @@ pub enum Start {
     Pipeline(pb::RunPipelineRequest),
 }
 
+/// The conversation of client `n`'s `chat` runs.
+pub fn conversation_of(n: usize) -> String {
+    format!("chaos-c{n}")
+}
+
+/// A `chat` run's conversation: its id, and whether the run starts it.
+pub type InConversation<'a> = Option<(&'a str, bool)>;
+
 /// The request that starts `item` on `input`, detached; its questions
-/// have `approval_timeout` to be answered when one is given.
+/// have `approval_timeout` to be answered when one is given; a `chat` run
+/// in `conversation`.
 pub fn request(
     item: Item,
     input: &str,
     pipeline: &pb::PipelineSpec,
     approval_timeout: Option<std::time::Duration>,
+    conversation: InConversation<'_>,
 ) -> Start {
     match item.agent() {
         Some(agent) => Start::Agent(pb::RunAgentRequest {
@@ -124,6 +140,10 @@ pub fn request(
                 approval_timeout: Some(t.into()),
                 ..Default::default()
             }),
+            conversation_id: conversation
+                .map(|(id, _)| id.to_owned())
+                .unwrap_or_default(),
+            new_conversation: conversation.is_some_and(|(_, new)| new),
             ..Default::default()
         }),
         None => Start::Pipeline(pb::RunPipelineRequest {

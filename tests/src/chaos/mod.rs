@@ -21,13 +21,16 @@
 //! what the events ask; `deadline`: tight runs, answered near a short
 //! deadline); `survey` asks every replica about every run afterwards;
 //! `checker` (with `answers`, rule (e)) judges history and survey, and
-//! `store` (rule (i)) the context store against the runs' logs, into the
+//! `store` (rule (i)) the context store against the runs' logs,
+//! `conversations` (rule (j)) the clients' conversations against their
+//! runs, into the
 //! [`Summary`]'s violations. This file only wires them together.
 
 mod answers;
 mod calls;
 mod checker;
 mod cluster;
+mod conversations;
 mod deadline;
 mod history;
 mod items;
@@ -138,6 +141,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Summary> {
     let store = baton_client::StoreClient::connect(cluster.store_endpoint())
         .await
         .context("the context store")?;
+    let mut chats_completed = std::collections::HashSet::new();
     // In batches: a soak's replicas return millions of events.
     for batch in tracked.chunks(SURVEY_BATCH) {
         let ids: Vec<String> = batch.iter().map(|t| t.run_id.clone()).collect();
@@ -158,6 +162,9 @@ pub async fn run(options: &Options) -> anyhow::Result<Summary> {
             }
             summary.tight_runs += usize::from(t.tight);
             summary.runs_completed += usize::from(facts.completed);
+            if t.item == "chat" && facts.completed {
+                chats_completed.insert(t.run_id.clone());
+            }
             summary.resumes += facts.resumes;
             *summary.runs_by_item.entry(t.item).or_insert(0) += 1;
             for a in &t.answers {
@@ -191,6 +198,15 @@ pub async fn run(options: &Options) -> anyhow::Result<Summary> {
             }
         }
     }
+    let conversations = conversations::check(
+        &target.clients,
+        options.clients,
+        &chats_completed,
+        &mut violations,
+    )
+    .await;
+    summary.conversations = conversations.conversations;
+    summary.conversation_messages = conversations.messages;
     let states = survey::replicas(&target, &ids, open.is_empty(), Duration::from_secs(3)).await;
     violations.extend(checker::check_replicas(&states, open.is_empty()));
     violations.sort();

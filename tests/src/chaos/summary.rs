@@ -123,6 +123,10 @@ pub struct Summary {
     pub closed_by_deadline: usize,
     /// Slots of the context store checked against the runs' logs.
     pub store_slots: usize,
+    /// Conversations read back and checked (rule (j)).
+    pub conversations: usize,
+    /// Their messages.
+    pub conversation_messages: usize,
     /// Of them, slots at a version above the last the log recorded (see
     /// `store`).
     pub store_late_writes: usize,
@@ -209,6 +213,11 @@ impl std::fmt::Display for Summary {
             f,
             "  context store: {} slots checked against the runs' logs, {} late writes",
             self.store_slots, self.store_late_writes
+        )?;
+        writeln!(
+            f,
+            "  conversations: {} checked against their runs, {} messages",
+            self.conversations, self.conversation_messages
         )?;
         if self.violations.is_empty() {
             write!(f, "  violations: none")

@@ -70,6 +70,8 @@ pub async fn client(shared: Arc<Shared>, n: usize, mut rng: Rng) {
     let replicas: Vec<OrchestratorClient> =
         shared.endpoints.iter().map(|e| lazy_client(e)).collect();
     let mut k = 0;
+    // The client's conversation exists (a chat run of it was started).
+    let mut conversed = false;
     while Instant::now() < shared.start_until {
         let item = *rng.pick(&Item::ALL);
         let input = format!("c{n}-{k}");
@@ -85,8 +87,12 @@ pub async fn client(shared: Arc<Shared>, n: usize, mut rng: Rng) {
             watching: 0,
             questions: HashMap::new(),
             reask: None,
+            conversation: (item == Item::Chat).then(|| (items::conversation_of(n), conversed)),
         };
         run.run(item, &input).await;
+        if let Some((_, started)) = run.conversation {
+            conversed = started;
+        }
     }
 }
 
@@ -145,6 +151,8 @@ struct Following<'a> {
     watching: usize,
     questions: HashMap<String, QuestionState>,
     reask: Option<Reask>,
+    /// A chat run's conversation, and whether it exists already.
+    conversation: Option<(String, bool)>,
 }
 
 type Stream = tonic::Streaming<pb::RunEvent>;
@@ -215,7 +223,13 @@ impl Following<'_> {
             let raw = self.replicas[r].raw();
             let started = tokio::time::timeout(CALL_TIMEOUT, async {
                 let timeout = self.tight.then_some(deadline::TIGHT);
-                let mut stream = match items::request(item, input, &self.shared.pipeline, timeout) {
+                let conversation = self
+                    .conversation
+                    .as_ref()
+                    .map(|(id, exists)| (id.as_str(), !exists));
+                let request =
+                    items::request(item, input, &self.shared.pipeline, timeout, conversation);
+                let mut stream = match request {
                     Start::Agent(req) => raw.clone().run_agent(req).await?.into_inner(),
                     Start::Pipeline(req) => raw.clone().run_pipeline(req).await?.into_inner(),
                 };
@@ -230,6 +244,9 @@ impl Following<'_> {
             .await;
             match started {
                 Ok(Ok((stream, first))) => {
+                    if let Some((_, exists)) = &mut self.conversation {
+                        *exists = true;
+                    }
                     self.run_id = first.run_id.clone();
                     self.watching = r;
                     let expected = deadline::expected(item, input, self.tight);
@@ -237,6 +254,13 @@ impl Following<'_> {
                     history.started(&self.run_id, item.name(), expected, self.tight);
                     self.seen(first);
                     return Some(stream);
+                }
+                // An earlier try that timed out had started it after all.
+                Ok(Err(status)) if status.code() == Code::AlreadyExists => {
+                    if let Some((_, exists)) = &mut self.conversation {
+                        *exists = true;
+                    }
+                    last_error = format!("r{r}: {status}");
                 }
                 Ok(Err(status)) => last_error = format!("r{r}: {status}"),
                 Err(_) => last_error = format!("r{r}: no first event within {CALL_TIMEOUT:?}"),

@@ -105,9 +105,10 @@ impl Conversations {
             queues.entry(key.clone()).or_default().clone()
         };
         let deadline = tokio::time::Instant::now() + self.config.max_wait;
-        let busy_error = |running: &str| {
-            Error::Aborted(format!(
-                "conversation_id: conversation {:?} has a run going ({running}); send again when it ends{}",
+        let busy_error = |running: &str| Error::Busy {
+            field: "conversation_id",
+            message: format!(
+                "conversation {:?} has a run going ({running}); send again when it ends{}",
                 key.id,
                 match busy {
                     Busy::Refuse => String::new(),
@@ -116,7 +117,7 @@ impl Conversations {
                         self.config.max_wait
                     ),
                 }
-            ))
+            ),
         };
         // First in line on this replica first.
         let Ok(_place) = tokio::time::timeout_at(deadline, queue.lock()).await else {

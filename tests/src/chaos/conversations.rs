@@ -1,0 +1,167 @@
+//! Rule (j), conversations: once every run ended, each client's
+//! conversation (its `chat` runs') must be the concatenation of its runs'
+//! turns, once each and in order — every run listed once; each run's
+//! messages together, in the order of the runs; a completed run's pair a
+//! user message and the answer that names exactly the user messages
+//! before it (so no turn was lost, doubled or interleaved before it was
+//! answered) — and every chat run the workload saw complete is in it.
+
+use std::collections::{HashMap, HashSet};
+
+use baton_client::{OrchestratorClient, pb};
+
+use super::{items::conversation_of, summary::Violation};
+
+/// What the check found, for the summary.
+#[derive(Debug, Default)]
+pub struct Found {
+    /// Conversations read back.
+    pub conversations: usize,
+    /// Their messages.
+    pub messages: usize,
+}
+
+/// Every message of `id`, from the first replica that answers.
+async fn read(clients: &[OrchestratorClient], id: &str) -> Result<pb::Conversation, String> {
+    let mut last = String::new();
+    for client in clients {
+        let mut whole: Option<pb::Conversation> = None;
+        let mut token = String::new();
+        let read = loop {
+            match client.get_conversation(id, 1000, &token, 0).await {
+                Ok(page) => {
+                    token.clone_from(&page.next_page_token);
+                    match &mut whole {
+                        Some(w) => w.messages.extend(page.messages),
+                        None => whole = Some(page),
+                    }
+                    if token.is_empty() {
+                        break Ok(());
+                    }
+                }
+                Err(e) => break Err(e.to_string()),
+            }
+        };
+        match read {
+            Ok(()) => return whole.ok_or_else(|| "no page".to_owned()),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// Checks the conversations of `clients_n` clients against the chat runs
+/// that completed (`completed`).
+pub async fn check(
+    clients: &[OrchestratorClient],
+    clients_n: usize,
+    completed: &HashSet<String>,
+    violations: &mut Vec<Violation>,
+) -> Found {
+    let mut found = Found::default();
+    let mut listed: HashMap<String, String> = HashMap::new();
+    for n in 0..clients_n {
+        let id = conversation_of(n);
+        let c = match read(clients, &id).await {
+            Ok(c) => c,
+            // A client that never started a chat run has none.
+            Err(e) if e.contains("NotFound") || e.contains("no conversation") => continue,
+            Err(e) => {
+                violations.push(Violation::cluster(
+                    "conversation",
+                    format!("{id}: cannot be read: {e}"),
+                ));
+                continue;
+            }
+        };
+        found.conversations += 1;
+        found.messages += c.messages.len();
+        let mut bad = |why: String| {
+            violations.push(Violation::cluster("conversation", format!("{id}: {why}")))
+        };
+        if !c.running_run_id.is_empty() {
+            bad(format!(
+                "still held by run {} after every run ended",
+                c.running_run_id
+            ));
+        }
+        let mut order: Vec<&str> = Vec::new();
+        for r in &c.runs {
+            if listed.insert(r.run_id.clone(), id.clone()).is_some() {
+                bad(format!("run {} listed twice", r.run_id));
+            }
+            if r.messages > 0 {
+                order.push(&r.run_id);
+            }
+        }
+        // The messages, grouped by run: in the runs' order, each group whole.
+        let mut groups: Vec<(&str, Vec<&pb::ConversationMessage>)> = Vec::new();
+        for m in &c.messages {
+            match groups.last_mut() {
+                Some((run, group)) if *run == m.run_id => group.push(m),
+                _ => groups.push((&m.run_id, vec![m])),
+            }
+        }
+        let grouped: Vec<&str> = groups.iter().map(|(r, _)| *r).collect();
+        if grouped != order {
+            bad(format!(
+                "messages by run {grouped:?} are not the runs' order {order:?} (interleaved or lost)"
+            ));
+            continue;
+        }
+        let mut earlier: Vec<String> = Vec::new();
+        for ((run, group), r) in groups.iter().zip(c.runs.iter().filter(|r| r.messages > 0)) {
+            if group.len() != r.messages as usize {
+                bad(format!(
+                    "run {run}: {} messages, its entry says {}",
+                    group.len(),
+                    r.messages
+                ));
+            }
+            let text = |m: &pb::ConversationMessage| {
+                m.message
+                    .as_ref()
+                    .map(|m| (m.role, m.content.clone()))
+                    .unwrap_or_default()
+            };
+            let user = text(group[0]);
+            if user.0 != pb::Role::User as i32 {
+                bad(format!("run {run}: its first message is not the user's"));
+            }
+            if r.status == pb::RunStatus::Completed as i32 {
+                let before = if earlier.is_empty() {
+                    "(nothing)".to_owned()
+                } else {
+                    earlier.join(" | ")
+                };
+                let want = format!("You said: {}. Before that: {before}", user.1);
+                match group.get(1).map(|m| text(m)) {
+                    Some((role, said)) if role == pb::Role::Assistant as i32 && said == want => {}
+                    other => bad(format!("run {run}: answered {other:?}, expected {want:?}")),
+                }
+                if group.len() != 2 {
+                    bad(format!(
+                        "run {run}: {} messages, a chat turn is 2",
+                        group.len()
+                    ));
+                }
+            } else if !group.iter().all(|m| m.interrupted) {
+                bad(format!(
+                    "run {run} did not complete and its messages are not marked"
+                ));
+            }
+            earlier.push(user.1);
+        }
+    }
+    for run in completed {
+        match listed.get(run) {
+            Some(_) => {}
+            None => violations.push(Violation::run(
+                run,
+                "conversation",
+                "a chat run that completed is in no conversation (its turn was lost)",
+            )),
+        }
+    }
+    found
+}
