@@ -83,25 +83,32 @@ class Baton:
 
 
 @contextlib.asynccontextmanager
-async def running(api_keys: str | None = None, api_key: str | None = None) -> AsyncIterator[Baton]:
+async def running(
+    api_keys: str | None = None, api_key: str | None = None, example_agents: bool = False
+) -> AsyncIterator[Baton]:
     """`baton up` with the test agents and a Python tool server; with
     ``api_keys`` (the text of a keys file) it requires API keys, and the
-    yielded orchestrator client sends ``api_key``."""
+    yielded orchestrator client sends ``api_key``. With ``example_agents``
+    it serves the repository's example agents (deploy/config/agents.yaml,
+    what `baton up` serves in the repository) instead of the test agents."""
     tools = make_tools()
     tool_port = await tools.start("127.0.0.1:0")
     orch, store = free_port(), free_port()
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(AGENTS.format(port=tool_port))
         agents = f.name
-    extra: list[str] = []
+    extra: list[str] = [] if example_agents else ["--agents", agents]
+    keys_file: str | None = None
     if api_keys is not None:
         with tempfile.NamedTemporaryFile("w", suffix=".keys", delete=False) as f:
             f.write(api_keys)
-            extra = ["--api-keys-file", f.name]
+            keys_file = f.name
+            extra += ["--api-keys-file", keys_file]
     proc = await asyncio.create_subprocess_exec(
-        BIN, "up", "--listen", f"127.0.0.1:{orch}", "--store-listen", f"127.0.0.1:{store}", "--agents", agents,
+        BIN, "up", "--listen", f"127.0.0.1:{orch}", "--store-listen", f"127.0.0.1:{store}",
         *extra,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        cwd=REPO if example_agents else None,  # in the repository `baton up` serves its example agents
     )
     try:
         assert proc.stdout is not None
@@ -117,8 +124,8 @@ async def running(api_keys: str | None = None, api_key: str | None = None) -> As
         await proc.wait()
         await tools.stop()
         os.unlink(agents)
-        if extra:
-            os.unlink(extra[1])
+        if keys_file is not None:
+            os.unlink(keys_file)
 
 
 STORE_BIN = str(Path(BIN).with_name("baton-context-store"))

@@ -134,3 +134,27 @@ def test_the_readme_quick_start_prints_what_it_shows(tmp_path):
     finally:
         up.send_signal(signal.SIGINT)
         assert up.wait(timeout=30) == 0
+
+
+def test_the_readme_conversation_prints_what_it_shows(tmp_path):
+    """clients/python/README.md's conversation example, saved as a file and
+    run with python against `baton up` on the example agents, prints the
+    lines the README shows: `chat` remembers what it was told."""
+    readme = (REPO / "clients" / "python" / "README.md").read_text()
+    section = readme[readme.index("## Conversations"):readme.index("## Serving tools")]
+    [code] = re.findall(r"```python\n(.*?)```", section, re.S)
+    shown = re.search(r"It prints:\n\n```text\n(.*?)```", section, re.S).group(1)
+    orch_port, store_port = free_port(), free_port()
+    script = tmp_path / "conversation.py"
+    script.write_text(code.replace("127.0.0.1:50051", f"127.0.0.1:{orch_port}"))
+    up = subprocess.Popen(
+        [BIN, "up", "--listen", f"127.0.0.1:{orch_port}", "--store-listen", f"127.0.0.1:{store_port}"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO)
+    try:
+        wait_for_line(up.stdout, "Baton is up", "baton up")
+        ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout == shown, f"the README shows:\n{shown}\nit printed:\n{ran.stdout}"
+    finally:
+        up.send_signal(signal.SIGINT)
+        assert up.wait(timeout=30) == 0

@@ -33,16 +33,23 @@ import { EventFilter, RunEvent } from "./gen/baton/v1/events";
 import {
   ApprovalMode,
   CancelRunResponse,
+  Conversation as ConversationInfo,
+  ConversationBusy,
+  ConversationMessage,
+  DeleteConversationResponse,
   ForkEdit,
   FailurePolicy,
   GenerationSettings,
   GetRunResponse,
   ListAgentsResponse,
+  ListConversationsResponse,
   ListRunsResponse,
+  Message,
   OrchestratorClient,
   PipelineMode,
   PipelineStep,
   RunStatus,
+  UpdateConversationRequest,
 } from "./gen/baton/v1/orchestrator";
 import { fromServiceError } from "./errors";
 
@@ -170,8 +177,49 @@ export interface RunOpts extends CallOpts {
    * (follow it with `watch`, find it with `listRuns`, end it with `cancel`). */
   detach?: boolean;
 }
+/** What a run does when its conversation's last run is still going:
+ * wait for it (the server's default) or fail `Aborted` at once. */
+export type ConversationBusyMode = "wait" | "refuse";
+
+/** A message of a request's `history`: `role` and `content` at least. */
+export type HistoryMessage = Pick<Message, "role" | "content"> & Partial<Message>;
+
 export interface AgentOpts extends RunOpts {
   runContext?: Record<string, unknown>;
+  /** Earlier conversation; only the root agent sees it (not with
+   * `conversationId`: the conversation holds the history). */
+  history?: HistoryMessage[];
+  /** The conversation the run continues: it begins with its messages,
+   * then `input`, and appends what it added when it ends. */
+  conversationId?: string;
+  /** Start a conversation with this run: its id is `conversationId` or,
+   * none, one Baton makes (the stream's `conversationId` says it once
+   * `runStarted` was read). */
+  newConversation?: boolean;
+  /** While the conversation's last run goes on: wait for it, or refuse. */
+  conversationBusy?: ConversationBusyMode;
+  /** How long the conversation is kept after its last use, in seconds. */
+  conversationTtl?: number;
+}
+/** Options of {@link Orchestrator.conversation}. */
+export interface ConversationOpts {
+  /** An existing conversation to continue; none: the first `send` starts
+   * a new one, which Baton names. */
+  id?: string;
+  /** Start a new conversation of this `id` with the first `send`. */
+  new?: boolean;
+  /** Each send's `conversationBusy`. */
+  busy?: ConversationBusyMode;
+  /** Each send's `conversationTtl`, in seconds. */
+  ttl?: number;
+}
+/** Options of {@link Conversation.send}: a run's (as `runAgent` takes
+ * them), and the conversation's `busy` and `ttl` for this message. */
+export interface SendOpts extends RunOpts {
+  runContext?: Record<string, unknown>;
+  history?: HistoryMessage[];
+  busy?: ConversationBusyMode;
+  ttl?: number;
 }
 export interface StepSpec {
   id: string;
@@ -206,6 +254,10 @@ function limits(o: RunOpts) {
   };
 }
 
+const busyModes = {
+  wait: ConversationBusy.CONVERSATION_BUSY_WAIT,
+  refuse: ConversationBusy.CONVERSATION_BUSY_REFUSE,
+};
 const approvalModes = {
   ask: ApprovalMode.APPROVAL_MODE_ASK,
   auto_approve: ApprovalMode.APPROVAL_MODE_AUTO_APPROVE,
@@ -296,6 +348,12 @@ export class RunStream implements AsyncIterable<RunEvent> {
   runId?: string;
   traceId?: string;
   lastSeq = 0;
+  /** The conversation the run is in, once its `runStarted` was read
+   * (none for a run in no conversation). */
+  conversationId?: string;
+  /** The stream has ended: the run's terminal event was read, or it
+   * failed, or it was left or cancelled. */
+  finished = false;
   constructor(
     private call: ClientReadableStream<RunEvent>,
     private readonly reattach?: Reattach,
@@ -317,6 +375,9 @@ export class RunStream implements AsyncIterable<RunEvent> {
             this.runId ??= event.runId;
             this.traceId ??= event.traceId;
             this.lastSeq = event.seq;
+            if (event.payload?.$case === "runStarted" && event.payload.runStarted.conversationId) {
+              this.conversationId = event.payload.runStarted.conversationId;
+            }
             yield event;
             if (event.payload && TERMINAL_KINDS.has(event.payload.$case)) {
               done = true;
@@ -345,12 +406,14 @@ export class RunStream implements AsyncIterable<RunEvent> {
       done = true;
       throw fromServiceError(e);
     } finally {
+      this.finished = true;
       if (!done) this.call.cancel();
     }
   }
 
   /** Disconnects; the server cancels the run. */
   cancel(): void {
+    this.finished = true;
     this.call.cancel();
   }
 
@@ -401,7 +464,12 @@ export class Orchestrator {
     const request = {
       agent,
       input,
-      history: [],
+      history: (o.history ?? []).map((m) => ({
+        role: m.role,
+        content: m.content,
+        toolCalls: m.toolCalls ?? [],
+        toolCallId: m.toolCallId ?? "",
+      })),
       runContextJson: o.runContext ? JSON.stringify(o.runContext) : "",
       defaultModel: o.defaultModel ?? "",
       limits: limits(o),
@@ -409,6 +477,11 @@ export class Orchestrator {
       filter: o.filter,
       detach: o.detach ?? false,
       settings: generationSettings(o.settings),
+      conversationId: o.conversationId ?? "",
+      newConversation: o.newConversation ?? false,
+      conversationBusy:
+        o.conversationBusy === undefined ? ConversationBusy.CONVERSATION_BUSY_UNSPECIFIED : busyModes[o.conversationBusy],
+      conversationTtl: o.conversationTtl === undefined ? undefined : duration(o.conversationTtl),
     };
     return new RunStream(this.client.runAgent(request, this.md(o.traceparent), options(o)), this.watcher(o.filter));
   }
@@ -521,6 +594,179 @@ export class Orchestrator {
 
   listAgents(o: CallOpts = {}): Promise<ListAgentsResponse> {
     return unary(this.client.listAgents.bind(this.client), {}, o, this.md());
+  }
+
+  /** A conversation with `agent` (or a group): each `send` runs the agent
+   * on the conversation so far and a new message. Without `id` the first
+   * `send` starts a new conversation (Baton names it); with the `id` of an
+   * existing one it continues that; `{ id, new: true }` starts one of that
+   * id. */
+  conversation(agent: string, o: ConversationOpts = {}): Conversation {
+    return new Conversation(this, agent, o);
+  }
+
+  /** A conversation (GetConversation): its title, labels and counts, its
+   * runs and a page of its messages, oldest first (`last`: the first page
+   * starts that many messages from the end). Pass `nextPageToken` back as
+   * `pageToken` until it is empty. */
+  getConversation(
+    conversationId: string,
+    page: { pageSize?: number; pageToken?: string; last?: number } = {},
+    o: CallOpts = {},
+  ): Promise<ConversationInfo> {
+    const request = {
+      conversationId,
+      pageSize: page.pageSize ?? 0,
+      pageToken: page.pageToken ?? "",
+      last: page.last ?? 0,
+    };
+    return unary(this.client.getConversation.bind(this.client), request, o, this.md());
+  }
+
+  /** A page of the caller's conversations, most recently used first
+   * (without their messages). Pass `nextPageToken` back as `pageToken`
+   * until it is empty. */
+  listConversations(pageSize = 0, pageToken = "", o: CallOpts = {}): Promise<ListConversationsResponse> {
+    return unary(this.client.listConversations.bind(this.client), { pageSize, pageToken }, o, this.md());
+  }
+
+  /** Sets a conversation's `title` (none keeps it) and `labels` (merged
+   * into its labels; an empty value removes one). */
+  updateConversation(
+    conversationId: string,
+    update: { title?: string; labels?: Record<string, string> },
+    o: CallOpts = {},
+  ): Promise<ConversationInfo> {
+    const request: UpdateConversationRequest = { conversationId, title: update.title, labels: update.labels ?? {} };
+    return unary(this.client.updateConversation.bind(this.client), request, o, this.md());
+  }
+
+  /** Deletes a conversation (cancelling a run of it still going), its
+   * messages and its runs' histories; how many runs' histories were
+   * deleted. */
+  async deleteConversation(conversationId: string, o: CallOpts = {}): Promise<number> {
+    const response: DeleteConversationResponse = await unary(
+      this.client.deleteConversation.bind(this.client),
+      { conversationId },
+      o,
+      this.md(),
+    );
+    return response.runsDeleted;
+  }
+}
+
+/** A conversation with an agent ({@link Orchestrator.conversation}).
+ *
+ * ```ts
+ * const chat = baton.conversation("assistant");
+ * await chat.send("hello").collect();      // starts it
+ * await chat.send("and again").collect();  // continues it
+ * (await chat.history()).map((m) => m.message?.content);
+ * ```
+ *
+ * `id` is undefined until the first message's run has started (its
+ * `runStarted` event was read), when Baton names the conversation. */
+export class Conversation {
+  private knownId?: string;
+  /** Whether the next send starts the conversation. */
+  private create: boolean;
+  /** The stream of the send that starts it, until its run started. */
+  private starting?: RunStream;
+
+  constructor(
+    private readonly orchestrator: Orchestrator,
+    /** The agent (or group) each message is sent to. */
+    public agent: string,
+    private readonly o: ConversationOpts = {},
+  ) {
+    if (o.id === undefined && o.new === false) throw new Error("new: a conversation without an id is a new one");
+    this.knownId = o.id;
+    this.create = o.new ?? o.id === undefined;
+  }
+
+  /** The conversation's id; undefined until Baton named it. */
+  get id(): string | undefined {
+    this.settle();
+    return this.knownId;
+  }
+
+  /** Takes the id from the starting send's stream once its run started;
+   * forgets a starting send that ended before (the next send starts the
+   * conversation). */
+  private settle(): void {
+    const s = this.starting;
+    if (s === undefined) return;
+    if (s.conversationId !== undefined) {
+      this.knownId = s.conversationId;
+      this.create = false;
+      this.starting = undefined;
+    } else if (s.finished) {
+      this.starting = undefined;
+    }
+  }
+
+  /** Runs the agent on the conversation so far and `text`; returns the
+   * run's events (a `RunStream`, as `runAgent` does, with its options).
+   * The run appends `text` and its answer to the conversation when it
+   * ends. While another run of the conversation goes on, the message waits
+   * for it or, with `busy: "refuse"`, fails `Aborted`.
+   *
+   * The first message of a new conversation starts it: read its stream
+   * (at least to `runStarted`) before sending the next. */
+  send(text: string, o: SendOpts = {}): RunStream {
+    this.settle();
+    if (this.create && this.starting !== undefined) {
+      throw new Error(
+        "the conversation's first message has not started its run yet: read its stream (to runStarted) before sending the next",
+      );
+    }
+    const { busy, ttl, ...run } = o;
+    const stream = this.orchestrator.runAgent(this.agent, text, {
+      ...run,
+      conversationId: this.knownId ?? "",
+      newConversation: this.create,
+      conversationBusy: busy ?? this.o.busy,
+      conversationTtl: ttl ?? this.o.ttl,
+    });
+    if (this.create) this.starting = stream;
+    return stream;
+  }
+
+  private needId(): string {
+    const id = this.id;
+    if (id === undefined) throw new Error("the conversation has no id yet: send its first message (and read to runStarted)");
+    return id;
+  }
+
+  /** The conversation's messages, oldest first, every page followed
+   * (`last`: only the newest `last`). Each has its `message` (`role`,
+   * `content`), the `runId` that added it, its `index`, and `interrupted`
+   * for a run that failed or was cancelled. A deadline bounds each page. */
+  async history(page: { last?: number; pageSize?: number } = {}, o: CallOpts = {}): Promise<ConversationMessage[]> {
+    const id = this.needId();
+    let got = await this.orchestrator.getConversation(id, { pageSize: page.pageSize, last: page.last }, o);
+    const messages = [...got.messages];
+    while (got.nextPageToken) {
+      got = await this.orchestrator.getConversation(id, { pageSize: page.pageSize, pageToken: got.nextPageToken }, o);
+      messages.push(...got.messages);
+    }
+    return messages;
+  }
+
+  /** The conversation as GetConversation returns it: its title, labels,
+   * counts, expiry and runs, and its first page of messages. */
+  get(o: CallOpts = {}): Promise<ConversationInfo> {
+    return this.orchestrator.getConversation(this.needId(), {}, o);
+  }
+
+  /** Sets its `title` and `labels` (see `Orchestrator.updateConversation`). */
+  update(update: { title?: string; labels?: Record<string, string> }, o: CallOpts = {}): Promise<ConversationInfo> {
+    return this.orchestrator.updateConversation(this.needId(), update, o);
+  }
+
+  /** Deletes it (see `Orchestrator.deleteConversation`). */
+  delete(o: CallOpts = {}): Promise<number> {
+    return this.orchestrator.deleteConversation(this.needId(), o);
   }
 }
 

@@ -18,8 +18,10 @@ export class BatonError extends Error {
 }
 /** A request field is malformed; `field` names it. Nothing changed. */
 export class InvalidArgument extends BatonError {}
-/** The run, approval, input request or slot does not exist. */
+/** The run, approval, input request, conversation or slot does not exist. */
 export class NotFound extends BatonError {}
+/** What the request would create exists already (a conversation id). */
+export class AlreadyExists extends BatonError {}
 /** Valid, but the run is not in a state to take it. */
 export class FailedPrecondition extends BatonError {}
 /** A size limit or quota refused the request. */
@@ -44,6 +46,7 @@ export class PermissionDenied extends BatonError {}
 const byCode: Partial<Record<status, typeof BatonError>> = {
   [status.INVALID_ARGUMENT]: InvalidArgument,
   [status.NOT_FOUND]: NotFound,
+  [status.ALREADY_EXISTS]: AlreadyExists,
   [status.FAILED_PRECONDITION]: FailedPrecondition,
   [status.RESOURCE_EXHAUSTED]: ResourceExhausted,
   [status.ABORTED]: Aborted,

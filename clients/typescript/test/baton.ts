@@ -9,7 +9,9 @@ import { dirname, join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { Orchestrator, Store, ToolServer } from "../src";
 
-const BIN = process.env.BATON_BIN ?? resolve(__dirname, "../../../../target/debug/baton");
+/** The repository (this file runs from clients/typescript/dist/test). */
+const REPO = resolve(__dirname, "../../../..");
+const BIN = process.env.BATON_BIN ?? join(REPO, "target/debug/baton");
 
 const agents = (port: number) => `
 scripts:
@@ -84,8 +86,13 @@ export interface Running {
 
 /** `baton up` with the test agents and a TypeScript tool server. With
  * `auth.apiKeys` (the text of a keys file) it requires API keys, and the
- * returned orchestrator client sends `auth.apiKey`. */
-export async function startBaton(auth: { apiKeys?: string; apiKey?: string } = {}): Promise<Running> {
+ * returned orchestrator client sends `auth.apiKey`. With
+ * `auth.exampleAgents` it serves the repository's example agents
+ * (deploy/config/agents.yaml, what `baton up` serves in the repository)
+ * instead of the test agents. */
+export async function startBaton(
+  auth: { apiKeys?: string; apiKey?: string; exampleAgents?: boolean } = {},
+): Promise<Running> {
   const tools = makeTools();
   const toolPort = await tools.start("127.0.0.1:0");
   const [orch, store] = [await freePort(), await freePort()];
@@ -97,9 +104,12 @@ export async function startBaton(auth: { apiKeys?: string; apiKey?: string } = {
     writeFileSync(join(dir, "api-keys"), auth.apiKeys);
     extra.push("--api-keys-file", join(dir, "api-keys"));
   }
-  const args = ["up", "--listen", `127.0.0.1:${orch}`, "--store-listen", `127.0.0.1:${store}`, "--agents", file];
+  const args = ["up", "--listen", `127.0.0.1:${orch}`, "--store-listen", `127.0.0.1:${store}`];
+  if (!auth.exampleAgents) args.push("--agents", file);
   const proc = spawn(BIN, [...args, ...extra], {
     stdio: ["ignore", "pipe", "inherit"],
+    // In the repository `baton up` serves its example agents.
+    cwd: auth.exampleAgents ? REPO : undefined,
   });
   await new Promise<void>((ok, fail) => {
     const timer = setTimeout(() => fail(new Error("baton up did not come up")), 30_000);

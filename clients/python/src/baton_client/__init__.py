@@ -7,9 +7,19 @@
 ...         print(event.depth, event.context_id, kind(event))
 """
 
-from .client import Orchestrator, RunEvent, RunStream, Store, generation_settings, is_terminal, kind
+from .client import (
+    Conversation,
+    Orchestrator,
+    RunEvent,
+    RunStream,
+    Store,
+    generation_settings,
+    is_terminal,
+    kind,
+)
 from .errors import (
     Aborted,
+    AlreadyExists,
     BatonError,
     Cancelled,
     DeadlineExceeded,
@@ -27,8 +37,10 @@ from .toolhost import ToolContext, ToolServer
 
 __all__ = [
     "Aborted",
+    "AlreadyExists",
     "BatonError",
     "Cancelled",
+    "Conversation",
     "DeadlineExceeded",
     "FailedPrecondition",
     "Internal",

@@ -47,6 +47,10 @@ _POLICIES = {
     "best_effort": pb.FAILURE_POLICY_BEST_EFFORT,
 }
 _TERMINAL = {"run_completed", "run_failed", "run_cancelled"}
+_BUSY = {
+    "wait": pb.CONVERSATION_BUSY_WAIT,
+    "refuse": pb.CONVERSATION_BUSY_REFUSE,
+}
 
 
 def kind(event: RunEvent) -> str:
@@ -99,6 +103,9 @@ class RunStream:
         self.last_seq = 0
         self.run_id: str | None = None
         self.trace_id: str | None = None
+        #: The conversation the run is in (its ``run_started`` says it),
+        #: once that event was read; ``None`` for a run in none.
+        self.conversation_id: str | None = None
 
     def __aiter__(self) -> RunStream:
         return self
@@ -116,6 +123,8 @@ class RunStream:
             raise StopAsyncIteration
         if self.run_id is None:
             self.run_id, self.trace_id = event.run_id, event.trace_id
+        if event.WhichOneof("payload") == "run_started" and event.run_started.conversation_id:
+            self.conversation_id = event.run_started.conversation_id
         self.last_seq = event.seq
         if event.WhichOneof("payload") in ("run_completed", "run_failed", "run_cancelled"):
             self._ended = True
@@ -300,6 +309,10 @@ class Orchestrator:
         settings: Mapping[str, Any] | pb.GenerationSettings | None = None,
         budget_tokens: int | None = None,
         budget_cost: float | None = None,
+        conversation_id: str = "",
+        new_conversation: bool = False,
+        conversation_busy: str | None = None,
+        conversation_ttl: float | None = None,
     ) -> RunStream:
         """Starts ``agent`` (or a group) on ``input``; returns its events.
         ``max_depth`` is how deep agents may call agents in this run (the
@@ -312,7 +325,19 @@ class Orchestrator:
         ``settings`` are the run's generation settings, over every agent's
         and provider's own (see :func:`generation_settings`).
         ``budget_tokens`` and ``budget_cost`` bound what the whole run may
-        spend on models (the request's ``limits.budget``)."""
+        spend on models (the request's ``limits.budget``).
+
+        ``conversation_id`` continues a conversation: the run begins with
+        its messages, then ``input``, and appends what it added when it
+        ends (no ``history`` with it). ``new_conversation`` starts one, with
+        the id ``conversation_id`` or, empty, one Baton makes (the stream's
+        ``conversation_id`` says it once ``run_started`` was read).
+        ``conversation_busy``: ``"wait"`` (the server's default) for the
+        conversation's running run to end, or ``"refuse"`` (``Aborted``);
+        ``conversation_ttl``: seconds it is kept after its last use.
+        :meth:`conversation` does all this for you."""
+        if conversation_busy is not None and conversation_busy not in _BUSY:
+            raise ValueError(f"conversation_busy: {conversation_busy!r} is not one of {sorted(_BUSY)}")
         request = pb.RunAgentRequest(
             agent=agent,
             input=input,
@@ -324,7 +349,12 @@ class Orchestrator:
             filter=filter,
             detach=detach,
             settings=generation_settings(settings),
+            conversation_id=conversation_id,
+            new_conversation=new_conversation,
+            conversation_busy=_BUSY.get(conversation_busy or "", pb.CONVERSATION_BUSY_UNSPECIFIED),
         )
+        if conversation_ttl is not None:
+            request.conversation_ttl.CopyFrom(_duration(conversation_ttl))
         return RunStream(
             self._stub.RunAgent(request, timeout=timeout, metadata=self._md(traceparent)),
             self._watcher(filter),
@@ -524,6 +554,73 @@ class Orchestrator:
         """The agents and groups the server runs."""
         return await self._unary(self._stub.ListAgents, pb.ListAgentsRequest(), timeout)
 
+    def conversation(
+        self,
+        agent: str,
+        id: str | None = None,
+        *,
+        new: bool | None = None,
+        busy: str | None = None,
+        ttl: float | None = None,
+    ) -> Conversation:
+        """A conversation with ``agent`` (or a group): each
+        :meth:`Conversation.send` runs the agent on the conversation so far
+        and a new message. Without ``id`` the first ``send`` starts a new
+        conversation (Baton names it); with the ``id`` of an existing one it
+        continues that; ``new=True`` with an ``id`` starts one of that id.
+        ``busy`` and ``ttl``: each send's ``conversation_busy`` and
+        ``conversation_ttl`` (see :meth:`run_agent`)."""
+        return Conversation(self, agent, id, new=new, busy=busy, ttl=ttl)
+
+    async def get_conversation(
+        self,
+        conversation_id: str,
+        *,
+        page_size: int = 0,
+        page_token: str = "",
+        last: int = 0,
+        timeout: float | None = None,
+    ) -> pb.Conversation:
+        """A conversation (GetConversation): its title, labels and counts,
+        its runs and a page of its messages, oldest first (``last``: the
+        first page starts that many messages from the end). Pass
+        ``next_page_token`` back as ``page_token`` until it is empty."""
+        request = pb.GetConversationRequest(
+            conversation_id=conversation_id, page_size=page_size, page_token=page_token, last=last
+        )
+        return await self._unary(self._stub.GetConversation, request, timeout)
+
+    async def list_conversations(
+        self, *, page_size: int = 0, page_token: str = "", timeout: float | None = None
+    ) -> pb.ListConversationsResponse:
+        """A page of the caller's conversations, most recently used first
+        (without their messages); pass ``next_page_token`` back as
+        ``page_token`` until it is empty."""
+        request = pb.ListConversationsRequest(page_size=page_size, page_token=page_token)
+        return await self._unary(self._stub.ListConversations, request, timeout)
+
+    async def update_conversation(
+        self,
+        conversation_id: str,
+        *,
+        title: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> pb.Conversation:
+        """Sets a conversation's ``title`` (``None`` keeps it) and
+        ``labels`` (merged into its labels; an empty value removes one)."""
+        request = pb.UpdateConversationRequest(conversation_id=conversation_id, labels=dict(labels or {}))
+        if title is not None:
+            request.title = title
+        return await self._unary(self._stub.UpdateConversation, request, timeout)
+
+    async def delete_conversation(self, conversation_id: str, *, timeout: float | None = None) -> int:
+        """Deletes a conversation (cancelling a run of it still going), its
+        messages and its runs' histories; returns how many runs' histories
+        were deleted."""
+        request = pb.DeleteConversationRequest(conversation_id=conversation_id)
+        return (await self._unary(self._stub.DeleteConversation, request, timeout)).runs_deleted
+
     def _md(self, traceparent: str | None) -> tuple[tuple[str, str], ...] | None:
         md = self._auth + (_metadata(traceparent) or ())
         return md or None
@@ -566,6 +663,158 @@ class Orchestrator:
         if timeout is not None:
             message.timeout.CopyFrom(_duration(timeout))
         return message
+
+
+class Conversation:
+    """A conversation with an agent (:meth:`Orchestrator.conversation`).
+
+    >>> chat = baton.conversation("assistant")
+    >>> await chat.send("hello").collect()     # starts it
+    >>> await chat.send("and again").collect() # continues it
+    >>> [m.message.content for m in await chat.history()]
+
+    ``id`` is ``None`` until the first message's run has started (its
+    ``run_started`` event was read) when Baton names the conversation."""
+
+    def __init__(
+        self,
+        orchestrator: Orchestrator,
+        agent: str,
+        id: str | None = None,
+        *,
+        new: bool | None = None,
+        busy: str | None = None,
+        ttl: float | None = None,
+    ) -> None:
+        if busy is not None and busy not in _BUSY:
+            raise ValueError(f"busy: {busy!r} is not one of {sorted(_BUSY)}")
+        if id is None and new is False:
+            raise ValueError("new: a conversation without an id is a new one")
+        self._orchestrator = orchestrator
+        #: The agent (or group) each message is sent to.
+        self.agent = agent
+        #: The conversation's id; ``None`` until Baton named it.
+        self.id = id
+        self.busy = busy
+        self.ttl = ttl
+        # Whether the next send starts the conversation, and the stream of
+        # the send that does while its run has not started yet.
+        self._create = id is None if new is None else new
+        self._starting: _ConversationStream | None = None
+
+    def send(
+        self, text: str, *, busy: str | None = None, ttl: float | None = None, **options: Any
+    ) -> RunStream:
+        """Runs the agent on the conversation so far and ``text``; returns
+        the run's events (a :class:`RunStream`, as
+        :meth:`Orchestrator.run_agent` does, whose other keyword arguments
+        ``options`` are: ``max_depth``, ``settings``, ``timeout``, …). The
+        run appends ``text`` and its answer to the conversation when it
+        ends. While another run of the conversation goes on the message
+        waits for it, or, with ``busy="refuse"``, fails ``Aborted``.
+
+        The first message of a new conversation starts it: read its stream
+        (at least to ``run_started``) before sending the next."""
+        if self._create and self._starting is not None:
+            raise RuntimeError(
+                "the conversation's first message has not started its run yet: "
+                "read its stream (to run_started) before sending the next"
+            )
+        busy = busy if busy is not None else self.busy
+        ttl = ttl if ttl is not None else self.ttl
+        plain = self._orchestrator.run_agent(
+            self.agent,
+            text,
+            conversation_id=self.id or "",
+            new_conversation=self._create,
+            conversation_busy=busy,
+            conversation_ttl=ttl,
+            **options,
+        )
+        stream = _ConversationStream(plain._call, plain._reattach, self)
+        if self._create:
+            self._starting = stream
+        return stream
+
+    def _started(self, stream: _ConversationStream, conversation_id: str) -> None:
+        if stream is self._starting:
+            self.id, self._create, self._starting = conversation_id, False, None
+
+    def _failed(self, stream: _ConversationStream) -> None:
+        # The first message failed before its run started: the next send
+        # starts the conversation again.
+        if stream is self._starting:
+            self._starting = None
+
+    def _need_id(self) -> str:
+        if self.id is None:
+            raise RuntimeError("the conversation has no id yet: send its first message (and read to run_started)")
+        return self.id
+
+    async def history(
+        self, *, last: int = 0, page_size: int = 0, timeout: float | None = None
+    ) -> list[pb.ConversationMessage]:
+        """The conversation's messages, oldest first, every page followed
+        (``last``: only the newest ``last``). Each has its ``message``
+        (``role``, ``content``), the ``run_id`` that added it, its
+        ``index``, and ``interrupted`` for a run that failed or was
+        cancelled. ``timeout`` bounds each page."""
+        conversation_id = self._need_id()
+        page = await self._orchestrator.get_conversation(
+            conversation_id, page_size=page_size, last=last, timeout=timeout
+        )
+        messages = list(page.messages)
+        while page.next_page_token:
+            page = await self._orchestrator.get_conversation(
+                conversation_id, page_size=page_size, page_token=page.next_page_token, timeout=timeout
+            )
+            messages.extend(page.messages)
+        return messages
+
+    async def get(self, *, timeout: float | None = None) -> pb.Conversation:
+        """The conversation as GetConversation returns it: its title,
+        labels, counts, expiry and runs, and its first page of messages."""
+        return await self._orchestrator.get_conversation(self._need_id(), timeout=timeout)
+
+    async def update(
+        self,
+        *,
+        title: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> pb.Conversation:
+        """Sets its ``title`` and ``labels`` (see
+        :meth:`Orchestrator.update_conversation`)."""
+        return await self._orchestrator.update_conversation(
+            self._need_id(), title=title, labels=labels, timeout=timeout
+        )
+
+    async def delete(self, *, timeout: float | None = None) -> int:
+        """Deletes it (see :meth:`Orchestrator.delete_conversation`)."""
+        return await self._orchestrator.delete_conversation(self._need_id(), timeout=timeout)
+
+
+class _ConversationStream(RunStream):
+    """A conversation's run: tells the conversation its id once the run
+    started (or that it failed before)."""
+
+    def __init__(self, call: grpc.aio.UnaryStreamCall, reattach: Any, conversation: Conversation) -> None:
+        super().__init__(call, reattach)
+        self._conversation = conversation
+
+    async def __anext__(self) -> RunEvent:
+        try:
+            event = await super().__anext__()
+        except BaseException:  # the end, an error, a cancellation
+            self._conversation._failed(self)
+            raise
+        if self.conversation_id is not None:
+            self._conversation._started(self, self.conversation_id)
+        return event
+
+    def cancel(self) -> None:
+        self._conversation._failed(self)
+        super().cancel()
 
 
 class Store:

@@ -33,7 +33,11 @@ class InvalidArgument(BatonError):
 
 
 class NotFound(BatonError):
-    """The run, approval, input request or slot does not exist."""
+    """The run, approval, input request, conversation or slot does not exist."""
+
+
+class AlreadyExists(BatonError):
+    """What the request would create exists already (a conversation id)."""
 
 
 class FailedPrecondition(BatonError):
@@ -79,6 +83,7 @@ class PermissionDenied(BatonError):
 _BY_CODE: dict[grpc.StatusCode, type[BatonError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
     grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
     grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
     grpc.StatusCode.ABORTED: Aborted,
