@@ -693,3 +693,118 @@ async fn durable_conversations_continue_on_another_replica() {
         Code::NotFound
     );
 }
+
+async fn drain(mut stream: baton_client::Events) -> Vec<pb::RunEvent> {
+    let mut out = Vec::new();
+    while let Some(e) = stream.next().await {
+        out.push(e.expect("event"));
+    }
+    out
+}
+
+/// A fork of a run in a conversation branches it ("edit an answer and go
+/// on from there", as chat apps do): the branch holds what the run began
+/// with, then the fork's turns; the original is left as it was. A replay
+/// appends to no conversation. Both begin with the group member the
+/// original began with.
+async fn forks_branch_and_replays_leave_alone(
+    configure: impl Fn(&mut baton_orchestrator::config::Config),
+) {
+    let server = OrchestratorServer::start(AGENTS, None, configure)
+        .await
+        .expect("server");
+    let client = server.client().await.expect("client");
+    let log = run(&client, start("support", "refund please")).await;
+    let id = started(&log).conversation_id;
+    let second = run(&client, send("support", "order 12", &id)).await;
+    let point = second
+        .iter()
+        .find(|e| matches!(e.payload, Some(Payload::MessageCompleted(_))))
+        .expect("a model turn")
+        .seq;
+    let fork = drain(
+        client
+            .fork_run(pb::ForkRunRequest {
+                run_id: second[0].run_id.clone(),
+                at_seq: point,
+                edit: Some(pb::ForkEdit {
+                    edit: Some(pb::fork_edit::Edit::ModelTurn(pb::ModelTurnEdit {
+                        text: "an edited answer".into(),
+                        tool_calls: Vec::new(),
+                    })),
+                }),
+                ..Default::default()
+            })
+            .await
+            .expect("fork"),
+    )
+    .await;
+    assert_eq!(output(&fork), "an edited answer");
+    let branch = client
+        .get_run(&fork[0].run_id)
+        .await
+        .expect("the fork")
+        .conversation_id;
+    assert!(!branch.is_empty() && branch != id, "{branch}");
+    let b = client
+        .get_conversation(&branch, 0, "", 0)
+        .await
+        .expect("branch");
+    assert_eq!(b.branched_from, id);
+    let said: Vec<String> = texts(&b).into_iter().map(|(_, t)| t).collect();
+    // Run 1's four (the handoff's call and result among them), then the
+    // fork's input and its edited answer.
+    assert_eq!(said.len(), 6, "{said:?}");
+    assert_eq!(said[0], "refund please");
+    assert_eq!(
+        (said[4].as_str(), said[5].as_str()),
+        ("order 12", "an edited answer")
+    );
+    assert_eq!(b.agent, "billing");
+    let original = client
+        .get_conversation(&id, 0, "", 0)
+        .await
+        .expect("original");
+    assert_eq!(original.message_count, 6, "the original is left as it was");
+    assert_eq!(
+        original.messages[5].message.as_ref().expect("m").content,
+        "billing here: order 12. Before that: refund please"
+    );
+
+    let replay = drain(
+        client
+            .replay_run(pb::ReplayRunRequest {
+                run_id: second[0].run_id.clone(),
+                strict: true,
+                ..Default::default()
+            })
+            .await
+            .expect("replay"),
+    )
+    .await;
+    assert_eq!(output(&replay), output(&second), "a strict replay matches");
+    assert_eq!(
+        client
+            .get_run(&replay[0].run_id)
+            .await
+            .expect("replay")
+            .conversation_id,
+        ""
+    );
+    let original = client
+        .get_conversation(&id, 0, "", 0)
+        .await
+        .expect("original");
+    assert_eq!(original.message_count, 6, "a replay appends nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forks_branch_a_conversation_and_replays_leave_it_alone() {
+    forks_branch_and_replays_leave_alone(|_| {}).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forks_branch_a_durable_conversation_and_replays_leave_it_alone() {
+    let redis = RedisServer::start().expect("redis");
+    forks_branch_and_replays_leave_alone(durable_runs(redis.url())).await;
+}

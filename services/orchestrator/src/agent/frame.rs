@@ -89,7 +89,12 @@ impl CallFrame {
         let ctx = rt.root_context(crate::run::context::invoke_agent_span_name(&target.target));
         let mut frame = Self::resolved(rt, ctx, target, history, input, Arc::default());
         frame.answer_request(rt);
-        if rt.record.conversation.get().is_some() {
+        if rt
+            .record
+            .conversation
+            .get()
+            .is_some_and(|l| !l.id.is_empty())
+        {
             let base = frame.messages.len() - usize::from(!frame.input.is_empty());
             let transcript = crate::conversation::transcript::Transcript::new(
                 frame.messages.get(base).cloned(),

@@ -58,7 +58,12 @@ pub async fn body(
 ) {
     let root_ctx = root.ctx.clone();
     let scope = root.scope.clone();
-    let link = rt.record.conversation.get().cloned();
+    let link = rt
+        .record
+        .conversation
+        .get()
+        .cloned()
+        .filter(|l| !l.id.is_empty());
     let transcript = root.transcript();
     let started = pb::RunStarted {
         kind: pb::RunKind::Agent as i32,

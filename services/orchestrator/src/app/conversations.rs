@@ -206,6 +206,72 @@ impl Orchestrator {
         }
     }
 
+    /// The conversation link of run `run_id` (a fork's or replay's
+    /// origin): its conversation and the group member it began with.
+    pub(super) async fn origin_link(&self, run_id: &str) -> Result<Option<Link>> {
+        if let Ok(record) = self.runs.get(run_id)
+            && let Some(link) = record.conversation.get()
+        {
+            return Ok(Some((**link).clone()));
+        }
+        Ok(match &self.services().durable {
+            Some(durable) => durable.meta(run_id).await?.and_then(|m| m.conversation),
+            None => None,
+        })
+    }
+
+    /// A fork of a run in a conversation starts a branch: a new
+    /// conversation whose messages are those the original run began with
+    /// (its history, compaction applied), to which the fork appends its
+    /// own; the original conversation is left as it is. The branch's key.
+    pub(super) async fn branch_conversation(
+        &self,
+        services: &Arc<Shared>,
+        prepared: &Prepared,
+        body: &Body,
+        origin_run: &str,
+        origin: &Link,
+    ) -> Result<Key> {
+        let Body::Agent { history, .. } = body else {
+            return Err(Error::Internal("a pipeline run in a conversation".into()));
+        };
+        let record = &prepared.record;
+        let base: Vec<pb::ConversationMessage> = history
+            .iter()
+            .filter_map(|m| crate::conversation::from_chat(m, origin_run, "", false))
+            .collect();
+        let key = Key {
+            tenant: record.tenant.clone(),
+            id: format!("conv-{}", uuid::Uuid::now_v7()),
+        };
+        let begin = Begin {
+            run_id: record.run_id.clone(),
+            open: crate::conversation::store::Open::New,
+            hold_ms: (prepared.run.limits.run_timeout + Duration::from_secs(60)).as_millis() as i64,
+            ttl_ms: origin.ttl_ms,
+            branched_from: origin.id.clone(),
+            base,
+        };
+        let never =
+            |_: String| -> futures::future::BoxFuture<'static, bool> { Box::pin(async { false }) };
+        let taken = services
+            .conversations
+            .take_turn(&key, &begin, crate::conversation::Busy::Refuse, &never)
+            .await?;
+        let _ = record.conversation.set(Arc::new(Link {
+            id: key.id.clone(),
+            fold: 0,
+            summary: None,
+            base_count: taken.meta.count,
+            base_bytes: taken.meta.bytes,
+            folded_bytes: 0,
+            agent: origin.agent.clone(),
+            ttl_ms: origin.ttl_ms,
+            compacted: None,
+        }));
+        Ok(key)
+    }
+
     /// Whether run `run_id` has ended: its turn of a conversation, if it
     /// still holds one, is free (a run ended from outside its body — by a
     /// replica that found it unresumable — gave nothing back). A run not

@@ -70,6 +70,15 @@ impl Orchestrator {
                 ),
             });
         };
+        // A run in a conversation: the fork begins with the group member
+        // the original began with, and branches the conversation.
+        let origin_link = self.origin_link(&request.run_id).await?;
+        if let Some(link) = &origin_link {
+            let default_model = checked.options.default_model.clone();
+            checked
+                .body
+                .start_at(&services, &default_model, &link.agent);
+        }
         let (_, target) = checked.body.kind_and_target();
         let span = self.run_span(&caller.trace, "ForkRun", kind, &target);
         checked.options.detach = request.detach;
@@ -97,11 +106,33 @@ impl Orchestrator {
             // written anywhere else).
             record.record_points(std::mem::take(&mut plan.recording));
         }
+        let branch = match &origin_link {
+            Some(link) if !link.id.is_empty() => Some(
+                self.branch_conversation(
+                    &services,
+                    &prepared,
+                    &checked.body,
+                    &request.run_id,
+                    link,
+                )
+                .await?,
+            ),
+            _ => None,
+        };
         let future = checked.body.future(&prepared.run);
         let prefix = (plan.events, plan.recording);
         let started = self
             .launch_with(prepared, checked.stored, Some(&prefix), future)
-            .await?;
+            .await;
+        let started = match (started, branch) {
+            (Ok(started), _) => started,
+            (Err(e), Some(key)) => {
+                // The branch never had a run: gone with the fork.
+                let _ = services.conversations.store.delete(&key).await;
+                return Err(e);
+            }
+            (Err(e), None) => return Err(e),
+        };
         // The caller's stream: the replayed part, read from the fork's log
         // a batch at a time as the stream is read (its packed chunks go
         // out as they are kept, while the fork walks to its point), then

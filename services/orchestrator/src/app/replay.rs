@@ -47,6 +47,15 @@ impl Orchestrator {
                 ),
             });
         };
+        // A run in a conversation: the replay begins with the group member
+        // the original began with (and appends to no conversation).
+        let origin_link = self.origin_link(&request.run_id).await?;
+        if let Some(link) = &origin_link {
+            let default_model = checked.options.default_model.clone();
+            checked
+                .body
+                .start_at(&self.services(), &default_model, &link.agent);
+        }
         let (_, target) = checked.body.kind_and_target();
         let span = self.run_span(&caller.trace, "ReplayRun", kind, &target);
         checked.options.detach = request.detach;
@@ -65,6 +74,18 @@ impl Orchestrator {
             .record
             .replay_of
             .set((request.run_id, request.strict));
+        if let Some(link) = origin_link {
+            // Its member kept for a resume; no conversation of its own.
+            let _ = prepared.record.conversation.set(std::sync::Arc::new(
+                crate::conversation::link::Link {
+                    id: String::new(),
+                    fold: 0,
+                    summary: None,
+                    compacted: None,
+                    ..link
+                },
+            ));
+        }
         let future = checked.body.future(&prepared.run);
         self.launch_with(prepared, checked.stored, None, future)
             .await
