@@ -736,6 +736,286 @@ consoleTest('an unchanged researcher run replayed strictly matches its recording
   await page.locator(`${tid('run-replays')} a[href="#/runs/${replayId}"]`).waitFor();
 });
 
+/** Whether the page is no wider than the screen (nothing scrolls sideways). */
+const fitsWidth = (page) => page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth + 1);
+
+/** Sends `text` from the chat page and waits until its answer settled: the
+ * conversation read again holds `total` messages and nothing runs. */
+async function chatSend(page, text, total, how = 'click') {
+  await page.locator(tid('chat-input')).fill(text);
+  if (how === 'enter') await page.locator(tid('chat-input')).press('Enter');
+  else await page.locator(tid('chat-send')).click();
+  await page.waitForFunction((n) => {
+    const chat = document.querySelector('[data-testid="chat-page"]');
+    return chat && chat.dataset.state === 'idle' && window.batonConsole?.done === true
+      && document.querySelectorAll('[data-testid="chat-message"]').length === n;
+  }, total);
+}
+
+/** What the chat shows: [role, text] of each message, oldest first. */
+const chatMessages = (page) => page.locator(tid('chat-message')).evaluateAll((els) => els.map((el) => [
+  el.dataset.role, (el.querySelector('[data-testid="chat-text"]') || el.querySelector('summary'))?.textContent || '',
+]));
+
+/** POST /v1/runs with tenant alpha's key; the run id. */
+async function apiStart(body) {
+  const res = await fetch(`${EXAMPLE}/v1/runs`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${KEY_A}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ detach: true, ...body }),
+  });
+  const j = await res.json();
+  assert.equal(res.status, 200, JSON.stringify(j));
+  return j.runId;
+}
+
+/** GET on the example server with tenant alpha's key. */
+async function apiGet(path) {
+  const res = await fetch(`${EXAMPLE}${path}`, { headers: { Authorization: `Bearer ${KEY_A}` } });
+  const j = await res.json();
+  assert.equal(res.status, 200, JSON.stringify(j));
+  return j;
+}
+
+consoleTest('a conversation with assistant: three messages from its chat page, in order; an answer opens its run; listed; continued from a run', async (page) => {
+  await openConsole(page, EXAMPLE, KEY_A);
+  await page.locator(tid('nav-conversations')).click();
+  await page.locator(`${tid('conversations-state')}[data-state="ok"]`).waitFor();
+  assert.equal(await page.locator(tid('nav-conversations')).getAttribute('aria-current'), 'page');
+  await page.locator(tid('new-conversation')).click();
+  const chat = page.locator(tid('chat-page'));
+  await page.locator(`${tid('chat-page')}[data-state="new"]`).waitFor();
+  assert.equal(new URL(page.url()).hash, '#/conversations/new');
+  const agent = page.locator(tid('chat-agent'));
+  await agent.locator('option[value="assistant"]').waitFor({ state: 'attached' });
+  // Nothing goes out before an agent is chosen.
+  await page.locator(tid('chat-input')).fill('Hello there');
+  await page.locator(tid('chat-send')).click();
+  assert.equal(await page.locator(tid('chat-error')).textContent(), 'Choose the agent to talk to.');
+  await agent.selectOption('assistant');
+  await shot(page, 'chat-new');
+  await page.setViewportSize({ width: 390, height: 844 });
+  assert.equal(await fitsWidth(page), true, 'a new chat fits 390 px');
+  await shot(page, 'chat-new-phone');
+  await page.setViewportSize({ width: 1280, height: 800 });
+
+  const said = ['Hello there', 'How are you?', 'Goodbye'];
+  await chatSend(page, said[0], 2);
+  // The first run said the conversation's id: the page's address is its own.
+  const convId = await chat.getAttribute('data-conversation-id');
+  assert.match(convId, /^conv-/);
+  assert.equal(new URL(page.url()).hash, `#/conversations/${convId}`);
+  await chatSend(page, said[1], 4, 'enter');
+  await chatSend(page, said[2], 6);
+  assert.deepEqual(await chatMessages(page), said.flatMap((s) => [['user', s], ['assistant', `You said: ${s}`]]));
+  assert.equal(await page.locator(tid('chat-input')).inputValue(), '', 'the box is empty again');
+  // Under each answer, its run.
+  const runs = page.locator(tid('chat-run'));
+  assert.equal(await runs.count(), 3);
+  const runIds = await runs.evaluateAll((els) => els.map((el) => el.dataset.runId));
+  const answers = await page.locator(`${tid('chat-message')}[data-role="assistant"]`).evaluateAll((els) => els.map((el) => el.dataset.runId));
+  assert.deepEqual(answers, runIds, 'each answer is followed by its own run');
+  assert.equal(new Set(runIds).size, 3);
+  assert.match(await page.locator(tid('chat-facts')).textContent(), /^6 messages .* · last answered by assistant · /);
+  assert.equal(await fitsWidth(page), true, 'the chat fits 1280 px');
+  await shot(page, 'chat');
+  // On a phone: opened at its newest message, the send box on the screen
+  // below it, nothing wider than the screen.
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.reload();
+  await page.locator(`${tid('chat-page')}[data-conversation-id="${convId}"][data-state="idle"]`).waitFor();
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid="chat-message"]').length === 6);
+  await sleep(300);
+  assert.equal(await fitsWidth(page), true, 'the chat fits 390 px');
+  const box = await page.locator(tid('chat-form')).boundingBox();
+  assert.ok(box.x >= 0 && box.x + box.width <= 391 && box.y >= 0 && box.y + box.height <= 845, `the send box is on the screen: ${JSON.stringify(box)}`);
+  const last = await page.locator(tid('chat-run')).last().boundingBox();
+  assert.ok(last.y >= 0 && last.y + last.height <= box.y + 1, `the newest answer shows above the send box: ${JSON.stringify({ last, box })}`);
+  await shot(page, 'chat-phone');
+  await page.evaluate(() => window.scrollTo(0, 0));
+  await shot(page, 'chat-phone-top');
+  await page.setViewportSize({ width: 1280, height: 800 });
+
+  // The second answer's run, on the run page.
+  await runs.nth(1).locator(tid('chat-run-link')).click();
+  await page.locator(`${tid('run-page')}[data-run-id="${runIds[1]}"]`).waitFor();
+  await waitStatus(page, 'RUN_STATUS_COMPLETED');
+  assert.equal(await page.locator(tid('run-output')).textContent(), 'You said: How are you?');
+  assert.match(await page.locator(tid('run-conversation-note')).textContent(),
+    /^◆ continues conversation …[0-9a-f]{8}: the model saw its 2 earlier messages first$/);
+  assert.equal(await page.locator(tid('continue-conversation')).getAttribute('href'), `#/conversations/${convId}`);
+  await assertStreamComplete(page, runIds[1], 'a message of a conversation');
+  await shot(page, 'chat-run');
+  // Back to the chat, as it was.
+  await page.goBack();
+  await page.locator(`${tid('chat-page')}[data-conversation-id="${convId}"][data-state="idle"]`).waitFor();
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid="chat-message"]').length === 6);
+  assert.deepEqual(await chatMessages(page), said.flatMap((s) => [['user', s], ['assistant', `You said: ${s}`]]));
+
+  // The list: most recently used first.
+  await page.locator(tid('nav-conversations')).click();
+  const row = page.locator(`${tid('conversation-row')}[data-conversation-id="${convId}"]`);
+  await row.waitFor();
+  assert.equal(await page.locator(tid('conversation-row')).first().getAttribute('data-conversation-id'), convId);
+  assert.equal(await row.locator(tid('conversation-messages')).textContent(), '6');
+  assert.equal(await row.locator(tid('conversation-agent')).textContent(), 'assistant');
+  assert.equal(await row.getAttribute('data-running'), 'false');
+  await shot(page, 'conversations');
+  await page.setViewportSize({ width: 390, height: 844 });
+  assert.equal(await fitsWidth(page), true, 'the list fits 390 px');
+  await shot(page, 'conversations-phone');
+  await page.setViewportSize({ width: 1280, height: 800 });
+
+  // The runs list says a run's conversation; its page continues it.
+  await page.locator(tid('nav-runs')).click();
+  const runRow = page.locator(`${tid('run-row')}[data-run-id="${runIds[2]}"]`);
+  await runRow.waitFor();
+  assert.equal(await runRow.locator(tid('run-conversation')).getAttribute('href'), `#/conversations/${convId}`);
+  await shot(page, 'runs-list-conversation');
+  await page.setViewportSize({ width: 390, height: 844 });
+  assert.equal(await fitsWidth(page), true, 'the runs list with conversations fits 390 px');
+  const table = await page.locator('.runs-list .table-scroll').evaluate((el) => [el.scrollWidth, el.clientWidth]);
+  assert.ok(table[0] <= table[1], `the runs table does not scroll sideways for a conversation's badge: ${table}`);
+  await shot(page, 'runs-list-conversation-phone');
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await runRow.locator(tid('run-link')).click();
+  await waitStatus(page, 'RUN_STATUS_COMPLETED');
+  await page.locator(tid('continue-conversation')).click();
+  await page.locator(`${tid('chat-page')}[data-conversation-id="${convId}"][data-state="idle"]`).waitFor();
+  // The next message goes to the agent of the last one.
+  await page.waitForFunction(() => document.querySelector('[data-testid="chat-agent"]').value === 'assistant');
+  await chatSend(page, 'One more thing', 8);
+  assert.deepEqual((await chatMessages(page)).slice(6), [['user', 'One more thing'], ['assistant', 'You said: One more thing']]);
+  const conv = await apiGet(`/v1/conversations/${encodeURIComponent(convId)}`);
+  assert.equal(conv.messageCount, 8);
+  assert.equal(conv.runs.length, 4);
+});
+
+consoleTest('a message of a conversation waits for an approval: the chat links to the run, approved there, the answer comes back', async (page) => {
+  await openConsole(page, EXAMPLE, KEY_A);
+  await page.goto(`${EXAMPLE}/#/conversations/new?agent=billing`);
+  await page.locator(`${tid('chat-page')}[data-state="new"]`).waitFor();
+  await page.waitForFunction(() => document.querySelector('[data-testid="chat-agent"]').value === 'billing');
+  await page.locator(tid('chat-input')).fill('refund order 7');
+  await page.locator(tid('chat-send')).click();
+  // The run waits for a person: the chat says so, and where to answer.
+  await page.locator(`${tid('chat-page')}[data-state="waiting"]`).waitFor();
+  const pending = page.locator(tid('chat-pending'));
+  assert.match(await pending.textContent(), /Waiting for you \(1\): approve write_context in root/);
+  assert.equal(await page.locator(tid('chat-send')).isDisabled(), true, 'no second message while the first is answered');
+  assert.match(await page.locator(tid('chat-live')).textContent(), /I will record the refund\./);
+  assert.equal(await fitsWidth(page), true);
+  await shot(page, 'chat-waiting');
+  const convId = await page.locator(tid('chat-page')).getAttribute('data-conversation-id');
+  assert.match(convId, /^conv-/);
+  // The list says it is going on.
+  await page.locator(tid('nav-conversations')).click();
+  await page.locator(`${tid('conversation-row')}[data-conversation-id="${convId}"][data-running="true"]`).waitFor();
+  await page.goBack();
+  await page.locator(`${tid('chat-page')}[data-state="waiting"]`).waitFor();
+
+  await page.locator(tid('chat-pending-link')).click();
+  await page.locator(tid('run-page')).waitFor();
+  await page.locator(`${tid('approval')}[data-state="pending"] ${tid('approve')}`).click();
+  await waitStatus(page, 'RUN_STATUS_COMPLETED');
+  await page.locator(tid('continue-conversation')).click();
+  await page.locator(`${tid('chat-page')}[data-conversation-id="${convId}"][data-state="idle"]`).waitFor();
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid="chat-message"]').length === 4);
+  // The tool call and its result, folded.
+  assert.deepEqual((await chatMessages(page)).map(([role]) => role), ['user', 'assistant', 'tool', 'assistant']);
+  const calls = page.locator(tid('chat-tool-calls'));
+  assert.equal(await calls.locator('summary').textContent(), 'called write_context');
+  assert.equal(await calls.evaluate((d) => d.open), false, 'the calls are folded');
+  const result = page.locator(`${tid('chat-message')}[data-role="tool"] details`);
+  assert.equal(await result.evaluate((d) => d.open), false, 'the result is folded');
+  assert.match(await result.locator('summary').textContent(), /^result write_context wrote refunds\/last at version 1/);
+  assert.match((await chatMessages(page))[3][1], /^Done\. wrote refunds\/last at version 1/);
+  await result.locator('summary').click();
+  await calls.locator('summary').click();
+  await shot(page, 'chat-tools');
+  await page.setViewportSize({ width: 390, height: 844 });
+  assert.equal(await fitsWidth(page), true, 'the open tool call fits 390 px');
+  await calls.evaluate((el) => el.scrollIntoView({ block: 'start' }));
+  await shot(page, 'chat-tools-phone');
+  await page.setViewportSize({ width: 1280, height: 800 });
+
+  // Renamed, it is listed by its title; deleted, it is gone.
+  await page.locator(tid('chat-rename')).click();
+  await page.locator(tid('chat-title-input')).fill('Refund for order 7');
+  await page.locator(tid('chat-rename-save')).click();
+  await page.locator(tid('chat-title'), { hasText: 'Refund for order 7' }).waitFor();
+  await page.locator(tid('nav-conversations')).click();
+  const row = page.locator(`${tid('conversation-row')}[data-conversation-id="${convId}"]`);
+  assert.equal(await row.locator(tid('conversation-link')).textContent(), 'Refund for order 7');
+  await row.locator(tid('conversation-link')).click();
+  await page.locator(`${tid('chat-page')}[data-state="idle"]`).waitFor();
+  await page.locator(tid('chat-delete')).click();
+  await page.locator(tid('chat-delete-confirm')).click();
+  await page.locator(`${tid('conversations-state')}[data-state="ok"]`).waitFor();
+  assert.equal(new URL(page.url()).hash, '#/conversations');
+  assert.equal(await row.count(), 0, 'the deleted conversation is not listed');
+  const gone = await page.evaluate(async (id) => (await fetch(`/v1/conversations/${encodeURIComponent(id)}`, {
+    headers: { Authorization: `Bearer ${sessionStorage.getItem('baton.apiKey')}` },
+  })).status, convId);
+  assert.equal(gone, 404);
+});
+
+consoleTest('a cancelled message of a conversation is marked interrupted in the chat', async (page) => {
+  const runId = await apiStart({ agent: 'interviewer', input: 'a trip nobody plans', newConversation: true });
+  const convId = (await apiGet(`/v1/runs/${runId}`)).conversationId;
+  await openConsole(page, EXAMPLE, KEY_A);
+  await page.goto(`${EXAMPLE}/#/conversations/${encodeURIComponent(convId)}`);
+  // Opened while its run waits for an answer: followed, and said so.
+  await page.locator(`${tid('chat-page')}[data-state="waiting"]`).waitFor();
+  assert.match(await page.locator(tid('chat-pending')).textContent(), /answer ask_user: Which city should I plan for\?/);
+  assert.equal(await page.locator(`${tid('chat-live-message')}[data-role="user"] ${tid('chat-text')}`).textContent(), 'a trip nobody plans');
+  await page.locator(tid('chat-pending-link')).click();
+  await page.locator(tid('cancel-run')).click();
+  await waitStatus(page, 'RUN_STATUS_CANCELLED');
+  await page.goBack();
+  await page.locator(`${tid('chat-page')}[data-state="idle"]`).waitFor();
+  const message = page.locator(`${tid('chat-message')}[data-interrupted="true"]`);
+  await message.waitFor();
+  assert.equal(await message.getAttribute('data-role'), 'user');
+  assert.equal(await message.locator(tid('chat-interrupted-mark')).textContent(), 'interrupted');
+  assert.equal(await page.locator(`${tid('chat-run')}[data-run-id="${runId}"] ${tid('chat-run-status')}`).textContent(), 'cancelled');
+  await shot(page, 'chat-interrupted');
+});
+
+consoleTest('a long conversation is compacted: the run view says what was folded, the chat says how many', async (page) => {
+  // chat keeps 20 messages: its 11th message folds the 10 oldest.
+  const first = await apiStart({ agent: 'chat', input: 'm0', newConversation: true });
+  const convId = (await apiGet(`/v1/runs/${first}`)).conversationId;
+  assert.match(convId, /^conv-/);
+  let compacting = '';
+  for (let i = 1; i <= 11; i++) {
+    const runId = await apiStart({ agent: 'chat', input: `m${i}`, conversationId: convId });
+    if (i === 10) compacting = runId;
+  }
+  for (let tries = 0; ; tries++) {
+    const c = await apiGet(`/v1/conversations/${encodeURIComponent(convId)}`);
+    if (!c.runningRunId && c.runs.length === 12) break;
+    assert.ok(tries < 100, `the conversation's runs did not end: ${JSON.stringify(c.runs)}`);
+    await sleep(200);
+  }
+  await openConsole(page, EXAMPLE, KEY_A);
+  await page.goto(`${EXAMPLE}/#/conversations/${encodeURIComponent(convId)}`);
+  await page.locator(`${tid('chat-page')}[data-state="idle"]`).waitFor();
+  await page.locator(tid('chat-message')).first().waitFor();
+  assert.match(await page.locator(tid('chat-folded')).textContent(), /^10 earlier messages were folded away/);
+  const msgs = await chatMessages(page);
+  assert.equal(msgs.length, 14);
+  assert.deepEqual(msgs[msgs.length - 1], ['assistant', 'You said: m11. Before that: m5 | m6 | m7 | m8 | m9 | m10']);
+  await shot(page, 'chat-compacted');
+  await page.locator(`${tid('chat-run')}[data-run-id="${compacting}"] ${tid('chat-run-link')}`).click();
+  await page.locator(`${tid('run-page')}[data-run-id="${compacting}"]`).waitFor();
+  const note = page.locator(tid('history-compacted'));
+  await note.waitFor();
+  assert.match(await note.textContent(), /^⇤ folded 10 earlier messages \(window, max messages\), kept 10 · about \d+ → \d+ tokens$/);
+  assert.match(await page.locator(tid('run-conversation-note')).textContent(), /: the model saw its 10 earlier messages first$/);
+  await shot(page, 'run-compacted');
+});
+
 consoleTest('a run that ended more than a minute ago opens from seq 1 in baton up', async (page) => {
   assert.ok(oldRun.id, 'the run started before the tests');
   // A minute after its end (it ends within seconds of its start).

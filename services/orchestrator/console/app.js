@@ -1,7 +1,11 @@
-// Baton's web console: the header (API key), error alerts, and the router
-// between the runs page (#/runs) and a run's page (#/runs/{runId}).
+// Baton's web console: the header (API key, the pages), error alerts, and
+// the router between the runs page (#/runs), a run's page (#/runs/{runId}),
+// the conversations page (#/conversations) and a conversation's chat
+// (#/conversations/{id}; #/conversations/new starts one).
 
 import { api, getKey, setKey } from './api.js';
+import { openChat } from './chat.js';
+import { openConversations } from './conversations.js';
 import { openRun } from './run.js';
 import { openRuns } from './runs.js';
 import { clear, h, shortId } from './util.js';
@@ -69,14 +73,30 @@ function route() {
   page = null;
   clear(alerts);
   const m = /^#\/runs\/([^/?#]+)/.exec(location.hash);
+  const c = /^#\/conversations\/([^/?#]+)(?:\?(.*))?/.exec(location.hash);
+  let section = 'runs';
   if (m) {
     const runId = decodeURIComponent(m[1]);
     document.title = `Run ${shortId(runId)} · Baton`;
     page = openRun(main, runId, app);
+  } else if (c) {
+    const id = decodeURIComponent(c[1]);
+    section = 'conversations';
+    document.title = id === 'new' ? 'New conversation · Baton' : `Conversation ${shortId(id)} · Baton`;
+    page = openChat(main, id, app, new URLSearchParams(c[2] || ''));
+  } else if (/^#\/conversations\/?$/.test(location.hash)) {
+    section = 'conversations';
+    document.title = 'Conversations · Baton';
+    page = openConversations(main, app);
   } else {
     if (location.hash !== '#/runs') history.replaceState(null, '', '#/runs');
     document.title = 'Runs · Baton';
     page = openRuns(main, app);
+  }
+  // The header says which page this is.
+  for (const a of document.querySelectorAll('.top nav a')) {
+    if (a.dataset.section === section) a.setAttribute('aria-current', 'page');
+    else a.removeAttribute('aria-current');
   }
   if (!first) main.focus({ preventScroll: true });
   first = false;

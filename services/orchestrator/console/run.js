@@ -58,6 +58,9 @@ export function openRun(main, runId, app) {
   el.replayOfFact = h('div', { hidden: true }, h('dt', { text: 'Replay of' }), el.replayOf);
   el.replays = h('dd', { 'data-testid': 'run-replays' });
   el.replaysFact = h('div', { hidden: true }, h('dt', { text: 'Replays' }), el.replays);
+  el.conversation = h('dd', { 'data-testid': 'run-conversation' });
+  el.conversationFact = h('div', { hidden: true }, h('dt', { text: 'Conversation' }), el.conversation);
+  el.continue = h('a', { class: 'btn', 'data-testid': 'continue-conversation', hidden: true }, 'Continue the conversation');
   el.replayBtn = h('button', { type: 'button', class: 'btn', 'data-testid': 'replay-run', hidden: true }, 'Replay…');
   el.replayBox = h('div', { class: 'fork-box', 'data-testid': 'replay-box', hidden: true, role: 'region', 'aria-label': 'Replay the run' });
   el.gone = h('div', { class: 'outcome gone', 'data-testid': 'history-gone', hidden: true, role: 'status' });
@@ -116,8 +119,8 @@ export function openRun(main, runId, app) {
         fact('Run', h('dd', null, h('code', { 'data-testid': 'run-id', text: runId }))),
         fact('Kind', el.kind), fact('Trace', el.trace), fact('Started', el.started),
         fact('Duration', el.duration), fact('Usage', el.usage), fact('Events', el.events), fact('Stream', el.stream),
-        el.originFact, el.forksFact, el.replayOfFact, el.replaysFact),
-      h('div', { class: 'actions' }, el.cancel, el.replayBtn),
+        el.conversationFact, el.originFact, el.forksFact, el.replayOfFact, el.replaysFact),
+      h('div', { class: 'actions' }, el.continue, el.cancel, el.replayBtn),
       el.gone, el.outcome, el.replay, el.forkBox, el.replayBox, el.pending),
     tablist, ...Object.values(panel)));
 
@@ -252,6 +255,16 @@ export function openRun(main, runId, app) {
   }
 
   function drawLineage() {
+    // A run of a conversation: the way back to it, to say the next thing.
+    const conv = model.conversationId;
+    el.conversationFact.hidden = !conv;
+    el.continue.hidden = !conv;
+    if (conv && el.continue.dataset.conversationId !== conv) {
+      const href = `#/conversations/${encodeURIComponent(conv)}`;
+      el.continue.dataset.conversationId = conv;
+      el.continue.href = href;
+      clear(el.conversation).append(h('a', { href, 'data-testid': 'run-conversation-id', title: conv }, h('code', { text: shortId(conv) })));
+    }
     el.originFact.hidden = !model.forkedFrom;
     clear(el.origin);
     if (model.forkedFrom) {

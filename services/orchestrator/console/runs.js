@@ -39,7 +39,7 @@ export function openRuns(main, app) {
   // ---- the list ----
   const statusSel = h('select', { id: 'f-status', 'data-testid': 'filter-status' },
     ...STATUSES.map(([v, l]) => h('option', { value: v, text: l })));
-  const textIn = h('input', { id: 'f-text', type: 'search', 'data-testid': 'filter-text', placeholder: 'agent, pipeline or run id', autocomplete: 'off' });
+  const textIn = h('input', { id: 'f-text', type: 'search', 'data-testid': 'filter-text', placeholder: 'name, run or chat id', autocomplete: 'off' });
   const listState = h('span', { class: 'muted', 'data-testid': 'list-state', 'aria-live': 'polite' });
   const tbody = h('tbody');
   const empty = h('p', { class: 'muted', 'data-testid': 'runs-empty', hidden: true });
@@ -91,7 +91,8 @@ export function openRuns(main, app) {
   const rows = new Map();
   function drawRows() {
     const now = Date.now();
-    const shown = st.runs.filter((r) => !st.text || String(r.target || '').toLowerCase().includes(st.text) || String(r.runId).startsWith(st.text));
+    const shown = st.runs.filter((r) => !st.text || String(r.target || '').toLowerCase().includes(st.text) || String(r.runId).startsWith(st.text)
+      || String(r.conversationId || '').toLowerCase().includes(st.text));
     const keep = new Set();
     let before = null;
     for (let i = shown.length - 1; i >= 0; i--) {
@@ -104,6 +105,9 @@ export function openRuns(main, app) {
           status: h('span', { class: 'badge' }),
           link: h('a', { href: `#/runs/${encodeURIComponent(r.runId)}`, 'data-testid': 'run-link' }),
           sub: h('div', { class: 'muted small' }),
+          subText: h('span'),
+          // The conversation the run is a message of, when it is.
+          conv: h('a', { class: 'conv-badge', 'data-testid': 'run-conversation', hidden: true }),
           // At phone width the duration, tokens and events columns fold in here.
           folded: h('div', { class: 'muted small phone-only', 'data-testid': 'run-folded' }),
           started: h('td', { class: 'c2' }),
@@ -112,6 +116,8 @@ export function openRuns(main, app) {
           cost: h('span', { class: 'cost', 'data-testid': 'run-cost' }),
           events: h('td', { class: 'c5' }),
         };
+        // The space lets the badge go to a line of its own on a phone.
+        row.sub.append(row.subText, ' ', row.conv);
         row.tr.append(h('td', { class: 'c0' }, row.status), h('td', { class: 'c1' }, row.link, row.sub, row.folded), row.started, row.duration, row.tokens, row.events);
         rows.set(r.runId, row);
       }
@@ -126,10 +132,18 @@ export function openRuns(main, app) {
       // The random tail of the id (UUIDv7 starts with the time, the same
       // on every run of a minute): it tells runs apart, and `baton runs get`
       // takes it.
-      row.sub.textContent = `${kindWord(r.kind)} · ${shortId(r.runId)}${r.detached ? ' · detached' : ''}`
+      row.subText.textContent = `${kindWord(r.kind)} · ${shortId(r.runId)}${r.detached ? ' · detached' : ''}`
         + `${r.forkedFrom && r.forkedFrom.runId ? ` · fork of ${shortId(r.forkedFrom.runId)}` : ''}`
         + `${r.replayOf ? ` · replay of ${shortId(r.replayOf)}` : ''}`
         + `${r.historyGone ? ' · history gone' : ''}`;
+      const conv = r.conversationId || '';
+      row.conv.hidden = !conv;
+      if (conv && row.conv.dataset.conversationId !== conv) {
+        row.conv.dataset.conversationId = conv;
+        row.conv.href = `#/conversations/${encodeURIComponent(conv)}`;
+        row.conv.title = `A message of conversation ${conv}: open it`;
+        row.conv.textContent = `chat ${shortId(conv)}`;
+      }
       const s = parseTime(r.startedAt);
       const e = parseTime(r.endedAt);
       row.started.textContent = fmtAgo(s, now);

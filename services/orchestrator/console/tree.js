@@ -4,7 +4,7 @@
 // draws more); streamed text is appended to a text node; everything else
 // is patched in place from the model, once per animation frame (flush).
 
-import { add, clear, codeName, fmtBytes, fmtDuration, fmtTime, fmtUsage, h, pretty, short, tokens } from './util.js';
+import { add, clear, codeName, fmtBytes, fmtDuration, fmtInt, fmtTime, fmtUsage, h, pretty, short, shortId, tokens } from './util.js';
 
 const WINDOW = 300;
 const EARLIER = 300;
@@ -536,6 +536,23 @@ export class TreeView {
     const s = Number.isFinite(item.waitS) ? item.waitS.toFixed(1) : '?';
     return h('li', { class: 'item note wait', 'data-testid': 'rate-limit-wait' },
       `◷ waiting for ${item.provider}'s rate limit, ${s} s${item.ahead ? ` (${item.ahead} ahead)` : ''}`);
+  }
+
+  render_conversation(item) {
+    const link = h('a', { href: `#/conversations/${encodeURIComponent(item.conversationId)}`, 'data-testid': 'run-conversation-link', title: item.conversationId },
+      h('code', { text: shortId(item.conversationId) }));
+    return h('li', { class: 'item note conversation', 'data-testid': 'run-conversation-note' },
+      item.messages ? '◆ continues conversation ' : '◆ starts conversation ', link,
+      item.messages ? `: the model saw its ${fmtInt(item.messages)} earlier message${item.messages === 1 ? '' : 's'} first` : '');
+  }
+
+  render_compacted(item) {
+    const why = [item.mode, item.reason.replaceAll('_', ' ')].filter(Boolean).join(', ');
+    const tokensSaid = item.tokensBefore ? ` · about ${fmtInt(item.tokensBefore)} → ${fmtInt(item.tokensAfter)} tokens` : '';
+    return h('li', { class: 'item note compacted', 'data-testid': 'history-compacted', 'data-mode': item.mode },
+      `⇤ folded ${fmtInt(item.folded)} earlier message${item.folded === 1 ? '' : 's'}${why ? ` (${why})` : ''}`
+        + `, kept ${fmtInt(item.kept)}${tokensSaid}`,
+      item.summary ? block('summary', item.summary, 'history-summary', false) : null);
   }
 
   render_budget(item) {
