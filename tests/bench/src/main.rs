@@ -17,6 +17,10 @@
 //!   beside the same run through gRPC, p50 and p99.
 //! - `pipeline`: RunPipeline with no-op steps, in the shapes of the LangGraph
 //!   figures the pipeline issue quotes, on memory and on Redis.
+//! - `conversation`: a 50-message conversation's next run against the
+//!   same run with the history in its request, on memory and Redis; the
+//!   Redis commands it adds; the bytes a stored message takes; 20 senders
+//!   racing on one conversation.
 //! - `chaos`: not a measurement but the chaos test's soak (faults on three
 //!   replicas for half an hour, every run checked); it exits non-zero on
 //!   any violation.
@@ -24,6 +28,7 @@
 mod a2a;
 mod agent;
 mod chaos;
+mod conversation;
 mod durable;
 mod failover;
 mod fork;
@@ -61,6 +66,9 @@ enum Bench {
     Mcp(mcp::Options),
     /// The chaos soak: faults on three durable replicas, every run checked.
     Chaos(chaos::Options),
+    /// Conversations: a 50-message conversation's next run against the
+    /// history in the request; bytes per message; a 20-sender race.
+    Conversation(conversation::Options),
     /// ForkRun: fork to first live event for 100–10,000-turn runs; history's cost.
     Fork(fork::Options),
 }
@@ -77,6 +85,7 @@ fn main() -> anyhow::Result<()> {
         Bench::A2a(options) => a2a::run(options),
         Bench::Mcp(options) => mcp::run(options),
         Bench::Fork(options) => fork::run(options),
+        Bench::Conversation(options) => conversation::run(options),
         Bench::Chaos(options) => chaos::run(options),
     }
 }

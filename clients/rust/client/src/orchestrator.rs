@@ -68,6 +68,9 @@ struct Following {
     run_id: Option<String>,
     last_seq: u64,
     ended: bool,
+    /// After the terminal event: the stream's own end (the server's
+    /// trailers) is still to be read.
+    draining: bool,
     /// A re-attach under way, with the error that broke the stream (what
     /// the stream ends with if it gives up). Boxed: a stream that never
     /// breaks holds only a pointer.
@@ -90,6 +93,7 @@ impl OrchestratorClient {
             run_id,
             last_seq: after_seq,
             ended: false,
+            draining: false,
             reattaching: None,
         })
     }
@@ -115,6 +119,14 @@ impl Stream for Following {
                     }
                 }
             }
+            if s.draining {
+                // The server ends the stream right after the terminal
+                // event: read that end instead of resetting the stream (a
+                // connection whose client resets its streams by the
+                // thousand is closed by HTTP/2's reset-flood protection).
+                while ready!(s.current.as_mut().poll_next(cx)).is_some() {}
+                s.draining = false;
+            }
             if s.ended {
                 return Poll::Ready(None);
             }
@@ -123,6 +135,7 @@ impl Stream for Following {
                     s.run_id.get_or_insert_with(|| event.run_id.clone());
                     s.last_seq = event.seq;
                     s.ended = is_terminal(&event);
+                    s.draining = s.ended;
                     return Poll::Ready(Some(Ok(event)));
                 }
                 // The replica went away (drained, or its connection

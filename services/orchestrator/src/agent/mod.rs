@@ -107,12 +107,14 @@ pub async fn body(
     drive(&rt, &root_ctx, started, Box::pin(body), conversation).await;
 }
 
-/// Appends what a run in a conversation added, before its terminal event
-/// (so the next message, sent once a client sees the run end, finds it).
-/// A replica whose lease lapsed leaves it to the one that took the run.
+/// Appends what a run in a conversation added, before anyone sees its
+/// terminal event (so the next message, sent once a client sees the run
+/// end, finds it): here in memory mode; a durable run's goes with its
+/// terminal event's write (see `durable::sequencer`). A replica whose lease
+/// lapsed leaves it to the one that took the run.
 async fn conversation_end(
     rt: &Arc<Run>,
-    link: &crate::conversation::link::Link,
+    link: &Arc<crate::conversation::link::Link>,
     transcript: &crate::conversation::transcript::Transcript,
 ) {
     if rt.record.lease_lapsed() {
@@ -126,19 +128,26 @@ async fn conversation_end(
     } else {
         pb::RunStatus::Failed
     };
-    let conversations = &rt.services.conversations;
-    if let Err(e) = link
-        .finish(
-            conversations,
-            &rt.record.tenant,
-            &rt.record.run_id,
-            added,
-            status,
-        )
-        .await
+    let (link, conversations) = (link.clone(), rt.services.conversations.clone());
+    let (tenant, run_id) = (rt.record.tenant.clone(), rt.record.run_id.clone());
+    let append = async move {
+        if let Err(e) = link
+            .finish(&conversations, &tenant, &run_id, added, status)
+            .await
+        {
+            // Not applied: the turn stays the run's until its hold lapses,
+            // and a resumed run applies it then.
+            tracing::warn!(run_id = %run_id, conversation = %link.id, error = %e, "a run's messages were not appended to its conversation");
+        }
+    };
+    if rt.services.durable.is_some()
+        && rt.record.epoch.load(std::sync::atomic::Ordering::Relaxed) > 0
     {
-        // Not applied: the turn stays the run's until its hold lapses, and
-        // a resumed run applies it then.
-        tracing::warn!(run_id = %rt.record.run_id, conversation = %link.id, error = %e, "a run's messages were not appended to its conversation");
+        *rt.record
+            .conversation_end
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(Box::pin(append));
+    } else {
+        append.await;
     }
 }

@@ -281,7 +281,14 @@ impl Store for RedisStore {
         for m in &begin.base {
             call.arg(m.encode_to_vec());
         }
-        let reply: Value = call.invoke_async(&mut c).await.map_err(redis_error)?;
+        // The tenant's index is a key of its own (another slot of a
+        // Cluster): a command of its own, sent together with the script
+        // (one round trip on the one connection). An entry for a
+        // conversation that turns out not to exist is dropped by the next
+        // listing that meets it.
+        let (reply, touched) = futures::join!(call.invoke_async::<Value>(&mut c), self.touch(key));
+        let reply = reply.map_err(redis_error)?;
+        touched?;
         let Value::Array(parts) = reply else {
             return Err(Error::Internal(
                 "conversation store: a malformed answer".into(),
@@ -303,7 +310,6 @@ impl Store for RedisStore {
             2 => {
                 let meta = decode_meta(&key.id, &hash_of(parts.get(1).unwrap_or(&Value::Nil)));
                 let messages = decoded(&bulk_list(parts.get(2).unwrap_or(&Value::Nil)), "message")?;
-                self.touch(key).await?;
                 Begun::Taken { meta, messages }
             }
             _ => {
@@ -338,10 +344,9 @@ impl Store for RedisStore {
         for m in &finish.messages {
             call.arg(m.encode_to_vec());
         }
-        let applied: i64 = call.invoke_async(&mut c).await.map_err(redis_error)?;
-        if applied == 1 {
-            self.touch(key).await?;
-        }
+        let (applied, touched) = futures::join!(call.invoke_async::<i64>(&mut c), self.touch(key));
+        let applied = applied.map_err(redis_error)?;
+        touched?;
         Ok(applied == 1)
     }
 

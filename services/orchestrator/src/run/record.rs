@@ -126,6 +126,9 @@ pub struct RunRecord {
     pub replay_of: std::sync::OnceLock<(String, bool)>,
     /// For a run in a conversation: which, and what it appends.
     pub conversation: std::sync::OnceLock<Arc<crate::conversation::link::Link>>,
+    /// A durable run's append to its conversation, sent with its terminal
+    /// event (one round trip for both; see `durable::sequencer`).
+    pub conversation_end: Mutex<Option<futures::future::BoxFuture<'static, ()>>>,
 }
 
 /// Longest approval or input id the runtime makes (context id, turn and
@@ -293,6 +296,7 @@ impl RunRecord {
             forked_from: std::sync::OnceLock::new(),
             replay_of: std::sync::OnceLock::new(),
             conversation: std::sync::OnceLock::new(),
+            conversation_end: Mutex::new(None),
             replay_diverged: AtomicBool::new(false),
         })
     }

@@ -173,7 +173,27 @@ pub async fn sequence(
                 .iter()
                 .any(|l| matches!(l.payload, Payload::MessageCompleted(_)))
                 .then(|| record.usage());
-            let written = write(&log, &run_id, &events, &records, end.as_ref(), usage).await;
+            // A run in a conversation appends to it with its end, in the
+            // same round trip, before anyone sees the end.
+            let conversation = ended
+                .then(|| {
+                    record
+                        .conversation_end
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .take()
+                })
+                .flatten();
+            let written = match conversation {
+                Some(append) => {
+                    let (written, ()) = futures::join!(
+                        write(&log, &run_id, &events, &records, end.as_ref(), usage),
+                        append
+                    );
+                    written
+                }
+                None => write(&log, &run_id, &events, &records, end.as_ref(), usage).await,
+            };
             forget_lease = written.is_ok() && ended;
             if let Err(e) = written {
                 broken = true;
