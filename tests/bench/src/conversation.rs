@@ -129,7 +129,7 @@ async fn measure(
         let conv = send("and the next message", id, false);
         let which =
             |what: &'static str| move |e: anyhow::Error| anyhow::anyhow!("{what} of {id}: {e:#}");
-        let (c, h) = if k % 2 == 0 {
+        let (c, h) = if k.is_multiple_of(2) {
             let c = timed(&client, conv).await.map_err(which("the next run"))?;
             (
                 c,
@@ -259,7 +259,7 @@ async fn stored_bytes(redis: &RedisServer) -> anyhow::Result<(f64, f64, usize)> 
     let (conversations, per) = (1000, 50);
     let message = |i: usize| pb::ConversationMessage {
         message: Some(pb::Message {
-            role: if i % 2 == 0 {
+            role: if i.is_multiple_of(2) {
                 pb::Role::User
             } else {
                 pb::Role::Assistant
@@ -313,14 +313,8 @@ async fn stored_bytes(redis: &RedisServer) -> anyhow::Result<(f64, f64, usize)> 
         key_prefix: "bytes".into(),
         ..Default::default()
     };
-    let runs = std::sync::Arc::new(baton_orchestrator::run::durable::RedisRuns::new(
-        &config,
-        Duration::from_secs(3600),
-        "bench",
-        Duration::from_secs(5),
-    )?);
     let before = used_memory(redis)?;
-    fill(&RedisStore::new(runs), &base, conversations).await?;
+    fill(&RedisStore::new(&config)?, &base, conversations).await?;
     let used = used_memory(redis)?.saturating_sub(before);
     let n = (conversations * per) as f64;
     drop(memory);

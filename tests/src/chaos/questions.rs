@@ -1,7 +1,7 @@
 //! The questions a run's events ask and resolve, as the workload's clients
 //! read them.
 
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use baton_client::pb::{self, run_event::Payload};
 
@@ -55,4 +55,30 @@ pub fn resolved(e: &pb::RunEvent) -> Option<&str> {
         Some(Payload::InputTimedOut(r)) => Some(&r.input_id),
         _ => None,
     }
+}
+
+/// Where a question stands, for the client.
+#[derive(Default)]
+pub(super) struct QuestionState {
+    /// The answer chosen (the same on every attempt).
+    pub(super) value: Option<String>,
+    /// An attempt was taken (Ok).
+    pub(super) taken: bool,
+    /// An attempt was refused as already answered.
+    pub(super) refused_answered: bool,
+    /// Its resolution was seen on a stream.
+    pub(super) resolved: bool,
+    /// A rival answered it (once, at the client's first answer).
+    pub(super) rivalled: bool,
+    /// When silence closes it.
+    pub(super) deadline: Option<SystemTime>,
+}
+
+/// A question asked again after its answer was taken: answer again if it
+/// is still open at `due`.
+pub(super) struct Reask {
+    pub(super) id: String,
+    pub(super) kind: QuestionKind,
+    pub(super) seq: u64,
+    pub(super) due: Instant,
 }

@@ -15,7 +15,7 @@
 use std::{
     collections::HashMap,
     sync::Arc,
-    time::{Duration, Instant, SystemTime},
+    time::{Duration, Instant},
 };
 
 use baton_client::{OrchestratorClient, pb};
@@ -28,7 +28,7 @@ use super::{
     deadline,
     history::{Answer, Expected, History, Outcome, QuestionKind, Seen},
     items::{self, Item, Start},
-    questions::{self, Asked},
+    questions::{self, Asked, QuestionState, Reask},
     rng::Rng,
 };
 use crate::events::is_terminal;
@@ -94,32 +94,6 @@ pub async fn client(shared: Arc<Shared>, n: usize, mut rng: Rng) {
             conversed = started;
         }
     }
-}
-
-/// Where a question stands, for the client.
-#[derive(Default)]
-struct QuestionState {
-    /// The answer chosen (the same on every attempt).
-    value: Option<String>,
-    /// An attempt was taken (Ok).
-    taken: bool,
-    /// An attempt was refused as already answered.
-    refused_answered: bool,
-    /// Its resolution was seen on a stream.
-    resolved: bool,
-    /// A rival answered it (once, at the client's first answer).
-    rivalled: bool,
-    /// When silence closes it.
-    deadline: Option<SystemTime>,
-}
-
-/// A question asked again after its answer was taken: answer again if it
-/// is still open at `due`.
-struct Reask {
-    id: String,
-    kind: QuestionKind,
-    seq: u64,
-    due: Instant,
 }
 
 /// What to do after reading a stream.

@@ -35,6 +35,19 @@ pub fn waiting(w: &pb::RateLimitWait) -> String {
     )
 }
 
+/// `run of chat (trace …)`, or `run of chat in conversation c (2 earlier
+/// messages; trace …)`.
+pub fn started(r: &pb::RunStarted, trace_id: &str) -> String {
+    if r.conversation_id.is_empty() {
+        format!("run of {} (trace {trace_id})", r.target)
+    } else {
+        format!(
+            "run of {} in conversation {} ({} earlier messages; trace {trace_id})",
+            r.target, r.conversation_id, r.conversation_messages
+        )
+    }
+}
+
 /// `folded 12 earlier messages (window, over max_messages); 8 kept`.
 pub fn compacted(h: &pb::HistoryCompacted) -> String {
     format!(

@@ -402,20 +402,9 @@ impl View {
                 let head = format!("{indent}{}{who}", self.mark("💬 ", "> "));
                 return self.block(head, &indent, &m.text);
             }
-            Some(Payload::RunStarted(r)) if !r.conversation_id.is_empty() => format!(
-                "{}run of {} in conversation {} ({} earlier messages; trace {})",
-                self.mark("▶ ", "> "),
-                r.target,
-                r.conversation_id,
-                r.conversation_messages,
-                e.trace_id
-            ),
-            Some(Payload::RunStarted(r)) => format!(
-                "{}run of {} (trace {})",
-                self.mark("▶ ", "> "),
-                r.target,
-                e.trace_id
-            ),
+            Some(Payload::RunStarted(r)) => {
+                format!("{}{}", self.mark("▶ ", "> "), said::started(r, &e.trace_id))
+            }
             Some(Payload::HistoryCompacted(h)) => {
                 format!("{}{who}{}", self.mark("⌇ ", "~ "), said::compacted(h))
             }

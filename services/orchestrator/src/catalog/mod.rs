@@ -4,10 +4,9 @@
 //!
 //! The bottom of the crate's layers: it uses nothing of the crate but the
 //! client TLS settings; models, tools, runs, agents and pipelines read it.
-//! Its leaves hold what the file declares and the layers above act on:
-//! [`names`] (names, model references, durations), [`builtin`] (the
-//! built-in tools' names), [`settings`] (generation settings), [`policy`]
-//! (tool-output policies), [`models`] (providers and scripts), and
+//! Its leaves hold what the file declares: [`names`] (names, model references,
+//! durations), [`builtin`] (built-in tools), [`settings`], [`policy`] (tool-output
+//! policies), [`models`] (providers, scripts), [`compaction`] (a conversation's),
 //! [`error`] (why a file is refused, naming the YAML path).
 
 pub mod budget;

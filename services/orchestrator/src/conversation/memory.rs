@@ -11,8 +11,8 @@ use std::{
 
 use baton_proto::v1 as pb;
 
-use super::store::{Begin, Begun, Finish, Key, Meta, Open, Page, Store};
-use crate::{error::Result, run::launch::now_ms};
+use super::store::{Begin, Begun, Finish, Key, Meta, Open, Page, Store, now_ms};
+use crate::error::Result;
 
 struct Held {
     meta: Meta,

@@ -19,16 +19,17 @@
 //! is the run's, so a run resumed after its replica died and ending again
 //! appends nothing twice.
 
-use std::{collections::BTreeMap, collections::HashMap, sync::Arc};
+use std::{collections::BTreeMap, collections::HashMap};
 
+use baton_store::redis::{
+    RedisConfig,
+    conn::{ConnRef, Connection},
+};
 use prost::Message as _;
 use redis::{Script, Value};
 
-use super::store::{Begin, Begun, Finish, Key, Meta, Open, Page, Store};
-use crate::{
-    error::{Error, Result},
-    run::durable::RedisRuns,
-};
+use super::store::{Begin, Begun, Finish, Key, Meta, Open, Page, Store, now_ms};
+use crate::error::{Error, Result};
 
 const NOW: &str = r"
 local t = redis.call('TIME')
@@ -129,7 +130,8 @@ return 1
 
 /// Conversations in Redis (see the module docs).
 pub struct RedisStore {
-    runs: Arc<RedisRuns>,
+    conn: Connection,
+    prefix: String,
     begin: Script,
     finish: Script,
     release: Script,
@@ -137,36 +139,45 @@ pub struct RedisStore {
 }
 
 impl RedisStore {
-    /// Conversations in the Redis of the run store `runs`.
-    pub fn new(runs: Arc<RedisRuns>) -> Self {
-        Self {
-            runs,
+    /// Conversations in the Redis `config` names (the run store's):
+    /// connects lazily, so this succeeds while Redis is away.
+    pub fn new(config: &RedisConfig) -> std::result::Result<Self, baton_store::Error> {
+        Ok(Self {
+            conn: Connection::open(config)?,
+            prefix: config.key_prefix.clone(),
             begin: Script::new(&format!("{NOW}{BEGIN}")),
             finish: Script::new(&format!("{NOW}{FINISH}")),
             release: Script::new(RELEASE),
             update: Script::new(UPDATE),
-        }
+        })
+    }
+
+    async fn conn(&self) -> Result<ConnRef> {
+        self.conn
+            .get()
+            .await
+            .map_err(|e| Error::Unavailable(format!("conversation store: {e}")))
     }
 
     fn key(&self, key: &Key, what: &str) -> String {
         format!(
             "{}:conv:{{{}:{}}}:{what}",
-            self.runs.key_prefix(),
+            self.prefix,
             hex(&key.tenant),
             key.id
         )
     }
 
     fn index(&self, tenant: &str) -> String {
-        format!("{}:convs:{}", self.runs.key_prefix(), hex(tenant))
+        format!("{}:convs:{}", self.prefix, hex(tenant))
     }
 
     /// Marks `key` used now in its tenant's index.
     async fn touch(&self, key: &Key) -> Result<()> {
-        let mut c = self.runs.conn().await?;
+        let mut c = self.conn().await?;
         redis::cmd("ZADD")
             .arg(self.index(&key.tenant))
-            .arg(crate::run::launch::now_ms())
+            .arg(now_ms())
             .arg(&key.id)
             .query_async::<i64>(&mut c)
             .await
@@ -261,7 +272,7 @@ fn bulk_list(v: &Value) -> Vec<Vec<u8>> {
 #[async_trait::async_trait]
 impl Store for RedisStore {
     async fn begin(&self, key: &Key, begin: &Begin) -> Result<Begun> {
-        let mut c = self.runs.conn().await?;
+        let mut c = self.conn().await?;
         let mut call = self.begin.prepare_invoke();
         for what in ["meta", "msgs", "runs"] {
             call.key(self.key(key, what));
@@ -321,7 +332,7 @@ impl Store for RedisStore {
     }
 
     async fn finish(&self, key: &Key, finish: &Finish) -> Result<bool> {
-        let mut c = self.runs.conn().await?;
+        let mut c = self.conn().await?;
         let mut call = self.finish.prepare_invoke();
         for what in ["meta", "msgs", "runs"] {
             call.key(self.key(key, what));
@@ -351,7 +362,7 @@ impl Store for RedisStore {
     }
 
     async fn release(&self, key: &Key, run_id: &str) -> Result<()> {
-        let mut c = self.runs.conn().await?;
+        let mut c = self.conn().await?;
         self.release
             .key(self.key(key, "meta"))
             .arg(run_id)
@@ -362,7 +373,7 @@ impl Store for RedisStore {
     }
 
     async fn page(&self, key: &Key, from: u32, n: u32) -> Result<Option<Page>> {
-        let mut c = self.runs.conn().await?;
+        let mut c = self.conn().await?;
         let (fields, messages, runs): (HashMap<String, Vec<u8>>, Vec<Vec<u8>>, Vec<Vec<u8>>) =
             redis::pipe()
                 .cmd("HGETALL")
@@ -403,7 +414,7 @@ impl Store for RedisStore {
         let mut max = after.as_ref().map_or(i64::MAX, |(t, _)| *t);
         let mut skip_from: Option<String> = after.map(|(_, id)| id);
         loop {
-            let mut c = self.runs.conn().await?;
+            let mut c = self.conn().await?;
             let batch = (n + 1).max(64);
             let page: Vec<(String, f64)> = redis::cmd("ZREVRANGEBYSCORE")
                 .arg(&index)
@@ -433,7 +444,7 @@ impl Store for RedisStore {
                     tenant: tenant.to_owned(),
                     id: id.clone(),
                 };
-                let mut c = self.runs.conn().await?;
+                let mut c = self.conn().await?;
                 let fields: HashMap<String, Vec<u8>> = redis::cmd("HGETALL")
                     .arg(self.key(&key, "meta"))
                     .query_async(&mut c)
@@ -468,7 +479,7 @@ impl Store for RedisStore {
         title: Option<String>,
         labels: &BTreeMap<String, String>,
     ) -> Result<Option<Meta>> {
-        let mut c = self.runs.conn().await?;
+        let mut c = self.conn().await?;
         let mut call = self.update.prepare_invoke();
         call.key(self.key(key, "meta"))
             .arg(u8::from(title.is_some()))
@@ -487,7 +498,7 @@ impl Store for RedisStore {
         let Some(page) = self.page(key, 0, 0).await? else {
             return Ok(None);
         };
-        let mut c = self.runs.conn().await?;
+        let mut c = self.conn().await?;
         redis::cmd("DEL")
             .arg(self.key(key, "meta"))
             .arg(self.key(key, "msgs"))

@@ -122,7 +122,11 @@ pub struct Meta {
 impl Meta {
     /// As the API says it (without messages and runs).
     pub fn to_pb(&self) -> pb::Conversation {
-        let ts = |ms: i64| Some(crate::run::view::from_ms(ms).into());
+        let ts = |ms: i64| {
+            Some(
+                (std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64)).into(),
+            )
+        };
         pb::Conversation {
             id: self.id.clone(),
             title: self.title.clone(),
@@ -190,4 +194,11 @@ pub fn size(m: &pb::ConversationMessage) -> u64 {
                 .map(|c| (c.tool.len() + c.arguments_json.len()) as u64)
                 .sum::<u64>()
     })
+}
+
+/// Now, in ms since the Unix epoch (this process's clock).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }

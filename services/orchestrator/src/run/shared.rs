@@ -93,19 +93,23 @@ fn call_stack(
     Arc::new(stack(catalog, observe, window, shared))
 }
 
-/// Conversations in Redis when runs are durable, else in the process.
+/// Conversations in Redis when runs are durable (the run store's), else in
+/// the process.
 fn conversations(
     config: crate::config::conversations::ConversationConfig,
-    durable: Option<&Arc<RedisRuns>>,
-) -> Arc<crate::conversation::Conversations> {
+    defaults: &RunDefaults,
+) -> Result<Arc<crate::conversation::Conversations>, StartError> {
     use crate::conversation::{
         Conversations, memory::MemoryStore, redis::RedisStore, store::Store,
     };
-    let store: Arc<dyn Store> = match durable {
-        Some(d) => Arc::new(RedisStore::new(d.clone())),
-        None => Arc::new(MemoryStore::new(config.max_kept)),
+    let store: Arc<dyn Store> = match defaults.store {
+        RunStoreMode::Redis => Arc::new(
+            RedisStore::new(&defaults.redis)
+                .map_err(|e| StartError::RunStore(OpenError::Connection(e)))?,
+        ),
+        RunStoreMode::Memory => Arc::new(MemoryStore::new(config.max_kept)),
     };
-    Arc::new(Conversations::new(store, config))
+    Ok(Arc::new(Conversations::new(store, config)))
 }
 
 impl Shared {
@@ -132,7 +136,7 @@ impl Shared {
             models: Arc::new(Models::new(catalog.clone(), env)?),
             tools: Arc::new(Toolbox::new(&catalog, env)?),
             calls: call_stack(&catalog, &tracing, &metrics, durable.as_ref()),
-            conversations: conversations(Default::default(), durable.as_ref()),
+            conversations: conversations(Default::default(), &defaults)?,
             quotas: Arc::new(RunQuotas::new(
                 QuotaConfig::default(),
                 durable.clone(),
@@ -201,7 +205,15 @@ impl Shared {
         mut self,
         config: crate::config::conversations::ConversationConfig,
     ) -> Self {
-        self.conversations = conversations(config, self.durable.as_ref());
+        // The store stays (Redis's connection); memory mode's is bounded
+        // by the config's `max_kept`.
+        let store: Arc<dyn crate::conversation::store::Store> = match self.durable {
+            Some(_) => self.conversations.store.clone(),
+            None => Arc::new(crate::conversation::memory::MemoryStore::new(
+                config.max_kept,
+            )),
+        };
+        self.conversations = Arc::new(crate::conversation::Conversations::new(store, config));
         self
     }
 

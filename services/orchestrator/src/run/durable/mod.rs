@@ -301,13 +301,8 @@ impl RedisRuns {
         format!("{}:runs:{hex}", self.config.key_prefix)
     }
 
-    pub(crate) async fn conn(&self) -> Result<ConnRef, Error> {
+    async fn conn(&self) -> Result<ConnRef, Error> {
         self.conn.get().await.map_err(store_error)
-    }
-
-    /// What every key of this store starts with.
-    pub(crate) fn key_prefix(&self) -> &str {
-        &self.config.key_prefix
     }
 
     /// Whether Redis answers.
