@@ -36,7 +36,10 @@ scripts:
     - fail: "the model is down"
   summarizer:
     - text: "they talked about numbers"
+  fixed:
+    - text: "ok"
 agents:
+  fixed: {model: "scripted:fixed"}
   chat: {model: "scripted:chat"}
   slow: {model: "scripted:slow"}
   tooling: {model: "scripted:tooling", tools: [helper]}
@@ -572,29 +575,40 @@ async fn over_http_a_conversation_is_continued_read_titled_and_deleted() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
+    let wait_idle = |count: u64| {
+        let (http, base, id) = (http.clone(), base.clone(), id.clone());
+        async move {
+            loop {
+                let c: Value = http
+                    .get(format!("{base}/v1/conversations/{id}"))
+                    .send()
+                    .await
+                    .expect("get")
+                    .json()
+                    .await
+                    .expect("json");
+                if c.get("runningRunId").is_none_or(|r| r == "") && c["messageCount"] == count {
+                    return c;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
     let (status, second) =
         post(json!({"agent": "chat", "input": "two", "conversationId": id})).await;
     assert_eq!(status, 200, "{second}");
-    let wait_idle = || async {
-        loop {
-            let c: Value = http
-                .get(format!("{base}/v1/conversations/{id}"))
-                .send()
-                .await
-                .expect("get")
-                .json()
-                .await
-                .expect("json");
-            if c.get("runningRunId").is_none_or(|r| r == "") && c["messageCount"] == 4 {
-                return c;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    let c = wait_idle().await;
+    wait_idle(4).await;
+    let (status, third) =
+        post(json!({"agent": "chat", "input": "three", "conversationId": id})).await;
+    assert_eq!(status, 200, "{third}");
+    let c = wait_idle(6).await;
     assert_eq!(
         c["messages"][3]["message"]["content"],
         "You said: two. Before that: one"
+    );
+    assert_eq!(
+        c["messages"][5]["message"]["content"],
+        "You said: three. Before that: one | two"
     );
     assert_eq!(c["messages"][0]["message"]["role"], "ROLE_USER");
     let patched: Value = http
@@ -807,4 +821,80 @@ async fn forks_branch_a_conversation_and_replays_leave_it_alone() {
 async fn forks_branch_a_durable_conversation_and_replays_leave_it_alone() {
     let redis = RedisServer::start().expect("redis");
     forks_branch_and_replays_leave_alone(durable_runs(redis.url())).await;
+}
+
+/// `conversations.max_bytes` 20: a conversation of 10 bytes takes an input
+/// of 10 (20 with it), and nothing more (21); a first input over it alone
+/// is refused too; `conversation_ttl` at `conversations.max_ttl` is taken,
+/// a second over it is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_byte_bound_is_kept_at_and_refused_just_over_and_the_ttl_bound_too() {
+    let server = OrchestratorServer::start(AGENTS, None, |c| {
+        c.conversations.max_bytes = 20;
+        c.conversations.max_ttl = Duration::from_secs(3600);
+        c.conversations.ttl = Duration::from_secs(60);
+    })
+    .await
+    .expect("server");
+    let client = server.client().await.expect("client");
+    let log = run(&client, start("fixed", "12345678")).await;
+    let id = started(&log).conversation_id;
+    assert_eq!(
+        client
+            .get_conversation(&id, 0, "", 0)
+            .await
+            .expect("get")
+            .bytes,
+        10
+    );
+    let at = run(&client, send("fixed", "abcdefghij", &id)).await;
+    assert_eq!(output(&at), "ok");
+    let over = client
+        .run_agent(send("fixed", "x", &id))
+        .await
+        .err()
+        .expect("over max_bytes");
+    assert_eq!(over.code(), Code::ResourceExhausted);
+    assert!(over.message().contains("max_bytes"), "{over}");
+    let alone = client
+        .run_agent(start("fixed", &"y".repeat(21)))
+        .await
+        .err()
+        .expect("an input over the bound alone");
+    assert_eq!(alone.code(), Code::ResourceExhausted);
+    assert!(alone.message().contains("max_bytes"), "{alone}");
+    let listed = client.list_conversations(10, "").await.expect("list");
+    assert_eq!(
+        listed.conversations.len(),
+        1,
+        "the refused new conversation is not kept"
+    );
+    let c = client.get_conversation(&id, 0, "", 0).await.expect("get");
+    assert_eq!((c.message_count, c.bytes), (4, 22), "nothing changed");
+
+    let ttl = |seconds| Some(baton_client::wkt::Duration { seconds, nanos: 0 });
+    let log = run(
+        &client,
+        pb::RunAgentRequest {
+            conversation_ttl: ttl(3600),
+            ..start("fixed", "a")
+        },
+    )
+    .await;
+    let c = client
+        .get_conversation(&started(&log).conversation_id, 0, "", 0)
+        .await
+        .expect("get");
+    let kept = c.expires_at.expect("expires").seconds - c.updated_at.expect("updated").seconds;
+    assert!((3599..=3600).contains(&kept), "{kept}");
+    let e = client
+        .run_agent(pb::RunAgentRequest {
+            conversation_ttl: ttl(3601),
+            ..start("fixed", "b")
+        })
+        .await
+        .err()
+        .expect("over max_ttl");
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().starts_with("conversation_ttl"), "{e}");
 }

@@ -109,6 +109,10 @@ async fn a_chat_remembers_and_its_conversation_is_listed_shown_and_deleted() {
         let (stdout, stderr) = text(&listed);
         assert!(listed.status.success(), "{stderr}");
         assert!(stdout.contains(" 8 "), "8 messages: {stdout}");
+        // A run's conversation, where runs are listed.
+        let runs = baton(ep, &["runs", "list"], b"");
+        let (stdout, _) = text(&runs);
+        assert!(stdout.contains(&format!("conversation {id}")), "{stdout}");
         let shown = baton(ep, &["conversations", "show", &id], b"");
         let (stdout, _) = text(&shown);
         let lines: Vec<&str> = stdout.lines().collect();

@@ -38,7 +38,8 @@ impl Orchestrator {
     /// messages, compacts them when they are past the bounds, and makes
     /// them the run's history (its stored request's too, so a resumed,
     /// forked or replayed run begins with the same). The conversation's
-    /// key, to give the turn back if the run does not start.
+    /// key and whether it was made for this run, to give the turn back (or
+    /// delete it) if the run does not start.
     pub(super) async fn enter_conversation(
         &self,
         services: &Arc<Shared>,
@@ -46,7 +47,7 @@ impl Orchestrator {
         body: &mut Body,
         stored: &mut StoredRequest,
         ask: ConversationAsk,
-    ) -> Result<Key> {
+    ) -> Result<(Key, bool)> {
         let Body::Agent {
             target,
             history,
@@ -84,6 +85,7 @@ impl Orchestrator {
         let taken = conversations
             .take_turn(&key, &begin, ask.busy, &ended)
             .await?;
+        let created = taken.created;
         let entered = async {
             // The member of a group that answered last answers now.
             if target.group_members.is_some() && !taken.meta.agent.is_empty() {
@@ -198,9 +200,9 @@ impl Orchestrator {
         }
         .await;
         match entered {
-            Ok(()) => Ok(key),
+            Ok(()) => Ok((key, created)),
             Err(e) => {
-                conversations.release(&key, &record.run_id).await;
+                conversations.release(&key, &record.run_id, created).await;
                 Err(e)
             }
         }

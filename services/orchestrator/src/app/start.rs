@@ -250,8 +250,8 @@ impl Orchestrator {
         let run_id = prepared.record.run_id.clone();
         let future = body.future(&prepared.run);
         let started = self.launch_with(prepared, stored, None, future).await;
-        if let (Err(_), Some(key)) = (&started, &entered) {
-            services.conversations.release(key, &run_id).await;
+        if let (Err(_), Some((key, created))) = (&started, &entered) {
+            services.conversations.release(key, &run_id, *created).await;
         }
         started
     }

@@ -75,6 +75,7 @@ impl Store for MemoryStore {
         if held.get(key).is_some_and(|h| h.expired(now)) {
             held.remove(key);
         }
+        let created = !held.contains_key(key);
         match (held.get(key), begin.open) {
             (Some(_), Open::New) => return Ok(Begun::Exists),
             (None, Open::Existing) => return Ok(Begun::NotFound),
@@ -117,6 +118,7 @@ impl Store for MemoryStore {
         Ok(Begun::Taken {
             meta: h.meta.clone(),
             messages: h.messages.clone(),
+            created,
         })
     }
 

@@ -75,6 +75,8 @@ pub struct Taken {
     pub meta: Meta,
     /// Its messages, oldest first.
     pub messages: Vec<pb::ConversationMessage>,
+    /// It was made for this run.
+    pub created: bool,
 }
 
 impl Conversations {
@@ -127,7 +129,17 @@ impl Conversations {
         loop {
             let given_back = self.given_back.notified();
             match self.store.begin(key, begin).await? {
-                Begun::Taken { meta, messages } => return Ok(Taken { meta, messages }),
+                Begun::Taken {
+                    meta,
+                    messages,
+                    created,
+                } => {
+                    return Ok(Taken {
+                        meta,
+                        messages,
+                        created,
+                    });
+                }
                 Begun::NotFound => return Err(not_found(&key.id)),
                 Begun::Exists => {
                     return Err(Error::AlreadyExists {
@@ -162,9 +174,16 @@ impl Conversations {
         applied
     }
 
-    /// Gives back the turn of a run that did not start.
-    pub async fn release(&self, key: &Key, run_id: &str) {
-        if let Err(e) = self.store.release(key, run_id).await {
+    /// Gives back the turn of a run that did not start; a conversation
+    /// made for it (`created`) is deleted: a refused request changes
+    /// nothing.
+    pub async fn release(&self, key: &Key, run_id: &str, created: bool) {
+        let released = if created {
+            self.store.delete(key).await.map(|_| ())
+        } else {
+            self.store.release(key, run_id).await
+        };
+        if let Err(e) = released {
             tracing::warn!(conversation = %key.id, run_id, error = %e, "a conversation's turn was not given back; it frees itself when its hold lapses");
         }
         self.given_back.notify_waiters();

@@ -41,7 +41,8 @@ const BEGIN: &str = r"
 -- ARGV[1] run, ARGV[2] open (0 existing, 1 new, 2 either), ARGV[3] hold ms,
 -- ARGV[4] ttl ms, ARGV[5] branched from, ARGV[6] base bytes, ARGV[7] n,
 -- then n base messages.
--- Returns {0} not found, {3} exists, {1, running} busy, {2, meta, msgs}.
+-- Returns {0} not found, {3} exists, {1, running} busy, {2, meta, msgs,
+-- 1 when made now}.
 local exists = redis.call('EXISTS', KEYS[1]) == 1
 if exists and ARGV[2] == '1' then
   return {3}
@@ -70,7 +71,11 @@ redis.call('HSET', KEYS[1], 'running', ARGV[1], 'running_until', now + hold,
 for i = 1, 3 do
   redis.call('PEXPIRE', KEYS[i], ttl + hold)
 end
-return {2, redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -1)}
+local made = 0
+if not exists then
+  made = 1
+end
+return {2, redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -1), made}
 ";
 
 const FINISH: &str = r"
@@ -321,7 +326,12 @@ impl Store for RedisStore {
             2 => {
                 let meta = decode_meta(&key.id, &hash_of(parts.get(1).unwrap_or(&Value::Nil)));
                 let messages = decoded(&bulk_list(parts.get(2).unwrap_or(&Value::Nil)), "message")?;
-                Begun::Taken { meta, messages }
+                let created = matches!(parts.get(3), Some(Value::Int(1)));
+                Begun::Taken {
+                    meta,
+                    messages,
+                    created,
+                }
             }
             _ => {
                 return Err(Error::Internal(

@@ -55,6 +55,9 @@ pub enum Begun {
         meta: Meta,
         /// Its messages, oldest first.
         messages: Vec<pb::ConversationMessage>,
+        /// It was made by this call (a run refused before it starts
+        /// deletes it again).
+        created: bool,
     },
     /// Another run has it.
     Busy {

@@ -107,7 +107,7 @@ async fn a_turn_is_one_runs_and_its_messages_are_applied_once() {
             .await
             .expect("finish")
     );
-    let Begun::Taken { messages, meta } = store
+    let Begun::Taken { messages, meta, .. } = store
         .begin(&k, &begin("r2", Open::Existing))
         .await
         .expect("begin")

@@ -67,6 +67,15 @@ fn origin(forked_from: &Option<pb::RunOrigin>, replay_of: &str, short: bool) -> 
     }
 }
 
+/// `conversation ID` after `lead`, for a run in one; nothing else.
+fn in_conversation(id: &str, lead: &str) -> String {
+    if id.is_empty() {
+        String::new()
+    } else {
+        format!("{lead}conversation {id}")
+    }
+}
+
 /// What a run spent, for people: `in 2107 · out 513 tokens · 3 model
 /// calls · 0.0091 USD` (`1 call unpriced` when a model had no price; no
 /// cost when none had one). `None` before its first model call.
@@ -140,6 +149,9 @@ pub(super) fn summary_json(r: &pb::RunSummary, status: &str, waits: Option<&str>
         "lastSeq": r.last_seq,
         "detached": r.detached,
     });
+    if !r.conversation_id.is_empty() {
+        value["conversationId"] = json!(r.conversation_id);
+    }
     origin_json(&mut value, &r.forked_from, &r.replay_of);
     usage_json(&mut value, r.usage.as_ref());
     value
@@ -161,6 +173,9 @@ pub(super) fn get_json(r: &pb::GetRunResponse, status: &str) -> Value {
         "errorMessage": r.error_message,
         "lastSeq": r.last_seq,
     });
+    if !r.conversation_id.is_empty() {
+        value["conversationId"] = json!(r.conversation_id);
+    }
     origin_json(&mut value, &r.forked_from, &r.replay_of);
     usage_json(&mut value, r.usage.as_ref());
     value
@@ -209,7 +224,7 @@ pub(super) fn row(
                 (_, Some(origin)) => format!("  {origin}"),
                 (true, None) => "  detached".into(),
                 (false, None) => String::new(),
-            }
+            } + &in_conversation(&r.conversation_id, "  ")
         );
     };
     let mut first = format!("{:<36}  {:<9}  {}", r.run_id, status, r.target);
@@ -229,6 +244,9 @@ pub(super) fn row(
         details.push("detached".into());
     }
     details.extend(origin(&r.forked_from, &r.replay_of, true));
+    if !r.conversation_id.is_empty() {
+        details.push(in_conversation(&r.conversation_id, ""));
+    }
     details.extend(usage_text(r.usage.as_ref()));
     if let Some(w) = waits {
         details.push(format!("waits for {w}"));
@@ -270,6 +288,9 @@ pub(super) fn get(
     ];
     if let Some(origin) = origin(&r.forked_from, &r.replay_of, false) {
         lines.push(("from", origin));
+    }
+    if !r.conversation_id.is_empty() {
+        lines.push(("in", in_conversation(&r.conversation_id, "")));
     }
     if !ended.is_empty() {
         lines.push(("ended", format!("{ended} UTC")));
