@@ -366,10 +366,18 @@ export class RunStream implements AsyncIterable<RunEvent> {
     let deadline: number | undefined;
     let wait = 100;
     let broke: unknown;
+    let terminal: RunEvent | undefined;
     try {
       for (;;) {
         try {
+          // The terminal event is held until the stream's own end (its
+          // status), which the server sends right after: a consumer that
+          // stops at the terminal event would otherwise cancel the call,
+          // resetting the stream, and a connection whose streams are reset
+          // by the thousand is closed by the server's HTTP/2 reset-flood
+          // guard.
           for await (const event of this.call as AsyncIterable<RunEvent>) {
+            if (terminal) continue;
             deadline = undefined;
             wait = 100;
             this.runId ??= event.runId;
@@ -378,15 +386,22 @@ export class RunStream implements AsyncIterable<RunEvent> {
             if (event.payload?.$case === "runStarted" && event.payload.runStarted.conversationId) {
               this.conversationId = event.payload.runStarted.conversationId;
             }
-            yield event;
             if (event.payload && TERMINAL_KINDS.has(event.payload.$case)) {
+              terminal = event;
               done = true;
-              return;
+              continue;
             }
+            yield event;
           }
           done = true;
+          if (terminal) yield terminal;
           return;
         } catch (e) {
+          // The run had ended: its stream's end went missing, not the run.
+          if (terminal) {
+            yield terminal;
+            return;
+          }
           const code = (e as { code?: number }).code;
           const retrying = deadline !== undefined;
           const retryable = code === status.UNAVAILABLE || (retrying && code === status.NOT_FOUND);

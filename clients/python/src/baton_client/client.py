@@ -128,6 +128,14 @@ class RunStream:
         self.last_seq = event.seq
         if event.WhichOneof("payload") in ("run_completed", "run_failed", "run_cancelled"):
             self._ended = True
+            # The server ends the stream right after: read that end (its
+            # status) rather than leave the call to be cancelled, which
+            # resets the stream; a connection whose streams are reset by the
+            # thousand is closed by the server's HTTP/2 reset-flood guard.
+            try:
+                await self._call.read()
+            except grpc.aio.AioRpcError:
+                pass
         return event
 
     async def _resume(self, error: grpc.aio.AioRpcError) -> Any:
