@@ -5,6 +5,9 @@
 //! user message and the answer that names exactly the user messages
 //! before it (so no turn was lost, doubled or interleaved before it was
 //! answered) — and every chat run the workload saw complete is in it.
+//! Compaction folds the oldest runs away whole: what is kept must be the
+//! runs' tail, the folded count their messages, and an answer must name at
+//! least the messages kept before it.
 
 use std::collections::{HashMap, HashSet};
 
@@ -103,14 +106,32 @@ pub async fn check(
             }
         }
         let grouped: Vec<&str> = groups.iter().map(|(r, _)| *r).collect();
-        if grouped != order {
+        // Compaction (the example `chat` keeps the newest 10 of 20) folds
+        // whole runs away, oldest first: what is left is the runs' tail,
+        // and the folded count is the messages of the runs before it.
+        let kept_from = order.len().saturating_sub(grouped.len());
+        if grouped != order[kept_from..] {
             bad(format!(
-                "messages by run {grouped:?} are not the runs' order {order:?} (interleaved or lost)"
+                "messages by run {grouped:?} are not the tail of the runs' order {order:?} (interleaved or lost)"
             ));
             continue;
         }
+        let folded: u32 = c
+            .runs
+            .iter()
+            .filter(|r| r.messages > 0)
+            .take(kept_from)
+            .map(|r| r.messages)
+            .sum();
+        if folded != c.folded {
+            bad(format!(
+                "{} messages folded away, but its first {kept_from} runs added {folded}",
+                c.folded
+            ));
+        }
         let mut earlier: Vec<String> = Vec::new();
-        for ((run, group), r) in groups.iter().zip(c.runs.iter().filter(|r| r.messages > 0)) {
+        let kept_runs = c.runs.iter().filter(|r| r.messages > 0).skip(kept_from);
+        for ((run, group), r) in groups.iter().zip(kept_runs) {
             if group.len() != r.messages as usize {
                 bad(format!(
                     "run {run}: {} messages, its entry says {}",
@@ -129,15 +150,32 @@ pub async fn check(
                 bad(format!("run {run}: its first message is not the user's"));
             }
             if r.status == pb::RunStatus::Completed as i32 {
-                let before = if earlier.is_empty() {
-                    "(nothing)".to_owned()
-                } else {
-                    earlier.join(" | ")
+                // The answer names the user messages the run began with:
+                // exactly those kept before it, or (folded since) a list
+                // that ends with them.
+                let head = format!("You said: {}. Before that: ", user.1);
+                let answer = group.get(1).map(|m| text(m));
+                let named: Option<Vec<String>> = match &answer {
+                    Some((role, said)) if *role == pb::Role::Assistant as i32 => {
+                        said.strip_prefix(&head).map(|rest| match rest {
+                            "(nothing)" => Vec::new(),
+                            rest => rest.split(" | ").map(str::to_owned).collect(),
+                        })
+                    }
+                    _ => None,
                 };
-                let want = format!("You said: {}. Before that: {before}", user.1);
-                match group.get(1).map(|m| text(m)) {
-                    Some((role, said)) if role == pb::Role::Assistant as i32 && said == want => {}
-                    other => bad(format!("run {run}: answered {other:?}, expected {want:?}")),
+                let fits = named.as_ref().is_some_and(|named| {
+                    if c.folded == 0 {
+                        *named == earlier
+                    } else {
+                        named.ends_with(&earlier)
+                    }
+                });
+                if !fits {
+                    bad(format!(
+                        "run {run}: answered {answer:?}, which does not name the {} messages before it ({earlier:?})",
+                        earlier.len()
+                    ));
                 }
                 if group.len() != 2 {
                     bad(format!(
