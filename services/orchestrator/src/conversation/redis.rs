@@ -21,6 +21,7 @@
 
 use std::{collections::BTreeMap, collections::HashMap};
 
+use baton_proto::v1 as pb;
 use baton_store::redis::{
     RedisConfig,
     conn::{ConnRef, Connection},
@@ -505,15 +506,22 @@ impl Store for RedisStore {
     }
 
     async fn delete(&self, key: &Key) -> Result<Option<Vec<String>>> {
-        let Some(page) = self.page(key, 0, 0).await? else {
-            return Ok(None);
-        };
+        // What it holds and its deletion in one round trip (its keys share
+        // a slot); then its entry in the tenant's index, a key of its own.
         let mut c = self.conn().await?;
-        redis::cmd("DEL")
+        let (running, runs, deleted): (Option<String>, Vec<Vec<u8>>, i64) = redis::pipe()
+            .cmd("HGET")
+            .arg(self.key(key, "meta"))
+            .arg("running")
+            .cmd("LRANGE")
+            .arg(self.key(key, "runs"))
+            .arg(0)
+            .arg(-1)
+            .cmd("DEL")
             .arg(self.key(key, "meta"))
             .arg(self.key(key, "msgs"))
             .arg(self.key(key, "runs"))
-            .query_async::<i64>(&mut c)
+            .query_async(&mut c)
             .await
             .map_err(redis_error)?;
         redis::cmd("ZREM")
@@ -522,10 +530,14 @@ impl Store for RedisStore {
             .query_async::<i64>(&mut c)
             .await
             .map_err(redis_error)?;
-        let mut runs: Vec<String> = page.runs.into_iter().map(|r| r.run_id).collect();
-        if !page.meta.running.is_empty() {
-            runs.push(page.meta.running);
+        if deleted == 0 {
+            return Ok(None);
         }
-        Ok(Some(runs))
+        let mut ids: Vec<String> = decoded::<pb::ConversationRun>(&runs, "run")?
+            .into_iter()
+            .map(|r| r.run_id)
+            .collect();
+        ids.extend(running.filter(|r| !r.is_empty()));
+        Ok(Some(ids))
     }
 }
