@@ -75,8 +75,7 @@ enum Cmd {
   baton run researcher \"tides\" --json > events.jsonl
   baton run researcher \"tides\" --detach           then: baton runs watch RUN_ID")]
     Run(run::RunArgs),
-    /// Talk with an agent: each line a message of one conversation, each
-    /// answer streamed as `baton run` draws it.
+    /// Talk with an agent: each line a message of one conversation.
     #[command(after_help = "Examples:
   baton chat chat                               a new conversation
   baton chat chat --conversation chat-0192…     continue one
