@@ -237,6 +237,9 @@ pub async fn serve_core(
             shutdown.clone(),
             config.runs.park_after,
         ));
+    } else {
+        // Memory mode: runs that only wait for people leave their task.
+        tasks.spawn(app::park::keep(core.clone(), config.runs.park_after));
     }
     // The agents file, read again when it changes.
     if !config.agents_file.as_os_str().is_empty() && !config.agents_reload.is_zero() {

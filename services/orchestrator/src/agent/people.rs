@@ -133,9 +133,9 @@ pub(super) async fn ask_approval(
             // An answer given while the run was away (parked) is taken now.
             let given = rt
                 .inbox(&approval_id)
-                .and_then(|r| serde_json::from_slice::<(bool, String)>(r).ok())
+                .and_then(|r| serde_json::from_slice::<(bool, String)>(&r).ok())
                 .map(|(approved, reason)| ApprovalAnswer { approved, reason });
-            let answered = ask(
+            let (answered, _taken) = ask(
                 rt,
                 view,
                 question,
@@ -253,7 +253,7 @@ pub(super) async fn input_as(
     };
     let given = rt
         .inbox(&input_id)
-        .and_then(|r| serde_json::from_slice::<String>(r).ok());
+        .and_then(|r| serde_json::from_slice::<String>(&r).ok());
     let rx = match unanswered {
         // Its deadline has passed: the wait ends at once, unanswered.
         true => tokio::sync::oneshot::channel().1,
@@ -266,7 +266,7 @@ pub(super) async fn input_as(
         },
         false => question,
     };
-    let answered = match ask(
+    let (answered, _taken) = ask(
         rt,
         view,
         question,
@@ -276,8 +276,8 @@ pub(super) async fn input_as(
         wait,
         |_: &String| None,
     )
-    .await
-    {
+    .await;
+    let answered = match answered {
         Some(input) => Some(input),
         None if unanswered => None,
         None => closed(rt, &input_id)
@@ -422,10 +422,12 @@ struct Wait<'a> {
 /// in time (the caller closes the question). The question is a durable
 /// point (`q/{id}`, its deadline): a resumed run announces it again after
 /// `RunResumed` with the same id and deadline, and an answer `given` while
-/// the run was away is the answer at once.
+/// the run was away is the answer at once. An answer taken from the run's
+/// record comes with a guard that counts it working until dropped (after
+/// it is journaled: a run is never parked with it in hand).
 #[allow(clippy::too_many_arguments)]
-async fn ask<T>(
-    rt: &Run,
+async fn ask<'r, T>(
+    rt: &'r Run,
     view: &FrameView,
     question: Question,
     rx: oneshot::Receiver<T>,
@@ -433,7 +435,7 @@ async fn ask<T>(
     requested: Payload,
     wait: Wait<'_>,
     describe: impl Fn(&T) -> Option<KeyValue>,
-) -> Option<T> {
+) -> (Option<T>, Option<crate::run::record::Working<'r>>) {
     if question.asked_before {
         rt.emit(&view.ctx, &view.agent_name, requested).await;
     } else {
@@ -448,6 +450,7 @@ async fn ask<T>(
         .await;
     }
     let mut span = wait_span(rt, wait.span, wait.id_key, wait.id);
+    let mut taken = None;
     let answered = match given {
         Some(answer) => Some(answer),
         None => {
@@ -468,6 +471,9 @@ async fn ask<T>(
                     rx.try_recv().ok()
                 }
             };
+            if answer.is_some() {
+                taken = Some(rt.record.answer_taken());
+            }
             quotas.answered(tenant, run_id).await;
             answer
         }
@@ -477,7 +483,7 @@ async fn ask<T>(
     }
     span.set_attribute(KeyValue::new("baton.wait.answered", answered.is_some()));
     span.end();
-    answered
+    (answered, taken)
 }
 
 #[cfg(test)]

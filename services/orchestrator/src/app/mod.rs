@@ -13,6 +13,7 @@
 //! | a run entering its conversation; get, list, update, delete one | `conversations.rs` |
 //! | drain at shutdown | `drain.rs` |
 //! | keep durable runs: renew leases, deliver answers, park, claim | `upkeep.rs` |
+//! | park memory-mode runs that only wait for people, and wake them | `park.rs` |
 //!
 //! A face (`crate::grpc`; HTTP, A2A and MCP beside it) converts its wire
 //! form into these values, calls the core and converts the answer back;
@@ -29,6 +30,7 @@ mod conversations;
 mod drain;
 mod fork;
 mod orchestrator;
+pub mod park;
 mod read;
 mod replay;
 mod resume;

@@ -156,10 +156,12 @@ pub struct RunDefaults {
     /// by another replica.
     #[serde(with = "baton_common::config::duration")]
     pub lease: Duration,
-    /// How long a durable run that only waits for people (a question open,
-    /// no call working, no caller or watcher attached, no event) stays in
-    /// memory before it is parked: it then lives in Redis only, and an
-    /// answer on any replica (or its deadline) resumes it.
+    /// How long a run that only waits for people (a question open, no call
+    /// working, no caller or watcher attached, no event) keeps its task
+    /// before it is parked: a durable run then lives in Redis only, and an
+    /// answer on any replica (or its deadline) resumes it; a memory-mode
+    /// run keeps only its record, and an answer, a cancel or a deadline
+    /// wakes it (see `run::park`).
     #[serde(with = "baton_common::config::duration")]
     pub park_after: Duration,
     /// This replica's name in the runs it owns; empty: the host name (the

@@ -67,14 +67,16 @@ pub async fn drive(
             Code::DeadlineExceeded,
             format!("the run did not finish within run_timeout ({:?})", rt.limits.run_timeout),
         ))),
+        // Parked in memory: the body only waits for people (see `run::park`).
+        () = rt.record.park_signal() => None,
     };
-    if outcome.is_none()
-        && rt
-            .record
-            .handed_over
-            .load(std::sync::atomic::Ordering::SeqCst)
-    {
-        // Another replica goes on with the run: nothing ends here.
+    let handed_over = rt
+        .record
+        .handed_over
+        .load(std::sync::atomic::Ordering::SeqCst);
+    if outcome.is_none() && (handed_over || (rt.record.is_parked() && !token.is_cancelled())) {
+        // Another replica goes on with the run, or it is parked: nothing
+        // ends here.
         return;
     }
     cleanup.await;

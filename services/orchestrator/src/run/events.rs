@@ -293,6 +293,7 @@ pub async fn sequence(
             d = drafts.recv() => match d { Some(d) => d, None => return },
             _ = out.closed(), if !client_gone => {
                 client_gone = true;
+                record.attached.store(false, std::sync::atomic::Ordering::SeqCst);
                 if !record.detached {
                     record.cancel("client disconnected");
                 }
@@ -338,6 +339,9 @@ pub async fn sequence(
         let Some(event) = event else { continue };
         if out.send(Ok(Outgoing::Packed(event))).await.is_err() {
             client_gone = true;
+            record
+                .attached
+                .store(false, std::sync::atomic::Ordering::SeqCst);
             if !record.detached {
                 record.cancel("client disconnected");
             }

@@ -89,14 +89,16 @@ impl RunRecord {
         }
     }
 
-    /// Packs the run's history once it ended, a chunk at a time (watchers
-    /// read between chunks); the caller is off the run's event path.
+    /// Packs the run's history once it ended or while it is parked, a
+    /// chunk at a time (watchers read between chunks); the caller is off
+    /// the run's event path.
     pub async fn pack_history(&self) {
         loop {
             let packed = {
+                let asleep = self.is_asleep();
                 let mut log = lock(&self.log);
-                let ended = log.ended;
-                !log.dropped && log.events.pack_one(ended)
+                let all = log.ended || asleep;
+                !log.dropped && log.events.pack_one(all)
             };
             if !packed {
                 return;

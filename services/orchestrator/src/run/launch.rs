@@ -56,6 +56,7 @@ pub fn prepare(
     shutdown: &CancellationToken,
 ) -> Prepared {
     let record = RunRecord::new(trace_id, kind, target, tenant, options.detach, shutdown);
+    record.set_run_timeout(options.limits.run_timeout);
     prepare_record(services, record, run_span, options)
 }
 
@@ -234,6 +235,46 @@ pub fn launch(
     tasks: &TaskTracker,
     body: impl Future<Output = ()> + Send + 'static,
 ) -> EventStream {
+    runs.insert(prepared.record.clone());
+    let record = &prepared.record;
+    prepared
+        .run
+        .services
+        .quotas
+        .started(&record.tenant, &record.run_id);
+    prepared.run.services.metrics.run_started(kind_of(record));
+    let span_id = prepared.span.span().span_context().span_id().to_string();
+    tracing::info!(run_id = %record.run_id, trace_id = %record.trace_id, span_id, target = %record.target, kind = kind_of(record), "run started");
+    spawn(prepared, log, tasks, body)
+}
+
+/// Starts a memory-mode run woken from parking again (see `run::park`):
+/// registered, counted and started already, it goes on with `body`.
+pub fn relaunch(
+    prepared: Prepared,
+    tasks: &TaskTracker,
+    body: impl Future<Output = ()> + Send + 'static,
+) -> EventStream {
+    tracing::info!(run_id = %prepared.record.run_id, "run woken");
+    spawn(prepared, None, tasks, body)
+}
+
+fn kind_of(record: &RunRecord) -> &'static str {
+    match record.kind {
+        pb::RunKind::Pipeline => "pipeline",
+        _ => "agent",
+    }
+}
+
+/// Runs `body` beside the run's sequencer as one task of `tasks`; at the
+/// end, counts the run's end and ends its span — unless it was parked,
+/// when it still runs (asleep: see `run::park`).
+fn spawn(
+    prepared: Prepared,
+    log: Option<DurableLog>,
+    tasks: &TaskTracker,
+    body: impl Future<Output = ()> + Send + 'static,
+) -> EventStream {
     let Prepared {
         record,
         run,
@@ -241,20 +282,13 @@ pub fn launch(
         drafts,
         filter,
     } = prepared;
-    runs.insert(record.clone());
-    let kind = match record.kind {
-        pb::RunKind::Pipeline => "pipeline",
-        _ => "agent",
-    };
+    let kind = kind_of(&record);
     let metrics = run.services.metrics.clone();
     let quotas = run.services.quotas.clone();
-    quotas.started(&record.tenant, &record.run_id);
     // The body holds its own `Arc<Run>`; this one must not keep the draft
     // sender alive past the body, or the sequencer would never end.
     drop(run);
-    metrics.run_started(kind);
     let span_id = run_span.span().span_context().span_id().to_string();
-    tracing::info!(run_id = %record.run_id, trace_id = %record.trace_id, span_id, target = %record.target, kind, "run started");
     let (out_tx, stream) = events::channel();
     tasks.spawn(async move {
         let emitted = metrics.events.clone();
@@ -269,6 +303,15 @@ pub fn launch(
                 tokio::join!(sequencer, body);
             }
         }
+        let span = run_span.span();
+        if record.settle_park() {
+            // Asleep: it still runs, and still counts.
+            span.set_attribute(KeyValue::new("baton.run.status", "parked"));
+            span.end();
+            tracing::debug!(run_id = %record.run_id, "run parked");
+            record.pack_history().await;
+            return;
+        }
         let state = record.snapshot();
         let status = match state.status {
             pb::RunStatus::Completed => "completed",
@@ -280,7 +323,6 @@ pub fn launch(
         // A run parked or handed over goes on elsewhere: it still counts.
         let ended = !record.handed_over.load(std::sync::atomic::Ordering::SeqCst);
         quotas.stopped(&record.tenant, &record.run_id, ended).await;
-        let span = run_span.span();
         span.set_attribute(KeyValue::new("baton.run.status", status));
         if state.status != pb::RunStatus::Completed {
             span.set_status(SpanStatus::error(if state.error_message.is_empty() {

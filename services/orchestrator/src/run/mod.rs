@@ -33,7 +33,9 @@
 //! - [`view`]: what the core answers about a run, from either record.
 //! - [`record`]: a run's record (status, cancellation, log, pending
 //!   approvals and inputs); [`stop`]: stopping a run from outside its
-//!   body (cancelled, or failed); [`registry`]: the runs of this replica.
+//!   body (cancelled, or failed); [`registry`]: the runs of this replica;
+//!   [`park`]: a memory-mode run that only waits for people set aside
+//!   (its task dropped) and woken.
 //!
 //! Nothing here knows what an agent or a pipeline is: `crate::agent` and
 //! `crate::pipeline` are bodies `drive` runs.
@@ -48,6 +50,7 @@ mod history;
 pub mod launch;
 pub mod log;
 pub mod packed;
+pub mod park;
 mod pending;
 pub mod periods;
 pub mod quota;

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 pub use super::clock::mono_ms;
 use super::log::EventLog;
 pub use super::log::{LOG_RETENTION, LogRead, Recorded};
-use super::pending::{Pending, earliest_deadline, open_count};
+use super::pending::{Answer, Pending, ask, earliest_deadline, late, open_count};
 use crate::error::Error;
 
 /// A person's answer to an approval.
@@ -102,8 +102,8 @@ pub struct RunRecord {
     /// For a replay that has ended: whether it diverged (its terminal
     /// event's stats).
     replay_diverged: AtomicBool,
-    approvals: Mutex<HashMap<String, Pending<ApprovalAnswer>>>,
-    inputs: Mutex<HashMap<String, Pending<String>>>,
+    pub(super) approvals: Mutex<HashMap<String, Pending<ApprovalAnswer>>>,
+    pub(super) inputs: Mutex<HashMap<String, Pending<String>>>,
     /// Frames and tool calls of this run alive right now.
     pub live_tasks: AtomicUsize,
     /// Tool calls that were dropped before they finished (cancelled).
@@ -115,7 +115,7 @@ pub struct RunRecord {
     /// Model calls and tool calls working right now (not waiting for a
     /// person): a run with none, only questions open, and no caller or
     /// watcher attached may be parked.
-    working: AtomicUsize,
+    pub(super) working: AtomicUsize,
     /// Whether the caller's stream is still attached.
     pub attached: AtomicBool,
     /// When the run last logged an event (ms since the Unix epoch).
@@ -129,6 +129,8 @@ pub struct RunRecord {
     /// A durable run's append to its conversation, sent with its terminal
     /// event (one round trip for both; see `durable::sequencer`).
     pub conversation_end: Mutex<Option<futures::future::BoxFuture<'static, ()>>>,
+    /// Whether the run is parked in memory, and what it wakes with.
+    pub(super) park: super::pending::Parking,
 }
 
 /// Longest approval or input id the runtime makes (context id, turn and
@@ -298,6 +300,7 @@ impl RunRecord {
             conversation: std::sync::OnceLock::new(),
             conversation_end: Mutex::new(None),
             replay_diverged: AtomicBool::new(false),
+            park: Default::default(),
         })
     }
 
@@ -434,7 +437,7 @@ impl RunRecord {
     /// Registers an approval the run waits for until `deadline_ms`.
     pub fn await_approval(&self, id: &str, deadline_ms: i64) -> oneshot::Receiver<ApprovalAnswer> {
         let (tx, rx) = oneshot::channel();
-        lock(&self.approvals).insert(id.to_owned(), Pending::Waiting(tx, deadline_ms));
+        ask(&mut lock(&self.approvals), id, tx, deadline_ms);
         rx
     }
 
@@ -453,21 +456,39 @@ impl RunRecord {
             field: "approval_id",
             message: format!("run {} has no approval {id:?} waiting", self.run_id),
         })?;
-        if pending.answer(answer) {
-            Ok(())
-        } else {
-            Err(Error::FailedPrecondition {
-                field: "approval_id",
-                message: format!("approval {id:?} was already resolved"),
-            })
-        }
+        let kept = match pending.answer(answer, now_ms()) {
+            Answer::Taken => {
+                // Working until the run has journaled it (never parked
+                // with an answer in hand): see `Self::answer_taken`.
+                self.working.fetch_add(1, Ordering::SeqCst);
+                return Ok(());
+            }
+            Answer::Kept(a) => serde_json::to_vec(&(a.approved, a.reason)).unwrap_or_default(),
+            Answer::Late => return Err(late("approval_id", "approval", id)),
+            Answer::Closed => {
+                return Err(Error::FailedPrecondition {
+                    field: "approval_id",
+                    message: format!("approval {id:?} was already resolved"),
+                });
+            }
+        };
+        drop(approvals);
+        self.keep_answer(id, kept);
+        Ok(())
     }
 
     /// Registers an input request the run waits for until `deadline_ms`.
     pub fn await_input(&self, id: &str, deadline_ms: i64) -> oneshot::Receiver<String> {
         let (tx, rx) = oneshot::channel();
-        lock(&self.inputs).insert(id.to_owned(), Pending::Waiting(tx, deadline_ms));
+        ask(&mut lock(&self.inputs), id, tx, deadline_ms);
         rx
+    }
+
+    /// An answer the run took from its record ([`Answer::Taken`] counted
+    /// it as working): working until the guard, held until the answer is
+    /// journaled, drops.
+    pub fn answer_taken(&self) -> Working<'_> {
+        Working(&self.working)
     }
 
     /// Counts a model or tool call as working while the guard lives.
@@ -517,14 +538,23 @@ impl RunRecord {
             field: "input_id",
             message: format!("run {} has no input request {id:?} waiting", self.run_id),
         })?;
-        if pending.answer(input) {
-            Ok(())
-        } else {
-            Err(Error::FailedPrecondition {
-                field: "input_id",
-                message: format!("input request {id:?} was already answered"),
-            })
-        }
+        let kept = match pending.answer(input, now_ms()) {
+            Answer::Taken => {
+                self.working.fetch_add(1, Ordering::SeqCst);
+                return Ok(());
+            }
+            Answer::Kept(input) => serde_json::to_vec(&input).unwrap_or_default(),
+            Answer::Late => return Err(late("input_id", "input request", id)),
+            Answer::Closed => {
+                return Err(Error::FailedPrecondition {
+                    field: "input_id",
+                    message: format!("input request {id:?} was already answered"),
+                });
+            }
+        };
+        drop(inputs);
+        self.keep_answer(id, kept);
+        Ok(())
     }
 
     /// When the run finished.

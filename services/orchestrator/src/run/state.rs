@@ -261,16 +261,19 @@ impl Run {
     }
 
     /// An answer to question `id` given while the run was away (parked, or
-    /// its replica gone), when the run is being resumed.
+    /// its replica gone), when the run is being resumed: a durable run's
+    /// from its inbox as it was claimed; a memory-mode run's from its
+    /// record, taken (see `run::park`: it may come while the run walks).
     /// A replay takes the answer recorded.
-    pub fn inbox(&self, id: &str) -> Option<&[u8]> {
+    pub fn inbox(&self, id: &str) -> Option<std::borrow::Cow<'_, [u8]>> {
         if let Some(answer) = self.rerun.as_ref().and_then(|r| r.answer(id)) {
-            return Some(answer);
+            return Some(answer.into());
         }
-        self.walk
-            .as_ref()
-            .and_then(|r| r.inbox.get(id))
-            .map(Vec::as_slice)
+        let walk = self.walk.as_ref()?;
+        if let Some(answer) = walk.inbox.get(id) {
+            return Some(Vec::as_slice(answer).into());
+        }
+        self.record.take_parked_answer(id).map(Into::into)
     }
 
     /// Called at each point taken from a resumed run's or a fork's

@@ -31,6 +31,8 @@ impl RunRecord {
     pub fn cancel(&self, reason: &str) {
         lock(&self.cancel_reason).get_or_insert_with(|| reason.to_owned());
         self.cancel.cancel();
+        // Parked in memory: it wakes to end.
+        self.wake();
     }
 
     /// Stops the run as failed with `failure` (unless it was cancelled or
@@ -46,6 +48,7 @@ impl RunRecord {
             *lock(&self.failure) = Some(failure);
         }
         self.cancel.cancel();
+        self.wake();
     }
 
     /// The failure the run was stopped with ([`Self::fail`]).

@@ -26,6 +26,7 @@
 //! | | history read | walks | answers from a recording |
 //! |---|---|---|---|
 //! | resume (a claimed durable run) | its journal and inbox | [`Walk::resumed`] | its origin's, when it is a replay |
+//! | wake (a memory-mode run parked, `run::park`) | its recording | [`Walk::woken`] | — |
 //! | fork (ForkRun) | the origin's, up to the point ([`fork::plan`]) | [`Walk::forked`] | — |
 //! | replay (ReplayRun) | the origin's, whole | — | [`rerun::Rerun`] |
 //!
@@ -100,6 +101,28 @@ impl Walk {
             fork: false,
             announced: HashSet::new(),
             run_context_at,
+        }
+    }
+
+    /// A memory-mode run woken from parking (see `run::park`): its own
+    /// recording, its last seq; answers given while it slept are on its
+    /// record.
+    pub fn woken(
+        recording: &[crate::run::log::Recorded],
+        replica: String,
+        checkpoint_seq: u64,
+    ) -> Self {
+        Self {
+            journal: recording
+                .iter()
+                .map(|r| (r.unit.clone(), r.record.clone()))
+                .collect(),
+            replica,
+            checkpoint_seq,
+            inbox: HashMap::new(),
+            fork: false,
+            announced: HashSet::new(),
+            run_context_at: recording.iter().any(|r| r.unit.starts_with("rc/")),
         }
     }
 
