@@ -65,6 +65,10 @@ agents:
   parked: {model: "scripted:parked", tools: [list_context], approvals: {list_context: always}}
 "#;
 
+/// `runs.park_after` of the bench's orchestrator: (d)'s detached runs
+/// waiting for a person park after it.
+const PARK_AFTER: Duration = Duration::from_secs(5);
+
 fn req(agent: &str) -> pb::RunAgentRequest {
     let budget = BUDGETS
         .load(std::sync::atomic::Ordering::Relaxed)
@@ -123,6 +127,8 @@ pub fn run(o: Options) -> anyhow::Result<()> {
         let budgets = o.budgets;
         let server = OrchestratorServer::start(&yaml, None, move |c| {
             c.runs.max_turns = 200;
+            // (d): detached runs waiting for a person park after this.
+            c.runs.park_after = PARK_AFTER;
             if budgets {
                 c.quotas.default.model_tokens_per_day = Some(1_000_000_000_000_000);
             }
@@ -236,11 +242,45 @@ pub fn run(o: Options) -> anyhow::Result<()> {
         anyhow::ensure!(waiting == o.parked, "only {waiting} runs waiting");
         tokio::time::sleep(Duration::from_secs(1)).await;
         let held = crate::heap::live_bytes().saturating_sub(heap_before);
+        let asleep = |server: &OrchestratorServer| {
+            server
+                .core
+                .runs()
+                .running_runs()
+                .iter()
+                .filter(|r| r.is_asleep())
+                .count()
+        };
         println!(
             "{:<62} {:>10.2} KiB {:>14}",
             format!("(d) the server's share: heap per detached run waiting"),
             held as f64 / 1024.0 / o.parked as f64,
+            "-"
+        );
+        println!(
+            "    in their tasks ({} of {} parked yet; runs.park_after = {PARK_AFTER:?})",
+            asleep(&server),
+            o.parked
+        );
+        // Parked: their tasks gone, their records kept (see `run::park`).
+        let t = Instant::now();
+        while asleep(&server) < o.parked && t.elapsed() < PARK_AFTER * 12 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let parked_now = asleep(&server);
+        anyhow::ensure!(parked_now == o.parked, "only {parked_now} runs parked");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let held = crate::heap::live_bytes().saturating_sub(heap_before);
+        let per_run = held as f64 / 1024.0 / o.parked as f64;
+        println!(
+            "{:<62} {:>10.2} KiB {:>14}",
+            format!("(d) the server's share: heap per detached run parked"),
+            per_run,
             "<= 4 KiB"
+        );
+        anyhow::ensure!(
+            per_run <= 4.0,
+            "a parked run holds {per_run:.2} KiB of the server's heap, over 4 KiB"
         );
         server.shutdown().await?;
         anyhow::Ok(())
