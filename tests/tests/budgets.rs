@@ -220,6 +220,8 @@ agents:
     model: "scripted:worker"
     tools: [note]
     budget: {tokens: 250, on_exhausted: ask, ask_more: {tokens: 250}}
+    a2a: true
+    mcp: true
   note: {model: "scripted:note"}
 "#;
 
@@ -537,4 +539,77 @@ async fn finish_and_ask_begin_one_token_under_the_limit_of_the_call_and_not_at_i
         );
         server.shutdown().await.expect("shutdown");
     }
+}
+
+/// A2A and MCP show an `ask` as any approval: an A2A task stops at
+/// `INPUT_REQUIRED` asking to approve `raise_budget`, and "approve" on the
+/// task lets the run go on with more; an MCP client that can answer is
+/// asked (elicitation) and its yes or no is the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_is_an_approval_over_a2a_and_mcp() {
+    use baton_e2e::mcp_clients::{Sdk, client, url};
+    let server = OrchestratorServer::start(ASKING, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let send = |message: serde_json::Value| {
+        let endpoint = format!("{}/a2a/worker", server.endpoint());
+        async move {
+            let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                "params": {"message": message}});
+            reqwest::Client::new()
+                .post(endpoint)
+                .header("A2A-Version", "1.0")
+                .json(&body)
+                .send()
+                .await
+                .expect("SendMessage")
+                .json::<serde_json::Value>()
+                .await
+                .expect("JSON-RPC answer")
+        }
+    };
+    let asked = send(serde_json::json!({"messageId": "m1", "role": "ROLE_USER",
+        "parts": [{"text": "x"}]}))
+    .await;
+    let task = &asked["result"]["task"];
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{asked}"
+    );
+    let question = task["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(question.contains("raise_budget"), "{question}");
+    let id = task["id"].as_str().expect("task id");
+    let done = send(
+        serde_json::json!({"messageId": "m2", "role": "ROLE_USER", "taskId": id,
+        "parts": [{"text": "approve"}]}),
+    )
+    .await;
+    let task = &done["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
+    assert_eq!(task["artifacts"][0]["parts"][0]["text"], "done with more");
+
+    let out = client(
+        Sdk::Python,
+        &url(&server),
+        &["call", "worker", "x", "--approve"],
+    )
+    .await;
+    assert_eq!(out.text(), "done with more");
+    let message = out.line("elicit")["message"].as_str().unwrap_or_default();
+    assert!(message.contains("raise_budget"), "{message}");
+    let out = client(
+        Sdk::Python,
+        &url(&server),
+        &["call", "worker", "x", "--deny"],
+    )
+    .await;
+    assert_eq!(out.result()["isError"], true, "{:?}", out.result());
+    assert!(
+        out.text().contains("a raise was not given"),
+        "{}",
+        out.text()
+    );
+    server.shutdown().await.expect("shutdown");
 }
