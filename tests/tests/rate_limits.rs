@@ -126,6 +126,106 @@ async fn two_replicas_never_send_a_provider_more_than_its_limit_in_any_window() 
     b.shutdown().await.expect("b");
 }
 
+/// A replica leases a limit's permits a batch at a time (a twentieth of
+/// the limit's calls, at most 16, for a tenth of its window, at most a
+/// second): 32 calls in a burst take two leases of 16, not 32 round trips
+/// to Redis, and every call is counted in the shared window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_leases_a_limits_permits_a_batch_at_a_time() {
+    let redis = RedisServer::start().expect("redis");
+    let provider = FakeOpenAi::start(answers(32)).await.expect("provider");
+    let yaml = agents(&provider.base_url(), "{requests: 1000, window: 60s}");
+    let a = OrchestratorServer::start(&yaml, None, durable_runs(redis.url()))
+        .await
+        .expect("replica");
+    let client = a.client().await.expect("client");
+    let runs: Vec<_> = (0..32)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move { run(&client).await })
+        })
+        .collect();
+    for r in runs {
+        r.await.expect("run");
+    }
+    assert_eq!(provider.requests().len(), 32);
+    // The provider `p`'s window: one entry per call counted, each named by
+    // the lease that counted it.
+    let counted = redis
+        .cli(&["ZRANGE", "baton:ratelimit:{70}:r", "0", "-1"])
+        .expect("redis-cli");
+    let counted: Vec<&str> = counted.lines().filter(|l| !l.is_empty()).collect();
+    let mut leases: Vec<&str> = counted
+        .iter()
+        .filter_map(|m| m.split_once('#').map(|(lease, _)| lease))
+        .collect();
+    leases.sort_unstable();
+    leases.dedup();
+    eprintln!(
+        "32 calls: {} permits counted in {} leases",
+        counted.len(),
+        leases.len()
+    );
+    assert!(counted.len() >= 32, "{counted:?}");
+    assert!(
+        (2..=4).contains(&leases.len()),
+        "32 calls took {} leases: {leases:?}",
+        leases.len()
+    );
+    a.shutdown().await.expect("replica");
+}
+
+/// Leases stay exact across replicas: with a limit of 40 calls in 2 s
+/// (leases of 2 calls), 100 calls through two replicas at once never reach
+/// the provider more than 40 within any 2 s; and a token limit leased the
+/// same way (400 in 2 s; each call reserves its input estimate and its
+/// `max_tokens` of 5, and uses 13) never sees more than 400 / 13 calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leased_permits_never_let_two_replicas_over_the_limit() {
+    for (limit, most, what) in [
+        ("{requests: 40, window: 2s}", 40, "calls"),
+        ("{tokens: 400, window: 2s}", 30, "tokens"),
+    ] {
+        let redis = RedisServer::start().expect("redis");
+        let provider = FakeOpenAi::start(answers(100)).await.expect("provider");
+        let yaml = agents(&provider.base_url(), limit).replace(
+            r#"talker: {model: "p:m"}"#,
+            r#"talker: {model: "p:m", settings: {max_tokens: 5}}"#,
+        );
+        let a = OrchestratorServer::start(&yaml, None, durable_runs(redis.url()))
+            .await
+            .expect("replica a");
+        let b = OrchestratorServer::start(&yaml, None, durable_runs(redis.url()))
+            .await
+            .expect("replica b");
+        let (on_a, on_b) = (a.client().await.expect("a"), b.client().await.expect("b"));
+        let began = Instant::now();
+        let runs: Vec<_> = (0..100)
+            .map(|i| {
+                let client = if i % 2 == 0 {
+                    on_a.clone()
+                } else {
+                    on_b.clone()
+                };
+                tokio::spawn(async move { run(&client).await })
+            })
+            .collect();
+        for r in runs {
+            r.await.expect("run");
+        }
+        let requests = provider.requests();
+        assert_eq!(requests.len(), 100);
+        let seen = most_in_a_window(&requests, Duration::from_secs(2));
+        eprintln!(
+            "{what}: 100 calls through 2 replicas, limit {limit}: at most {seen} calls within any 2 s at the provider, {:?} in all",
+            began.elapsed()
+        );
+        assert!(seen <= most, "{what}: {seen} calls within one window");
+        a.shutdown().await.expect("a");
+        b.shutdown().await.expect("b");
+    }
+}
+
 const ACME: &str = "acme-key-0123456789abcdef";
 const GLOBEX: &str = "globex-key-0123456789abcdef";
 

@@ -82,7 +82,7 @@ fn call_stack(
 ) -> Arc<crate::model::call::Stack> {
     use crate::model::call::{Observe, limit, stack};
     let window: Arc<dyn limit::Window> = match durable {
-        Some(d) => d.clone(),
+        Some(d) => Arc::new(crate::run::durable::limits::LeasedWindows::new(d.clone())),
         None => Arc::new(limit::MemoryWindows::default()),
     };
     let shared = durable.map(|d| d.clone() as Arc<dyn crate::model::call::breaker::SharedBreakers>);

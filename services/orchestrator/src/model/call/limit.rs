@@ -6,7 +6,8 @@
 //! each call is let through. A call counts its input estimate and its
 //! `max_tokens` (the budget layer's cap when there is one) until it is
 //! settled to the tokens it used. The window lives in Redis when runs are
-//! durable (one Lua script per call: every replica counts in one place;
+//! durable (every replica counts in one place; a replica leases permits a
+//! batch at a time, so a busy one asks Redis once per batch, not per call:
 //! see `run::durable::limits`), else in this process ([`MemoryWindows`]).
 //!
 //! A call over the limit **waits**, in a queue fair across tenants: the

@@ -36,7 +36,7 @@ mod claims;
 mod delete;
 pub mod inbox;
 mod lease;
-mod limits;
+pub mod limits;
 mod list;
 mod meta;
 mod periods;
