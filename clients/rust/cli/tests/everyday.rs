@@ -106,6 +106,40 @@ fn answers_are_whole_wrapped_to_the_terminal_and_keep_their_line_breaks() {
     assert!(words(&screen).contains("- second item"), "{screen}");
 }
 
+/// A run parked while it waits (`runs.park_after`, 300 ms here) and woken
+/// by the answer of `baton runs watch --approve`: the watch says it
+/// resumed, answers the question once (a woken run asks its open
+/// questions again, the same ids) and ends with the run.
+#[test]
+fn watch_answers_a_parked_run_once_and_follows_it_to_its_end() {
+    let up = Up::start(&["--set", "orchestrator.runs.park_after=300ms"]);
+    let started = up.cli(&["run", "payer", "order 9", "--detach", "--json"]);
+    let started: serde_json::Value = serde_json::from_slice(&started.stdout).expect("json");
+    let id = started["runId"].as_str().expect("id").to_owned();
+    // Parked once nobody follows it for 300 ms (a keeper's round after).
+    std::thread::sleep(Duration::from_millis(1500));
+    let watch = Pty::start(&["runs", "watch", &id, "--approve"], &up.endpoint, 80);
+    let (status, screen) = watch.exit(Duration::from_secs(20));
+    assert!(status.success(), "{screen}");
+    let lines = visible_lines(&screen);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("↻ resumed on this server from seq ")),
+        "{screen}"
+    );
+    assert_eq!(
+        lines.iter().filter(|l| l.starts_with("✔ approved")).count(),
+        1,
+        "{screen}"
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with("✅ completed")),
+        "{screen}"
+    );
+    assert!(lines.iter().all(|l| l.chars().count() <= 80), "{screen}");
+}
+
 /// Item 2: a prompt ends as soon as its question is answered elsewhere,
 /// the run ends, or the stream breaks, saying which.
 #[test]
