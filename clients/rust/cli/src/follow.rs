@@ -104,13 +104,6 @@ impl Question {
         })
     }
 
-    /// The question's id (an approval's or an input request's).
-    fn id(&self) -> &str {
-        match &self.kind {
-            Kind::Approval { id, .. } | Kind::Input { id, .. } => id,
-        }
-    }
-
     /// What the prompt says.
     fn text(&self) -> String {
         match &self.kind {
@@ -354,9 +347,8 @@ pub async fn follow(
     // Questions waiting their turn, the one asked now (with its number),
     // and the events that came while it was open.
     let mut waiting: VecDeque<Question> = VecDeque::new();
-    // Every question once: a run resumed or woken from parking asks its
-    // open questions again (the same ids), and one is asked here once.
-    let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
+    // A resumed or woken run asks its open questions again: each id once.
+    let mut seen = std::collections::HashSet::new();
     let mut asking: Option<(Question, u64)> = None;
     let mut asked = 0u64;
     let mut held: Vec<pb::RunEvent> = Vec::new();
@@ -408,7 +400,8 @@ pub async fn follow(
                 draw(&mut view, &e)?;
                 waiting.retain(|q| q.settled_by(&e).is_none());
                 if let Some(q) = Question::of(&e)
-                    && seen.insert(q.id().to_owned())
+                    && let Kind::Approval { id, .. } | Kind::Input { id, .. } = &q.kind
+                    && seen.insert(id.clone())
                 {
                     waiting.push_back(q);
                 }
