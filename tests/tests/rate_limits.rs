@@ -78,15 +78,45 @@ async fn two_replicas_never_send_a_provider_more_than_its_limit_in_any_window() 
         &provider.base_url(),
         "{requests: 3, tokens: 100000, window: 1s}",
     );
-    let a = OrchestratorServer::start(&yaml, None, durable_runs(redis.url()))
+    let (logs, took) = through_two_replicas(&redis, &yaml, 12).await;
+    let waited: usize = logs
+        .iter()
+        .flatten()
+        .filter(|e| matches!(&e.payload, Some(Payload::RateLimitWait(w)) if w.provider == "p"))
+        .count();
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 12);
+    let most = most_in_a_window(&requests, Duration::from_secs(1));
+    eprintln!(
+        "12 calls through 2 replicas, limit 3 a second: at most {most} within any second at the provider, {waited} waits, {:?} in all",
+        took
+    );
+    assert!(
+        most <= 3,
+        "{most} calls within one window, over the limit of 3"
+    );
+    // Twelve calls at three a second: at least three windows passed.
+    assert!(took >= Duration::from_secs(3), "{:?}", took);
+    assert!(waited >= 9, "the calls that waited said so ({waited})");
+}
+
+/// Runs `talker` `n` times at once through two durable replicas of `yaml`
+/// on `redis`, alternating; each run's events, and how long they took
+/// (from when both replicas were up).
+async fn through_two_replicas(
+    redis: &RedisServer,
+    yaml: &str,
+    n: usize,
+) -> (Vec<Vec<pb::RunEvent>>, Duration) {
+    let a = OrchestratorServer::start(yaml, None, durable_runs(redis.url()))
         .await
         .expect("replica a");
-    let b = OrchestratorServer::start(&yaml, None, durable_runs(redis.url()))
+    let b = OrchestratorServer::start(yaml, None, durable_runs(redis.url()))
         .await
         .expect("replica b");
     let (on_a, on_b) = (a.client().await.expect("a"), b.client().await.expect("b"));
     let began = Instant::now();
-    let runs: Vec<_> = (0..12)
+    let runs: Vec<_> = (0..n)
         .map(|i| {
             let client = if i % 2 == 0 {
                 on_a.clone()
@@ -96,34 +126,14 @@ async fn two_replicas_never_send_a_provider_more_than_its_limit_in_any_window() 
             tokio::spawn(async move { run(&client).await })
         })
         .collect();
-    let mut waited = 0;
+    let mut logs = Vec::with_capacity(n);
     for r in runs {
-        let log = r.await.expect("run");
-        waited += log
-            .iter()
-            .filter(|e| matches!(&e.payload, Some(Payload::RateLimitWait(w)) if w.provider == "p"))
-            .count();
+        logs.push(r.await.expect("run"));
     }
-    let requests = provider.requests();
-    assert_eq!(requests.len(), 12);
-    let most = most_in_a_window(&requests, Duration::from_secs(1));
-    eprintln!(
-        "12 calls through 2 replicas, limit 3 a second: at most {most} within any second at the provider, {waited} waits, {:?} in all",
-        began.elapsed()
-    );
-    assert!(
-        most <= 3,
-        "{most} calls within one window, over the limit of 3"
-    );
-    // Twelve calls at three a second: at least three windows passed.
-    assert!(
-        began.elapsed() >= Duration::from_secs(3),
-        "{:?}",
-        began.elapsed()
-    );
-    assert!(waited >= 9, "the calls that waited said so ({waited})");
+    let took = began.elapsed();
     a.shutdown().await.expect("a");
     b.shutdown().await.expect("b");
+    (logs, took)
 }
 
 /// A replica leases a limit's permits a batch at a time (a twentieth of
@@ -192,37 +202,15 @@ async fn leased_permits_never_let_two_replicas_over_the_limit() {
             r#"talker: {model: "p:m"}"#,
             r#"talker: {model: "p:m", settings: {max_tokens: 5}}"#,
         );
-        let a = OrchestratorServer::start(&yaml, None, durable_runs(redis.url()))
-            .await
-            .expect("replica a");
-        let b = OrchestratorServer::start(&yaml, None, durable_runs(redis.url()))
-            .await
-            .expect("replica b");
-        let (on_a, on_b) = (a.client().await.expect("a"), b.client().await.expect("b"));
-        let began = Instant::now();
-        let runs: Vec<_> = (0..100)
-            .map(|i| {
-                let client = if i % 2 == 0 {
-                    on_a.clone()
-                } else {
-                    on_b.clone()
-                };
-                tokio::spawn(async move { run(&client).await })
-            })
-            .collect();
-        for r in runs {
-            r.await.expect("run");
-        }
+        let (_, took) = through_two_replicas(&redis, &yaml, 100).await;
         let requests = provider.requests();
         assert_eq!(requests.len(), 100);
         let seen = most_in_a_window(&requests, Duration::from_secs(2));
         eprintln!(
             "{what}: 100 calls through 2 replicas, limit {limit}: at most {seen} calls within any 2 s at the provider, {:?} in all",
-            began.elapsed()
+            took
         );
         assert!(seen <= most, "{what}: {seen} calls within one window");
-        a.shutdown().await.expect("a");
-        b.shutdown().await.expect("b");
     }
 }
 

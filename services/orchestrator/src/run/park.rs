@@ -32,10 +32,12 @@ use std::{sync::atomic::Ordering, time::Duration};
 
 use baton_proto::v1::{self as pb, run_event::Payload};
 use prost::Message as _;
+
+use crate::error::Error;
 use tokio::sync::mpsc;
 
 use super::{
-    pending::{Pending, earliest_deadline},
+    pending::{Answer, Pending, earliest_deadline, late},
     record::{RunRecord, lock, now_ms},
 };
 
@@ -205,10 +207,35 @@ impl RunRecord {
             .is_ok()
     }
 
-    /// Keeps an answer to question `id` for the parked run, and wakes it.
-    pub(super) fn keep_answer(&self, id: &str, answer: Vec<u8>) {
-        lock(&self.park.inbox).insert(id.to_owned(), answer);
-        self.wake();
+    /// What a person's answer to question `id` became (called under the
+    /// lock it was given under): taken by the waiting run (counted working
+    /// until journaled: see `Self::answer_taken`), or kept for the parked
+    /// run (`encode`d as a durable inbox holds it), which it wakes; or
+    /// refused naming `field` (the question is `what`, answered already is
+    /// `done`).
+    pub(super) fn settle_answer<T>(
+        &self,
+        id: &str,
+        answer: Answer<T>,
+        (field, what, done): (&'static str, &str, &str),
+        encode: impl FnOnce(T) -> Vec<u8>,
+    ) -> Result<(), Error> {
+        match answer {
+            Answer::Taken => {
+                self.working.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+            Answer::Kept(value) => {
+                lock(&self.park.inbox).insert(id.to_owned(), encode(value));
+                self.wake();
+                Ok(())
+            }
+            Answer::Late => Err(late(field, what, id)),
+            Answer::Closed => Err(Error::FailedPrecondition {
+                field,
+                message: format!("{what} {id:?} was already {done}"),
+            }),
+        }
     }
 
     /// The answer to question `id` given while the run was parked.

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 pub use super::clock::mono_ms;
 use super::log::EventLog;
 pub use super::log::{LOG_RETENTION, LogRead, Recorded};
-use super::pending::{Answer, Pending, ask, earliest_deadline, late, open_count};
+use super::pending::{Pending, ask, earliest_deadline, open_count};
 use crate::error::Error;
 
 /// A person's answer to an approval.
@@ -456,25 +456,10 @@ impl RunRecord {
             field: "approval_id",
             message: format!("run {} has no approval {id:?} waiting", self.run_id),
         })?;
-        let kept = match pending.answer(answer, now_ms()) {
-            Answer::Taken => {
-                // Working until the run has journaled it (never parked
-                // with an answer in hand): see `Self::answer_taken`.
-                self.working.fetch_add(1, Ordering::SeqCst);
-                return Ok(());
-            }
-            Answer::Kept(a) => serde_json::to_vec(&(a.approved, a.reason)).unwrap_or_default(),
-            Answer::Late => return Err(late("approval_id", "approval", id)),
-            Answer::Closed => {
-                return Err(Error::FailedPrecondition {
-                    field: "approval_id",
-                    message: format!("approval {id:?} was already resolved"),
-                });
-            }
-        };
-        drop(approvals);
-        self.keep_answer(id, kept);
-        Ok(())
+        let answer = pending.answer(answer, now_ms());
+        self.settle_answer(id, answer, ("approval_id", "approval", "resolved"), |a| {
+            serde_json::to_vec(&(a.approved, a.reason)).unwrap_or_default()
+        })
     }
 
     /// Registers an input request the run waits for until `deadline_ms`.
@@ -538,23 +523,10 @@ impl RunRecord {
             field: "input_id",
             message: format!("run {} has no input request {id:?} waiting", self.run_id),
         })?;
-        let kept = match pending.answer(input, now_ms()) {
-            Answer::Taken => {
-                self.working.fetch_add(1, Ordering::SeqCst);
-                return Ok(());
-            }
-            Answer::Kept(input) => serde_json::to_vec(&input).unwrap_or_default(),
-            Answer::Late => return Err(late("input_id", "input request", id)),
-            Answer::Closed => {
-                return Err(Error::FailedPrecondition {
-                    field: "input_id",
-                    message: format!("input request {id:?} was already answered"),
-                });
-            }
-        };
-        drop(inputs);
-        self.keep_answer(id, kept);
-        Ok(())
+        let answer = pending.answer(input, now_ms());
+        self.settle_answer(id, answer, ("input_id", "input request", "answered"), |i| {
+            serde_json::to_vec(&i).unwrap_or_default()
+        })
     }
 
     /// When the run finished.
