@@ -38,6 +38,9 @@ pub enum Reply {
     /// A 200 streaming these chunks, then the connection closed mid-answer
     /// (no finish reason, no `[DONE]`): a provider breaking mid-stream.
     Broken(Vec<Value>),
+    /// The reply, after this long (a slow provider; a caller that hangs up
+    /// meanwhile closes the connection).
+    Slow(std::time::Duration, Box<Reply>),
 }
 
 /// A request the server received.
@@ -200,10 +203,14 @@ async fn serve(
             at: Instant::now(),
         });
 
-    let reply = replies
+    let mut reply = replies
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .pop_front();
+    while let Some(Reply::Slow(after, then)) = reply {
+        tokio::time::sleep(after).await;
+        reply = Some(*then);
+    }
     match reply {
         Some(Reply::Said { code, message }) => {
             let body =
@@ -266,6 +273,7 @@ async fn serve(
                 socket.flush().await?;
             }
         }
+        Some(Reply::Slow(..)) => unreachable!("a slow reply was waited for above"),
         None => {
             let body = r#"{"error":{"message":"no scripted reply left"}}"#;
             socket

@@ -366,6 +366,56 @@ async fn fifty_parallel_sub_agents_spend_no_more_than_a_budget_for_ten() {
     server.shutdown().await.expect("shutdown");
 }
 
+/// The same fan-out without `max_tokens` (OpenAI's default): each
+/// worker's worst case is its model's output limit (1,000 here, the agents
+/// file's `default_max_output_tokens`), four times what it writes.
+const FAN_OUT_UNBOUNDED: &str = r#"
+default_max_output_tokens: 1000
+scripts:
+  boss:
+    - calls: [REPLACE]
+      usage: {input_tokens: 100, output_tokens: 50}
+    - text: "never"
+      usage: {input_tokens: 100, output_tokens: 10}
+  worker:
+    - text: "w"
+      delay: 100ms
+      usage: {input_tokens: 150, output_tokens: 100}
+agents:
+  boss: {model: "scripted:boss", tools: [worker]}
+  worker: {model: "scripted:worker"}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_max_tokens_fifty_parallel_sub_agents_spend_most_of_a_budget_for_ten_and_never_more()
+ {
+    let calls = vec![r#"{tool: worker, args: {task: "w"}}"#; 50].join(", ");
+    let yaml = FAN_OUT_UNBOUNDED.replace("REPLACE", &calls);
+    let server = OrchestratorServer::start(&yaml, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let client = server.client().await.expect("client");
+    // The boss's first turn and ten workers' real spend.
+    let limit = 150 + 10 * 250;
+    let log = run(&client, request("boss", tokens(limit))).await;
+    let answered = turns(&log, "worker").len();
+    let got = client.get_run(&log[0].run_id).await.expect("get");
+    let spent = spent(&got.usage);
+    eprintln!("50 workers without max_tokens, a budget for ten: {answered} answered, {spent} of {limit} tokens spent");
+    // A call whose worst case does not fit beside calls in flight waits
+    // for them instead of reserving everything left or being refused.
+    assert!(answered >= 9, "{answered} answered");
+    assert!(
+        spent * 10 >= limit * 9 && spent <= limit,
+        "spent {spent} of {limit}"
+    );
+    let Payload::RunFailed(failed) = last(&log) else {
+        panic!("{:?}", last(&log))
+    };
+    assert_eq!(failed.code, Code::ResourceExhausted as i32);
+    server.shutdown().await.expect("shutdown");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cost_budget_refuses_a_model_without_a_price_and_bad_budgets_are_refused_naming_the_field()
  {

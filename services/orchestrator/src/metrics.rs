@@ -14,6 +14,7 @@
 //! | `baton_model_errors_total` | `model`, `kind` (the HTTP status, `timeout`, `connection`, `stream`, `breaker_open`, …) |
 //! | `baton_model_fallbacks_total` | `from`, `to`, `reason` (rate_limited, unavailable, timeout, breaker_open, context_window) |
 //! | `baton_model_breaker_open` | `provider` (1 while its circuit breaker is open on this replica) |
+//! | `baton_model_breaker_probing` | `provider` (1 while a call of this replica probes it) |
 //! | `baton_budget_exhausted_total` | `action` (fail, finish, ask) |
 //! | `baton_rate_limit_queue` | `provider` (calls waiting for its rate limit on this replica) |
 //! | `baton_rate_limit_wait_seconds` | `provider` (how long calls waited for it) |
@@ -21,6 +22,7 @@
 //! | `baton_tenant_runs_waiting` | `tenant` (of them, waiting for a person) |
 //! | `baton_tenant_model_tokens_total` | `tenant` |
 //! | `baton_quota_refusals_total` | `tenant`, `quota` |
+//! | `baton_tenant_model_tokens_held` | `tenant` (tokens this replica's calls in flight hold of its period budgets) |
 
 use std::sync::Arc;
 
@@ -50,6 +52,7 @@ pub struct Metrics {
     model_errors: Family<Labels, Counter>,
     fallbacks: Family<Labels, Counter>,
     breakers: Family<Labels, Gauge>,
+    probing: Family<Labels, Gauge>,
     budgets: Family<Labels, Counter>,
     limit_queue: Family<Labels, Gauge>,
     limit_wait: Histograms,
@@ -205,6 +208,17 @@ impl Metrics {
         );
         let quota = QuotaMetrics::default();
         r.register(
+            "baton_tenant_model_tokens_held",
+            "Tokens this replica's model calls in flight hold of their tenant's period budgets",
+            quota.held.clone(),
+        );
+        let probing = Family::<Labels, Gauge>::default();
+        r.register(
+            "baton_model_breaker_probing",
+            "1 while a model call of this replica probes the provider's open circuit breaker",
+            probing.clone(),
+        );
+        r.register(
             "baton_tenant_runs",
             "Runs not ended on this replica, by tenant",
             quota.runs.clone(),
@@ -239,6 +253,7 @@ impl Metrics {
             model_errors,
             fallbacks,
             breakers,
+            probing,
             budgets,
             limit_queue,
             limit_wait,
@@ -343,6 +358,13 @@ impl Metrics {
             .set(i64::from(open));
     }
 
+    /// A call of this replica probes `provider`'s breaker, or no longer.
+    pub fn breaker_probing(&self, provider: &str, probing: bool) {
+        self.probing
+            .get_or_create(&vec![("provider", provider.to_owned())])
+            .set(i64::from(probing));
+    }
+
     /// `n` calls wait for `provider`'s rate limit here.
     pub fn rate_limit_queue(&self, provider: &str, n: usize) {
         self.limit_queue
@@ -390,4 +412,6 @@ pub struct QuotaMetrics {
     pub tokens: Family<Vec<(&'static str, String)>, Counter>,
     /// Runs and model turns refused by a quota.
     pub refusals: Family<Vec<(&'static str, String)>, Counter>,
+    /// Tokens this replica's calls in flight hold of period budgets.
+    pub held: Family<Vec<(&'static str, String)>, Gauge>,
 }

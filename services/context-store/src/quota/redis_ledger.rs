@@ -37,7 +37,7 @@ local function remove(member)
   redis.call('HDEL', E, member)
   redis.call('ZREM', X, member)
   redis.call('SREM', trace_set(member), member)
-  redis.call('HINCRBY', N, 'bytes', -size)
+  redis.call('HINCRBY', N, 'bytes', 0 - size)
   redis.call('HINCRBY', N, 'keys', -1)
 end
 local function insert(member, v)

@@ -49,7 +49,7 @@ pub(super) async fn call_model(
     let wide = resolve(&spec.context_window_fallbacks)?;
     let over = (candidates.len() > 1 || !wide.is_empty()).then(|| frame.over_settings(rt));
     let budget = lock(&rt.budgets).bounds(frame.budget).then_some(Claim {
-        book: &rt.budgets,
+        budgets: &rt.budgets,
         node: frame.budget,
     });
     let prefix = format!("{}/{}/", frame.ctx.id, frame.turns);
@@ -214,7 +214,7 @@ async fn exhausted(rt: &Arc<Run>, frame: &mut CallFrame, x: Box<Exhausted>) -> R
             };
             match super::people::ask_approval(rt, &frame.view(), &call).await {
                 Ok(()) => {
-                    lock(&rt.budgets).raise(x.node(), more);
+                    rt.budgets.raise(x.node(), more);
                     Ok(())
                 }
                 Err(denied) => Err(fail(format!("{message}; a raise was not given: {denied}"))),

@@ -206,7 +206,15 @@ pub struct AgentsFile {
     pub prices: BTreeMap<String, prices::PriceSpec>,
     /// LiteLLM's model price map, relative to the agents file.
     pub prices_file: Option<String>,
+    /// The most output tokens a model writes in one answer when neither
+    /// its `max_tokens`, its entry's `max_output_tokens` nor the prices
+    /// file says: the worst case a budget reserves for its calls (default
+    /// [`DEFAULT_MAX_OUTPUT_TOKENS`]).
+    pub default_max_output_tokens: Option<u32>,
 }
+
+/// `default_max_output_tokens` when the agents file sets none.
+pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 4096;
 
 /// A validated agent.
 #[derive(Debug)]
@@ -242,6 +250,8 @@ pub struct Catalog {
     pub providers: Providers,
     /// Model prices.
     pub prices: prices::Prices,
+    /// See [`AgentsFile::default_max_output_tokens`].
+    pub default_max_output_tokens: u32,
 }
 
 impl Catalog {
@@ -267,6 +277,11 @@ impl Catalog {
     pub fn from_file_in(file: AgentsFile, dir: &std::path::Path) -> Result<Self, CatalogError> {
         let prices = prices::Prices::new(&file.prices, file.prices_file.as_deref(), dir)
             .map_err(CatalogError::Prices)?;
+        if file.default_max_output_tokens == Some(0) {
+            return Err(CatalogError::Budget(
+                "default_max_output_tokens: must be at least 1".into(),
+            ));
+        }
         for (name, turns) in &file.scripts {
             for (i, t) in turns.iter().enumerate() {
                 t.validate().map_err(|source| CatalogError::Script {
@@ -567,6 +582,9 @@ impl Catalog {
             run_policies,
             providers: file.providers,
             prices,
+            default_max_output_tokens: file
+                .default_max_output_tokens
+                .unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS),
         })
     }
 

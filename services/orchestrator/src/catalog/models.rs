@@ -139,6 +139,10 @@ fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
 pub struct ModelSpec {
     /// Stream this model's answers (unset: the provider's choice).
     pub stream: Option<bool>,
+    /// The most output tokens the model writes in one answer (unset: the
+    /// prices file's, else the agents file's `default_max_output_tokens`):
+    /// what a budget reserves for a call without `max_tokens`.
+    pub max_output_tokens: Option<u32>,
     /// Generation settings over the provider's.
     pub settings: Settings,
 }
@@ -281,6 +285,13 @@ impl ProviderSpec {
         for (model, spec) in &self.models {
             spec.settings
                 .validate(&format!("providers.{name}.models.{model}.settings"))?;
+            if spec.max_output_tokens == Some(0) {
+                return Err(InvalidSetting {
+                    field: format!("providers.{name}.models.{model}.max_output_tokens"),
+                    message: "must be at least 1".into(),
+                }
+                .into());
+            }
         }
         Ok(())
     }

@@ -113,6 +113,8 @@ pub struct Prices {
     pub currency: String,
     by_reference: BTreeMap<String, Price>,
     from_file: HashMap<String, Price>,
+    /// The prices file's `max_output_tokens` (else `max_tokens`) by model.
+    output_limits: HashMap<String, u32>,
 }
 
 impl Prices {
@@ -165,7 +167,7 @@ impl Prices {
                 Price::per_million(p.input, p.output, p.cached_input),
             );
         }
-        let from_file = match file {
+        let (from_file, output_limits) = match file {
             Some(name) => {
                 if let Some((first, of)) = &currency
                     && first != "USD"
@@ -180,13 +182,27 @@ impl Prices {
                 currency.get_or_insert(("USD".to_owned(), "prices_file".to_owned()));
                 read_litellm(&text).map_err(|e| format!("prices_file {}: {e}", path.display()))?
             }
-            None => HashMap::new(),
+            None => Default::default(),
         };
         Ok(Self {
             currency: currency.map_or_else(|| "USD".to_owned(), |(c, _)| c),
             by_reference,
             from_file,
+            output_limits,
         })
+    }
+
+    /// The most output tokens model `reference` writes in one answer, as
+    /// the prices file says (by model, then `provider/model`).
+    pub fn max_output_tokens(&self, reference: &str) -> Option<u32> {
+        if self.output_limits.is_empty() {
+            return None;
+        }
+        let (provider, model) = reference.split_once(':')?;
+        self.output_limits
+            .get(model)
+            .or_else(|| self.output_limits.get(&format!("{provider}/{model}")))
+            .copied()
     }
 
     /// The price of model `reference` (`provider:model`), if it has one.
@@ -204,11 +220,16 @@ impl Prices {
     }
 }
 
-/// LiteLLM's model price map: its entries that price tokens.
-fn read_litellm(text: &str) -> Result<HashMap<String, Price>, String> {
+/// LiteLLM's model price map: its entries that price tokens, and the
+/// output limits it gives (`max_output_tokens`, else the older
+/// `max_tokens`, which LiteLLM documents as the same).
+type FileEntries = (HashMap<String, Price>, HashMap<String, u32>);
+
+fn read_litellm(text: &str) -> Result<FileEntries, String> {
     let map: serde_json::Map<String, Value> =
         serde_json::from_str(text).map_err(|e| format!("is not a JSON object of models: {e}"))?;
     let mut prices = HashMap::new();
+    let mut limits = HashMap::new();
     for (model, entry) in &map {
         if model == "sample_spec" {
             continue;
@@ -234,8 +255,12 @@ fn read_litellm(text: &str) -> Result<HashMap<String, Price>, String> {
         if let (Some(input), Some(output)) = (input, output) {
             prices.insert(model.clone(), Price::per_token(input, output, cached));
         }
+        let limit = number("max_output_tokens")?.or(number("max_tokens")?);
+        if let Some(l) = limit.filter(|l| *l >= 1.0) {
+            limits.insert(model.clone(), l.min(f64::from(u32::MAX)) as u32);
+        }
     }
-    Ok(prices)
+    Ok((prices, limits))
 }
 
 #[cfg(test)]
@@ -275,7 +300,7 @@ mod tests {
             dir.path().join("prices.json"),
             r#"{
               "sample_spec": {"input_cost_per_token": "set me", "mode": "chat"},
-              "gpt-4o": {"input_cost_per_token": 2.5e-06, "output_cost_per_token": 1e-05, "cache_read_input_token_cost": 1.25e-06, "litellm_provider": "openai"},
+              "gpt-4o": {"input_cost_per_token": 2.5e-06, "output_cost_per_token": 1e-05, "cache_read_input_token_cost": 1.25e-06, "litellm_provider": "openai", "max_tokens": 128000, "max_output_tokens": 16384},
               "openrouter/llama": {"input_cost_per_token": 1e-07, "output_cost_per_token": 2e-07},
               "dall-e-3": {"output_cost_per_image": 0.04},
               "metadata-only": {"max_tokens": 8192}
@@ -292,6 +317,10 @@ mod tests {
         assert_eq!(p.cost_nanos(2_000, 1_000, 500), 8_750_000);
         assert!(prices.of("openrouter:llama").is_some(), "by provider/model");
         assert!(prices.of("openai:dall-e-3").is_none());
+        // Output limits: max_output_tokens, else max_tokens.
+        assert_eq!(prices.max_output_tokens("openai:metadata-only"), Some(8192));
+        assert_eq!(prices.max_output_tokens("openai:gpt-4o"), Some(16384));
+        assert_eq!(prices.max_output_tokens("openrouter:llama"), None);
         assert!(prices.of("scripted:x").is_some());
     }
 

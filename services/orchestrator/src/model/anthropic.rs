@@ -65,6 +65,7 @@ pub struct AnthropicModel {
     model: String,
     settings: Settings,
     stream: bool,
+    max_output: Option<u32>,
 }
 
 impl AnthropicModel {
@@ -83,7 +84,14 @@ impl AnthropicModel {
             model: model.to_owned(),
             settings,
             stream,
+            max_output: None,
         }
+    }
+
+    /// The model's output limit (see `Model::max_output_tokens`).
+    pub fn with_max_output(mut self, limit: Option<u32>) -> Self {
+        self.max_output = limit;
+        self
     }
 
     fn body(&self, request: &ModelRequest<'_>, stream: bool) -> Value {
@@ -448,6 +456,10 @@ fn wire_messages(messages: &[ChatMessage]) -> (String, Vec<Value>) {
 impl Model for AnthropicModel {
     fn reference(&self) -> &str {
         &self.reference
+    }
+
+    fn max_output_tokens(&self) -> Option<u32> {
+        self.max_output
     }
 
     fn system(&self) -> &str {

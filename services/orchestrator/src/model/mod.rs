@@ -79,10 +79,11 @@ impl Models {
                     reference: reference.to_owned(),
                     script: name.to_owned(),
                 })?;
-            return Ok(Arc::new(scripted::ScriptedModel::new(
-                reference,
-                turns.clone(),
-            )));
+            let limit = self.catalog.prices.max_output_tokens(reference);
+            return Ok(Arc::new(
+                scripted::ScriptedModel::new(reference, turns.clone())
+                    .with_max_output(Some(limit.unwrap_or(self.default_max_output()))),
+            ));
         }
         let spec = self.catalog.providers.get(provider);
         let (Some(spec), Some(p)) = (spec, self.providers.get(provider)) else {
@@ -98,21 +99,29 @@ impl Models {
             None => spec.settings.clone(),
         };
         let stream = entry.and_then(|m| m.stream).or(spec.stream).unwrap_or(true);
+        // What the model may write in one answer: its entry's limit, the
+        // prices file's, else the agents file's default (Anthropic's, the
+        // `max_tokens` it is sent when none is set).
+        let known = entry
+            .and_then(|m| m.max_output_tokens)
+            .or_else(|| self.catalog.prices.max_output_tokens(reference));
         Ok(match p {
-            Provider::OpenAi(p) => Arc::new(openai::OpenAiModel::new(
-                p.clone(),
-                reference,
-                name,
-                settings,
-                stream,
-            )),
-            Provider::Anthropic(p) => Arc::new(anthropic::AnthropicModel::new(
-                p.clone(),
-                reference,
-                name,
-                settings,
-                stream,
-            )),
+            Provider::OpenAi(p) => Arc::new(
+                openai::OpenAiModel::new(p.clone(), reference, name, settings, stream)
+                    .with_max_output(Some(known.unwrap_or(self.default_max_output()))),
+            ),
+            Provider::Anthropic(p) => Arc::new(
+                anthropic::AnthropicModel::new(p.clone(), reference, name, settings, stream)
+                    .with_max_output(Some(known.unwrap_or(anthropic::DEFAULT_MAX_TOKENS))),
+            ),
         })
+    }
+
+    /// The agents file's `default_max_output_tokens`.
+    fn default_max_output(&self) -> u32 {
+        match self.catalog.default_max_output_tokens {
+            0 => crate::catalog::DEFAULT_MAX_OUTPUT_TOKENS,
+            n => n,
+        }
     }
 }

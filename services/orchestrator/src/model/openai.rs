@@ -59,6 +59,7 @@ pub struct OpenAiModel {
     model: String,
     settings: Settings,
     stream: bool,
+    max_output: Option<u32>,
 }
 
 impl OpenAiModel {
@@ -77,7 +78,14 @@ impl OpenAiModel {
             model: model.to_owned(),
             settings,
             stream,
+            max_output: None,
         }
+    }
+
+    /// The model's output limit (see `Model::max_output_tokens`).
+    pub fn with_max_output(mut self, limit: Option<u32>) -> Self {
+        self.max_output = limit;
+        self
     }
 
     /// The request body: conversation, tools, settings, extra fields.
@@ -362,6 +370,10 @@ struct PartialCall {
 impl Model for OpenAiModel {
     fn reference(&self) -> &str {
         &self.reference
+    }
+
+    fn max_output_tokens(&self) -> Option<u32> {
+        self.max_output
     }
 
     fn system(&self) -> &str {

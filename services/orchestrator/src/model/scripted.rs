@@ -27,6 +27,7 @@ use super::{
 pub struct ScriptedModel {
     reference: String,
     turns: Arc<Vec<ScriptTurn>>,
+    max_output: Option<u32>,
 }
 
 impl ScriptedModel {
@@ -35,7 +36,14 @@ impl ScriptedModel {
         Self {
             reference: reference.to_owned(),
             turns,
+            max_output: None,
         }
+    }
+
+    /// The model's output limit (see `Model::max_output_tokens`).
+    pub fn with_max_output(mut self, limit: Option<u32>) -> Self {
+        self.max_output = limit;
+        self
     }
 
     /// The turn for index `n`, counting repeats.
@@ -113,6 +121,10 @@ fn last_results(messages: &[ChatMessage]) -> String {
 impl Model for ScriptedModel {
     fn reference(&self) -> &str {
         &self.reference
+    }
+
+    fn max_output_tokens(&self) -> Option<u32> {
+        self.max_output
     }
 
     /// Exact: the script's usage, else what [`Self::turn`] will count.

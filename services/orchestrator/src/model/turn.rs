@@ -91,6 +91,15 @@ pub trait Model: Send + Sync {
         NONE.get_or_init(Settings::default)
     }
 
+    /// The most output tokens the model writes in one answer, as far as
+    /// Baton knows (`providers.<p>.models.<m>.max_output_tokens`, the
+    /// prices file's `max_output_tokens`, else the agents file's
+    /// `default_max_output_tokens`): the worst case a budget reserves for a
+    /// call without `max_tokens`. `None`: unknown.
+    fn max_output_tokens(&self) -> Option<u32> {
+        None
+    }
+
     /// The input tokens of a request of `messages` and `tools` (the agent's
     /// turn `turn`), estimated before the call for budgets and limits: a
     /// character count that errs high (3 characters a token, plus 4 a

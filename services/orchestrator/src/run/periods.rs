@@ -82,44 +82,76 @@ pub struct Ask {
     pub price: Option<(f64, f64)>,
 }
 
+/// Why a call does not fit a tenant's period budgets now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Short {
+    /// It would fit (or fit better) once calls in flight settle: wait.
+    Held,
+    /// The budget at this index has too little left.
+    Budget(usize),
+}
+
 /// Whether a call fits `budgets` whose counters are `counters`: the output
-/// tokens it may write, and what it holds; or the index of the first budget
-/// that refuses it.
+/// tokens it may write, and what it holds; or why not. `patient`: a call
+/// that calls in flight keep from its whole `cap` is told to wait
+/// ([`Short::Held`]) instead of taking less.
 pub fn fit(
     budgets: &[PeriodBudget],
     counters: &[Counters],
     ask: Ask,
-) -> Result<(Option<u32>, u64, u64), usize> {
-    let mut cap = ask.cap.map(u64::from);
+    patient: bool,
+) -> Result<(Option<u32>, u64, u64), Short> {
+    let want = ask.cap.map_or(u64::MAX, u64::from);
+    let (mut cap, mut free) = (want, want);
+    let mut refusing = None;
     let (pin, pout) = ask.price.unwrap_or((0.0, 0.0));
+    let input_cost = ask.input as f64 * pin;
     for (i, (b, c)) in budgets.iter().zip(counters).enumerate() {
         if let Some(limit) = b.tokens {
-            let used = c.tokens + c.held_tokens;
-            let left = limit.saturating_sub(used);
-            if left <= ask.input {
-                return Err(i);
+            let room = limit.saturating_sub(c.tokens);
+            if room <= ask.input {
+                return Err(Short::Budget(i));
             }
-            cap = Some(cap.map_or(left - ask.input, |k| k.min(left - ask.input)));
+            free = free.min(room - ask.input);
+            let left = room.saturating_sub(c.held_tokens);
+            if left <= ask.input {
+                refusing.get_or_insert(i);
+                cap = 0;
+            } else {
+                cap = cap.min(left - ask.input);
+            }
         }
         if let Some(limit) = b.cost_nanos {
             if ask.price.is_none() {
-                return Err(i);
+                return Err(Short::Budget(i));
             }
-            let left = limit.saturating_sub(c.cost + c.held_cost) as f64;
-            let input_cost = ask.input as f64 * pin;
-            if left < input_cost + pout.max(1.0) {
-                return Err(i);
+            let room = limit.saturating_sub(c.cost) as f64;
+            if room < input_cost + pout.max(1.0) {
+                return Err(Short::Budget(i));
             }
+            let left = room - c.held_cost as f64;
             if pout > 0.0 {
-                let room = ((left - input_cost) / pout).floor() as u64;
-                cap = Some(cap.map_or(room, |k| k.min(room)));
+                free = free.min(((room - input_cost) / pout).floor() as u64);
+            }
+            if left < input_cost + pout.max(1.0) {
+                refusing.get_or_insert(i);
+                cap = 0;
+            } else if pout > 0.0 {
+                cap = cap.min(((left - input_cost) / pout).floor() as u64);
             }
         }
     }
-    let out = cap.unwrap_or(0);
-    let held_cost = (ask.input as f64 * pin + out as f64 * pout).round() as u64;
+    if cap < free && patient {
+        return Err(Short::Held);
+    }
+    if let Some(i) = refusing {
+        return Err(Short::Budget(i));
+    }
+    let bounded = cap != u64::MAX;
+    let out = if bounded { cap } else { 0 };
+    let held_cost = (input_cost + out as f64 * pout).round() as u64;
     Ok((
-        cap.map(|c| c.min(u64::from(u32::MAX)) as u32),
+        bounded.then(|| cap.min(u64::from(u32::MAX)) as u32),
         ask.input + out,
         held_cost,
     ))
@@ -134,15 +166,26 @@ fn quota_name(b: &PeriodBudget, cost: bool) -> String {
     )
 }
 
+/// Who a tenant is in a message: `tenant acme`, or `the default tenant`
+/// (the tenant of calls without a key).
+fn who(tenant: &str) -> String {
+    if tenant.is_empty() {
+        "the default tenant".to_owned()
+    } else {
+        format!("tenant {tenant}")
+    }
+}
+
 /// Why `budget` (with `counters`) refused a call asking `ask`.
 pub fn refusal(tenant: &str, b: &PeriodBudget, c: &Counters, ask: Ask) -> String {
+    let tenant = who(tenant);
     let tokens_refuse = b
         .tokens
         .is_some_and(|l| l.saturating_sub(c.tokens + c.held_tokens) <= ask.input);
     if tokens_refuse {
         let limit = b.tokens.unwrap_or(0);
         return format!(
-            "quotas.{}: tenant {tenant}: {} of {limit} tokens spent this UTC {}{}; the next model call needs at least {}",
+            "quotas.{}: {tenant}: {} of {limit} tokens spent this UTC {}{}; the next model call needs at least {}",
             quota_name(b, false),
             c.tokens,
             b.period.as_str(),
@@ -153,12 +196,12 @@ pub fn refusal(tenant: &str, b: &PeriodBudget, c: &Counters, ask: Ask) -> String
     let limit = b.cost_nanos.unwrap_or(0);
     if ask.price.is_none() {
         return format!(
-            "quotas.{}: tenant {tenant}: a model without a price cannot be bounded by cost (give it a price)",
+            "quotas.{}: {tenant}: a model without a price cannot be bounded by cost (give it a price)",
             quota_name(b, true)
         );
     }
     format!(
-        "quotas.{}: tenant {tenant}: {} of {} spent this UTC {}{}",
+        "quotas.{}: {tenant}: {} of {} spent this UTC {}{}",
         quota_name(b, true),
         money(c.cost),
         money(limit),
@@ -186,18 +229,65 @@ type ByTenant = HashMap<(String, &'static str), (i64, Counters)>;
 #[derive(Default)]
 pub struct LocalPeriods {
     counters: Mutex<ByTenant>,
+    /// A hold was settled or released: calls waiting for room look again.
+    settled: tokio::sync::Notify,
 }
 
 impl LocalPeriods {
-    /// Reserves `ask` against `tenant`'s `budgets`.
-    pub fn reserve(
+    /// Reserves `ask` against `tenant`'s `budgets`; while calls in flight
+    /// keep it from its whole cap it waits for them, until `deadline`.
+    pub async fn reserve(
         &self,
         tenant: &str,
         budgets: &[PeriodBudget],
         ask: Ask,
+        deadline: std::time::Instant,
     ) -> Result<(PeriodHold, Option<u32>), PeriodRefusal> {
+        loop {
+            let settled = self.settled.notified();
+            tokio::pin!(settled);
+            settled.as_mut().enable();
+            let patient = std::time::Instant::now() < deadline;
+            match self.try_reserve(tenant, budgets, ask, patient) {
+                Err(Short::Held) => {
+                    let _ = tokio::time::timeout_at(deadline.into(), settled).await;
+                }
+                Err(Short::Budget(i)) => {
+                    let counters = self.counters_of(tenant, &budgets[i]);
+                    return Err(PeriodRefusal::Exhausted(refusal(
+                        tenant,
+                        &budgets[i],
+                        &counters,
+                        ask,
+                    )));
+                }
+                Ok(held) => return Ok(held),
+            }
+        }
+    }
+
+    fn all(&self) -> std::sync::MutexGuard<'_, ByTenant> {
+        self.counters.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn counters_of(&self, tenant: &str, b: &PeriodBudget) -> Counters {
+        let (n, _) = bucket(b.period, now_ms());
+        self.all()
+            .get(&(tenant.to_owned(), b.period.as_str()))
+            .filter(|e| e.0 == n)
+            .map(|e| e.1)
+            .unwrap_or_default()
+    }
+
+    fn try_reserve(
+        &self,
+        tenant: &str,
+        budgets: &[PeriodBudget],
+        ask: Ask,
+        patient: bool,
+    ) -> Result<(PeriodHold, Option<u32>), Short> {
         let now = now_ms();
-        let mut all = self.counters.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all = self.all();
         let mut keys = Vec::new();
         let mut counters = Vec::new();
         for b in budgets {
@@ -211,21 +301,28 @@ impl LocalPeriods {
             keys.push(format!("{tenant}\n{}\n{n}", b.period.as_str()));
             counters.push(entry.1);
         }
-        let (cap, tokens, cost) = fit(budgets, &counters, ask).map_err(|i| {
-            PeriodRefusal::Exhausted(refusal(tenant, &budgets[i], &counters[i], ask))
-        })?;
+        let (cap, tokens, cost) = fit(budgets, &counters, ask, patient)?;
         for b in budgets {
             if let Some(e) = all.get_mut(&(tenant.to_owned(), b.period.as_str())) {
                 e.1.held_tokens += tokens;
                 e.1.held_cost += cost;
             }
         }
-        Ok((PeriodHold { keys, tokens, cost }, cap))
+        Ok((
+            PeriodHold {
+                tenant: tenant.to_owned(),
+                keys,
+                tokens,
+                cost,
+                ..Default::default()
+            },
+            cap,
+        ))
     }
 
-    /// Settles `hold` to what the call spent.
+    /// Settles `hold` to what the call spent; calls waiting look again.
     pub fn settle(&self, hold: &PeriodHold, tokens: u64, cost: u64) {
-        let mut all = self.counters.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all = self.all();
         for key in &hold.keys {
             let mut parts = key.split('\n');
             let (Some(tenant), Some(period), Some(n)) = (parts.next(), parts.next(), parts.next())
@@ -245,6 +342,17 @@ impl LocalPeriods {
                 e.1.cost += cost;
             }
         }
+        drop(all);
+        self.settled.notify_waiters();
+    }
+
+    /// What calls in flight hold of every tenant's budgets: tokens and
+    /// cost (what `/metrics` shows as `baton_model_budget_held`).
+    pub fn held(&self) -> Vec<(String, &'static str, Counters)> {
+        self.all()
+            .iter()
+            .map(|((t, p), (_, c))| (t.clone(), *p, *c))
+            .collect()
     }
 }
 
@@ -287,8 +395,16 @@ mod tests {
             price: None,
         };
         // 99 in and 1 out fit the 100 left; the cap comes down to 1.
-        assert_eq!(fit(&budgets, &[spent], ask(99)), Ok((Some(1), 100, 0)));
-        assert_eq!(fit(&budgets, &[spent], ask(100)), Err(0));
+        assert_eq!(
+            fit(&budgets, &[spent], ask(99), false),
+            Ok((Some(1), 100, 0))
+        );
+        assert_eq!(
+            fit(&budgets, &[spent], ask(100), false),
+            Err(Short::Budget(0))
+        );
+        // Patient, it waits for the 100 held.
+        assert_eq!(fit(&budgets, &[spent], ask(100), true), Err(Short::Held));
         assert_eq!(
             refusal("acme", &budgets[0], &spent, ask(100)),
             "quotas.model_tokens_per_day: tenant acme: 800 of 1000 tokens spent this UTC day (100 more held by calls in flight); the next model call needs at least 101"
@@ -304,20 +420,23 @@ mod tests {
             cap: None,
             price: None,
         };
-        assert_eq!(fit(&cost, &[Counters::default()], unpriced), Err(0));
+        assert_eq!(
+            fit(&cost, &[Counters::default()], unpriced, true),
+            Err(Short::Budget(0))
+        );
         let priced = Ask {
             price: Some((1000.0, 2000.0)),
             ..unpriced
         };
         // (10 000 000 - 10 000) / 2 000 = 4 995 output tokens.
         assert_eq!(
-            fit(&cost, &[Counters::default()], priced),
+            fit(&cost, &[Counters::default()], priced, true),
             Ok((Some(4995), 5005, 10_000_000))
         );
     }
 
-    #[test]
-    fn local_counters_hold_then_settle() {
+    #[tokio::test]
+    async fn local_counters_hold_then_settle() {
         let local = LocalPeriods::default();
         let budgets = [PeriodBudget {
             period: Period::Hour,
@@ -329,13 +448,29 @@ mod tests {
             cap: Some(100),
             price: None,
         };
-        let (first, cap) = local.reserve("t", &budgets, ask).expect("first");
+        let now = std::time::Instant::now();
+        let far = now + std::time::Duration::from_secs(30);
+        let (first, cap) = local.reserve("", &budgets, ask, far).await.expect("first");
         assert_eq!((cap, first.tokens), (Some(100), 200));
-        // 100 left above the first's hold: not enough for 100 in and 1 out.
-        assert!(local.reserve("t", &budgets, ask).is_err());
+        // 100 left above the first's hold: not enough for 100 in and 1 out,
+        // now; a patient call waits for the first to settle.
+        let refused = local.reserve("", &budgets, ask, now).await;
+        assert_eq!(
+            refused,
+            Err(PeriodRefusal::Exhausted("quotas.model_tokens_per_hour: the default tenant: 0 of 300 tokens spent this UTC hour (200 more held by calls in flight); the next model call needs at least 101".into()))
+        );
+        let waiting = local.reserve("", &budgets, ask, far);
+        tokio::pin!(waiting);
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(50), waiting.as_mut())
+                .await
+                .is_err()
+        );
         local.settle(&first, 120, 0);
         // 180 left: 100 in, and 80 out at most.
-        let (_, cap) = local.reserve("t", &budgets, ask).expect("after the settle");
+        let (second, cap) = waiting.await.expect("after the settle");
         assert_eq!(cap, Some(80));
+        local.settle(&second, 0, 0);
+        assert_eq!(local.held()[0].2.held_tokens, 0);
     }
 }

@@ -340,6 +340,14 @@ impl RunQuotas {
         self.config.of(tenant).periods()
     }
 
+    /// This replica's calls hold `by` more tokens of `tenant`'s budgets.
+    fn held(&self, tenant: &str, by: i64) {
+        self.metrics
+            .held
+            .get_or_create(&tenant_label(tenant))
+            .inc_by(by);
+    }
+
     fn fail_open(&self, tenant: &str) -> bool {
         self.config
             .of(tenant)
@@ -356,6 +364,7 @@ impl Periods for RunQuotas {
         input: u64,
         cap: Option<u32>,
         price: Option<&Price>,
+        deadline: std::time::Instant,
     ) -> Result<(PeriodHold, Option<u32>), PeriodRefusal> {
         let budgets = self.periods_of(tenant);
         if budgets.is_empty() {
@@ -366,24 +375,50 @@ impl Periods for RunQuotas {
             cap,
             price: per_token(price),
         };
-        match &self.durable {
-            None => self.periods.reserve(tenant, &budgets, ask),
-            Some(durable) => match durable.reserve_periods(tenant, &budgets, ask).await {
+        let held = match &self.durable {
+            None => self.periods.reserve(tenant, &budgets, ask, deadline).await,
+            Some(durable) => match durable
+                .reserve_periods(tenant, &budgets, ask, deadline)
+                .await
+            {
                 Err(PeriodRefusal::Unreachable(_)) if self.fail_open(tenant) => {
                     Ok((PeriodHold::default(), cap))
                 }
                 other => other,
             },
+        };
+        if let Ok((hold, _)) = &held {
+            self.held(tenant, hold.tokens as i64);
         }
+        held
     }
 
     async fn settle(&self, hold: PeriodHold, tokens: u64, cost: u64) {
         if hold.keys.is_empty() {
             return;
         }
+        self.held(&hold.tenant, -(hold.tokens as i64));
         match &self.durable {
             None => self.periods.settle(&hold, tokens, cost),
             Some(durable) => durable.settle_periods(&hold, tokens, cost).await,
+        }
+    }
+
+    fn release(&self, hold: PeriodHold, tokens: u64, cost: u64) {
+        if hold.keys.is_empty() {
+            return;
+        }
+        self.held(&hold.tenant, -(hold.tokens as i64));
+        match &self.durable {
+            None => self.periods.settle(&hold, tokens, cost),
+            Some(durable) => {
+                // A drop cannot wait for Redis: settled in the background
+                // (or, should that fail, the hold lapses by itself).
+                let durable = durable.clone();
+                if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                    handle.spawn(async move { durable.settle_periods(&hold, tokens, cost).await });
+                }
+            }
         }
     }
 }
@@ -429,7 +464,11 @@ mod tests {
         )
         .expect("prices");
         let p = price.of("m:x");
-        match unreachable(false).reserve("acme", 10, Some(5), p).await {
+        let far = std::time::Instant::now() + Duration::from_secs(5);
+        match unreachable(false)
+            .reserve("acme", 10, Some(5), p, far)
+            .await
+        {
             Err(PeriodRefusal::Unreachable(m)) => {
                 assert!(
                     m.starts_with("the tenant's model budgets cannot be read"),
@@ -440,7 +479,7 @@ mod tests {
         }
         // Failing open, the call goes ahead holding nothing.
         let (hold, cap) = unreachable(true)
-            .reserve("acme", 10, Some(5), p)
+            .reserve("acme", 10, Some(5), p, far)
             .await
             .expect("fail open");
         assert_eq!((hold.keys.len(), cap), (0, Some(5)));

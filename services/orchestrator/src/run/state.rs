@@ -96,7 +96,7 @@ pub struct Run {
     /// When its walk through recorded points last let the worker go.
     pacer: Pacer,
     /// Its budgets (see `model::call::budget`).
-    pub budgets: Mutex<crate::model::call::budget::Book>,
+    pub budgets: crate::model::call::budget::Budgets,
     /// What the steps of each pipeline run as a tool spent, by the
     /// pipeline's context (its caller's agent counts it as a sub-agent's).
     pipeline_usage: Mutex<HashMap<String, pb::Usage>>,
@@ -228,7 +228,7 @@ impl Run {
             rerun: options.rerun,
             settings: options.settings,
             pacer: Pacer::default(),
-            budgets: Mutex::new(crate::model::call::budget::Book::new(options.limits.budget)),
+            budgets: crate::model::call::budget::Budgets::new(options.limits.budget),
             pipeline_usage: Mutex::default(),
         })
     }

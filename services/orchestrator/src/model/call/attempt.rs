@@ -33,7 +33,15 @@ impl TryModel for Attempt {
         } else {
             Cow::Owned(model.settings().merged(call.over))
         };
-        if let Some(cap) = call.max_output
+        // A budget's cap is what it reserved; never more than this model
+        // writes (a fallback's limit may be lower than the first's).
+        let cap = match (call.max_output, model.max_output_tokens()) {
+            (Some(cap), Some(l)) if call.budget.is_some() || call.periods.is_some() => {
+                Some(cap.min(l))
+            }
+            (cap, _) => cap,
+        };
+        if let Some(cap) = cap
             && settings.max_tokens.is_none_or(|m| m > cap)
         {
             settings.to_mut().max_tokens = Some(cap);

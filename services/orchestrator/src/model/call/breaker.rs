@@ -9,6 +9,15 @@
 //! answered (even with a 400), the breaker closes; failed, it opens again.
 //! `baton_model_breaker_open{provider}` shows it.
 //!
+//! Baton's own refusals below it — a rate limit's queue that timed out
+//! (`rate_limit`), shared counters that did not answer
+//! (`limit_unreachable`) — say nothing of the provider: they neither count
+//! as failures nor close the breaker.
+//!
+//! A probe is a guard: a probing call dropped before it ends (cancelled,
+//! its caller gone, a timeout, fencing) gives the probe back, so the next
+//! call probes instead of the breaker staying open for good.
+//!
 //! With durable runs the breaker is shared by every replica through Redis
 //! ([`SharedBreakers`], see `run::durable::breakers`): each counted failure
 //! is counted for all of them (the failure path only: a call that answers
@@ -66,6 +75,56 @@ pub trait SharedBreakers: Send + Sync {
     /// Whether this replica may probe `provider` (one replica at a time,
     /// for at most `hold`).
     async fn probe(&self, provider: &str, hold: Duration) -> Result<bool, String>;
+    /// This replica's probe of `provider` ended without telling anything
+    /// (dropped, or refused by Baton itself): another may probe at once.
+    async fn abandon_probe(&self, provider: &str) -> Result<(), String>;
+}
+
+/// What a call told of its provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// The provider answered (a 400 is an answer).
+    Answered,
+    /// It failed in a way that counts (a 429, a 5xx, a timeout).
+    Failed,
+    /// Baton refused the call before it reached the provider.
+    Neutral,
+}
+
+/// Baton's own refusals below the breaker (see `limit`).
+fn outcome_of(answered: &Result<ModelTurn, ModelError>) -> Outcome {
+    let Err(e) = answered else {
+        return Outcome::Answered;
+    };
+    if super::limit::refused_here(e) {
+        return Outcome::Neutral;
+    }
+    match moves(e) {
+        Some(why) if why != "context_window" && why != "breaker_open" => Outcome::Failed,
+        _ => Outcome::Answered,
+    }
+}
+
+/// A probe in flight: given back when dropped before its outcome counted.
+struct Probing<'a, I> {
+    breakers: &'a Breakers<I>,
+    provider: &'a str,
+    live: bool,
+}
+
+impl<I> Probing<'_, I> {
+    /// The probe's outcome counted: nothing to give back.
+    fn done(mut self) {
+        self.live = false;
+    }
+}
+
+impl<I> Drop for Probing<'_, I> {
+    fn drop(&mut self) {
+        if self.live {
+            self.breakers.give_back_probe(self.provider);
+        }
+    }
 }
 
 type States = Mutex<HashMap<String, State>>;
@@ -128,6 +187,30 @@ impl<I> Breakers<I> {
         }
         self.shared = Some(shared);
         self
+    }
+
+    /// A probe of `provider` ended without an outcome: the next call
+    /// probes (here, and on any replica).
+    fn give_back_probe(&self, provider: &str) {
+        self.with(provider, |s| s.probing = false);
+        self.metrics.breaker_probing(provider, false);
+        if let Some(shared) = &self.shared
+            && let Ok(handle) = tokio::runtime::Handle::try_current()
+        {
+            let (shared, provider) = (shared.clone(), provider.to_owned());
+            handle.spawn(async move {
+                if let Err(e) = shared.abandon_probe(&provider).await {
+                    // It lapses by itself after the model timeout.
+                    tracing::warn!(provider, error = %e, "a breaker's probe was not given back");
+                }
+            });
+        }
+    }
+
+    /// Whether `provider` is being probed here (tests, the invariants'
+    /// checks).
+    pub fn probing(&self, provider: &str) -> bool {
+        self.with(provider, |s| s.probing)
     }
 
     fn with<R>(&self, provider: &str, f: impl FnOnce(&mut State) -> R) -> R {
@@ -199,12 +282,27 @@ impl<I: TryModel> TryModel for Breakers<I> {
             return self.inner.try_model(model, call, sink).await;
         };
         let mut pass = self.pass(provider, Instant::now());
-        // One replica of all probes.
-        if let (Pass::Probe, Some(shared)) = (&pass, &self.shared)
-            && !shared.probe(provider, call.timeout).await.unwrap_or(false)
-        {
-            self.with(provider, |s| s.probing = false);
-            pass = Pass::Refuse(Duration::ZERO);
+        let mut probing = None;
+        if pass == Pass::Probe {
+            // From here the probe is given back however the call ends.
+            let probe = Probing {
+                breakers: self,
+                provider,
+                live: true,
+            };
+            // One replica of all probes.
+            let mine = match &self.shared {
+                Some(shared) => shared.probe(provider, call.timeout).await.unwrap_or(false),
+                None => true,
+            };
+            if mine {
+                self.metrics.breaker_probing(provider, true);
+                probing = Some(probe);
+            } else {
+                self.with(provider, |s| s.probing = false);
+                probe.done();
+                pass = Pass::Refuse(Duration::ZERO);
+            }
         }
         if let Pass::Refuse(wait) = pass {
             return Err(ModelError::new(
@@ -220,11 +318,17 @@ impl<I: TryModel> TryModel for Breakers<I> {
             ));
         }
         let answered = self.inner.try_model(model, call, sink).await;
-        let failed = answered
-            .as_ref()
-            .err()
-            .and_then(moves)
-            .is_some_and(|why| why != "context_window" && why != "breaker_open");
+        let outcome = outcome_of(&answered);
+        if outcome == Outcome::Neutral {
+            // Nothing learnt of the provider; a probe is given back as the
+            // guard drops.
+            return answered;
+        }
+        if let Some(p) = probing {
+            p.done();
+            self.metrics.breaker_probing(provider, false);
+        }
+        let failed = outcome == Outcome::Failed;
         let dirty = self.dirty(provider);
         let mut open = self.outcome(provider, spec, failed, Instant::now());
         if let Some(shared) = &self.shared {
@@ -287,5 +391,110 @@ mod tests {
         assert_eq!(b.pass("p", at(28)), Pass::Call);
         // Another provider's breaker is its own.
         assert_eq!(b.pass("q", at(18)), Pass::Call);
+    }
+
+    /// A provider that answers as told: hangs, fails, or is refused by
+    /// Baton's own rate limit.
+    struct Scripted(std::sync::Mutex<Vec<&'static str>>);
+
+    #[async_trait::async_trait]
+    impl TryModel for Scripted {
+        async fn try_model(
+            &self,
+            _: &Arc<dyn Model>,
+            _: &ModelCall<'_>,
+            _: &dyn CallSink,
+        ) -> Result<ModelTurn, ModelError> {
+            let next = self.0.lock().expect("script").remove(0);
+            let fail = |kind, error_type: &str| Err(ModelError::new("p:m", kind, error_type, "x"));
+            match next {
+                "hang" => std::future::pending().await,
+                "500" => fail(ModelErrorKind::Unavailable, "500"),
+                "limited" => fail(ModelErrorKind::RateLimited, super::super::limit::LIMITED),
+                "unreachable" => fail(
+                    ModelErrorKind::Unavailable,
+                    super::super::limit::UNREACHABLE,
+                ),
+                _ => Ok(ModelTurn::default()),
+            }
+        }
+    }
+
+    struct Named;
+
+    #[async_trait::async_trait]
+    impl Model for Named {
+        fn reference(&self) -> &str {
+            "p:m"
+        }
+        async fn turn(
+            &self,
+            _: crate::model::ModelRequest<'_>,
+            _: &dyn crate::model::DeltaSink,
+        ) -> Result<ModelTurn, ModelError> {
+            Ok(ModelTurn::default())
+        }
+    }
+
+    struct Quiet;
+
+    #[async_trait::async_trait]
+    impl crate::model::DeltaSink for Quiet {
+        async fn delta(&self, _: String) {}
+    }
+
+    #[async_trait::async_trait]
+    impl CallSink for Quiet {
+        async fn fell_back(&self, _: &str, _: &str, _: &super::super::request::Skipped, _: bool) {}
+        async fn waiting(&self, _: &str, _: &str, _: Duration, _: usize) {}
+    }
+
+    #[tokio::test]
+    async fn a_dropped_probe_is_given_back_and_batons_own_refusals_count_for_nothing() {
+        let spec = BreakerSpec {
+            failures: 2,
+            window: Duration::from_secs(10),
+            cooldown: Duration::from_millis(50),
+        };
+        let script = vec![
+            "limited",
+            "unreachable",
+            "limited",
+            "500",
+            "500",
+            "hang",
+            "ok",
+        ];
+        let b = Breakers::new(
+            Scripted(std::sync::Mutex::new(script)),
+            [("p".to_owned(), spec)].into_iter().collect(),
+            Arc::default(),
+        );
+        let model: Arc<dyn Model> = Arc::new(Named);
+        let fixture = crate::model::call::request::TestCall::default();
+        let models = [model.clone()];
+        let call = fixture.call(&models, &[], "t", Duration::from_secs(5));
+        // Three of Baton's own refusals: the breaker stays closed.
+        for _ in 0..3 {
+            assert!(b.try_model(&model, &call, &Quiet).await.is_err());
+        }
+        assert_eq!(b.pass("p", Instant::now()), Pass::Call);
+        // Two failures of the provider open it.
+        for _ in 0..2 {
+            assert!(b.try_model(&model, &call, &Quiet).await.is_err());
+        }
+        assert!(matches!(b.pass("p", Instant::now()), Pass::Refuse(_)));
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        // The probe hangs and its caller gives up: the probe is given back.
+        let probe = b.try_model(&model, &call, &Quiet);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(20), probe)
+                .await
+                .is_err()
+        );
+        assert!(!b.probing("p"));
+        // The next call probes, is answered, and closes it.
+        assert!(b.try_model(&model, &call, &Quiet).await.is_ok());
+        assert_eq!(b.pass("p", Instant::now()), Pass::Call);
     }
 }

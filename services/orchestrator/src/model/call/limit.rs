@@ -37,6 +37,18 @@ use super::request::{CallSink, ModelCall, TryModel};
 use crate::catalog::models::RateLimitSpec;
 use crate::model::{Model, ModelError, ModelErrorKind, ModelTurn};
 
+/// The `error_type` of a call that waited the model timeout in a rate
+/// limit's queue (or counts more tokens than the limit holds).
+pub const LIMITED: &str = "rate_limit";
+/// The `error_type` of a call whose limit's shared counters did not answer.
+pub const UNREACHABLE: &str = "limit_unreachable";
+
+/// Whether `e` is Baton's own refusal of a call, which never reached the
+/// provider (the breaker does not count it).
+pub fn refused_here(e: &ModelError) -> bool {
+    e.error_type == LIMITED || e.error_type == UNREACHABLE
+}
+
 /// What one call takes from a window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Want {
@@ -308,7 +320,7 @@ impl<I: TryModel> TryModel for Limits<I> {
         {
             return refused(
                 ModelErrorKind::RateLimited,
-                "rate_limit",
+                LIMITED,
                 format!(
                     "this call counts {cost} tokens, over {provider}'s limit of {max} tokens per {:?}",
                     spec.window
@@ -338,7 +350,7 @@ impl<I: TryModel> TryModel for Limits<I> {
                 Err(e) => {
                     return refused(
                         ModelErrorKind::Unavailable,
-                        "limit_unreachable",
+                        UNREACHABLE,
                         format!("{provider}'s shared rate limit cannot be read: {e}"),
                     );
                 }
@@ -384,14 +396,14 @@ impl<I: TryModel> TryModel for Limits<I> {
                 Ok(Ok(Err(e))) => {
                     return refused(
                         ModelErrorKind::Unavailable,
-                        "limit_unreachable",
+                        UNREACHABLE,
                         format!("{provider}'s shared rate limit cannot be read: {e}"),
                     );
                 }
                 Ok(Err(_)) | Err(_) => {
                     return refused(
                         ModelErrorKind::RateLimited,
-                        "rate_limit",
+                        LIMITED,
                         format!(
                             "waited {:?} (the model timeout) for {provider}'s rate limit",
                             call.timeout

@@ -3,11 +3,11 @@
 //! and the two layer interfaces ([`CallModel`] for the whole call,
 //! [`TryModel`] for one model of it).
 
-use std::{sync::Arc, sync::Mutex, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use opentelemetry_sdk::trace::SdkTracer;
 
-use super::budget::{Book, Exhausted};
+use super::budget::{Book, Budgets, Exhausted};
 use crate::catalog::{prices::Prices, settings::Settings};
 use crate::model::{
     ChatMessage, DeltaSink, Model, ModelError, ModelErrorKind, ModelTurn, ToolDef,
@@ -77,7 +77,7 @@ impl<'a> ModelCall<'a> {
 #[derive(Clone, Copy)]
 pub struct Claim<'a> {
     /// The run's budgets.
-    pub book: &'a Mutex<Book>,
+    pub budgets: &'a Budgets,
     /// The nearest node above the frame.
     pub node: usize,
 }
@@ -122,12 +122,19 @@ pub enum CallError {
 /// [`Periods::settle`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PeriodHold {
+    /// The tenant.
+    pub tenant: String,
     /// Where it is held (the periods' counters).
     pub keys: Vec<String>,
     /// Tokens held.
     pub tokens: u64,
     /// Cost held, in billionths.
     pub cost: u64,
+    /// Where the hold itself is kept, renewed while the call is in flight
+    /// (Redis; empty in memory).
+    pub holds: String,
+    /// The hold's id there.
+    pub id: String,
 }
 
 /// Why a tenant's period budgets refuse a call.
@@ -145,17 +152,64 @@ pub enum PeriodRefusal {
 pub trait Periods: Send + Sync {
     /// Reserves `input` tokens and at most `cap` output tokens (priced at
     /// `price`) of `tenant`'s budgets; the hold, and the output tokens it
-    /// allows (at most `cap`).
+    /// allows (at most `cap`). While calls in flight keep it from `cap`
+    /// it waits for them to settle, until `deadline`; then it takes what
+    /// is left.
     async fn reserve(
         &self,
         tenant: &str,
         input: u64,
         cap: Option<u32>,
         price: Option<&crate::catalog::prices::Price>,
+        deadline: std::time::Instant,
     ) -> Result<(PeriodHold, Option<u32>), PeriodRefusal>;
 
     /// Settles `hold` to what the call spent.
     async fn settle(&self, hold: PeriodHold, tokens: u64, cost: u64);
+
+    /// Settles `hold` of a call dropped before it settled, without waiting
+    /// (a drop cannot): at once in memory, in the background in Redis.
+    fn release(&self, hold: PeriodHold, tokens: u64, cost: u64);
+}
+
+/// A call's hold on its tenant's period budgets: settled with
+/// [`PeriodGuard::settle`], or released when dropped at what `spent` says
+/// the call spent.
+pub struct PeriodGuard<'a> {
+    periods: &'a dyn Periods,
+    hold: Option<PeriodHold>,
+    spent: super::budget::Spent<'a>,
+}
+
+impl<'a> PeriodGuard<'a> {
+    /// Guards `hold`, taken of `periods`.
+    pub fn new(
+        periods: &'a dyn Periods,
+        hold: PeriodHold,
+        spent: super::budget::Spent<'a>,
+    ) -> Self {
+        Self {
+            periods,
+            hold: Some(hold),
+            spent,
+        }
+    }
+
+    /// Settles the hold to what the call spent.
+    pub async fn settle(mut self, tokens: u64, cost: u64) {
+        if let Some(hold) = self.hold.take() {
+            self.periods.settle(hold, tokens, cost).await;
+        }
+    }
+}
+
+impl Drop for PeriodGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(hold) = self.hold.take() {
+            let (tokens, cost) = (self.spent)();
+            self.periods.release(hold, tokens, cost);
+        }
+    }
 }
 
 /// What a call tells its watchers besides its text.
@@ -190,8 +244,8 @@ pub trait TryModel: Send + Sync {
 }
 
 /// The book, even when a panicking call poisoned its lock.
-pub fn lock(book: &Mutex<Book>) -> std::sync::MutexGuard<'_, Book> {
-    book.lock().unwrap_or_else(|p| p.into_inner())
+pub fn lock(budgets: &Budgets) -> std::sync::MutexGuard<'_, Book> {
+    budgets.lock()
 }
 
 /// The tracer and metrics the attempt layer reports to.

@@ -49,6 +49,18 @@ return -1
     ))
 });
 
+static ABANDON: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+-- KEYS[1] the probe; ARGV[1] this replica: its probe given back.
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+",
+    )
+});
+
 static FAILURE_IDS: AtomicU64 = AtomicU64::new(0);
 
 impl RedisRuns {
@@ -111,6 +123,17 @@ impl SharedBreakers for RedisRuns {
             .into_iter()
             .map(|t| (t > 0).then(|| Duration::from_millis(t as u64)))
             .collect())
+    }
+
+    async fn abandon_probe(&self, provider: &str) -> Result<(), String> {
+        let mut c = self.conn().await.map_err(|e| e.to_string())?;
+        ABANDON
+            .key(self.breaker_key(provider, "probe"))
+            .arg(&self.owner)
+            .invoke_async::<i64>(&mut c)
+            .await
+            .map(drop)
+            .map_err(|e| format!("redis: {e}"))
     }
 
     async fn probe(&self, provider: &str, hold: Duration) -> Result<bool, String> {

@@ -39,7 +39,7 @@ mod lease;
 pub mod limits;
 mod list;
 mod meta;
-mod periods;
+pub mod periods;
 pub mod quota;
 pub mod sequencer;
 mod sessions;
@@ -93,6 +93,9 @@ pub struct RedisRuns {
     renew: Script,
     release: Script,
     claim: Script,
+    /// The holds on tenants' period budgets of this replica's calls in
+    /// flight, renewed while they are.
+    holds: std::sync::Arc<periods::LiveHolds>,
 }
 
 /// An event as the run's log in Redis keeps it: its seq, and its whole
@@ -237,6 +240,7 @@ impl RedisRuns {
             renew: Script::new(&format!("{}{}", lease::NOW, lease::RENEW)),
             release: Script::new(lease::RELEASE),
             claim: Script::new(&format!("{}{}", lease::NOW, lease::CLAIM)),
+            holds: Default::default(),
         })
     }
 

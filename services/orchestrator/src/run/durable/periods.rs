@@ -1,92 +1,297 @@
 //! A tenant's model budgets per period counted in Redis (durable runs; see
-//! `run::periods`): one hash per tenant and period,
-//! `{prefix}:quota:{<hex tenant>}:spend:{period}:{n}` with `t` and `c`
-//! (tokens and cost spent) and `ht` and `hc` (held by calls in flight),
-//! expiring an hour after its period ends. A call's reservation is one
-//! script over every period of its tenant (one hash tag: one slot); its
-//! settlement another.
+//! `run::periods`). Keys, per tenant (one hash tag: one slot):
+//!
+//! - `{prefix}:quota:{<hex tenant>}:spend:{period}:{n}` — a hash of `t`
+//!   and `c` (tokens and cost spent) and `ht` and `hc` (held by calls in
+//!   flight), expiring an hour after its period ends;
+//! - `{prefix}:quota:{<hex tenant>}:holds` — the holds of calls in flight,
+//!   a sorted set of hold ids by when each lapses (Redis's clock), and
+//!   `…:holds:of`, a hash of what each holds and where.
+//!
+//! A call's reservation is one script over every period of its tenant: it
+//! first gives back the holds that lapsed, then holds the call's worst
+//! case. Its settlement is another, which gives the hold back once (a
+//! hold that lapsed was given back already) and counts what it spent.
+//! While a call is in flight its replica renews its hold every
+//! [`HOLD_TTL`] / 3 ([`LiveHolds`]); a replica that dies stops renewing,
+//! and its holds lapse within [`HOLD_TTL`], so a crash holds nothing for
+//! long.
 
-use std::sync::LazyLock;
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{
+        Arc, LazyLock, Mutex, Weak,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
 
+use baton_store::redis::conn::Connection;
 use redis::Script;
 
-use super::RedisRuns;
+use super::{RedisRuns, lease::NOW};
 use crate::config::quota::PeriodBudget;
 use crate::model::call::request::{PeriodHold, PeriodRefusal};
 use crate::run::clock::now_ms;
 use crate::run::periods::{Ask, Counters, bucket, fit, refusal};
 
+/// How long a hold outlives the last renewal of its replica.
+pub const HOLD_TTL: Duration = Duration::from_secs(15);
+
+/// Gives back the holds that lapsed (KEYS[1] the holds, KEYS[2] what each
+/// holds), before a reservation and when listing.
+const LAPSE: &str = r"
+local function lapse()
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+  for _, id in ipairs(gone) do
+    local info = redis.call('HGET', KEYS[2], id)
+    if info then
+      local parts = {}
+      for part in string.gmatch(info, '[^\n]+') do
+        parts[#parts + 1] = part
+      end
+      for k = 3, #parts do
+        if redis.call('EXISTS', parts[k]) == 1 then
+          redis.call('HINCRBY', parts[k], 'ht', 0 - tonumber(parts[1]))
+          redis.call('HINCRBY', parts[k], 'hc', 0 - tonumber(parts[2]))
+        end
+      end
+    end
+    redis.call('ZREM', KEYS[1], id)
+    redis.call('HDEL', KEYS[2], id)
+  end
+end
+";
+
 static RESERVE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(&format!(
+        "{NOW}{LAPSE}{}",
         r"
--- KEYS[i]: a period's counters. ARGV[1] input tokens, ARGV[2] cap (-1:
--- none), ARGV[3] billionths per input token, ARGV[4] per output token,
--- ARGV[5] 1 when priced; then for each key its token limit, cost limit
--- (-1: none) and when it expires (ms). Returns {0, cap, held tokens, held
--- cost} when held, else {i, t, c, ht, hc} of the key that refuses.
+-- KEYS[1] holds, KEYS[2] what each holds, KEYS[2+i]: a period's counters.
+-- ARGV[1] input tokens, ARGV[2] cap (-1: none), ARGV[3] billionths per
+-- input token, ARGV[4] per output token, ARGV[5] 1 when priced, ARGV[6] 1
+-- when patient, ARGV[7] the hold's id, ARGV[8] its time to live (ms); then
+-- for each period its token limit, cost limit (-1: none) and when it
+-- expires (ms). Returns {0, cap, held tokens, held cost} when held, {-1}
+-- when a patient call must wait for calls in flight, else {i, t, c, ht,
+-- hc} of the period that refuses.
+lapse()
 local input = tonumber(ARGV[1])
-local cap = tonumber(ARGV[2])
+local want = tonumber(ARGV[2])
 local pin = tonumber(ARGV[3])
 local pout = tonumber(ARGV[4])
 local priced = ARGV[5] == '1'
-for i = 1, #KEYS do
-  local base = 5 + 3 * (i - 1)
+local huge = 9007199254740991
+if want < 0 then want = huge end
+local cap, free = want, want
+local refusing = nil
+local input_cost = input * pin
+local n = #KEYS - 2
+for i = 1, n do
+  local key = KEYS[2 + i]
+  local base = 8 + 3 * (i - 1)
   local tl = tonumber(ARGV[base + 1])
   local cl = tonumber(ARGV[base + 2])
-  local v = redis.call('HMGET', KEYS[i], 't', 'c', 'ht', 'hc')
+  local v = redis.call('HMGET', key, 't', 'c', 'ht', 'hc')
   local t, c, ht, hc = tonumber(v[1] or 0), tonumber(v[2] or 0), tonumber(v[3] or 0), tonumber(v[4] or 0)
   if tl >= 0 then
-    local left = tl - t - ht
-    if left <= input then
+    local room = tl - t
+    if room <= input then
       return {i, t, c, ht, hc}
     end
-    if cap < 0 or left - input < cap then
-      cap = left - input
+    free = math.min(free, room - input)
+    local left = room - ht
+    if left <= input then
+      refusing = refusing or {i, t, c, ht, hc}
+      cap = 0
+    else
+      cap = math.min(cap, left - input)
     end
   end
   if cl >= 0 then
-    local left = cl - c - hc
-    if not priced or left < input * pin + math.max(pout, 1) then
+    local room = cl - c
+    if not priced or room < input_cost + math.max(pout, 1) then
       return {i, t, c, ht, hc}
     end
     if pout > 0 then
-      local room = math.floor((left - input * pin) / pout)
-      if cap < 0 or room < cap then
-        cap = room
-      end
+      free = math.min(free, math.floor((room - input_cost) / pout))
+    end
+    local left = room - hc
+    if left < input_cost + math.max(pout, 1) then
+      refusing = refusing or {i, t, c, ht, hc}
+      cap = 0
+    elseif pout > 0 then
+      cap = math.min(cap, math.floor((left - input_cost) / pout))
     end
   end
 end
-local out = math.max(cap, 0)
-local held_t = input + out
-local held_c = math.floor(input * pin + out * pout + 0.5)
-for i = 1, #KEYS do
-  redis.call('HINCRBY', KEYS[i], 'ht', held_t)
-  redis.call('HINCRBY', KEYS[i], 'hc', held_c)
-  redis.call('PEXPIREAT', KEYS[i], ARGV[5 + 3 * i])
+if cap < free and ARGV[6] == '1' then
+  return {-1}
 end
+if refusing then
+  return refusing
+end
+local out = cap
+if cap == huge then out = 0 end
+local held_t = input + out
+local held_c = math.floor(input_cost + out * pout + 0.5)
+local info = held_t .. '\n' .. held_c
+local last = 0
+for i = 1, n do
+  local key = KEYS[2 + i]
+  redis.call('HINCRBY', key, 'ht', held_t)
+  redis.call('HINCRBY', key, 'hc', held_c)
+  local ends = tonumber(ARGV[8 + 3 * i])
+  redis.call('PEXPIREAT', key, ends)
+  last = math.max(last, ends)
+  info = info .. '\n' .. key
+end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[8]), ARGV[7])
+redis.call('HSET', KEYS[2], ARGV[7], info)
+-- The holds live as long as the counters they hold on.
+for k = 1, 2 do
+  if redis.call('PEXPIRETIME', KEYS[k]) < last then
+    redis.call('PEXPIREAT', KEYS[k], last)
+  end
+end
+if cap == huge then cap = -1 end
 return {0, cap, held_t, held_c}
-",
-    )
+"
+    ))
 });
 
 static SETTLE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
--- KEYS[i]: the counters a call held; ARGV[1..2] what it held (tokens,
--- cost), ARGV[3..4] what it spent.
-for i = 1, #KEYS do
+-- KEYS[1] holds, KEYS[2] what each holds, KEYS[2+i] the counters a call
+-- held; ARGV[1] the hold's id, ARGV[2..3] what it held (tokens, cost),
+-- ARGV[4..5] what it spent. A hold that lapsed was given back already.
+local live = redis.call('ZREM', KEYS[1], ARGV[1]) == 1
+redis.call('HDEL', KEYS[2], ARGV[1])
+for i = 3, #KEYS do
   if redis.call('EXISTS', KEYS[i]) == 1 then
-    redis.call('HINCRBY', KEYS[i], 'ht', -tonumber(ARGV[1]))
-    redis.call('HINCRBY', KEYS[i], 'hc', -tonumber(ARGV[2]))
-    redis.call('HINCRBY', KEYS[i], 't', ARGV[3])
-    redis.call('HINCRBY', KEYS[i], 'c', ARGV[4])
+    if live then
+      redis.call('HINCRBY', KEYS[i], 'ht', 0 - tonumber(ARGV[2]))
+      redis.call('HINCRBY', KEYS[i], 'hc', 0 - tonumber(ARGV[3]))
+    end
+    redis.call('HINCRBY', KEYS[i], 't', ARGV[4])
+    redis.call('HINCRBY', KEYS[i], 'c', ARGV[5])
   end
 end
-return 0
+return live and 1 or 0
 ",
     )
 });
+
+static RENEW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{NOW}{}",
+        r"
+-- KEYS[1] holds; ARGV[1] time to live (ms), then the ids of holds still in
+-- flight. Returns how many had lapsed.
+local lapsed = 0
+for i = 2, #ARGV do
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
+    redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[1]), ARGV[i])
+  else
+    lapsed = lapsed + 1
+  end
+end
+return lapsed
+"
+    ))
+});
+
+static HOLD_IDS: AtomicU64 = AtomicU64::new(0);
+
+/// The holds this replica's calls have in flight, by tenant (its holds
+/// key), renewed every [`HOLD_TTL`] / 3 by one task while any is.
+#[derive(Default)]
+pub struct LiveHolds {
+    by_key: Mutex<HashMap<String, HashSet<String>>>,
+    renewing: Mutex<bool>,
+}
+
+impl LiveHolds {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashSet<String>>> {
+        self.by_key.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn add(self: &Arc<Self>, key: &str, id: &str, conn: &Connection) {
+        self.map()
+            .entry(key.to_owned())
+            .or_default()
+            .insert(id.to_owned());
+        let mut renewing = self.renewing.lock().unwrap_or_else(|p| p.into_inner());
+        if !*renewing && tokio::runtime::Handle::try_current().is_ok() {
+            *renewing = true;
+            tokio::spawn(renew(Arc::downgrade(self), conn.clone()));
+        }
+    }
+
+    fn remove(&self, key: &str, id: &str) {
+        let mut map = self.map();
+        if let Some(ids) = map.get_mut(key) {
+            ids.remove(id);
+            if ids.is_empty() {
+                map.remove(key);
+            }
+        }
+    }
+
+    /// How many holds this replica has in flight.
+    pub fn len(&self) -> usize {
+        self.map().values().map(HashSet::len).sum()
+    }
+
+    /// Whether it has none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Renews the live holds until none is left (the next hold starts it
+/// again) or their owner is gone.
+async fn renew(holds: Weak<LiveHolds>, conn: Connection) {
+    let mut tick = tokio::time::interval(HOLD_TTL / 3);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let Some(live) = holds.upgrade() else { return };
+        let batch: Vec<(String, Vec<String>)> = {
+            let map = live.map();
+            if map.is_empty() {
+                *live.renewing.lock().unwrap_or_else(|p| p.into_inner()) = false;
+                return;
+            }
+            map.iter()
+                .map(|(k, ids)| (k.clone(), ids.iter().cloned().collect()))
+                .collect()
+        };
+        drop(live);
+        for (key, ids) in batch {
+            let Ok(mut c) = conn.get().await else { break };
+            let mut script = RENEW.prepare_invoke();
+            script.key(&key).arg(HOLD_TTL.as_millis() as i64);
+            for id in &ids {
+                script.arg(id);
+            }
+            let renewed: Result<i64, _> = script.invoke_async(&mut c).await;
+            match renewed {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::warn!(
+                        lapsed = n,
+                        "holds on a tenant's model budgets lapsed in flight"
+                    )
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "holds on a tenant's model budgets were not renewed")
+                }
+            }
+        }
+    }
+}
 
 fn bound(v: Option<u64>) -> i64 {
     v.map_or(-1, |n| n.min(i64::MAX as u64) as i64)
@@ -94,20 +299,52 @@ fn bound(v: Option<u64>) -> i64 {
 
 impl RedisRuns {
     /// Reserves `ask` against `tenant`'s period `budgets` for every
-    /// replica.
+    /// replica; while calls in flight keep it from its whole cap it waits
+    /// for them to settle (looking again every 50 ms to 1 s), until
+    /// `deadline`.
     pub async fn reserve_periods(
         &self,
         tenant: &str,
         budgets: &[PeriodBudget],
         ask: Ask,
+        deadline: Instant,
     ) -> Result<(PeriodHold, Option<u32>), PeriodRefusal> {
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let patient = Instant::now() < deadline;
+            match self.try_reserve(tenant, budgets, ask, patient).await? {
+                Some(held) => return Ok(held),
+                None => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    tokio::time::sleep(pause.min(left)).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+
+    /// One try: the hold, or `None` when a patient call must wait.
+    async fn try_reserve(
+        &self,
+        tenant: &str,
+        budgets: &[PeriodBudget],
+        ask: Ask,
+        patient: bool,
+    ) -> Result<Option<(PeriodHold, Option<u32>)>, PeriodRefusal> {
         let unreachable = |e: String| {
             PeriodRefusal::Unreachable(format!("the tenant's model budgets cannot be read: {e}"))
         };
         let mut c = self.conn().await.map_err(|e| unreachable(e.to_string()))?;
         let now = now_ms();
         let (pin, pout) = ask.price.unwrap_or((0.0, 0.0));
+        let holds = self.quota_key(tenant, "holds");
+        let id = format!(
+            "{}.{}",
+            self.owner,
+            HOLD_IDS.fetch_add(1, Ordering::Relaxed)
+        );
         let mut script = RESERVE.prepare_invoke();
+        script.key(&holds).key(format!("{holds}:of"));
         let mut keys = Vec::new();
         for b in budgets {
             let (n, _) = bucket(b.period, now);
@@ -120,7 +357,10 @@ impl RedisRuns {
             .arg(ask.cap.map_or(-1, i64::from))
             .arg(pin)
             .arg(pout)
-            .arg(if ask.price.is_some() { "1" } else { "0" });
+            .arg(if ask.price.is_some() { "1" } else { "0" })
+            .arg(if patient { "1" } else { "0" })
+            .arg(&id)
+            .arg(HOLD_TTL.as_millis() as i64);
         for b in budgets {
             let (_, end) = bucket(b.period, now);
             script
@@ -134,17 +374,24 @@ impl RedisRuns {
             .map_err(|e| unreachable(format!("redis: {e}")))?;
         let at = |i: usize| out.get(i).copied().unwrap_or(0).max(0) as u64;
         match out.first().copied().unwrap_or(0) {
-            0 => Ok((
-                PeriodHold {
-                    keys,
-                    tokens: at(2),
-                    cost: at(3),
-                },
-                out.get(1)
-                    .copied()
-                    .filter(|c| *c >= 0)
-                    .map(|c| c.min(i64::from(u32::MAX)) as u32),
-            )),
+            -1 => Ok(None),
+            0 => {
+                self.holds.add(&holds, &id, &self.conn);
+                Ok(Some((
+                    PeriodHold {
+                        tenant: tenant.to_owned(),
+                        keys,
+                        tokens: at(2),
+                        cost: at(3),
+                        holds,
+                        id,
+                    },
+                    out.get(1)
+                        .copied()
+                        .filter(|c| *c >= 0)
+                        .map(|c| c.min(i64::from(u32::MAX)) as u32),
+                )))
+            }
             i => {
                 let i = (i - 1).max(0) as usize;
                 let counters = Counters {
@@ -154,7 +401,7 @@ impl RedisRuns {
                     held_cost: at(4),
                 };
                 // The same decision here names what refused it.
-                debug_assert!(fit(&budgets[i..=i], &[counters], ask).is_err());
+                debug_assert!(fit(&budgets[i..=i], &[counters], ask, false).is_err());
                 Err(PeriodRefusal::Exhausted(refusal(
                     tenant,
                     &budgets[i],
@@ -167,22 +414,34 @@ impl RedisRuns {
 
     /// Settles a call's `hold` to what it spent.
     pub async fn settle_periods(&self, hold: &PeriodHold, tokens: u64, cost: u64) {
-        let Ok(mut c) = self.conn().await else {
-            return;
+        self.holds.remove(&hold.holds, &hold.id);
+        let settled = match self.conn().await {
+            Ok(mut c) => {
+                let mut script = SETTLE.prepare_invoke();
+                script.key(&hold.holds).key(format!("{}:of", hold.holds));
+                for k in &hold.keys {
+                    script.key(k);
+                }
+                script
+                    .arg(&hold.id)
+                    .arg(hold.tokens)
+                    .arg(hold.cost)
+                    .arg(tokens)
+                    .arg(cost)
+                    .invoke_async::<i64>(&mut c)
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+            Err(e) => Err(e.to_string()),
         };
-        let mut script = SETTLE.prepare_invoke();
-        for k in &hold.keys {
-            script.key(k);
-        }
-        let settled: Result<i64, _> = script
-            .arg(hold.tokens)
-            .arg(hold.cost)
-            .arg(tokens)
-            .arg(cost)
-            .invoke_async(&mut c)
-            .await;
         if let Err(e) = settled {
+            // Its hold lapses by itself within HOLD_TTL.
             tracing::warn!(error = %e, "a model call's hold on its tenant's budgets was not settled");
         }
+    }
+
+    /// The holds this replica's calls have in flight.
+    pub fn live_holds(&self) -> &LiveHolds {
+        &self.holds
     }
 }
