@@ -288,3 +288,41 @@ async fn a_cancelled_breaker_probe_lets_the_next_call_probe() {
         server.shutdown().await.expect("shutdown");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_lease_lapsed_mid_call_sends_nothing_more() {
+    let redis = RedisServer::start().expect("redis-server");
+    // The provider answers 503 (retry after a second) three times, then
+    // answers: the provider's retries would go on for three seconds.
+    let busy = || Reply::Status {
+        code: 503,
+        retry_after: Some("1"),
+    };
+    let provider = FakeOpenAi::start(vec![busy(), busy(), busy(), answer("late")])
+        .await
+        .expect("provider");
+    let yaml = agents(&provider).replace("max_retries: 0", "max_retries: 3");
+    let server = OrchestratorServer::start(&yaml, None, |c| {
+        baton_e2e::durable_runs(redis.url())(c);
+        c.runs.lease = Duration::from_millis(900);
+    })
+    .await
+    .expect("orchestrator");
+    let client = server.client().await.expect("client");
+    let mut stream = client.run_agent(request()).await.expect("run");
+    stream.next().await.expect("an event").expect("event");
+    let started = Instant::now();
+    while provider.requests().is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(10), "no call came");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Redis stops answering: the replica cannot renew its lease, so it
+    // must assume another replica runs the run, and stop calling.
+    redis.freeze();
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let sent = provider.requests().len();
+    redis.thaw();
+    assert_eq!(sent, 1, "no retry went out once the lease lapsed");
+    drop(stream);
+    server.shutdown().await.expect("shutdown");
+}

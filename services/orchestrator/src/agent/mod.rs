@@ -65,6 +65,13 @@ pub async fn body(
         .cloned()
         .filter(|l| !l.id.is_empty());
     let transcript = root.transcript();
+    if link.is_some() {
+        // A run parked in memory drops its frames: its record keeps this.
+        *rt.record
+            .transcript
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = transcript.clone();
+    }
     let started = pb::RunStarted {
         kind: pb::RunKind::Agent as i32,
         target,
@@ -95,7 +102,13 @@ pub async fn body(
         // A final tool output ends the run with that output, whichever
         // branch noticed first.
         match scope.output() {
-            Some(output) => Ok(output),
+            Some(output) => {
+                // It is the run's answer in its conversation too.
+                if let Some(t) = &transcript {
+                    t.ended_with(&output);
+                }
+                Ok(output)
+            }
             None => ran,
         }
     };

@@ -133,6 +133,9 @@ impl Orchestrator {
             },
         };
         tracing::info!(run_id, "a parked run ended");
+        // What it added to its conversation goes there before anyone sees
+        // it end, as an awake run's does.
+        self.end_in_conversation(&run, &ending).await;
         run.end_parked(ending);
         let state = run.snapshot();
         let status = match state.status {
@@ -150,6 +153,39 @@ impl Orchestrator {
             .stopped(&run.tenant, &run.run_id, true)
             .await;
         run.pack_history().await;
+    }
+
+    /// Appends what parked run `run`, ending with `ending` while asleep,
+    /// added to its conversation (marked interrupted).
+    async fn end_in_conversation(&self, run: &Arc<RunRecord>, ending: &Payload) {
+        let Some(link) = run.conversation.get().filter(|l| !l.id.is_empty()) else {
+            return;
+        };
+        let transcript = run
+            .transcript
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let Some(transcript) = transcript else {
+            return;
+        };
+        let status = match ending {
+            Payload::RunCancelled(_) => pb::RunStatus::Cancelled,
+            _ => pb::RunStatus::Failed,
+        };
+        let services = self.services();
+        if let Err(e) = link
+            .finish(
+                &services.conversations,
+                &run.tenant,
+                &run.run_id,
+                transcript.added(),
+                status,
+            )
+            .await
+        {
+            tracing::warn!(run_id = %run.run_id, conversation = %link.id, error = %e, "a parked run's messages were not appended to its conversation");
+        }
     }
 
     /// Builds parked run `run` again from its request and starts it with

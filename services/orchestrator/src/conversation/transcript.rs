@@ -59,6 +59,20 @@ impl Transcript {
         added.answered = true;
     }
 
+    /// The run ended with `output` without a final turn of its root frame
+    /// (a tool's output under a `final` policy, at any depth): that is its
+    /// answer.
+    pub fn ended_with(&self, output: &str) {
+        let mut added = self.lock();
+        if !added.answered {
+            added.messages.push(ChatMessage::new(
+                crate::model::Role::Assistant,
+                output.to_owned(),
+            ));
+            added.answered = true;
+        }
+    }
+
     /// What was added.
     pub fn added(&self) -> Added {
         self.lock().clone()

@@ -1,6 +1,8 @@
 //! A run's lifecycle, shared by RunAgent and RunPipeline: `RunStarted`,
-//! the body until it ends, the run is cancelled or `run_timeout` passes,
-//! the body's cleanup, then exactly one terminal event.
+//! the body until it ends, the run is cancelled, `run_timeout` passes or
+//! (durable runs) this replica's lease of it lapses, the body's cleanup,
+//! then exactly one terminal event (none when the lease lapsed: the run is
+//! another replica's).
 
 use std::sync::Arc;
 
@@ -55,6 +57,14 @@ pub async fn drive(
     let outcome = tokio::select! {
         biased;
         _ = token.cancelled() => None,
+        // A replica whose lease lapsed (paused, partitioned, Redis away)
+        // stops at once, whatever the body waits on — a model call's
+        // retries, a rate limit's queue, a step's retry: another replica
+        // may run the run now.
+        () = rt.record.lease_lost() => {
+            rt.record.drop_here("this replica's lease of the run lapsed: another replica may run it");
+            None
+        }
         // A strict replay ends at its first divergence.
         f = async {
             match &rt.rerun {

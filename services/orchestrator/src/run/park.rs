@@ -318,6 +318,27 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_given_while_the_run_parks_is_kept_and_the_stopping_body_is_not_told_nobody_answered()
+     {
+        let run = detached();
+        let (tx, _wakes) = mpsc::unbounded_channel();
+        let mut rx = run.await_approval("approval:c1", now_ms() + 60_000);
+        assert!(run.park_in_memory(Duration::ZERO, &tx).is_some());
+        // Parking: its body has not stopped yet when the answer comes.
+        run.resolve_approval("approval:c1", yes()).expect("told OK");
+        assert!(
+            matches!(
+                rx.try_recv(),
+                Err(tokio::sync::oneshot::error::TryRecvError::Empty)
+            ),
+            "the body still waits: it records no denial"
+        );
+        assert!(run.take_parked_answer("approval:c1").is_some());
+        // A second answer is refused: the first stays the answer.
+        assert!(run.resolve_approval("approval:c1", yes()).is_err());
+    }
+
+    #[test]
     fn an_answer_taken_and_not_journaled_keeps_the_run_from_parking() {
         let run = detached();
         let (tx, mut wakes) = mpsc::unbounded_channel();

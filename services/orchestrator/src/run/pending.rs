@@ -24,6 +24,10 @@ pub(super) enum Pending<T> {
     /// sender stays until then: dropped, it would tell the run as it stops
     /// that nobody answers.
     Parked(oneshot::Sender<T>, i64),
+    /// Answered while the run was parking: the answer is kept for it (its
+    /// inbox), and the sender stays so the body stopping meanwhile is not
+    /// told that nobody answered (which it would record as a denial).
+    Kept(oneshot::Sender<T>),
     Answered,
 }
 
@@ -49,10 +53,17 @@ impl<T> Pending<T> {
                 Ok(()) => Answer::Taken,
                 Err(_) => Answer::Closed,
             },
-            Pending::Parked(_, deadline) if now_ms < deadline => Answer::Kept(value),
+            Pending::Parked(tx, deadline) if now_ms < deadline => {
+                *self = Pending::Kept(tx);
+                Answer::Kept(value)
+            }
             Pending::Parked(tx, deadline) => {
                 *self = Pending::Parked(tx, deadline);
                 Answer::Late
+            }
+            Pending::Kept(tx) => {
+                *self = Pending::Kept(tx);
+                Answer::Closed
             }
             Pending::Answered => Answer::Closed,
         }
@@ -70,6 +81,10 @@ impl<T> Pending<T> {
                 *self = Pending::Parked(tx, deadline);
                 Some(deadline)
             }
+            Pending::Kept(tx) => {
+                *self = Pending::Kept(tx);
+                None
+            }
             _ => None,
         }
     }
@@ -82,7 +97,7 @@ pub(super) fn open_count<T>(questions: &HashMap<String, Pending<T>>) -> usize {
         .filter(|p| match p {
             Pending::Waiting(tx, _) => !tx.is_closed(),
             Pending::Parked(..) => true,
-            Pending::Answered => false,
+            Pending::Kept(_) | Pending::Answered => false,
         })
         .count()
 }
@@ -109,7 +124,7 @@ pub(super) fn ask<T>(
     deadline_ms: i64,
 ) {
     match questions.get_mut(id) {
-        Some(Pending::Answered) => {}
+        Some(Pending::Answered | Pending::Kept(_)) => {}
         Some(p) => *p = Pending::Waiting(tx, deadline_ms),
         None => {
             questions.insert(id.to_owned(), Pending::Waiting(tx, deadline_ms));

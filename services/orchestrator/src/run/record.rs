@@ -126,6 +126,10 @@ pub struct RunRecord {
     pub replay_of: std::sync::OnceLock<(String, bool)>,
     /// For a run in a conversation: which, and what it appends.
     pub conversation: std::sync::OnceLock<Arc<crate::conversation::link::Link>>,
+    /// What its root frame added to its conversation so far: kept here so a
+    /// run parked in memory (its frames dropped) still appends it when it
+    /// ends asleep.
+    pub transcript: Mutex<Option<Arc<crate::conversation::transcript::Transcript>>>,
     /// A durable run's append to its conversation, sent with its terminal
     /// event (one round trip for both; see `durable::sequencer`).
     pub conversation_end: Mutex<Option<futures::future::BoxFuture<'static, ()>>>,
@@ -176,6 +180,21 @@ impl RunRecord {
     pub fn lease_lapsed(&self) -> bool {
         self.epoch.load(Ordering::Relaxed) > 0
             && mono_ms() >= self.lease_until.load(Ordering::SeqCst)
+    }
+
+    /// Resolves when this replica's lease of the durable run lapses as far
+    /// as it knows, renewals counted (never, for a run in memory).
+    pub async fn lease_lost(&self) {
+        if self.epoch.load(Ordering::Relaxed) == 0 {
+            return std::future::pending().await;
+        }
+        loop {
+            let left = self.lease_left();
+            if left <= 0 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(left as u64)).await;
+        }
     }
 
     /// How long this replica's lease holds as far as it knows (ms).
@@ -298,6 +317,7 @@ impl RunRecord {
             forked_from: std::sync::OnceLock::new(),
             replay_of: std::sync::OnceLock::new(),
             conversation: std::sync::OnceLock::new(),
+            transcript: Mutex::default(),
             conversation_end: Mutex::new(None),
             replay_diverged: AtomicBool::new(false),
             park: Default::default(),

@@ -4,8 +4,9 @@
 //! A limit is a sliding window: at most `requests` calls and `tokens`
 //! tokens within any `window` (a minute by default), counted at the moment
 //! each call is let through. A call counts its input estimate and its
-//! `max_tokens` (the budget layer's cap when there is one) until it is
-//! settled to the tokens it used. The window lives in Redis when runs are
+//! `max_tokens` (the budget layer's cap when there is one; else its
+//! model's output limit, at most what the limit holds) until it is settled
+//! to the tokens it used. The window lives in Redis when runs are
 //! durable (every replica counts in one place; a replica leases permits a
 //! batch at a time, so a busy one asks Redis once per batch, not per call:
 //! see `run::durable::limits`), else in this process ([`MemoryWindows`]).
@@ -305,10 +306,24 @@ impl<I: TryModel> TryModel for Limits<I> {
         if spec.per_tenant {
             key = format!("{key}@{}", call.tenant);
         }
+        // A call counts its input and the most it may write: its
+        // `max_tokens` (the budget layer's cap), else the model's output
+        // limit — but never more than the limit holds alone, so a call
+        // without `max_tokens` waits for room instead of being refused.
         let cost = match spec.tokens {
-            Some(_) => {
-                model.estimate_input_tokens(call.messages, call.tools, call.turn)
-                    + u64::from(call.max_output.or(call.settings.max_tokens).unwrap_or(0))
+            Some(max) => {
+                let input = model.estimate_input_tokens(call.messages, call.tools, call.turn);
+                let output = call
+                    .max_output
+                    .or(call.settings.max_tokens)
+                    .or(model.max_output_tokens())
+                    .map_or(0, u64::from);
+                let bounded = call.max_output.or(call.settings.max_tokens).is_some();
+                if bounded {
+                    input + output
+                } else {
+                    (input + output).min(max.max(input))
+                }
             }
             None => 0,
         };

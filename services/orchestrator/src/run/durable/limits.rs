@@ -197,11 +197,18 @@ impl LeasedWindows {
 
     /// Gives back, off the call's path, what `pool`'s lease did not use.
     fn give_back(&self, key: &str, pool: &mut Pool) {
+        give_back(&self.runs, key, pool);
+    }
+}
+
+/// Gives back, off the call's path, what `pool`'s lease did not use.
+fn give_back(runs: &Arc<RedisRuns>, key: &str, pool: &mut Pool) {
+    {
         if pool.lease.is_empty() || (pool.calls == 0 && pool.tokens == 0) {
             return;
         }
-        let runs = self.runs.clone();
-        let (calls, tokens) = (self.runs.limit_key(key, "r"), self.runs.limit_key(key, "t"));
+        let runs = runs.clone();
+        let (calls, tokens) = (runs.limit_key(key, "r"), runs.limit_key(key, "t"));
         let (lease, counted, unused) = (pool.lease.clone(), pool.counted, pool.calls);
         let (counted_tokens, kept) = (pool.counted_tokens, pool.counted_tokens - pool.tokens);
         pool.calls = 0;
@@ -276,6 +283,19 @@ impl Window for LeasedWindows {
         };
         if tokens {
             p.on_it.insert(id.to_owned(), want.cost);
+        }
+        // When the hold ends what the lease did not use goes back, so an
+        // idle replica strands no permits.
+        if p.calls > 0 || p.tokens > 0 {
+            let (runs, key, lease) = (self.runs.clone(), key.to_owned(), id.to_owned());
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep_until((sent + hold).into()).await;
+                let mut p = pool.lock().await;
+                if p.lease == lease {
+                    give_back(&runs, &key, &mut p);
+                }
+            });
         }
         Ok(None)
     }
