@@ -401,7 +401,9 @@ async fn without_max_tokens_fifty_parallel_sub_agents_spend_most_of_a_budget_for
     let answered = turns(&log, "worker").len();
     let got = client.get_run(&log[0].run_id).await.expect("get");
     let spent = spent(&got.usage);
-    eprintln!("50 workers without max_tokens, a budget for ten: {answered} answered, {spent} of {limit} tokens spent");
+    eprintln!(
+        "50 workers without max_tokens, a budget for ten: {answered} answered, {spent} of {limit} tokens spent"
+    );
     // A call whose worst case does not fit beside calls in flight waits
     // for them instead of reserving everything left or being refused.
     assert!(answered >= 9, "{answered} answered");

@@ -12,6 +12,16 @@
 //!
 //! The fan-out costs one round trip per replica and only happens for runs
 //! that are not local; calls for local runs never leave the replica.
+//!
+//! A forward that fails in transport (a connection reset, a peer's HTTP/2
+//! GOAWAY) says nothing of the run: the peer counts as not answering, its
+//! cached connection is dropped, and the whole ask is tried once more on
+//! fresh connections. Still unanswered, the caller is told `UNAVAILABLE`
+//! (retry) — or, for a durable run, the call takes the path that needs no
+//! peer (the run's inbox in Redis). Forwards still in flight when an answer
+//! is found are read to their end in the background rather than reset:
+//! thousands of resets on one connection trip HTTP/2's reset-flood
+//! protection, which closes it under every call it carries.
 
 use std::{
     collections::HashMap,
@@ -71,7 +81,16 @@ impl Peers {
         })
     }
 
-    async fn clients(&self) -> Vec<OrchestratorClient<Channel>> {
+    /// Forgets the connection to `address` (it failed in transport): the
+    /// next forward makes a new one.
+    fn forget(&self, address: SocketAddr) {
+        self.clients
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&address);
+    }
+
+    async fn clients(&self) -> Vec<(SocketAddr, OrchestratorClient<Channel>)> {
         let mut addresses = Vec::new();
         for endpoint in &self.config.endpoints {
             let Ok((host, port)) = crate::config::host_port(endpoint) else {
@@ -89,12 +108,12 @@ impl Peers {
         addresses
             .into_iter()
             .filter_map(|(a, host)| match clients.get(&a) {
-                Some(c) => Some(c.clone()),
+                Some(c) => Some((a, c.clone())),
                 None => match self.channel(a, &host) {
                     Ok(channel) => {
                         let c = OrchestratorClient::new(channel);
                         clients.insert(a, c.clone());
-                        Some(c)
+                        Some((a, c))
                     }
                     Err(e) => {
                         tracing::warn!(peer = %a, error = %e, "cannot reach a peer");
@@ -124,19 +143,36 @@ impl Peers {
     /// Asks every replica `call(client, request)` with `message`, marked as
     /// forwarded and carrying the caller's `traceparent` and key: the first
     /// answer that is not `NOT_FOUND` (nor a replica that cannot answer),
-    /// or how many were asked.
+    /// or how many were asked. Forwards that failed in transport are asked
+    /// once more, on fresh connections.
     async fn ask<M, T, F, Fut>(&self, caller: &Forward, message: M, call: F) -> Answer<T>
     where
         M: Clone,
+        T: Send + 'static,
         F: Fn(OrchestratorClient<Channel>, Request<M>) -> Fut,
-        Fut: Future<Output = Result<Response<T>, Status>>,
+        Fut: Future<Output = Result<Response<T>, Status>> + Send + 'static,
+    {
+        let mut answer = self.ask_once(caller, message.clone(), &call).await;
+        if let Answer::Missing { broken: true, .. } = answer {
+            tracing::debug!("forwards failed in transport: asked again on fresh connections");
+            answer = self.ask_once(caller, message, &call).await;
+        }
+        answer
+    }
+
+    async fn ask_once<M, T, F, Fut>(&self, caller: &Forward, message: M, call: &F) -> Answer<T>
+    where
+        M: Clone,
+        T: Send + 'static,
+        F: Fn(OrchestratorClient<Channel>, Request<M>) -> Fut,
+        Fut: Future<Output = Result<Response<T>, Status>> + Send + 'static,
     {
         let clients = self.clients().await;
         let asked = clients.len();
         let timeout = self.config.timeout;
         let mut calls: FuturesUnordered<_> = clients
             .into_iter()
-            .map(|client| {
+            .map(|(address, client)| {
                 // No grpc-timeout on the request: it would bound a relayed
                 // WatchRun stream too. The deadline below covers the answer
                 // (for a stream, its start).
@@ -159,15 +195,30 @@ impl Peers {
                 }
                 let call = call(client, request);
                 // `None`: the peer did not answer in time.
-                async move { tokio::time::timeout(timeout, call).await.ok() }
+                async move { (address, tokio::time::timeout(timeout, call).await.ok()) }
             })
             .collect();
         let mut unanswered = 0;
-        while let Some(answer) = calls.next().await {
+        let mut broken = false;
+        while let Some((address, answer)) = calls.next().await {
             let answer = match answer {
                 None => {
                     tracing::debug!("a peer did not answer a forwarded call in time");
                     unanswered += 1;
+                    continue;
+                }
+                // Nothing listens there: that replica is gone, and so are
+                // its runs (a durable run's record is in Redis).
+                Some(Err(s)) if refused(&s) => {
+                    tracing::debug!(peer = %address, "a peer refused the connection");
+                    self.forget(address);
+                    continue;
+                }
+                Some(Err(s)) if in_transport(&s) => {
+                    tracing::warn!(peer = %address, error = %s, "a forwarded call failed in transport");
+                    self.forget(address);
+                    unanswered += 1;
+                    broken = true;
                     continue;
                 }
                 Some(answer) => answer.map(Response::into_inner).map_err(from_status),
@@ -179,10 +230,20 @@ impl Peers {
                     tracing::debug!(error = %e, "a peer did not answer a forwarded call");
                     unanswered += 1;
                 }
-                found => return Answer::Found(found),
+                found => {
+                    // The others' answers are read, not reset.
+                    if !calls.is_empty() {
+                        tokio::spawn(async move { while calls.next().await.is_some() {} });
+                    }
+                    return Answer::Found(found);
+                }
             }
         }
-        Answer::Missing { asked, unanswered }
+        Answer::Missing {
+            asked,
+            unanswered,
+            broken,
+        }
     }
 
     /// GetRun of a run on another replica.
@@ -321,14 +382,52 @@ pub enum Answer<T> {
         asked: usize,
         /// How many of them could not answer.
         unanswered: usize,
+        /// Whether a forward failed in transport (asked again once).
+        broken: bool,
     },
+}
+
+/// Whether `s` says the peer's address refused the connection.
+fn refused(s: &Status) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(s);
+    while let Some(e) = cause {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        cause = e.source();
+    }
+    s.message().contains("Connection refused")
+}
+
+/// Whether `s` was made here from a transport failure (a reset connection,
+/// an HTTP/2 GOAWAY, a refused connect) rather than sent by the peer:
+/// tonic keeps the cause of such a status, and never of one it read off
+/// the wire.
+fn in_transport(s: &Status) -> bool {
+    std::error::Error::source(s).is_some()
+        || (matches!(
+            s.code(),
+            Code::Unknown | Code::ResourceExhausted | Code::Internal | Code::Cancelled
+        ) && ["transport error", "h2 protocol error", "connection"]
+            .iter()
+            .any(|m| s.message().contains(m)))
 }
 
 impl<T> Answer<T> {
     fn map<U>(self, f: impl FnOnce(T) -> U) -> Answer<U> {
         match self {
             Answer::Found(r) => Answer::Found(r.map(f)),
-            Answer::Missing { asked, unanswered } => Answer::Missing { asked, unanswered },
+            Answer::Missing {
+                asked,
+                unanswered,
+                broken,
+            } => Answer::Missing {
+                asked,
+                unanswered,
+                broken,
+            },
         }
     }
 }
@@ -338,6 +437,21 @@ mod tests {
     use super::*;
     use crate::config::PeersConfig;
     use std::time::Duration;
+
+    #[test]
+    fn a_status_made_from_a_transport_failure_is_no_peers_answer() {
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        assert!(in_transport(&Status::from_error(Box::new(reset))));
+        assert!(in_transport(&Status::new(
+            Code::ResourceExhausted,
+            "h2 protocol error: error reading a body from connection"
+        )));
+        // What a peer said is its answer.
+        assert!(!in_transport(&Status::unknown("a tool said no")));
+        assert!(!in_transport(&Status::resource_exhausted(
+            "quotas.concurrent_runs: tenant acme is at its quota"
+        )));
+    }
 
     #[test]
     fn endpoints_are_checked() {

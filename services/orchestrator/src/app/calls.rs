@@ -118,7 +118,7 @@ impl Orchestrator {
             // Nobody runs it (or the caller is a peer: it answers from its
             // own runs only). A peer that ran it may have taken this very
             // answer and not said so in time: the token tells.
-            Err(Error::NotFound { .. })
+            Err(Error::NotFound { .. } | Error::Unavailable(_))
                 if self.services().durable.is_some() && !caller.forward.forwarded =>
             {
                 self.answer_stored(caller, run_id, question, &token).await
@@ -220,7 +220,7 @@ impl Orchestrator {
             .await;
         match there {
             // A durable run elsewhere, or parked.
-            Err(Error::NotFound { .. })
+            Err(Error::NotFound { .. } | Error::Unavailable(_))
                 if self.services().durable.is_some() && !caller.forward.forwarded =>
             {
                 self.cancel_stored(caller, run_id, reason).await

@@ -213,17 +213,18 @@ impl Orchestrator {
         }
         match ask(peers, &caller.forward).await {
             Answer::Found(answer) => answer,
-            Answer::Missing { asked, unanswered } => {
-                let mut message =
-                    format!("no run {run_id:?} on any of the {asked} orchestrator replicas");
-                if unanswered > 0 {
-                    message.push_str(&format!(" ({unanswered} did not answer)"));
-                }
-                Err(Error::NotFound {
-                    field: "run_id",
-                    message,
-                })
-            }
+            // A replica that did not answer may run it: the caller
+            // retries (a durable run's answer or cancel takes the path
+            // that needs no peer instead).
+            Answer::Missing {
+                asked, unanswered, ..
+            } if unanswered > 0 => Err(Error::Unavailable(format!(
+                "run {run_id:?} is not on this replica and {unanswered} of the {asked} other replicas did not answer; retry"
+            ))),
+            Answer::Missing { asked, .. } => Err(Error::NotFound {
+                field: "run_id",
+                message: format!("no run {run_id:?} on any of the {asked} orchestrator replicas"),
+            }),
         }
     }
 }

@@ -158,9 +158,25 @@ impl Orchestrator {
         self.tasks.spawn(async move {
             loop {
                 tokio::select! {
+                    // What the peer sent first: a terminal event is read
+                    // to the stream's end (its status) even if the caller
+                    // left meanwhile, so the peer's stream ends instead of
+                    // being reset (resets by the thousand get a connection
+                    // closed by HTTP/2's reset-flood protection).
+                    biased;
                     item = remote.next() => match item {
                         Some(item) => {
-                            if tx.send(item.map(Into::into)).await.is_err() {
+                            let end = item
+                                .as_ref()
+                                .ok()
+                                .and_then(|e| e.payload.as_ref())
+                                .is_some_and(events::is_terminal);
+                            let sent = tx.send(item.map(Into::into)).await.is_ok();
+                            if end {
+                                while remote.next().await.is_some() {}
+                                return;
+                            }
+                            if !sent {
                                 return;
                             }
                         }
