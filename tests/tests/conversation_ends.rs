@@ -171,3 +171,72 @@ async fn a_run_parked_in_memory_that_ends_asleep_appends_its_input_and_gives_the
     }
     server.shutdown().await.expect("shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_message_moves_nothing_and_pages_follow_the_listing_in_memory_and_in_redis() {
+    let redis = baton_e2e::RedisServer::start().expect("redis-server");
+    for durable in [false, true] {
+        let url = redis.url();
+        let server = OrchestratorServer::start(AGENTS, None, |c| {
+            if durable {
+                baton_e2e::durable_runs(url)(c);
+            }
+            c.conversations.max_bytes = 200;
+        })
+        .await
+        .expect("server");
+        let client = server.client().await.expect("client");
+        let mut ids = Vec::new();
+        for input in ["first", "second", "third"] {
+            let log = run(&client, send("chat", input, "")).await;
+            ids.push(conversation_of(&log));
+        }
+        let listed = |size| {
+            let client = client.clone();
+            async move {
+                let mut all = Vec::new();
+                let mut token = String::new();
+                loop {
+                    let page = client.list_conversations(size, &token).await.expect("list");
+                    all.extend(page.conversations.into_iter().map(|c| (c.id, c.updated_at)));
+                    if page.next_page_token.is_empty() {
+                        return all;
+                    }
+                    token = page.next_page_token;
+                }
+            }
+        };
+        let before = listed(10).await;
+        let newest_first: Vec<String> = ids.iter().rev().cloned().collect();
+        assert_eq!(
+            before.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>(),
+            newest_first
+        );
+        // A message over max_bytes to the oldest is refused...
+        let over = client
+            .run_agent(send("chat", &"x".repeat(300), &ids[0]))
+            .await
+            .err()
+            .expect("over max_bytes");
+        assert_eq!(over.code(), tonic::Code::ResourceExhausted, "{over}");
+        // ...and changes nothing: not its place, not when it was used.
+        assert_eq!(listed(10).await, before, "durable: {durable}");
+        if durable {
+            // A replica's clock behind Redis's, or an index entry written
+            // late: the pages follow the listing's order, each once.
+            redis
+                .cli(&["ZINCRBY", "baton:convs:", "-5000", &ids[2]])
+                .expect("ZINCRBY");
+        }
+        let paged: Vec<String> = listed(1).await.into_iter().map(|(id, _)| id).collect();
+        let mut seen = paged.clone();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(
+            (paged.len(), seen.len()),
+            (3, 3),
+            "durable: {durable}: {paged:?}"
+        );
+        server.shutdown().await.expect("shutdown");
+    }
+}

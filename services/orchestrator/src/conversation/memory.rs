@@ -93,6 +93,7 @@ impl Store for MemoryStore {
                 let meta = Meta {
                     id: key.id.clone(),
                     created_ms: now,
+                    updated_ms: now,
                     count: begin.base.len() as u32,
                     bytes: begin.base.iter().map(super::store::size).sum(),
                     branched_from: begin.branched_from.clone(),
@@ -113,7 +114,7 @@ impl Store for MemoryStore {
         let h = held.get_mut(key).expect("present: found or just made");
         h.meta.running.clone_from(&begin.run_id);
         h.running_until = now + begin.hold_ms;
-        h.meta.updated_ms = now;
+        // Used when a run appends to it, not when one takes the turn.
         h.meta.ttl_ms = begin.ttl_ms;
         Ok(Begun::Taken {
             meta: h.meta.clone(),

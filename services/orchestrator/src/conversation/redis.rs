@@ -11,8 +11,11 @@
 //! - `…:msgs` — a list of its messages (`baton.v1.ConversationMessage`).
 //! - `…:runs` — a list of its runs (`baton.v1.ConversationRun`).
 //! - `{prefix}:convs:<hex tenant>` — the tenant's conversations, a sorted
-//!   set by last use, for listing; entries whose conversation expired are
-//!   skipped and dropped when a listing meets them.
+//!   set by last use (when it was made or a run last appended to it, on
+//!   Redis's clock: its `updated`), for listing; entries whose
+//!   conversation expired are skipped and dropped when a listing meets
+//!   them. A message refused, or a run that appended nothing, moves
+//!   nothing.
 //!
 //! Taking the turn reads the messages in the same script (one round trip);
 //! giving it back appends in one script that applies only while the turn
@@ -29,7 +32,7 @@ use baton_store::redis::{
 use prost::Message as _;
 use redis::{Script, Value};
 
-use super::store::{Begin, Begun, Finish, Key, Meta, Open, Page, Store, now_ms};
+use super::store::{Begin, Begun, Finish, Key, Meta, Open, Page, Store};
 use crate::error::{Error, Result};
 
 const NOW: &str = r"
@@ -43,7 +46,8 @@ const BEGIN: &str = r"
 -- ARGV[4] ttl ms, ARGV[5] branched from, ARGV[6] base bytes, ARGV[7] n,
 -- then n base messages.
 -- Returns {0} not found, {3} exists, {1, running} busy, {2, meta, msgs,
--- 1 when made now}.
+-- 1 when made now, now}. Only a new conversation is marked used: taking
+-- the turn of one changes nothing until the run ends.
 local exists = redis.call('EXISTS', KEYS[1]) == 1
 if exists and ARGV[2] == '1' then
   return {3}
@@ -54,8 +58,9 @@ if not exists then
   end
   local n = tonumber(ARGV[7])
   redis.call('DEL', KEYS[2], KEYS[3])
-  redis.call('HSET', KEYS[1], 'created', now, 'count', n, 'bytes', ARGV[6],
-    'folded', 0, 'title', '', 'agent', '', 'bf', ARGV[5], 'running', '')
+  redis.call('HSET', KEYS[1], 'created', now, 'updated', now, 'count', n,
+    'bytes', ARGV[6], 'folded', 0, 'title', '', 'agent', '', 'bf', ARGV[5],
+    'running', '')
   for i = 1, n do
     redis.call('RPUSH', KEYS[2], ARGV[7 + i])
   end
@@ -68,7 +73,7 @@ else
 end
 local hold, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
 redis.call('HSET', KEYS[1], 'running', ARGV[1], 'running_until', now + hold,
-  'updated', now, 'ttl', ttl)
+  'ttl', ttl)
 for i = 1, 3 do
   redis.call('PEXPIRE', KEYS[i], ttl + hold)
 end
@@ -76,14 +81,15 @@ local made = 0
 if not exists then
   made = 1
 end
-return {2, redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -1), made}
+return {2, redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -1), made, now}
 ";
 
 const FINISH: &str = r"
 -- KEYS[1] meta, KEYS[2] msgs, KEYS[3] runs
 -- ARGV[1] run, ARGV[2] fold, ARGV[3] summary ('' none), ARGV[4] agent,
 -- ARGV[5] run entry, ARGV[6] count, ARGV[7] bytes, ARGV[8] ttl, ARGV[9] n,
--- then n messages. Returns 1 applied, 0 not the run's turn.
+-- then n messages. Returns when it was applied (Redis's clock: its place
+-- in the tenant's index), or 0: not the run's turn.
 if redis.call('HGET', KEYS[1], 'running') ~= ARGV[1] then
   return 0
 end
@@ -105,12 +111,21 @@ redis.call('HSET', KEYS[1], 'running', '', 'running_until', 0, 'agent', ARGV[4],
 for i = 1, 3 do
   redis.call('PEXPIRE', KEYS[i], ARGV[8])
 end
-return 1
+return now
 ";
 
 const RELEASE: &str = r"
+-- KEYS[1] meta, KEYS[2] msgs, KEYS[3] runs; ARGV[1] the run giving the
+-- turn back without appending: the conversation expires as it would have.
 if redis.call('HGET', KEYS[1], 'running') == ARGV[1] then
   redis.call('HSET', KEYS[1], 'running', '', 'running_until', 0)
+  local v = redis.call('HMGET', KEYS[1], 'updated', 'ttl')
+  local ends = tonumber(v[1] or '0') + tonumber(v[2] or '0')
+  for i = 1, 3 do
+    if redis.call('EXISTS', KEYS[i]) == 1 then
+      redis.call('PEXPIREAT', KEYS[i], math.max(ends, 1))
+    end
+  end
 end
 return 1
 ";
@@ -178,12 +193,14 @@ impl RedisStore {
         format!("{}:convs:{}", self.prefix, hex(tenant))
     }
 
-    /// Marks `key` used now in its tenant's index.
-    async fn touch(&self, key: &Key) -> Result<()> {
+    /// Marks `key` used at `at` (Redis's clock, as its `updated`) in its
+    /// tenant's index; never earlier than it was.
+    async fn touch(&self, key: &Key, at: i64) -> Result<()> {
         let mut c = self.conn().await?;
         redis::cmd("ZADD")
             .arg(self.index(&key.tenant))
-            .arg(now_ms())
+            .arg("GT")
+            .arg(at)
             .arg(&key.id)
             .query_async::<i64>(&mut c)
             .await
@@ -298,14 +315,10 @@ impl Store for RedisStore {
         for m in &begin.base {
             call.arg(m.encode_to_vec());
         }
-        // The tenant's index is a key of its own (another slot of a
-        // Cluster): a command of its own, sent together with the script
-        // (one round trip on the one connection). An entry for a
-        // conversation that turns out not to exist is dropped by the next
-        // listing that meets it.
-        let (reply, touched) = futures::join!(call.invoke_async::<Value>(&mut c), self.touch(key));
-        let reply = reply.map_err(redis_error)?;
-        touched?;
+        let reply = call
+            .invoke_async::<Value>(&mut c)
+            .await
+            .map_err(redis_error)?;
         let Value::Array(parts) = reply else {
             return Err(Error::Internal(
                 "conversation store: a malformed answer".into(),
@@ -328,6 +341,11 @@ impl Store for RedisStore {
                 let meta = decode_meta(&key.id, &hash_of(parts.get(1).unwrap_or(&Value::Nil)));
                 let messages = decoded(&bulk_list(parts.get(2).unwrap_or(&Value::Nil)), "message")?;
                 let created = matches!(parts.get(3), Some(Value::Int(1)));
+                // The tenant's index is a key of its own (another slot of
+                // a Cluster): a command of its own, at the script's time.
+                if created && let Some(Value::Int(at)) = parts.get(4) {
+                    self.touch(key, *at).await?;
+                }
                 Begun::Taken {
                     meta,
                     messages,
@@ -366,16 +384,20 @@ impl Store for RedisStore {
         for m in &finish.messages {
             call.arg(m.encode_to_vec());
         }
-        let (applied, touched) = futures::join!(call.invoke_async::<i64>(&mut c), self.touch(key));
-        let applied = applied.map_err(redis_error)?;
-        touched?;
-        Ok(applied == 1)
+        let applied: i64 = call.invoke_async(&mut c).await.map_err(redis_error)?;
+        if applied == 0 {
+            return Ok(false);
+        }
+        self.touch(key, applied).await?;
+        Ok(true)
     }
 
     async fn release(&self, key: &Key, run_id: &str) -> Result<()> {
         let mut c = self.conn().await?;
         self.release
             .key(self.key(key, "meta"))
+            .key(self.key(key, "msgs"))
+            .key(self.key(key, "runs"))
             .arg(run_id)
             .invoke_async::<i64>(&mut c)
             .await
@@ -471,7 +493,11 @@ impl Store for RedisStore {
                         .map_err(redis_error)?;
                     continue;
                 }
-                found.push(decode_meta(id, &fields));
+                // Listed at its place in the index, so the page token (its
+                // `updated`) is where the next page starts.
+                let mut meta = decode_meta(id, &fields);
+                meta.updated_ms = score;
+                found.push(meta);
                 if found.len() == n {
                     return Ok(found);
                 }
