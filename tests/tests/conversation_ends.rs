@@ -21,7 +21,11 @@ scripts:
     - {text: "paid {{results}}"}
   chat:
     - text: "You said: {{input}}. Before that: {{history}}"
+  slow:
+    - text: "slowly: {{input}}"
+      delay: 1500ms
 agents:
+  slow: {model: "scripted:slow"}
   finisher: {model: "scripted:finisher", tools: [write_context], policies: [stop]}
   payer: {model: "scripted:payer", tools: [write_context], approvals: {write_context: always}}
   chat: {model: "scripted:chat"}
@@ -239,4 +243,307 @@ async fn a_refused_message_moves_nothing_and_pages_follow_the_listing_in_memory_
         );
         server.shutdown().await.expect("shutdown");
     }
+}
+
+/// A run in a durable conversation whose replica stopped after writing its
+/// end (its append with it, phase one) and before applying its append
+/// (phase two): made here with the run store's and the conversation
+/// store's own calls, as that replica left it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_written_with_a_runs_end_is_applied_by_the_next_message_when_its_replica_stopped_between()
+ {
+    use baton_orchestrator::conversation::{
+        redis::RedisStore,
+        store::{self, Begin, Begun, Finish, Key, Open, Store},
+    };
+    use baton_orchestrator::run::durable::{Append, RedisRuns, RunEnd, RunMeta};
+    let redis = baton_e2e::RedisServer::start().expect("redis-server");
+    let server = OrchestratorServer::start(AGENTS, None, baton_e2e::durable_runs(redis.url()))
+        .await
+        .expect("server");
+    let client = server.client().await.expect("client");
+    let first = run(&client, send("chat", "first", "")).await;
+    let id = conversation_of(&first);
+
+    let config = baton_store::redis::RedisConfig {
+        url: redis.url(),
+        ..Default::default()
+    };
+    let key = Key {
+        tenant: String::new(),
+        id: id.clone(),
+    };
+    let run_id = uuid::Uuid::now_v7().to_string();
+    // It took the turn...
+    let conversations = RedisStore::new(&config).expect("store");
+    let taken = conversations
+        .begin(
+            &key,
+            &Begin {
+                run_id: run_id.clone(),
+                open: Open::Existing,
+                hold_ms: 600_000,
+                ttl_ms: 3_600_000,
+                base: Vec::new(),
+                branched_from: String::new(),
+            },
+        )
+        .await
+        .expect("begin");
+    assert!(matches!(taken, Begun::Taken { .. }), "{taken:?}");
+    // ...ran, and wrote its end with its append.
+    let runs = RedisRuns::new(
+        &config,
+        Duration::from_secs(60),
+        "stopped",
+        Duration::from_secs(5),
+    )
+    .expect("runs");
+    let meta = RunMeta {
+        run_id: run_id.clone(),
+        trace_id: "0af7651916cd43dd8448eb211c80319c".into(),
+        tenant: String::new(),
+        kind: pb::RunKind::Agent,
+        target: "chat".into(),
+        started_ms: 1,
+        detached: false,
+        status: pb::RunStatus::Running,
+        ended_ms: None,
+        output: String::new(),
+        run_context_json: String::new(),
+        usage: pb::Usage::default(),
+        error_code: 0,
+        error_message: String::new(),
+        last_seq: 0,
+        waiting_approvals: 0,
+        waiting_inputs: 0,
+        forked_from: None,
+        replay_of: None,
+        replay_strict: false,
+        replay_diverged: false,
+        conversation: None,
+        conversation_end: None,
+    };
+    let epoch = runs
+        .create(&meta, &[], Duration::from_secs(60))
+        .await
+        .expect("create");
+    let message = |role: pb::Role, text: &str| pb::ConversationMessage {
+        message: Some(pb::Message {
+            role: role as i32,
+            content: text.into(),
+            ..Default::default()
+        }),
+        run_id: run_id.clone(),
+        agent: "chat".into(),
+        ..Default::default()
+    };
+    let messages = vec![
+        message(pb::Role::User, "second"),
+        message(pb::Role::Assistant, "answered before its replica stopped"),
+    ];
+    let c = client.get_conversation(&id, 0, "", 0).await.expect("get");
+    let finish = Finish {
+        run_id: run_id.clone(),
+        fold: 0,
+        summary: None,
+        agent: "chat".into(),
+        run: pb::ConversationRun {
+            run_id: run_id.clone(),
+            status: pb::RunStatus::Completed as i32,
+            messages: 2,
+            ended_at: None,
+        },
+        count: c.message_count + 2,
+        bytes: c.bytes + messages.iter().map(store::size).sum::<u64>(),
+        ttl_ms: 3_600_000,
+        messages,
+    };
+    let end = RunEnd {
+        status: pb::RunStatus::Completed,
+        ended_ms: 2,
+        output: "answered before its replica stopped".into(),
+        run_context_json: String::new(),
+        usage: None,
+        error_code: 0,
+        error_message: String::new(),
+        replay_diverged: false,
+        conversation: Some(finish.encode(&key)),
+    };
+    let terminal = pb::RunEvent {
+        run_id: run_id.clone(),
+        seq: 1,
+        payload: Some(Payload::RunCompleted(pb::RunCompleted {
+            output: end.output.clone(),
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    let written = runs
+        .append(&run_id, epoch, &[terminal], &[], Some(&end), None)
+        .await
+        .expect("append");
+    assert_eq!(written, Append::Done);
+
+    // The next message finds the turn held by a run that ended, applies
+    // what its record keeps, and goes on after it.
+    let next = run(&client, send("chat", "third", &id)).await;
+    let Some(Payload::RunCompleted(done)) = next.last().and_then(|e| e.payload.clone()) else {
+        panic!("{:?}", next.last())
+    };
+    assert!(
+        done.output.ends_with("Before that: first | second"),
+        "{}",
+        done.output
+    );
+    let c = client.get_conversation(&id, 0, "", 0).await.expect("get");
+    let said: Vec<String> = said(&c).into_iter().map(|(_, t, _)| t).collect();
+    assert_eq!(said.len(), 6, "{said:?}");
+    assert_eq!(
+        said[2..4],
+        ["second", "answered before its replica stopped"]
+    );
+    assert_eq!(
+        c.runs.iter().filter(|r| r.run_id == run_id).count(),
+        1,
+        "applied once"
+    );
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_replica_appends_nothing_to_the_conversation() {
+    let redis = baton_e2e::RedisServer::start().expect("redis-server");
+    let server = OrchestratorServer::start(AGENTS, None, baton_e2e::durable_runs(redis.url()))
+        .await
+        .expect("server");
+    let client = server.client().await.expect("client");
+    let first = run(&client, send("chat", "first", "")).await;
+    let id = conversation_of(&first);
+    let mut stream = client
+        .run_agent(send("slow", "fenced", &id))
+        .await
+        .expect("run");
+    let run_id = stream
+        .next()
+        .await
+        .expect("an event")
+        .expect("event")
+        .run_id;
+    // Another replica claimed the run meanwhile (its epoch is raised): this
+    // one may write nothing of it any more.
+    redis
+        .cli(&[
+            "HINCRBY",
+            &format!("baton:run:{{{run_id}}}:meta"),
+            "epoch",
+            "1",
+        ])
+        .expect("HINCRBY");
+    // The client follows the run to where it goes on: it ends its stream
+    // here (fenced), then re-attaches, and the replica that claims the run
+    // (this one, once the lease lapses) resumes it.
+    let mut resumed = false;
+    while let Some(e) = stream.next().await {
+        let e = e.expect("event");
+        if let Some(Payload::RunResumed(_)) = e.payload {
+            // The fenced end was not written: nothing of it is in the
+            // conversation, whose turn is still the run's.
+            let c = client.get_conversation(&id, 0, "", 0).await.expect("get");
+            assert_eq!(c.message_count, 2, "nothing of the fenced run: {c:?}");
+            assert_eq!(c.running_run_id, run_id, "still its turn");
+            resumed = true;
+        }
+    }
+    assert!(resumed, "the run was resumed");
+    // The resumed run's end appends it, once.
+    let c = client.get_conversation(&id, 0, "", 0).await.expect("get");
+    assert_eq!(c.message_count, 4, "{c:?}");
+    assert_eq!(c.runs.iter().filter(|r| r.run_id == run_id).count(), 1);
+    assert!(c.running_run_id.is_empty());
+    server.shutdown().await.expect("shutdown");
+}
+
+/// `summed` folds its conversation past four messages into a summary the
+/// fake provider writes.
+fn summing_agents(provider: &baton_e2e::openai::FakeOpenAi) -> String {
+    format!(
+        r#"
+providers:
+  fake: {{kind: openai, base_url: "{}", api_key_env: "", max_retries: 0}}
+scripts:
+  chat:
+    - text: "You said: {{{{input}}}}. Before that: {{{{history}}}}"
+      usage: {{input_tokens: 10, output_tokens: 5}}
+agents:
+  summed:
+    model: "scripted:chat"
+    conversation: {{compaction: summarize, max_messages: 4, keep_messages: 2, summary_model: "fake:summary"}}
+"#,
+        provider.base_url()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_summary_is_a_model_call_of_the_run_and_its_entering_holds_the_turn_briefly() {
+    use baton_e2e::openai::{FakeOpenAi, Reply, finish, text, usage};
+    let redis = baton_e2e::RedisServer::start().expect("redis-server");
+    let provider = FakeOpenAi::start(vec![Reply::Slow(
+        Duration::from_millis(1500),
+        Box::new(Reply::Stream(vec![
+            text("they said one and two"),
+            finish("stop"),
+            usage(100, 20),
+        ])),
+    )])
+    .await
+    .expect("provider");
+    let server = OrchestratorServer::start(&summing_agents(&provider), None, |c| {
+        baton_e2e::durable_runs(redis.url())(c);
+        c.runs.model_timeout = Duration::from_secs(5);
+        c.quotas.default.model_tokens_per_day = Some(100_000);
+    })
+    .await
+    .expect("server");
+    let client = server.client().await.expect("client");
+    let first = run(&client, send("summed", "one", "")).await;
+    let id = conversation_of(&first);
+    run(&client, send("summed", "two", &id)).await;
+    // The third folds the first two messages: a summary is asked for.
+    let third = tokio::spawn({
+        let client = client.clone();
+        let id = id.clone();
+        async move { run(&client, send("summed", "three", &id)).await }
+    });
+    eventually("the summary is asked for", || async {
+        !provider.requests().is_empty()
+    })
+    .await;
+    // While it is, the turn is held for as long as entering can take (twice
+    // the model timeout and a half minute), not the run's hour.
+    let meta = format!("baton:conv:{{:{id}}}:meta");
+    let until: i64 = redis
+        .cli(&["HGET", &meta, "running_until"])
+        .expect("HGET")
+        .trim()
+        .parse()
+        .expect("a time");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    assert!(until - now < 41_000, "held for {} ms", until - now);
+    let third = third.await.expect("joined");
+    let Some(Payload::RunCompleted(done)) = third.last().and_then(|e| e.payload.clone()) else {
+        panic!("{:?}", third.last())
+    };
+    // The summary was the run's first model call: its tokens are the
+    // run's, and it went with a worst case reserved (its max_tokens).
+    let u = done.usage.expect("usage");
+    assert_eq!(
+        (u.model_calls, u.input_tokens, u.output_tokens),
+        (2, 110, 25)
+    );
+    assert!(provider.requests()[0].body["max_tokens"].is_number());
+    server.shutdown().await.expect("shutdown");
 }

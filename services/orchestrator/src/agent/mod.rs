@@ -122,9 +122,10 @@ pub async fn body(
 
 /// Appends what a run in a conversation added, before anyone sees its
 /// terminal event (so the next message, sent once a client sees the run
-/// end, finds it): here in memory mode; a durable run's goes with its
-/// terminal event's write (see `durable::sequencer`). A replica whose lease
-/// lapsed leaves it to the one that took the run.
+/// end, finds it): here in memory mode; a durable run's is written with
+/// its terminal event, fenced by its epoch, then applied (two phases, see
+/// `durable::sequencer`). A replica whose lease lapsed leaves it to the
+/// one that took the run.
 async fn conversation_end(
     rt: &Arc<Run>,
     link: &Arc<crate::conversation::link::Link>,
@@ -141,26 +142,23 @@ async fn conversation_end(
     } else {
         pb::RunStatus::Failed
     };
-    let (link, conversations) = (link.clone(), rt.services.conversations.clone());
-    let (tenant, run_id) = (rt.record.tenant.clone(), rt.record.run_id.clone());
-    let append = async move {
-        if let Err(e) = link
-            .finish(&conversations, &tenant, &run_id, added, status)
-            .await
-        {
-            // Not applied: the turn stays the run's until its hold lapses,
-            // and a resumed run applies it then.
-            tracing::warn!(run_id = %run_id, conversation = %link.id, error = %e, "a run's messages were not appended to its conversation");
-        }
-    };
+    let (key, finish) = link.ending(&rt.record.tenant, &rt.record.run_id, added, status);
+    let conversations = rt.services.conversations.clone();
     if rt.services.durable.is_some()
         && rt.record.epoch.load(std::sync::atomic::Ordering::Relaxed) > 0
     {
+        let encoded = finish.encode(&key);
+        let apply = async move { conversations.finish(&key, &finish).await };
         *rt.record
             .conversation_end
             .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(Box::pin(append));
-    } else {
-        append.await;
+            .unwrap_or_else(|p| p.into_inner()) = Some(crate::conversation::link::PendingEnd {
+            encoded,
+            apply: Box::pin(apply),
+        });
+    } else if let Err(e) = conversations.finish(&key, &finish).await {
+        // Not applied: the turn stays the run's; the next message finds
+        // it ended and frees it.
+        tracing::warn!(run_id = %rt.record.run_id, conversation = %link.id, error = %e, "a run's messages were not appended to its conversation");
     }
 }

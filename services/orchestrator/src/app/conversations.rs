@@ -15,7 +15,7 @@ use super::{
 use crate::{
     catalog::compaction::Compaction,
     conversation::{
-        check_id,
+        Holder, check_id,
         compact::{self, Bounds},
         link::{Compacted, Link},
         not_found,
@@ -23,7 +23,7 @@ use crate::{
         to_chat,
     },
     error::{Error, Result},
-    model::{ChatMessage, ModelRequest, Role},
+    model::ChatMessage,
     request::{ConversationAsk, StoredRequest},
     run::{launch::Prepared, shared::Shared},
 };
@@ -69,21 +69,28 @@ impl Orchestrator {
             },
         };
         let ttl = ask.ttl.unwrap_or(config.ttl);
+        // While the run enters (a summary may be asked for) it holds the
+        // turn for as long as that can take: a replica stopped meanwhile
+        // leaves a turn that frees itself soon. Once it is in, for its
+        // run_timeout.
+        let run_hold = prepared.run.limits.run_timeout + Duration::from_secs(60);
+        let entering_hold =
+            (services.defaults.model_timeout * 2 + Duration::from_secs(30)).min(run_hold);
         let begin = Begin {
             run_id: record.run_id.clone(),
             open: ask.open,
-            hold_ms: (prepared.run.limits.run_timeout + Duration::from_secs(60)).as_millis() as i64,
+            hold_ms: entering_hold.as_millis() as i64,
             ttl_ms: ttl.as_millis() as i64,
             base: Vec::new(),
             branched_from: String::new(),
         };
         let this = self.clone();
-        let ended = move |run: String| -> futures::future::BoxFuture<'static, bool> {
+        let holder = move |run: String| -> futures::future::BoxFuture<'static, Holder> {
             let this = this.clone();
-            Box::pin(async move { this.run_ended(&run).await })
+            Box::pin(async move { this.holder(&run).await })
         };
         let taken = conversations
-            .take_turn(&key, &begin, ask.busy, &ended)
+            .take_turn(&key, &begin, ask.busy, &holder)
             .await?;
         let created = taken.created;
         let entered = async {
@@ -144,7 +151,8 @@ impl Orchestrator {
                 let (folded, rest) = messages.split_at(cut);
                 let summary = match mode {
                     Compaction::Summarize => Some(
-                        summarize(services, &spec.summary_model, folded, &record.tenant).await?,
+                        super::summary::summarize(services, prepared, &spec.summary_model, folded)
+                            .await?,
                     ),
                     _ => None,
                 };
@@ -199,6 +207,15 @@ impl Orchestrator {
             Ok(())
         }
         .await;
+        let entered = match entered {
+            Ok(()) => {
+                conversations
+                    .store
+                    .hold(&key, &record.run_id, run_hold.as_millis() as i64)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
         match entered {
             Ok(()) => Ok((key, created)),
             Err(e) => {
@@ -254,8 +271,10 @@ impl Orchestrator {
             branched_from: origin.id.clone(),
             base,
         };
-        let never =
-            |_: String| -> futures::future::BoxFuture<'static, bool> { Box::pin(async { false }) };
+        // A new branch: nobody else holds its turn.
+        let never = |_: String| -> futures::future::BoxFuture<'static, Holder> {
+            Box::pin(async { Holder::Running })
+        };
         let taken = services
             .conversations
             .take_turn(&key, &begin, crate::conversation::Busy::Refuse, &never)
@@ -274,22 +293,33 @@ impl Orchestrator {
         Ok(key)
     }
 
-    /// Whether run `run_id` has ended: its turn of a conversation, if it
-    /// still holds one, is free (a run ended from outside its body — by a
-    /// replica that found it unresumable — gave nothing back). A run not
-    /// found is not taken for ended: it may be one that took its turn and
-    /// is not registered yet; a turn nobody gives back frees itself when
-    /// its hold lapses.
-    async fn run_ended(&self, run_id: &str) -> bool {
+    /// What became of run `run_id`, which holds a conversation's turn: a
+    /// run ended from outside its body (by a replica that found it
+    /// unresumable) gave nothing back, and its turn is free; a durable run
+    /// still running (parked, or resumed on another replica after its
+    /// hold lapsed) keeps it. A run not found is not known: it may be one
+    /// that took its turn and is not registered yet.
+    async fn holder(&self, run_id: &str) -> Holder {
         if let Ok(record) = self.runs.get(run_id) {
-            return record.snapshot().status != pb::RunStatus::Running;
+            return match record.snapshot().status {
+                pb::RunStatus::Running => Holder::Running,
+                _ => Holder::Ended(None),
+            };
         }
         match &self.services().durable {
-            Some(durable) => matches!(
-                durable.meta(run_id).await,
-                Ok(Some(meta)) if meta.status != pb::RunStatus::Running
-            ),
-            None => false,
+            Some(durable) => match durable.meta(run_id).await {
+                Ok(Some(meta)) if meta.status == pb::RunStatus::Running => Holder::Running,
+                Ok(Some(meta)) => Holder::Ended(
+                    meta.conversation_end
+                        .as_deref()
+                        .and_then(crate::conversation::store::Finish::decode)
+                        .map(Box::new),
+                ),
+                Ok(None) => Holder::Unknown,
+                // Cannot tell: kept.
+                Err(_) => Holder::Running,
+            },
+            None => Holder::Unknown,
         }
     }
 
@@ -527,55 +557,6 @@ fn over_bound(
             "conversation {id:?} with this input is over {bound}: {limit}; agent {agent} keeps it whole (conversation.compaction: keep) — delete the conversation, start another, or set window or summarize"
         ),
     }
-}
-
-/// Asks `model` for a summary of `folded` (a compaction `summarize`),
-/// within the server's model timeout; its tokens count in the tenant's
-/// model quota.
-async fn summarize(
-    services: &Shared,
-    model: &str,
-    folded: &[pb::ConversationMessage],
-    tenant: &str,
-) -> Result<String> {
-    let model = services
-        .models
-        .resolve(model)
-        .map_err(|e| Error::Unavailable(format!("the summary model: {e}")))?;
-    let messages = [
-        ChatMessage::new(Role::System, compact::SUMMARY_INSTRUCTIONS),
-        ChatMessage::new(Role::User, compact::summary_prompt(folded)),
-    ];
-    let settings = model.settings().clone();
-    let request = ModelRequest {
-        messages: &messages,
-        tools: &[],
-        turn: 0,
-        input: "",
-        call_id_prefix: "summary",
-        settings: &settings,
-    };
-    let timeout = services.defaults.model_timeout;
-    let turn = tokio::time::timeout(timeout, model.turn(request, &NoDeltas))
-        .await
-        .map_err(|_| {
-            Error::Unavailable(format!(
-                "the summary model did not answer within runs.model_timeout ({timeout:?})"
-            ))
-        })?
-        .map_err(|e| Error::Unavailable(format!("the summary model: {e}")))?;
-    services
-        .quotas
-        .spend_tokens(tenant, turn.usage.input_tokens + turn.usage.output_tokens)
-        .await;
-    Ok(turn.text)
-}
-
-struct NoDeltas;
-
-#[async_trait::async_trait]
-impl crate::model::DeltaSink for NoDeltas {
-    async fn delta(&self, _text: String) {}
 }
 
 /// A history message as a request carries it.

@@ -142,6 +142,12 @@ impl Orchestrator {
         record
             .epoch
             .store(claimed.epoch, std::sync::atomic::Ordering::Relaxed);
+        // It keeps the deadline it started with: its run_timeout is what is
+        // left of it.
+        record.set_run_timeout(checked.options.limits.run_timeout);
+        checked.options.limits.run_timeout = record
+            .run_time_left()
+            .max(std::time::Duration::from_millis(1));
         if let Some(origin) = meta.replay_of.clone() {
             let _ = record.replay_of.set((origin, meta.replay_strict));
         }

@@ -73,6 +73,8 @@ async fn park(durable: &RedisRuns, runs: &Runs, quiet: Duration) {
         let Some(wake_ms) = run.parkable(quiet) else {
             continue;
         };
+        // Its run_timeout wakes it too (to end it).
+        let wake_ms = run.run_deadline_ms().map_or(wake_ms, |d| wake_ms.min(d));
         // Out of reach first: an answer given from now on goes to its
         // inbox, which the park script sees.
         runs.drop_run(&run, "parked: waiting for a person");
@@ -270,6 +272,7 @@ pub async fn end_orphan(
         error_code: tonic::Code::Unavailable as i32,
         error_message: message,
         replay_diverged: false,
+        conversation: None,
     };
     match durable
         .append(run_id, epoch, &events, &[], Some(&end), None)

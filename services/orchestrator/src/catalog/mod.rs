@@ -21,7 +21,8 @@ pub mod remote;
 pub mod settings;
 
 pub use error::CatalogError;
-pub use names::{parse_model_ref, valid_name};
+pub use models::DEFAULT_MAX_OUTPUT_TOKENS;
+pub use names::{parse_model_ref, valid_mcp_tool_name, valid_name};
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -165,15 +166,6 @@ pub struct McpServerSpec {
     pub connect_timeout: Option<std::time::Duration>,
 }
 
-/// Whether `s` is a name MCP tools may have here: `[a-zA-Z0-9_-]{1,64}`
-/// (what model APIs accept as function names).
-pub fn valid_mcp_tool_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 64
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-}
-
 /// Model providers by name: `<name>:<model>` references resolve against
 /// `providers.<name>` (`scripted` is built in).
 pub type Providers = BTreeMap<String, ProviderSpec>;
@@ -206,15 +198,9 @@ pub struct AgentsFile {
     pub prices: BTreeMap<String, prices::PriceSpec>,
     /// LiteLLM's model price map, relative to the agents file.
     pub prices_file: Option<String>,
-    /// The most output tokens a model writes in one answer when neither
-    /// its `max_tokens`, its entry's `max_output_tokens` nor the prices
-    /// file says: the worst case a budget reserves for its calls (default
-    /// [`DEFAULT_MAX_OUTPUT_TOKENS`]).
+    /// A model's output limit when nothing else says (`Model::max_output_tokens`).
     pub default_max_output_tokens: Option<u32>,
 }
-
-/// `default_max_output_tokens` when the agents file sets none.
-pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 4096;
 
 /// A validated agent.
 #[derive(Debug)]
@@ -608,12 +594,8 @@ impl Catalog {
     }
 }
 
-/// `scripted` and the configured providers, comma-separated.
 fn known_providers(providers: &Providers) -> String {
-    std::iter::once("scripted")
-        .chain(providers.keys().map(String::as_str))
-        .collect::<Vec<_>>()
-        .join(", ")
+    names::known_providers(providers.keys().map(String::as_str))
 }
 
 #[cfg(test)]

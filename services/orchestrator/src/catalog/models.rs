@@ -147,6 +147,9 @@ pub struct ModelSpec {
     pub settings: Settings,
 }
 
+/// `default_max_output_tokens` when the agents file sets none.
+pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 4096;
+
 /// Names a provider entry may not take: the built-in `scripted` provider.
 pub const RESERVED_PROVIDERS: &[&str] = &["scripted"];
 

@@ -14,6 +14,23 @@ pub fn valid_name(s: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
 }
 
+/// Whether `s` is a name MCP tools may have here: `[a-zA-Z0-9_-]{1,64}`
+/// (what model APIs accept as function names).
+pub fn valid_mcp_tool_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// `scripted` and the configured providers (`names`), comma-separated.
+pub fn known_providers<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    std::iter::once("scripted")
+        .chain(names)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Why a model reference is not `provider:model`; the message quotes it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ModelRefError {

@@ -14,6 +14,16 @@ use super::{
     transcript::Added,
 };
 
+/// A durable run's append to its conversation, in two phases (see
+/// `run::durable::sequencer`): `encoded` is written with its terminal
+/// event (fenced by its epoch), then `apply` appends it.
+pub struct PendingEnd {
+    /// The append, encoded (`store::Finish::encode`).
+    pub encoded: Vec<u8>,
+    /// Applies it to the conversation; whether it was applied.
+    pub apply: futures::future::BoxFuture<'static, crate::error::Result<bool>>,
+}
+
 /// A run's conversation (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Link {
@@ -94,6 +104,19 @@ impl Link {
         added: Added,
         status: pb::RunStatus,
     ) -> crate::error::Result<bool> {
+        let (key, finish) = self.ending(tenant, run_id, added, status);
+        conversations.finish(&key, &finish).await
+    }
+
+    /// What run `run_id` of `tenant` appends, ending with `status` having
+    /// added `added`: the conversation and the append.
+    pub fn ending(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        added: Added,
+        status: pb::RunStatus,
+    ) -> (Key, Finish) {
         let interrupted = status != pb::RunStatus::Completed;
         let messages: Vec<pb::ConversationMessage> = added
             .messages
@@ -129,6 +152,6 @@ impl Link {
             tenant: tenant.to_owned(),
             id: self.id.clone(),
         };
-        conversations.finish(&key, &finish).await
+        (key, finish)
     }
 }

@@ -79,13 +79,10 @@ impl Store for MemoryStore {
         match (held.get(key), begin.open) {
             (Some(_), Open::New) => return Ok(Begun::Exists),
             (None, Open::Existing) => return Ok(Begun::NotFound),
-            (Some(h), _)
-                if !h.meta.running.is_empty()
-                    && h.meta.running != begin.run_id
-                    && h.running_until > now =>
-            {
+            (Some(h), _) if !h.meta.running.is_empty() && h.meta.running != begin.run_id => {
                 return Ok(Begun::Busy {
                     running: h.meta.running.clone(),
+                    lapsed: h.running_until <= now,
                 });
             }
             (None, _) => {
@@ -149,6 +146,15 @@ impl Store for MemoryStore {
         h.meta.updated_ms = now_ms();
         h.meta.ttl_ms = finish.ttl_ms;
         Ok(true)
+    }
+
+    async fn hold(&self, key: &Key, run_id: &str, hold_ms: i64) -> Result<()> {
+        if let Some(h) = self.lock().get_mut(key)
+            && h.meta.running == run_id
+        {
+            h.running_until = now_ms() + hold_ms;
+        }
+        Ok(())
     }
 
     async fn release(&self, key: &Key, run_id: &str) -> Result<()> {

@@ -69,6 +69,18 @@ pub struct Conversations {
     given_back: tokio::sync::Notify,
 }
 
+/// What became of a run holding a conversation's turn.
+#[derive(Debug, Clone)]
+pub enum Holder {
+    /// It runs (here, on another replica, or parked).
+    Running,
+    /// It ended; with the append its record keeps, when its replica
+    /// stopped before applying it (see `run::durable::sequencer`).
+    Ended(Option<Box<(Key, store::Finish)>>),
+    /// Nobody knows it (not registered yet, or long gone).
+    Unknown,
+}
+
 /// A turn taken: the conversation and its messages.
 pub struct Taken {
     /// The conversation.
@@ -91,15 +103,17 @@ impl Conversations {
     }
 
     /// Takes `key`'s turn for `begin.run_id`: at once, or after the run
-    /// holding it ends (`busy`). `ended` says whether a run holding the
-    /// turn has ended (a run ended without giving it back — by a replica
-    /// that was stopped — frees it).
+    /// holding it ends (`busy`). `holder` says what became of a run holding
+    /// the turn: one that ended without giving it back (its replica was
+    /// stopped) frees it; one still running (parked, resumed elsewhere)
+    /// keeps it, whatever its hold says; one nobody knows frees it once
+    /// its hold lapsed.
     pub async fn take_turn(
         &self,
         key: &Key,
         begin: &Begin,
         busy: Busy,
-        ended: &(dyn Fn(String) -> BoxFuture<'static, bool> + Send + Sync),
+        holder: &(dyn Fn(String) -> BoxFuture<'static, Holder> + Send + Sync),
     ) -> Result<Taken> {
         let queue = {
             let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
@@ -121,8 +135,13 @@ impl Conversations {
                 }
             ),
         };
-        // First in line on this replica first.
-        let Ok(_place) = tokio::time::timeout_at(deadline, queue.lock()).await else {
+        // First in line on this replica first; a sender that would rather
+        // be refused does not queue behind one that waits.
+        let place = match busy {
+            Busy::Refuse => queue.try_lock().ok(),
+            Busy::Wait => tokio::time::timeout_at(deadline, queue.lock()).await.ok(),
+        };
+        let Some(_place) = place else {
             return Err(busy_error("another message waits before this one"));
         };
         let mut poll = Duration::from_millis(20);
@@ -147,8 +166,21 @@ impl Conversations {
                         message: format!("conversation {:?} exists already", key.id),
                     });
                 }
-                Begun::Busy { running } => {
-                    if ended(running.clone()).await {
+                Begun::Busy { running, lapsed } => {
+                    let free = match holder(running.clone()).await {
+                        Holder::Ended(end) => {
+                            // Applied only while the turn is still its own.
+                            if let Some(end) = end
+                                && end.0 == *key
+                            {
+                                self.store.finish(key, &end.1).await?;
+                            }
+                            true
+                        }
+                        Holder::Unknown => lapsed,
+                        Holder::Running => false,
+                    };
+                    if free {
                         self.store.release(key, &running).await?;
                         continue;
                     }

@@ -63,6 +63,8 @@ pub enum Begun {
     Busy {
         /// That run.
         running: String,
+        /// Its hold lapsed: it may be taken from a run nobody runs.
+        lapsed: bool,
     },
     /// No such conversation (`Open::Existing`).
     NotFound,
@@ -91,6 +93,76 @@ pub struct Finish {
     pub bytes: u64,
     /// How long it is kept after this use.
     pub ttl_ms: i64,
+}
+
+/// A run's append to its conversation as a durable run's record keeps it
+/// until it is applied (see `run::durable::sequencer`): the conversation
+/// and the [`Finish`], encoded.
+#[derive(Clone, PartialEq, prost::Message)]
+struct StoredEnd {
+    #[prost(string, tag = "1")]
+    tenant: String,
+    #[prost(string, tag = "2")]
+    id: String,
+    #[prost(string, tag = "3")]
+    run_id: String,
+    #[prost(uint32, tag = "4")]
+    fold: u32,
+    #[prost(message, optional, tag = "5")]
+    summary: Option<pb::ConversationMessage>,
+    #[prost(message, repeated, tag = "6")]
+    messages: Vec<pb::ConversationMessage>,
+    #[prost(string, tag = "7")]
+    agent: String,
+    #[prost(message, optional, tag = "8")]
+    run: Option<pb::ConversationRun>,
+    #[prost(uint32, tag = "9")]
+    count: u32,
+    #[prost(uint64, tag = "10")]
+    bytes: u64,
+    #[prost(int64, tag = "11")]
+    ttl_ms: i64,
+}
+
+impl Finish {
+    /// `self` for conversation `key`, encoded to be kept with the run.
+    pub fn encode(&self, key: &Key) -> Vec<u8> {
+        prost::Message::encode_to_vec(&StoredEnd {
+            tenant: key.tenant.clone(),
+            id: key.id.clone(),
+            run_id: self.run_id.clone(),
+            fold: self.fold,
+            summary: self.summary.clone(),
+            messages: self.messages.clone(),
+            agent: self.agent.clone(),
+            run: Some(self.run.clone()),
+            count: self.count,
+            bytes: self.bytes,
+            ttl_ms: self.ttl_ms,
+        })
+    }
+
+    /// What [`Finish::encode`] made (`None`: not readable).
+    pub fn decode(bytes: &[u8]) -> Option<(Key, Self)> {
+        let s: StoredEnd = prost::Message::decode(bytes).ok()?;
+        Some((
+            Key {
+                tenant: s.tenant,
+                id: s.id,
+            },
+            Finish {
+                run_id: s.run_id,
+                fold: s.fold,
+                summary: s.summary,
+                messages: s.messages,
+                agent: s.agent,
+                run: s.run.unwrap_or_default(),
+                count: s.count,
+                bytes: s.bytes,
+                ttl_ms: s.ttl_ms,
+            },
+        ))
+    }
 }
 
 /// A conversation's own fields (no messages).
@@ -171,6 +243,9 @@ pub trait Store: Send + Sync {
     async fn finish(&self, key: &Key, finish: &Finish) -> Result<bool>;
     /// Gives a run's turn back without appending (it never started).
     async fn release(&self, key: &Key, run_id: &str) -> Result<()>;
+    /// Holds the turn of run `run_id` for `hold_ms` from now, while it is
+    /// the run's.
+    async fn hold(&self, key: &Key, run_id: &str, hold_ms: i64) -> Result<()>;
     /// The conversation, `n` of its messages from `from`, its runs.
     async fn page(&self, key: &Key, from: u32, n: u32) -> Result<Option<Page>>;
     /// A tenant's conversations, most recently used first, after `after`

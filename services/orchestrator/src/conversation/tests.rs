@@ -3,7 +3,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use baton_proto::v1 as pb;
 
 use super::{
-    Busy, Conversations,
+    Busy, Conversations, Holder,
     memory::MemoryStore,
     store::{Begin, Begun, Finish, Key, Open, Store},
 };
@@ -80,7 +80,7 @@ async fn a_turn_is_one_runs_and_its_messages_are_applied_once() {
         .await
         .expect("begin")
     {
-        Begun::Busy { running } => assert_eq!(running, "r1"),
+        Begun::Busy { running, .. } => assert_eq!(running, "r1"),
         other => panic!("not busy: {other:?}"),
     }
     assert!(matches!(
@@ -262,8 +262,8 @@ fn conversations(max_wait: Duration) -> Arc<Conversations> {
     ))
 }
 
-fn never_ended() -> impl Fn(String) -> futures::future::BoxFuture<'static, bool> + Send + Sync {
-    |_| Box::pin(async { false })
+fn never_ended() -> impl Fn(String) -> futures::future::BoxFuture<'static, Holder> + Send + Sync {
+    |_| Box::pin(async { Holder::Running })
 }
 
 #[tokio::test]
@@ -322,12 +322,95 @@ async fn a_wait_is_bounded_and_a_turn_of_an_ended_run_is_freed() {
     assert_eq!(e.code(), tonic::Code::Aborted);
     assert!(e.to_string().contains("max_wait"), "{e}");
     assert!(started.elapsed() < Duration::from_secs(2));
-    let ended = |run: String| -> futures::future::BoxFuture<'static, bool> {
-        Box::pin(async move { run == "r1" })
+    let ended = |run: String| -> futures::future::BoxFuture<'static, Holder> {
+        Box::pin(async move {
+            if run == "r1" {
+                Holder::Ended(None)
+            } else {
+                Holder::Running
+            }
+        })
     };
     c.take_turn(&k, &begin("r2", Open::Existing), Busy::Wait, &ended)
         .await
         .expect("freed");
+}
+
+#[tokio::test]
+async fn a_lapsed_hold_of_a_running_run_keeps_the_turn_and_of_an_unknown_one_frees_it() {
+    let c = conversations(Duration::from_millis(100));
+    let k = key("l");
+    // A hold of 1 ms: lapsed at once.
+    let short = |run: &str, open| Begin {
+        hold_ms: 1,
+        ..begin(run, open)
+    };
+    c.take_turn(&k, &short("r1", Open::New), Busy::Wait, &never_ended())
+        .await
+        .expect("first");
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    // Its run still runs (parked, resumed elsewhere): still its turn.
+    let e = c
+        .take_turn(
+            &k,
+            &begin("r2", Open::Existing),
+            Busy::Refuse,
+            &never_ended(),
+        )
+        .await
+        .err()
+        .expect("busy");
+    assert!(e.to_string().contains("r1"), "{e}");
+    // Nobody knows it: the lapsed hold frees the turn.
+    let unknown = |_: String| -> futures::future::BoxFuture<'static, Holder> {
+        Box::pin(async { Holder::Unknown })
+    };
+    c.take_turn(&k, &begin("r2", Open::Existing), Busy::Refuse, &unknown)
+        .await
+        .expect("taken");
+    // Unknown but held (registering): busy.
+    let e = c
+        .take_turn(&k, &begin("r3", Open::Existing), Busy::Refuse, &unknown)
+        .await
+        .err()
+        .expect("busy");
+    assert!(e.to_string().contains("r2"), "{e}");
+}
+
+#[tokio::test]
+async fn a_refusing_sender_does_not_queue_behind_a_waiting_one() {
+    let c = conversations(Duration::from_secs(5));
+    let k = key("q");
+    c.take_turn(&k, &begin("r1", Open::New), Busy::Wait, &never_ended())
+        .await
+        .expect("first");
+    let waiter = {
+        let (c, k) = (c.clone(), k.clone());
+        tokio::spawn(async move {
+            c.take_turn(&k, &begin("r2", Open::Existing), Busy::Wait, &never_ended())
+                .await
+                .is_ok()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = std::time::Instant::now();
+    let e = c
+        .take_turn(
+            &k,
+            &begin("r3", Open::Existing),
+            Busy::Refuse,
+            &never_ended(),
+        )
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(e.code(), tonic::Code::Aborted);
+    assert!(
+        started.elapsed() < Duration::from_millis(300),
+        "{:?}",
+        started.elapsed()
+    );
+    waiter.abort();
 }
 
 #[test]

@@ -128,6 +128,7 @@ pub async fn register(
         replay_strict: r.replay_of.get().is_some_and(|(_, strict)| *strict),
         replay_diverged: false,
         conversation: r.conversation.get().map(|l| (**l).clone()),
+        conversation_end: None,
     };
     let sent = super::record::mono_ms();
     let epoch = runs

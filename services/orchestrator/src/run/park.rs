@@ -69,6 +69,11 @@ impl RunRecord {
         );
     }
 
+    /// When the run's `run_timeout` ends (ms since the Unix epoch), if set.
+    pub fn run_deadline_ms(&self) -> Option<i64> {
+        Some(self.park.run_deadline.load(Ordering::Relaxed)).filter(|d| *d > 0)
+    }
+
     /// What is left of the run's `run_timeout`.
     pub fn run_time_left(&self) -> Duration {
         let left = self.park.run_deadline.load(Ordering::Relaxed) - now_ms();

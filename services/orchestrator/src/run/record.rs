@@ -132,7 +132,7 @@ pub struct RunRecord {
     pub transcript: Mutex<Option<Arc<crate::conversation::transcript::Transcript>>>,
     /// A durable run's append to its conversation, sent with its terminal
     /// event (one round trip for both; see `durable::sequencer`).
-    pub conversation_end: Mutex<Option<futures::future::BoxFuture<'static, ()>>>,
+    pub conversation_end: Mutex<Option<crate::conversation::link::PendingEnd>>,
     /// Whether the run is parked in memory, and what it wakes with.
     pub(super) park: super::pending::Parking,
 }

@@ -58,6 +58,9 @@ pub struct RunMeta {
     pub replay_diverged: bool,
     /// For a run in a conversation (field `cv`).
     pub conversation: Option<crate::conversation::link::Link>,
+    /// For an ended run in a conversation: its append, encoded (field
+    /// `cv_end`; see `durable::sequencer`).
+    pub conversation_end: Option<Vec<u8>>,
 }
 
 impl RunMeta {
@@ -122,6 +125,9 @@ pub struct RunEnd {
     pub error_message: String,
     /// For a replay: whether it diverged.
     pub replay_diverged: bool,
+    /// For a run in a conversation: its append, encoded (`cv_end`),
+    /// applied after this write (see `durable::sequencer`).
+    pub conversation: Option<Vec<u8>>,
 }
 
 impl RunEnd {
@@ -143,6 +149,9 @@ impl RunEnd {
         ];
         if let Some(usage) = &self.usage {
             fields.push(("usage", usage.encode_to_vec()));
+        }
+        if let Some(end) = &self.conversation {
+            fields.push(("cv_end", end.clone()));
         }
         fields
     }
@@ -184,6 +193,7 @@ pub(super) fn decode_meta(run_id: &str, f: &HashMap<String, Vec<u8>>) -> Option<
         replay_strict: num("rs") == 1,
         replay_diverged: num("rd") == 1,
         conversation: crate::conversation::link::Link::from_field(&text("cv")),
+        conversation_end: f.get("cv_end").cloned(),
     })
 }
 

@@ -31,9 +31,11 @@
 //! write a byte of the run. A run's keys live `run_timeout` plus
 //! `runs.retention` from its start, and `runs.retention` from its end.
 
+mod append;
 mod breakers;
 mod claims;
 mod delete;
+pub mod holds;
 pub mod inbox;
 mod lease;
 pub mod limits;
@@ -95,7 +97,7 @@ pub struct RedisRuns {
     claim: Script,
     /// The holds on tenants' period budgets of this replica's calls in
     /// flight, renewed while they are.
-    holds: std::sync::Arc<periods::LiveHolds>,
+    holds: std::sync::Arc<holds::LiveHolds>,
 }
 
 /// An event as the run's log in Redis keeps it: its seq, and its whole
@@ -127,74 +129,6 @@ impl Loggable for crate::run::log::PackedEvent {
         self.to_vec()
     }
 }
-
-const APPEND: &str = r"
--- KEYS[1] meta, KEYS[2] log, KEYS[3] journal, KEYS[4] inbox
--- ARGV[1] epoch, ARGV[2] events n, ARGV[3] ttl ms (0: keep), ARGV[4] fields m,
--- ARGV[5] records j, then n pairs (seq, event bytes), m pairs (field,
--- value), j pairs (unit, record).
-local epoch = redis.call('HGET', KEYS[1], 'epoch')
-if not epoch then
-  return 2
-end
--- How many of the run's questions wait for a person, by kind.
-local function waits(field, by)
-  if redis.call('HINCRBY', KEYS[1], field, by) < 0 then
-    redis.call('HSET', KEYS[1], field, 0)
-  end
-end
-if epoch ~= ARGV[1] then
-  return 0
-end
-local n, m, j, i = tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5]), 6
-local last = nil
-for _ = 1, n do
-  redis.call('XADD', KEYS[2], '0-' .. ARGV[i], 'e', ARGV[i + 1])
-  last = ARGV[i]
-  i = i + 2
-end
-if last then
-  redis.call('HSET', KEYS[1], 'last_seq', last)
-end
-for _ = 1, m do
-  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
-  i = i + 2
-end
-for _ = 1, j do
-  local unit = ARGV[i]
-  redis.call('HSET', KEYS[3], unit, ARGV[i + 1])
-  -- An answered question leaves the inbox.
-  local kind = string.sub(unit, 1, 3)
-  if kind == 'ap/' or kind == 'in/' then
-    redis.call('HDEL', KEYS[4], string.sub(unit, 4))
-  end
-  -- A question asked (q/) waits for a person until it is answered or
-  -- closed (ap/, in/, it/: timed out).
-  if string.sub(unit, 1, 2) == 'q/' then
-    if string.sub(unit, 3, 11) == 'approval:' then
-      waits('wait_ap', 1)
-    else
-      waits('wait_in', 1)
-    end
-  elseif kind == 'ap/' then
-    waits('wait_ap', -1)
-  elseif kind == 'in/' or kind == 'it/' then
-    waits('wait_in', -1)
-  end
-  i = i + 2
-end
-if j > 0 then
-  redis.call('PEXPIRE', KEYS[3], redis.call('PTTL', KEYS[1]))
-end
-local ttl = tonumber(ARGV[3])
-if ttl > 0 then
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  redis.call('PEXPIRE', KEYS[2], ttl)
-  redis.call('PEXPIRE', KEYS[3], ttl)
-  redis.call('PEXPIRE', KEYS[4], ttl)
-end
-return 1
-";
 
 fn store_error(e: StoreError) -> Error {
     match e {
@@ -233,7 +167,7 @@ impl RedisRuns {
             conn: Connection::open(config)?,
             config: config.clone(),
             retention,
-            append: Script::new(APPEND),
+            append: Script::new(append::APPEND),
             owner: owner.to_owned(),
             lease,
             create: Script::new(&format!("{}{}", lease::NOW, lease::CREATE)),

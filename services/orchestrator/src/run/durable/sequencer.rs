@@ -55,6 +55,7 @@ fn run_end(payload: &Payload) -> Option<RunEnd> {
         error_code: 0,
         error_message: String::new(),
         replay_diverged: false,
+        conversation: None,
     };
     let diverged = |stats: &Option<pb::ReplayStats>| stats.as_ref().is_some_and(|r| r.diverged);
     Some(match payload {
@@ -173,8 +174,13 @@ pub async fn sequence(
                 .iter()
                 .any(|l| matches!(l.payload, Payload::MessageCompleted(_)))
                 .then(|| record.usage());
-            // A run in a conversation appends to it with its end, in the
-            // same round trip, before anyone sees the end.
+            // A run in a conversation appends to it in two phases: its
+            // append is written with its end (one script, fenced by its
+            // epoch: a fenced replica appends nothing), then applied,
+            // before its caller sees the end. Should this replica stop
+            // between the two, the next message to the conversation finds
+            // the run ended and applies what its record keeps (see
+            // `app::conversations`); applying twice applies once.
             let conversation = ended
                 .then(|| {
                     record
@@ -184,16 +190,16 @@ pub async fn sequence(
                         .take()
                 })
                 .flatten();
-            let written = match conversation {
-                Some(append) => {
-                    let (written, ()) = futures::join!(
-                        write(&log, &run_id, &events, &records, end.as_ref(), usage),
-                        append
-                    );
-                    written
-                }
-                None => write(&log, &run_id, &events, &records, end.as_ref(), usage).await,
-            };
+            let mut end = end;
+            if let (Some(end), Some(c)) = (end.as_mut(), &conversation) {
+                end.conversation = Some(c.encoded.clone());
+            }
+            let written = write(&log, &run_id, &events, &records, end.as_ref(), usage).await;
+            if let (Ok(()), Some(c)) = (&written, conversation)
+                && let Err(e) = c.apply.await
+            {
+                tracing::warn!(run_id = %run_id, error = %e, "a run's messages were not appended to its conversation yet: the next message applies them");
+            }
             forget_lease = written.is_ok() && ended;
             if let Err(e) = written {
                 broken = true;

@@ -35,119 +35,9 @@ use redis::{Script, Value};
 use super::store::{Begin, Begun, Finish, Key, Meta, Open, Page, Store};
 use crate::error::{Error, Result};
 
-const NOW: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-";
+mod scripts;
 
-const BEGIN: &str = r"
--- KEYS[1] meta, KEYS[2] msgs, KEYS[3] runs
--- ARGV[1] run, ARGV[2] open (0 existing, 1 new, 2 either), ARGV[3] hold ms,
--- ARGV[4] ttl ms, ARGV[5] branched from, ARGV[6] base bytes, ARGV[7] n,
--- then n base messages.
--- Returns {0} not found, {3} exists, {1, running} busy, {2, meta, msgs,
--- 1 when made now, now}. Only a new conversation is marked used: taking
--- the turn of one changes nothing until the run ends.
-local exists = redis.call('EXISTS', KEYS[1]) == 1
-if exists and ARGV[2] == '1' then
-  return {3}
-end
-if not exists then
-  if ARGV[2] == '0' then
-    return {0}
-  end
-  local n = tonumber(ARGV[7])
-  redis.call('DEL', KEYS[2], KEYS[3])
-  redis.call('HSET', KEYS[1], 'created', now, 'updated', now, 'count', n,
-    'bytes', ARGV[6], 'folded', 0, 'title', '', 'agent', '', 'bf', ARGV[5],
-    'running', '')
-  for i = 1, n do
-    redis.call('RPUSH', KEYS[2], ARGV[7 + i])
-  end
-else
-  local running = redis.call('HGET', KEYS[1], 'running')
-  local till = tonumber(redis.call('HGET', KEYS[1], 'running_until') or '0')
-  if running and running ~= '' and running ~= ARGV[1] and till > now then
-    return {1, running}
-  end
-end
-local hold, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
-redis.call('HSET', KEYS[1], 'running', ARGV[1], 'running_until', now + hold,
-  'ttl', ttl)
-for i = 1, 3 do
-  redis.call('PEXPIRE', KEYS[i], ttl + hold)
-end
-local made = 0
-if not exists then
-  made = 1
-end
-return {2, redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -1), made, now}
-";
-
-const FINISH: &str = r"
--- KEYS[1] meta, KEYS[2] msgs, KEYS[3] runs
--- ARGV[1] run, ARGV[2] fold, ARGV[3] summary ('' none), ARGV[4] agent,
--- ARGV[5] run entry, ARGV[6] count, ARGV[7] bytes, ARGV[8] ttl, ARGV[9] n,
--- then n messages. Returns when it was applied (Redis's clock: its place
--- in the tenant's index), or 0: not the run's turn.
-if redis.call('HGET', KEYS[1], 'running') ~= ARGV[1] then
-  return 0
-end
-local fold = tonumber(ARGV[2])
-if fold > 0 then
-  redis.call('LTRIM', KEYS[2], fold, -1)
-  redis.call('HINCRBY', KEYS[1], 'folded', fold)
-end
-if ARGV[3] ~= '' then
-  redis.call('LPUSH', KEYS[2], ARGV[3])
-end
-local n = tonumber(ARGV[9])
-for i = 1, n do
-  redis.call('RPUSH', KEYS[2], ARGV[9 + i])
-end
-redis.call('RPUSH', KEYS[3], ARGV[5])
-redis.call('HSET', KEYS[1], 'running', '', 'running_until', 0, 'agent', ARGV[4],
-  'count', ARGV[6], 'bytes', ARGV[7], 'updated', now, 'ttl', ARGV[8])
-for i = 1, 3 do
-  redis.call('PEXPIRE', KEYS[i], ARGV[8])
-end
-return now
-";
-
-const RELEASE: &str = r"
--- KEYS[1] meta, KEYS[2] msgs, KEYS[3] runs; ARGV[1] the run giving the
--- turn back without appending: the conversation expires as it would have.
-if redis.call('HGET', KEYS[1], 'running') == ARGV[1] then
-  redis.call('HSET', KEYS[1], 'running', '', 'running_until', 0)
-  local v = redis.call('HMGET', KEYS[1], 'updated', 'ttl')
-  local ends = tonumber(v[1] or '0') + tonumber(v[2] or '0')
-  for i = 1, 3 do
-    if redis.call('EXISTS', KEYS[i]) == 1 then
-      redis.call('PEXPIREAT', KEYS[i], math.max(ends, 1))
-    end
-  end
-end
-return 1
-";
-
-const UPDATE: &str = r"
--- KEYS[1] meta; ARGV[1] 1 to set the title, ARGV[2] title, then label
--- pairs (an empty value deletes).
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return 0
-end
-if ARGV[1] == '1' then
-  redis.call('HSET', KEYS[1], 'title', ARGV[2])
-end
-for i = 3, #ARGV, 2 do
-  if ARGV[i + 1] == '' then
-    redis.call('HDEL', KEYS[1], 'l:' .. ARGV[i])
-  else
-    redis.call('HSET', KEYS[1], 'l:' .. ARGV[i], ARGV[i + 1])
-  end
-end
-return 1
-";
+use scripts::{BEGIN, FINISH, HOLD, NOW, RELEASE, UPDATE};
 
 /// Conversations in Redis (see the module docs).
 pub struct RedisStore {
@@ -156,6 +46,7 @@ pub struct RedisStore {
     begin: Script,
     finish: Script,
     release: Script,
+    hold: Script,
     update: Script,
 }
 
@@ -169,6 +60,7 @@ impl RedisStore {
             begin: Script::new(&format!("{NOW}{BEGIN}")),
             finish: Script::new(&format!("{NOW}{FINISH}")),
             release: Script::new(RELEASE),
+            hold: Script::new(&format!("{NOW}{HOLD}")),
             update: Script::new(UPDATE),
         })
     }
@@ -336,6 +228,7 @@ impl Store for RedisStore {
                     Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
                     _ => String::new(),
                 },
+                lapsed: matches!(parts.get(2), Some(Value::Int(1))),
             },
             2 => {
                 let meta = decode_meta(&key.id, &hash_of(parts.get(1).unwrap_or(&Value::Nil)));
@@ -399,6 +292,20 @@ impl Store for RedisStore {
             .key(self.key(key, "msgs"))
             .key(self.key(key, "runs"))
             .arg(run_id)
+            .invoke_async::<i64>(&mut c)
+            .await
+            .map_err(redis_error)?;
+        Ok(())
+    }
+
+    async fn hold(&self, key: &Key, run_id: &str, hold_ms: i64) -> Result<()> {
+        let mut c = self.conn().await?;
+        self.hold
+            .key(self.key(key, "meta"))
+            .key(self.key(key, "msgs"))
+            .key(self.key(key, "runs"))
+            .arg(run_id)
+            .arg(hold_ms)
             .invoke_async::<i64>(&mut c)
             .await
             .map_err(redis_error)?;
