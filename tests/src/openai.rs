@@ -104,6 +104,13 @@ fn chunk(delta: Value, finish_reason: Option<&str>) -> Value {
     })
 }
 
+/// Where replies come from: a script in order, or an answer made for each
+/// request's body.
+enum Replies {
+    Script(Mutex<VecDeque<Reply>>),
+    Made(Box<dyn Fn(&Value) -> Reply + Send + Sync>),
+}
+
 /// The server.
 pub struct FakeOpenAi {
     /// Where it listens.
@@ -116,10 +123,22 @@ pub struct FakeOpenAi {
 impl FakeOpenAi {
     /// Starts serving `replies` in order on `127.0.0.1:0`.
     pub async fn start(replies: Vec<Reply>) -> anyhow::Result<Self> {
+        Self::serving(Replies::Script(Mutex::new(VecDeque::from(replies)))).await
+    }
+
+    /// Starts answering each request with what `answer` makes of its JSON
+    /// body, for as long as it lives.
+    pub async fn answering(
+        answer: impl Fn(&Value) -> Reply + Send + Sync + 'static,
+    ) -> anyhow::Result<Self> {
+        Self::serving(Replies::Made(Box::new(answer))).await
+    }
+
+    async fn serving(replies: Replies) -> anyhow::Result<Self> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let requests: Arc<Mutex<Vec<Recorded>>> = Arc::default();
-        let replies = Arc::new(Mutex::new(VecDeque::from(replies)));
+        let replies = Arc::new(replies);
         let recorded = requests.clone();
         let task = tokio::spawn(async move {
             while let Ok((socket, _)) = listener.accept().await {
@@ -160,7 +179,7 @@ impl Drop for FakeOpenAi {
 async fn serve(
     mut socket: tokio::net::TcpStream,
     recorded: Arc<Mutex<Vec<Recorded>>>,
-    replies: Arc<Mutex<VecDeque<Reply>>>,
+    replies: Arc<Replies>,
 ) -> anyhow::Result<()> {
     let mut buf = Vec::new();
     let head_end = loop {
@@ -194,6 +213,10 @@ async fn serve(
     }
     let body: Value =
         serde_json::from_slice(&buf[head_end..head_end + length]).unwrap_or(Value::Null);
+    let mut reply = match &*replies {
+        Replies::Script(queue) => queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front(),
+        Replies::Made(answer) => Some(answer(&body)),
+    };
     recorded
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -202,11 +225,6 @@ async fn serve(
             body,
             at: Instant::now(),
         });
-
-    let mut reply = replies
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .pop_front();
     while let Some(Reply::Slow(after, then)) = reply {
         tokio::time::sleep(after).await;
         reply = Some(*then);

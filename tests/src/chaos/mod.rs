@@ -52,9 +52,10 @@ use anyhow::Context as _;
 
 pub use cluster::Cluster;
 pub use options::{BIN_DIR_VAR, Binaries, Options, SEED_VAR, seed_from_env};
+pub use rng::Rng;
 pub use summary::{FaultKind, Summary, Violation};
 
-use self::{history::History, rng::Rng, workload::Shared};
+use self::{history::History, workload::Shared};
 
 /// Runs surveyed and checked at once.
 const SURVEY_BATCH: usize = 500;

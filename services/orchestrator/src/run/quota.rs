@@ -393,17 +393,6 @@ impl Periods for RunQuotas {
         held
     }
 
-    async fn settle(&self, hold: PeriodHold, tokens: u64, cost: u64) {
-        if hold.keys.is_empty() {
-            return;
-        }
-        self.held(&hold.tenant, -(hold.tokens as i64));
-        match &self.durable {
-            None => self.periods.settle(&hold, tokens, cost),
-            Some(durable) => durable.settle_periods(&hold, tokens, cost).await,
-        }
-    }
-
     fn release(&self, hold: PeriodHold, tokens: u64, cost: u64) {
         if hold.keys.is_empty() {
             return;
@@ -412,8 +401,8 @@ impl Periods for RunQuotas {
         match &self.durable {
             None => self.periods.settle(&hold, tokens, cost),
             Some(durable) => {
-                // A drop cannot wait for Redis: settled in the background
-                // (or, should that fail, the hold lapses by itself).
+                // Off the call's path, so no drop cuts it short (should
+                // it fail, the hold lapses by itself).
                 let durable = durable.clone();
                 if let Ok(handle) = tokio::runtime::Handle::try_current() {
                     handle.spawn(async move { durable.settle_periods(&hold, tokens, cost).await });

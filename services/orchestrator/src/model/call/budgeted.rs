@@ -178,7 +178,7 @@ impl<I: CallModel> CallModel for Budgeted<I> {
             h.settle(tokens, cost);
         }
         if let Some(p) = period {
-            p.settle(tokens, cost).await;
+            p.settle(tokens, cost);
         }
         answered
     }

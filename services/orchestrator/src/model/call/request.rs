@@ -119,7 +119,7 @@ pub enum CallError {
 }
 
 /// What a call holds of its tenant's period budgets (settle it with
-/// [`Periods::settle`]).
+/// [`Periods::release`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PeriodHold {
     /// The tenant.
@@ -164,11 +164,9 @@ pub trait Periods: Send + Sync {
         deadline: std::time::Instant,
     ) -> Result<(PeriodHold, Option<u32>), PeriodRefusal>;
 
-    /// Settles `hold` to what the call spent.
-    async fn settle(&self, hold: PeriodHold, tokens: u64, cost: u64);
-
-    /// Settles `hold` of a call dropped before it settled, without waiting
-    /// (a drop cannot): at once in memory, in the background in Redis.
+    /// Settles `hold` to what its call spent, without waiting (its call
+    /// may be dropped, and a drop cannot wait): at once in memory, in the
+    /// background in Redis.
     fn release(&self, hold: PeriodHold, tokens: u64, cost: u64);
 }
 
@@ -195,10 +193,12 @@ impl<'a> PeriodGuard<'a> {
         }
     }
 
-    /// Settles the hold to what the call spent.
-    pub async fn settle(mut self, tokens: u64, cost: u64) {
+    /// Settles the hold to what the call spent, off the call's path (in
+    /// Redis: in the background, so no drop of the call's future can cut
+    /// it short).
+    pub fn settle(mut self, tokens: u64, cost: u64) {
         if let Some(hold) = self.hold.take() {
-            self.periods.settle(hold, tokens, cost).await;
+            self.periods.release(hold, tokens, cost);
         }
     }
 }

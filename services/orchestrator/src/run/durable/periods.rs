@@ -24,6 +24,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use baton_store::redis::conn::Connection;
 use redis::Script;
 
 use super::{
@@ -161,19 +162,30 @@ return {0, cap, held_t, held_c}
 static SETTLE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
--- KEYS[1] holds, KEYS[2] what each holds, KEYS[2+i] the counters a call
--- held; ARGV[1] the hold's id, ARGV[2..3] what it held (tokens, cost),
--- ARGV[4..5] what it spent. A hold that lapsed was given back already.
+-- KEYS[1] holds, KEYS[2] what each holds, KEYS[2+i] the counters the
+-- call's hold is on; ARGV[1] the hold's id, ARGV[2..3] what the call
+-- spent. What it held is read from its entry: a hold that lapsed was given
+-- back already, and one whose reservation's reply was never read (the
+-- call was dropped meanwhile) is given back all the same.
+local info = redis.call('HGET', KEYS[2], ARGV[1])
 local live = redis.call('ZREM', KEYS[1], ARGV[1]) == 1
 redis.call('HDEL', KEYS[2], ARGV[1])
+local ht, hc = 0, 0
+if live and info then
+  local parts = {}
+  for part in string.gmatch(info, '[^\n]+') do
+    parts[#parts + 1] = part
+  end
+  ht, hc = tonumber(parts[1]), tonumber(parts[2])
+end
 for i = 3, #KEYS do
   if redis.call('EXISTS', KEYS[i]) == 1 then
-    if live then
-      redis.call('HINCRBY', KEYS[i], 'ht', 0 - tonumber(ARGV[2]))
-      redis.call('HINCRBY', KEYS[i], 'hc', 0 - tonumber(ARGV[3]))
+    if ht ~= 0 or hc ~= 0 then
+      redis.call('HINCRBY', KEYS[i], 'ht', 0 - ht)
+      redis.call('HINCRBY', KEYS[i], 'hc', 0 - hc)
     end
-    redis.call('HINCRBY', KEYS[i], 't', ARGV[4])
-    redis.call('HINCRBY', KEYS[i], 'c', ARGV[5])
+    redis.call('HINCRBY', KEYS[i], 't', ARGV[2])
+    redis.call('HINCRBY', KEYS[i], 'c', ARGV[3])
   end
 end
 return live and 1 or 0
@@ -182,6 +194,59 @@ return live and 1 or 0
 });
 
 static HOLD_IDS: AtomicU64 = AtomicU64::new(0);
+
+/// Gives hold `id` (on `holds`, over counters `keys`) back, counting what
+/// its call spent.
+async fn settle(conn: &Connection, holds: &str, keys: &[String], id: &str, spent: (u64, u64)) {
+    let settled = match conn.get().await {
+        Ok(mut c) => {
+            let mut script = SETTLE.prepare_invoke();
+            script.key(holds).key(format!("{holds}:of"));
+            for k in keys {
+                script.key(k);
+            }
+            script
+                .arg(id)
+                .arg(spent.0)
+                .arg(spent.1)
+                .invoke_async::<i64>(&mut c)
+                .await
+                .map_err(|e| e.to_string())
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    if let Err(e) = settled {
+        // Its hold lapses by itself within HOLD_TTL.
+        tracing::warn!(error = %e, "a model call's hold on its tenant's budgets was not settled");
+    }
+}
+
+/// A reservation whose reply has not been read: dropped so, the hold it
+/// may have taken is given back in the background.
+struct InFlight<'a> {
+    conn: &'a Connection,
+    holds: &'a str,
+    keys: &'a [String],
+    id: &'a str,
+    done: bool,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let conn = self.conn.clone();
+            let (holds, keys, id) = (
+                self.holds.to_owned(),
+                self.keys.to_vec(),
+                self.id.to_owned(),
+            );
+            handle.spawn(async move { settle(&conn, &holds, &keys, &id, (0, 0)).await });
+        }
+    }
+}
 
 fn bound(v: Option<u64>) -> i64 {
     v.map_or(-1, |n| n.min(i64::MAX as u64) as i64)
@@ -258,10 +323,21 @@ impl RedisRuns {
                 .arg(bound(b.cost_nanos))
                 .arg(end + 3_600_000);
         }
+        // Dropped before its reply is read, the hold it may have taken is
+        // given back (after it, on the same connection).
+        let mut in_flight = InFlight {
+            conn: &self.conn,
+            holds: &holds,
+            keys: &keys,
+            id: &id,
+            done: false,
+        };
         let out: Vec<i64> = script
             .invoke_async(&mut c)
             .await
             .map_err(|e| unreachable(format!("redis: {e}")))?;
+        in_flight.done = true;
+        drop(in_flight);
         let at = |i: usize| out.get(i).copied().unwrap_or(0).max(0) as u64;
         match out.first().copied().unwrap_or(0) {
             -1 => Ok(None),
@@ -305,29 +381,14 @@ impl RedisRuns {
     /// Settles a call's `hold` to what it spent.
     pub async fn settle_periods(&self, hold: &PeriodHold, tokens: u64, cost: u64) {
         self.holds.remove(&hold.holds, &hold.id);
-        let settled = match self.conn().await {
-            Ok(mut c) => {
-                let mut script = SETTLE.prepare_invoke();
-                script.key(&hold.holds).key(format!("{}:of", hold.holds));
-                for k in &hold.keys {
-                    script.key(k);
-                }
-                script
-                    .arg(&hold.id)
-                    .arg(hold.tokens)
-                    .arg(hold.cost)
-                    .arg(tokens)
-                    .arg(cost)
-                    .invoke_async::<i64>(&mut c)
-                    .await
-                    .map_err(|e| e.to_string())
-            }
-            Err(e) => Err(e.to_string()),
-        };
-        if let Err(e) = settled {
-            // Its hold lapses by itself within HOLD_TTL.
-            tracing::warn!(error = %e, "a model call's hold on its tenant's budgets was not settled");
-        }
+        settle(
+            &self.conn,
+            &hold.holds,
+            &hold.keys,
+            &hold.id,
+            (tokens, cost),
+        )
+        .await;
     }
 
     /// The holds this replica's calls have in flight.
