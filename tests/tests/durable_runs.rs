@@ -41,6 +41,7 @@ fn meta(tenant: &str) -> RunMeta {
         replay_strict: false,
         replay_diverged: false,
         conversation: None,
+        conversation_end: None,
     }
 }
 
@@ -67,6 +68,7 @@ fn ended(output: &str) -> RunEnd {
         error_code: 0,
         error_message: String::new(),
         replay_diverged: false,
+        conversation: None,
     }
 }
 

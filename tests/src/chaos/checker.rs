@@ -143,6 +143,17 @@ pub fn check_replicas(states: &[ReplicaState], all_ended: bool) -> Vec<Violation
                 format!("{}: cannot read baton_runs_active: {e}", s.name),
             )),
         }
+        match &s.held {
+            Ok(held) if all_ended && !held.is_empty() => out.push(Violation::cluster(
+                "held-after-end",
+                format!("{} still holds {held:?} after every run ended", s.name),
+            )),
+            Ok(_) => {}
+            Err(e) => out.push(Violation::cluster(
+                "held-after-end",
+                format!("{}: cannot read what it holds: {e}", s.name),
+            )),
+        }
         for (run, n) in &s.moved {
             moved.entry(run.as_str()).or_default().push((&s.name, *n));
         }
@@ -158,6 +169,50 @@ pub fn check_replicas(states: &[ReplicaState], all_ended: bool) -> Vec<Violation
                     "\"another replica owns this run now\" logged {total} times ({})",
                     by.join(", ")
                 ),
+            ));
+        }
+    }
+    out
+}
+
+/// Judges what the replicas share once every run ended: no run leased, no
+/// hold on a tenant's budget, no breaker probing, no conversation's turn
+/// held (read in Redis, where every replica keeps them).
+pub fn check_redis(redis: &crate::RedisServer) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let mut held = |what: String| out.push(Violation::cluster("held-after-end", what));
+    let cli = |args: &[&str]| {
+        redis
+            .cli(args)
+            .unwrap_or_else(|e| format!("(redis-cli: {e})"))
+    };
+    let leases = cli(&["ZCARD", "baton:leases"]);
+    if leases != "0" {
+        held(format!(
+            "{leases} run leases in Redis after every run ended"
+        ));
+    }
+    let scan = |pattern: &str| -> Vec<String> {
+        cli(&["--scan", "--pattern", pattern])
+            .lines()
+            .map(str::to_owned)
+            .filter(|l| !l.is_empty())
+            .collect()
+    };
+    for key in scan("baton:quota:*:holds") {
+        let n = cli(&["ZCARD", &key]);
+        if n != "0" {
+            held(format!("{n} holds on a tenant's budget in {key}"));
+        }
+    }
+    for key in scan("baton:breaker:*:probe") {
+        held(format!("a breaker probe in {key}"));
+    }
+    for key in scan("baton:conv:*:meta") {
+        let running = cli(&["HGET", &key, "running"]);
+        if !running.is_empty() {
+            held(format!(
+                "{key}'s turn held by {running} after every run ended"
             ));
         }
     }

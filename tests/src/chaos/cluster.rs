@@ -121,7 +121,7 @@ impl Replica {
 pub struct Cluster {
     /// The replicas, `r0`–`r2`.
     pub replicas: Vec<Replica>,
-    _redis: RedisServer,
+    redis: RedisServer,
     _store: Guard,
     store_addr: SocketAddr,
     orchestrator: PathBuf,
@@ -129,6 +129,11 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// The run's redis-server.
+    pub fn redis(&self) -> &RedisServer {
+        &self.redis
+    }
+
     /// Starts Redis, the context store and three replicas serving
     /// `agents`, their logs in `dir`; returns once every replica answers.
     pub async fn start(options: &Options, agents: &Path, dir: &Path) -> anyhow::Result<Self> {
@@ -193,7 +198,7 @@ impl Cluster {
         }
         let mut cluster = Self {
             replicas,
-            _redis: redis,
+            redis,
             _store: store,
             store_addr,
             orchestrator: options.binaries.orchestrator.clone(),

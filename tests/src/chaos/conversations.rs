@@ -4,12 +4,14 @@
 //! messages together, in the order of the runs; a completed run's pair a
 //! user message and the answer that names exactly the user messages
 //! before it (so no turn was lost, doubled or interleaved before it was
-//! answered) — and every chat run the workload saw complete is in it.
+//! answered) — and every chat run that entered it and ended is in it,
+//! listed as it ended (completed, failed or cancelled), a run that did not
+//! complete with its messages marked.
 //! Compaction folds the oldest runs away whole: what is kept must be the
 //! runs' tail, the folded count their messages, and an answer must name at
 //! least the messages kept before it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use baton_client::{OrchestratorClient, pb};
 
@@ -53,16 +55,34 @@ async fn read(clients: &[OrchestratorClient], id: &str) -> Result<pb::Conversati
     Err(last)
 }
 
+/// How a chat run whose log is `log` ended, when it entered a
+/// conversation (its `RunStarted` names one) and has ended.
+pub fn ended_in(log: &[pb::RunEvent]) -> Option<pb::RunStatus> {
+    use pb::run_event::Payload;
+    let entered = log.iter().any(
+        |e| matches!(&e.payload, Some(Payload::RunStarted(s)) if !s.conversation_id.is_empty()),
+    );
+    if !entered {
+        return None;
+    }
+    log.iter().rev().find_map(|e| match &e.payload {
+        Some(Payload::RunCompleted(_)) => Some(pb::RunStatus::Completed),
+        Some(Payload::RunFailed(_)) => Some(pb::RunStatus::Failed),
+        Some(Payload::RunCancelled(_)) => Some(pb::RunStatus::Cancelled),
+        _ => None,
+    })
+}
+
 /// Checks the conversations of `clients_n` clients against the chat runs
-/// that completed (`completed`).
+/// that entered them and ended (`ended`, with how).
 pub async fn check(
     clients: &[OrchestratorClient],
     clients_n: usize,
-    completed: &HashSet<String>,
+    ended: &HashMap<String, pb::RunStatus>,
     violations: &mut Vec<Violation>,
 ) -> Found {
     let mut found = Found::default();
-    let mut listed: HashMap<String, String> = HashMap::new();
+    let mut listed: HashMap<String, i32> = HashMap::new();
     for n in 0..clients_n {
         let id = conversation_of(n);
         let c = match read(clients, &id).await {
@@ -90,7 +110,7 @@ pub async fn check(
         }
         let mut order: Vec<&str> = Vec::new();
         for r in &c.runs {
-            if listed.insert(r.run_id.clone(), id.clone()).is_some() {
+            if listed.insert(r.run_id.clone(), r.status).is_some() {
                 bad(format!("run {} listed twice", r.run_id));
             }
             if r.messages > 0 {
@@ -191,13 +211,23 @@ pub async fn check(
             earlier.push(user.1);
         }
     }
-    for run in completed {
+    for (run, status) in ended {
         match listed.get(run) {
-            Some(_) => {}
+            Some(listed) if *listed == *status as i32 => {}
+            Some(listed) => violations.push(Violation::run(
+                run,
+                "conversation",
+                format!(
+                    "a chat run that ended {status:?} is listed in its conversation as {:?}",
+                    pb::RunStatus::try_from(*listed).unwrap_or(pb::RunStatus::Unspecified)
+                ),
+            )),
             None => violations.push(Violation::run(
                 run,
                 "conversation",
-                "a chat run that completed is in no conversation (its turn was lost)",
+                format!(
+                    "a chat run that ended {status:?} is in no conversation (its turn was lost)"
+                ),
             )),
         }
     }

@@ -142,7 +142,8 @@ pub async fn run(options: &Options) -> anyhow::Result<Summary> {
     let store = baton_client::StoreClient::connect(cluster.store_endpoint())
         .await
         .context("the context store")?;
-    let mut chats_completed = std::collections::HashSet::new();
+    // Chat runs that entered their conversation and ended, with how.
+    let mut chats_ended = std::collections::HashMap::new();
     // In batches: a soak's replicas return millions of events.
     for batch in tracked.chunks(SURVEY_BATCH) {
         let ids: Vec<String> = batch.iter().map(|t| t.run_id.clone()).collect();
@@ -163,8 +164,11 @@ pub async fn run(options: &Options) -> anyhow::Result<Summary> {
             }
             summary.tight_runs += usize::from(t.tight);
             summary.runs_completed += usize::from(facts.completed);
-            if t.item == "chat" && facts.completed {
-                chats_completed.insert(t.run_id.clone());
+            if t.item == "chat"
+                && let Some(ended) =
+                    checker::the_log(seen).and_then(|log| conversations::ended_in(log))
+            {
+                chats_ended.insert(t.run_id.clone(), ended);
             }
             summary.resumes += facts.resumes;
             *summary.runs_by_item.entry(t.item).or_insert(0) += 1;
@@ -202,7 +206,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Summary> {
     let conversations = conversations::check(
         &target.clients,
         options.clients,
-        &chats_completed,
+        &chats_ended,
         &mut violations,
     )
     .await;
@@ -210,6 +214,9 @@ pub async fn run(options: &Options) -> anyhow::Result<Summary> {
     summary.conversation_messages = conversations.messages;
     let states = survey::replicas(&target, &ids, open.is_empty(), Duration::from_secs(3)).await;
     violations.extend(checker::check_replicas(&states, open.is_empty()));
+    if open.is_empty() {
+        violations.extend(checker::check_redis(cluster.redis()));
+    }
     violations.sort();
     summary.violations = violations;
     summary.faults = report.faults;

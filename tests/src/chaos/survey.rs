@@ -41,6 +41,9 @@ pub struct ReplicaState {
     pub name: String,
     /// `baton_runs_active`, or why it could not be read.
     pub runs_active: Result<f64, String>,
+    /// What it still holds for calls once every run ended (each of
+    /// [`HELD`] that is not 0), or why it could not be read.
+    pub held: Result<Vec<(&'static str, f64)>, String>,
     /// Its log's lines saying "another replica owns this run now", by
     /// run id.
     pub moved: HashMap<String, usize>,
@@ -216,11 +219,13 @@ pub async fn replicas(
     let mut out = Vec::new();
     for (r, name) in target.names.iter().enumerate() {
         let deadline = Instant::now() + timeout;
-        let runs_active = loop {
+        let (runs_active, held) = loop {
             let read = runs_active(&http, target.metrics[r]).await;
-            let settled = matches!(read, Ok(v) if v == 0.0);
+            let held = held(&http, target.metrics[r]).await;
+            let settled =
+                matches!(read, Ok(v) if v == 0.0) && matches!(&held, Ok(h) if h.is_empty());
             if !all_ended || settled || Instant::now() >= deadline {
-                break read;
+                break (read, held);
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         };
@@ -237,10 +242,46 @@ pub async fn replicas(
         out.push(ReplicaState {
             name: name.clone(),
             runs_active,
+            held,
             moved,
         });
     }
     out
+}
+
+/// What a replica holds for model calls in flight, by gauge: tokens of
+/// tenants' period budgets, breaker probes, calls waiting for a rate limit.
+pub const HELD: [&str; 3] = [
+    "baton_tenant_model_tokens_held",
+    "baton_model_breaker_probing",
+    "baton_rate_limit_queue",
+];
+
+/// The gauges of [`HELD`] at `addr` that are not 0 (summed over labels).
+async fn held(
+    http: &reqwest::Client,
+    addr: SocketAddr,
+) -> Result<Vec<(&'static str, f64)>, String> {
+    let text = http
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?
+        .text()
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(HELD
+        .iter()
+        .map(|name| {
+            let sum: f64 = text
+                .lines()
+                .filter(|l| l.starts_with(&format!("{name}{{")))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum();
+            (*name, sum)
+        })
+        .filter(|(_, v)| *v != 0.0)
+        .collect())
 }
 
 /// The `baton_runs_active` gauge at `addr`.
