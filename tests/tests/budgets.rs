@@ -665,3 +665,41 @@ async fn ask_is_an_approval_over_a2a_and_mcp() {
     );
     server.shutdown().await.expect("shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_asks_for_more_never_asks_to_raise_the_runs_own_budget() {
+    let yaml = r#"
+scripts:
+  frugal:
+    - text: "checking"
+      usage: {input_tokens: 400, output_tokens: 100}
+agents:
+  frugal: {model: "scripted:frugal", budget: {tokens: 600, on_exhausted: ask, ask_more: {tokens: 1000}}}
+"#;
+    let server = OrchestratorServer::start(yaml, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let client = server.client().await.expect("client");
+    // The caller's cap of 300 is below the first call's 401: the run
+    // fails, and nobody is asked to raise it.
+    let log = run(&client, request("frugal", tokens(300))).await;
+    assert!(
+        !log.iter()
+            .any(|e| matches!(e.payload, Some(Payload::ApprovalRequested(_)))),
+        "nobody was asked"
+    );
+    let x = exhausted(&log);
+    assert_eq!((x.len(), x[0].action.as_str()), (1, "fail"), "{x:?}");
+    let Payload::RunFailed(failed) = last(&log) else {
+        panic!("{:?}", last(&log))
+    };
+    assert_eq!(failed.code, Code::ResourceExhausted as i32);
+    assert!(
+        failed.message.starts_with(
+            "budget run exhausted: 0 of 300 tokens spent, the next model call needs at least 401"
+        ),
+        "{}",
+        failed.message
+    );
+    server.shutdown().await.expect("shutdown");
+}

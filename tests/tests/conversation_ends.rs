@@ -211,6 +211,16 @@ async fn a_refused_message_moves_nothing_and_pages_follow_the_listing_in_memory_
             }
         };
         let before = listed(10).await;
+        // Each is listed with its first message.
+        let previews: Vec<String> = client
+            .list_conversations(10, "")
+            .await
+            .expect("list")
+            .conversations
+            .into_iter()
+            .map(|c| c.preview)
+            .collect();
+        assert_eq!(previews, ["third", "second", "first"], "durable: {durable}");
         let newest_first: Vec<String> = ids.iter().rev().cloned().collect();
         assert_eq!(
             before.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>(),

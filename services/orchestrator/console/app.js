@@ -1,5 +1,6 @@
 // Baton's web console: the header (API key, the pages), error alerts, and
-// the router between the runs page (#/runs), a run's page (#/runs/{runId}),
+// the router between the runs page (#/runs), a run's page (#/runs/{runId};
+// #/runs/{runId}?pending={approvalId or inputId} shows that item once drawn),
 // the conversations page (#/conversations) and a conversation's chat
 // (#/conversations/{id}; #/conversations/new starts one).
 
@@ -72,13 +73,13 @@ function route() {
   page?.destroy();
   page = null;
   clear(alerts);
-  const m = /^#\/runs\/([^/?#]+)/.exec(location.hash);
+  const m = /^#\/runs\/([^/?#]+)(?:\?(.*))?/.exec(location.hash);
   const c = /^#\/conversations\/([^/?#]+)(?:\?(.*))?/.exec(location.hash);
   let section = 'runs';
   if (m) {
     const runId = decodeURIComponent(m[1]);
     document.title = `Run ${shortId(runId)} · Baton`;
-    page = openRun(main, runId, app);
+    page = openRun(main, runId, app, new URLSearchParams(m[2] || ''));
   } else if (c) {
     const id = decodeURIComponent(c[1]);
     section = 'conversations';

@@ -9,9 +9,11 @@
 // the run ended the conversation is read again, and holds what it added.
 // A run of the conversation already going when the page opens is followed
 // the same way. What such a run waits for a person on is answered on the
-// run's page, linked from here; each answer links its run there too.
+// run's page, linked from here (to the approval or question itself); each
+// answer links its run there too. Stop cancels the run answering now.
 
 import { api, ApiError, streamSSE } from './api.js';
+import { conversationName } from './conversations.js';
 import { payloadKey, RunModel } from './model.js';
 import {
   clear, codeName, fmtAgo, fmtBytes, fmtInt, fmtTime, h, num, parseTime, pretty, short, shortId, sleep, statusWord,
@@ -31,6 +33,12 @@ const FATAL = new Set(['NOT_FOUND', 'FAILED_PRECONDITION', 'UNAUTHENTICATED', 'P
 
 const ROLES = { ROLE_USER: 'user', ROLE_ASSISTANT: 'assistant', ROLE_TOOL: 'tool', ROLE_SYSTEM: 'system' };
 const enc = encodeURIComponent;
+
+/** The chat's title: the name the list gives it (its title, else its
+ * first message), else "Conversation …" and the end of its id. */
+function chatName(c) {
+  return c.title || short(c.preview) ? conversationName(c) : `Conversation ${shortId(c.id)}`;
+}
 
 /**
  * Opens the chat of conversation `convId` ('' or 'new': a new one;
@@ -55,6 +63,8 @@ export function openChat(main, convId, app, query = new URLSearchParams()) {
     /** How runs followed here ended, when not well: runId → text. */
     notes: new Map(),
     gone: false,
+    /** The run Stop was pressed for, until it ends. */
+    stopping: '',
   };
   /** For the tests: the conversation, the runs followed, whether the last one settled. */
   const stats = { conversationId: st.id, runs: [], done: true };
@@ -89,11 +99,15 @@ export function openChat(main, convId, app, query = new URLSearchParams()) {
     placeholder: 'Write a message…',
   });
   const sendBtn = h('button', { type: 'submit', class: 'btn primary', 'data-testid': 'chat-send' }, 'Send');
+  // While an answer runs: cancels its run.
+  const stopBtn = h('button', {
+    type: 'button', class: 'btn danger', 'data-testid': 'chat-stop', hidden: true, title: 'Stop the answer: cancel the run answering the last message',
+  }, 'Stop');
   const hint = h('span', { id: 'chat-hint', class: 'muted small chat-hint' }, 'Enter sends · Shift+Enter: a new line');
   const err = h('div', { class: 'error', role: 'alert', 'data-testid': 'chat-error', hidden: true });
   const form = h('form', { class: 'chat-send', 'data-testid': 'chat-form', 'aria-label': 'Send a message' },
     h('div', { class: 'chat-agent-row' }, h('label', { for: 'chat-agent', text: 'Agent' }), agentSel, agentHelp),
-    h('div', { class: 'chat-input-row' }, input, sendBtn),
+    h('div', { class: 'chat-input-row' }, input, sendBtn, stopBtn),
     hint, err);
 
   const pageEl = h('div', { class: 'chat-page', 'data-testid': 'chat-page', 'data-conversation-id': st.id, 'data-state': st.id ? 'loading' : 'new' },
@@ -146,8 +160,9 @@ export function openChat(main, convId, app, query = new URLSearchParams()) {
   function drawHead() {
     const c = st.conv;
     if (!c) return;
-    title.textContent = c.title || 'Untitled conversation';
-    document.title = `${c.title || `Conversation ${shortId(c.id)}`} · Baton`;
+    const name = chatName(c);
+    title.textContent = name;
+    document.title = `${short(name, 60)} · Baton`;
     idEl.textContent = c.id;
     const count = num(c.messageCount);
     const parts = [`${fmtInt(count)} message${count === 1 ? '' : 's'} (${fmtBytes(c.bytes)})`];
@@ -170,12 +185,19 @@ export function openChat(main, convId, app, query = new URLSearchParams()) {
     const c = st.conv;
     const msgs = c.messages || [];
     const runs = new Map((c.runs || []).map((r) => [r.runId, r]));
-    // The tool each result answers: call ids repeat from run to run.
-    const tools = new Map();
-    for (const m of msgs) for (const tc of m.message?.toolCalls || []) tools.set(`${m.runId} ${tc.callId}`, tc.tool);
+    // Each tool result shows inside the entry of the call it answers (call
+    // ids repeat from run to run); one whose call is not shown (before the
+    // first message shown, or folded away) keeps a row of its own.
+    const called = new Set();
+    for (const m of msgs) for (const tc of m.message?.toolCalls || []) called.add(`${m.runId} ${tc.callId}`);
+    const results = new Map();
+    for (const m of msgs) {
+      const key = `${m.runId} ${m.message?.toolCallId}`;
+      if (m.message?.role === 'ROLE_TOOL' && called.has(key)) results.set(key, m.message.content || '');
+    }
     const frag = document.createDocumentFragment();
     msgs.forEach((m, i) => {
-      frag.append(messageEl(m, tools));
+      if (!(m.message?.role === 'ROLE_TOOL' && results.has(`${m.runId} ${m.message.toolCallId}`))) frag.append(messageEl(m, results));
       // Under the last message of each run: that run, to open.
       if (m.runId && msgs[i + 1]?.runId !== m.runId) frag.append(runFooter(m.runId, runs.get(m.runId), st.notes.get(m.runId)));
     });
@@ -311,9 +333,11 @@ export function openChat(main, convId, app, query = new URLSearchParams()) {
     stats.conversationId = id;
     pageEl.dataset.conversationId = id;
     history.replaceState(null, '', `#/conversations/${enc(id)}`);
-    title.textContent = 'Untitled conversation';
+    // Named, until it has a title, by its first message: the one just sent.
+    const name = chatName({ id, preview: st.live?.input || '' });
+    title.textContent = name;
     idEl.textContent = id;
-    document.title = `Conversation ${shortId(id)} · Baton`;
+    document.title = `${short(name, 60)} · Baton`;
     // Its facts, and what can be done with it, while its first answer comes.
     load(false).catch(() => {});
   }
@@ -348,7 +372,7 @@ export function openChat(main, convId, app, query = new URLSearchParams()) {
     }
     const items = m.root.items;
     for (let i = L.drawn; i < items.length; i++) {
-      const el = liveItem(items[i]);
+      const el = liveItem(items[i], m);
       if (el) {
         if (L.footer) liveList.insertBefore(el, L.footer);
         else liveList.append(el);
@@ -374,10 +398,11 @@ export function openChat(main, convId, app, query = new URLSearchParams()) {
   }
 
   /** The element of one of the live run's root items (null: not shown in a chat). */
-  function liveItem(item) {
+  function liveItem(item, model) {
     if (item.kind === 'message') {
       const text = document.createTextNode('');
       const calls = h('div');
+      let ui = null;
       const li = h('li', { class: 'chat-msg from-assistant', 'data-testid': 'chat-live-message', 'data-role': 'assistant' },
         h('div', { class: 'who', text: item.agent || 'assistant' }),
         h('div', { class: 'bubble' }, h('div', { class: 'text', 'data-testid': 'chat-text' }, text), calls));
@@ -391,24 +416,29 @@ export function openChat(main, convId, app, query = new URLSearchParams()) {
           }
           li.classList.toggle('streaming', !item.final);
           li.classList.toggle('superseded', !!(item.discarded || item.superseded));
-          if (item.final && item.toolCalls?.length && !calls.firstChild) calls.append(callsEl(item.toolCalls));
+          if (item.final && item.toolCalls?.length && !ui) {
+            ui = callsEl(item.toolCalls);
+            calls.append(ui.el);
+          }
+          // Each call, as it goes: running, waiting for you, its result.
+          if (ui) ui.live(item.toolCalls.map((c) => callState(model, item.ctx, c.callId, item.ctx.tools.get(c.callId))));
           li.classList.toggle('calls-only', !item.text && !!item.toolCalls?.length);
         },
       };
       return li;
     }
     if (item.kind === 'tool') {
+      // Shown in the entry of the turn that called it; a call no turn here
+      // asked for (none shown) has a row of its own.
+      if (item.ctx.items.some((m) => m.kind === 'message' && m.toolCalls?.some((c) => c.callId === item.callId))) return null;
       const state = h('span', { class: 'badge' });
       const li = h('li', { class: 'chat-msg from-tool', 'data-testid': 'chat-live-tool', 'data-role': 'tool' },
         h('div', { class: 'chat-tool-line' }, h('span', { class: 'kind', text: 'tool' }), ' ', h('span', { class: 'tool-name', text: item.tool }), ' ', state));
       item._chat = {
         update() {
-          // A call waiting for a person's approval or answer says so.
-          const asks = !item.done && [...st.live.model.pending.values()].some((p) => p.callId === item.callId && p.ctx === item.ctx);
-          const s = item.done ? (item.error ? 'error' : 'ok') : asks ? 'waiting' : 'running';
-          state.textContent = item.done ? (item.error ? 'failed' : 'done') : asks ? 'waiting for you'
-            : item.progress ? `running · ${item.progress.percent}%` : 'running';
-          state.className = `badge st-${s}`;
+          const cs = callState(model, item.ctx, item.callId, item);
+          state.textContent = cs.word;
+          state.className = `badge st-${cs.state}`;
         },
       };
       return li;
@@ -434,19 +464,26 @@ export function openChat(main, convId, app, query = new URLSearchParams()) {
     clear(pending);
     pending.hidden = !items.length;
     if (!items.length) return;
-    const where = `#/runs/${enc(L.runId)}`;
+    // The run's page opens on the approval or question itself.
+    const where = (item) => `#/runs/${enc(L.runId)}?pending=${enc(item.approvalId || item.inputId)}`;
     pending.append(h('strong', { text: `Waiting for you (${items.length}): ` }),
       h('ul', null, ...items.slice(0, 8).map((item) => h('li', null,
-        item.kind === 'approval'
+        h('a', { href: where(item), 'data-testid': 'chat-pending-item' }, item.kind === 'approval'
           ? (item.tool === 'raise_budget' ? 'raise a budget' : `approve ${item.tool}`)
-          : `answer ${item.tool}: ${item.prompt}`,
+          : `answer ${item.tool}: ${item.prompt}`),
         ' in ', h('code', { text: item.ctx.id })))),
-      h('a', { class: 'btn', href: where, 'data-testid': 'chat-pending-link' }, 'Answer on the run\'s page'));
+      h('a', { class: 'btn', href: where(items[0]), 'data-testid': 'chat-pending-link' }, 'Answer on the run\'s page'));
   }
 
   // ---- sending ----
   function busy() {
     return st.sending || !!(st.live && !st.live.model.terminal) || !!(st.conv && st.conv.runningRunId && !st.live);
+  }
+
+  /** The run answering now, that Stop cancels ('' when none). */
+  function runningRun() {
+    if (st.live) return st.live.model.terminal ? '' : st.live.runId;
+    return st.conv?.runningRunId || '';
   }
 
   function drawForm() {
@@ -456,6 +493,13 @@ export function openChat(main, convId, app, query = new URLSearchParams()) {
     sendBtn.title = running && !st.sending ? 'Waiting for the answer to the last message' : '';
     input.disabled = st.gone;
     agentSel.disabled = st.gone;
+    const stopping = runningRun();
+    const hide = !stopping || st.sending || st.gone;
+    // Stop goes once the run ended: the focus it had goes to the box.
+    if (hide && !stopBtn.hidden && document.activeElement === stopBtn) input.focus({ preventScroll: true });
+    stopBtn.hidden = hide;
+    stopBtn.disabled = !hide && st.stopping === stopping;
+    stopBtn.textContent = !hide && st.stopping === stopping ? 'Stopping…' : 'Stop';
     if (st.gone) return;
     const L = st.live;
     const waiting = L && !L.model.terminal && L.model.waitingFor().length;
@@ -468,6 +512,21 @@ export function openChat(main, convId, app, query = new URLSearchParams()) {
   form.addEventListener('submit', (e) => {
     e.preventDefault();
     send();
+  });
+  stopBtn.addEventListener('click', async () => {
+    const runId = runningRun();
+    if (!runId) return;
+    show(err, '');
+    st.stopping = runId;
+    drawForm();
+    try {
+      // The run's stream says when it ended; the page settles then.
+      await api.cancel(runId, 'stopped from the chat');
+    } catch (e) {
+      st.stopping = '';
+      show(err, `Cannot stop the answer: ${e.describe ? e.describe() : e.message}`);
+    }
+    drawForm();
   });
   input.addEventListener('keydown', (e) => {
     if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
@@ -486,7 +545,7 @@ export function openChat(main, convId, app, query = new URLSearchParams()) {
       agentSel.focus();
       return;
     }
-    if (busy()) return show(err, 'The last message is still being answered: wait for it, or cancel its run on the run\'s page.');
+    if (busy()) return show(err, 'The last message is still being answered: wait for it, or stop it.');
     const body = { agent, input: text, approvalMode: 'APPROVAL_MODE_ASK', detach: true };
     if (st.id) body.conversationId = st.id;
     else body.newConversation = true;
@@ -653,8 +712,8 @@ export function openChat(main, convId, app, query = new URLSearchParams()) {
   };
 }
 
-/** A message of the conversation. */
-function messageEl(m, tools) {
+/** A message of the conversation (`results`: see callsEl). */
+function messageEl(m, results) {
   const msg = m.message || {};
   const role = ROLES[msg.role] || 'system';
   const li = h('li', {
@@ -673,9 +732,10 @@ function messageEl(m, tools) {
     marks.push(h('span', { class: 'chat-mark warn', 'data-testid': 'chat-interrupted-mark', title: 'Added by a run that failed or was cancelled: what it completed', text: 'interrupted' }));
   }
   if (role === 'tool') {
-    const tool = tools.get(`${m.runId} ${msg.toolCallId}`) || 'a tool';
+    // Only a result whose call is not shown (drawMessages puts the others
+    // in their call's entry): which tool it was is not known here.
     li.append(h('details', { class: 'chat-result' },
-      h('summary', null, h('span', { class: 'kind', text: 'result' }), ' ', h('span', { class: 'tool-name', text: tool }), ' ',
+      h('summary', null, h('span', { class: 'kind', text: 'result' }), ' ',
         h('span', { class: 'meta', text: short(msg.content, 90) })),
       h('pre', { 'data-testid': 'chat-tool-result', text: msg.content || '' })), ...marks);
     return li;
@@ -683,7 +743,7 @@ function messageEl(m, tools) {
   const who = role === 'user' ? 'you' : role === 'assistant' ? m.agent || 'assistant' : role;
   const bubble = h('div', { class: 'bubble' });
   if (msg.content) bubble.append(h('div', { class: 'text', 'data-testid': 'chat-text', text: msg.content }));
-  if (msg.toolCalls?.length) bubble.append(callsEl(msg.toolCalls));
+  if (msg.toolCalls?.length) bubble.append(callsEl(msg.toolCalls, results, m.runId).el);
   if (!msg.content && !msg.toolCalls?.length) bubble.append(h('div', { class: 'text muted', 'data-testid': 'chat-text', text: '(empty)' }));
   // The person's own messages need no name on the screen (on the right);
   // a screen reader still says whose.
@@ -691,13 +751,72 @@ function messageEl(m, tools) {
   return li;
 }
 
-/** A turn's tool calls, folded: "called x, y", their arguments inside. */
-function callsEl(calls) {
-  return h('details', { class: 'chat-calls', 'data-testid': 'chat-tool-calls' },
-    h('summary', null, `called ${calls.map((c) => c.tool || 'a tool').join(', ')}`),
-    h('ul', null, ...calls.map((c) => h('li', null,
-      h('span', { class: 'tool-name', text: c.tool || '' }),
-      c.argumentsJson ? h('pre', { class: 'chat-args', text: pretty(c.argumentsJson) }) : null))));
+/**
+ * A turn's tool calls, folded to one line ("called x, y"); inside, one
+ * entry per call: its arguments, then its result. `results` (a stored
+ * conversation's): `${runId} ${callId}` → the text of the call's result.
+ * Returns `{el, live(states)}`: `live` (a run followed now) takes each
+ * call's callState and says how the calls go in the folded line.
+ */
+function callsEl(calls, results = null, runId = '') {
+  const badge = h('span', { class: 'badge', 'data-testid': 'chat-tool-state', hidden: true });
+  const entries = calls.map((c) => {
+    const result = h('div', { class: 'chat-result', hidden: true });
+    const li = h('li', { 'data-testid': 'chat-tool-call', 'data-call-id': c.callId || '' },
+      h('span', { class: 'tool-name', text: c.tool || 'a tool' }),
+      c.argumentsJson ? h('pre', { class: 'chat-args', text: pretty(c.argumentsJson) }) : null,
+      result);
+    return { li, result, shown: null };
+  });
+  const setResult = (e, text, error) => {
+    if (e.shown === text) return;
+    e.shown = text;
+    e.result.hidden = false;
+    e.result.replaceChildren(h('span', { class: 'kind', text: error ? 'error' : 'result' }),
+      h('pre', { 'data-testid': error ? 'chat-tool-error' : 'chat-tool-result', text: text || '(empty)' }));
+  };
+  if (results) {
+    calls.forEach((c, i) => {
+      const key = `${runId} ${c.callId}`;
+      entries[i].li.dataset.state = results.has(key) ? 'ok' : 'none';
+      if (results.has(key)) setResult(entries[i], results.get(key), false);
+    });
+  }
+  const el = h('details', { class: 'chat-calls', 'data-testid': 'chat-tool-calls' },
+    h('summary', null, `called ${calls.map((c) => c.tool || 'a tool').join(', ')}`, badge),
+    h('ul', null, ...entries.map((e) => e.li)));
+  /** Which call's state the folded line says: the one that needs you first. */
+  const ORDER = ['waiting', 'running', 'error', 'none', 'ok'];
+  return {
+    el,
+    live(states) {
+      if (!states.length) return;
+      states.forEach((cs, i) => {
+        entries[i].li.dataset.state = cs.state;
+        if (cs.result !== undefined) setResult(entries[i], cs.result, cs.error);
+      });
+      const top = states.reduce((a, cs) => (ORDER.indexOf(cs.state) < ORDER.indexOf(a.state) ? cs : a));
+      badge.hidden = false;
+      badge.textContent = top.word;
+      badge.className = `badge st-${top.state}`;
+    },
+  };
+}
+
+/**
+ * How tool call `callId` of context `ctx` goes in a run followed live
+ * (`tool`: its tool item, once it started): `{state, word}`, with
+ * `result` and `error` once it ended.
+ */
+function callState(model, ctx, callId, tool) {
+  if (tool && tool.done) {
+    return tool.error ? { state: 'error', word: 'failed', result: tool.error, error: true }
+      : { state: 'ok', word: 'done', result: tool.result, error: false };
+  }
+  if (model.terminal) return { state: 'none', word: 'not done' };
+  // A call waiting for a person's approval or answer says so.
+  if ([...model.pending.values()].some((p) => p.callId === callId && p.ctx === ctx)) return { state: 'waiting', word: 'waiting for you' };
+  return { state: 'running', word: tool && tool.progress ? `running · ${tool.progress.percent}%` : 'running' };
 }
 
 /** The run that added the messages above it, to open on its page. */

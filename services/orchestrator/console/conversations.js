@@ -4,14 +4,21 @@
 // (#/conversations/new) where an agent is chosen.
 
 import { api } from './api.js';
-import { fmtAgo, fmtBytes, fmtInt, fmtTime, h, num, parseTime, shortId, sleep } from './util.js';
+import { fmtAgo, fmtBytes, fmtInt, fmtTime, h, num, parseTime, short, shortId, sleep } from './util.js';
 
 const POLL_MS = 3000;
 const PAGE = 50;
 
-/** The link text of a conversation: its title, or its id. */
+/** How long a conversation's name from its first message may be. */
+const PREVIEW_MAX = 120;
+
+/**
+ * The name of a conversation: its title, else the start of its first
+ * message (`preview`), else the end of its id (a conversation from before
+ * previews were kept).
+ */
 export function conversationName(c) {
-  return c.title || c.id;
+  return c.title || short(c.preview, PREVIEW_MAX) || shortId(c.id);
 }
 
 export function openConversations(main, app) {
@@ -63,8 +70,11 @@ export function openConversations(main, app) {
         row.tr.append(h('td', { class: 'c0' }, h('div', { class: 'conv-name' }, row.link, ' ', row.running), row.sub), row.agent, row.count, row.used);
         rows.set(c.id, row);
       }
+      // Named by its id only when it has neither title nor preview; the
+      // whole id is in the tooltip and, shortened, under the name.
+      const named = !!(c.title || short(c.preview));
       row.link.textContent = conversationName(c);
-      row.link.classList.toggle('untitled', !c.title);
+      row.link.classList.toggle('untitled', !named);
       row.link.title = c.id;
       row.tr.dataset.running = c.runningRunId ? 'true' : 'false';
       row.running.hidden = !c.runningRunId;
@@ -78,15 +88,15 @@ export function openConversations(main, app) {
       row.count.textContent = fmtInt(count);
       row.used.textContent = fmtAgo(used, now);
       row.used.title = fmtTime(used);
-      // Under the name: what the hidden columns say at phone width, and
-      // what no column says.
+      // Under the name: what no column says, and (on a phone only) what
+      // the hidden columns say; the count is in its column on a desktop.
       const parts = [];
-      if (c.title) parts.push(shortId(c.id));
-      parts.push(`${fmtInt(count)} message${count === 1 ? '' : 's'}`);
+      if (named) parts.push(shortId(c.id));
       if (num(c.folded)) parts.push(`${fmtInt(num(c.folded))} folded`);
       parts.push(fmtBytes(c.bytes));
       row.sub.textContent = parts.join(' · ');
-      row.sub.append(h('span', { class: 'phone-only' }, `${c.agent || 'no agent yet'} · used ${fmtAgo(used, now)}`));
+      row.sub.append(h('span', { class: 'phone-only', 'data-testid': 'conversation-sub-phone' },
+        `${fmtInt(count)} message${count === 1 ? '' : 's'} · ${c.agent || 'no agent yet'} · used ${fmtAgo(used, now)}`));
       if (row.tr.nextSibling !== before || row.tr.parentNode !== tbody) tbody.insertBefore(row.tr, before);
       before = row.tr;
     }

@@ -30,8 +30,12 @@ function runLink(id) {
   return h('a', { href: `#/runs/${encodeURIComponent(id)}`, 'data-testid': 'lineage-link', title: id }, h('code', { text: shortId(id) }));
 }
 
-/** Opens the page of `runId` in `main`; returns `{destroy()}`. */
-export function openRun(main, runId, app) {
+/**
+ * Opens the page of `runId` in `main` (`query`: the hash's parameters;
+ * `pending` names an approval or question to show once it is drawn);
+ * returns `{destroy()}`.
+ */
+export function openRun(main, runId, app, query = new URLSearchParams()) {
   const model = new RunModel(runId);
   const stop = new AbortController();
   const stats = { runId, seqs: model.seqs, duplicates: 0, gaps: 0, reconnects: 0, status: '', done: false, model };
@@ -69,7 +73,8 @@ export function openRun(main, runId, app) {
   el.outcome = h('div', { class: 'outcome', 'data-testid': 'run-outcome', hidden: true });
   el.pending = h('div', { class: 'pending', 'data-testid': 'pending', hidden: true, role: 'region', 'aria-label': 'Waiting for you' });
   el.replay = h('div', { class: 'replay muted', 'data-testid': 'replay-progress', hidden: true, 'aria-live': 'polite' });
-  const fact = (label, dd) => h('div', null, h('dt', { text: label }), dd);
+  // A wide fact (an id, the usage) takes two columns: its id does not break.
+  const fact = (label, dd, wide = false) => h('div', wide ? { class: 'wide' } : null, h('dt', { text: label }), dd);
   const expandAll = h('button', { type: 'button', class: 'btn', 'data-testid': 'expand-all' }, 'Expand all');
   const collapseAll = h('button', { type: 'button', class: 'btn', 'data-testid': 'collapse-all' }, 'Collapse all');
 
@@ -116,9 +121,9 @@ export function openRun(main, runId, app) {
     h('header', { class: 'run-head' },
       h('h1', null, el.target, ' ', el.status),
       h('dl', { class: 'facts' },
-        fact('Run', h('dd', null, h('code', { 'data-testid': 'run-id', text: runId }))),
-        fact('Kind', el.kind), fact('Trace', el.trace), fact('Started', el.started),
-        fact('Duration', el.duration), fact('Usage', el.usage), fact('Events', el.events), fact('Stream', el.stream),
+        fact('Run', h('dd', null, h('code', { 'data-testid': 'run-id', text: runId })), true),
+        fact('Kind', el.kind), fact('Trace', el.trace, true), fact('Started', el.started),
+        fact('Duration', el.duration), fact('Usage', el.usage, true), fact('Events', el.events), fact('Stream', el.stream),
         el.conversationFact, el.originFact, el.forksFact, el.replayOfFact, el.replaysFact),
       h('div', { class: 'actions' }, el.continue, el.cancel, el.replayBtn),
       el.gone, el.outcome, el.replay, el.forkBox, el.replayBox, el.pending),
@@ -168,6 +173,8 @@ export function openRun(main, runId, app) {
 
   // ---- drawing ----
   let catchUpTo = 0;
+  /** The approval or question id the page was opened for (`?pending=`), until shown. */
+  let jumpTo = query.get('pending') || '';
   let streamState = 'loading';
   let rawAt = 0;
   const catchingUp = () => model.lastSeq < catchUpTo && !model.terminal;
@@ -204,6 +211,7 @@ export function openRun(main, runId, app) {
     el.replay.hidden = !replaying;
     if (replaying) el.replay.textContent = `Loading events: ${fmtInt(model.lastSeq)} of ${fmtInt(catchUpTo)}…`;
     drawPending();
+    if (jumpTo && !replaying) jumpToPending();
     stats.status = model.status;
   }
 
@@ -220,8 +228,7 @@ export function openRun(main, runId, app) {
     el.kind.textContent = kindWord(model.kind) || '—';
     drawTrace();
     drawLineage();
-    el.started.textContent = Number.isFinite(model.startedAt) ? `${fmtTime(model.startedAt)} (${fmtAgo(model.startedAt)})` : '—';
-    el.started.title = Number.isFinite(model.startedAt) ? new Date(model.startedAt).toISOString() : '';
+    drawStarted();
     drawDuration();
     el.usage.textContent = fmtUsage(model.usage) || '—';
     // Only a run that can still be cancelled offers it.
@@ -458,6 +465,13 @@ export function openRun(main, runId, app) {
     }
   }
 
+  /** When it started, and how long ago (kept current by the tick). */
+  function drawStarted() {
+    const at = model.startedAt;
+    el.started.textContent = Number.isFinite(at) ? `${fmtTime(at)} (${fmtAgo(at)})` : '—';
+    el.started.title = Number.isFinite(at) ? new Date(at).toISOString() : '';
+  }
+
   function drawDuration() {
     const start = Number.isFinite(model.startedAt) ? model.startedAt : model.firstMs;
     const end = Number.isFinite(model.endedAt) ? model.endedAt : model.terminal ? model.lastMs : Date.now();
@@ -493,6 +507,21 @@ export function openRun(main, runId, app) {
         }, what), ' in ', h('code', { text: item.ctx.id })));
     }
     el.pending.append(list);
+  }
+
+  // Opened from a link to one approval or question (`?pending=<id>`, as the
+  // chat links it): the first time it is drawn, the tree shows it, in view,
+  // as its "Waiting for you" button does.
+  function jumpToPending() {
+    const item = [...model.pending.values()].find((i) => (i.approvalId || i.inputId) === jumpTo);
+    if (!item) {
+      // Answered already and the run ended: nothing to show any more.
+      if (model.terminal) jumpTo = '';
+      return;
+    }
+    select('conversation');
+    tree.reveal(item, true);
+    if (item._el) jumpTo = '';
   }
 
   function drawRaw() {
@@ -622,6 +651,7 @@ export function openRun(main, runId, app) {
 
   const tick = setInterval(() => {
     if (document.hidden) return;
+    drawStarted();
     if (!model.terminal && model.status === 'RUN_STATUS_RUNNING') {
       drawDuration();
       if (active === 'timeline') timeline.flush(true);

@@ -12,6 +12,8 @@ const PAGE = 50;
 /** Usage of running runs is looked up again after this long. */
 const USAGE_STALE_MS = 10000;
 const USAGE_PARALLEL = 4;
+/** Where the start form folds (as app.css's phone width). */
+const PHONE = '(max-width: 640px)';
 
 // WAITING is no status of the API's: the runs waiting for a person
 // (`waiting=true`).
@@ -373,8 +375,24 @@ function startForms(app, signal) {
     (agent ? tabAgent : tabPipe).focus();
   });
 
-  return h('aside', { class: 'start', 'aria-labelledby': 'start-h' },
-    h('h2', { id: 'start-h', text: 'Start a run' }), tabs, formA, formP);
+  // Above the list on a narrow screen; folded on a phone, so the list shows
+  // under it (a desktop keeps it open: its heading does not fold it).
+  const phone = matchMedia(PHONE);
+  const fold = h('details', { class: 'start-fold', 'data-testid': 'start-fold', open: !phone.matches },
+    h('summary', { 'data-testid': 'start-fold-toggle' }, h('h2', { id: 'start-h', text: 'Start a run' })),
+    tabs, formA, formP);
+  const head = fold.querySelector('summary');
+  head.addEventListener('click', (e) => {
+    if (!phone.matches) e.preventDefault();
+  });
+  const widen = () => {
+    head.tabIndex = phone.matches ? 0 : -1;
+    if (!phone.matches) fold.open = true;
+  };
+  widen();
+  phone.addEventListener('change', widen);
+  signal.addEventListener('abort', () => phone.removeEventListener('change', widen), { once: true });
+  return h('aside', { class: 'start', 'aria-labelledby': 'start-h' }, fold);
 }
 
 function show(el, msg) {

@@ -106,14 +106,16 @@ export function fmtDuration(ms) {
   return `${hr} h ${String(m % 60).padStart(2, '0')} m`;
 }
 
-/** A time of day (with the date when not today). */
-export function fmtTime(ms) {
+const pad2 = (n) => String(n).padStart(2, '0');
+
+/** A local time of day, `HH:MM:SS`, with the date before it when not
+ * today, `YYYY-MM-DD HH:MM:SS` (ISO order, whatever the browser's locale). */
+export function fmtTime(ms, now = Date.now()) {
   if (!Number.isFinite(ms)) return '—';
   const d = new Date(ms);
-  const now = new Date();
-  const time = d.toLocaleTimeString(undefined, { hour12: false });
-  if (d.toDateString() === now.toDateString()) return time;
-  return `${d.toLocaleDateString()} ${time}`;
+  const time = `${pad2(d.getHours())}:${pad2(d.getMinutes())}:${pad2(d.getSeconds())}`;
+  if (d.toDateString() === new Date(now).toDateString()) return time;
+  return `${d.getFullYear()}-${pad2(d.getMonth() + 1)}-${pad2(d.getDate())} ${time}`;
 }
 
 /** How long ago, roughly: `5 s ago`, `3 m ago`, `2 h ago`, `4 d ago`. */

@@ -140,10 +140,15 @@ async fn exhausted(rt: &Arc<Run>, frame: &mut CallFrame, x: Box<Exhausted>) -> R
     let currency = rt.services.catalog.prices.currency.clone();
     let message = x.describe(&currency);
     // A model without a price under a cost budget cannot be helped by
-    // one more call or more money: it fails.
+    // one more call or more money: it fails. An agent may ask for more of
+    // its own budget or an enclosing agent's, never of the run's: that is
+    // its caller's cap (the request's `limits.budget`), which nobody in
+    // the run may raise.
     let action = match on {
         OnExhausted::Finish if !frame.finishing && x.unpriced.is_none() => OnExhausted::Finish,
-        OnExhausted::Ask if x.unpriced.is_none() => OnExhausted::Ask,
+        OnExhausted::Ask if x.unpriced.is_none() && x.node() != crate::model::call::budget::RUN => {
+            OnExhausted::Ask
+        }
         _ => OnExhausted::Fail,
     };
     rt.services.metrics.budget_exhausted(action.as_str());

@@ -141,6 +141,9 @@ impl Store for MemoryStore {
         h.meta.running.clear();
         h.running_until = 0;
         h.meta.agent.clone_from(&finish.agent);
+        if h.meta.preview.is_empty() {
+            h.meta.preview = super::store::preview_of(finish);
+        }
         h.meta.count = finish.count;
         h.meta.bytes = finish.bytes;
         h.meta.updated_ms = now_ms();

@@ -192,6 +192,8 @@ pub struct Meta {
     pub branched_from: String,
     /// Messages folded away so far.
     pub folded: u32,
+    /// Its first run's first message, cut (see [`preview_of`]).
+    pub preview: String,
 }
 
 impl Meta {
@@ -215,8 +217,28 @@ impl Meta {
             agent: self.agent.clone(),
             branched_from: self.branched_from.clone(),
             folded: self.folded,
+            preview: self.preview.clone(),
             ..Default::default()
         }
+    }
+}
+
+/// Most characters of a conversation's preview.
+pub const PREVIEW_CHARS: usize = 120;
+
+/// The preview `finish` gives a conversation that has none: its first user
+/// message, cut at [`PREVIEW_CHARS`] characters (with `…`).
+pub fn preview_of(finish: &Finish) -> String {
+    let first = finish
+        .messages
+        .iter()
+        .filter_map(|m| m.message.as_ref())
+        .find(|m| m.role == pb::Role::User as i32)
+        .map_or("", |m| m.content.as_str());
+    let line = first.split_whitespace().collect::<Vec<_>>().join(" ");
+    match line.char_indices().nth(PREVIEW_CHARS) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line,
     }
 }
 

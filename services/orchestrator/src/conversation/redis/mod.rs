@@ -136,6 +136,7 @@ fn decode_meta(id: &str, fields: &HashMap<String, Vec<u8>>) -> Meta {
         agent: text("agent"),
         branched_from: text("bf"),
         folded: num("folded") as u32,
+        preview: text("preview"),
     }
 }
 
@@ -277,6 +278,7 @@ impl Store for RedisStore {
         for m in &finish.messages {
             call.arg(m.encode_to_vec());
         }
+        call.arg(super::store::preview_of(finish));
         let applied: i64 = call.invoke_async(&mut c).await.map_err(redis_error)?;
         if applied == 0 {
             return Ok(false);

@@ -60,7 +60,8 @@ pub(super) const FINISH: &str = r"
 -- KEYS[1] meta, KEYS[2] msgs, KEYS[3] runs
 -- ARGV[1] run, ARGV[2] fold, ARGV[3] summary ('' none), ARGV[4] agent,
 -- ARGV[5] run entry, ARGV[6] count, ARGV[7] bytes, ARGV[8] ttl, ARGV[9] n,
--- then n messages. Returns when it was applied (Redis's clock: its place
+-- then n messages, then the preview it gives a conversation that has none.
+-- Returns when it was applied (Redis's clock: its place
 -- in the tenant's index), or 0: not the run's turn.
 if redis.call('HGET', KEYS[1], 'running') ~= ARGV[1] then
   return 0
@@ -78,6 +79,9 @@ for i = 1, n do
   redis.call('RPUSH', KEYS[2], ARGV[9 + i])
 end
 redis.call('RPUSH', KEYS[3], ARGV[5])
+if ARGV[10 + n] and ARGV[10 + n] ~= '' then
+  redis.call('HSETNX', KEYS[1], 'preview', ARGV[10 + n])
+end
 redis.call('HSET', KEYS[1], 'running', '', 'running_until', 0, 'agent', ARGV[4],
   'count', ARGV[6], 'bytes', ARGV[7], 'updated', now, 'ttl', ARGV[8])
 for i = 1, 3 do

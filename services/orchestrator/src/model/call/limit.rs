@@ -165,6 +165,8 @@ struct Room {
     order: VecDeque<String>,
     waiting: HashMap<String, VecDeque<Waiter>>,
     pumping: bool,
+    /// When the first in line may go, as the window said last.
+    until: Option<Instant>,
 }
 
 impl Room {
@@ -261,6 +263,9 @@ impl State {
             let taken = match self.window.take(&key, &id, &want).await {
                 Ok(None) => Ok(()),
                 Ok(Some(wait)) => {
+                    if let Some(room) = self.rooms().get_mut(&key) {
+                        room.until = Some(Instant::now() + wait);
+                    }
                     tokio::time::sleep(wait).await;
                     continue;
                 }
@@ -373,10 +378,19 @@ impl<I: TryModel> TryModel for Limits<I> {
         };
         if let Some(wait) = wait {
             let (tx, rx) = oneshot::channel();
-            let (ahead, start) = {
+            let (ahead, start, wait) = {
                 let mut rooms = state.rooms();
                 let room = rooms.entry(key.clone()).or_default();
                 let ahead = room.len();
+                // Behind others: about when the first may go, then a
+                // window's share per call ahead.
+                let head = room
+                    .until
+                    .map_or(Duration::ZERO, |t| t.saturating_duration_since(Instant::now()));
+                let per = spec
+                    .requests
+                    .map_or(Duration::ZERO, |n| spec.window / n.clamp(1, u64::from(u32::MAX)) as u32);
+                let wait = wait.max(head + per * ahead as u32);
                 if !room.waiting.contains_key(call.tenant) {
                     room.order.push_back(call.tenant.to_owned());
                 }
@@ -391,7 +405,7 @@ impl<I: TryModel> TryModel for Limits<I> {
                 state.metrics.rate_limit_queue(provider, room.len());
                 let start = !room.pumping;
                 room.pumping = true;
-                (ahead, start)
+                (ahead, start, wait)
             };
             if start {
                 tokio::spawn(
@@ -647,5 +661,70 @@ mod tests {
         assert_eq!(order[..2], ["a0".to_owned(), "a1".to_owned()]);
         assert_eq!(order[2], "b4", "{order:?}");
         assert_eq!(order.len(), 5);
+    }
+
+    /// Keeps the waits it is told.
+    #[derive(Default)]
+    struct Told(Mutex<Vec<(Duration, usize)>>);
+
+    #[async_trait::async_trait]
+    impl crate::model::DeltaSink for Told {
+        async fn delta(&self, _: String) {}
+    }
+
+    #[async_trait::async_trait]
+    impl CallSink for Told {
+        async fn fell_back(
+            &self,
+            _: &str,
+            _: &str,
+            _: &crate::model::call::request::Skipped,
+            _: bool,
+        ) {
+        }
+        async fn waiting(&self, _: &str, _: &str, wait: Duration, ahead: usize) {
+            self.0.lock().expect("told").push((wait, ahead));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_behind_others_is_told_about_how_long_it_waits() {
+        let spec = RateLimitSpec {
+            requests: Some(1),
+            tokens: None,
+            window: Duration::from_millis(400),
+            per_model: false,
+            per_tenant: false,
+            fail_open: false,
+        };
+        let limits = Arc::new(Limits::new(
+            Direct,
+            [("p".to_owned(), spec)].into_iter().collect(),
+            Arc::new(MemoryWindows::default()),
+            Arc::default(),
+        ));
+        let told = Arc::new(Told::default());
+        let mut tasks = Vec::new();
+        for _ in 0..3 {
+            let (limits, told) = (limits.clone(), told.clone());
+            tasks.push(tokio::spawn(async move {
+                let model: Arc<dyn Model> = Arc::new(Quick);
+                let fixture = crate::model::call::request::TestCall::default();
+                let models = [model.clone()];
+                let call = fixture.call(&models, &[], "t", Duration::from_secs(30));
+                limits.try_model(&model, &call, &*told).await.expect("through");
+            }));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for t in tasks {
+            t.await.expect("task");
+        }
+        let told = told.0.lock().expect("told").clone();
+        // The second waits for the first's place in the window; the third,
+        // behind it, about one more window share: never "0 s".
+        assert_eq!(told.len(), 2, "{told:?}");
+        assert!(told[0].0 > Duration::from_millis(300), "{told:?}");
+        assert_eq!(told[1].1, 1);
+        assert!(told[1].0 > Duration::from_millis(600), "{told:?}");
     }
 }
