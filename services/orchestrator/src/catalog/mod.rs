@@ -285,7 +285,7 @@ impl Catalog {
                 Ok(parsed) => parsed,
                 Err(source) => return Err(CatalogError::ModelRef { field, source }),
             };
-            if provider == "scripted" && !file.scripts.contains_key(model) {
+            if models::scripted(&file.providers, provider) && !file.scripts.contains_key(model) {
                 return Err(CatalogError::NoScript {
                     field,
                     script: model.to_owned(),
@@ -296,7 +296,7 @@ impl Catalog {
                     field,
                     reference: m.to_owned(),
                     provider: provider.to_owned(),
-                    known: known_providers(&file.providers),
+                    known: names::known_providers(file.providers.keys().map(String::as_str)),
                 });
             }
             Ok(())
@@ -414,7 +414,10 @@ impl Catalog {
         }
         let known_model = |r: &str| -> Result<(), String> {
             match parse_model_ref(r) {
-                Ok(("scripted", script)) if !file.scripts.contains_key(script) => {
+                Ok((provider, script))
+                    if models::scripted(&file.providers, provider)
+                        && !file.scripts.contains_key(script) =>
+                {
                     Err(format!("{r:?}: no script named {script:?}"))
                 }
                 Ok((provider, _))
@@ -422,7 +425,7 @@ impl Catalog {
                 {
                     Err(format!(
                         "{r:?}: unknown provider {provider:?} (known: {})",
-                        known_providers(&file.providers)
+                        names::known_providers(file.providers.keys().map(String::as_str))
                     ))
                 }
                 Ok(_) => Ok(()),
@@ -576,7 +579,7 @@ impl Catalog {
 
     /// The providers a model reference may name, for messages.
     pub fn known_providers(&self) -> String {
-        known_providers(&self.providers)
+        names::known_providers(self.providers.keys().map(String::as_str))
     }
 
     /// The agent a RunAgent target or an agent-as-tool name starts with:
@@ -592,10 +595,6 @@ impl Catalog {
     pub fn is_callable(&self, name: &str) -> bool {
         self.agents.contains_key(name) || self.groups.contains_key(name)
     }
-}
-
-fn known_providers(providers: &Providers) -> String {
-    names::known_providers(providers.keys().map(String::as_str))
 }
 
 #[cfg(test)]

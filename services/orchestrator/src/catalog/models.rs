@@ -19,6 +19,10 @@ pub enum ProviderKind {
     Openai,
     /// Anthropic's Messages API.
     Anthropic,
+    /// The scripts of the agents file (`<name>:<script>`), behind a
+    /// provider's rate limit and breaker: a model that fails and waits on
+    /// cue, for demos and tests.
+    Scripted,
 }
 
 impl ProviderKind {
@@ -27,6 +31,7 @@ impl ProviderKind {
         match self {
             Self::Openai => "openai",
             Self::Anthropic => "anthropic",
+            Self::Scripted => "scripted",
         }
     }
 }
@@ -150,6 +155,15 @@ pub struct ModelSpec {
 /// `default_max_output_tokens` when the agents file sets none.
 pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 4096;
 
+/// Whether references to `provider` name scripts: the built-in `scripted`,
+/// or an entry of `providers` of kind `scripted`.
+pub fn scripted(providers: &BTreeMap<String, ProviderSpec>, provider: &str) -> bool {
+    provider == "scripted"
+        || providers
+            .get(provider)
+            .is_some_and(|p| p.kind == Some(ProviderKind::Scripted))
+}
+
 /// Names a provider entry may not take: the built-in `scripted` provider.
 pub const RESERVED_PROVIDERS: &[&str] = &["scripted"];
 
@@ -215,6 +229,7 @@ impl ProviderSpec {
             match kind {
                 ProviderKind::Openai => "https://api.openai.com/v1",
                 ProviderKind::Anthropic => "https://api.anthropic.com/v1",
+                ProviderKind::Scripted => "",
             }
             .into()
         })
@@ -226,6 +241,7 @@ impl ProviderSpec {
             match kind {
                 ProviderKind::Openai => "OPENAI_API_KEY",
                 ProviderKind::Anthropic => "ANTHROPIC_API_KEY",
+                ProviderKind::Scripted => "",
             }
             .into()
         })
@@ -241,8 +257,9 @@ impl ProviderSpec {
         }
         let kind = self.kind_of(name)?;
         let url = self.base_url_or_default(kind);
-        if !(url.starts_with("http://") || url.starts_with("https://"))
-            || reqwest::Url::parse(&url).is_err()
+        if kind != ProviderKind::Scripted
+            && (!(url.starts_with("http://") || url.starts_with("https://"))
+                || reqwest::Url::parse(&url).is_err())
         {
             return Err(ProviderError::BaseUrl {
                 name: name.to_owned(),
@@ -352,6 +369,10 @@ pub struct ScriptTurn {
     pub delay: Option<Duration>,
     /// Fail the model call with this message.
     pub fail: Option<String>,
+    /// With `fail`: fail as a provider answering this HTTP status would
+    /// (429 rate limited, 5xx unavailable, 408 a timeout, 401/403 a refused
+    /// key, another 4xx a rejected request; unset: unavailable).
+    pub fail_status: Option<u16>,
     /// Use this turn this many times in a row (default 1).
     pub repeat: Option<u32>,
     /// Token counts to report; unset estimates 1 token per 4 characters.

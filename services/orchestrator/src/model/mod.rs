@@ -55,6 +55,8 @@ impl Models {
         let mut providers = BTreeMap::new();
         for (name, spec) in &catalog.providers {
             let provider = match spec.kind_of(name)? {
+                // Its models are the agents file's scripts.
+                ProviderKind::Scripted => continue,
                 ProviderKind::Openai => {
                     Provider::OpenAi(Arc::new(openai::OpenAiProvider::new(name, spec, env)?))
                 }
@@ -70,7 +72,7 @@ impl Models {
     /// The model for `reference`.
     pub fn resolve(&self, reference: &str) -> Result<Arc<dyn Model>, ResolveError> {
         let (provider, name) = parse_model_ref(reference)?;
-        if provider == "scripted" {
+        if crate::catalog::models::scripted(&self.catalog.providers, provider) {
             let turns = self
                 .catalog
                 .scripts

@@ -158,7 +158,19 @@ impl Model for ScriptedModel {
             tokio::time::sleep(d).await;
         }
         if let Some(message) = &turn.fail {
-            return Err(fail(message.clone()));
+            return Err(match turn.fail_status {
+                None => fail(message.clone()),
+                Some(status) => {
+                    let kind = match status {
+                        429 => ModelErrorKind::RateLimited,
+                        408 => ModelErrorKind::Timeout,
+                        401 | 403 => ModelErrorKind::ProviderKey,
+                        500..=599 => ModelErrorKind::Unavailable,
+                        _ => ModelErrorKind::Rejected,
+                    };
+                    ModelError::new(&self.reference, kind, status.to_string(), message.clone())
+                }
+            });
         }
         let results = last_results(request.messages);
         let mut text = template(&turn.text, request.input, &results);

@@ -384,12 +384,12 @@ impl<I: TryModel> TryModel for Limits<I> {
                 let ahead = room.len();
                 // Behind others: about when the first may go, then a
                 // window's share per call ahead.
-                let head = room
-                    .until
-                    .map_or(Duration::ZERO, |t| t.saturating_duration_since(Instant::now()));
-                let per = spec
-                    .requests
-                    .map_or(Duration::ZERO, |n| spec.window / n.clamp(1, u64::from(u32::MAX)) as u32);
+                let head = room.until.map_or(Duration::ZERO, |t| {
+                    t.saturating_duration_since(Instant::now())
+                });
+                let per = spec.requests.map_or(Duration::ZERO, |n| {
+                    spec.window / n.clamp(1, u64::from(u32::MAX)) as u32
+                });
                 let wait = wait.max(head + per * ahead as u32);
                 if !room.waiting.contains_key(call.tenant) {
                     room.order.push_back(call.tenant.to_owned());
@@ -712,7 +712,10 @@ mod tests {
                 let fixture = crate::model::call::request::TestCall::default();
                 let models = [model.clone()];
                 let call = fixture.call(&models, &[], "t", Duration::from_secs(30));
-                limits.try_model(&model, &call, &*told).await.expect("through");
+                limits
+                    .try_model(&model, &call, &*told)
+                    .await
+                    .expect("through");
             }));
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
