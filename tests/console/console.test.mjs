@@ -136,8 +136,16 @@ async function openConsole(page, base, key) {
   await page.locator(`${tid('list-state')}[data-state="ok"]`).waitFor();
 }
 
+/** Unfolds the runs page's start form (folded at first on a phone; always open on a desktop). */
+async function openStartForm(page) {
+  const fold = page.locator(tid('start-fold'));
+  if (!(await fold.evaluate((d) => d.open))) await page.locator(tid('start-fold-toggle')).click();
+  await page.locator(`${tid('start-fold')}[open]`).waitFor();
+}
+
 /** Starts `agent` with `input` from the runs page's form; resolves to the run id once its page is open. */
 async function startRun(page, agent, input) {
+  await openStartForm(page);
   const select = page.locator(tid('start-agent'));
   await select.locator(`option[value="${agent}"]`).waitFor({ state: 'attached' });
   await select.selectOption(agent);
@@ -380,7 +388,10 @@ consoleTest("a call over its provider's rate limit waits, and the context says s
   const runId = await startRun(page, 'limited', 'two');
   const wait = page.locator(tid('rate-limit-wait'));
   await wait.waitFor();
-  assert.match(await wait.textContent(), /^◷ waiting for stub's rate limit, [0-9]\.[0-9] s$/);
+  // "about N s" only when the server estimated the wait (never "0.0 s").
+  const waitText = await wait.textContent();
+  assert.match(waitText, /^◷ waiting for stub's rate limit(, about [0-9]+(\.[0-9])? s)?( \([0-9]+ ahead\))?$/);
+  assert.doesNotMatch(waitText, /about 0(\.0)? s/);
   await shot(page, 'rate-limit-wait');
   await waitStatus(page, 'RUN_STATUS_COMPLETED');
   assert.equal(await page.locator(tid('run-output')).textContent(), 'stub answer');
@@ -523,6 +534,12 @@ consoleTest('on a 390×844 phone screen, keyboard only: a question is answered a
 consoleTest('on a 390×844 phone screen, a pipeline run: the graph scrolls in its own box and the steps fold into cards', async (page) => {
   await page.setViewportSize({ width: 390, height: 844 });
   await openConsole(page, EXAMPLE, KEY_A);
+  // On a phone the start form is above the list, folded.
+  assert.equal(await page.locator(tid('start-fold')).evaluate((d) => d.open), false, 'the start form is folded on a phone');
+  const formBox = await page.locator(tid('start-fold')).boundingBox();
+  const listBox = await page.locator(tid('runs-table')).boundingBox();
+  assert.ok(formBox.y < listBox.y, `the start form is above the runs list: ${JSON.stringify({ formBox, listBox })}`);
+  await openStartForm(page);
   await page.locator(tid('start-tab-pipeline')).click();
   await page.locator(tid('pipeline-example')).click();
   await page.locator(tid('pipeline-approval-mode')).selectOption('APPROVAL_MODE_AUTO_APPROVE');
@@ -805,6 +822,8 @@ consoleTest('a conversation with assistant: three messages from its chat page, i
   const convId = await chat.getAttribute('data-conversation-id');
   assert.match(convId, /^conv-/);
   assert.equal(new URL(page.url()).hash, `#/conversations/${convId}`);
+  // Untitled, it is named by its first message.
+  assert.equal(await page.locator(tid('chat-title')).textContent(), said[0]);
   await chatSend(page, said[1], 4, 'enter');
   await chatSend(page, said[2], 6);
   assert.deepEqual(await chatMessages(page), said.flatMap((s) => [['user', s], ['assistant', `You said: ${s}`]]));
@@ -859,10 +878,16 @@ consoleTest('a conversation with assistant: three messages from its chat page, i
   assert.equal(await page.locator(tid('conversation-row')).first().getAttribute('data-conversation-id'), convId);
   assert.equal(await row.locator(tid('conversation-messages')).textContent(), '6');
   assert.equal(await row.locator(tid('conversation-agent')).textContent(), 'assistant');
+  // Named by its first message (the server's preview), the whole id in its tooltip.
+  assert.equal(await row.locator(tid('conversation-link')).textContent(), said[0]);
+  assert.equal(await row.locator(tid('conversation-link')).getAttribute('title'), convId);
+  // The count is said once: in its column on a desktop, under the name on a phone.
+  assert.equal(await row.locator(tid('conversation-sub')).evaluate((el) => el.innerText.includes('6 messages')), false, 'the count is not repeated under the name');
   assert.equal(await row.getAttribute('data-running'), 'false');
   await shot(page, 'conversations');
   await page.setViewportSize({ width: 390, height: 844 });
   assert.equal(await fitsWidth(page), true, 'the list fits 390 px');
+  assert.match(await row.locator(tid('conversation-sub')).evaluate((el) => el.innerText), /6 messages · assistant · used /);
   await shot(page, 'conversations-phone');
   await page.setViewportSize({ width: 1280, height: 800 });
 
@@ -903,7 +928,11 @@ consoleTest('a message of a conversation waits for an approval: the chat links t
   const pending = page.locator(tid('chat-pending'));
   assert.match(await pending.textContent(), /Waiting for you \(1\): approve write_context in root/);
   assert.equal(await page.locator(tid('chat-send')).isDisabled(), true, 'no second message while the first is answered');
+  assert.equal(await page.locator(tid('chat-stop')).isVisible(), true, 'the answer can be stopped');
   assert.match(await page.locator(tid('chat-live')).textContent(), /I will record the refund\./);
+  // The call shows once, in its turn's entry, waiting for the approval.
+  assert.equal(await page.locator(tid('chat-live-tool')).count(), 0, 'no second row for the call');
+  assert.equal(await page.locator(`${tid('chat-live')} ${tid('chat-tool-state')}`).textContent(), 'waiting for you');
   assert.equal(await fitsWidth(page), true);
   await shot(page, 'chat-waiting');
   const convId = await page.locator(tid('chat-page')).getAttribute('data-conversation-id');
@@ -914,24 +943,32 @@ consoleTest('a message of a conversation waits for an approval: the chat links t
   await page.goBack();
   await page.locator(`${tid('chat-page')}[data-state="waiting"]`).waitFor();
 
+  // The link opens the run's page on the approval itself, in view.
+  assert.match(await page.locator(tid('chat-pending-link')).getAttribute('href'), /^#\/runs\/[0-9a-f-]{36}\?pending=./);
   await page.locator(tid('chat-pending-link')).click();
   await page.locator(tid('run-page')).waitFor();
+  await page.waitForFunction(() => {
+    const el = document.querySelector('[data-testid="approval"][data-state="pending"]');
+    const r = el && el.getBoundingClientRect();
+    return r && r.height > 0 && r.top >= 0 && r.bottom <= window.innerHeight;
+  });
   await page.locator(`${tid('approval')}[data-state="pending"] ${tid('approve')}`).click();
   await waitStatus(page, 'RUN_STATUS_COMPLETED');
   await page.locator(tid('continue-conversation')).click();
   await page.locator(`${tid('chat-page')}[data-conversation-id="${convId}"][data-state="idle"]`).waitFor();
-  await page.waitForFunction(() => document.querySelectorAll('[data-testid="chat-message"]').length === 4);
-  // The tool call and its result, folded.
-  assert.deepEqual((await chatMessages(page)).map(([role]) => role), ['user', 'assistant', 'tool', 'assistant']);
+  // Four messages, three rows: the tool's result is in its call's entry.
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid="chat-message"]').length === 3);
+  assert.deepEqual((await chatMessages(page)).map(([role]) => role), ['user', 'assistant', 'assistant']);
   const calls = page.locator(tid('chat-tool-calls'));
   assert.equal(await calls.locator('summary').textContent(), 'called write_context');
   assert.equal(await calls.evaluate((d) => d.open), false, 'the calls are folded');
-  const result = page.locator(`${tid('chat-message')}[data-role="tool"] details`);
-  assert.equal(await result.evaluate((d) => d.open), false, 'the result is folded');
-  assert.match(await result.locator('summary').textContent(), /^result write_context wrote refunds\/last at version 1/);
-  assert.match((await chatMessages(page))[3][1], /^Done\. wrote refunds\/last at version 1/);
-  await result.locator('summary').click();
+  const call = calls.locator(tid('chat-tool-call'));
+  assert.equal(await call.count(), 1);
+  assert.equal(await call.getAttribute('data-state'), 'ok');
+  assert.match(await call.locator(tid('chat-tool-result')).textContent(), /^wrote refunds\/last at version 1/);
+  assert.match((await chatMessages(page))[2][1], /^Done\. wrote refunds\/last at version 1/);
   await calls.locator('summary').click();
+  await call.locator(tid('chat-tool-result')).waitFor();
   await shot(page, 'chat-tools');
   await page.setViewportSize({ width: 390, height: 844 });
   assert.equal(await fitsWidth(page), true, 'the open tool call fits 390 px');
@@ -980,6 +1017,26 @@ consoleTest('a cancelled message of a conversation is marked interrupted in the 
   assert.equal(await message.locator(tid('chat-interrupted-mark')).textContent(), 'interrupted');
   assert.equal(await page.locator(`${tid('chat-run')}[data-run-id="${runId}"] ${tid('chat-run-status')}`).textContent(), 'cancelled');
   await shot(page, 'chat-interrupted');
+});
+
+consoleTest('Stop in the chat cancels the run answering: the answer ends, marked cancelled', async (page) => {
+  const runId = await apiStart({ agent: 'interviewer', input: 'a trip to stop', newConversation: true });
+  const convId = (await apiGet(`/v1/runs/${runId}`)).conversationId;
+  await openConsole(page, EXAMPLE, KEY_A);
+  await page.goto(`${EXAMPLE}/#/conversations/${encodeURIComponent(convId)}`);
+  await page.locator(`${tid('chat-page')}[data-state="waiting"]`).waitFor();
+  // Named by its first message (its run is going on: from the run's input).
+  assert.equal(await page.locator(tid('chat-title')).textContent(), 'a trip to stop');
+  const stop = page.locator(tid('chat-stop'));
+  assert.equal(await stop.isVisible(), true, 'Stop shows while the answer runs');
+  await stop.click();
+  await page.locator(`${tid('chat-page')}[data-state="idle"]`).waitFor();
+  await page.locator(`${tid('chat-run')}[data-run-id="${runId}"][data-status="RUN_STATUS_CANCELLED"]`).waitFor();
+  assert.equal(await page.locator(`${tid('chat-run')}[data-run-id="${runId}"] ${tid('chat-run-status')}`).textContent(), 'cancelled');
+  assert.equal(await stop.isVisible(), false, 'no Stop once nothing runs');
+  const run = await apiGet(`/v1/runs/${runId}`);
+  assert.equal(run.status, 'RUN_STATUS_CANCELLED');
+  await shot(page, 'chat-stopped');
 });
 
 consoleTest('a long conversation is compacted: the run view says what was folded, the chat says how many', async (page) => {

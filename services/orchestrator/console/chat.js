@@ -65,6 +65,9 @@ export function openChat(main, convId, app, query = new URLSearchParams()) {
     gone: false,
     /** The run Stop was pressed for, until it ends. */
     stopping: '',
+    /** The message its first run was sent: its name until the server has
+     * its preview (once that run ended). */
+    firstInput: '',
   };
   /** For the tests: the conversation, the runs followed, whether the last one settled. */
   const stats = { conversationId: st.id, runs: [], done: true };
@@ -160,7 +163,7 @@ export function openChat(main, convId, app, query = new URLSearchParams()) {
   function drawHead() {
     const c = st.conv;
     if (!c) return;
-    const name = chatName(c);
+    const name = chatName(c.title || short(c.preview) ? c : { ...c, preview: st.firstInput });
     title.textContent = name;
     document.title = `${short(name, 60)} · Baton`;
     idEl.textContent = c.id;
@@ -334,7 +337,8 @@ export function openChat(main, convId, app, query = new URLSearchParams()) {
     pageEl.dataset.conversationId = id;
     history.replaceState(null, '', `#/conversations/${enc(id)}`);
     // Named, until it has a title, by its first message: the one just sent.
-    const name = chatName({ id, preview: st.live?.input || '' });
+    st.firstInput = st.live?.input || '';
+    const name = chatName({ id, preview: st.firstInput });
     title.textContent = name;
     idEl.textContent = id;
     document.title = `${short(name, 60)} · Baton`;
@@ -364,6 +368,12 @@ export function openChat(main, convId, app, query = new URLSearchParams()) {
     liveList.hidden = false;
     empty.hidden = true;
     const said = L.input || m.input;
+    // The first run of the conversation (nothing in it yet): what it was
+    // sent names it.
+    if (said && !st.firstInput && st.conv && !num(st.conv.messageCount)) {
+      st.firstInput = said;
+      drawHead();
+    }
     if (!L.user && (said || m.lastSeq)) {
       L.user = h('li', { class: 'chat-msg from-user', 'data-testid': 'chat-live-message', 'data-role': 'user' },
         h('div', { class: 'who sr-only', text: 'you' }),
