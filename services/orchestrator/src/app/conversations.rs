@@ -208,12 +208,16 @@ impl Orchestrator {
         }
         .await;
         let entered = match entered {
-            Ok(()) => {
-                conversations
-                    .store
-                    .hold(&key, &record.run_id, run_hold.as_millis() as i64)
-                    .await
-            }
+            // Still its turn (not: the conversation was deleted meanwhile).
+            Ok(()) => match conversations
+                .store
+                .hold(&key, &record.run_id, run_hold.as_millis() as i64)
+                .await
+            {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(not_found(&key.id)),
+                Err(e) => Err(e),
+            },
             Err(e) => Err(e),
         };
         match entered {
@@ -470,53 +474,9 @@ impl Orchestrator {
         audit("UpdateConversation", caller, "", "", &updated);
         updated
     }
-
-    /// DeleteConversation: a running run of it is cancelled, then its
-    /// messages and its runs' histories are deleted.
-    pub async fn delete_conversation(
-        &self,
-        caller: &Caller,
-        id: &str,
-    ) -> Result<pb::DeleteConversationResponse> {
-        let deleted = async {
-            check_id("conversation_id", id)?;
-            let key = key(caller, id);
-            let services = self.services();
-            let store = &services.conversations.store;
-            let Some(page) = store.page(&key, 0, 0).await? else {
-                return Err(not_found(id));
-            };
-            if !page.meta.running.is_empty() {
-                let _ = self
-                    .cancel(caller, &page.meta.running, "its conversation was deleted")
-                    .await;
-            }
-            let runs = store.delete(&key).await?.ok_or_else(|| not_found(id))?;
-            let mut runs_deleted = 0;
-            for run in &runs {
-                let here = self.runs.get(run).ok();
-                if let Some(record) = &here
-                    && record.tenant == caller.tenant
-                {
-                    self.runs.remove(run);
-                    runs_deleted += 1;
-                }
-                if let Some(durable) = &services.durable
-                    && durable.delete(&caller.tenant, run).await?
-                    && here.is_none()
-                {
-                    runs_deleted += 1;
-                }
-            }
-            Ok(pb::DeleteConversationResponse { runs_deleted })
-        }
-        .await;
-        audit("DeleteConversation", caller, "", "", &deleted);
-        deleted
-    }
 }
 
-fn key(caller: &Caller, id: &str) -> Key {
+pub(super) fn key(caller: &Caller, id: &str) -> Key {
     Key {
         tenant: caller.tenant.clone(),
         id: id.to_owned(),

@@ -10,7 +10,8 @@
 //! | cancel a run, answer an approval, answer an input | `calls.rs` |
 //! | a trace's slots, and a watch of them | `slots.rs` |
 //! | fork a run at a point; replay a run against today's agents | `fork.rs`, `replay.rs` |
-//! | a run entering its conversation (its compaction summary: `summary.rs`); get, list, update, delete one | `conversations.rs` |
+//! | a run entering its conversation (its compaction summary: `summary.rs`); get, list, update one | `conversations.rs` |
+//! | delete a conversation, its branches and every run of them or made from them | `forget.rs` |
 //! | drain at shutdown | `drain.rs` |
 //! | keep durable runs: renew leases, deliver answers, park, claim | `upkeep.rs` |
 //! | park memory-mode runs that only wait for people, and wake them | `park.rs` |
@@ -28,6 +29,7 @@
 mod calls;
 mod conversations;
 mod drain;
+mod forget;
 mod fork;
 mod orchestrator;
 pub mod park;

@@ -210,6 +210,15 @@ impl Orchestrator {
             Err(Error::NotFound { .. }) => None,
             Err(e) => return Err(e),
         };
+        // A run of a conversation another replica deleted: gone here too.
+        if let Some(run) = &here
+            && run.snapshot().status != pb::RunStatus::Running
+            && run.conversation.get().is_some()
+            && durable.meta(run_id).await?.is_none()
+        {
+            self.runs.remove(run_id);
+            return Err(not_found(run_id, ""));
+        }
         // This replica's log, only while the run is its own and the log
         // still holds the events from `after_seq` (not resumed since, not
         // dropped LOG_RETENTION after the end): else the run store has them.

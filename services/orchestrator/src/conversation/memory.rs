@@ -151,13 +151,23 @@ impl Store for MemoryStore {
         Ok(true)
     }
 
-    async fn hold(&self, key: &Key, run_id: &str, hold_ms: i64) -> Result<()> {
-        if let Some(h) = self.lock().get_mut(key)
-            && h.meta.running == run_id
-        {
-            h.running_until = now_ms() + hold_ms;
-        }
-        Ok(())
+    async fn hold(&self, key: &Key, run_id: &str, hold_ms: i64) -> Result<bool> {
+        Ok(match self.lock().get_mut(key) {
+            Some(h) if h.meta.running == run_id => {
+                h.running_until = now_ms() + hold_ms;
+                true
+            }
+            _ => false,
+        })
+    }
+
+    async fn branches(&self, tenant: &str, id: &str) -> Result<Vec<String>> {
+        Ok(self
+            .lock()
+            .iter()
+            .filter(|(k, h)| k.tenant == tenant && h.meta.branched_from == id)
+            .map(|(k, _)| k.id.clone())
+            .collect())
     }
 
     async fn release(&self, key: &Key, run_id: &str) -> Result<()> {

@@ -266,8 +266,11 @@ pub trait Store: Send + Sync {
     /// Gives a run's turn back without appending (it never started).
     async fn release(&self, key: &Key, run_id: &str) -> Result<()>;
     /// Holds the turn of run `run_id` for `hold_ms` from now, while it is
-    /// the run's.
-    async fn hold(&self, key: &Key, run_id: &str, hold_ms: i64) -> Result<()>;
+    /// the run's; whether it still was (not: the conversation was deleted).
+    async fn hold(&self, key: &Key, run_id: &str, hold_ms: i64) -> Result<bool>;
+    /// The ids of `tenant`'s conversations branched from `id` (forks of
+    /// its runs).
+    async fn branches(&self, tenant: &str, id: &str) -> Result<Vec<String>>;
     /// The conversation, `n` of its messages from `from`, its runs.
     async fn page(&self, key: &Key, from: u32, n: u32) -> Result<Option<Page>>;
     /// A tenant's conversations, most recently used first, after `after`

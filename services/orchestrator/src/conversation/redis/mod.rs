@@ -300,18 +300,51 @@ impl Store for RedisStore {
         Ok(())
     }
 
-    async fn hold(&self, key: &Key, run_id: &str, hold_ms: i64) -> Result<()> {
+    async fn hold(&self, key: &Key, run_id: &str, hold_ms: i64) -> Result<bool> {
         let mut c = self.conn().await?;
-        self.hold
+        let held: i64 = self
+            .hold
             .key(self.key(key, "meta"))
             .key(self.key(key, "msgs"))
             .key(self.key(key, "runs"))
             .arg(run_id)
             .arg(hold_ms)
-            .invoke_async::<i64>(&mut c)
+            .invoke_async(&mut c)
             .await
             .map_err(redis_error)?;
-        Ok(())
+        Ok(held == 1)
+    }
+
+    async fn branches(&self, tenant: &str, id: &str) -> Result<Vec<String>> {
+        let mut c = self.conn().await?;
+        let all: Vec<String> = redis::cmd("ZRANGE")
+            .arg(self.index(tenant))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut c)
+            .await
+            .map_err(redis_error)?;
+        // One command per conversation: their keys are in different slots.
+        let from = futures::future::try_join_all(all.iter().map(|other| async move {
+            let key = Key {
+                tenant: tenant.to_owned(),
+                id: other.clone(),
+            };
+            let mut c = self.conn().await?;
+            redis::cmd("HGET")
+                .arg(self.key(&key, "meta"))
+                .arg("bf")
+                .query_async::<Option<String>>(&mut c)
+                .await
+                .map_err(redis_error)
+        }))
+        .await?;
+        Ok(all
+            .into_iter()
+            .zip(from)
+            .filter(|(_, bf)| bf.as_deref() == Some(id))
+            .map(|(other, _)| other)
+            .collect())
     }
 
     async fn page(&self, key: &Key, from: u32, n: u32) -> Result<Option<Page>> {

@@ -118,8 +118,9 @@ if redis.call('HGET', KEYS[1], 'running') == ARGV[1] then
       redis.call('PEXPIRE', KEYS[i], ttl + hold)
     end
   end
+  return 1
 end
-return 1
+return 0
 ";
 
 pub(super) const UPDATE: &str = r"
