@@ -755,3 +755,75 @@ async fn every_replica_answers_a_durable_run_over_http() {
         .expect("json");
     assert_eq!(page["runs"][0]["runId"], run_id);
 }
+
+/// A fork whose start Redis recorded but whose reply was lost: its replica
+/// asks again (the same answer), and when it gives the fork up it finds it
+/// started after all and runs it — the fork never both fails to its caller
+/// and runs. A fork whose start was never recorded is given up: it is not
+/// resumable, and no replica runs it.
+#[tokio::test]
+async fn a_fork_whose_start_reply_was_lost_runs_and_one_never_started_is_given_up() {
+    let redis = RedisServer::start().expect("redis-server");
+    let runs = RedisRuns::new(
+        &config(&redis.url()),
+        Duration::from_secs(60),
+        "a",
+        Duration::from_secs(5),
+    )
+    .expect("runs");
+    let fork = |origin: &str| RunMeta {
+        forked_from: Some(baton_orchestrator::run::view::Origin {
+            run_id: origin.into(),
+            seq: 3,
+            edited: false,
+        }),
+        ..meta("acme")
+    };
+    let started = fork("o1");
+    let epoch = runs
+        .create(&started, &[], Duration::from_secs(60))
+        .await
+        .expect("create");
+    assert!(runs.is_starting(&started.run_id).await.expect("starting"));
+    // Applied, reply lost, asked again: the same answer.
+    assert!(runs.started(&started.run_id, epoch).await.expect("started"));
+    assert!(runs.started(&started.run_id, epoch).await.expect("again"));
+    assert_eq!(
+        runs.abandon_start(&started.run_id, epoch)
+            .await
+            .expect("abandon"),
+        baton_orchestrator::run::durable::Abandon::Started
+    );
+    let never = fork("o2");
+    let epoch = runs
+        .create(&never, &[], Duration::from_secs(60))
+        .await
+        .expect("create");
+    assert_eq!(
+        runs.abandon_start(&never.run_id, epoch)
+            .await
+            .expect("abandon"),
+        baton_orchestrator::run::durable::Abandon::Abandoned
+    );
+    // Given up: still starting (a claim ends it failed, never resumes it),
+    // and its former owner may no longer write.
+    assert!(runs.is_starting(&never.run_id).await.expect("starting"));
+    let written = runs
+        .append(
+            &never.run_id,
+            epoch,
+            &[event(&never.run_id, 1, "late")],
+            &[],
+            None,
+            None,
+        )
+        .await
+        .expect("append");
+    assert_eq!(written, Append::Fenced);
+    assert_eq!(
+        runs.abandon_start(&never.run_id, epoch)
+            .await
+            .expect("again"),
+        baton_orchestrator::run::durable::Abandon::Lost
+    );
+}

@@ -535,7 +535,7 @@ export class TreeView {
   render_wait(item) {
     // A wait the server could not estimate (0 or absent) says no number.
     const w = item.waitS;
-    const about = Number.isFinite(w) && w > 0 ? `, about ${w < 10 ? w.toFixed(1) : Math.round(w)} s` : '';
+    const about = Number.isFinite(w) && w >= 0.1 ? `, about ${w < 10 ? w.toFixed(1) : Math.round(w)} s` : '';
     return h('li', { class: 'item note wait', 'data-testid': 'rate-limit-wait' },
       `◷ waiting for ${item.provider}'s rate limit${about}${item.ahead ? ` (${item.ahead} ahead)` : ''}`);
   }

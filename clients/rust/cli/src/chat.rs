@@ -1,13 +1,17 @@
 //! `baton chat AGENT [--conversation ID]`: talk with an agent at the
 //! terminal, each message a run in one conversation (docs/conversations.md).
 //!
-//! A line editor reads each message (↑/↓ go through this session's
-//! messages); each answer streams as `baton run` draws it, its approvals and
-//! questions asked in place. Ctrl-C cancels the answer being given (the
-//! conversation keeps the message, marked interrupted) or clears the line
-//! being typed; Ctrl-D (or the end of stdin) leaves. A new conversation's
-//! id is made here and printed at the end, so `--conversation` continues it
-//! later; `baton conversations show ID` prints it.
+//! The agent is checked first: an unknown one is refused before anything
+//! is typed, naming the nearest (as `baton run` does). A line editor reads
+//! each message (↑/↓ go through this session's messages); each answer
+//! streams as `baton run` draws it, without the run's header and end lines
+//! (the view's chat mode), its approvals and questions asked in place.
+//! Ctrl-C cancels the answer being given (the conversation keeps the
+//! message, marked interrupted) or clears the line being typed; Ctrl-D (or
+//! the end of stdin) leaves. A new conversation's id is made here and
+//! printed at the end, so `--conversation` continues it later (it also
+//! takes a unique start or end of an id); `baton conversations show ID`
+//! prints it.
 
 use baton_client::pb;
 use clap::Args;
@@ -22,7 +26,8 @@ pub struct ChatArgs {
     /// The agent or group to talk with.
     #[arg(add = clap_complete::engine::ArgValueCompleter::new(crate::run::agent_names))]
     agent: String,
-    /// The conversation to continue (new when not given).
+    /// The conversation to continue (new when not given): its id, or a
+    /// unique start or end of one.
     #[arg(long, value_name = "ID")]
     conversation: Option<String>,
     /// Print events as JSON lines.
@@ -48,16 +53,25 @@ fn new_id() -> String {
 
 pub async fn chat(args: ChatArgs) -> anyhow::Result<()> {
     let base = args.target.connect().await?;
+    // An unknown agent is said before the first message is typed, as
+    // `baton run` says it (when the agents cannot be listed, the first
+    // message's run says what is wrong).
+    if let Ok(list) = base.list_agents().await
+        && !crate::run::is_listed(&list, &args.agent)
+    {
+        return Err(crate::run::unknown_agent(&args.agent, &list));
+    }
     let (id, mut started) = match &args.conversation {
-        Some(id) => {
-            let c = base.get_conversation(id, 0, "", 4).await?;
+        Some(typed) => {
+            let id = crate::conversations::resolve(&base, typed).await?;
+            let c = base.get_conversation(&id, 0, "", 4).await?;
             eprintln!(
-                "conversation {id}: {} messages, the last below",
-                c.message_count
+                "conversation {id}: {}, the last below",
+                crate::said::count(c.message_count, "message")
             );
             eprintln!("(Ctrl-D leaves, Ctrl-C cancels an answer)");
-            crate::conversations::print_messages(&c.messages, crate::view::terminal_columns())?;
-            (id.clone(), true)
+            crate::conversations::print_messages(&c.messages, crate::text::terminal_columns())?;
+            (id, true)
         }
         None => {
             eprintln!("a new conversation with {}", args.agent);
@@ -100,7 +114,7 @@ pub async fn chat(args: ChatArgs) -> anyhow::Result<()> {
                 // Busy, over a bound: said, and the next message may do.
                 eprintln!(
                     "{}",
-                    crate::view::for_stderr(&format!("error: {}", e.message()))
+                    crate::text::for_stderr(&format!("error: {}", e.message()))
                 );
                 continue;
             }
@@ -113,12 +127,13 @@ pub async fn chat(args: ChatArgs) -> anyhow::Result<()> {
             args.json,
             Answers::default(),
             CtrlC::Cancel,
+            crate::view::Mode::Chat,
         )
         .await;
         match followed {
             Ok(()) => {}
             Err(e) if e.downcast_ref::<Interrupted>().is_some() => {}
-            Err(e) => eprintln!("{}", crate::view::for_stderr(&format!("error: {e}"))),
+            Err(e) => eprintln!("{}", crate::text::for_stderr(&format!("error: {e}"))),
         }
     }
     if started {

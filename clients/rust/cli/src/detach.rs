@@ -29,7 +29,7 @@ pub fn detached(
     } else {
         crate::out::outln!(
             "{}",
-            crate::view::wrap_whole(sentence, crate::view::terminal_columns())
+            crate::text::wrap_whole(sentence, crate::text::terminal_columns())
         )?;
     }
     Ok(())

@@ -328,9 +328,10 @@ fn outcome_of(e: &pb::RunEvent) -> Option<anyhow::Result<()>> {
     }
 }
 
-/// Prints a run's events (tree or JSON), answers its input requests with
-/// `answers` (in order) and then, like its approvals, from stdin with the
-/// question on stderr, and fails unless the run completes.
+/// Prints a run's events (tree or JSON; the tree drawn in `mode`), answers
+/// its input requests with `answers` (in order) and then, like its
+/// approvals, from stdin with the question on stderr, and fails unless the
+/// run completes.
 pub async fn follow(
     client: &OrchestratorClient,
     mut events: baton_client::Events,
@@ -338,10 +339,11 @@ pub async fn follow(
     json: bool,
     answers: Answers,
     ctrl_c: CtrlC,
+    mode: crate::view::Mode,
 ) -> anyhow::Result<()> {
     let approvals = answers.approvals;
     let mut answers = VecDeque::from(answers.inputs);
-    let mut view = crate::view::View::default();
+    let mut view = crate::view::View::default().with_mode(mode);
     let mut outcome: Option<anyhow::Result<()>> = None;
     let mut run_id: Option<String> = None;
     // Questions waiting their turn, the one asked now (with its number),
@@ -392,7 +394,7 @@ pub async fn follow(
     // The end of a prompt: its line closed, then why.
     let end = |note: &str| {
         eprintln!();
-        eprintln!("{}", crate::view::for_stderr(&format!("({note})")));
+        eprintln!("{}", crate::text::for_stderr(&format!("({note})")));
     };
     let ended = loop {
         if asking.is_none() {
@@ -432,7 +434,7 @@ pub async fn follow(
                 // stdin not a terminal: the question is shown with the
                 // line read for it (or in the error if there is none).
                 if std::io::stdin().is_terminal() {
-                    eprint!("{}", crate::view::for_stderr(&q.text()));
+                    eprint!("{}", crate::text::for_stderr(&q.text()));
                     std::io::stderr().flush()?;
                 }
                 asked += 1;
@@ -485,7 +487,7 @@ pub async fn follow(
                     Line::Text(answer) => match q.check(&answer) {
                         Err(choose) if tty => {
                             // Asked again.
-                            eprint!("{}", crate::view::for_stderr(&format!("({choose}) {}", q.text())));
+                            eprint!("{}", crate::text::for_stderr(&format!("({choose}) {}", q.text())));
                             std::io::stderr().flush()?;
                             asked += 1;
                             asking = Some((q, asked));
@@ -525,7 +527,7 @@ pub async fn follow(
                         waiting.push_front(q);
                     }
                     let secs = baton_client::REATTACH_FOR.as_secs();
-                    eprintln!("{}", crate::view::for_stderr(&format!("(re-attaching to the run for up to {secs} s; Ctrl-C stops)")));
+                    eprintln!("{}", crate::text::for_stderr(&format!("(re-attaching to the run for up to {secs} s; Ctrl-C stops)")));
                     broken = true;
                 }
                 baton_client::Link::Reattached => {
@@ -559,7 +561,7 @@ pub async fn follow(
                     }
                     (CtrlC::StopWatching, id) => {
                         let id = id.as_deref().unwrap_or("RUN_ID");
-                        eprintln!("{}", crate::view::for_stderr(&format!("stopped watching; the run goes on (baton runs cancel {id})")));
+                        eprintln!("{}", crate::text::for_stderr(&format!("stopped watching; the run goes on (baton runs cancel {id})")));
                         return Err(Interrupted.into());
                     }
                 }

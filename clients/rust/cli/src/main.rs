@@ -33,6 +33,7 @@ mod runs;
 mod said;
 mod steer;
 mod store;
+mod text;
 mod up;
 mod view;
 
@@ -245,11 +246,11 @@ async fn run_command() -> std::process::ExitCode {
             let message = e.to_string();
             // A message of several lines is laid out already.
             let width = (std::io::stderr().is_terminal() && !message.contains('\n'))
-                .then(|| view::terminal_columns() - 1);
+                .then(|| text::terminal_columns() - 1);
             match width {
                 Some(width) => {
                     let mut line = String::from("error: ");
-                    view::Wrap::new(7, "  ".into(), Some(width)).push(&message, &mut line);
+                    text::Wrap::new(7, "  ".into(), Some(width)).push(&message, &mut line);
                     eprintln!("{line}");
                 }
                 None => eprintln!("error: {message}"),

@@ -133,6 +133,7 @@ pub async fn run(args: PipelineArgs) -> anyhow::Result<()> {
             inputs: args.answers,
         },
         crate::follow::CtrlC::Cancel,
+        crate::view::Mode::Tree,
     )
     .await
 }

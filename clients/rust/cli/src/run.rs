@@ -247,20 +247,34 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             inputs: args.answers,
         },
         crate::follow::CtrlC::Cancel,
+        crate::view::Mode::Tree,
     )
     .await
 }
 
 /// An unknown agent's error, with the nearest name (`did you mean …?`)
-/// and the agents and groups there are.
+/// and the agents and groups there are (`error` as it is when they cannot
+/// be listed).
 pub(crate) async fn did_you_mean(
     client: &OrchestratorClient,
     agent: &str,
     error: baton_client::Error,
 ) -> anyhow::Error {
-    let Ok(list) = client.list_agents().await else {
-        return error.into();
-    };
+    match client.list_agents().await {
+        Ok(list) => unknown_agent(agent, &list),
+        Err(_) => error.into(),
+    }
+}
+
+/// Whether `list` has an agent or a group called `name`.
+pub(crate) fn is_listed(list: &pb::ListAgentsResponse, name: &str) -> bool {
+    list.agents.iter().any(|a| a.name == name) || list.groups.iter().any(|g| g.name == name)
+}
+
+/// `no agent or group is called "reseacher": did you mean "researcher"?`
+/// and, under it, the agents and groups of `list`, wrapped as on an
+/// 80-column terminal (`baton run` and `baton chat` of an unknown agent).
+pub(crate) fn unknown_agent(agent: &str, list: &pb::ListAgentsResponse) -> anyhow::Error {
     let agents: Vec<&str> = list.agents.iter().map(|a| a.name.as_str()).collect();
     let groups: Vec<&str> = list.groups.iter().map(|g| g.name.as_str()).collect();
     let nearest = agents
@@ -280,7 +294,7 @@ pub(crate) async fn did_you_mean(
         }
         let head = format!("\n  {what}: ");
         message.push_str(&head);
-        let mut wrap = crate::view::Wrap::new(head.len() - 1, " ".repeat(10), Some(79));
+        let mut wrap = crate::text::Wrap::new(head.len() - 1, " ".repeat(10), Some(79));
         wrap.push(&names.join(", "), &mut message);
     }
     anyhow::anyhow!(message)

@@ -288,6 +288,7 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
                 args.json,
                 answers,
                 CtrlC::StopWatching,
+                crate::view::Mode::Tree,
             )
             .await
         }
@@ -367,6 +368,7 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
                 args.json,
                 crate::follow::Answers::default(),
                 CtrlC::Cancel,
+                crate::view::Mode::Tree,
             )
             .await
         }
@@ -399,6 +401,7 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
                 args.json,
                 crate::follow::Answers::default(),
                 CtrlC::Cancel,
+                crate::view::Mode::Tree,
             )
             .await
         }

@@ -222,7 +222,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         baton_common::logging::init_stderr_for_people(
             "baton",
             &orch_config.log,
-            crate::view::terminal_columns(),
+            crate::text::terminal_columns(),
         )
     } else {
         baton_common::logging::init_stderr("baton", &orch_config.log)

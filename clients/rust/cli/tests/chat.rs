@@ -3,9 +3,17 @@
 //! depending on the first two; the conversation continued with
 //! `--conversation` on a pseudo-terminal (the line editor) at 80 columns;
 //! listed, shown and deleted; an unknown conversation refused naming it.
+//! Ids listed whole and taken by a unique start or end; a chat's answer
+//! without its run's scaffolding; a misspelt agent refused before anything
+//! is typed.
+
+mod support;
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use support::{Pty, columns, drawn_lines, visible_lines};
 
 fn baton(endpoint: &str, args: &[&str], stdin: &[u8]) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_baton"))
@@ -153,6 +161,219 @@ async fn a_chat_remembers_and_its_conversation_is_listed_shown_and_deleted() {
         let (_, stderr) = text(&gone);
         assert!(!gone.status.success());
         assert!(stderr.contains("conversation_id"), "{stderr}");
+    })
+    .await
+    .expect("the CLI checks");
+    server.shutdown().await.expect("shutdown");
+}
+
+/// The id a chat printed at its end (`conversation ID` on stderr).
+fn chat_id(stderr: &str) -> String {
+    stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("conversation "))
+        .unwrap_or_else(|| panic!("the conversation's id on stderr: {stderr}"))
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_are_listed_whole_and_taken_by_a_unique_start_or_end() {
+    let server = baton_e2e::OrchestratorServer::start(baton_e2e::EXAMPLE_AGENTS, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let endpoint = server.endpoint();
+    tokio::task::spawn_blocking(move || {
+        let ep = endpoint.as_str();
+        let mut ids = Vec::new();
+        for said in ["hello", "good morning"] {
+            let out = baton(ep, &["chat", "chat"], format!("{said}\n").as_bytes());
+            let (stdout, stderr) = text(&out);
+            assert!(out.status.success(), "{stdout}\n{stderr}");
+            ids.push(chat_id(&stderr));
+        }
+        let (a, b) = (ids[0].clone(), ids[1].clone());
+        assert_ne!(a, b);
+
+        // Into a pipe: one row a conversation, its whole id first, nothing
+        // cut.
+        let listed = baton(ep, &["conversations", "list"], b"");
+        let (stdout, stderr) = text(&listed);
+        assert!(listed.status.success(), "{stderr}");
+        let mut first: Vec<&str> = stdout
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        first.sort_unstable();
+        let mut want = vec![a.as_str(), b.as_str()];
+        want.sort_unstable();
+        assert_eq!(first, want, "{stdout}");
+        assert!(!stdout.contains('…'), "{stdout}");
+        // On a terminal of 80 columns: a header, the ids whole, each row
+        // fitting.
+        let pty = Pty::start(&["conversations", "list"], ep, 80);
+        let (status, screen) = pty.exit(Duration::from_secs(20));
+        assert!(status.success(), "{screen}");
+        let lines: Vec<String> = visible_lines(&screen)
+            .into_iter()
+            .filter(|l| !l.is_empty())
+            .collect();
+        assert!(lines[0].starts_with("ID "), "{screen}");
+        for id in [&a, &b] {
+            assert!(
+                lines.iter().any(|l| l.starts_with(&format!("{id} "))),
+                "{id} whole in\n{screen}"
+            );
+        }
+        assert!(lines.iter().all(|l| columns(l) < 80), "{screen}");
+
+        // The shortest start of `a` that `b` does not share, the end of
+        // `b`, and `a` as lists once cut it (`head…tail`).
+        let common = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
+        let start = &a[..common + 1];
+        let end = &b[b.len() - 8..];
+        let cut = format!("{}…{}", &a[..11], &a[a.len() - 12..]);
+        for (typed, id) in [(start, &a), (end, &b), (cut.as_str(), &a)] {
+            let shown = baton(ep, &["conversations", "show", typed], b"");
+            let (stdout, stderr) = text(&shown);
+            assert!(shown.status.success(), "{typed}: {stderr}");
+            assert_eq!(
+                stdout.lines().next(),
+                Some(format!("conversation {id}: 2 messages, 1 run").as_str()),
+                "{typed}: {stdout}"
+            );
+        }
+        // A start both share: refused, naming both.
+        let shared = &a[..common];
+        let refused = baton(ep, &["conversations", "show", shared], b"");
+        let (_, stderr) = text(&refused);
+        assert!(!refused.status.success());
+        assert!(
+            stderr.contains("names several conversations")
+                && stderr.contains(&a)
+                && stderr.contains(&b),
+            "{stderr}"
+        );
+        // Nothing like it: refused, naming what was typed.
+        let none = baton(ep, &["conversations", "delete", "zz9zz"], b"");
+        let (_, stderr) = text(&none);
+        assert!(!none.status.success());
+        assert!(stderr.contains("\"zz9zz\""), "{stderr}");
+        // Case counts.
+        let upper = end.to_uppercase();
+        if upper != end {
+            let refused = baton(ep, &["conversations", "show", &upper], b"");
+            assert!(!refused.status.success(), "{upper} is not {end}");
+        }
+
+        // Continued by its end.
+        let more = baton(ep, &["chat", "chat", "--conversation", end], b"and more\n");
+        let (stdout, stderr) = text(&more);
+        assert!(more.status.success(), "{stdout}\n{stderr}");
+        assert!(
+            stderr.contains(&format!("conversation {b}: 2 messages, the last below")),
+            "{stderr}"
+        );
+        assert!(
+            stdout.contains("You said: and more. Before that: good morning"),
+            "{stdout}"
+        );
+        assert!(
+            stderr.contains(&format!("continue it: baton chat chat --conversation {b}")),
+            "{stderr}"
+        );
+
+        // Deleted by its start, said with its whole id.
+        let deleted = baton(ep, &["conversations", "delete", start], b"");
+        let (stdout, stderr) = text(&deleted);
+        assert!(deleted.status.success(), "{stderr}");
+        assert_eq!(
+            stdout.trim(),
+            format!("deleted conversation {a} and the histories of 1 run")
+        );
+        let listed = baton(ep, &["conversations", "list"], b"");
+        let (stdout, _) = text(&listed);
+        assert!(!stdout.contains(&a) && stdout.contains(&b), "{stdout}");
+    })
+    .await
+    .expect("the CLI checks");
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_reads_as_a_chat_and_a_misspelt_agent_is_refused_first() {
+    let server = baton_e2e::OrchestratorServer::start(baton_e2e::EXAMPLE_AGENTS, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let endpoint = server.endpoint();
+    tokio::task::spawn_blocking(move || {
+        let ep = endpoint.as_str();
+        // A misspelt agent: refused before anything is read or sent.
+        let out = baton(ep, &["chat", "reseacher"], b"my first message\n");
+        let (stdout, stderr) = text(&out);
+        assert!(!out.status.success(), "{stdout}");
+        assert!(
+            stderr.starts_with(
+                "error: no agent or group is called \"reseacher\": did you mean \"researcher\"?\n  agents: "
+            ),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("a new conversation"), "{stderr}");
+        let runs = baton(ep, &["runs", "list", "--json"], b"");
+        assert_eq!(text(&runs).0, "", "nothing was run");
+
+        // At 80 columns each answer is its line, right under the message:
+        // no run header, agent start, `done` or `completed` around it.
+        let mut pty = Pty::start_sized(&["chat", "chat"], ep, 80);
+        pty.wait_for("you> ");
+        pty.type_keys(b"hello\r");
+        pty.wait_for("You said: hello.");
+        std::thread::sleep(Duration::from_millis(500));
+        pty.type_keys(b"\x04");
+        let (status, screen) = pty.exit(Duration::from_secs(20));
+        assert!(status.success(), "{screen}");
+        let lines: Vec<String> = drawn_lines(&screen)
+            .into_iter()
+            .map(|l| l.trim_end().to_owned())
+            .filter(|l| !l.is_empty())
+            .collect();
+        let answer = lines
+            .iter()
+            .position(|l| l.starts_with("💬 chat: You said: hello."))
+            .unwrap_or_else(|| panic!("the answer's line in\n{screen}"));
+        assert_eq!(lines[answer - 1], "you> hello", "{lines:#?}");
+        assert_eq!(lines[answer + 1], "you>", "the next prompt: {lines:#?}");
+        for scaffolding in ["▶ ", "● chat", "■ chat", "✅ completed"] {
+            assert!(
+                !lines.iter().any(|l| l.starts_with(scaffolding)),
+                "no {scaffolding:?} line in\n{screen}"
+            );
+        }
+        assert!(lines.iter().all(|l| columns(l) <= 80), "{screen}");
+
+        // Watched as a run, its header is wrapped at spaces, its ids whole.
+        let first_json = |args: &[&str]| -> serde_json::Value {
+            let out = baton(ep, args, b"");
+            let (stdout, stderr) = text(&out);
+            serde_json::from_str(stdout.lines().next().unwrap_or_else(|| panic!("{stderr}")))
+                .expect("json")
+        };
+        let run = first_json(&["runs", "list", "--json"]);
+        let run_id = run["runId"].as_str().expect("run id");
+        let conversation = first_json(&["conversations", "list", "--json"]);
+        let id = conversation["id"].as_str().expect("id");
+        let watch = Pty::start(&["runs", "watch", run_id], ep, 60);
+        let (status, screen) = watch.exit(Duration::from_secs(20));
+        assert!(status.success(), "{screen}");
+        let lines = visible_lines(&screen);
+        let header = lines
+            .iter()
+            .position(|l| l.starts_with("▶ run of chat in conversation"))
+            .unwrap_or_else(|| panic!("the header in\n{screen}"));
+        let header = lines[header..lines.len().min(header + 3)].join(" ");
+        assert!(header.contains(&format!(" {id} ")), "{header}");
+        assert!(header.contains("(0 earlier messages; trace "), "{header}");
+        assert!(!screen.contains('…'), "{screen}");
+        assert!(lines.iter().all(|l| columns(l) <= 60), "{screen}");
     })
     .await
     .expect("the CLI checks");

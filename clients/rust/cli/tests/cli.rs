@@ -285,16 +285,16 @@ fn up_then_agents_and_run() {
     let raised = run(&["run", "frugal", "tides"], b"y\n");
     let asked = String::from_utf8_lossy(&raised.stderr);
     assert!(
-        asked.contains("raise budget agent frugal in root by 1000 tokens (5"),
+        asked.contains("raise the budget of agent frugal in root by 1000 tokens (5"),
         "{asked}"
     );
+    // Some of it left, too little for the next call: too small, not spent.
     let shown = String::from_utf8_lossy(&raised.stdout);
-    assert!(
-        shown.contains(
-            "! frugal: budget spent (agent frugal in root): 515/600 tokens → asks for more"
-        ),
-        "{shown}"
-    );
+    let said = regex::Regex::new(
+        r"\n! frugal: budget too small \(agent frugal in root\): the next call needs \d+ of the 85 tokens left \(515/600 spent\) → asks for more\n",
+    )
+    .expect("regex");
+    assert!(said.is_match(&shown), "{shown}");
     assert!(
         shown.contains("> frugal: Both sources agree: Checked: "),
         "{shown}"
@@ -700,6 +700,95 @@ async fn run_sends_the_model_limits_and_settings_of_its_flags() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("limits.budget.cost"), "{err}");
     assert_eq!(fake.requests().len(), 3, "the refused run sent nothing");
+    server.shutdown().await.expect("shutdown");
+}
+
+/// A call waiting for a provider's rate limit says how long only when that
+/// is known and above 0 (never `0.0 s`; a call queued behind others whose
+/// wait is not known says `(1 ahead)` alone); a run's budget too small for
+/// its first call is said to be too small, not spent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limit_waits_and_small_budgets_are_said_plainly() {
+    use baton_e2e::openai::{FakeOpenAi, Reply, finish, text, usage};
+    let replies = (0..4)
+        .map(|i| {
+            Reply::Stream(vec![
+                text(&format!("answer {i}")),
+                finish("stop"),
+                usage(10, 3),
+            ])
+        })
+        .collect();
+    let fake = FakeOpenAi::start(replies).await.expect("fake");
+    let agents = format!(
+        "providers:\n  p: {{kind: openai, base_url: \"{}\", api_key_env: \"\", max_retries: 0, rate_limit: {{requests: 1, window: 2s}}}}\nagents:\n  talker: {{model: \"p:m\"}}\n",
+        fake.base_url()
+    );
+    let server = baton_e2e::OrchestratorServer::start(&agents, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let endpoint = server.endpoint();
+    tokio::task::spawn_blocking(move || {
+        let start = |args: &[&str]| {
+            Command::new(env!("CARGO_BIN_EXE_baton"))
+                .args(args)
+                .args(["--endpoint", &endpoint])
+                .env_remove("BATON_API_KEY")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn baton")
+        };
+        // Four at once, one call a window: one goes, one waits for the
+        // window, the others queue behind it (each told about how long).
+        let runs: Vec<_> = (0..4).map(|_| start(&["run", "talker", "hi"])).collect();
+        let mut waits = Vec::new();
+        for run in runs {
+            let out = run.wait_with_output().expect("baton run");
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(
+                out.status.success(),
+                "{stdout}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            waits.extend(
+                stdout
+                    .lines()
+                    .filter(|l| l.contains("rate limit"))
+                    .map(str::to_owned),
+            );
+        }
+        let timed = regex::Regex::new(
+            r"^~ talker: waiting for p's rate limit, about \d+\.\d s( \(\d+ ahead\))?$",
+        )
+        .expect("regex");
+        let queued = regex::Regex::new(r"^~ talker: waiting for p's rate limit \(\d+ ahead\)$")
+            .expect("regex");
+        assert!(
+            waits
+                .iter()
+                .all(|l| timed.is_match(l) || queued.is_match(l)),
+            "{waits:#?}"
+        );
+        assert!(waits.iter().all(|l| !l.contains(" 0.0 s")), "{waits:#?}");
+        assert!(waits.len() >= 3, "three calls waited: {waits:#?}");
+
+        // A run budget smaller than the first call needs: nothing spent.
+        let out = start(&["run", "talker", "hi", "--budget-tokens", "5"])
+            .wait_with_output()
+            .expect("baton run");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(!out.status.success(), "{stdout}");
+        let said = regex::Regex::new(
+            r"(?m)^! talker: budget too small \(run\): the next call needs \d+ of 5 tokens$",
+        )
+        .expect("regex");
+        assert!(said.is_match(&stdout), "{stdout}");
+        assert!(!stdout.contains("budget spent"), "{stdout}");
+    })
+    .await
+    .expect("cli");
+    assert_eq!(fake.requests().len(), 4, "the small budget sent nothing");
     server.shutdown().await.expect("shutdown");
 }
 

@@ -282,12 +282,22 @@ impl Orchestrator {
                 Some((events, recording)) => {
                     match launch::write_fork(&journal, &record, events, recording).await {
                         Ok(()) => Ok(Some(journal)),
-                        Err(e) => {
-                            // Never resumed (it is not started): given up,
-                            // the next round of claims ends it failed.
-                            let _ = journal.runs.release(&record.run_id, journal.epoch).await;
-                            Err(e)
-                        }
+                        // Given up, unless its start was recorded after all
+                        // (a reply lost after Redis applied it): then it
+                        // runs, here, as started. Given up, a claim ends it
+                        // failed; never both.
+                        Err(e) => match journal
+                            .runs
+                            .abandon_start(&record.run_id, journal.epoch)
+                            .await
+                        {
+                            Ok(crate::run::durable::Abandon::Started) => Ok(Some(journal)),
+                            Ok(_) => Err(e),
+                            Err(unknown) => Err(Error::Unavailable(format!(
+                                "fork {} may have started (its start could not be checked: {unknown}); follow it with WatchRun",
+                                record.run_id
+                            ))),
+                        },
                     }
                 }
                 None => Ok(Some(journal)),

@@ -114,7 +114,7 @@ impl Store for MemoryStore {
         // Used when a run appends to it, not when one takes the turn.
         h.meta.ttl_ms = begin.ttl_ms;
         Ok(Begun::Taken {
-            meta: h.meta.clone(),
+            meta: Box::new(h.meta.clone()),
             messages: h.messages.clone(),
             created,
         })

@@ -154,7 +154,7 @@ impl Conversations {
                     created,
                 } => {
                     return Ok(Taken {
-                        meta,
+                        meta: *meta,
                         messages,
                         created,
                     });

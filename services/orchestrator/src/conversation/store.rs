@@ -52,7 +52,7 @@ pub enum Begun {
     /// The turn is the run's: the conversation and its messages.
     Taken {
         /// The conversation.
-        meta: Meta,
+        meta: Box<Meta>,
         /// Its messages, oldest first.
         messages: Vec<pb::ConversationMessage>,
         /// It was made by this call (a run refused before it starts

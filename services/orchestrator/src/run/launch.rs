@@ -200,7 +200,13 @@ pub async fn write_fork(
             )));
         }
     }
-    if !log.runs.started(run_id, log.epoch).await? {
+    // Recording the start is idempotent: tried again when its reply is
+    // lost (the start may have been applied).
+    let started = match log.runs.started(run_id, log.epoch).await {
+        Ok(started) => started,
+        Err(_) => log.runs.started(run_id, log.epoch).await?,
+    };
+    if !started {
         return Err(Error::Unavailable(
             "run store: another replica took the fork over while its history was written".into(),
         ));

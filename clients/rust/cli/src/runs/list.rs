@@ -6,7 +6,7 @@
 use baton_client::pb;
 use serde_json::{Value, json};
 
-use crate::view::{Wrap, cols};
+use crate::text::{Wrap, cols};
 
 pub(super) fn time(t: &Option<baton_client::wkt::Timestamp>) -> String {
     t.map(|t| t.to_string()).unwrap_or_default()

@@ -221,13 +221,29 @@ pub struct Pty {
 
 impl Pty {
     pub fn start(args: &[&str], endpoint: &str, cols: usize) -> Self {
+        Self::spawn(&Self::command(args), endpoint, cols)
+    }
+
+    /// As [`Pty::start`], the terminal's size set too (`stty`): for a line
+    /// editor (`baton chat`), which asks the terminal rather than `COLUMNS`.
+    pub fn start_sized(args: &[&str], endpoint: &str, cols: usize) -> Self {
+        let command = format!("stty cols {cols} rows 24; {}", Self::command(args));
+        Self::spawn(&command, endpoint, cols)
+    }
+
+    /// `baton ARGS` as a shell command line.
+    fn command(args: &[&str]) -> String {
         let quoted: Vec<String> = std::iter::once(BATON)
             .chain(args.iter().copied())
             .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
             .collect();
+        quoted.join(" ")
+    }
+
+    fn spawn(command: &str, endpoint: &str, cols: usize) -> Self {
         let mut child = Command::new("script")
             .arg("-qec")
-            .arg(quoted.join(" "))
+            .arg(command)
             .arg("/dev/null")
             .env("COLUMNS", cols.to_string())
             .env("BATON_ENDPOINT", endpoint)
@@ -316,4 +332,57 @@ pub fn columns(line: &str) -> usize {
 
 pub fn words(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The lines a terminal shows, drawn as it draws them: `\r` returns to the
+/// line's start and what follows overwrites it, `ESC[nC`/`ESC[nD` move the
+/// cursor right/left, `ESC[K` clears to the line's end; other codes are
+/// dropped. For a line editor's prompt (`you> `, then `\r ESC[5C hello`).
+pub fn drawn_lines(screen: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    for line in screen.split('\n') {
+        let mut cells: Vec<char> = Vec::new();
+        let mut at = 0;
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '\r' => at = 0,
+                '\u{1b}' => {
+                    let mut code = String::new();
+                    for c in chars.by_ref() {
+                        code.push(c);
+                        if c.is_ascii_alphabetic() {
+                            break;
+                        }
+                    }
+                    let n = || {
+                        code.trim_start_matches('[')
+                            .trim_end_matches(|c: char| c.is_ascii_alphabetic())
+                            .parse::<usize>()
+                            .unwrap_or(1)
+                    };
+                    if code.starts_with('[') && code.ends_with('C') {
+                        at += n();
+                    } else if code.starts_with('[') && code.ends_with('D') {
+                        at = at.saturating_sub(n());
+                    } else if code == "[K" {
+                        cells.truncate(at);
+                    }
+                }
+                c => {
+                    if cells.len() < at {
+                        cells.resize(at, ' ');
+                    }
+                    if at < cells.len() {
+                        cells[at] = c;
+                    } else {
+                        cells.push(c);
+                    }
+                    at += 1;
+                }
+            }
+        }
+        lines.push(cells.into_iter().collect());
+    }
+    lines
 }

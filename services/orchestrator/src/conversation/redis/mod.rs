@@ -241,7 +241,7 @@ impl Store for RedisStore {
                     self.touch(key, *at).await?;
                 }
                 Begun::Taken {
-                    meta,
+                    meta: Box::new(meta),
                     messages,
                     created,
                 }

@@ -768,9 +768,11 @@ mod tests {
             .expect("whole");
         drop(third);
         second.settle(150, 0);
-        let book = budgets.lock();
-        assert_eq!((book.spent(RUN), book.held()), ((270, 0), (0, 0)));
-        drop(book);
+        let (spent, held) = {
+            let book = budgets.lock();
+            (book.spent(RUN), book.held())
+        };
+        assert_eq!((spent, held), ((270, 0), (0, 0)));
         // Past its deadline a call takes what is left instead of waiting.
         let big = budgets
             .reserve(RUN, need(100, Some(600)), far, &nothing)

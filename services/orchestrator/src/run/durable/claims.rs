@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::{RedisRuns, redis_error};
+use super::{RedisRuns, lease::Abandon, redis_error};
 use crate::error::Error;
 
 impl RedisRuns {
@@ -31,6 +31,43 @@ return 1",
             .await
             .map_err(redis_error)?;
         Ok(started == 1)
+    }
+
+    /// Gives up fork `run_id` (owned with `epoch`) whose start failed here,
+    /// unless its start was recorded after all (a reply lost after Redis
+    /// applied it): then it is started, and this replica runs it.
+    pub async fn abandon_start(&self, run_id: &str, epoch: u64) -> Result<Abandon, Error> {
+        static ABANDON: LazyLock<Script> = LazyLock::new(|| {
+            Script::new(
+                "if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 0 end
+if redis.call('HEXISTS', KEYS[1], 'starting') == 0 then return 2 end
+redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+redis.call('HSET', KEYS[1], 'owner', '', 'lease_until', 0)
+return 1",
+            )
+        });
+        let mut c = self.conn().await?;
+        let answer: i64 = ABANDON
+            .key(self.meta_key(run_id))
+            .arg(epoch)
+            .invoke_async(&mut c)
+            .await
+            .map_err(redis_error)?;
+        Ok(match answer {
+            1 => {
+                // The next round of claims ends it failed (it is starting).
+                redis::cmd("ZADD")
+                    .arg(self.leases_key())
+                    .arg(0)
+                    .arg(run_id)
+                    .query_async::<()>(&mut c)
+                    .await
+                    .map_err(redis_error)?;
+                Abandon::Abandoned
+            }
+            2 => Abandon::Started,
+            _ => Abandon::Lost,
+        })
     }
 
     /// Whether run `run_id` is a fork whose history was never all

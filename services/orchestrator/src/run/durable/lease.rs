@@ -27,6 +27,18 @@ pub enum Claim {
     },
 }
 
+/// What became of a fork given up after its start failed
+/// (`RedisRuns::abandon_start`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Abandon {
+    /// Given up: it never runs (a claim ends it failed).
+    Abandoned,
+    /// Its start was recorded after all: it runs.
+    Started,
+    /// Another replica owns it now.
+    Lost,
+}
+
 /// Redis's clock in ms, inside a script.
 pub(super) const NOW: &str = "local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

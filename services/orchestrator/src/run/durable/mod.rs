@@ -48,8 +48,8 @@ mod sessions;
 
 use std::{collections::HashMap, time::Duration};
 
-pub use lease::Claim;
 use lease::decode_claim;
+pub use lease::{Abandon, Claim};
 pub use meta::{RunEnd, RunMeta};
 use meta::{decode_entries, decode_meta};
 
