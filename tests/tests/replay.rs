@@ -10,7 +10,8 @@ use std::{collections::BTreeMap, time::Duration};
 
 use baton_client::{OrchestratorClient, pb, pb::run_event::Payload};
 use baton_e2e::{
-    EXAMPLE_AGENTS, OrchestratorServer, RedisServer, durable_runs, toolhost::TestToolHost,
+    EXAMPLE_AGENTS, OrchestratorServer, RedisServer, durable_runs, openai::FakeOpenAi,
+    toolhost::TestToolHost,
 };
 use futures::StreamExt as _;
 use tonic::Code;
@@ -856,53 +857,116 @@ async fn generated_pipelines_replayed_unchanged_reproduce_their_events() {
 /// in what a model reads), so parallel and DAG pipelines replay too.
 /// `searcher` needs an approval for the tool server's search; `asker` asks
 /// a person; `lead` calls both as tools at once (nested agents); `desk`
-/// hands off to `searcher`.
-fn property_agents(toolhost: &str) -> String {
+/// hands off to `searcher`. Their models are a fake OpenAI-compatible
+/// provider's ([`property_provider`]), so model calls are counted where
+/// they arrive.
+fn property_agents(toolhost: &str, provider: &FakeOpenAi) -> String {
     format!(
         r#"
+providers:
+  fake: {{kind: openai, base_url: "{}", api_key_env: "", max_retries: 0}}
 tool_servers:
   remote:
     endpoint: "{toolhost}"
     tools: [web_search]
-scripts:
-  searcher:
-    - {{calls: [{{tool: web_search, args: {{query: "{{{{input}}}}"}}}}]}}
-    - {{text: "found: {{{{results}}}}"}}
-  asker:
-    - {{calls: [{{tool: ask_user, args: {{question: "Which one?", options: [red, blue]}}}}]}}
-    - {{text: "chose {{{{results}}}}"}}
-  lead:
-    - {{calls: [{{tool: searcher, args: {{task: "{{{{input}}}}"}}}}, {{tool: asker, args: {{task: "{{{{input}}}}"}}}}]}}
-    - {{text: "lead: {{{{results}}}}"}}
-  desk:
-    - {{handoff: searcher}}
 agents:
-  searcher: {{model: "scripted:searcher", tools: [web_search], approvals: {{web_search: always}}}}
-  asker: {{model: "scripted:asker", tools: [ask_user]}}
-  lead: {{model: "scripted:lead", tools: [searcher, asker]}}
-  desk: {{model: "scripted:desk", handoffs: [searcher]}}
-"#
+  searcher: {{model: "fake:searcher", tools: [web_search], approvals: {{web_search: always}}}}
+  asker: {{model: "fake:asker", tools: [ask_user]}}
+  lead: {{model: "fake:lead", tools: [searcher, asker]}}
+  desk: {{model: "fake:desk", handoffs: [searcher]}}
+"#,
+        provider.base_url()
     )
 }
 
-/// Model calls made (`baton_model_call_duration_seconds_count`, every
-/// model and outcome) as the orchestrator's metrics say.
-async fn model_calls(metrics: std::net::SocketAddr) -> u64 {
-    baton_e2e::scrape(metrics)
-        .await
-        .lines()
-        .filter(|l| l.starts_with("baton_model_call_duration_seconds_count"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
+/// The property test's models, by the `model` a request names: each first
+/// calls its tools (`searcher` web_search, `asker` ask_user, `lead`
+/// searcher and asker at once, `desk` hands off to searcher), then answers
+/// with their results — a deterministic function of what it is sent, as a
+/// scripted model is of its turn.
+async fn property_provider() -> FakeOpenAi {
+    use baton_e2e::openai::{Reply, finish, text, tool_fragment, usage};
+    FakeOpenAi::answering(|body: &serde_json::Value| {
+        let messages = body["messages"].as_array().cloned().unwrap_or_default();
+        let input = messages
+            .iter()
+            .find(|m| m["role"] == "user")
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or("")
+            .to_owned();
+        // Tools whose results it has, and the results of its last turn.
+        let answered: Vec<String> = messages
+            .iter()
+            .filter(|m| m["role"] == "assistant")
+            .flat_map(|m| m["tool_calls"].as_array().cloned().unwrap_or_default())
+            .filter_map(|c| c["function"]["name"].as_str().map(str::to_owned))
+            .collect();
+        let results: Vec<String> = messages
+            .iter()
+            .rev()
+            .take_while(|m| m["role"] == "tool")
+            .filter_map(|m| m["content"].as_str().map(str::to_owned))
+            .collect();
+        let results = results.into_iter().rev().collect::<Vec<_>>().join("; ");
+        let model = body["model"].as_str().unwrap_or("");
+        // Call ids unique in a run, as a provider's are: from what it is
+        // sent (FNV-1a), so the same request gets the same ids.
+        let sent = body
+            .to_string()
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            });
+        let call = |i: u32, name: &str, args: serde_json::Value| {
+            let id = format!("call_{sent:016x}_{i}");
+            tool_fragment(i, Some(&id), Some(name), &args.to_string())
+        };
+        let chunks = match model {
+            "searcher" if !answered.iter().any(|n| n == "web_search") => {
+                vec![
+                    call(0, "web_search", serde_json::json!({"query": input})),
+                    finish("tool_calls"),
+                ]
+            }
+            "searcher" => vec![text(&format!("found: {results}")), finish("stop")],
+            "asker" if !answered.iter().any(|n| n == "ask_user") => vec![
+                call(
+                    0,
+                    "ask_user",
+                    serde_json::json!({"question": "Which one?", "options": ["red", "blue"]}),
+                ),
+                finish("tool_calls"),
+            ],
+            "asker" => vec![text(&format!("chose {results}")), finish("stop")],
+            "lead" if !answered.iter().any(|n| n == "searcher") => vec![
+                call(0, "searcher", serde_json::json!({"task": input})),
+                call(1, "asker", serde_json::json!({"task": input})),
+                finish("tool_calls"),
+            ],
+            "lead" => vec![text(&format!("lead: {results}")), finish("stop")],
+            "desk" => vec![
+                call(0, "transfer_to_searcher", serde_json::json!({})),
+                finish("tool_calls"),
+            ],
+            other => vec![text(&format!("no such model {other}")), finish("stop")],
+        };
+        let mut chunks = chunks;
+        chunks.push(usage(10, 5));
+        Reply::Stream(chunks)
+    })
+    .await
+    .expect("provider")
 }
 
 /// The replay property: generated pipelines — sequential, parallel and DAG
 /// steps of agents that ask for approval, ask a question, call agents as
 /// tools and hand off — run (approved and answered as a person would),
 /// then replayed strictly, reproduce their events, and the replay calls no
-/// model (the orchestrator's model-call count does not move) and no tool
-/// server (the tool server's request count does not move). The seed is
-/// random, printed first; `BATON_REPLAY_SEED=N` runs one again.
+/// model (the fake provider's request count does not move) and no tool
+/// server (the tool server's request count does not move). Each case has
+/// a seed of its own (60 cases), drawn from the run's seed, printed first;
+/// a failing case prints its own; `BATON_REPLAY_SEED=N` runs a run's cases
+/// again, `BATON_REPLAY_CASE=N` one case.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replays_of_generated_pipelines_call_nothing_and_reproduce_their_events() {
     let seed = std::env::var("BATON_REPLAY_SEED")
@@ -916,18 +980,25 @@ async fn replays_of_generated_pipelines_call_nothing_and_reproduce_their_events(
                 | 1
         });
     eprintln!("replay property test: BATON_REPLAY_SEED={seed}");
+    let one: Option<u64> = std::env::var("BATON_REPLAY_CASE")
+        .ok()
+        .and_then(|s| s.parse().ok());
     let host = TestToolHost::start().await.expect("tool host");
-    let metrics = baton_e2e::free_addr().expect("port");
-    let server = OrchestratorServer::start(&property_agents(&host.endpoint()), None, move |c| {
-        c.telemetry.metrics_listen = metrics.to_string();
-    })
-    .await
-    .expect("orchestrator");
+    let provider = property_provider().await;
+    let server =
+        OrchestratorServer::start(&property_agents(&host.endpoint(), &provider), None, |_| {})
+            .await
+            .expect("orchestrator");
     let client = server.client().await.expect("client");
     let searches = || host.seen.requests.lock().expect("seen").len();
-    let mut rng = Rng(seed);
     let mut covered = std::collections::BTreeSet::new();
-    for n in 0..12 {
+    let mut draw = Rng(seed);
+    let cases: Vec<u64> = (0..60)
+        .map(|_| draw.0.wrapping_add(draw.below(usize::MAX) as u64) | 1)
+        .collect();
+    for (n, case_seed) in cases.into_iter().enumerate() {
+        let case_seed = one.unwrap_or(case_seed);
+        let mut rng = Rng(case_seed);
         let mode = [
             pb::PipelineMode::Sequential,
             pb::PipelineMode::Parallel,
@@ -953,7 +1024,7 @@ async fn replays_of_generated_pipelines_call_nothing_and_reproduce_their_events(
             .collect();
         covered.insert(format!("{mode:?}"));
         covered.extend(steps.iter().map(|s| format!("{mode:?} {}", s.agent)));
-        let what = format!("BATON_REPLAY_SEED={seed} case {n}: {mode:?} {steps:?}");
+        let what = format!("BATON_REPLAY_CASE={case_seed} (case {n}): {mode:?} {steps:?}");
         let request = pb::RunPipelineRequest {
             pipeline: Some(pb::PipelineSpec {
                 name: format!("case{n}"),
@@ -971,22 +1042,25 @@ async fn replays_of_generated_pipelines_call_nothing_and_reproduce_their_events(
             "{what}: {:?}",
             terminal(&original)
         );
-        let (calls_before, searches_before) = (model_calls(metrics).await, searches());
-        assert!(calls_before > 0, "{what}: the metrics count model calls");
+        let (calls_before, searches_before) = (provider.requests().len(), searches());
+        assert!(calls_before > 0, "{what}: the provider was called");
         let replayed = replay(&client, &original[0].run_id, true)
             .await
             .expect("replay");
         assert_reproduced(&original, &replayed, &what);
         assert_eq!(
-            model_calls(metrics).await,
+            provider.requests().len(),
             calls_before,
-            "{what}: the replay called a model"
+            "{what}: the replay called the provider"
         );
         assert_eq!(
             searches(),
             searches_before,
             "{what}: the replay called the tool server"
         );
+        if one.is_some() {
+            break;
+        }
     }
     eprintln!("replay property test: covered {covered:?}");
 }
