@@ -416,3 +416,64 @@ agents:
     one.shutdown().await.expect("one");
     two.shutdown().await.expect("two");
 }
+
+/// A provider that answers 429 (retry after no time) and then 200, under a
+/// limit of two calls a second: its retries go through the limit too, so
+/// it never receives more than two requests in any second — the 429s
+/// counted — on one replica or two sharing Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_providers_retries_are_counted_in_its_rate_limit() {
+    let redis = RedisServer::start().expect("redis");
+    for durable in [false, true] {
+        let mut replies = Vec::new();
+        for i in 0..6 {
+            replies.push(Reply::Status {
+                code: 429,
+                retry_after: Some("0"),
+            });
+            replies.extend(answers(1).into_iter().map(|r| match r {
+                Reply::Stream(mut c) => {
+                    c[0] = text(&format!("answer {i}"));
+                    Reply::Stream(c)
+                }
+                other => other,
+            }));
+        }
+        let provider = FakeOpenAi::start(replies).await.expect("provider");
+        let yaml = agents(&provider.base_url(), "{requests: 2, window: 1s}")
+            .replace("max_retries: 0", "max_retries: 3");
+        let url = redis.url();
+        let server = OrchestratorServer::start(&yaml, None, move |c| {
+            if durable {
+                durable_runs(url)(c);
+            }
+            c.runs.model_timeout = Duration::from_secs(20);
+        })
+        .await
+        .expect("orchestrator");
+        let client = server.client().await.expect("client");
+        let began = Instant::now();
+        let runs: Vec<_> = (0..6)
+            .map(|_| {
+                let client = client.clone();
+                tokio::spawn(async move { run(&client).await })
+            })
+            .collect();
+        for r in runs {
+            r.await.expect("run");
+        }
+        let requests = provider.requests();
+        let most = most_in_a_window(&requests, Duration::from_secs(1));
+        eprintln!(
+            "durable {durable}: 6 runs, {} requests (a 429 then a 200 each) in {:.1?}, at most {most} in any second",
+            requests.len(),
+            began.elapsed()
+        );
+        assert_eq!(requests.len(), 12, "every run retried once");
+        assert!(most <= 2, "{most} requests within a second");
+        if durable {
+            redis.cli(&["FLUSHALL"]).expect("flush");
+        }
+        server.shutdown().await.expect("shutdown");
+    }
+}

@@ -41,6 +41,10 @@ pub struct ModelError {
     /// A low-cardinality name of the failure for spans' `error.type`: the
     /// HTTP status (`429`), or `timeout`, `connection`, `stream`, `empty`.
     pub error_type: String,
+    /// The same request may be tried again (a 429, a 5xx, a connection
+    /// failure or timeout before an answer): `Some`, with how long the
+    /// provider asked to wait (`Retry-After`), when it said.
+    pub retry: Option<Option<std::time::Duration>>,
 }
 
 impl ModelError {
@@ -56,7 +60,15 @@ impl ModelError {
             message: message.into(),
             kind,
             error_type: error_type.into(),
+            retry: None,
         }
+    }
+
+    /// The same request may be tried again, after `after` when the
+    /// provider said.
+    pub fn retryable(mut self, after: Option<std::time::Duration>) -> Self {
+        self.retry = Some(after);
+        self
     }
 
     /// The gRPC code the run fails with.

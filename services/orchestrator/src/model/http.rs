@@ -1,10 +1,12 @@
-//! What the HTTP providers share: the client, the key, the retry loop and
-//! the meaning of a failure.
+//! What the HTTP providers share: the client, the key, and the meaning of
+//! a failure.
 //!
-//! A 429 or 5xx answer, a timeout or a connection failure is retried with
-//! exponential backoff, waiting as long as `Retry-After` says when the server
-//! says; after the last retry a 429 is [`ModelErrorKind::RateLimited`] and
-//! the rest [`ModelErrorKind::Unavailable`]. Other statuses are not retried:
+//! A 429 or 5xx answer, a timeout or a connection failure may be tried
+//! again ([`ModelError::retry`], with the server's `Retry-After`): the model
+//! call's retry layer (`model::call::retry`) does, with exponential backoff,
+//! each try through the provider's rate limit. A 429 is
+//! [`ModelErrorKind::RateLimited`] and the rest
+//! [`ModelErrorKind::Unavailable`]. Other statuses are not tried again:
 //! 401/403 are [`ModelErrorKind::ProviderKey`] (the message names the
 //! variable holding the key), 400/404/422 and the rest
 //! [`ModelErrorKind::Rejected`]. The provider's own message (its JSON
@@ -27,8 +29,6 @@ pub(crate) struct Endpoint {
     pub api_key: Option<String>,
     /// Where the key comes from, for messages.
     pub key_env: String,
-    pub max_retries: u32,
-    pub backoff: Duration,
 }
 
 impl Endpoint {
@@ -70,61 +70,45 @@ impl Endpoint {
                 .to_owned(),
             api_key,
             key_env,
-            max_retries: spec.max_retries.unwrap_or(3),
-            backoff: spec.backoff.unwrap_or(Duration::from_millis(500)),
         })
     }
 
-    /// Sends the request `build` makes until it succeeds, retrying what is
-    /// worth retrying.
+    /// Sends the request `build` makes, once: a failure worth trying again
+    /// says so ([`ModelError::retry`], with the provider's `Retry-After`),
+    /// and the model call's retry layer (`model::call::retry`) tries again
+    /// — through the rate limit, so each try is counted.
     pub async fn send(
         &self,
         reference: &str,
         build: impl Fn() -> reqwest::RequestBuilder,
     ) -> Result<reqwest::Response, ModelError> {
-        let mut attempt = 0;
-        loop {
-            match build().send().await {
-                Ok(r) if r.status().is_success() => return Ok(r),
-                Ok(r) if retryable(r.status()) && attempt < self.max_retries => {
-                    let wait = retry_wait(Some(&r), self.backoff, attempt);
-                    tracing::warn!(model = %reference, status = r.status().as_u16(), ?wait, attempt, "model call retried");
-                    tokio::time::sleep(wait).await;
-                }
-                Ok(r) => {
-                    let status = r.status();
-                    let body = r.text().await.unwrap_or_default();
-                    return Err(self.status_error(reference, status, &body, attempt));
-                }
-                Err(e) if (e.is_connect() || e.is_timeout()) && attempt < self.max_retries => {
-                    let wait = retry_wait(None, self.backoff, attempt);
-                    tracing::warn!(model = %reference, error = %cause_chain(&e), ?wait, attempt, "model call retried");
-                    tokio::time::sleep(wait).await;
-                }
-                Err(e) => return Err(transport_error(reference, &e, attempt)),
+        match build().send().await {
+            Ok(r) if r.status().is_success() => Ok(r),
+            Ok(r) => {
+                let status = r.status();
+                let told = retry_after(&r);
+                let body = r.text().await.unwrap_or_default();
+                let e = self.status_error(reference, status, &body);
+                Err(if retryable(status) {
+                    e.retryable(told)
+                } else {
+                    e
+                })
             }
-            attempt += 1;
+            Err(e) if e.is_connect() || e.is_timeout() => {
+                Err(transport_error(reference, &e).retryable(None))
+            }
+            Err(e) => Err(transport_error(reference, &e)),
         }
     }
 
     /// The error of a non-success answer.
-    fn status_error(
-        &self,
-        reference: &str,
-        status: reqwest::StatusCode,
-        body: &str,
-        attempt: u32,
-    ) -> ModelError {
+    fn status_error(&self, reference: &str, status: reqwest::StatusCode, body: &str) -> ModelError {
         let said = provider_message(body);
-        let retries = if attempt > 0 {
-            format!(" after {attempt} retries")
-        } else {
-            String::new()
-        };
         let (kind, message) = match status.as_u16() {
             429 => (
                 ModelErrorKind::RateLimited,
-                format!("rate limited by the provider (HTTP {status}){retries}: {said}"),
+                format!("rate limited by the provider (HTTP {status}): {said}"),
             ),
             401 | 403 => (
                 ModelErrorKind::ProviderKey,
@@ -147,7 +131,7 @@ impl Endpoint {
             ),
             s if s >= 500 => (
                 ModelErrorKind::Unavailable,
-                format!("the provider failed (HTTP {status}){retries}: {said}"),
+                format!("the provider failed (HTTP {status}): {said}"),
             ),
             _ => (
                 ModelErrorKind::Rejected,
@@ -179,7 +163,7 @@ fn retryable(status: reqwest::StatusCode) -> bool {
 }
 
 /// The error of a request that got no answer.
-pub(super) fn transport_error(reference: &str, e: &reqwest::Error, attempt: u32) -> ModelError {
+pub(super) fn transport_error(reference: &str, e: &reqwest::Error) -> ModelError {
     let error_type = if e.is_timeout() {
         "timeout"
     } else if e.is_connect() {
@@ -187,16 +171,11 @@ pub(super) fn transport_error(reference: &str, e: &reqwest::Error, attempt: u32)
     } else {
         "transport"
     };
-    let retries = if attempt > 0 {
-        format!(" after {attempt} retries")
-    } else {
-        String::new()
-    };
     ModelError::new(
         reference,
         ModelErrorKind::Unavailable,
         error_type,
-        format!("request failed{retries}: {}", cause_chain(e)),
+        format!("request failed: {}", cause_chain(e)),
     )
 }
 
@@ -224,14 +203,16 @@ pub(super) fn provider_message(body: &str) -> String {
 }
 
 /// How long to wait before retry `attempt` (from 0).
-fn retry_wait(response: Option<&reqwest::Response>, backoff: Duration, attempt: u32) -> Duration {
-    let told = response
-        .and_then(|r| r.headers().get(reqwest::header::RETRY_AFTER))
+/// How long the provider asked to wait before the next try
+/// (`Retry-After`, in seconds, at most 5 minutes), when it said.
+fn retry_after(response: &reqwest::Response) -> Option<Duration> {
+    response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(|s| Duration::from_secs_f64(s.min(300.0)));
-    told.unwrap_or_else(|| backoff.saturating_mul(1 << attempt.min(10)))
+        .map(|s| Duration::from_secs_f64(s.min(300.0)))
 }
 
 /// A failure of the stream after the answer began.

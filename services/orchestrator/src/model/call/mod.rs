@@ -18,16 +18,21 @@
 //! 3. **breaker** ([`breaker::Breakers`]): per provider; after `failures`
 //!    failures within `window` the provider is skipped for `cooldown`, then
 //!    one call probes it.
-//! 4. **rate limit** ([`limit::Limits`]): per provider (or model, or
+//! 4. **retry** ([`retry::Retries`]): per provider, a try that failed in a
+//!    way the same request may not (429, 5xx, a timeout or a connection
+//!    failure before an answer) is made again with backoff or as
+//!    `Retry-After` says, within the model timeout — each try through the
+//!    rate limit below.
+//! 5. **rate limit** ([`limit::Limits`]): per provider (or model, or
 //!    tenant), one sliding window for every replica; a call over it waits
 //!    in a queue fair across tenants, at most the model timeout.
-//! 5. **attempt** ([`attempt::Attempt`]): one model under the model
-//!    timeout, its `chat` span and its metrics.
-//! 6. **the provider** (`model::openai`, `model::anthropic`,
-//!    `model::scripted`), whose HTTP retries (429 and 5xx with backoff,
-//!    `Retry-After`) are in `model::http`.
+//! 6. **attempt** ([`attempt::Attempt`]): one try of one model under the
+//!    model timeout, its `chat` span and its metrics.
+//! 7. **the provider** (`model::openai`, `model::anthropic`,
+//!    `model::scripted`): one HTTP request, which says whether it may be
+//!    tried again (`model::http`).
 //!
-//! Layers 1–2 see the whole call ([`CallModel`]), 3–5 one model of it
+//! Layers 1–2 see the whole call ([`CallModel`]), 3–6 one model of it
 //! ([`TryModel`]); each is tested alone below its file.
 
 pub mod attempt;
@@ -37,6 +42,7 @@ pub mod budgeted;
 pub mod fallback;
 pub mod limit;
 pub mod request;
+pub mod retry;
 
 use std::sync::Arc;
 
@@ -47,10 +53,12 @@ pub use request::{
 };
 
 /// The model-call stack every run uses.
-pub type Stack = Budgeted<fallback::Fallbacks<breaker::Breakers<limit::Limits<attempt::Attempt>>>>;
+pub type Stack = Budgeted<
+    fallback::Fallbacks<breaker::Breakers<retry::Retries<limit::Limits<attempt::Attempt>>>>,
+>;
 
 /// The stack of `catalog`'s providers, in its order: budget, fallback,
-/// breaker, rate limit, attempt; rate limits counted in `window`, breakers
+/// breaker, retry, rate limit, attempt; rate limits counted in `window`, breakers
 /// shared through `shared` (durable runs).
 pub fn stack(
     catalog: &crate::catalog::Catalog,
@@ -69,9 +77,22 @@ pub fn stack(
         .iter()
         .map(|(name, p)| (name.clone(), p.breaker))
         .collect();
+    let retries = catalog
+        .providers
+        .iter()
+        .filter(|(_, p)| p.kind != Some(crate::catalog::models::ProviderKind::Scripted))
+        .map(|(name, p)| {
+            let spec = retry::RetrySpec {
+                max_retries: p.max_retries.unwrap_or(3),
+                backoff: p.backoff.unwrap_or(std::time::Duration::from_millis(500)),
+            };
+            (name.clone(), spec)
+        })
+        .collect();
     let attempt = attempt::Attempt(observe);
     let limited = limit::Limits::new(attempt, limits, window, metrics.clone());
-    let mut breakers = breaker::Breakers::new(limited, breakers, metrics);
+    let retried = retry::Retries::new(limited, retries);
+    let mut breakers = breaker::Breakers::new(retried, breakers, metrics);
     if let Some(shared) = shared {
         breakers = breakers.shared(shared);
     }
