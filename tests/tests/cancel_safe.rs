@@ -103,13 +103,13 @@ fn day_in_redis(redis: &RedisServer) -> (String, String, String) {
         .expect("clock")
         .as_millis()
         / 86_400_000;
-    let key = format!("baton:quota:{{}}:spend:day:{day}");
+    let key = format!("baton:quota:{{-}}:spend:day:{day}");
     let field = |f: &str| redis.cli(&["HGET", &key, f]).expect("HGET");
     (
         field("t"),
         field("ht"),
         redis
-            .cli(&["ZCARD", "baton:quota:{}:holds"])
+            .cli(&["ZCARD", "baton:quota:{-}:holds"])
             .expect("ZCARD"),
     )
 }
@@ -195,7 +195,7 @@ async fn a_hold_left_by_a_replica_that_died_lapses_and_is_given_back() {
         .expect("clock")
         .as_millis()
         / 86_400_000;
-    let key = format!("baton:quota:{{}}:spend:day:{day}");
+    let key = format!("baton:quota:{{-}}:spend:day:{day}");
     let lapsed = redis.cli(&["TIME"]).expect("TIME");
     let secs: u64 = lapsed
         .lines()
@@ -209,12 +209,12 @@ async fn a_hold_left_by_a_replica_that_died_lapses_and_is_given_back() {
         .cli(&["HSET", &key, "t", "0", "c", "0", "ht", "4900", "hc", "0"])
         .expect("HSET");
     redis
-        .cli(&["ZADD", "baton:quota:{}:holds", &lapsed_ms, "dead.1"])
+        .cli(&["ZADD", "baton:quota:{-}:holds", &lapsed_ms, "dead.1"])
         .expect("ZADD");
     redis
         .cli(&[
             "HSET",
-            "baton:quota:{}:holds:of",
+            "baton:quota:{-}:holds:of",
             "dead.1",
             &format!("4900\n0\n{key}"),
         ])

@@ -239,12 +239,12 @@ async fn left(
             .expect("clock")
             .as_millis()
             / 86_400_000;
-        let held = cli(&["HGET", &format!("baton:quota:{{}}:spend:day:{day}"), "ht"]);
+        let held = cli(&["HGET", &format!("baton:quota:{{-}}:spend:day:{day}"), "ht"]);
         if !matches!(held.trim(), "" | "0") {
             left.push(format!("Redis: {held} tokens held of the day's budget"));
         }
         for (key, what) in [
-            ("baton:quota:{}:holds", "holds of the day's budget"),
+            ("baton:quota:{-}:holds", "holds of the day's budget"),
             ("baton:leases", "run leases"),
         ] {
             let n = cli(&["ZCARD", key]);

@@ -285,7 +285,13 @@ async fn an_append_written_with_a_runs_end_is_applied_by_the_next_message_when_i
     };
     let run_id = uuid::Uuid::now_v7().to_string();
     // It took the turn...
-    let conversations = RedisStore::new(&config).expect("store");
+    let shared = baton_orchestrator::shared_state::SharedState::open(
+        &config,
+        "stopped",
+        Duration::from_secs(60),
+    )
+    .expect("shared state");
+    let conversations = RedisStore::new(shared.clone());
     let taken = conversations
         .begin(
             &key,
@@ -302,13 +308,12 @@ async fn an_append_written_with_a_runs_end_is_applied_by_the_next_message_when_i
         .expect("begin");
     assert!(matches!(taken, Begun::Taken { .. }), "{taken:?}");
     // ...ran, and wrote its end with its append.
-    let runs = RedisRuns::new(
+    let runs = RedisRuns::with_shared(
+        shared,
         &config,
         Duration::from_secs(60),
-        "stopped",
         Duration::from_secs(5),
-    )
-    .expect("runs");
+    );
     let meta = RunMeta {
         run_id: run_id.clone(),
         trace_id: "0af7651916cd43dd8448eb211c80319c".into(),

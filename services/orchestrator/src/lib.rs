@@ -74,6 +74,7 @@ pub mod pipeline;
 pub mod remote_store;
 pub mod request;
 pub mod run;
+pub mod shared_state;
 pub mod tools;
 pub mod wire;
 

@@ -314,7 +314,12 @@ async fn stored_bytes(redis: &RedisServer) -> anyhow::Result<(f64, f64, usize)> 
         ..Default::default()
     };
     let before = used_memory(redis)?;
-    fill(&RedisStore::new(&config)?, &base, conversations).await?;
+    let shared = baton_orchestrator::shared_state::SharedState::open(
+        &config,
+        "bench",
+        std::time::Duration::from_secs(60),
+    )?;
+    fill(&RedisStore::new(shared), &base, conversations).await?;
     let used = used_memory(redis)?.saturating_sub(before);
     let n = (conversations * per) as f64;
     drop(memory);

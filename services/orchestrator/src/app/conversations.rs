@@ -15,7 +15,7 @@ use super::{
 use crate::{
     catalog::compaction::Compaction,
     conversation::{
-        Holder, check_id,
+        Holder, Turn, check_id,
         compact::{self, Bounds},
         link::{Compacted, Link},
         not_found,
@@ -47,7 +47,7 @@ impl Orchestrator {
         body: &mut Body,
         stored: &mut StoredRequest,
         ask: ConversationAsk,
-    ) -> Result<(Key, bool)> {
+    ) -> Result<Turn> {
         let Body::Agent {
             target,
             history,
@@ -93,6 +93,8 @@ impl Orchestrator {
             .take_turn(&key, &begin, ask.busy, &holder)
             .await?;
         let created = taken.created;
+        // From here the turn is given back however the start ends.
+        let turn = Turn::new(conversations.clone(), key.clone(), &record.run_id, created);
         let entered = async {
             // The member of a group that answered last answers now.
             if target.group_members.is_some() && !taken.meta.agent.is_empty() {
@@ -221,9 +223,9 @@ impl Orchestrator {
             Err(e) => Err(e),
         };
         match entered {
-            Ok(()) => Ok((key, created)),
+            Ok(()) => Ok(turn),
             Err(e) => {
-                conversations.release(&key, &record.run_id, created).await;
+                turn.give_back().await;
                 Err(e)
             }
         }
@@ -305,10 +307,14 @@ impl Orchestrator {
     /// that took its turn and is not registered yet.
     async fn holder(&self, run_id: &str) -> Holder {
         if let Ok(record) = self.runs.get(run_id) {
-            return match record.snapshot().status {
-                pb::RunStatus::Running => Holder::Running,
-                _ => Holder::Ended(None),
-            };
+            let durable = record.epoch.load(std::sync::atomic::Ordering::Relaxed) > 0;
+            match record.snapshot().status {
+                pb::RunStatus::Running => return Holder::Running,
+                // A durable run's record in Redis keeps the append its end
+                // may not have applied (below).
+                _ if !durable => return Holder::Ended(None),
+                _ => {}
+            }
         }
         match &self.services().durable {
             Some(durable) => match durable.meta(run_id).await {

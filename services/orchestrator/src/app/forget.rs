@@ -114,7 +114,7 @@ impl Orchestrator {
 
     /// Stops run `run_id` if it still goes, and deletes its record, here
     /// (once it has ended) and in Redis; whether there was one.
-    async fn forget_run(&self, caller: &Caller, run_id: &str) -> Result<bool> {
+    pub(super) async fn forget_run(&self, caller: &Caller, run_id: &str) -> Result<bool> {
         let services = self.services();
         let here = self
             .runs
@@ -160,6 +160,12 @@ impl Orchestrator {
         let mut found = here.is_some();
         if let Some(durable) = &services.durable {
             found |= durable.delete(&caller.tenant, run_id).await?;
+            // A durable run stopping elsewhere finds its record gone and
+            // stops without ending: its tenant's run is not counted any
+            // more.
+            if running {
+                services.quotas.stopped(&caller.tenant, run_id, true).await;
+            }
         }
         Ok(found)
     }

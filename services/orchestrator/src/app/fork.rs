@@ -73,12 +73,7 @@ impl Orchestrator {
         // A run in a conversation: the fork begins with the group member
         // the original began with, and branches the conversation.
         let origin_link = self.origin_link(&request.run_id).await?;
-        if let Some(link) = &origin_link {
-            let default_model = checked.options.default_model.clone();
-            checked
-                .body
-                .start_at(&services, &default_model, &link.agent);
-        }
+        checked.begin_with(&services, origin_link.as_ref());
         let (_, target) = checked.body.kind_and_target();
         let span = self.run_span(&caller.trace, "ForkRun", kind, &target);
         checked.options.detach = request.detach;
@@ -126,11 +121,14 @@ impl Orchestrator {
             .await;
         let started = match (started, branch) {
             (Ok(started), _) => started,
-            (Err(e), Some(key)) => {
-                // The branch never had a run: gone with the fork.
+            // The branch never had a run: gone with the fork — unless the
+            // run store did not answer, when the fork may have started
+            // (it then runs in its branch; else the branch expires).
+            (Err(e), Some(key)) if !matches!(e, Error::Unavailable(_)) => {
                 let _ = services.conversations.store.delete(&key).await;
                 return Err(e);
             }
+            (Err(e), Some(_)) => return Err(e),
             (Err(e), None) => return Err(e),
         };
         // The caller's stream: the replayed part, read from the fork's log

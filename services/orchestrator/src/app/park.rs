@@ -205,13 +205,7 @@ impl Orchestrator {
         let last_seq = run.snapshot().last_seq;
         checked.options.walk = Some(Walk::woken(&recording, replica, last_seq));
         checked.options.limits.run_timeout = run.run_time_left();
-        if let Some(link) = run.conversation.get() {
-            // The group member that answered first answers again.
-            let default_model = checked.options.default_model.clone();
-            checked
-                .body
-                .start_at(&services, &default_model, &link.agent);
-        }
+        checked.begin_with(&services, run.conversation.get().map(|l| &**l));
         let span = woken_span(&services, run);
         // Its questions are counted waiting again as it asks them.
         for _ in 0..run.start_again() {

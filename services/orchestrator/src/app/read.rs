@@ -173,7 +173,8 @@ impl Orchestrator {
                                 .is_some_and(events::is_terminal);
                             let sent = tx.send(item.map(Into::into)).await.is_ok();
                             if end {
-                                while remote.next().await.is_some() {}
+                                let rest = async { while remote.next().await.is_some() {} };
+                                let _ = tokio::time::timeout(std::time::Duration::from_secs(10), rest).await;
                                 return;
                             }
                             if !sent {

@@ -50,12 +50,7 @@ impl Orchestrator {
         // A run in a conversation: the replay begins with the group member
         // the original began with (and appends to no conversation).
         let origin_link = self.origin_link(&request.run_id).await?;
-        if let Some(link) = &origin_link {
-            let default_model = checked.options.default_model.clone();
-            checked
-                .body
-                .start_at(&self.services(), &default_model, &link.agent);
-        }
+        checked.begin_with(&self.services(), origin_link.as_ref());
         let (_, target) = checked.body.kind_and_target();
         let span = self.run_span(&caller.trace, "ReplayRun", kind, &target);
         checked.options.detach = request.detach;

@@ -154,12 +154,8 @@ impl Orchestrator {
         if let Some(origin) = meta.forked_from.clone() {
             let _ = record.forked_from.set(origin);
         }
+        checked.begin_with(&self.services(), meta.conversation.as_ref());
         if let Some(link) = meta.conversation.clone() {
-            // The group member that answered first answers again.
-            let default_model = checked.options.default_model.clone();
-            checked
-                .body
-                .start_at(&self.services(), &default_model, &link.agent);
             let _ = record.conversation.set(std::sync::Arc::new(link));
         }
         record.lease_holds_until(claimed.claimed_at + durable.lease().as_millis() as i64);

@@ -68,6 +68,21 @@ pub(super) struct Checked {
     pub(super) conversation: Option<crate::request::ConversationAsk>,
 }
 
+impl Checked {
+    /// A run in a conversation (resumed, woken, forked or replayed) begins
+    /// with the group member its original began with, `link`'s.
+    pub(super) fn begin_with(
+        &mut self,
+        services: &Arc<crate::run::shared::Shared>,
+        link: Option<&crate::conversation::link::Link>,
+    ) {
+        if let Some(link) = link {
+            self.body
+                .start_at(services, &self.options.default_model, &link.agent);
+        }
+    }
+}
+
 impl From<AgentRun> for Checked {
     fn from(r: AgentRun) -> Self {
         Self {
@@ -247,13 +262,30 @@ impl Orchestrator {
             ),
             None => None,
         };
-        let run_id = prepared.record.run_id.clone();
+        let hold = (prepared.run.limits.run_timeout + std::time::Duration::from_secs(60))
+            .as_millis() as i64;
         let future = body.future(&prepared.run);
         let started = self.launch_with(prepared, stored, None, future).await;
-        if let (Err(_), Some((key, created))) = (&started, &entered) {
-            services.conversations.release(key, &run_id, *created).await;
+        match (started, entered) {
+            (Ok(started), Some(turn)) => {
+                // Registered: a delete of the conversation from now on
+                // finds the run. One just before it did not: the run is
+                // stopped and forgotten, and nothing of it is kept.
+                let deleted = matches!(turn.hold(hold).await, Ok(false));
+                let id = turn.key().id.clone();
+                turn.keep();
+                if deleted {
+                    self.forget_run(caller, &started.run_id).await?;
+                    return Err(crate::conversation::not_found(&id));
+                }
+                Ok(started)
+            }
+            (Err(e), Some(turn)) => {
+                turn.give_back().await;
+                Err(e)
+            }
+            (started, None) => started,
         }
-        started
     }
 
     /// Records a prepared run where runs are kept (with its request, when

@@ -151,6 +151,14 @@ impl Store for MemoryStore {
         Ok(true)
     }
 
+    async fn discard(&self, key: &Key, run_id: &str) -> Result<()> {
+        let mut held = self.lock();
+        if held.get(key).is_some_and(|h| h.meta.running == run_id) {
+            held.remove(key);
+        }
+        Ok(())
+    }
+
     async fn hold(&self, key: &Key, run_id: &str, hold_ms: i64) -> Result<bool> {
         Ok(match self.lock().get_mut(key) {
             Some(h) if h.meta.running == run_id => {

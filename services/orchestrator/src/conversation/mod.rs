@@ -211,7 +211,7 @@ impl Conversations {
     /// nothing.
     pub async fn release(&self, key: &Key, run_id: &str, created: bool) {
         let released = if created {
-            self.store.delete(key).await.map(|_| ())
+            self.store.discard(key, run_id).await
         } else {
             self.store.release(key, run_id).await
         };
@@ -219,6 +219,75 @@ impl Conversations {
             tracing::warn!(conversation = %key.id, run_id, error = %e, "a conversation's turn was not given back; it frees itself when its hold lapses");
         }
         self.given_back.notify_waiters();
+    }
+}
+
+/// A conversation's turn a run took and has not started with yet: given
+/// back — its conversation discarded, when made for the run — when dropped
+/// before [`Turn::keep`] (the request that took it was cancelled or its
+/// caller left while the run entered or registered).
+pub struct Turn {
+    conversations: Arc<Conversations>,
+    key: Key,
+    run_id: String,
+    created: bool,
+    armed: bool,
+}
+
+impl Turn {
+    /// The turn of `key` that run `run_id` took (`created`: the
+    /// conversation was made for it).
+    pub fn new(conversations: Arc<Conversations>, key: Key, run_id: &str, created: bool) -> Self {
+        Self {
+            conversations,
+            key,
+            run_id: run_id.to_owned(),
+            created,
+            armed: true,
+        }
+    }
+
+    /// The conversation.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// The run started: the turn is its own until it ends.
+    pub fn keep(mut self) {
+        self.armed = false;
+    }
+
+    /// Holds the turn `hold_ms` from now, while it is still the run's;
+    /// whether it was (not: the conversation was deleted meanwhile).
+    pub async fn hold(&self, hold_ms: i64) -> Result<bool> {
+        self.conversations
+            .store
+            .hold(&self.key, &self.run_id, hold_ms)
+            .await
+    }
+
+    /// The run does not start: the turn is given back now.
+    pub async fn give_back(mut self) {
+        self.armed = false;
+        self.conversations
+            .release(&self.key, &self.run_id, self.created)
+            .await;
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if self.armed
+            && let Ok(handle) = tokio::runtime::Handle::try_current()
+        {
+            let (conversations, key, run_id) = (
+                self.conversations.clone(),
+                self.key.clone(),
+                self.run_id.clone(),
+            );
+            let created = self.created;
+            handle.spawn(async move { conversations.release(&key, &run_id, created).await });
+        }
     }
 }
 

@@ -286,6 +286,10 @@ pub trait Store: Send + Sync {
     ) -> Result<Option<Meta>>;
     /// Deletes it; the ids of its runs, `None` when there was none.
     async fn delete(&self, key: &Key) -> Result<Option<Vec<String>>>;
+    /// Deletes a conversation made for run `run_id` that did not start,
+    /// only while the turn is still that run's (it was not deleted and made
+    /// again for another meanwhile).
+    async fn discard(&self, key: &Key, run_id: &str) -> Result<()>;
 }
 
 /// The text bytes of a message (its content and its calls' arguments).

@@ -55,7 +55,7 @@ pub fn router(face: Arc<Mcp>) -> Router {
         .with_cancellation_token(face.shutdown().child_token())
         .disable_allowed_origins();
     if let Some(durable) = face.core().durable() {
-        config.session_store = Some(Arc::new(sessions::StoredSessions(durable)));
+        config.session_store = Some(Arc::new(sessions::StoredSessions(durable.shared().clone())));
     }
     config = if face.allowed_hosts().is_empty() {
         config.disable_allowed_hosts()

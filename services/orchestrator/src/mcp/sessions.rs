@@ -15,10 +15,10 @@ use rmcp::transport::streamable_http_server::session::store::{
     SessionState, SessionStore, SessionStoreError,
 };
 
-use crate::run::durable::RedisRuns;
+use crate::shared_state::SharedState;
 
-/// The run store, as `rmcp`'s session store.
-pub struct StoredSessions(pub Arc<RedisRuns>);
+/// The shared state, as `rmcp`'s session store.
+pub struct StoredSessions(pub Arc<SharedState>);
 
 #[async_trait::async_trait]
 impl SessionStore for StoredSessions {

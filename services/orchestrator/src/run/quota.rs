@@ -10,7 +10,7 @@
 //! while that many wait, so people answer before more pile up.
 //!
 //! With durable runs (`runs.store = "redis"`) usage is counted in Redis
-//! (see `run::durable::quota`), so the quotas hold across replicas; else in
+//! (see `shared_state::quota`), so the quotas hold across replicas; else in
 //! this process. Either way each replica exports its own share per tenant:
 //! `baton_tenant_runs`, `baton_tenant_runs_waiting` (gauges),
 //! `baton_tenant_model_tokens_total` and `baton_quota_refusals_total`
@@ -23,13 +23,14 @@ use std::{
 
 use baton_common::quota::exceeded;
 
-use super::durable::{
-    RedisRuns, now_ms,
-    quota::{AdmitLimits, Admitted},
-};
+use super::durable::now_ms;
 use crate::catalog::prices::Price;
 use crate::config::quota::PeriodBudget;
 use crate::model::call::request::{PeriodHold, PeriodRefusal, Periods};
+use crate::shared_state::{
+    SharedState,
+    quota::{AdmitLimits, Admitted},
+};
 use crate::{
     config::{QuotaConfig, RunQuota},
     error::Error,
@@ -60,7 +61,7 @@ impl Local {
 pub struct RunQuotas {
     config: QuotaConfig,
     local: Mutex<HashMap<String, Local>>,
-    durable: Option<Arc<RedisRuns>>,
+    durable: Option<Arc<SharedState>>,
     metrics: QuotaMetrics,
     /// The tenants' model budgets per period, in memory mode.
     periods: super::periods::LocalPeriods,
@@ -79,7 +80,7 @@ impl RunQuotas {
     /// durable, reported to `metrics`.
     pub fn new(
         config: QuotaConfig,
-        durable: Option<Arc<RedisRuns>>,
+        durable: Option<Arc<SharedState>>,
         metrics: QuotaMetrics,
     ) -> Self {
         Self {
@@ -370,7 +371,7 @@ impl Periods for RunQuotas {
         if budgets.is_empty() {
             return Ok((PeriodHold::default(), cap));
         }
-        let ask = super::periods::Ask {
+        let ask = crate::model::call::period::Ask {
             input,
             cap,
             price: per_token(price),
@@ -401,6 +402,8 @@ impl Periods for RunQuotas {
         match &self.durable {
             None => self.periods.settle(&hold, tokens, cost),
             Some(durable) => {
+                // Not renewed from now on, whatever becomes of the settle.
+                durable.live_holds().remove(&hold.holds, &hold.id);
                 // Off the call's path, so no drop cuts it short (should
                 // it fail, the hold lapses by itself).
                 let durable = durable.clone();
@@ -426,8 +429,8 @@ mod tests {
             timeout: Duration::from_millis(200),
             ..Default::default()
         };
-        let durable = RedisRuns::new(&redis, Duration::from_secs(60), "r", Duration::from_secs(1))
-            .expect("a lazy connection");
+        let durable =
+            SharedState::open(&redis, "r", Duration::from_secs(60)).expect("a lazy connection");
         let config = QuotaConfig {
             default: RunQuota {
                 model_cost_per_day: Some(Money(1_000_000_000)),
@@ -436,7 +439,7 @@ mod tests {
             },
             ..Default::default()
         };
-        RunQuotas::new(config, Some(Arc::new(durable)), QuotaMetrics::default())
+        RunQuotas::new(config, Some(durable), QuotaMetrics::default())
     }
 
     #[tokio::test]

@@ -82,10 +82,13 @@ fn call_stack(
 ) -> Arc<crate::model::call::Stack> {
     use crate::model::call::{Observe, limit, stack};
     let window: Arc<dyn limit::Window> = match durable {
-        Some(d) => Arc::new(crate::run::durable::limits::LeasedWindows::new(d.clone())),
+        Some(d) => Arc::new(crate::shared_state::limits::LeasedWindows::new(
+            d.shared().clone(),
+        )),
         None => Arc::new(limit::MemoryWindows::default()),
     };
-    let shared = durable.map(|d| d.clone() as Arc<dyn crate::model::call::breaker::SharedBreakers>);
+    let shared =
+        durable.map(|d| d.shared().clone() as Arc<dyn crate::model::call::breaker::SharedBreakers>);
     let observe = Observe {
         tracer: tracing.tracer().clone(),
         metrics: metrics.clone(),
@@ -93,23 +96,20 @@ fn call_stack(
     Arc::new(stack(catalog, observe, window, shared))
 }
 
-/// Conversations in Redis when runs are durable (the run store's), else in
-/// the process.
+/// Conversations in Redis when runs are durable (through the run store's
+/// shared state: its one connection), else in the process.
 fn conversations(
     config: crate::config::conversations::ConversationConfig,
-    defaults: &RunDefaults,
-) -> Result<Arc<crate::conversation::Conversations>, StartError> {
+    durable: Option<&Arc<RedisRuns>>,
+) -> Arc<crate::conversation::Conversations> {
     use crate::conversation::{
         Conversations, memory::MemoryStore, redis::RedisStore, store::Store,
     };
-    let store: Arc<dyn Store> = match defaults.store {
-        RunStoreMode::Redis => Arc::new(
-            RedisStore::new(&defaults.redis)
-                .map_err(|e| StartError::RunStore(OpenError::Connection(e)))?,
-        ),
-        RunStoreMode::Memory => Arc::new(MemoryStore::new(config.max_kept)),
+    let store: Arc<dyn Store> = match durable {
+        Some(d) => Arc::new(RedisStore::new(d.shared().clone())),
+        None => Arc::new(MemoryStore::new(config.max_kept)),
     };
-    Ok(Arc::new(Conversations::new(store, config)))
+    Arc::new(Conversations::new(store, config))
 }
 
 impl Shared {
@@ -136,10 +136,10 @@ impl Shared {
             models: Arc::new(Models::new(catalog.clone(), env)?),
             tools: Arc::new(Toolbox::new(&catalog, env)?),
             calls: call_stack(&catalog, &tracing, &metrics, durable.as_ref()),
-            conversations: conversations(Default::default(), &defaults)?,
+            conversations: conversations(Default::default(), durable.as_ref()),
             quotas: Arc::new(RunQuotas::new(
                 QuotaConfig::default(),
-                durable.clone(),
+                durable.as_ref().map(|d| d.shared().clone()),
                 metrics.quota.clone(),
             )),
             metrics,
@@ -194,7 +194,7 @@ impl Shared {
     pub fn with_quotas(mut self, config: QuotaConfig) -> Self {
         self.quotas = Arc::new(RunQuotas::new(
             config,
-            self.durable.clone(),
+            self.durable.as_ref().map(|d| d.shared().clone()),
             self.metrics.quota.clone(),
         ));
         self

@@ -25,10 +25,9 @@
 use std::{collections::BTreeMap, collections::HashMap};
 
 use baton_proto::v1 as pb;
-use baton_store::redis::{
-    RedisConfig,
-    conn::{ConnRef, Connection},
-};
+use std::sync::Arc;
+
+use baton_store::redis::conn::ConnRef;
 use prost::Message as _;
 use redis::{Script, Value};
 
@@ -37,52 +36,48 @@ use crate::error::{Error, Result};
 
 mod scripts;
 
-use scripts::{BEGIN, FINISH, HOLD, NOW, RELEASE, UPDATE};
+use scripts::{BEGIN, DISCARD, FINISH, HOLD, RELEASE, UPDATE};
+
+use crate::shared_state::{NOW, SharedState, hex};
 
 /// Conversations in Redis (see the module docs).
 pub struct RedisStore {
-    conn: Connection,
-    prefix: String,
+    /// The replica's shared state: its one connection, clock and keys.
+    shared: Arc<SharedState>,
     begin: Script,
     finish: Script,
     release: Script,
+    discard: Script,
     hold: Script,
     update: Script,
 }
 
 impl RedisStore {
-    /// Conversations in the Redis `config` names (the run store's):
-    /// connects lazily, so this succeeds while Redis is away.
-    pub fn new(config: &RedisConfig) -> std::result::Result<Self, baton_store::Error> {
-        Ok(Self {
-            conn: Connection::open(config)?,
-            prefix: config.key_prefix.clone(),
+    /// Conversations kept in `shared` (the run store's Redis, through the
+    /// same connection).
+    pub fn new(shared: Arc<SharedState>) -> Self {
+        Self {
+            shared,
             begin: Script::new(&format!("{NOW}{BEGIN}")),
             finish: Script::new(&format!("{NOW}{FINISH}")),
             release: Script::new(RELEASE),
+            discard: Script::new(DISCARD),
             hold: Script::new(&format!("{NOW}{HOLD}")),
             update: Script::new(UPDATE),
-        })
+        }
     }
 
     async fn conn(&self) -> Result<ConnRef> {
-        self.conn
-            .get()
-            .await
-            .map_err(|e| Error::Unavailable(format!("conversation store: {e}")))
+        self.shared.conn().await
     }
 
     fn key(&self, key: &Key, what: &str) -> String {
-        format!(
-            "{}:conv:{{{}:{}}}:{what}",
-            self.prefix,
-            hex(&key.tenant),
-            key.id
-        )
+        let tag = format!("{}:{}", hex(&key.tenant), key.id);
+        self.shared.key("conv", &tag, what)
     }
 
     fn index(&self, tenant: &str) -> String {
-        format!("{}:convs:{}", self.prefix, hex(tenant))
+        self.shared.plain_key(&format!("convs:{}", hex(tenant)))
     }
 
     /// Marks `key` used at `at` (Redis's clock, as its `updated`) in its
@@ -99,10 +94,6 @@ impl RedisStore {
             .map_err(redis_error)?;
         Ok(())
     }
-}
-
-fn hex(s: &str) -> String {
-    s.bytes().map(|b| format!("{b:02x}")).collect()
 }
 
 fn redis_error(e: redis::RedisError) -> Error {
@@ -237,8 +228,13 @@ impl Store for RedisStore {
                 let created = matches!(parts.get(3), Some(Value::Int(1)));
                 // The tenant's index is a key of its own (another slot of
                 // a Cluster): a command of its own, at the script's time.
-                if created && let Some(Value::Int(at)) = parts.get(4) {
-                    self.touch(key, *at).await?;
+                // Not fatal: the turn is the run's now, and its append
+                // writes the entry again.
+                if created
+                    && let Some(Value::Int(at)) = parts.get(4)
+                    && let Err(e) = self.touch(key, *at).await
+                {
+                    tracing::warn!(conversation = %key.id, error = %e, "a new conversation is not listed yet");
                 }
                 Begun::Taken {
                     meta: Box::new(meta),
@@ -283,7 +279,10 @@ impl Store for RedisStore {
         if applied == 0 {
             return Ok(false);
         }
-        self.touch(key, applied).await?;
+        // Applied: an index entry not moved is not worth failing it.
+        if let Err(e) = self.touch(key, applied).await {
+            tracing::warn!(conversation = %key.id, error = %e, "a conversation's place in its list was not moved");
+        }
         Ok(true)
     }
 
@@ -297,6 +296,28 @@ impl Store for RedisStore {
             .invoke_async::<i64>(&mut c)
             .await
             .map_err(redis_error)?;
+        Ok(())
+    }
+
+    async fn discard(&self, key: &Key, run_id: &str) -> Result<()> {
+        let mut c = self.conn().await?;
+        let gone: i64 = self
+            .discard
+            .key(self.key(key, "meta"))
+            .key(self.key(key, "msgs"))
+            .key(self.key(key, "runs"))
+            .arg(run_id)
+            .invoke_async(&mut c)
+            .await
+            .map_err(redis_error)?;
+        if gone == 1 {
+            redis::cmd("ZREM")
+                .arg(self.index(&key.tenant))
+                .arg(&key.id)
+                .query_async::<i64>(&mut c)
+                .await
+                .map_err(redis_error)?;
+        }
         Ok(())
     }
 

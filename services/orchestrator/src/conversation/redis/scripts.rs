@@ -2,11 +2,6 @@
 //! `conversation::redis`): each runs on one conversation's keys, which
 //! share a hash tag.
 
-pub(super) const NOW: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-";
-
 pub(super) const BEGIN: &str = r"
 -- KEYS[1] meta, KEYS[2] msgs, KEYS[3] runs
 -- ARGV[1] run, ARGV[2] open (0 existing, 1 new, 2 either), ARGV[3] hold ms,
@@ -88,6 +83,16 @@ for i = 1, 3 do
   redis.call('PEXPIRE', KEYS[i], ARGV[8])
 end
 return now
+";
+
+pub(super) const DISCARD: &str = r"
+-- KEYS[1] meta, KEYS[2] msgs, KEYS[3] runs; ARGV[1] the run it was made
+-- for, which did not start: deleted while the turn is still that run's.
+if redis.call('HGET', KEYS[1], 'running') == ARGV[1] then
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+  return 1
+end
+return 0
 ";
 
 pub(super) const RELEASE: &str = r"

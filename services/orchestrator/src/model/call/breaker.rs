@@ -19,7 +19,7 @@
 //! call probes instead of the breaker staying open for good.
 //!
 //! With durable runs the breaker is shared by every replica through Redis
-//! ([`SharedBreakers`], see `run::durable::breakers`): each counted failure
+//! ([`SharedBreakers`], see `shared_state::breakers`): each counted failure
 //! is counted for all of them (the failure path only: a call that answers
 //! costs no round trip unless the breaker had failures), a breaker opened
 //! by one replica is seen by the others within a second (each reads the

@@ -9,7 +9,7 @@
 //! to the tokens it used. The window lives in Redis when runs are
 //! durable (every replica counts in one place; a replica leases permits a
 //! batch at a time, so a busy one asks Redis once per batch, not per call:
-//! see `run::durable::limits`), else in this process ([`MemoryWindows`]).
+//! see `shared_state::limits`), else in this process ([`MemoryWindows`]).
 //!
 //! A call over the limit **waits**, in a queue fair across tenants: the
 //! waiting calls of one limit are let through one tenant after another
@@ -277,8 +277,13 @@ impl State {
                 return;
             };
             let queue = room.waiting.entry(tenant.clone()).or_default();
-            if let Some(w) = queue.pop_front() {
-                let _ = w.tx.send(taken);
+            if let Some(w) = queue.pop_front()
+                && let Err(Ok(())) = w.tx.send(taken)
+            {
+                // Its call left meanwhile: the tokens it counted go back.
+                let window = self.window.clone();
+                let key = key.clone();
+                tokio::spawn(async move { window.settle(&key, &w.id, w.want.cost, 0).await });
             }
             // This tenant goes to the back of the line.
             room.order.pop_front();
@@ -323,8 +328,11 @@ impl<I: TryModel> TryModel for Limits<I> {
                     .or(call.settings.max_tokens)
                     .or(model.max_output_tokens())
                     .map_or(0, u64::from);
-                let bounded = call.max_output.or(call.settings.max_tokens).is_some();
-                if bounded {
+                // A `max_tokens` the agent or request set counts whole (a
+                // call over the limit alone is refused); one that is only
+                // the model's limit (or the budget's cap of it) is counted
+                // at most the limit.
+                if call.settings.max_tokens.is_some() {
                     input + output
                 } else {
                     (input + output).min(max.max(input))

@@ -41,6 +41,7 @@ pub mod budget;
 pub mod budgeted;
 pub mod fallback;
 pub mod limit;
+pub mod period;
 pub mod request;
 pub mod retry;
 

@@ -39,10 +39,9 @@ pub enum Abandon {
     Lost,
 }
 
-/// Redis's clock in ms, inside a script.
-pub(super) const NOW: &str = "local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-";
+/// Redis's clock in ms, inside a script (the one clock of
+/// `crate::shared_state`).
+pub(super) use crate::shared_state::NOW;
 
 pub(super) const CREATE: &str = r"
 -- KEYS[1] meta; ARGV[1] lease ms, ARGV[2] ttl ms, then field/value pairs.

@@ -32,21 +32,15 @@
 //! `runs.retention` from its start, and `runs.retention` from its end.
 
 mod append;
-mod breakers;
 mod claims;
 mod delete;
-pub mod holds;
 pub mod inbox;
 mod lease;
-pub mod limits;
 mod list;
 mod meta;
-pub mod periods;
-pub mod quota;
 pub mod sequencer;
-mod sessions;
 
-use std::{collections::HashMap, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use lease::decode_claim;
 pub use lease::{Abandon, Claim};
@@ -54,17 +48,15 @@ pub use meta::{RunEnd, RunMeta};
 use meta::{decode_entries, decode_meta};
 
 use baton_proto::v1 as pb;
-use baton_store::{
-    error::Error as StoreError,
-    redis::{
-        RedisConfig, RedisConfigError,
-        conn::{ConnRef, Connection},
-    },
+use baton_store::redis::{
+    RedisConfig,
+    conn::{ConnRef, Connection},
 };
 use prost::Message as _;
 use redis::{Script, Value};
 
 use crate::error::Error;
+use crate::shared_state::SharedState;
 
 pub use super::clock::{mono_ms, now_ms};
 
@@ -83,7 +75,9 @@ pub enum Append {
 
 /// Runs in Redis (see the module docs).
 pub struct RedisRuns {
-    conn: Connection,
+    /// The connection, clock and keys every replica shares (this run
+    /// store's connection is the one pool of `crate::shared_state`).
+    shared: Arc<SharedState>,
     config: RedisConfig,
     retention: Duration,
     append: Script,
@@ -95,9 +89,6 @@ pub struct RedisRuns {
     renew: Script,
     release: Script,
     claim: Script,
-    /// The holds on tenants' period budgets of this replica's calls in
-    /// flight, renewed while they are.
-    holds: std::sync::Arc<holds::LiveHolds>,
 }
 
 /// An event as the run's log in Redis keeps it: its seq, and its whole
@@ -130,27 +121,9 @@ impl Loggable for crate::run::log::PackedEvent {
     }
 }
 
-fn store_error(e: StoreError) -> Error {
-    match e {
-        StoreError::Unavailable(m) => Error::Unavailable(format!("run store: {m}")),
-        other => Error::Unavailable(format!("run store: {other}")),
-    }
-}
+pub(super) use crate::shared_state::{redis_error, store_error};
 
-pub(super) fn redis_error(e: redis::RedisError) -> Error {
-    Error::Unavailable(format!("run store: redis: {e}"))
-}
-
-/// Why the run store cannot be opened at start.
-#[derive(Debug, thiserror::Error)]
-pub enum OpenError {
-    /// `runs.redis` is refused (the message names the field within it).
-    #[error(transparent)]
-    Config(#[from] RedisConfigError),
-    /// The connection cannot be set up (its TLS files, say).
-    #[error(transparent)]
-    Connection(#[from] StoreError),
-}
+pub use crate::shared_state::OpenError;
 
 impl RedisRuns {
     /// Runs in the Redis `config` names, kept `retention` after they end,
@@ -162,20 +135,36 @@ impl RedisRuns {
         owner: &str,
         lease: Duration,
     ) -> Result<Self, OpenError> {
-        config.validate()?;
-        Ok(Self {
-            conn: Connection::open(config)?,
+        let shared = SharedState::open(config, owner, retention)?;
+        Ok(Self::with_shared(shared, config, retention, lease))
+    }
+
+    /// Runs kept in `shared` (the replica's one shared state, whose
+    /// replica owns them): see [`Self::new`].
+    pub fn with_shared(
+        shared: Arc<SharedState>,
+        config: &RedisConfig,
+        retention: Duration,
+        lease: Duration,
+    ) -> Self {
+        let owner = shared.replica().to_owned();
+        Self {
+            shared,
             config: config.clone(),
             retention,
             append: Script::new(append::APPEND),
-            owner: owner.to_owned(),
+            owner,
             lease,
             create: Script::new(&format!("{}{}", lease::NOW, lease::CREATE)),
             renew: Script::new(&format!("{}{}", lease::NOW, lease::RENEW)),
             release: Script::new(lease::RELEASE),
             claim: Script::new(&format!("{}{}", lease::NOW, lease::CLAIM)),
-            holds: Default::default(),
-        })
+        }
+    }
+
+    /// What replicas share, of which this run store is part.
+    pub fn shared(&self) -> &Arc<SharedState> {
+        &self.shared
     }
 
     /// This replica's name in the runs it owns.
@@ -240,7 +229,7 @@ impl RedisRuns {
     }
 
     async fn conn(&self) -> Result<ConnRef, Error> {
-        self.conn.get().await.map_err(store_error)
+        self.shared.conn().await
     }
 
     /// Whether Redis answers.

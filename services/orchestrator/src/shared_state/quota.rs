@@ -18,10 +18,10 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::{RedisRuns, lease::NOW, redis_error};
+use super::{NOW, SharedState, hex, redis_error};
 use crate::error::Error;
 
-/// What [`RedisRuns::admit`] decided.
+/// What [`SharedState::admit`] decided.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Admitted {
     /// The run is counted.
@@ -109,10 +109,9 @@ return tokens_used(KEYS[1])
     ))
 });
 
-impl RedisRuns {
+impl SharedState {
     pub(super) fn quota_key(&self, tenant: &str, what: &str) -> String {
-        let hex: String = tenant.bytes().map(|b| format!("{b:02x}")).collect();
-        format!("{}:quota:{{{hex}}}:{what}", self.config.key_prefix)
+        self.key("quota", &hex(tenant), what)
     }
 
     /// Counts a new run of `tenant` (until `deadline_ms`) if the tenant is

@@ -27,15 +27,11 @@ use std::{
 use baton_store::redis::conn::Connection;
 use redis::Script;
 
-use super::{
-    RedisRuns,
-    holds::{HOLD_TTL, LiveHolds},
-    lease::NOW,
-};
+use super::clock::now_ms;
+use super::{NOW, SharedState, holds::HOLD_TTL};
 use crate::config::quota::PeriodBudget;
+use crate::model::call::period::{Ask, Counters, bucket, fit, refusal};
 use crate::model::call::request::{PeriodHold, PeriodRefusal};
-use crate::run::clock::now_ms;
-use crate::run::periods::{Ask, Counters, bucket, fit, refusal};
 
 /// Gives back the holds that lapsed (KEYS[1] the holds, KEYS[2] what each
 /// holds), before a reservation and when listing.
@@ -252,7 +248,7 @@ fn bound(v: Option<u64>) -> i64 {
     v.map_or(-1, |n| n.min(i64::MAX as u64) as i64)
 }
 
-impl RedisRuns {
+impl SharedState {
     /// Reserves `ask` against `tenant`'s period `budgets` for every
     /// replica; while calls in flight keep it from its whole cap it waits
     /// for them to settle (looking again every 50 ms to 1 s), until
@@ -295,7 +291,7 @@ impl RedisRuns {
         let holds = self.quota_key(tenant, "holds");
         let id = format!(
             "{}.{}",
-            self.owner,
+            self.replica,
             HOLD_IDS.fetch_add(1, Ordering::Relaxed)
         );
         let mut script = RESERVE.prepare_invoke();
@@ -389,10 +385,5 @@ impl RedisRuns {
             (tokens, cost),
         )
         .await;
-    }
-
-    /// The holds this replica's calls have in flight.
-    pub fn live_holds(&self) -> &LiveHolds {
-        &self.holds
     }
 }

@@ -21,7 +21,7 @@ use std::{
 
 use redis::Script;
 
-use super::{RedisRuns, lease::NOW};
+use super::{NOW, SharedState, hex};
 use crate::model::call::limit::{Want, Window};
 
 static TAKE: LazyLock<Script> = LazyLock::new(|| {
@@ -118,10 +118,9 @@ return 0
     ))
 });
 
-impl RedisRuns {
+impl SharedState {
     fn limit_key(&self, key: &str, what: &str) -> String {
-        let hex: String = key.bytes().map(|b| format!("{b:02x}")).collect();
-        format!("{}:ratelimit:{{{hex}}}:{what}", self.config.key_prefix)
+        self.key("ratelimit", &hex(key), what)
     }
 }
 
@@ -173,13 +172,13 @@ struct Pool {
 /// when it was taken for the window plus its hold, and its permits are
 /// used within the hold.
 pub struct LeasedWindows {
-    runs: Arc<RedisRuns>,
+    runs: Arc<SharedState>,
     pools: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Pool>>>>,
 }
 
 impl LeasedWindows {
     /// Windows counted in `runs`' Redis.
-    pub fn new(runs: Arc<RedisRuns>) -> Self {
+    pub fn new(runs: Arc<SharedState>) -> Self {
         Self {
             runs,
             pools: Mutex::default(),
@@ -202,7 +201,7 @@ impl LeasedWindows {
 }
 
 /// Gives back, off the call's path, what `pool`'s lease did not use.
-fn give_back(runs: &Arc<RedisRuns>, key: &str, pool: &mut Pool) {
+fn give_back(runs: &Arc<SharedState>, key: &str, pool: &mut Pool) {
     {
         if pool.lease.is_empty() || (pool.calls == 0 && pool.tokens == 0) {
             return;

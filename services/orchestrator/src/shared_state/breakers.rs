@@ -20,7 +20,7 @@ use std::{
 
 use redis::Script;
 
-use super::{RedisRuns, lease::NOW};
+use super::{NOW, SharedState, hex};
 use crate::catalog::models::BreakerSpec;
 use crate::model::call::breaker::SharedBreakers;
 
@@ -28,14 +28,18 @@ static FAILED: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{NOW}{}",
         r"
--- KEYS[1] failures, KEYS[2] open; ARGV[1] window (ms), ARGV[2] failures
--- that open it, ARGV[3] cool-down (ms), ARGV[4] this failure's id,
--- ARGV[5] 1 when it is a probe's (which opens it again at once).
+-- KEYS[1] failures, KEYS[2] open, KEYS[3] the probe; ARGV[1] window
+-- (ms), ARGV[2] failures that open it, ARGV[3] cool-down (ms), ARGV[4]
+-- this failure's id, ARGV[5] 1 when it is a probe's (which opens it again
+-- at once, and ends the probe: the next comes after the cool-down).
 -- Returns how long it is open for (ms), or -1 when closed.
 local w = tonumber(ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - w)
 redis.call('ZADD', KEYS[1], now, ARGV[4])
 redis.call('PEXPIRE', KEYS[1], w)
+if ARGV[5] == '1' then
+  redis.call('DEL', KEYS[3])
+end
 if ARGV[5] == '1' or redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
   redis.call('DEL', KEYS[1])
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
@@ -63,15 +67,14 @@ return 0
 
 static FAILURE_IDS: AtomicU64 = AtomicU64::new(0);
 
-impl RedisRuns {
+impl SharedState {
     fn breaker_key(&self, provider: &str, what: &str) -> String {
-        let hex: String = provider.bytes().map(|b| format!("{b:02x}")).collect();
-        format!("{}:breaker:{{{hex}}}:{what}", self.config.key_prefix)
+        self.key("breaker", &hex(provider), what)
     }
 }
 
 #[async_trait::async_trait]
-impl SharedBreakers for RedisRuns {
+impl SharedBreakers for SharedState {
     async fn failed(
         &self,
         provider: &str,
@@ -81,12 +84,13 @@ impl SharedBreakers for RedisRuns {
         let mut c = self.conn().await.map_err(|e| e.to_string())?;
         let id = format!(
             "{}.{}",
-            self.owner,
+            self.replica,
             FAILURE_IDS.fetch_add(1, Ordering::Relaxed)
         );
         let open: i64 = FAILED
             .key(self.breaker_key(provider, "failures"))
             .key(self.breaker_key(provider, "open"))
+            .key(self.breaker_key(provider, "probe"))
             .arg(spec.window.as_millis() as i64)
             .arg(spec.failures)
             .arg(spec.cooldown.as_millis() as i64)
@@ -129,7 +133,7 @@ impl SharedBreakers for RedisRuns {
         let mut c = self.conn().await.map_err(|e| e.to_string())?;
         ABANDON
             .key(self.breaker_key(provider, "probe"))
-            .arg(&self.owner)
+            .arg(&self.replica)
             .invoke_async::<i64>(&mut c)
             .await
             .map(drop)
@@ -140,7 +144,7 @@ impl SharedBreakers for RedisRuns {
         let mut c = self.conn().await.map_err(|e| e.to_string())?;
         let set: Option<String> = redis::cmd("SET")
             .arg(self.breaker_key(provider, "probe"))
-            .arg(&self.owner)
+            .arg(&self.replica)
             .arg("NX")
             .arg("PX")
             .arg(hold.as_millis().max(1) as i64)

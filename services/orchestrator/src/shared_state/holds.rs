@@ -1,5 +1,5 @@
 //! The holds on tenants' period budgets that this replica's model calls
-//! have in flight (see `durable::periods`), renewed in Redis every
+//! have in flight (see `shared_state::periods`), renewed in Redis every
 //! [`HOLD_TTL`] / 3 by one task while any is: a replica that dies stops
 //! renewing, and its holds lapse within [`HOLD_TTL`]. A leaf: it knows the
 //! connection and its script, not the run store.
@@ -13,7 +13,7 @@ use std::{
 use baton_store::redis::conn::Connection;
 use redis::Script;
 
-use super::lease::NOW;
+use super::clock::NOW;
 
 /// How long a hold outlives the last renewal of its replica.
 pub const HOLD_TTL: Duration = Duration::from_secs(15);
@@ -62,7 +62,7 @@ impl LiveHolds {
         }
     }
 
-    pub(super) fn remove(&self, key: &str, id: &str) {
+    pub(crate) fn remove(&self, key: &str, id: &str) {
         let mut map = self.map();
         if let Some(ids) = map.get_mut(key) {
             ids.remove(id);

@@ -4,12 +4,12 @@
 //! said (JSON), for `runs.retention` from its start or its last move to
 //! another replica.
 
-use super::{RedisRuns, redis_error};
+use super::{SharedState, redis_error};
 use crate::error::Error;
 
-impl RedisRuns {
+impl SharedState {
     fn session_key(&self, id: &str) -> String {
-        format!("{}:mcp-session:{id}", self.config.key_prefix)
+        self.plain_key(&format!("mcp-session:{id}"))
     }
 
     /// Keeps session `id`'s `state`.
@@ -19,7 +19,7 @@ impl RedisRuns {
             .arg(self.session_key(id))
             .arg(state)
             .arg("PX")
-            .arg(self.retention.as_millis().max(1) as u64)
+            .arg(self.retention().as_millis().max(1) as u64)
             .query_async::<()>(&mut c)
             .await
             .map_err(redis_error)
@@ -32,7 +32,7 @@ impl RedisRuns {
         redis::cmd("GETEX")
             .arg(self.session_key(id))
             .arg("PX")
-            .arg(self.retention.as_millis().max(1) as u64)
+            .arg(self.retention().as_millis().max(1) as u64)
             .query_async(&mut c)
             .await
             .map_err(redis_error)
