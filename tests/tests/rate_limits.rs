@@ -477,3 +477,30 @@ async fn a_providers_retries_are_counted_in_its_rate_limit() {
         server.shutdown().await.expect("shutdown");
     }
 }
+
+/// A replica leases a batch of a limit's permits and uses one: when the
+/// lease's hold ends, the fifteen it did not use go back to the shared
+/// window (an idle replica strands none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leases_unused_permits_go_back_when_its_hold_ends() {
+    let redis = RedisServer::start().expect("redis");
+    let provider = FakeOpenAi::start(answers(1)).await.expect("provider");
+    let yaml = agents(&provider.base_url(), "{requests: 1000, window: 10s}");
+    let server = OrchestratorServer::start(&yaml, None, durable_runs(redis.url()))
+        .await
+        .expect("orchestrator");
+    let client = server.client().await.expect("client");
+    run(&client).await;
+    // 1000 calls a window: a lease of 16 (a twentieth, at most 16), held
+    // for a tenth of the window (1 s).
+    let counted = || {
+        redis
+            .cli(&["ZCARD", "baton:ratelimit:{70}:r"])
+            .expect("ZCARD")
+            .parse::<u64>()
+            .expect("a count")
+    };
+    assert_eq!(counted(), 16, "the lease counts its batch");
+    baton_e2e::eventually("the unused permits go back", || async { counted() == 1 }).await;
+    server.shutdown().await.expect("shutdown");
+}

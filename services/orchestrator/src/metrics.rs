@@ -61,6 +61,9 @@ pub struct Metrics {
     /// counts as `other`, so no client can grow the label sets.
     known_models: HashSet<String>,
     known_tools: HashSet<String>,
+    /// Each model label's series of `model_call`, taken once (a model
+    /// call looked up and hashed four label sets before).
+    model_series: std::sync::RwLock<std::collections::HashMap<String, Arc<ModelSeries>>>,
     /// Per-tenant usage of the quotas (see `run::quota`).
     pub quota: QuotaMetrics,
 }
@@ -259,6 +262,7 @@ impl Metrics {
             limit_wait,
             known_models: HashSet::new(),
             known_tools: HashSet::new(),
+            model_series: Default::default(),
         }
     }
 
@@ -300,34 +304,82 @@ impl Metrics {
         output: u64,
         cost: Option<(u64, &str)>,
     ) {
-        let model = self.model_label(model);
-        if let Some((nanos, currency)) = cost {
-            self.cost
-                .get_or_create(&vec![
-                    ("model", model.clone()),
-                    ("currency", currency.to_owned()),
-                ])
-                .inc_by(nanos);
-        }
-        self.model_latency
-            .get_or_create(&vec![("model", model.clone()), ("outcome", outcome(ok))])
+        let series = self.series_of(model);
+        let label = || series.model.clone();
+        let latency = if ok { &series.ok } else { &series.failed };
+        latency
+            .get_or_init(|| {
+                self.model_latency
+                    .get_or_create(&vec![("model", label()), ("outcome", outcome(ok))])
+                    .clone()
+            })
             .observe(seconds);
-        if input > 0 {
+        let tokens = |direction: &'static str| {
             self.tokens
-                .get_or_create(&vec![
-                    ("model", model.clone()),
-                    ("direction", "input".into()),
-                ])
-                .inc_by(input);
+                .get_or_create(&vec![("model", label()), ("direction", direction.into())])
+                .clone()
+        };
+        if input > 0 {
+            series.input.get_or_init(|| tokens("input")).inc_by(input);
         }
         if output > 0 {
-            self.tokens
-                .get_or_create(&vec![
-                    ("model", model.clone()),
-                    ("direction", "output".into()),
-                ])
+            series
+                .output
+                .get_or_init(|| tokens("output"))
                 .inc_by(output);
         }
+        if let Some((nanos, currency)) = cost {
+            let counter = series.cost.get_or_init(|| {
+                let c = self
+                    .cost
+                    .get_or_create(&vec![("model", label()), ("currency", currency.to_owned())])
+                    .clone();
+                (currency.to_owned(), c)
+            });
+            if counter.0 == currency {
+                counter.1.inc_by(nanos);
+            } else {
+                // One currency for every price (see `catalog::prices`);
+                // counted all the same.
+                self.cost
+                    .get_or_create(&vec![("model", label()), ("currency", currency.to_owned())])
+                    .inc_by(nanos);
+            }
+        }
+    }
+
+    /// The series of model `model` (its label: the model, or `other`).
+    fn series_of(&self, model: &str) -> Arc<ModelSeries> {
+        if let Some(s) = self
+            .model_series
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(model)
+        {
+            return s.clone();
+        }
+        // Any name beyond the known ones shares `other`'s series (and is
+        // not kept: no client grows the map).
+        let label = self.model_label(model);
+        if let Some(s) = self
+            .model_series
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&label)
+        {
+            return s.clone();
+        }
+        self.model_series
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(label.clone())
+            .or_insert_with(|| {
+                Arc::new(ModelSeries {
+                    model: label,
+                    ..Default::default()
+                })
+            })
+            .clone()
     }
 
     /// A model call failed with `kind` (its `error_type`).
@@ -399,6 +451,17 @@ impl Metrics {
 
 fn outcome(ok: bool) -> String {
     if ok { "ok" } else { "error" }.to_owned()
+}
+
+/// The series one model's calls count in, taken on first use.
+#[derive(Default)]
+struct ModelSeries {
+    model: String,
+    ok: std::sync::OnceLock<prometheus_client::metrics::histogram::Histogram>,
+    failed: std::sync::OnceLock<prometheus_client::metrics::histogram::Histogram>,
+    input: std::sync::OnceLock<Counter>,
+    output: std::sync::OnceLock<Counter>,
+    cost: std::sync::OnceLock<(String, Counter)>,
 }
 
 /// The per-tenant metrics.

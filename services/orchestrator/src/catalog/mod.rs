@@ -602,6 +602,40 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_scripted_failure_status_is_an_error_status_with_a_failure() {
+        let file = |turn: &str| {
+            format!("scripts:\n  s:\n    - {turn}\nagents:\n  a: {{model: \"scripted:s\"}}\n")
+        };
+        for ok in [400, 429, 599] {
+            Catalog::from_yaml(&file(&format!("{{fail: down, fail_status: {ok}}}")))
+                .expect("an error status");
+        }
+        for bad in [399, 600] {
+            let e = Catalog::from_yaml(&file(&format!("{{fail: down, fail_status: {bad}}}")))
+                .expect_err("not an error status")
+                .to_string();
+            assert_eq!(
+                e,
+                format!("scripts.s[0]: fail_status: {bad} is not an error status (400 to 599)")
+            );
+        }
+        let e = Catalog::from_yaml(&file("{text: hi, fail_status: 429}"))
+            .expect_err("no failure")
+            .to_string();
+        assert_eq!(
+            e,
+            "scripts.s[0]: fail_status: set fail, the message it fails with"
+        );
+        // A provider of kind scripted names scripts; an unknown one is refused.
+        let e = Catalog::from_yaml(
+            "providers:\n  demo: {kind: scripted}\nscripts:\n  s: [{text: hi}]\nagents:\n  a: {model: \"demo:nope\"}\n",
+        )
+        .expect_err("no such script")
+        .to_string();
+        assert!(e.contains("nope"), "{e}");
+    }
+
+    #[test]
     fn rejects_dangling_references_with_their_path() {
         let err = |yaml: &str| Catalog::from_yaml(yaml).expect_err("invalid").to_string();
         assert!(err("agents: {a: {tools: [nope]}}").contains("agents.a.tools"));

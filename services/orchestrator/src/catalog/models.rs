@@ -395,6 +395,9 @@ pub enum ScriptError {
     /// A `fail` turn that also calls tools or hands off.
     #[error("a failing turn makes no calls")]
     FailingCalls,
+    /// `fail_status` without `fail`, or not an error status.
+    #[error("fail_status: {0}")]
+    FailStatus(String),
 }
 
 impl ScriptTurn {
@@ -411,6 +414,19 @@ impl ScriptTurn {
         }
         if self.fail.is_some() && (!self.calls.is_empty() || self.handoff.is_some()) {
             return Err(ScriptError::FailingCalls);
+        }
+        match (self.fail_status, &self.fail) {
+            (Some(_), None) => {
+                return Err(ScriptError::FailStatus(
+                    "set fail, the message it fails with".into(),
+                ));
+            }
+            (Some(s), Some(_)) if !(400..=599).contains(&s) => {
+                return Err(ScriptError::FailStatus(format!(
+                    "{s} is not an error status (400 to 599)"
+                )));
+            }
+            _ => {}
         }
         Ok(())
     }

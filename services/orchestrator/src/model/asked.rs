@@ -176,6 +176,29 @@ fn message_hash(m: &ChatMessage) -> u64 {
     h.0
 }
 
+/// The hash of `settings` as a request carries them, made once per
+/// distinct value a thread has seen lately (the last 16): every frame of a
+/// pipeline's thousand steps has the same settings, and hashing them (to
+/// JSON, sorted, then FNV) cost more than the step's own model call.
+fn settings_hash(settings: &Settings) -> u64 {
+    thread_local! {
+        static HASHED: std::cell::RefCell<Vec<(Settings, u64)>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+    HASHED.with_borrow_mut(|hashed| {
+        if let Some((_, hash)) = hashed.iter().find(|(s, _)| s == settings) {
+            return *hash;
+        }
+        let value = serde_json::to_value(settings).unwrap_or_default();
+        let hash = Fnv::new().json(&value).0;
+        if hashed.len() == 16 {
+            hashed.remove(0);
+        }
+        hashed.push((settings.clone(), hash));
+        hash
+    })
+}
+
 /// The hash of a conversation, kept up to date as messages are added: a
 /// turn loop hashes each message once, not the whole conversation again
 /// every turn; and of the tools it is offered, hashed again only when they
@@ -232,8 +255,7 @@ impl Conversation {
         {
             return *hash;
         }
-        let value = serde_json::to_value(settings).unwrap_or_default();
-        let hash = Fnv::new().json(&value).0;
+        let hash = settings_hash(settings);
         self.settings = Some((settings.clone(), hash));
         hash
     }

@@ -290,7 +290,9 @@ impl RunQuotas {
             return Ok(());
         };
         let used = match &self.durable {
-            Some(durable) => durable.tokens(tenant, 0).await?,
+            // Boxed: its future is not kept in every model turn's state in
+            // memory mode, where it never runs.
+            Some(durable) => Box::pin(durable.tokens(tenant, 0)).await?,
             None => self.local(tenant, |local| local.tokens_used(now_ms() / 60_000)),
         };
         if used >= l {
@@ -318,7 +320,7 @@ impl RunQuotas {
         });
         if self.config.of(tenant).model_tokens_per_hour.is_some()
             && let Some(durable) = &self.durable
-            && let Err(e) = durable.tokens(tenant, tokens).await
+            && let Err(e) = Box::pin(durable.tokens(tenant, tokens)).await
         {
             tracing::warn!(tenant, error = %e, "cannot count model tokens");
         }
