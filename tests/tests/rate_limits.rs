@@ -490,7 +490,6 @@ async fn a_leases_unused_permits_go_back_when_its_hold_ends() {
         .await
         .expect("orchestrator");
     let client = server.client().await.expect("client");
-    run(&client).await;
     // 1000 calls a window: a lease of 16 (a twentieth, at most 16), held
     // for a tenth of the window (1 s).
     let counted = || {
@@ -500,7 +499,26 @@ async fn a_leases_unused_permits_go_back_when_its_hold_ends() {
             .parse::<u64>()
             .expect("a count")
     };
-    assert_eq!(counted(), 16, "the lease counts its batch");
-    baton_e2e::eventually("the unused permits go back", || async { counted() == 1 }).await;
+    // The batch is seen only within the lease's 1 s hold: on a machine so
+    // busy that a run takes longer, try again (each try leaves its one
+    // used permit counted for the window).
+    let mut seen = false;
+    for attempt in 0..3u64 {
+        let began = Instant::now();
+        run(&client).await;
+        let during = counted();
+        if began.elapsed() < Duration::from_millis(800) {
+            assert_eq!(during, attempt + 16, "the lease counts its batch");
+            seen = true;
+        }
+        baton_e2e::eventually("the unused permits go back", || async {
+            counted() == attempt + 1
+        })
+        .await;
+        if seen {
+            break;
+        }
+    }
+    assert!(seen, "no try ran within the lease's hold of 1 s");
     server.shutdown().await.expect("shutdown");
 }

@@ -11,7 +11,7 @@
 //! | `baton_tool_call_duration_seconds` | `tool`, `outcome` |
 //! | `baton_model_tokens_total` | `model`, `direction` (input, output) |
 //! | `baton_model_cost_nanos_total` | `model`, `currency` (billionths of it; priced models only) |
-//! | `baton_model_errors_total` | `model`, `kind` (the HTTP status, `timeout`, `connection`, `stream`, `breaker_open`, …) |
+//! | `baton_model_errors_total` | `model`, `kind` (the HTTP status, `timeout`, `connection`, `stream`, …) |
 //! | `baton_model_fallbacks_total` | `from`, `to`, `reason` (rate_limited, unavailable, timeout, breaker_open, context_window) |
 //! | `baton_model_breaker_open` | `provider` (1 while its circuit breaker is open on this replica) |
 //! | `baton_model_breaker_probing` | `provider` (1 while a call of this replica probes it) |

@@ -124,7 +124,10 @@ async fn a_chat_remembers_and_its_conversation_is_listed_shown_and_deleted() {
         let shown = baton(ep, &["conversations", "show", &id], b"");
         let (stdout, _) = text(&shown);
         let lines: Vec<&str> = stdout.lines().collect();
-        assert_eq!(lines[0], format!("conversation {id}: 8 messages, 4 runs"));
+        assert_eq!(
+            lines[0],
+            format!("conversation {id} “my name is Ada”: 8 messages, 4 runs")
+        );
         assert_eq!(lines[1], "you: my name is Ada");
         assert!(
             lines[2].starts_with("chat: You said: my name is Ada"),
@@ -232,13 +235,17 @@ async fn ids_are_listed_whole_and_taken_by_a_unique_start_or_end() {
         let start = &a[..common + 1];
         let end = &b[b.len() - 8..];
         let cut = format!("{}…{}", &a[..11], &a[a.len() - 12..]);
-        for (typed, id) in [(start, &a), (end, &b), (cut.as_str(), &a)] {
+        for (typed, id, said) in [
+            (start, &a, "hello"),
+            (end, &b, "good morning"),
+            (cut.as_str(), &a, "hello"),
+        ] {
             let shown = baton(ep, &["conversations", "show", typed], b"");
             let (stdout, stderr) = text(&shown);
             assert!(shown.status.success(), "{typed}: {stderr}");
             assert_eq!(
                 stdout.lines().next(),
-                Some(format!("conversation {id}: 2 messages, 1 run").as_str()),
+                Some(format!("conversation {id} “{said}”: 2 messages, 1 run").as_str()),
                 "{typed}: {stdout}"
             );
         }

@@ -132,6 +132,9 @@ impl Fnv {
                     self.bytes(b"u").bytes(&u.to_le_bytes())
                 } else {
                     let f = n.as_f64().unwrap_or(f64::NAN);
+                    // -0.0 and 0.0 are equal values (and equal settings,
+                    // which `settings_hash` caches by equality): one hash.
+                    let f = if f == 0.0 { 0.0 } else { f };
                     self.bytes(b"d").bytes(&f.to_bits().to_le_bytes())
                 }
             }
@@ -483,6 +486,13 @@ mod tests {
         assert_eq!(hash(a.clone()), hash(b));
         assert_eq!(hash(a), 0x1791_a118_b813_5723);
         assert_ne!(hash(json!({"n": 2})), hash(json!({"n": "2"})));
+        // Equal values hash alike, as the settings' cache compares them.
+        assert_eq!(hash(json!({"t": -0.0})), hash(json!({"t": 0.0})));
+        let at = |t: f64| Settings {
+            temperature: Some(t),
+            ..Settings::default()
+        };
+        assert_eq!(settings_hash(&at(0.0)), settings_hash(&at(-0.0)));
         assert_ne!(hash(json!({"n": 2})), hash(json!({"n": 2.5})));
         assert_ne!(hash(json!([[1], 2])), hash(json!([1, [2]])));
         assert_ne!(hash(json!({"ab": "c"})), hash(json!({"a": "bc"})));
