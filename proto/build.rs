@@ -4,8 +4,9 @@
 
 use std::{env, path::PathBuf};
 
-const PROTOS: [&str; 5] = [
+const PROTOS: [&str; 6] = [
     "baton/v1/context_store.proto",
+    "baton/v1/evals.proto",
     "baton/v1/events.proto",
     "baton/v1/orchestrator.proto",
     "baton/v1/tool_host.proto",

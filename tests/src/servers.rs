@@ -156,6 +156,10 @@ impl LiteLlm {
                 r#"model_list:
   - model_name: text
     litellm_params: {{model: openai/text, api_key: unused, mock_response: "Hello from LiteLLM"}}
+  - model_name: judge
+    litellm_params: {{model: openai/judge, api_key: unused, mock_response: '{{"score": 0.9, "reason": "The answer greets the person by name."}}'}}
+  - model_name: harsh-judge
+    litellm_params: {{model: openai/harsh-judge, api_key: unused, mock_response: '{{"score": 0.1, "reason": "The answer does not cite a source."}}'}}
   - model_name: rate-limited
     litellm_params: {{model: openai/rate-limited, api_key: unused, mock_response: "litellm.RateLimitError"}}
   - model_name: failing

@@ -82,6 +82,11 @@ impl ToolHost for Host {
                     r#"{"type":"object","properties":{"city":{"type":"string"}}}"#,
                 ),
                 tool("flaky", "Always fails.", r#"{"type":"object"}"#),
+                tool(
+                    "score_answer",
+                    "Scores an evaluation case's answer: 1 when it names the case's label `must_name`.",
+                    r#"{"type":"object"}"#,
+                ),
                 tool("hang", "Never ends.", r#"{"type":"object"}"#),
                 tool(
                     "slow_charge",
@@ -144,6 +149,24 @@ impl ToolHost for Host {
                         })))
                         .await;
                 });
+            }
+            "score_answer" => {
+                // A custom scorer (`eval`): given `{case, result}`.
+                let want = args["case"]["labels"]["must_name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                let output = args["result"]["output"].as_str().unwrap_or_default();
+                let named = !want.is_empty() && output.contains(&want);
+                let said = serde_json::json!({
+                    "score": if named { 1.0 } else { 0.0 },
+                    "reason": if named { format!("names {want}") } else { format!("does not name {want:?}") },
+                });
+                let _ = tx
+                    .send(msg(ev::Event::Result(ev::Result {
+                        output: said.to_string(),
+                    })))
+                    .await;
             }
             "pick_color" => {
                 let options = vec!["red".into(), "blue".into()];

@@ -38,6 +38,7 @@ fn meta(tenant: &str) -> RunMeta {
         waiting_inputs: 0,
         forked_from: None,
         replay_of: None,
+        experiment: None,
         replay_strict: false,
         replay_diverged: false,
         conversation: None,

@@ -64,6 +64,7 @@ pub mod client_tls;
 pub mod config;
 pub mod conversation;
 pub mod error;
+pub mod eval;
 pub mod grpc;
 pub mod http;
 pub mod mcp;

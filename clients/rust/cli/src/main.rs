@@ -23,6 +23,7 @@ mod chat;
 mod complete;
 mod conversations;
 mod detach;
+mod eval;
 mod follow;
 mod jsonl;
 mod out;
@@ -94,6 +95,16 @@ enum Cmd {
   baton runs watch RUN_ID
   baton runs cancel RUN_ID")]
     Runs(runs::RunsArgs),
+    /// Run a dataset of cases against an agent and score it; compare two
+    /// experiments (exit status 1 on a regression: the CI use).
+    #[command(after_help = "Examples:
+  baton eval deploy/config/evals/examples.jsonl
+  baton eval cases.jsonl --agent support --repeat 5 --name main
+  baton eval cases.jsonl --agent support --name pr-42 --junit eval.xml
+  baton eval compare main pr-42 --junit compare.xml
+  baton eval list
+  baton eval show pr-42")]
+    Eval(eval::EvalArgs),
     /// Run a pipeline from a YAML file and draw its steps live.
     #[command(after_help = "Examples:
   baton pipeline deploy/config/pipelines/research.yaml
@@ -220,6 +231,7 @@ async fn run_command() -> std::process::ExitCode {
         Cmd::Chat(args) => chat::chat(args).await,
         Cmd::Conversations(args) => conversations::run(args).await,
         Cmd::Pipeline(args) => pipeline::run(args).await,
+        Cmd::Eval(args) => eval::run(args).await,
         Cmd::Runs(args) => runs::run(args).await,
         Cmd::Store(args) => store::run(args).await,
         Cmd::Completion { shell } => complete::registration(shell),

@@ -156,6 +156,24 @@ enum RunsCmd {
         #[arg(long)]
         detach: bool,
     },
+    /// Make a dataset case of an ended run: its input, its answer as
+    /// `expected`, its tool calls as `expected_tools`, and its recording
+    /// to answer tool calls from (`tools: recorded`).
+    #[command(after_help = "Examples:
+  baton runs save-case RUN_ID --to cases.jsonl       appended as one line
+  baton runs save-case RUN_ID --inline --to cases.jsonl  recorded results in the case
+  baton eval cases.jsonl")]
+    SaveCase {
+        /// The run's id, or a unique start or end of it.
+        run_id: String,
+        /// Append the case to this dataset (JSON Lines) instead of printing it.
+        #[arg(long, value_name = "FILE")]
+        to: Option<std::path::PathBuf>,
+        /// Keep the recorded tool results in the case, so the dataset
+        /// outlives the run's retention.
+        #[arg(long)]
+        inline: bool,
+    },
     /// Cancel a run.
     #[command(after_help = "Examples:
   baton runs cancel RUN_ID
@@ -371,6 +389,29 @@ pub async fn run(args: RunsArgs) -> anyhow::Result<()> {
                 crate::view::Mode::Tree,
             )
             .await
+        }
+        RunsCmd::SaveCase { run_id, to, inline } => {
+            let run_id = id::resolve(&client, &run_id).await?;
+            let case = client.save_case(&run_id, inline).await?;
+            match to {
+                None => crate::out::outln!("{case}")?,
+                Some(path) => {
+                    use std::io::Write as _;
+                    let mut f = std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(&path)
+                        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                    writeln!(f, "{case}")
+                        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                    eprintln!(
+                        "case of run {run_id} saved to {}: baton eval {}",
+                        path.display(),
+                        path.display()
+                    );
+                }
+            }
+            Ok(())
         }
         RunsCmd::Replay {
             run_id,

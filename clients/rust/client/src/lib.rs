@@ -24,6 +24,7 @@ pub mod balance;
 mod channel;
 mod conversations;
 mod error;
+mod experiments;
 mod orchestrator;
 mod store;
 mod target;

@@ -340,6 +340,31 @@ async fn from_recording(
     unit: &str,
 ) -> Option<CallRecord> {
     let rerun = rt.rerun.as_ref()?;
+    // An evaluation case's fault: the tool answers late, fails or times
+    // out, whatever the recording says.
+    if let Some(fault) = rerun.fault(&call.name) {
+        if let Some(ms) = fault.delay_ms {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        }
+        let failed = if fault.timeout {
+            Some(format!(
+                "tool {} timed out (a fault the case injects)",
+                call.name
+            ))
+        } else {
+            Some(fault.error.clone()).filter(|e| !e.is_empty())
+        };
+        if let Some(text) = failed {
+            return Some(CallRecord {
+                ok: false,
+                text,
+                handoff: None,
+                child_usage: None,
+                cur: None,
+                x: true,
+            });
+        }
+    }
     match rerun.call(unit, &call.name, &call.arguments) {
         Answer::Recorded(recorded) => {
             for payload in &recorded.said {

@@ -29,6 +29,7 @@
 mod calls;
 mod conversations;
 mod drain;
+mod experiment;
 mod forget;
 mod fork;
 mod orchestrator;

@@ -48,6 +48,8 @@ pub struct Orchestrator {
     pub(super) tasks: TaskTracker,
     /// The other replicas, for run-scoped calls of runs that are not here.
     pub(super) peers: Option<Arc<Peers>>,
+    /// Experiments' records (see `app::experiment`), kept where runs are.
+    pub(super) experiments: Arc<crate::eval::store::Experiments>,
 }
 
 impl Orchestrator {
@@ -55,7 +57,12 @@ impl Orchestrator {
     /// `shutdown` is cancelled no run starts; running runs are handed over
     /// or finish within the grace period ([`Self::finish_runs`]).
     pub fn new(services: Shared, shutdown: CancellationToken, tasks: TaskTracker) -> Self {
+        let experiments = Arc::new(match &services.durable {
+            Some(durable) => crate::eval::store::Experiments::Redis(durable.shared().clone()),
+            None => crate::eval::store::Experiments::memory(services.defaults.finished_retention),
+        });
         Self {
+            experiments,
             runs: Arc::new(Runs::new(&services.defaults)),
             services: Arc::new(std::sync::RwLock::new(Arc::new(services))),
             reloads: tokio::sync::watch::Sender::new(0),

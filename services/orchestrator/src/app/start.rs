@@ -188,7 +188,10 @@ impl Orchestrator {
         let services = self.services();
         let started = match self.check_running() {
             Ok(()) => match agent_run(&services, request) {
-                Ok(run) => self.start(caller, "RunAgent", run.into(), services).await,
+                Ok(run) => {
+                    self.start(caller, "RunAgent", run.into(), services, None)
+                        .await
+                }
                 Err(e) => Err(e),
             },
             Err(e) => Err(e),
@@ -207,7 +210,7 @@ impl Orchestrator {
         let started = match self.check_running() {
             Ok(()) => match pipeline_run(&services, request) {
                 Ok(run) => {
-                    self.start(caller, "RunPipeline", run.into(), services)
+                    self.start(caller, "RunPipeline", run.into(), services, None)
                         .await
                 }
                 Err(e) => Err(e),
@@ -230,13 +233,14 @@ impl Orchestrator {
     }
 
     /// Builds, admits, records and launches a run checked against
-    /// `services`.
-    async fn start(
+    /// `services`; a case of `experiment`, when given.
+    pub(super) async fn start(
         &self,
         caller: &Caller,
         method: &'static str,
         run: Checked,
         services: Arc<crate::run::shared::Shared>,
+        experiment: Option<String>,
     ) -> Result<Started> {
         let Checked {
             mut body,
@@ -255,6 +259,9 @@ impl Orchestrator {
             options,
             &self.runs_stop,
         );
+        if let Some(experiment) = experiment {
+            let _ = prepared.record.experiment.set(experiment);
+        }
         let entered = match conversation {
             Some(ask) => Some(
                 self.enter_conversation(&services, &prepared, &mut body, &mut stored, ask)

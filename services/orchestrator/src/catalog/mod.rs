@@ -238,6 +238,9 @@ pub struct Catalog {
     pub prices: prices::Prices,
     /// See [`AgentsFile::default_max_output_tokens`].
     pub default_max_output_tokens: u32,
+    /// The SHA-256 (hex) of the agents file's text (empty when the catalog
+    /// was not read from text); an experiment's record keeps it.
+    pub digest: String,
 }
 
 impl Catalog {
@@ -250,7 +253,15 @@ impl Catalog {
     /// `prices_file` is read from there).
     pub fn from_yaml_in(text: &str, dir: &std::path::Path) -> Result<Self, CatalogError> {
         let file: AgentsFile = serde_norway::from_str(text).map_err(CatalogError::Yaml)?;
-        Self::from_file_in(file, dir)
+        let mut catalog = Self::from_file_in(file, dir)?;
+        catalog.digest = {
+            use sha2::Digest as _;
+            sha2::Sha256::digest(text.as_bytes())
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect()
+        };
+        Ok(catalog)
     }
 
     /// Validates an agents file (its `prices_file` read from the working
@@ -574,6 +585,7 @@ impl Catalog {
             default_max_output_tokens: file
                 .default_max_output_tokens
                 .unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS),
+            digest: String::new(),
         })
     }
 

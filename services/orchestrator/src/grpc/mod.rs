@@ -205,6 +205,77 @@ impl OrchestratorRpc for OrchestratorService {
         Ok(Response::new(events(self.watch(request).await?)))
     }
 
+    type RunExperimentStream =
+        Pin<Box<dyn Stream<Item = Result<pb::ExperimentEvent, Status>> + Send + 'static>>;
+
+    async fn run_experiment(
+        &self,
+        request: Request<pb::RunExperimentRequest>,
+    ) -> Answer<Self::RunExperimentStream> {
+        let caller = caller(&request);
+        let events = self
+            .core
+            .run_experiment(&caller, request.into_inner())
+            .await
+            .map_err(status)?;
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(events).map(Ok),
+        )))
+    }
+
+    async fn get_experiment(
+        &self,
+        request: Request<pb::GetExperimentRequest>,
+    ) -> Answer<pb::Experiment> {
+        let caller = caller(&request);
+        let e = self
+            .core
+            .get_experiment(&caller, &request.get_ref().experiment)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(e))
+    }
+
+    async fn list_experiments(
+        &self,
+        request: Request<pb::ListExperimentsRequest>,
+    ) -> Answer<pb::ListExperimentsResponse> {
+        let caller = caller(&request);
+        let r = request.get_ref();
+        let page = self
+            .core
+            .list_experiments(&caller, r.page_size, &r.page_token)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(page))
+    }
+
+    async fn compare_experiments(
+        &self,
+        request: Request<pb::CompareExperimentsRequest>,
+    ) -> Answer<pb::ExperimentComparison> {
+        let caller = caller(&request);
+        let c = self
+            .core
+            .compare_experiments(&caller, request.into_inner())
+            .await
+            .map_err(status)?;
+        Ok(Response::new(c))
+    }
+
+    async fn save_case(
+        &self,
+        request: Request<pb::SaveCaseRequest>,
+    ) -> Answer<pb::SaveCaseResponse> {
+        let caller = caller(&request);
+        let c = self
+            .core
+            .save_case(&caller, request.into_inner())
+            .await
+            .map_err(status)?;
+        Ok(Response::new(c))
+    }
+
     async fn get_run(&self, request: Request<pb::GetRunRequest>) -> Answer<pb::GetRunResponse> {
         let caller = caller(&request);
         let run = self

@@ -363,6 +363,57 @@ impl Face {
                 core.submit_input(&caller, &run_id, &input_id, text).await?;
                 Ok(json(&pb::SubmitInputResponse {}))
             }
+            Rpc::RunExperiment => {
+                let r: pb::RunExperimentRequest = json_body(&call.body)?;
+                let mut events = core.run_experiment(&caller, r).await?;
+                if call.wants_stream() {
+                    return Ok(sse::experiment(events));
+                }
+                // Runs on: its events are read (and dropped) by a task.
+                let Some(pb::ExperimentEvent {
+                    event: Some(pb::experiment_event::Event::Started(e)),
+                }) = events.recv().await
+                else {
+                    return Err(HttpError::new(
+                        Code::Unavailable,
+                        "the experiment did not start",
+                        None,
+                    ));
+                };
+                tokio::spawn(async move { while events.recv().await.is_some() {} });
+                Ok(json_value(
+                    &serde_json::json!({"experimentId": e.id, "name": e.name}),
+                ))
+            }
+            Rpc::GetExperiment => {
+                call.query.only_none()?;
+                let e = core
+                    .get_experiment(&caller, &call.param("experiment")?)
+                    .await?;
+                Ok(json(&e))
+            }
+            Rpc::ListExperiments => {
+                let (page_size, page_token) = call.query.page()?;
+                Ok(json(
+                    &core
+                        .list_experiments(&caller, page_size, &page_token)
+                        .await?,
+                ))
+            }
+            Rpc::CompareExperiments => {
+                let (candidate, alpha) = call.query.compare()?;
+                let r = pb::CompareExperimentsRequest {
+                    baseline: call.param("experiment")?,
+                    candidate,
+                    alpha,
+                };
+                Ok(json(&core.compare_experiments(&caller, r).await?))
+            }
+            Rpc::SaveCase => {
+                let mut r: pb::SaveCaseRequest = json_body_or_empty(&call.body)?;
+                r.run_id = call.param("run_id")?;
+                Ok(json(&core.save_case(&caller, r).await?))
+            }
             Rpc::ListAgents => Ok(json(&wire::answer::agents(&core.catalog()))),
             Rpc::ListSlots => {
                 let (after, size) = call.query.slots_page()?;

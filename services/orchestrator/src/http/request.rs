@@ -144,6 +144,42 @@ impl Query {
         })
     }
 
+    /// No query parameter at all.
+    pub fn only_none(&self) -> Result<(), HttpError> {
+        self.only(&[])
+    }
+
+    /// `page_size` and `page_token` (ListExperiments).
+    pub fn page(&self) -> Result<(i32, String), HttpError> {
+        self.only(&["page_size", "page_token"])?;
+        Ok((
+            self.number("page_size")?.unwrap_or(0),
+            self.one("page_token")?.unwrap_or_default().to_owned(),
+        ))
+    }
+
+    /// `candidate` (required) and `alpha` (CompareExperiments).
+    pub fn compare(&self) -> Result<(String, f64), HttpError> {
+        self.only(&["candidate", "alpha"])?;
+        let candidate = self
+            .one("candidate")?
+            .filter(|c| !c.is_empty())
+            .ok_or_else(|| {
+                HttpError::invalid(
+                    "candidate",
+                    "missing: the experiment judged against the path's",
+                )
+            })?
+            .to_owned();
+        let alpha = match self.one("alpha")? {
+            None => 0.0,
+            Some(a) => a
+                .parse()
+                .map_err(|_| HttpError::invalid("alpha", format!("{a:?} is not a number")))?,
+        };
+        Ok((candidate, alpha))
+    }
+
     /// The GetConversation request of `page_size`, `page_token`, `last`
     /// (its id is the path's).
     pub fn get_conversation(&self) -> Result<pb::GetConversationRequest, HttpError> {

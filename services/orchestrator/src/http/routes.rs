@@ -37,6 +37,16 @@ pub enum Rpc {
     UpdateConversation,
     /// `DeleteConversation`.
     DeleteConversation,
+    /// `RunExperiment`: attached (SSE) or detached.
+    RunExperiment,
+    /// `GetExperiment`.
+    GetExperiment,
+    /// `ListExperiments`.
+    ListExperiments,
+    /// `CompareExperiments`.
+    CompareExperiments,
+    /// `SaveCase`.
+    SaveCase,
     /// The context store's `List` of a trace's slots (metadata only).
     ListSlots,
     /// The context store's `Watch` of a trace's slots (SSE).
@@ -64,6 +74,51 @@ pub struct Route {
 
 /// Every route of the HTTP face.
 pub const ROUTES: &[Route] = &[
+    Route {
+        method: "POST",
+        path: "/v1/experiments",
+        rpc: Rpc::RunExperiment,
+        body: Some("baton.v1.RunExperimentRequest"),
+        answer: "baton.v1.ExperimentEvent",
+        stream: true,
+        summary: "Run a dataset's cases as an experiment (`dataset` is the file's text, `datasetName` its name). With `Accept: text/event-stream` the answer is its events (`started`, `caseScored` a case, `ended`; the experiment is cancelled when the caller goes, keeping the cases that finished); otherwise it runs on and the answer is `{experimentId, name}`: follow it with `GET /v1/experiments/{experiment}`.",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/experiments",
+        rpc: Rpc::ListExperiments,
+        body: None,
+        answer: "baton.v1.ListExperimentsResponse",
+        stream: false,
+        summary: "The caller's tenant's experiments, newest first, without their cases (`page_size`, `page_token`).",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/experiments/{experiment}",
+        rpc: Rpc::GetExperiment,
+        body: None,
+        answer: "baton.v1.Experiment",
+        stream: false,
+        summary: "An experiment (by id or name) with its cases, scores and reasons.",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/experiments/{experiment}:compare",
+        rpc: Rpc::CompareExperiments,
+        body: None,
+        answer: "baton.v1.ExperimentComparison",
+        stream: false,
+        summary: "Two experiments compared case by case (`candidate`, and `alpha`, in the query): regressions beyond noise first.",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/runs/{run_id}:saveCase",
+        rpc: Rpc::SaveCase,
+        body: Some("baton.v1.SaveCaseRequest"),
+        answer: "baton.v1.SaveCaseResponse",
+        stream: false,
+        summary: "A dataset case (one JSON Lines line) made of an ended run: its input, answer, tool calls and recording (body `{inlineRecording}`, optional).",
+    },
     Route {
         method: "POST",
         path: "/v1/runs",

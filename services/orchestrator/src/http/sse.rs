@@ -87,6 +87,32 @@ pub fn changes(changes: baton_store::ChangeStream) -> Response {
     stream_response(Body::from_stream(frames))
 }
 
+/// The SSE answer of an experiment's events: `event: started`,
+/// `caseScored`, `ended` frames whose data is the `ExperimentEvent` in the
+/// JSON mapping; keep-alive comments between.
+pub fn experiment(events: tokio::sync::mpsc::Receiver<pb::ExperimentEvent>) -> Response {
+    let frames = futures::stream::unfold(Some(events), |state| async move {
+        let mut events = state?;
+        let frame = match tokio::time::timeout(KEEP_ALIVE, events.recv()).await {
+            Err(_) => Bytes::from_static(b": keep-alive\n\n"),
+            Ok(None) => return None,
+            Ok(Some(e)) => {
+                use pb::experiment_event::Event;
+                let kind = match &e.event {
+                    Some(Event::Started(_)) => "started",
+                    Some(Event::CaseScored(_)) => "caseScored",
+                    Some(Event::Ended(_)) => "ended",
+                    None => "unknown",
+                };
+                let data = serde_json::to_string(&e).unwrap_or_default();
+                Bytes::from(format!("event: {kind}\ndata: {data}\n\n"))
+            }
+        };
+        Some((Ok::<_, std::convert::Infallible>(frame), Some(events)))
+    });
+    stream_response(Body::from_stream(frames))
+}
+
 fn stream_response(body: Body) -> Response {
     let mut response = Response::new(body);
     let headers = response.headers_mut();

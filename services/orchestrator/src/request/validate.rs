@@ -102,6 +102,22 @@ pub fn agent_run(s: &Shared, r: AgentRequest) -> Result<AgentRun> {
     })
 }
 
+/// Checks a request to run `target`, an agent made for the run (an
+/// experiment's judge) rather than one of the catalog's, as [`agent_run`]
+/// checks a catalog agent's.
+pub fn agent_run_as(s: &Shared, r: AgentRequest, target: Resolved) -> Result<AgentRun> {
+    let options = options(s, r.options)?;
+    Ok(AgentRun {
+        target,
+        history: r.history,
+        input: r.input,
+        options,
+        stored: r.stored,
+        labels: r.labels,
+        conversation: None,
+    })
+}
+
 /// Checks a RunPipeline request against `s`, as [`agent_run`] does.
 pub fn pipeline_run(s: &Shared, r: PipelineRequest) -> Result<PipelineRun> {
     let limits = s.store.limits();

@@ -43,7 +43,7 @@ pub async fn drive(
         }
         None => {
             let mut started = started;
-            if let Some(rerun) = &rt.rerun {
+            if let Some(rerun) = rt.rerun.as_ref().filter(|r| !r.tools_only()) {
                 started.replay_of.clone_from(&rerun.origin);
                 started.strict = rerun.strict;
             }

@@ -124,6 +124,8 @@ pub struct RunRecord {
     pub forked_from: std::sync::OnceLock<super::view::Origin>,
     /// For a replay: the run it replays, and whether strictly.
     pub replay_of: std::sync::OnceLock<(String, bool)>,
+    /// For a case of an experiment (RunExperiment): the experiment.
+    pub experiment: std::sync::OnceLock<String>,
     /// For a run in a conversation: which, and what it appends.
     pub conversation: std::sync::OnceLock<Arc<crate::conversation::link::Link>>,
     /// What its root frame added to its conversation so far: kept here so a
@@ -316,6 +318,7 @@ impl RunRecord {
             last_event_ms: AtomicI64::new(now_ms()),
             forked_from: std::sync::OnceLock::new(),
             replay_of: std::sync::OnceLock::new(),
+            experiment: std::sync::OnceLock::new(),
             conversation: std::sync::OnceLock::new(),
             transcript: Mutex::default(),
             conversation_end: Mutex::new(None),
@@ -414,6 +417,7 @@ impl RunRecord {
             },
             forked_from: self.forked_from.get().cloned(),
             replay_of: self.replay_of.get().map(|(id, _)| id.clone()),
+            experiment: self.experiment.get().cloned(),
             replay_diverged: self.replay_diverged.load(Ordering::Relaxed),
             conversation_id: self
                 .conversation

@@ -488,8 +488,7 @@ impl Run {
         diverged.strict = rerun.strict;
         if rerun.diverge() {
             tracing::info!(run_id = %self.record.run_id, origin = %rerun.origin, context = %ctx.id, diff = %diverged.diff, "replay diverged");
-            let failure =
-                super::recording::rerun::strict_failure(&rerun.origin, &ctx.id, &diverged);
+            let failure = rerun.strict_failure(&ctx.id, &diverged);
             // A point (`dv`, its record the failure's message): a resumed
             // replay knows it diverged, when, and a strict one how it ends.
             // Told before a strict replay ends, which drops the run's body.

@@ -44,6 +44,8 @@ pub struct RunView {
     pub forked_from: Option<Origin>,
     /// For a replay: the run it replays.
     pub replay_of: Option<String>,
+    /// For a case of an experiment: the experiment.
+    pub experiment: Option<String>,
     /// For a replay that has ended: whether it differed from its recording.
     pub replay_diverged: bool,
     /// Its history (events, recording) was evicted for room: GetRun has

@@ -26,6 +26,7 @@
 
 pub mod breakers;
 mod clock;
+mod experiments;
 pub mod holds;
 pub mod limits;
 pub mod periods;

@@ -33,6 +33,7 @@ impl From<RunView> for pb::GetRunResponse {
             replay_of: r.replay_of.clone().unwrap_or_default(),
             replay_diverged: r.replay_diverged,
             conversation_id: r.conversation_id,
+            experiment_id: r.experiment.unwrap_or_default(),
         }
     }
 }
@@ -66,6 +67,7 @@ impl From<pb::GetRunResponse> for RunView {
             }),
             history_gone: r.history_gone,
             replay_of: Some(r.replay_of).filter(|r| !r.is_empty()),
+            experiment: Some(r.experiment_id).filter(|r| !r.is_empty()),
             replay_diverged: r.replay_diverged,
             conversation_id: r.conversation_id,
         }

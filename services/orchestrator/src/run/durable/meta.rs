@@ -52,6 +52,8 @@ pub struct RunMeta {
     pub forked_from: Option<Origin>,
     /// For a replay: the run it replays (field `ro`).
     pub replay_of: Option<String>,
+    /// For a case of an experiment: the experiment (field `ex`).
+    pub experiment: Option<String>,
     /// For a replay: whether it is strict (field `rs`).
     pub replay_strict: bool,
     /// For a replay that has ended: whether it diverged (field `rd`).
@@ -88,6 +90,7 @@ impl RunMeta {
             },
             forked_from: self.forked_from.clone(),
             replay_of: self.replay_of.clone(),
+            experiment: self.experiment.clone(),
             replay_diverged: self.replay_diverged,
             history_gone: false,
             conversation_id: self
@@ -190,6 +193,7 @@ pub(super) fn decode_meta(run_id: &str, f: &HashMap<String, Vec<u8>>) -> Option<
         waiting_inputs: num("wait_in").clamp(0, i64::from(u32::MAX)) as u32,
         forked_from: Origin::from_field(&text("ff"), text("fe") == "1"),
         replay_of: Some(text("ro")).filter(|r| !r.is_empty()),
+        experiment: Some(text("ex")).filter(|r| !r.is_empty()),
         replay_strict: num("rs") == 1,
         replay_diverged: num("rd") == 1,
         conversation: crate::conversation::link::Link::from_field(&text("cv")),

@@ -287,6 +287,9 @@ impl RedisRuns {
         if let Some(link) = &meta.conversation {
             invocation.arg("cv").arg(link.to_field());
         }
+        if let Some(experiment) = &meta.experiment {
+            invocation.arg("ex").arg(experiment);
+        }
         if let Some(origin) = &meta.replay_of {
             invocation.arg("ro").arg(origin);
             invocation
