@@ -1086,3 +1086,90 @@ consoleTest('a run that ended more than a minute ago opens from seq 1 in baton u
   assert.equal(await page.locator(tid('error')).count(), 0, 'no error');
   assert.match(await page.locator(tid('run-output')).textContent(), /^Research done\./);
 });
+
+/** POST /v1/experiments with tenant alpha's key (detached); `{experimentId, name}`. */
+async function apiExperiment(name, cases) {
+  const res = await fetch(`${EXAMPLE}/v1/experiments`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${KEY_A}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ name, agent: 'assistant', datasetName: `${name}.jsonl`, dataset: cases.map((c) => JSON.stringify(c)).join('\n') }),
+  });
+  const j = await res.json();
+  assert.equal(res.status, 200, JSON.stringify(j));
+  for (let i = 0; i < 100; i++) {
+    const e = await apiGet(`/v1/experiments/${j.experimentId}`);
+    if (e.status === 'EXPERIMENT_STATUS_COMPLETED') return e;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`experiment ${name} did not end`);
+}
+
+consoleTest('experiments: listed, one opened with its failing reason and runs, two compared with the regression first; a run saved as a case', async (page) => {
+  const stamp = Date.now().toString(36);
+  const base = await apiExperiment(`base-${stamp}`, [
+    { id: 'hello', input: 'hello', expected: 'You said: hello' },
+    { id: 'bye', input: 'bye', scorers: [{ kind: 'contains', value: 'bye' }] },
+    { id: 'never', input: 'x', expected: 'something else' },
+  ]);
+  const cand = await apiExperiment(`cand-${stamp}`, [
+    { id: 'hello', input: 'hello', expected: 'You said: HELLO' },
+    { id: 'bye', input: 'bye', scorers: [{ kind: 'contains', value: 'bye' }] },
+    { id: 'never', input: 'x', expected: 'something else' },
+  ]);
+  await openConsole(page, EXAMPLE, KEY_A);
+  await page.locator(tid('nav-experiments')).click();
+  const row = (e) => page.locator(`${tid('experiment-row')}[data-experiment-id="${e.id}"]`);
+  await row(cand).waitFor();
+  assert.equal(await row(base).locator(tid('experiment-passed')).textContent(), '2 / 3');
+  await shot(page, 'experiments', { fullPage: true });
+  // Two ticked: the older is the baseline.
+  await row(base).locator(tid('experiment-pick')).check();
+  await row(cand).locator(tid('experiment-pick')).check();
+  await page.locator(tid('compare-picked')).click();
+  await page.locator(`${tid('change-row')}`).first().waitFor();
+  assert.equal(await page.locator(tid('comparison-title')).textContent(), `base-${stamp} → cand-${stamp}`);
+  const first = page.locator(tid('change-row')).first();
+  assert.equal(await first.getAttribute('data-kind'), 'regressed');
+  assert.match(await first.textContent(), /hello.*exact: expected "You said: HELLO", got "You said: hello".*1\/1 → 0\/1/);
+  assert.match(await page.locator(tid('comparison-verdict')).textContent(), /1 case regressed beyond noise/);
+  await shot(page, 'experiments-compare', { fullPage: true });
+
+  // The candidate: its cases, a failing one's reason; only the failing.
+  await page.goto(`${EXAMPLE}/#/experiments/${cand.id}`);
+  const hello = page.locator(`${tid('case-row')}[data-case-id="hello"]`);
+  await hello.waitFor();
+  assert.equal(await hello.getAttribute('data-passed'), 'false');
+  assert.equal(await hello.locator(tid('case-reason')).textContent(), 'exact: expected "You said: HELLO", got "You said: hello"');
+  assert.match(await page.locator(tid('experiment-totals')).textContent(), /^1 of 3 cases · 2 failed · 0 errors$/);
+  await page.locator(tid('failing-only')).check();
+  assert.equal(await page.locator(tid('case-row')).count(), 2);
+  await shot(page, 'experiment', { fullPage: true });
+  // A case's run: an ordinary run, labelled; saved as a case.
+  await hello.locator(tid('case-run')).click();
+  await page.locator(tid('run-page')).waitFor();
+  await page.locator(`${tid('run-experiment')} a`).waitFor();
+  await page.locator(tid('save-case')).click();
+  await page.locator(tid('save-case-submit')).click();
+  const json = JSON.parse(await page.locator(tid('save-case-json')).textContent());
+  assert.equal(json.input, 'hello');
+  assert.equal(json.expected, 'You said: hello');
+  assert.equal(json.tools, 'recorded');
+  assert.deepEqual(json.recording, { calls: [] }, 'assistant calls no tool outside Baton');
+  assert.match(await page.locator(tid('save-case-download')).getAttribute('download'), /^case-.*\.jsonl$/);
+
+  // At phone width: nothing scrolls sideways.
+  await page.setViewportSize({ width: 390, height: 844 });
+  const fits = () => page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth + 1);
+  await page.goto(`${EXAMPLE}/#/experiments`);
+  await row(cand).waitFor();
+  assert.equal(await fits(), true, 'the experiments page fits 390 px');
+  await shot(page, 'phone-experiments', { fullPage: true });
+  await page.goto(`${EXAMPLE}/#/experiments/${cand.id}`);
+  await hello.waitFor();
+  assert.equal(await fits(), true, 'an experiment fits 390 px');
+  await shot(page, 'phone-experiment', { fullPage: true });
+  await page.goto(`${EXAMPLE}/#/experiments/compare?baseline=${base.id}&candidate=${cand.id}`);
+  await page.locator(tid('change-row')).first().waitFor();
+  assert.equal(await fits(), true, 'a comparison fits 390 px');
+  await shot(page, 'phone-experiments-compare', { fullPage: true });
+});

@@ -272,6 +272,8 @@ async fn every_curl_example_of_the_http_page_runs_as_written() {
         "event: stepCompleted",
         "\"field\":\"limits.max_depth\"",
         "} HTTP 400",
+        "{\"passed\":2,\"cases\":[\"line-1\",\"line-2\"]}",
+        "line-1 CASE_CHANGE_KIND_SAME",
         "/v1/runs/{run_id}/events",
     ] {
         assert!(stdout.contains(shown), "no {shown:?} in\n{stdout}");

@@ -31,6 +31,15 @@ import {
 } from "./gen/baton/v1/context_store";
 import { EventFilter, RunEvent } from "./gen/baton/v1/events";
 import {
+  CaseResult,
+  Experiment,
+  ExperimentComparison,
+  ExperimentEvent,
+  ListExperimentsResponse,
+  RunExperimentRequest,
+  SaveCaseResponse,
+} from "./gen/baton/v1/evals";
+import {
   ApprovalMode,
   CancelRunResponse,
   Conversation as ConversationInfo,
@@ -654,6 +663,85 @@ export class Orchestrator {
   ): Promise<ConversationInfo> {
     const request: UpdateConversationRequest = { conversationId, title: update.title, labels: update.labels ?? {} };
     return unary(this.client.updateConversation.bind(this.client), request, o, this.md());
+  }
+
+  /** Runs a dataset file (JSON Lines, or YAML when it ends in `.yaml` or
+   * `.yml`) as an experiment (RunExperiment) and resolves with its record
+   * once it ends; `onCase` is called with each case as it is scored.
+   * Aborting `o.signal` cancels the experiment's runs still going; the
+   * experiment keeps the cases that finished. A bad dataset rejects with
+   * InvalidArgument naming the file, line and field. */
+  async runExperiment(
+    dataset: string,
+    e: {
+      agent?: string;
+      name?: string;
+      repeat?: number;
+      concurrency?: number;
+      defaultModel?: string;
+      budgetTokens?: number;
+      budgetCost?: number;
+      onCase?: (c: CaseResult) => void;
+      signal?: AbortSignal;
+    } = {},
+    o: CallOpts = {},
+  ): Promise<Experiment> {
+    const request: RunExperimentRequest = {
+      dataset: readFileSync(dataset, "utf8"),
+      datasetName: dataset,
+      agent: e.agent ?? "",
+      name: e.name ?? "",
+      repeat: e.repeat ?? 0,
+      concurrency: e.concurrency ?? 0,
+      defaultModel: e.defaultModel ?? "",
+      budget:
+        e.budgetTokens || e.budgetCost ? { tokens: e.budgetTokens ?? 0, cost: e.budgetCost ?? 0 } : undefined,
+    };
+    const call = this.client.runExperiment(request, this.md(), options(o));
+    const abort = () => call.cancel();
+    e.signal?.addEventListener("abort", abort);
+    try {
+      for await (const event of call as AsyncIterable<ExperimentEvent>) {
+        const which = event.event;
+        if (which?.$case === "caseScored") e.onCase?.(which.caseScored);
+        if (which?.$case === "ended") return which.ended;
+      }
+    } catch (err) {
+      throw fromServiceError(err);
+    } finally {
+      e.signal?.removeEventListener("abort", abort);
+      call.cancel();
+    }
+    throw new Error("the experiment's stream ended before the experiment did");
+  }
+
+  /** An experiment (by id or name) with its cases, scores and reasons. */
+  getExperiment(experiment: string, o: CallOpts = {}): Promise<Experiment> {
+    return unary(this.client.getExperiment.bind(this.client), { experiment }, o, this.md());
+  }
+
+  /** A page of the caller's experiments, newest first, without their
+   * cases. */
+  listExperiments(pageSize = 0, pageToken = "", o: CallOpts = {}): Promise<ListExperimentsResponse> {
+    return unary(this.client.listExperiments.bind(this.client), { pageSize, pageToken }, o, this.md());
+  }
+
+  /** Two experiments compared case by case; `regressed` says whether the
+   * candidate regressed a case beyond noise. */
+  compareExperiments(baseline: string, candidate: string, alpha = 0, o: CallOpts = {}): Promise<ExperimentComparison> {
+    return unary(this.client.compareExperiments.bind(this.client), { baseline, candidate, alpha }, o, this.md());
+  }
+
+  /** A dataset case made of an ended run (SaveCase), parsed: write
+   * `JSON.stringify(c)` as a line of a JSON Lines dataset. */
+  async saveCase(runId: string, inlineRecording = false, o: CallOpts = {}): Promise<Record<string, unknown>> {
+    const r: SaveCaseResponse = await unary(
+      this.client.saveCase.bind(this.client),
+      { runId, inlineRecording },
+      o,
+      this.md(),
+    );
+    return JSON.parse(r.caseJson);
   }
 
   /** Deletes a conversation (cancelling a run of it still going), its

@@ -8,3 +8,4 @@ export * from "./toolhost";
 export * as pb from "./gen/baton/v1/orchestrator";
 export * as events from "./gen/baton/v1/events";
 export * as store from "./gen/baton/v1/context_store";
+export * as evals from "./gen/baton/v1/evals";

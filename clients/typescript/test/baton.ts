@@ -10,7 +10,7 @@ import { createInterface } from "node:readline";
 import { Orchestrator, Store, ToolServer } from "../src";
 
 /** The repository (this file runs from clients/typescript/dist/test). */
-const REPO = resolve(__dirname, "../../../..");
+export const REPO = resolve(__dirname, "../../../..");
 const BIN = process.env.BATON_BIN ?? join(REPO, "target/debug/baton");
 
 const agents = (port: number) => `

@@ -145,6 +145,20 @@ export const api = {
     request('POST', `/v1/runs/${enc(runId)}/approvals/${enc(approvalId)}`, { approved, reason }),
   submitInput: (runId, inputId, text) =>
     request('POST', `/v1/runs/${enc(runId)}/inputs/${enc(inputId)}`, { text }),
+  /** A page of the tenant's experiments, newest first (without their cases). */
+  listExperiments({ pageSize = 50, pageToken } = {}, signal) {
+    const q = new URLSearchParams();
+    q.set('pageSize', String(pageSize));
+    if (pageToken) q.set('pageToken', pageToken);
+    return request('GET', `/v1/experiments?${q}`, undefined, signal);
+  },
+  /** An experiment (by id or name) with its cases. */
+  getExperiment: (id, signal) => request('GET', `/v1/experiments/${enc(id)}`, undefined, signal),
+  /** Two experiments compared, regressions first. */
+  compareExperiments: (baseline, candidate, signal) =>
+    request('GET', `/v1/experiments/${enc(baseline)}:compare?candidate=${enc(candidate)}`, undefined, signal),
+  /** A dataset case made of an ended run: `{caseJson}`. */
+  saveCase: (runId, inlineRecording) => request('POST', `/v1/runs/${enc(runId)}:saveCase`, { inlineRecording: !!inlineRecording }),
   slots: (traceId, signal) => request('GET', `/v1/traces/${enc(traceId)}/slots`, undefined, signal),
   eventsPath: (runId, afterSeq) => `/v1/runs/${enc(runId)}/events?after_seq=${afterSeq}`,
   slotsWatchPath: (traceId) => `/v1/traces/${enc(traceId)}/slots:watch`,

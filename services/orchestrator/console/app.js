@@ -2,11 +2,14 @@
 // the router between the runs page (#/runs), a run's page (#/runs/{runId};
 // #/runs/{runId}?pending={approvalId or inputId} shows that item once drawn),
 // the conversations page (#/conversations) and a conversation's chat
-// (#/conversations/{id}; #/conversations/new starts one).
+// (#/conversations/{id}; #/conversations/new starts one), and the
+// experiments (#/experiments, #/experiments/{id},
+// #/experiments/compare?baseline=…&candidate=…).
 
 import { api, getKey, setKey } from './api.js';
 import { openChat } from './chat.js';
 import { openConversations } from './conversations.js';
+import { openComparison, openExperiment, openExperiments } from './experiments.js';
 import { openRun } from './run.js';
 import { openRuns } from './runs.js';
 import { clear, h, shortId } from './util.js';
@@ -85,6 +88,19 @@ function route() {
     section = 'conversations';
     document.title = id === 'new' ? 'New conversation · Baton' : `Conversation ${shortId(id)} · Baton`;
     page = openChat(main, id, app, new URLSearchParams(c[2] || ''));
+  } else if (/^#\/experiments\/compare(?:\?(.*))?$/.test(location.hash)) {
+    section = 'experiments';
+    document.title = 'Comparison · Baton';
+    page = openComparison(main, new URLSearchParams(location.hash.split('?')[1] || ''), app);
+  } else if (/^#\/experiments\/([^/?#]+)$/.test(location.hash)) {
+    section = 'experiments';
+    const id = decodeURIComponent(/^#\/experiments\/([^/?#]+)$/.exec(location.hash)[1]);
+    document.title = `Experiment ${id} · Baton`;
+    page = openExperiment(main, id, app);
+  } else if (/^#\/experiments\/?$/.test(location.hash)) {
+    section = 'experiments';
+    document.title = 'Experiments · Baton';
+    page = openExperiments(main, app);
   } else if (/^#\/conversations\/?$/.test(location.hash)) {
     section = 'conversations';
     document.title = 'Conversations · Baton';

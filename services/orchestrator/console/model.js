@@ -105,6 +105,8 @@ export class RunModel {
     this.forkedFrom = null;
     /** For a replay: the run it replays (GetRun's replayOf). */
     this.replayOf = '';
+    /** For a case of an experiment: the experiment (GetRun's experimentId). */
+    this.experimentId = '';
     /** For a replay: whether it is strict; its stats once it ended
      * (`{matchedCalls, calls, diverged}`); where it diverged. */
     this.strict = false;
@@ -165,6 +167,7 @@ export class RunModel {
     if (r.forkedFrom && r.forkedFrom.runId) this.forkedFrom = origin(r.forkedFrom);
     this.historyGone = !!r.historyGone;
     if (r.replayOf) this.replayOf = r.replayOf;
+    if (r.experimentId) this.experimentId = r.experimentId;
     if (r.conversationId) this.conversationId = r.conversationId;
     if (r.runContextJson) this.runContextJson = r.runContextJson;
     // While it runs, the totals are summed from the events (replayed from

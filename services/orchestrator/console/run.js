@@ -60,6 +60,8 @@ export function openRun(main, runId, app, query = new URLSearchParams()) {
   el.forksFact = h('div', { hidden: true }, h('dt', { text: 'Forks' }), el.forks);
   el.replayOf = h('dd', { 'data-testid': 'run-replay-of' });
   el.replayOfFact = h('div', { hidden: true }, h('dt', { text: 'Replay of' }), el.replayOf);
+  el.experiment = h('dd', { 'data-testid': 'run-experiment' });
+  el.experimentFact = h('div', { hidden: true }, h('dt', { text: 'Experiment' }), el.experiment);
   el.replays = h('dd', { 'data-testid': 'run-replays' });
   el.replaysFact = h('div', { hidden: true }, h('dt', { text: 'Replays' }), el.replays);
   el.conversation = h('dd', { 'data-testid': 'run-conversation' });
@@ -67,6 +69,8 @@ export function openRun(main, runId, app, query = new URLSearchParams()) {
   el.continue = h('a', { class: 'btn', 'data-testid': 'continue-conversation', hidden: true }, 'Continue the conversation');
   el.replayBtn = h('button', { type: 'button', class: 'btn', 'data-testid': 'replay-run', hidden: true }, 'Replay…');
   el.replayBox = h('div', { class: 'fork-box', 'data-testid': 'replay-box', hidden: true, role: 'region', 'aria-label': 'Replay the run' });
+  el.saveCaseBtn = h('button', { type: 'button', class: 'btn', 'data-testid': 'save-case', hidden: true }, 'Save as a test case…');
+  el.saveCaseBox = h('div', { class: 'fork-box save-case', 'data-testid': 'save-case-box', hidden: true, role: 'region', 'aria-label': 'Save the run as a test case' });
   el.gone = h('div', { class: 'outcome gone', 'data-testid': 'history-gone', hidden: true, role: 'status' });
   el.forkBox = h('div', { class: 'fork-box', 'data-testid': 'fork-box', hidden: true, role: 'region', 'aria-label': 'Fork the run' });
   el.cancel = h('button', { type: 'button', class: 'btn danger', 'data-testid': 'cancel-run', disabled: true }, 'Cancel run');
@@ -124,9 +128,9 @@ export function openRun(main, runId, app, query = new URLSearchParams()) {
         fact('Run', h('dd', null, h('code', { 'data-testid': 'run-id', text: runId })), true),
         fact('Kind', el.kind), fact('Trace', el.trace, true), fact('Started', el.started),
         fact('Duration', el.duration), fact('Usage', el.usage, true), fact('Events', el.events), fact('Stream', el.stream),
-        el.conversationFact, el.originFact, el.forksFact, el.replayOfFact, el.replaysFact),
-      h('div', { class: 'actions' }, el.continue, el.cancel, el.replayBtn),
-      el.gone, el.outcome, el.replay, el.forkBox, el.replayBox, el.pending),
+        el.conversationFact, el.experimentFact, el.originFact, el.forksFact, el.replayOfFact, el.replaysFact),
+      h('div', { class: 'actions' }, el.continue, el.cancel, el.replayBtn, el.saveCaseBtn),
+      el.gone, el.outcome, el.replay, el.forkBox, el.replayBox, el.saveCaseBox, el.pending),
     tablist, ...Object.values(panel)));
 
   // ---- views ----
@@ -236,6 +240,7 @@ export function openRun(main, runId, app, query = new URLSearchParams()) {
     el.cancel.disabled = el.cancel.hidden || cancelling;
     // An ended run whose history is kept can be replayed.
     el.replayBtn.hidden = !(model.terminal || (model.status && model.status !== 'RUN_STATUS_RUNNING')) || model.historyGone;
+    el.saveCaseBtn.hidden = el.replayBtn.hidden || model.kind === 'RUN_KIND_PIPELINE';
     clear(el.outcome);
     el.outcome.hidden = true;
     if (model.error) {
@@ -262,6 +267,13 @@ export function openRun(main, runId, app, query = new URLSearchParams()) {
   }
 
   function drawLineage() {
+    // A case of an experiment: the way to its scores.
+    el.experimentFact.hidden = !model.experimentId;
+    if (model.experimentId && el.experiment.dataset.id !== model.experimentId) {
+      el.experiment.dataset.id = model.experimentId;
+      el.experiment.replaceChildren(h('a', { href: `#/experiments/${encodeURIComponent(model.experimentId)}`, title: model.experimentId },
+        h('code', { text: shortId(model.experimentId) })));
+    }
     // A run of a conversation: the way back to it, to say the next thing.
     const conv = model.conversationId;
     el.conversationFact.hidden = !conv;
@@ -319,6 +331,42 @@ export function openRun(main, runId, app, query = new URLSearchParams()) {
       /* the list is a convenience */
     }
   }
+
+  // ---- saving as a test case (docs/evaluations.md) ----
+  el.saveCaseBtn.addEventListener('click', () => {
+    el.saveCaseBox.replaceChildren();
+    el.saveCaseBox.hidden = false;
+    const inline = h('input', { type: 'checkbox', id: 'case-inline', 'data-testid': 'case-inline', checked: true });
+    const go = h('button', { type: 'submit', class: 'btn primary', 'data-testid': 'save-case-submit' }, 'Make the case');
+    const close = h('button', { type: 'button', class: 'btn', on: { click: () => { el.saveCaseBox.hidden = true; } } }, 'Close');
+    const out = h('div', { 'data-testid': 'save-case-out' });
+    const form = h('form', { class: 'fork-form' },
+      h('strong', { text: 'Save as a test case' }),
+      h('p', { class: 'muted', text: 'A dataset line for baton eval: this run\'s input, its answer as expected, its tool calls as expected, and its recorded tool results, which answer the case\'s tool calls when it runs (tools: recorded).' }),
+      h('label', { for: 'case-inline', class: 'fork-check' }, inline, 'Keep the recorded results in the case (it outlives the run\'s retention)'),
+      h('div', { class: 'actions' }, go, close), out);
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      go.disabled = true;
+      try {
+        const r = await api.saveCase(runId, inline.checked);
+        const line = r.caseJson + '\n';
+        const url = URL.createObjectURL(new Blob([line], { type: 'application/jsonl' }));
+        const copy = h('button', { type: 'button', class: 'btn', 'data-testid': 'save-case-copy' }, 'Copy');
+        copy.addEventListener('click', () => navigator.clipboard?.writeText(line).then(() => { copy.textContent = 'Copied'; }, () => {}));
+        out.replaceChildren(h('pre', { 'data-testid': 'save-case-json', text: r.caseJson }),
+          h('div', { class: 'actions' }, copy,
+            h('a', { class: 'btn', href: url, download: `case-${shortId(runId)}.jsonl`, 'data-testid': 'save-case-download' }, 'Download .jsonl')),
+          h('p', { class: 'muted small', text: 'Append it to a dataset, then: baton eval cases.jsonl' }));
+      } catch (err) {
+        app.alert(err);
+      } finally {
+        go.disabled = false;
+      }
+    });
+    el.saveCaseBox.append(form);
+    go.focus();
+  });
 
   // ---- replaying ----
   el.replayBtn.addEventListener('click', () => {

@@ -21,6 +21,8 @@
 //!   same run with the history in its request, on memory and Redis; the
 //!   Redis commands it adds; the bytes a stored message takes; 20 senders
 //!   racing on one conversation.
+//! - `eval`: an experiment of 1,000 cases with four scorers against plain
+//!   runs of the same agent; what its record holds in memory and in Redis.
 //! - `chaos`: not a measurement but the chaos test's soak (faults on three
 //!   replicas for half an hour, every run checked); it exits non-zero on
 //!   any violation.
@@ -30,6 +32,7 @@ mod agent;
 mod chaos;
 mod conversation;
 mod durable;
+mod eval;
 mod failover;
 mod fork;
 mod heap;
@@ -69,6 +72,8 @@ enum Bench {
     /// Conversations: a 50-message conversation's next run against the
     /// history in the request; bytes per message; a 20-sender race.
     Conversation(conversation::Options),
+    /// Evaluations: an experiment of 1,000 cases against plain runs.
+    Eval(eval::Options),
     /// ForkRun: fork to first live event for 100–10,000-turn runs; history's cost.
     Fork(fork::Options),
 }
@@ -87,5 +92,6 @@ fn main() -> anyhow::Result<()> {
         Bench::Fork(options) => fork::run(options),
         Bench::Conversation(options) => conversation::run(options),
         Bench::Chaos(options) => chaos::run(options),
+        Bench::Eval(options) => eval::run(options),
     }
 }

@@ -22,6 +22,7 @@ from google.protobuf import duration_pb2
 from baton.v1 import (
     context_store_pb2 as store_pb,
     context_store_pb2_grpc as store_grpc,
+    evals_pb2 as evals_pb,
     events_pb2 as events_pb,
     orchestrator_pb2 as pb,
     orchestrator_pb2_grpc as orch_grpc,
@@ -628,6 +629,80 @@ class Orchestrator:
         were deleted."""
         request = pb.DeleteConversationRequest(conversation_id=conversation_id)
         return (await self._unary(self._stub.DeleteConversation, request, timeout)).runs_deleted
+
+    async def run_experiment(
+        self,
+        dataset: str | os.PathLike[str],
+        *,
+        agent: str = "",
+        name: str = "",
+        repeat: int = 0,
+        concurrency: int = 0,
+        default_model: str = "",
+        budget_tokens: int = 0,
+        budget_cost: float = 0.0,
+        on_case: Any = None,
+        timeout: float | None = None,
+    ) -> evals_pb.Experiment:
+        """Runs a dataset file (JSON Lines, or YAML when it ends in
+        ``.yaml``/``.yml``) as an experiment (RunExperiment) and returns its
+        record once it ends; ``on_case`` is called with each
+        :class:`CaseResult` as it is scored. Cancelling the call (or its
+        task) cancels the experiment's runs still going; the experiment
+        keeps the cases that finished. A bad dataset raises
+        :class:`InvalidArgument` naming the file, line and field."""
+        path = Path(dataset)
+        request = evals_pb.RunExperimentRequest(
+            dataset=path.read_text(),
+            dataset_name=str(path),
+            agent=agent,
+            name=name,
+            repeat=repeat,
+            concurrency=concurrency,
+            default_model=default_model,
+        )
+        if budget_tokens or budget_cost:
+            request.budget.CopyFrom(evals_pb.ExperimentBudget(tokens=budget_tokens, cost=budget_cost))
+        call = self._stub.RunExperiment(request, timeout=timeout, metadata=self._md(None))
+        try:
+            async for event in call:
+                which = event.WhichOneof("event")
+                if which == "case_scored" and on_case is not None:
+                    on_case(event.case_scored)
+                elif which == "ended":
+                    return event.ended
+        except grpc.aio.AioRpcError as e:
+            raise from_rpc_error(e) from None
+        finally:
+            call.cancel()
+        raise RuntimeError("the experiment's stream ended before the experiment did")
+
+    async def get_experiment(self, experiment: str, *, timeout: float | None = None) -> evals_pb.Experiment:
+        """An experiment (by id or name) with its cases, scores and reasons."""
+        request = evals_pb.GetExperimentRequest(experiment=experiment)
+        return await self._unary(self._stub.GetExperiment, request, timeout)
+
+    async def list_experiments(
+        self, *, page_size: int = 0, page_token: str = "", timeout: float | None = None
+    ) -> evals_pb.ListExperimentsResponse:
+        """A page of the caller's experiments, newest first, without their
+        cases; pass ``next_page_token`` back as ``page_token``."""
+        request = evals_pb.ListExperimentsRequest(page_size=page_size, page_token=page_token)
+        return await self._unary(self._stub.ListExperiments, request, timeout)
+
+    async def compare_experiments(
+        self, baseline: str, candidate: str, *, alpha: float = 0.0, timeout: float | None = None
+    ) -> evals_pb.ExperimentComparison:
+        """Two experiments compared case by case; ``regressed`` says whether
+        the candidate regressed a case beyond noise."""
+        request = evals_pb.CompareExperimentsRequest(baseline=baseline, candidate=candidate, alpha=alpha)
+        return await self._unary(self._stub.CompareExperiments, request, timeout)
+
+    async def save_case(self, run_id: str, *, inline_recording: bool = False, timeout: float | None = None) -> dict:
+        """A dataset case made of an ended run (SaveCase), as a dict: write
+        ``json.dumps(case)`` as a line of a JSON Lines dataset."""
+        request = evals_pb.SaveCaseRequest(run_id=run_id, inline_recording=inline_recording)
+        return json.loads((await self._unary(self._stub.SaveCase, request, timeout)).case_json)
 
     def _md(self, traceparent: str | None) -> tuple[tuple[str, str], ...] | None:
         md = self._auth + (_metadata(traceparent) or ())

@@ -95,6 +95,18 @@ impl Orchestrator {
         let Some(meta) = durable.meta(id).await? else {
             return Ok(false);
         };
+        // A case of an experiment goes on only with its experiment, which
+        // ended with the replica that drove it: resumed here, nobody would
+        // score it, and its tool calls would no longer be answered from
+        // its case's recording (they would reach the real tools). It ends.
+        if let Some(experiment) = &meta.experiment {
+            tracing::info!(
+                run_id = id,
+                experiment,
+                "a case's run is not resumed: its experiment ended with its replica"
+            );
+            return Ok(false);
+        }
         let Some(request) = durable.request(id).await? else {
             return Ok(false);
         };
