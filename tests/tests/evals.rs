@@ -862,3 +862,75 @@ async fn an_llm_judge_scores_on_litellm_counts_its_cost_and_reports_its_agreemen
     );
     assert_eq!(e.usage.clone().expect("usage").model_calls, 6);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_does_not_read_holds_no_run_back() {
+    let host = TestToolHost::start().await.expect("tool host");
+    let provider = provider().await;
+    let server = OrchestratorServer::start(&agents(&host.endpoint(), &provider, "x"), None, |_| {})
+        .await
+        .expect("orchestrator");
+    let client = server.client().await.expect("client");
+    let dataset: String = (0..40)
+        .map(|i| format!("{{\"id\": \"c{i}\", \"input\": \"hi {i}\", \"scorers\": [{{\"kind\": \"contains\", \"value\": \"Ada\"}}]}}\n"))
+        .collect();
+    // Started, and its stream left unread.
+    let events = client
+        .run_experiment(pb::RunExperimentRequest {
+            dataset,
+            agent: "greeter".into(),
+            name: "unread".into(),
+            concurrency: 4,
+            ..Default::default()
+        })
+        .await
+        .expect("experiment");
+    let mut done = false;
+    for _ in 0..200 {
+        let e = client.get_experiment("unread").await.expect("record");
+        if e.status == pb::ExperimentStatus::Completed as i32 {
+            assert_eq!(e.cases.len(), 40);
+            done = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(done, "the experiment ended while nobody read its stream");
+    let completed = client
+        .list_runs(pb::RunStatus::Completed, 100, "")
+        .await
+        .expect("runs")
+        .runs
+        .len();
+    assert_eq!(completed, 40);
+    // Read now, everything is there, the end last.
+    let all: Vec<_> = Box::pin(events).collect().await;
+    assert_eq!(all.len(), 42, "started, 40 cases, ended");
+    // A running experiment cannot be compared; an unknown one is named.
+    let s = status(
+        client
+            .compare_experiments("unread", "nope", 0.0)
+            .await
+            .expect_err("refused"),
+    );
+    assert_eq!(
+        (s.code(), s.message()),
+        (Code::NotFound, "candidate: no experiment \"nope\"")
+    );
+    let Err(refused) = client
+        .run_experiment(pb::RunExperimentRequest {
+            dataset: "{\"input\": \"a\", \"expected\": \"b\"}".into(),
+            agent: "greeter".into(),
+            name: "exp-mine".into(),
+            ..Default::default()
+        })
+        .await
+    else {
+        panic!("a name like an id is refused");
+    };
+    let s = status(refused);
+    assert_eq!(
+        s.message(),
+        "name: must not start with `exp-` (experiments' ids do)"
+    );
+}

@@ -440,8 +440,11 @@ async fn a_providers_retries_are_counted_in_its_rate_limit() {
             }));
         }
         let provider = FakeOpenAi::start(replies).await.expect("provider");
+        // The replies go out in order, whichever run asks: a run may be
+        // answered 429 several times in a row. Six retries outlast the six
+        // 429s there are, so every run completes.
         let yaml = agents(&provider.base_url(), "{requests: 2, window: 1s}")
-            .replace("max_retries: 0", "max_retries: 3");
+            .replace("max_retries: 0", "max_retries: 6");
         let url = redis.url();
         let server = OrchestratorServer::start(&yaml, None, move |c| {
             if durable {

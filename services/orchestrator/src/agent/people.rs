@@ -358,7 +358,9 @@ async fn replay_asks(
     call: &ToolCallRequest,
     id: &str,
 ) {
-    if rt.rerun.is_none() || rt.inbox(id).is_some() {
+    // A case's recording (evaluations) answers tool calls only: people
+    // are asked live.
+    if rt.rerun.as_ref().is_none_or(|r| r.tools_only()) || rt.inbox(id).is_some() {
         return;
     }
     let diverged = pb::Diverged {

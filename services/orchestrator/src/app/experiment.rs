@@ -50,8 +50,12 @@ use crate::{
     run::{recording::rerun::Rerun, target::Resolved},
 };
 
-/// How often a running experiment's record is written while cases end.
+/// How often a running experiment's record is written.
 pub const SAVE_EVERY: Duration = Duration::from_secs(2);
+
+/// Where an experiment's events go: unbounded, so a slow reader never
+/// holds its runs back (there are at most its cases' results, and two).
+type Events = mpsc::UnboundedSender<pb::ExperimentEvent>;
 /// Most bytes of a dataset (a request carrying it fits gRPC's 4 MiB).
 pub const MAX_DATASET_BYTES: usize = 3 << 20;
 /// Most tries of a case.
@@ -93,10 +97,10 @@ impl Orchestrator {
         &self,
         caller: &Caller,
         r: pb::RunExperimentRequest,
-    ) -> Result<mpsc::Receiver<pb::ExperimentEvent>> {
+    ) -> Result<mpsc::UnboundedReceiver<pb::ExperimentEvent>> {
         self.check_running()?;
         let plan = self.plan(caller, r).await?;
-        let (tx, rx) = mpsc::channel(64);
+        let (tx, rx) = mpsc::unbounded_channel();
         let me = self.clone();
         let caller = caller.clone();
         self.tasks
@@ -269,6 +273,12 @@ impl Orchestrator {
         if name.len() > 200 {
             return Err(Error::invalid("name", "at most 200 bytes"));
         }
+        if name.starts_with("exp-") {
+            return Err(Error::invalid(
+                "name",
+                "must not start with `exp-` (experiments' ids do)",
+            ));
+        }
         let record = pb::Experiment {
             id,
             name,
@@ -293,27 +303,27 @@ impl Orchestrator {
         })
     }
 
-    /// Runs a checked experiment to its end or until `tx`'s receiver goes.
-    async fn drive(self, caller: Caller, plan: Plan, tx: mpsc::Sender<pb::ExperimentEvent>) {
+    /// Runs a checked experiment to its end, until `tx`'s receiver goes,
+    /// or until this replica shuts down.
+    async fn drive(self, caller: Caller, plan: Plan, tx: Events) {
         let tenant = caller.tenant.clone();
         let started = Instant::now();
         let mut record = plan.record.clone();
-        if let Err(e) = self.experiments.put(&tenant, &record).await {
-            tracing::warn!(experiment = %record.id, error = %e, "the experiment's record could not be written");
-        }
-        let _ = tx
-            .send(pb::ExperimentEvent {
-                event: Some(pb::experiment_event::Event::Started(record.clone())),
-            })
-            .await;
-        let done: Arc<Mutex<Vec<Option<pb::CaseResult>>>> =
-            Arc::new(Mutex::new(vec![None; plan.dataset.cases.len()]));
-        let usage = Arc::new(Mutex::new(pb::Usage::default()));
+        self.save(&tenant, &mut record).await;
+        let _ = tx.send(pb::ExperimentEvent {
+            event: Some(pb::experiment_event::Event::Started(record.clone())),
+        });
+        let done: Mutex<Vec<Option<pb::CaseResult>>> =
+            Mutex::new(vec![None; plan.dataset.cases.len()]);
+        let usage = Mutex::new(pb::Usage::default());
         let plan = Arc::new(plan);
         let work = self.run_cases(&caller, &plan, &done, &usage, &tx, &record);
         let completed = tokio::select! {
             () = work => true,
             () = tx.closed() => false,
+            // Shutting down: no case starts, none goes on (a durable case's
+            // run is not handed over: see `app::resume`).
+            () = self.shutdown.cancelled() => false,
             () = self.runs_stop.cancelled() => false,
         };
         // Dropped: the runs still going are cancelled with their streams.
@@ -332,25 +342,39 @@ impl Orchestrator {
             pb::ExperimentStatus::Cancelled
         } as i32;
         record.ended_at = Some(std::time::SystemTime::now().into());
-        if let Err(e) = self.experiments.put(&tenant, &record).await {
-            tracing::warn!(experiment = %record.id, error = %e, "the experiment's record could not be written");
+        // Its end is written, tried again once: a record left RUNNING
+        // reads as ABANDONED once it is old.
+        if !self.save(&tenant, &mut record).await {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            self.save(&tenant, &mut record).await;
         }
         tracing::info!(experiment = %record.id, cases = record.cases.len(), completed, "experiment ended");
-        let _ = tx
-            .send(pb::ExperimentEvent {
-                event: Some(pb::experiment_event::Event::Ended(record)),
-            })
-            .await;
+        let _ = tx.send(pb::ExperimentEvent {
+            event: Some(pb::experiment_event::Event::Ended(record)),
+        });
     }
 
-    /// Runs every try, scoring and telling each case as its last try ends.
+    /// Writes `record`, stamped with the time; whether it was written.
+    async fn save(&self, tenant: &str, record: &mut pb::Experiment) -> bool {
+        record.updated_at = Some(std::time::SystemTime::now().into());
+        match self.experiments.put(tenant, record).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(experiment = %record.id, error = %e, "the experiment's record could not be written");
+                false
+            }
+        }
+    }
+
+    /// Runs every try, scoring and telling each case as its last try ends;
+    /// the record is written every [`SAVE_EVERY`] meanwhile.
     async fn run_cases(
         &self,
         caller: &Caller,
         plan: &Arc<Plan>,
         done: &Mutex<Vec<Option<pb::CaseResult>>>,
         usage: &Mutex<pb::Usage>,
-        tx: &mpsc::Sender<pb::ExperimentEvent>,
+        tx: &Events,
         record: &pb::Experiment,
     ) {
         let started = Instant::now();
@@ -360,15 +384,28 @@ impl Orchestrator {
         let mut queue =
             (0..plan.dataset.cases.len()).flat_map(|c| (0..plan.repeat).map(move |k| (c, k)));
         let mut running = FuturesUnordered::new();
-        let mut last_save = Instant::now();
-        let mut dirty = false;
+        let mut next_save = tokio::time::Instant::now() + SAVE_EVERY;
         loop {
             while running.len() < plan.concurrency {
                 let Some((c, _)) = queue.next() else { break };
                 running.push(self.run_try(caller, plan, c, &spent));
             }
-            let Some(tried) = running.next().await else {
+            if running.is_empty() {
                 break;
+            }
+            let tried = tokio::select! {
+                Some(tried) = running.next() => tried,
+                () = tokio::time::sleep_until(next_save) => {
+                    // Written while it runs, a case ended or not: a record
+                    // not written for long reads as ABANDONED.
+                    let mut r = record.clone();
+                    r.cases = done.lock().unwrap_or_else(|p| p.into_inner()).iter().flatten().cloned().collect();
+                    r.totals = Some(eval::totals(&r.cases, started.elapsed()));
+                    r.usage = Some(usage.lock().unwrap_or_else(|p| p.into_inner()).clone());
+                    self.save(&caller.tenant, &mut r).await;
+                    next_save = tokio::time::Instant::now() + SAVE_EVERY;
+                    continue;
+                }
             };
             {
                 let u = &tried.try_.usage.clone().unwrap_or_default();
@@ -380,6 +417,7 @@ impl Orchestrator {
                 let case = &plan.dataset.cases[c];
                 let tries = std::mem::take(&mut pending[c]);
                 let error = tries.iter().find_map(|t| t.error.clone());
+                let errored_tries = tries.iter().filter(|t| t.error.is_some()).count() as u32;
                 let mut result = pb::CaseResult {
                     case_id: case.id.clone(),
                     line: case.line,
@@ -396,33 +434,16 @@ impl Orchestrator {
                         .collect(),
                     labels: case.labels.clone().into_iter().collect(),
                     error: error.unwrap_or_default(),
+                    errored_tries,
                     ..Default::default()
                 };
                 eval::tally_case(&mut result);
                 done.lock().unwrap_or_else(|p| p.into_inner())[c] = Some(result.clone());
-                dirty = true;
-                let _ = tx
-                    .send(pb::ExperimentEvent {
-                        event: Some(pb::experiment_event::Event::CaseScored(result)),
-                    })
-                    .await;
-            }
-            if dirty && last_save.elapsed() >= SAVE_EVERY {
-                let mut r = record.clone();
-                r.cases = done
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .iter()
-                    .flatten()
-                    .cloned()
-                    .collect();
-                r.totals = Some(eval::totals(&r.cases, started.elapsed()));
-                r.usage = Some(usage.lock().unwrap_or_else(|p| p.into_inner()).clone());
-                if let Err(e) = self.experiments.put(&caller.tenant, &r).await {
-                    tracing::warn!(experiment = %r.id, error = %e, "the experiment's record could not be written");
-                }
-                last_save = Instant::now();
-                dirty = false;
+                // Unbounded: a slow reader never holds the runs back (at
+                // most a case's result a case is queued).
+                let _ = tx.send(pb::ExperimentEvent {
+                    event: Some(pb::experiment_event::Event::CaseScored(result)),
+                });
             }
         }
     }
@@ -432,21 +453,20 @@ impl Orchestrator {
     async fn run_try(&self, caller: &Caller, plan: &Plan, c: usize, spent: &Mutex<Spent>) -> Tried {
         let case = &plan.dataset.cases[c];
         let started = Instant::now();
-        let failed = |error: String| Tried {
-            case: c,
-            try_: pb::CaseTry::default(),
-            error: Some(error),
-        };
-        let budget = match &plan.budget {
-            None => None,
-            Some(b) => {
-                let s = spent.lock().unwrap_or_else(|p| p.into_inner());
-                let tokens = (b.tokens > 0).then(|| b.tokens.saturating_sub(s.tokens));
-                let cost = (b.cost > 0.0).then(|| (b.cost - s.cost_nanos as f64 / 1e9).max(0.0));
-                if tokens == Some(0) || cost.is_some_and(|c| c <= 0.0) {
-                    return failed("the experiment's budget is spent".into());
-                }
-                Some(pb::Budget { tokens, cost })
+        // A try that could not run, or whose run did not end here (its
+        // replica shut down, its lease lapsed, its stream broke): an error,
+        // not a failure of the agent. What it spent is counted.
+        let errored = |error: String, usage: pb::Usage| {
+            let mut s = spent.lock().unwrap_or_else(|p| p.into_inner());
+            s.tokens += usage.input_tokens + usage.output_tokens;
+            s.cost_nanos += usage.cost_nanos;
+            Tried {
+                case: c,
+                try_: pb::CaseTry {
+                    usage: Some(usage),
+                    ..Default::default()
+                },
+                error: Some(error),
             }
         };
         let target = if case.agent.is_empty() {
@@ -462,6 +482,23 @@ impl Orchestrator {
         let mut status = "completed";
         let mut error = String::new();
         for (i, message) in case.messages.iter().enumerate() {
+            // Each run is given what is left of the experiment's budget
+            // when it starts (with what this try spent so far counted).
+            let budget = match &plan.budget {
+                None => None,
+                Some(b) => {
+                    let s = spent.lock().unwrap_or_else(|p| p.into_inner());
+                    let used = s.tokens + usage.input_tokens + usage.output_tokens;
+                    let cost = s.cost_nanos + usage.cost_nanos;
+                    let tokens = (b.tokens > 0).then(|| b.tokens.saturating_sub(used));
+                    let cost = (b.cost > 0.0).then(|| (b.cost - cost as f64 / 1e9).max(0.0));
+                    if tokens == Some(0) || cost.is_some_and(|c| c <= 0.0) {
+                        drop(s);
+                        return errored("the experiment's budget is spent".into(), usage);
+                    }
+                    Some(pb::Budget { tokens, cost })
+                }
+            };
             let request = pb::RunAgentRequest {
                 agent: target.clone(),
                 input: message.clone(),
@@ -482,26 +519,29 @@ impl Orchestrator {
             };
             let started_run = match self.start_case_run(caller, plan, case, request).await {
                 Ok(s) => s,
-                Err(e) => return failed(format!("the case's run could not start: {e}")),
+                Err(e) => return errored(format!("the case's run could not start: {e}"), usage),
             };
             run_id = started_run.run_id.clone();
             let ran = collect(started_run.events).await;
+            crate::run::usage::add(&mut usage, &ran.usage);
+            if ran.status == "error"
+                || (ran.status == "failed" && ran.code == tonic::Code::Unavailable as i32)
+            {
+                return errored(
+                    format!("the case's run {run_id} did not end here: {}", ran.error),
+                    usage,
+                );
+            }
             if conversation.is_empty() {
                 conversation = ran.conversation;
             }
             calls.extend(ran.calls);
-            crate::run::usage::add(&mut usage, &ran.usage);
             outputs.push(ran.output);
             if ran.status != "completed" {
                 status = ran.status;
                 error = ran.error;
                 break;
             }
-        }
-        {
-            let mut s = spent.lock().unwrap_or_else(|p| p.into_inner());
-            s.tokens += usage.input_tokens + usage.output_tokens;
-            s.cost_nanos += usage.cost_nanos;
         }
         // The answers scored: the last, or each.
         let scored: Vec<(usize, &String)> = match case.scored {
@@ -512,7 +552,7 @@ impl Orchestrator {
         };
         let mut scores = Vec::new();
         for (i, output) in scored {
-            for scorer in &case.scorers {
+            for (k, scorer) in case.scorers.iter().enumerate() {
                 let mut v = match scorer.score(
                     output,
                     case.expected.as_ref(),
@@ -521,9 +561,13 @@ impl Orchestrator {
                 ) {
                     Some(v) => v,
                     None => {
-                        let (v, u) = self
-                            .ask_scorer(caller, plan, scorer, case, output, &calls, &run_id)
-                            .await;
+                        let asked = Asked {
+                            output,
+                            calls: &calls,
+                            run_id: &run_id,
+                            call_id: format!("score-{i}-{k}"),
+                        };
+                        let (v, u) = self.ask_scorer(caller, plan, scorer, case, &asked).await;
                         crate::run::usage::add(&mut usage, &u);
                         v
                     }
@@ -533,6 +577,12 @@ impl Orchestrator {
                 }
                 scores.push(v);
             }
+        }
+        // What it spent, its judges' calls included.
+        {
+            let mut s = spent.lock().unwrap_or_else(|p| p.into_inner());
+            s.tokens += usage.input_tokens + usage.output_tokens;
+            s.cost_nanos += usage.cost_nanos;
         }
         let passed = status == "completed" && scores.iter().all(|v| v.passed);
         Tried {
@@ -610,10 +660,9 @@ impl Orchestrator {
         plan: &Plan,
         scorer: &Scorer,
         case: &Case,
-        output: &str,
-        calls: &[ActualCall],
-        run_id: &str,
+        asked: &Asked<'_>,
     ) -> (Verdict, pb::Usage) {
+        let output = asked.output;
         match &scorer.how {
             How::Judge {
                 model,
@@ -667,8 +716,7 @@ impl Orchestrator {
                 (v, usage)
             }
             How::Tool(tool) => (
-                self.tool_scorer(caller, scorer, tool, case, output, calls, run_id)
-                    .await,
+                self.tool_scorer(caller, scorer, tool, case, asked).await,
                 pb::Usage::default(),
             ),
             _ => (
@@ -782,10 +830,9 @@ impl Orchestrator {
         scorer: &Scorer,
         tool: &str,
         case: &Case,
-        output: &str,
-        calls: &[ActualCall],
-        run_id: &str,
+        asked: &Asked<'_>,
     ) -> Verdict {
+        let (output, calls, run_id) = (asked.output, asked.calls, asked.run_id);
         let services = self.services();
         let Some(t) = services.tools.get(tool).cloned() else {
             return scorer.verdict(0.0, format!("no tool {tool:?} any more"));
@@ -810,7 +857,9 @@ impl Orchestrator {
             context_id: "scorer",
             depth: 0,
             agent: "scorer",
-            call_id: "score",
+            // Its own id a scorer and an answer: a tool server that
+            // de-duplicates calls by id answers each.
+            call_id: &asked.call_id,
             tool,
             events: &Quiet,
             cancelled_calls: &cancelled,
@@ -911,6 +960,17 @@ impl Orchestrator {
             .get_experiment(caller, &r.candidate)
             .await
             .map_err(|e| field("candidate", e))?;
+        for (f, e) in [("baseline", &a), ("candidate", &b)] {
+            if e.status == pb::ExperimentStatus::Running as i32 {
+                return Err(Error::FailedPrecondition {
+                    field: f,
+                    message: format!(
+                        "experiment {} is still running: compare it once it ends",
+                        e.name
+                    ),
+                });
+            }
+        }
         Ok(eval::compare::compare(a, b, alpha))
     }
 
@@ -1032,6 +1092,18 @@ impl Orchestrator {
     }
 }
 
+/// What a scorer that is asked (a judge, a tool) is given of a try.
+struct Asked<'a> {
+    /// The answer scored.
+    output: &'a str,
+    /// The try's tool calls.
+    calls: &'a [ActualCall],
+    /// The try's (last) run.
+    run_id: &'a str,
+    /// The call's id for a tool scorer, its own a scorer and an answer.
+    call_id: String,
+}
+
 /// What a judge is told before its rubric.
 const JUDGE_INSTRUCTIONS: &str = "You are an impartial judge of an AI assistant's answer. Read the conversation, the reference answer if there is one, and the answer to judge. Judge the answer only by the rubric below. Reply with a JSON object and nothing else: {\"score\": a number from 0 (fails the rubric) to 1 (meets it fully), \"reason\": one sentence saying why}.";
 
@@ -1084,7 +1156,11 @@ fn cut_long(s: &str) -> String {
 
 /// What a run's stream came to.
 struct Ran {
+    /// `completed`, `failed`, `cancelled`, or `error` (the stream broke or
+    /// ended without the run's end).
     status: &'static str,
+    /// A failure's code.
+    code: i32,
     output: String,
     error: String,
     usage: pb::Usage,
@@ -1095,7 +1171,8 @@ struct Ran {
 /// Reads a run's events to its end.
 async fn collect(mut events: crate::run::events::EventStream) -> Ran {
     let mut ran = Ran {
-        status: "failed",
+        status: "error",
+        code: 0,
         output: String::new(),
         error: "the run's stream ended without its end".into(),
         usage: pb::Usage::default(),
@@ -1126,6 +1203,7 @@ async fn collect(mut events: crate::run::events::EventStream) -> Ran {
             }
             Some(Payload::RunFailed(f)) => {
                 ran.status = "failed";
+                ran.code = f.code;
                 ran.error = f.message;
                 ran.usage = f.usage.unwrap_or_default();
                 break;

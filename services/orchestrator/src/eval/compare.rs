@@ -1,11 +1,12 @@
 //! Two experiments compared, case by case (matched by case id).
 //!
 //! A case whose pass rate fell *regressed* when the fall is beyond noise:
-//! with two or more tries on both sides, when Fisher's exact test
-//! (one-sided, [`super::stats::fisher`]) gives a p-value at most `alpha`;
-//! with a single try on either side there is no noise to measure, so any
-//! fall (pass → fail) is a regression. A case that could not run in the
-//! candidate (an error) counts as failed. Rises are judged the same way.
+//! when Fisher's exact test (one-sided, [`super::stats::fisher`]) gives a
+//! p-value at most `alpha`; with a single try on both sides there is no
+//! noise to measure, so a fall (pass → fail) is a regression. A try that
+//! could not run (an error) counts as failed. A case the candidate did not
+//! run because it did not complete regressed (a CI job must not pass on an
+//! experiment cut short). Rises are judged the same way.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -15,11 +16,9 @@ use super::stats::fisher;
 
 /// Tries that passed, and tries (a case that could not run: 0 of 1).
 fn counts(c: &pb::CaseResult) -> (u32, u32) {
-    if c.tries.is_empty() {
-        return (0, 1);
-    }
     let passed = c.tries.iter().filter(|t| t.passed).count() as u32;
-    (passed, c.tries.len() as u32)
+    let tries = c.tries.len() as u32 + c.errored_tries;
+    (passed, tries.max(1))
 }
 
 /// Each scorer's mean score over a case's tries.
@@ -86,7 +85,7 @@ pub fn compare(
         };
         let (bp, bn) = counts(b);
         let rate_b = f64::from(bp) / f64::from(bn);
-        let single = bn < 2 || cn < 2;
+        let single = bn < 2 && cn < 2;
         let (kind, p) = if (rate_c - rate_b).abs() < 1e-12 {
             (K::Same, 1.0)
         } else if rate_c < rate_b {
@@ -120,14 +119,26 @@ pub fn compare(
             tries: format!("{bp}/{bn} → {cp}/{cn}"),
         });
     }
+    let cut_short = candidate.status != pb::ExperimentStatus::Completed as i32;
     for b in &baseline.cases {
         if !seen.contains(b.case_id.as_str()) {
             let (bp, bn) = counts(b);
+            // Not run because the candidate did not complete: not a case
+            // taken out of the dataset.
+            let (kind, reason) = if cut_short {
+                (
+                    K::Regressed,
+                    "not run: the candidate experiment did not complete".to_owned(),
+                )
+            } else {
+                (K::Removed, String::new())
+            };
             changes.push(pb::CaseChange {
                 case_id: b.case_id.clone(),
-                kind: K::Removed as i32,
+                kind: kind as i32,
                 baseline_pass_rate: f64::from(bp) / f64::from(bn),
                 p_value: 1.0,
+                reason,
                 tries: format!("{bp}/{bn}, –"),
                 ..Default::default()
             });
@@ -183,6 +194,7 @@ mod tests {
     fn exp(cases: Vec<pb::CaseResult>) -> pb::Experiment {
         pb::Experiment {
             cases,
+            status: pb::ExperimentStatus::Completed as i32,
             ..Default::default()
         }
     }
@@ -236,5 +248,33 @@ mod tests {
             0.05,
         );
         assert!(!c.regressed, "a flaky case does not fail a build");
+        // One try against many: Fisher decides (1/1 → 19/20 is noise).
+        let mut many = vec![true; 19];
+        many.push(false);
+        let c = compare(
+            exp(vec![case("a", &[true])]),
+            exp(vec![case("a", &many)]),
+            0.05,
+        );
+        assert_eq!(c.cases[0].kind, pb::CaseChangeKind::WorseWithinNoise as i32);
+        // A cancelled candidate's cases not run regressed.
+        let mut cut = exp(vec![case("a", &[true])]);
+        cut.status = pb::ExperimentStatus::Cancelled as i32;
+        let c = compare(exp(vec![case("a", &[true]), case("b", &[true])]), cut, 0.05);
+        assert!(c.regressed);
+        assert_eq!(c.cases[0].case_id, "b");
+        assert_eq!(
+            c.cases[0].reason,
+            "not run: the candidate experiment did not complete"
+        );
+        // A try that could not run counts as failed.
+        let mut errored = case("a", &[true]);
+        errored.errored_tries = 1;
+        let c = compare(
+            exp(vec![case("a", &[true, true])]),
+            exp(vec![errored]),
+            0.05,
+        );
+        assert_eq!(c.cases[0].tries, "2/2 → 1/2");
     }
 }

@@ -312,13 +312,26 @@ pub fn parse(name: &str, text: &str) -> Result<Dataset, Bad> {
 fn parse_lines(text: &str) -> Result<(Defaults, Vec<(u32, CaseSpec)>), Bad> {
     let mut defaults = Defaults::default();
     let mut specs = Vec::new();
+    let mut seen_header = false;
     for (i, raw) in text.lines().enumerate() {
         let line = i as u32 + 1;
         let trimmed = raw.trim();
         if trimmed.is_empty() || trimmed.starts_with('#') {
             continue;
         }
-        if specs.is_empty() && trimmed.starts_with("{\"dataset\"") {
+        // The first line may be the header, `{"dataset": {…}}`, once.
+        let header = specs.is_empty()
+            && serde_json::from_str::<Map<String, Value>>(trimmed)
+                .is_ok_and(|m| m.len() == 1 && m.contains_key("dataset"));
+        if header {
+            if seen_header {
+                return Err(Bad::new(
+                    line,
+                    "dataset",
+                    "a second header: give the dataset's defaults once, on its first line",
+                ));
+            }
+            seen_header = true;
             #[derive(Deserialize)]
             #[serde(deny_unknown_fields)]
             struct Header {
@@ -680,6 +693,30 @@ mod tests {
             .map(|_| ())
             .expect_err("refused")
             .said(name)
+    }
+
+    #[test]
+    fn a_header_is_read_however_spaced_and_only_once() {
+        let d = parse(
+            "d.jsonl",
+            "{ \"dataset\" : {\"agent\": \"a\"} }\n{\"input\": \"x\", \"expected\": \"y\"}\n",
+        )
+        .expect("parses");
+        assert_eq!(d.agent.as_deref(), Some("a"));
+        assert_eq!(
+            bad(
+                "d.jsonl",
+                "{\"dataset\": {}}\n{\"dataset\": {}}\n{\"input\": \"x\", \"expected\": \"y\"}"
+            ),
+            "d.jsonl:2: dataset: a second header: give the dataset's defaults once, on its first line"
+        );
+        // An empty recording is one (a run that called no tool outside Baton).
+        let d = parse(
+            "d.jsonl",
+            "{\"input\": \"x\", \"expected\": \"y\", \"recording\": {\"calls\": []}}",
+        )
+        .expect("parses");
+        assert_eq!(d.cases[0].tools, ToolsMode::Recorded);
     }
 
     #[test]

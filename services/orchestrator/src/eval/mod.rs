@@ -19,8 +19,9 @@ pub mod store;
 use baton_proto::v1 as pb;
 
 /// Fills a case's pass rate, pass@k and interval from its tries.
+/// A try that could not run (`errored_tries`) counts as one that failed.
 pub fn tally_case(c: &mut pb::CaseResult) {
-    let n = c.tries.len() as u32;
+    let n = c.tries.len() as u32 + c.errored_tries;
     let passed = c.tries.iter().filter(|t| t.passed).count() as u32;
     c.passed = n > 0 && passed == n;
     c.pass_at_k = passed > 0;
@@ -52,7 +53,7 @@ pub fn totals(cases: &[pb::CaseResult], duration: std::time::Duration) -> pb::Ex
         if c.pass_at_k {
             at_k += 1;
         }
-        t.tries += c.tries.len() as u32;
+        t.tries += c.tries.len() as u32 + c.errored_tries;
         t.tries_passed += c.tries.iter().filter(|x| x.passed).count() as u32;
     }
     t.pass_rate = if t.tries == 0 {

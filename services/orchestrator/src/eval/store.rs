@@ -18,6 +18,31 @@ use crate::{error::Error, shared_state::SharedState};
 /// Most experiments kept a tenant in memory.
 pub const MAX_KEPT: usize = 200;
 
+/// A running experiment whose record was not written for this long reads
+/// as ABANDONED: its replica stopped without saying so (it writes every
+/// `app::experiment::SAVE_EVERY`).
+pub const ABANDONED_AFTER: Duration = Duration::from_secs(30);
+
+/// `record` as a reader sees it: a RUNNING one not written for
+/// [`ABANDONED_AFTER`] is ABANDONED.
+fn as_read(mut record: pb::Experiment) -> pb::Experiment {
+    if record.status == pb::ExperimentStatus::Running as i32 {
+        let written = record
+            .updated_at
+            .as_ref()
+            .and_then(|t| std::time::SystemTime::try_from(*t).ok());
+        let stale = written.is_some_and(|w| {
+            std::time::SystemTime::now()
+                .duration_since(w)
+                .is_ok_and(|d| d > ABANDONED_AFTER)
+        });
+        if stale {
+            record.status = pb::ExperimentStatus::Abandoned as i32;
+        }
+    }
+    record
+}
+
 /// One record kept in memory.
 pub struct Kept {
     record: pb::Experiment,
@@ -82,13 +107,25 @@ impl Experiments {
                     .started_at
                     .as_ref()
                     .map_or(0, |t| t.seconds * 1000 + i64::from(t.nanos) / 1_000_000);
+                // Lists read the summary (the record without its cases).
+                let summary = pb::Experiment {
+                    cases: Vec::new(),
+                    ..record.clone()
+                };
+                // Its first write (it names it).
+                let first = record.status == pb::ExperimentStatus::Running as i32
+                    && record.totals.is_none();
                 shared
                     .put_experiment(
                         tenant,
-                        &record.id,
-                        &record.name,
-                        started,
-                        &record.encode_to_vec(),
+                        crate::shared_state::ExperimentWrite {
+                            id: &record.id,
+                            name: &record.name,
+                            started_ms: started,
+                            record: &record.encode_to_vec(),
+                            summary: &summary.encode_to_vec(),
+                            first,
+                        },
                     )
                     .await
             }
@@ -101,13 +138,19 @@ impl Experiments {
             Self::Memory { kept, retention } => {
                 let kept = kept.lock().unwrap_or_else(|p| p.into_inner());
                 let now = Instant::now();
+                let live = |k: &&Kept| k.ended.is_none_or(|e| now.duration_since(e) < *retention);
                 Ok(kept.get(tenant).and_then(|list| {
                     list.iter()
                         .rev()
-                        .filter(|k| k.ended.is_none_or(|e| now.duration_since(e) < *retention))
+                        .filter(live)
                         .find(|k| k.record.id == which)
-                        .or_else(|| list.iter().rev().find(|k| k.record.name == which))
-                        .map(|k| k.record.clone())
+                        .or_else(|| {
+                            list.iter()
+                                .rev()
+                                .filter(live)
+                                .find(|k| k.record.name == which)
+                        })
+                        .map(|k| as_read(k.record.clone()))
                 }))
             }
             Self::Redis(shared) => {
@@ -122,7 +165,8 @@ impl Experiments {
                 Ok(shared
                     .experiment(tenant, &id)
                     .await?
-                    .and_then(|b| pb::Experiment::decode(b.as_slice()).ok()))
+                    .and_then(|b| pb::Experiment::decode(b.as_slice()).ok())
+                    .map(as_read))
             }
         }
     }
@@ -135,7 +179,7 @@ impl Experiments {
         offset: usize,
         count: usize,
     ) -> Result<(Vec<pb::Experiment>, Option<usize>), Error> {
-        let (mut page, more): (Vec<pb::Experiment>, bool) = match self {
+        let (page, more): (Vec<pb::Experiment>, bool) = match self {
             Self::Memory { kept, retention } => {
                 let kept = kept.lock().unwrap_or_else(|p| p.into_inner());
                 let now = Instant::now();
@@ -163,9 +207,71 @@ impl Experiments {
                 )
             }
         };
-        for e in &mut page {
-            e.cases = Vec::new();
-        }
+        let page = page
+            .into_iter()
+            .map(|mut e| {
+                e.cases = Vec::new();
+                as_read(e)
+            })
+            .collect();
         Ok((page, more.then_some(offset + count)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_running_record_not_written_for_long_reads_as_abandoned() {
+        let at = |ago: u64| Some((std::time::SystemTime::now() - Duration::from_secs(ago)).into());
+        let running = |ago| pb::Experiment {
+            status: pb::ExperimentStatus::Running as i32,
+            updated_at: at(ago),
+            ..Default::default()
+        };
+        assert_eq!(
+            as_read(running(5)).status,
+            pb::ExperimentStatus::Running as i32
+        );
+        assert_eq!(
+            as_read(running(31)).status,
+            pb::ExperimentStatus::Abandoned as i32
+        );
+        let ended = pb::Experiment {
+            status: pb::ExperimentStatus::Completed as i32,
+            updated_at: at(3600),
+            ..Default::default()
+        };
+        assert_eq!(
+            as_read(ended).status,
+            pb::ExperimentStatus::Completed as i32
+        );
+    }
+
+    #[tokio::test]
+    async fn memory_keeps_a_tenants_records_apart_and_finds_the_newest_by_name() {
+        let store = Experiments::memory(Duration::from_secs(60));
+        let record = |id: &str, name: &str| pb::Experiment {
+            id: id.into(),
+            name: name.into(),
+            status: pb::ExperimentStatus::Completed as i32,
+            cases: vec![pb::CaseResult::default()],
+            ..Default::default()
+        };
+        store.put("a", &record("exp-1", "main")).await.expect("put");
+        store.put("a", &record("exp-2", "main")).await.expect("put");
+        store.put("b", &record("exp-3", "main")).await.expect("put");
+        let got = store.get("a", "main").await.expect("get").expect("found");
+        assert_eq!(got.id, "exp-2");
+        assert!(
+            store.get("a", "exp-3").await.expect("get").is_none(),
+            "another tenant's"
+        );
+        let (page, next) = store.list("a", 0, 1).await.expect("list");
+        assert_eq!(
+            (page[0].id.as_str(), page[0].cases.len(), next),
+            ("exp-2", 0, Some(1))
+        );
     }
 }

@@ -219,7 +219,7 @@ impl OrchestratorRpc for OrchestratorService {
             .await
             .map_err(status)?;
         Ok(Response::new(Box::pin(
-            tokio_stream::wrappers::ReceiverStream::new(events).map(Ok),
+            tokio_stream::wrappers::UnboundedReceiverStream::new(events).map(Ok),
         )))
     }
 

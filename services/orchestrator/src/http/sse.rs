@@ -90,7 +90,7 @@ pub fn changes(changes: baton_store::ChangeStream) -> Response {
 /// The SSE answer of an experiment's events: `event: started`,
 /// `caseScored`, `ended` frames whose data is the `ExperimentEvent` in the
 /// JSON mapping; keep-alive comments between.
-pub fn experiment(events: tokio::sync::mpsc::Receiver<pb::ExperimentEvent>) -> Response {
+pub fn experiment(events: tokio::sync::mpsc::UnboundedReceiver<pb::ExperimentEvent>) -> Response {
     let frames = futures::stream::unfold(Some(events), |state| async move {
         let mut events = state?;
         let frame = match tokio::time::timeout(KEEP_ALIVE, events.recv()).await {

@@ -1,60 +1,80 @@
-//! Experiments' records in Redis (`eval::store`): each a string key
-//! `{prefix}:exp:{tenant}:<id>` holding the record (`baton.v1.Experiment`,
-//! protobuf), kept `runs.retention` from its last write, and a sorted set
-//! per tenant, `{prefix}:exp:{tenant}:index`, of ids by start time (an id
-//! whose record expired is dropped from it as a listing finds it); a name
-//! is looked up in the hash `{prefix}:exp:{tenant}:names`. The three keys
-//! share the tenant's hash tag.
+//! Experiments' records in Redis (`eval::store`), per tenant, every key
+//! kept `runs.retention` from its last write and sharing the tenant's hash
+//! tag: `{prefix}:exp:{tenant}:r:<id>` the record (`baton.v1.Experiment`,
+//! protobuf), `…:s:<id>` its summary (the record without its cases, what
+//! a listing reads), `…:n:<name>` the id of the newest experiment of that
+//! name (written at its first write only, so a running experiment never
+//! takes its name back from a newer one), and `…:index`, a sorted set of
+//! ids by start time (entries older than the retention are trimmed at each
+//! first write; an id whose record expired is dropped as a listing finds
+//! it).
 
 use super::{SharedState, hex, redis_error};
 use crate::error::Error;
+
+/// One write of an experiment's record.
+pub struct ExperimentWrite<'a> {
+    /// Its id.
+    pub id: &'a str,
+    /// Its name.
+    pub name: &'a str,
+    /// When it started (ms since the Unix epoch).
+    pub started_ms: i64,
+    /// The record.
+    pub record: &'a [u8],
+    /// The record without its cases.
+    pub summary: &'a [u8],
+    /// Whether this is its first write.
+    pub first: bool,
+}
 
 impl SharedState {
     fn experiment_key(&self, tenant: &str, part: &str) -> String {
         self.key("exp", &hex(tenant), part)
     }
 
-    /// Writes experiment `id`'s `record` (named `name`, started at
-    /// `started_ms`) for its retention.
-    pub async fn put_experiment(
-        &self,
-        tenant: &str,
-        id: &str,
-        name: &str,
-        started_ms: i64,
-        record: &[u8],
-    ) -> Result<(), Error> {
+    /// Writes an experiment's record (new or updated) for its retention.
+    pub async fn put_experiment(&self, tenant: &str, w: ExperimentWrite<'_>) -> Result<(), Error> {
         let mut c = self.conn().await?;
         let ttl = self.retention().as_millis().max(1) as u64;
-        redis::pipe()
-            .atomic()
+        let index = self.experiment_key(tenant, "index");
+        let mut pipe = redis::pipe();
+        pipe.atomic()
             .cmd("SET")
-            .arg(self.experiment_key(tenant, &format!("r:{id}")))
-            .arg(record)
+            .arg(self.experiment_key(tenant, &format!("r:{}", w.id)))
+            .arg(w.record)
+            .arg("PX")
+            .arg(ttl)
+            .ignore()
+            .cmd("SET")
+            .arg(self.experiment_key(tenant, &format!("s:{}", w.id)))
+            .arg(w.summary)
             .arg("PX")
             .arg(ttl)
             .ignore()
             .cmd("ZADD")
-            .arg(self.experiment_key(tenant, "index"))
-            .arg(started_ms)
-            .arg(id)
-            .ignore()
-            .cmd("HSET")
-            .arg(self.experiment_key(tenant, "names"))
-            .arg(name)
-            .arg(id)
+            .arg(&index)
+            .arg(w.started_ms)
+            .arg(w.id)
             .ignore()
             .cmd("PEXPIRE")
-            .arg(self.experiment_key(tenant, "index"))
+            .arg(&index)
             .arg(ttl)
-            .ignore()
-            .cmd("PEXPIRE")
-            .arg(self.experiment_key(tenant, "names"))
-            .arg(ttl)
-            .ignore()
-            .query_async::<()>(&mut c)
-            .await
-            .map_err(redis_error)
+            .ignore();
+        if w.first {
+            pipe.cmd("SET")
+                .arg(self.experiment_key(tenant, &format!("n:{}", w.name)))
+                .arg(w.id)
+                .arg("PX")
+                .arg(ttl)
+                .ignore()
+                .cmd("ZREMRANGEBYSCORE")
+                .arg(&index)
+                .arg("-inf")
+                .arg(format!("({}", w.started_ms - ttl as i64))
+                .ignore();
+        }
+        pipe.query_async::<()>(&mut c).await.map_err(redis_error)
     }
 
     /// Experiment `id`'s record, if kept.
@@ -67,23 +87,22 @@ impl SharedState {
             .map_err(redis_error)
     }
 
-    /// The id of the experiment named `name`, if any.
+    /// The id of the newest experiment named `name`, if kept.
     pub async fn experiment_named(
         &self,
         tenant: &str,
         name: &str,
     ) -> Result<Option<String>, Error> {
         let mut c = self.conn().await?;
-        redis::cmd("HGET")
-            .arg(self.experiment_key(tenant, "names"))
-            .arg(name)
+        redis::cmd("GET")
+            .arg(self.experiment_key(tenant, &format!("n:{name}")))
             .query_async(&mut c)
             .await
             .map_err(redis_error)
     }
 
-    /// A page of the tenant's experiments, newest first, from `offset`:
-    /// their records, and whether more follow.
+    /// A page of the tenant's experiments' summaries, newest first, from
+    /// `offset`, and whether more follow.
     pub async fn experiments(
         &self,
         tenant: &str,
@@ -106,7 +125,7 @@ impl SharedState {
         }
         let keys: Vec<String> = ids
             .iter()
-            .map(|id| self.experiment_key(tenant, &format!("r:{id}")))
+            .map(|id| self.experiment_key(tenant, &format!("s:{id}")))
             .collect();
         let records: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
             .arg(&keys)

@@ -27,6 +27,7 @@
 pub mod breakers;
 mod clock;
 mod experiments;
+pub use experiments::ExperimentWrite;
 pub mod holds;
 pub mod limits;
 pub mod periods;

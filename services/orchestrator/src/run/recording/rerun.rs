@@ -242,7 +242,13 @@ impl Rerun {
                     .filter(|r| r.unit.starts_with("c/"))
                     .map(|r| (r.unit.to_string(), r.seq))
                     .collect();
-                let r = Self::new(origin, !unrecorded_live, history);
+                let mut r = Self::new(origin, !unrecorded_live, history);
+                // Only calls that left Baton (a denied or refused call did
+                // not) answer a case's calls.
+                r.calls.retain(|_, c| {
+                    serde_json::from_slice::<Value>(&c.record)
+                        .is_ok_and(|v| v.get("x") == Some(&Value::Bool(true)))
+                });
                 order.extend(
                     r.calls
                         .keys()
