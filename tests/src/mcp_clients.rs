@@ -159,6 +159,7 @@ pub fn all_runs() -> baton_orchestrator::request::RunsQuery {
     baton_orchestrator::request::RunsQuery {
         status: None,
         waiting: false,
+        failing_scores: false,
         after: None,
         size: 100,
     }

@@ -934,3 +934,108 @@ async fn a_reader_that_does_not_read_holds_no_run_back() {
         "name: must not start with `exp-` (experiments' ids do)"
     );
 }
+
+/// Live scoring: `greeter` scores every run (sample 1) three ways, `coin`
+/// none of them (sample 0.0001: no run id of these falls under it); the
+/// scores are on GetRun and ListRuns, a failing one found with
+/// `failing_scores`, counted on /metrics; on Redis, read from another
+/// replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_runs_of_an_agent_with_scoring_are_scored_as_they_end() {
+    let redis = RedisServer::start().expect("redis");
+    let host = TestToolHost::start().await.expect("tool host");
+    let provider = provider().await;
+    let yaml = agents(&host.endpoint(), &provider, "x")
+        .replace(
+            "greeter: {model: \"fake:greeter\"}",
+            "greeter:\n    model: \"fake:greeter\"\n    scoring:\n      sample: 1\n      scorers:\n        - {kind: contains, value: Ada}\n        - {kind: regex, name: polite, pattern: \"(?i)please\"}\n        - {kind: tool, tool: score_answer}",
+        )
+        .replace(
+            "coin: {model: \"fake:coin\"}",
+            "coin:\n    model: \"fake:coin\"\n    scoring: {sample: 0.0001, scorers: [{kind: contains, value: heads}]}",
+        );
+    for durable in [false, true] {
+        let url = redis.url();
+        let metrics = baton_e2e::free_addr().expect("port");
+        let a = OrchestratorServer::start(&yaml, None, move |c| {
+            c.telemetry.metrics_listen = metrics.to_string();
+            if durable {
+                durable_runs(url)(c);
+            }
+        })
+        .await
+        .expect("a");
+        let client = a.client().await.expect("client");
+        let events = client
+            .run_agent_to_end(baton_e2e::agent_request("greeter", "hi, I am Ada"))
+            .await
+            .expect("run");
+        let run_id = events[0].run_id.clone();
+        let mut scored = None;
+        for _ in 0..100 {
+            let run = client.get_run(&run_id).await.expect("get");
+            if !run.scores.is_empty() {
+                scored = Some(run);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let run = scored.expect("scored as it ended");
+        let said: Vec<(String, bool)> = run
+            .scores
+            .iter()
+            .map(|s| (s.scorer.clone(), s.passed))
+            .collect();
+        assert_eq!(
+            said,
+            [
+                ("contains".to_owned(), true),
+                ("polite".to_owned(), false),
+                ("tool".to_owned(), false)
+            ],
+            "{:?}",
+            run.scores
+        );
+        assert_eq!(
+            run.scores[1].reason,
+            "the answer does not match /(?i)please/: \"Hello Ada, nice to meet you.\""
+        );
+        // Listed, and found among the failing.
+        let failing = client.list_failing_runs(0, "").await.expect("list");
+        assert_eq!(failing.runs.len(), 1, "{failing:?}");
+        assert_eq!(failing.runs[0].scores.len(), 3);
+        // A run outside the sample is not scored.
+        let coin = client
+            .run_agent_to_end(baton_e2e::agent_request("coin", "flip"))
+            .await
+            .expect("run");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let run = client.get_run(&coin[0].run_id).await.expect("get");
+        assert!(run.scores.is_empty(), "{:?}", run.scores);
+        if durable {
+            // Kept in Redis: another replica reads them.
+            let b = OrchestratorServer::start(&yaml, None, durable_runs(redis.url()))
+                .await
+                .expect("b");
+            let on_b = b
+                .client()
+                .await
+                .expect("b")
+                .get_run(&run_id)
+                .await
+                .expect("get on b");
+            assert_eq!(on_b.scores.len(), 3);
+        } else {
+            let metrics = reqwest::get(format!("http://{metrics}/metrics"))
+                .await
+                .expect("metrics")
+                .text()
+                .await
+                .expect("text");
+            assert!(
+                metrics.contains("baton_live_scores_total{agent=\"greeter\",scorer=\"polite\",passed=\"false\"} 1"),
+                "{metrics}"
+            );
+        }
+    }
+}

@@ -171,6 +171,7 @@ async fn list_runs_is_per_tenant_newest_first_by_status_and_paged() {
             page_size,
             page_token: page_token.into(),
             waiting: false,
+            failing_scores: false,
         };
         let mut request = tonic::Request::new(request);
         request.metadata_mut().insert(

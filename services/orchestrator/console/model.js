@@ -107,6 +107,8 @@ export class RunModel {
     this.replayOf = '';
     /** For a case of an experiment: the experiment (GetRun's experimentId). */
     this.experimentId = '';
+    /** Its live scores (GetRun's scores), once scored. */
+    this.scores = [];
     /** For a replay: whether it is strict; its stats once it ended
      * (`{matchedCalls, calls, diverged}`); where it diverged. */
     this.strict = false;
@@ -168,6 +170,7 @@ export class RunModel {
     this.historyGone = !!r.historyGone;
     if (r.replayOf) this.replayOf = r.replayOf;
     if (r.experimentId) this.experimentId = r.experimentId;
+    if (r.scores && r.scores.length) this.scores = r.scores;
     if (r.conversationId) this.conversationId = r.conversationId;
     if (r.runContextJson) this.runContextJson = r.runContextJson;
     // While it runs, the totals are summed from the events (replayed from

@@ -62,6 +62,8 @@ export function openRun(main, runId, app, query = new URLSearchParams()) {
   el.replayOfFact = h('div', { hidden: true }, h('dt', { text: 'Replay of' }), el.replayOf);
   el.experiment = h('dd', { 'data-testid': 'run-experiment' });
   el.experimentFact = h('div', { hidden: true }, h('dt', { text: 'Experiment' }), el.experiment);
+  el.scores = h('dd', { 'data-testid': 'run-scores', class: 'scores' });
+  el.scoresFact = h('div', { hidden: true, class: 'wide' }, h('dt', { text: 'Live scores' }), el.scores);
   el.replays = h('dd', { 'data-testid': 'run-replays' });
   el.replaysFact = h('div', { hidden: true }, h('dt', { text: 'Replays' }), el.replays);
   el.conversation = h('dd', { 'data-testid': 'run-conversation' });
@@ -128,7 +130,7 @@ export function openRun(main, runId, app, query = new URLSearchParams()) {
         fact('Run', h('dd', null, h('code', { 'data-testid': 'run-id', text: runId })), true),
         fact('Kind', el.kind), fact('Trace', el.trace, true), fact('Started', el.started),
         fact('Duration', el.duration), fact('Usage', el.usage, true), fact('Events', el.events), fact('Stream', el.stream),
-        el.conversationFact, el.experimentFact, el.originFact, el.forksFact, el.replayOfFact, el.replaysFact),
+        el.conversationFact, el.experimentFact, el.scoresFact, el.originFact, el.forksFact, el.replayOfFact, el.replaysFact),
       h('div', { class: 'actions' }, el.continue, el.cancel, el.replayBtn, el.saveCaseBtn),
       el.gone, el.outcome, el.replay, el.forkBox, el.replayBox, el.saveCaseBox, el.pending),
     tablist, ...Object.values(panel)));
@@ -267,6 +269,13 @@ export function openRun(main, runId, app, query = new URLSearchParams()) {
   }
 
   function drawLineage() {
+    // Its live scores (the agent's scoring), once scored.
+    el.scoresFact.hidden = !model.scores.length;
+    if (model.scores.length && el.scores.childElementCount !== model.scores.length) {
+      el.scores.replaceChildren(...model.scores.map((s) =>
+        h('span', { class: `score ${s.passed ? 'ok' : 'bad'}`, title: s.reason, 'data-testid': 'run-score' },
+          `${s.scorer} ${Number(s.score || 0).toFixed(2)}`)));
+    }
     // A case of an experiment: the way to its scores.
     el.experimentFact.hidden = !model.experimentId;
     if (model.experimentId && el.experiment.dataset.id !== model.experimentId) {

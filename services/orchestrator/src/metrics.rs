@@ -18,6 +18,7 @@
 //! | `baton_budget_exhausted_total` | `action` (fail, finish, ask) |
 //! | `baton_rate_limit_queue` | `provider` (calls waiting for its rate limit on this replica) |
 //! | `baton_rate_limit_wait_seconds` | `provider` (how long calls waited for it) |
+//! | `baton_live_scores_total` | `agent`, `scorer`, `passed` (live runs scored: an agent's `scoring`) |
 //! | `baton_tenant_runs` | `tenant` (runs not ended on this replica) |
 //! | `baton_tenant_runs_waiting` | `tenant` (of them, waiting for a person) |
 //! | `baton_tenant_model_tokens_total` | `tenant` |
@@ -56,6 +57,7 @@ pub struct Metrics {
     budgets: Family<Labels, Counter>,
     limit_queue: Family<Labels, Gauge>,
     limit_wait: Histograms,
+    live_scores: Family<Labels, Counter>,
     /// Model references and tool names that may be label values; anything
     /// else (a request's own default_model, a tool name a model made up)
     /// counts as `other`, so no client can grow the label sets.
@@ -221,6 +223,12 @@ impl Metrics {
             "1 while a model call of this replica probes the provider's open circuit breaker",
             probing.clone(),
         );
+        let live_scores = Family::<Labels, Counter>::default();
+        r.register(
+            "baton_live_scores",
+            "Live runs scored (an agent's scoring in the agents file), by agent, scorer and whether it passed",
+            live_scores.clone(),
+        );
         r.register(
             "baton_tenant_runs",
             "Runs not ended on this replica, by tenant",
@@ -260,10 +268,23 @@ impl Metrics {
             budgets,
             limit_queue,
             limit_wait,
+            live_scores,
             known_models: HashSet::new(),
             known_tools: HashSet::new(),
             model_series: Default::default(),
         }
+    }
+
+    /// A live run of `agent` was scored by `scorer` (names from the agents
+    /// file: bounded).
+    pub fn live_score(&self, agent: &str, scorer: &str, passed: bool) {
+        self.live_scores
+            .get_or_create(&vec![
+                ("agent", agent.to_owned()),
+                ("scorer", scorer.to_owned()),
+                ("passed", passed.to_string()),
+            ])
+            .inc();
     }
 
     /// A run of `kind` started.

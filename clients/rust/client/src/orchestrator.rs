@@ -487,6 +487,27 @@ impl OrchestratorClient {
                 page_size,
                 page_token: page_token.to_owned(),
                 waiting: false,
+                failing_scores: false,
+            }))
+            .await?
+            .into_inner())
+    }
+
+    /// A page of the caller's runs that a live scorer failed (their agent's
+    /// `scoring`), newest first; follow `next_page_token` as `list_runs`.
+    pub async fn list_failing_runs(
+        &self,
+        page_size: i32,
+        page_token: &str,
+    ) -> Result<pb::ListRunsResponse, Error> {
+        Ok(self
+            .inner
+            .clone()
+            .list_runs(self.request(pb::ListRunsRequest {
+                page_size,
+                page_token: page_token.to_owned(),
+                failing_scores: true,
+                ..Default::default()
             }))
             .await?
             .into_inner())

@@ -61,6 +61,7 @@ impl Service {
         let mut query = RunsQuery {
             status: None,
             waiting: false,
+            failing_scores: false,
             after: None,
             size: MAX_RUNS_PAGE,
         };

@@ -78,6 +78,7 @@ impl Orchestrator {
                     &RunsQuery {
                         status: None,
                         waiting: false,
+                        failing_scores: false,
                         after: after.take(),
                         size: MAX_RUNS_PAGE,
                     },

@@ -49,7 +49,7 @@ pub struct Orchestrator {
     /// The other replicas, for run-scoped calls of runs that are not here.
     pub(super) peers: Option<Arc<Peers>>,
     /// Experiments' records (see `app::experiment`), kept where runs are.
-    pub(super) experiments: Arc<crate::eval::store::Experiments>,
+    pub(super) experiments: Arc<crate::app::experiment_store::Experiments>,
 }
 
 impl Orchestrator {
@@ -58,8 +58,12 @@ impl Orchestrator {
     /// or finish within the grace period ([`Self::finish_runs`]).
     pub fn new(services: Shared, shutdown: CancellationToken, tasks: TaskTracker) -> Self {
         let experiments = Arc::new(match &services.durable {
-            Some(durable) => crate::eval::store::Experiments::Redis(durable.shared().clone()),
-            None => crate::eval::store::Experiments::memory(services.defaults.finished_retention),
+            Some(durable) => {
+                crate::app::experiment_store::Experiments::Redis(durable.shared().clone())
+            }
+            None => crate::app::experiment_store::Experiments::memory(
+                services.defaults.finished_retention,
+            ),
         });
         Self {
             experiments,

@@ -85,22 +85,36 @@ impl Orchestrator {
         let RunsQuery {
             status,
             waiting,
+            failing_scores,
             after,
             size,
         } = query;
-        if let Some(durable) = &self.services().durable {
+        let page = if let Some(durable) = &self.services().durable {
             let (runs, more) = durable
                 .list_waiting(&caller.tenant, *status, *waiting, after.as_deref(), *size)
                 .await?;
-            return Ok(RunPage::new(
-                runs.iter().map(|m| m.to_view()).collect(),
-                more,
-            ));
-        }
-        let (runs, more) =
-            self.runs
-                .list_waiting(&caller.tenant, *status, *waiting, after.as_deref(), *size);
-        Ok(RunPage::new(runs.iter().map(|r| r.view()).collect(), more))
+            RunPage::new(runs.iter().map(|m| m.to_view()).collect(), more)
+        } else {
+            let (runs, more) =
+                self.runs
+                    .list_waiting(&caller.tenant, *status, *waiting, after.as_deref(), *size);
+            RunPage::new(runs.iter().map(|r| r.view()).collect(), more)
+        };
+        // Only runs a live scorer failed: the page's others are left out
+        // (the next page starts after the whole page, so a page may hold
+        // fewer runs, or none, before the last).
+        Ok(if *failing_scores {
+            RunPage {
+                runs: page
+                    .runs
+                    .into_iter()
+                    .filter(|r| r.scores.iter().any(|s| !s.passed))
+                    .collect(),
+                ..page
+            }
+        } else {
+            page
+        })
     }
 
     /// The events of run `run_id` after `after_seq` that pass `filter`,

@@ -187,6 +187,8 @@ impl Orchestrator {
         };
         tracing::info!(run_id = %claimed.run_id, from_seq = claimed.last_seq, "resuming a claimed run");
         // Nobody is attached: clients follow it with WatchRun.
+        let to_score = self.to_score(&prepared.record, &request);
+        let scored = prepared.record.clone();
         drop(launch::launch(
             prepared,
             Some(log),
@@ -194,6 +196,10 @@ impl Orchestrator {
             &self.tasks,
             body,
         ));
+        // Scored live by whichever replica ends it.
+        if let Some(what) = to_score {
+            self.score_when_ended(scored, what);
+        }
         // A CancelRun given while the run was away.
         if let Some(reason) = cancel {
             record.cancel_by_request(&reason);

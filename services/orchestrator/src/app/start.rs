@@ -316,6 +316,8 @@ impl Orchestrator {
         quotas
             .admit(&record.tenant, &record.run_id, deadline)
             .await?;
+        // Scored live as it completes, when its agent says so.
+        let to_score = self.to_score(&record, &stored.0);
         let registered = match launch::register(&services, &prepared, stored.0).await {
             Ok(Some(journal)) => match fork {
                 Some((events, recording)) => {
@@ -351,6 +353,9 @@ impl Orchestrator {
             }
         };
         let events = launch::launch(prepared, journal, &self.runs, &self.tasks, body);
+        if let Some(what) = to_score {
+            self.score_when_ended(record.clone(), what);
+        }
         Ok(Started {
             run_id: record.run_id.clone(),
             trace_id: record.trace_id.to_string(),

@@ -18,11 +18,14 @@ pub mod names;
 pub mod policy;
 pub mod prices;
 pub mod remote;
+pub mod scoring;
+mod servers;
 pub mod settings;
 
 pub use error::CatalogError;
 pub use models::DEFAULT_MAX_OUTPUT_TOKENS;
 pub use names::{parse_model_ref, valid_mcp_tool_name, valid_name};
+pub use servers::{McpServerSpec, ToolServerSpec};
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -90,6 +93,9 @@ pub struct AgentSpec {
     pub budget: Option<budget::BudgetSpec>,
     /// How a long conversation is compacted before it answers.
     pub conversation: compaction::ConversationSpec,
+    /// Its live scoring: a share of its runs scored as they end
+    /// (docs/evaluations.md).
+    pub scoring: Option<scoring::LiveScoring>,
 }
 
 /// What an agent served over A2A reads and writes.
@@ -119,51 +125,6 @@ pub struct GroupSpec {
     pub root: String,
     /// Every agent of the group (the root included).
     pub members: Vec<String>,
-}
-
-/// A ToolHost server and the tools it serves.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ToolServerSpec {
-    /// Its address: `http://host:port` (or `https://`), or
-    /// `dns:///host:port` to spread calls over every address of the name
-    /// (every replica behind a headless Service).
-    pub endpoint: String,
-    /// The names of the tools agents may call on it.
-    pub tools: Vec<String>,
-    /// TLS towards it (an `https://` endpoint always speaks TLS, checked
-    /// against the system's roots unless `ca_file` is set).
-    #[serde(default)]
-    pub tls: crate::client_tls::TlsClient,
-}
-
-/// An MCP server (Model Context Protocol) and the tools agents may call on
-/// it: a stdio command (`command`, `args`, `env`, `cwd`) or a Streamable
-/// HTTP endpoint (`url`, with `bearer_token_env` and `headers`).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct McpServerSpec {
-    /// The program of a stdio server (found on `PATH`).
-    pub command: String,
-    /// Its arguments.
-    pub args: Vec<String>,
-    /// Variables set for it (beside the orchestrator's own environment).
-    pub env: BTreeMap<String, String>,
-    /// Its working directory (unset: the orchestrator's).
-    pub cwd: Option<String>,
-    /// The endpoint of a Streamable HTTP server, `http(s)://host:port/path`.
-    pub url: String,
-    /// The variable holding a bearer token sent to `url` (empty: none).
-    pub bearer_token_env: String,
-    /// Headers sent with every request to `url`.
-    pub headers: BTreeMap<String, String>,
-    /// The names of the server's tools agents may call (as the server
-    /// names them, `[a-zA-Z0-9_-]{1,64}`).
-    pub tools: Vec<String>,
-    /// Deadline of starting (or reaching) the server and its handshake
-    /// (default 30s).
-    #[serde(deserialize_with = "models::opt_duration")]
-    pub connect_timeout: Option<std::time::Duration>,
 }
 
 /// Model providers by name: `<name>:<model>` references resolve against
@@ -444,6 +405,18 @@ impl Catalog {
             }
         };
         for (name, a) in &file.agents {
+            if let Some(s) = &a.scoring {
+                let known_tool = |tool: &str| {
+                    file.tool_servers
+                        .values()
+                        .any(|t| t.tools.iter().any(|x| x == tool))
+                        || file
+                            .mcp_servers
+                            .values()
+                            .any(|m| m.tools.iter().any(|x| x == tool))
+                };
+                scoring::check(name, s, &known_model, &known_tool)?;
+            }
             check_model(format!("agents.{name}.model"), &a.model)?;
             budget::check_fallbacks(
                 name,
@@ -558,8 +531,18 @@ impl Catalog {
             agents: file
                 .agents
                 .into_iter()
-                .map(|(name, spec)| {
+                .map(|(name, mut spec)| {
                     let policies = agent_policies.remove(&name).unwrap_or_default();
+                    // Checked above: each compiles.
+                    if let Some(s) = &mut spec.scoring {
+                        s.compiled = s
+                            .scorers
+                            .iter()
+                            .filter_map(|x| {
+                                crate::eval::score::Scorer::compile(x).ok().map(Arc::new)
+                            })
+                            .collect();
+                    }
                     (
                         name.clone(),
                         Arc::new(Agent {

@@ -1,6 +1,6 @@
-//! Evaluations: datasets of cases ([`dataset`]), scorers ([`score`]),
-//! experiments kept beside the runs ([`store`]) and two of them compared
-//! ([`compare`], with [`stats`]).
+//! Evaluations: datasets of cases ([`dataset`], [`spec`]), scorers
+//! ([`score`], [`trajectory`]) and two experiments compared ([`compare`],
+//! with [`stats`]); experiments run and are kept by `app::experiment`.
 //!
 //! An experiment (`app::experiment`) runs each case of a dataset as an
 //! ordinary run labelled with it (`GetRun.experiment_id`), `repeat` times,
@@ -13,8 +13,9 @@
 pub mod compare;
 pub mod dataset;
 pub mod score;
+pub mod spec;
 pub mod stats;
-pub mod store;
+pub mod trajectory;
 
 use baton_proto::v1 as pb;
 

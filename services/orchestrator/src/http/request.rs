@@ -110,7 +110,23 @@ impl Query {
     /// The ListRuns request of `status`, `waiting`, `page_size`,
     /// `page_token`.
     pub fn list_runs(&self) -> Result<pb::ListRunsRequest, HttpError> {
-        self.only(&["status", "waiting", "page_size", "page_token"])?;
+        self.only(&[
+            "status",
+            "waiting",
+            "failing_scores",
+            "page_size",
+            "page_token",
+        ])?;
+        let failing_scores = match self.one("failing_scores")? {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(v) => {
+                return Err(HttpError::invalid(
+                    "failing_scores",
+                    format!("{v:?} is not true or false"),
+                ));
+            }
+        };
         let waiting = match self.one("waiting")? {
             None | Some("false") => false,
             Some("true") => true,
@@ -130,6 +146,7 @@ impl Query {
         Ok(pb::ListRunsRequest {
             status,
             waiting,
+            failing_scores,
             page_size: self.number("page_size")?.unwrap_or(0),
             page_token: self.one("page_token")?.unwrap_or_default().to_owned(),
         })

@@ -143,6 +143,8 @@ pub struct RunsQuery {
     pub status: Option<pb::RunStatus>,
     /// Only runs waiting for a person.
     pub waiting: bool,
+    /// Only runs a live scorer failed.
+    pub failing_scores: bool,
     /// The run after which the page starts (from a page token).
     pub after: Option<String>,
     /// Most runs in the page.

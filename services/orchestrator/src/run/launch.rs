@@ -126,6 +126,7 @@ pub async fn register(
         forked_from: r.forked_from.get().cloned(),
         replay_of: r.replay_of.get().map(|(id, _)| id.clone()),
         experiment: r.experiment.get().cloned(),
+        scores: Vec::new(),
         replay_strict: r.replay_of.get().is_some_and(|(_, strict)| *strict),
         replay_diverged: false,
         conversation: r.conversation.get().map(|l| (**l).clone()),

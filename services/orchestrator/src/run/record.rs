@@ -126,6 +126,8 @@ pub struct RunRecord {
     pub replay_of: std::sync::OnceLock<(String, bool)>,
     /// For a case of an experiment (RunExperiment): the experiment.
     pub experiment: std::sync::OnceLock<String>,
+    /// Its live scores, once scored (`app::live_scoring`).
+    pub scores: std::sync::OnceLock<Vec<pb::Score>>,
     /// For a run in a conversation: which, and what it appends.
     pub conversation: std::sync::OnceLock<Arc<crate::conversation::link::Link>>,
     /// What its root frame added to its conversation so far: kept here so a
@@ -319,6 +321,7 @@ impl RunRecord {
             forked_from: std::sync::OnceLock::new(),
             replay_of: std::sync::OnceLock::new(),
             experiment: std::sync::OnceLock::new(),
+            scores: std::sync::OnceLock::new(),
             conversation: std::sync::OnceLock::new(),
             transcript: Mutex::default(),
             conversation_end: Mutex::new(None),
@@ -418,6 +421,7 @@ impl RunRecord {
             forked_from: self.forked_from.get().cloned(),
             replay_of: self.replay_of.get().map(|(id, _)| id.clone()),
             experiment: self.experiment.get().cloned(),
+            scores: self.scores.get().cloned().unwrap_or_default(),
             replay_diverged: self.replay_diverged.load(Ordering::Relaxed),
             conversation_id: self
                 .conversation

@@ -1,4 +1,4 @@
-//! Experiments' records in Redis (`eval::store`), per tenant, every key
+//! Experiments' records in Redis (`app::experiment_store`), per tenant, every key
 //! kept `runs.retention` from its last write and sharing the tenant's hash
 //! tag: `{prefix}:exp:{tenant}:r:<id>` the record (`baton.v1.Experiment`,
 //! protobuf), `…:s:<id>` its summary (the record without its cases, what

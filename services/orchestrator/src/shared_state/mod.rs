@@ -26,8 +26,7 @@
 
 pub mod breakers;
 mod clock;
-mod experiments;
-pub use experiments::ExperimentWrite;
+pub mod experiments;
 pub mod holds;
 pub mod limits;
 pub mod periods;

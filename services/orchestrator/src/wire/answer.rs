@@ -34,6 +34,7 @@ impl From<RunView> for pb::GetRunResponse {
             replay_diverged: r.replay_diverged,
             conversation_id: r.conversation_id,
             experiment_id: r.experiment.unwrap_or_default(),
+            scores: r.scores,
         }
     }
 }
@@ -68,6 +69,7 @@ impl From<pb::GetRunResponse> for RunView {
             history_gone: r.history_gone,
             replay_of: Some(r.replay_of).filter(|r| !r.is_empty()),
             experiment: Some(r.experiment_id).filter(|r| !r.is_empty()),
+            scores: r.scores,
             replay_diverged: r.replay_diverged,
             conversation_id: r.conversation_id,
         }
@@ -97,6 +99,7 @@ impl From<RunView> for pb::RunSummary {
             replay_diverged: r.replay_diverged,
             usage: Some(r.usage),
             conversation_id: r.conversation_id,
+            scores: r.scores,
         }
     }
 }

@@ -104,6 +104,7 @@ impl TryFrom<&pb::ListRunsRequest> for RunsQuery {
         Ok(Self {
             status,
             waiting: r.waiting,
+            failing_scores: r.failing_scores,
             after,
             size,
         })

@@ -524,4 +524,21 @@ impl RedisRuns {
             .map_err(redis_error)?;
         Ok(decode_meta(run_id, &fields))
     }
+
+    /// Keeps an ended run's live scores (field `sc`, a `LiveScores`) while
+    /// its record is kept: a run deleted meanwhile gets no record back.
+    pub async fn set_scores(&self, run_id: &str, scores: &[u8]) -> Result<(), Error> {
+        static SET: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+            redis::Script::new(
+                "if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'sc', ARGV[1]) end return 0",
+            )
+        });
+        let mut c = self.conn().await?;
+        SET.key(self.meta_key(run_id))
+            .arg(scores)
+            .invoke_async::<i64>(&mut c)
+            .await
+            .map(|_| ())
+            .map_err(redis_error)
+    }
 }

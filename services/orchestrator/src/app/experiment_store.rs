@@ -118,7 +118,7 @@ impl Experiments {
                 shared
                     .put_experiment(
                         tenant,
-                        crate::shared_state::ExperimentWrite {
+                        crate::shared_state::experiments::ExperimentWrite {
                             id: &record.id,
                             name: &record.name,
                             started_ms: started,

@@ -1,0 +1,469 @@
+//! Experiments (RunExperiment, GetExperiment, ListExperiments,
+//! CompareExperiments) and SaveCase: see `crate::eval`.
+//!
+//! An experiment is checked whole before anything runs (the dataset, each
+//! case's target, judges' models, scorers' tools, recordings' runs), then
+//! driven by a task of this replica: each case's tries are ordinary runs
+//! started as RunAgent starts them, labelled with the experiment, at most
+//! `concurrency` at once; each try is scored as its runs end, and a case
+//! is told (and kept) when all of its tries are. Its record is written when
+//! it starts, every [`SAVE_EVERY`] while cases end, and when it ends. When
+//! its caller goes (the stream is dropped) or the replica stops, the runs
+//! still going are cancelled (their streams dropped) and the record keeps
+//! the cases that finished, `CANCELLED`.
+//!
+//! A judge is a run too: of an agent made for it (its model, the rubric as
+//! its instructions, a `{score, reason}` JSON answer), labelled with the
+//! experiment, so its calls go through the model-call stack — budgets,
+//! rate limits, fallbacks, cost — and its usage counts with the try's.
+
+mod plan;
+mod ran;
+mod records;
+pub(super) mod scorers;
+
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use baton_proto::v1::{self as pb};
+use futures::{StreamExt as _, stream::FuturesUnordered};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::{
+    app::{
+        orchestrator::{Caller, Orchestrator},
+        start::Checked,
+    },
+    error::Result,
+    eval::{
+        self,
+        dataset::{Case, ToolsMode},
+        score::{Verdict, cut},
+    },
+    request::{AgentRequest, validate::agent_run},
+    run::recording::rerun::Rerun,
+};
+
+use plan::Plan;
+use ran::collect;
+use scorers::{Asked, Subject};
+
+/// How often a running experiment's record is written.
+pub const SAVE_EVERY: Duration = Duration::from_secs(2);
+
+/// Where an experiment's events go: unbounded, so a slow reader never
+/// holds its runs back (there are at most its cases' results, and two).
+type Events = mpsc::UnboundedSender<pb::ExperimentEvent>;
+
+/// What one try (one run of a case, or its runs for several messages)
+/// came to.
+struct Tried {
+    case: usize,
+    try_: pb::CaseTry,
+    /// Why it could not run at all.
+    error: Option<String>,
+}
+
+/// What the tries spent so far, for the experiment's budget.
+#[derive(Default)]
+struct Spent {
+    tokens: u64,
+    cost_nanos: u64,
+}
+
+impl Orchestrator {
+    /// Checks and starts an experiment: its events (started, each case,
+    /// ended). Dropping the receiver cancels it.
+    pub async fn run_experiment(
+        &self,
+        caller: &Caller,
+        r: pb::RunExperimentRequest,
+    ) -> Result<mpsc::UnboundedReceiver<pb::ExperimentEvent>> {
+        self.check_running()?;
+        let plan = self.plan(caller, r).await?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let me = self.clone();
+        let caller = caller.clone();
+        self.tasks
+            .spawn(async move { me.drive(caller, plan, tx).await });
+        Ok(rx)
+    }
+
+    /// Runs a checked experiment to its end, until `tx`'s receiver goes,
+    /// or until this replica shuts down.
+    async fn drive(self, caller: Caller, plan: Plan, tx: Events) {
+        let tenant = caller.tenant.clone();
+        let started = Instant::now();
+        let mut record = plan.record.clone();
+        self.save(&tenant, &mut record).await;
+        let _ = tx.send(pb::ExperimentEvent {
+            event: Some(pb::experiment_event::Event::Started(record.clone())),
+        });
+        let done: Mutex<Vec<Option<pb::CaseResult>>> =
+            Mutex::new(vec![None; plan.dataset.cases.len()]);
+        let usage = Mutex::new(pb::Usage::default());
+        let plan = Arc::new(plan);
+        let work = self.run_cases(&caller, &plan, &done, &usage, &tx, &record);
+        let completed = tokio::select! {
+            () = work => true,
+            () = tx.closed() => false,
+            // Shutting down: no case starts, none goes on (a durable case's
+            // run is not handed over: see `app::resume`).
+            () = self.shutdown.cancelled() => false,
+            () = self.runs_stop.cancelled() => false,
+        };
+        // Dropped: the runs still going are cancelled with their streams.
+        record.cases = done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .flatten()
+            .cloned()
+            .collect();
+        record.totals = Some(eval::totals(&record.cases, started.elapsed()));
+        record.usage = Some(usage.lock().unwrap_or_else(|p| p.into_inner()).clone());
+        record.status = if completed {
+            pb::ExperimentStatus::Completed
+        } else {
+            pb::ExperimentStatus::Cancelled
+        } as i32;
+        record.ended_at = Some(std::time::SystemTime::now().into());
+        // Its end is written, tried again once: a record left RUNNING
+        // reads as ABANDONED once it is old.
+        if !self.save(&tenant, &mut record).await {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            self.save(&tenant, &mut record).await;
+        }
+        tracing::info!(experiment = %record.id, cases = record.cases.len(), completed, "experiment ended");
+        let _ = tx.send(pb::ExperimentEvent {
+            event: Some(pb::experiment_event::Event::Ended(record)),
+        });
+    }
+
+    /// Writes `record`, stamped with the time; whether it was written.
+    async fn save(&self, tenant: &str, record: &mut pb::Experiment) -> bool {
+        record.updated_at = Some(std::time::SystemTime::now().into());
+        match self.experiments.put(tenant, record).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(experiment = %record.id, error = %e, "the experiment's record could not be written");
+                false
+            }
+        }
+    }
+
+    /// Runs every try, scoring and telling each case as its last try ends;
+    /// the record is written every [`SAVE_EVERY`] meanwhile.
+    async fn run_cases(
+        &self,
+        caller: &Caller,
+        plan: &Arc<Plan>,
+        done: &Mutex<Vec<Option<pb::CaseResult>>>,
+        usage: &Mutex<pb::Usage>,
+        tx: &Events,
+        record: &pb::Experiment,
+    ) {
+        let started = Instant::now();
+        let spent = Mutex::new(Spent::default());
+        let mut pending: Vec<Vec<Tried>> =
+            (0..plan.dataset.cases.len()).map(|_| Vec::new()).collect();
+        let mut queue =
+            (0..plan.dataset.cases.len()).flat_map(|c| (0..plan.repeat).map(move |k| (c, k)));
+        let mut running = FuturesUnordered::new();
+        let mut next_save = tokio::time::Instant::now() + SAVE_EVERY;
+        loop {
+            while running.len() < plan.concurrency {
+                let Some((c, _)) = queue.next() else { break };
+                running.push(self.run_try(caller, plan, c, &spent));
+            }
+            if running.is_empty() {
+                break;
+            }
+            let tried = tokio::select! {
+                Some(tried) = running.next() => tried,
+                () = tokio::time::sleep_until(next_save) => {
+                    // Written while it runs, a case ended or not: a record
+                    // not written for long reads as ABANDONED.
+                    let mut r = record.clone();
+                    r.cases = done.lock().unwrap_or_else(|p| p.into_inner()).iter().flatten().cloned().collect();
+                    r.totals = Some(eval::totals(&r.cases, started.elapsed()));
+                    r.usage = Some(usage.lock().unwrap_or_else(|p| p.into_inner()).clone());
+                    self.save(&caller.tenant, &mut r).await;
+                    next_save = tokio::time::Instant::now() + SAVE_EVERY;
+                    continue;
+                }
+            };
+            {
+                let u = &tried.try_.usage.clone().unwrap_or_default();
+                crate::run::usage::add(&mut usage.lock().unwrap_or_else(|p| p.into_inner()), u);
+            }
+            let c = tried.case;
+            pending[c].push(tried);
+            if pending[c].len() == plan.repeat as usize {
+                let case = &plan.dataset.cases[c];
+                let tries = std::mem::take(&mut pending[c]);
+                let error = tries.iter().find_map(|t| t.error.clone());
+                let errored_tries = tries.iter().filter(|t| t.error.is_some()).count() as u32;
+                let mut result = pb::CaseResult {
+                    case_id: case.id.clone(),
+                    line: case.line,
+                    input: cut(case.messages.last().map_or("", String::as_str)),
+                    target: if case.agent.is_empty() {
+                        plan.target.clone()
+                    } else {
+                        case.agent.clone()
+                    },
+                    tries: tries
+                        .into_iter()
+                        .filter(|t| t.error.is_none())
+                        .map(|t| t.try_)
+                        .collect(),
+                    labels: case.labels.clone().into_iter().collect(),
+                    error: error.unwrap_or_default(),
+                    errored_tries,
+                    ..Default::default()
+                };
+                eval::tally_case(&mut result);
+                done.lock().unwrap_or_else(|p| p.into_inner())[c] = Some(result.clone());
+                // Unbounded: a slow reader never holds the runs back (at
+                // most a case's result a case is queued).
+                let _ = tx.send(pb::ExperimentEvent {
+                    event: Some(pb::experiment_event::Event::CaseScored(result)),
+                });
+            }
+        }
+    }
+
+    /// One try of case `c`: its run (or runs, for several messages), then
+    /// its scores.
+    async fn run_try(&self, caller: &Caller, plan: &Plan, c: usize, spent: &Mutex<Spent>) -> Tried {
+        let case = &plan.dataset.cases[c];
+        let started = Instant::now();
+        // A try that could not run, or whose run did not end here (its
+        // replica shut down, its lease lapsed, its stream broke): an error,
+        // not a failure of the agent. What it spent is counted.
+        let errored = |error: String, usage: pb::Usage| {
+            let mut s = spent.lock().unwrap_or_else(|p| p.into_inner());
+            s.tokens += usage.input_tokens + usage.output_tokens;
+            s.cost_nanos += usage.cost_nanos;
+            Tried {
+                case: c,
+                try_: pb::CaseTry {
+                    usage: Some(usage),
+                    ..Default::default()
+                },
+                error: Some(error),
+            }
+        };
+        let target = if case.agent.is_empty() {
+            plan.target.clone()
+        } else {
+            case.agent.clone()
+        };
+        let mut conversation = String::new();
+        let mut calls = Vec::new();
+        let mut outputs = Vec::new();
+        let mut usage = pb::Usage::default();
+        let mut run_id = String::new();
+        let mut status = "completed";
+        let mut error = String::new();
+        for (i, message) in case.messages.iter().enumerate() {
+            // Each run is given what is left of the experiment's budget
+            // when it starts (with what this try spent so far counted).
+            let budget = match &plan.budget {
+                None => None,
+                Some(b) => {
+                    let s = spent.lock().unwrap_or_else(|p| p.into_inner());
+                    let used = s.tokens + usage.input_tokens + usage.output_tokens;
+                    let cost = s.cost_nanos + usage.cost_nanos;
+                    let tokens = (b.tokens > 0).then(|| b.tokens.saturating_sub(used));
+                    let cost = (b.cost > 0.0).then(|| (b.cost - cost as f64 / 1e9).max(0.0));
+                    if tokens == Some(0) || cost.is_some_and(|c| c <= 0.0) {
+                        drop(s);
+                        return errored("the experiment's budget is spent".into(), usage);
+                    }
+                    Some(pb::Budget { tokens, cost })
+                }
+            };
+            let request = pb::RunAgentRequest {
+                agent: target.clone(),
+                input: message.clone(),
+                run_context_json: if case.context.is_empty() {
+                    String::new()
+                } else {
+                    Value::Object(case.context.clone()).to_string()
+                },
+                default_model: plan.default_model.clone(),
+                limits: budget.map(|b| pb::RunLimits {
+                    budget: Some(b),
+                    ..Default::default()
+                }),
+                approval_mode: pb::ApprovalMode::AutoApprove as i32,
+                new_conversation: case.messages.len() > 1 && i == 0,
+                conversation_id: conversation.clone(),
+                ..Default::default()
+            };
+            let started_run = match self.start_case_run(caller, plan, case, request).await {
+                Ok(s) => s,
+                Err(e) => return errored(format!("the case's run could not start: {e}"), usage),
+            };
+            run_id = started_run.run_id.clone();
+            let ran = collect(started_run.events).await;
+            crate::run::usage::add(&mut usage, &ran.usage);
+            if ran.status == "error"
+                || (ran.status == "failed" && ran.code == tonic::Code::Unavailable as i32)
+            {
+                return errored(
+                    format!("the case's run {run_id} did not end here: {}", ran.error),
+                    usage,
+                );
+            }
+            if conversation.is_empty() {
+                conversation = ran.conversation;
+            }
+            calls.extend(ran.calls);
+            outputs.push(ran.output);
+            if ran.status != "completed" {
+                status = ran.status;
+                error = ran.error;
+                break;
+            }
+        }
+        // The answers scored: the last, or each.
+        let scored: Vec<(usize, &String)> = match case.scored {
+            eval::dataset::Scored::Last => {
+                outputs.iter().enumerate().next_back().into_iter().collect()
+            }
+            eval::dataset::Scored::Each => outputs.iter().enumerate().collect(),
+        };
+        let mut scores = Vec::new();
+        for (i, output) in scored {
+            for (k, scorer) in case.scorers.iter().enumerate() {
+                let mut v = match scorer.score(
+                    output,
+                    case.expected.as_ref(),
+                    case.trajectory.as_ref(),
+                    &calls,
+                ) {
+                    Some(v) => v,
+                    None => {
+                        let asked = Asked {
+                            output,
+                            calls: &calls,
+                            run_id: &run_id,
+                            call_id: format!("score-{i}-{k}"),
+                        };
+                        let subject = Subject {
+                            experiment: Some(&plan.record.id),
+                            case_id: &case.id,
+                            messages: &case.messages,
+                            expected: case.expected.as_ref(),
+                            labels: &case.labels,
+                        };
+                        let (v, u) = self.ask_scorer(caller, &subject, scorer, &asked).await;
+                        crate::run::usage::add(&mut usage, &u);
+                        v
+                    }
+                };
+                if case.scored == eval::dataset::Scored::Each && outputs.len() > 1 {
+                    v.scorer = format!("{} (answer {})", v.scorer, i + 1);
+                }
+                scores.push(v);
+            }
+        }
+        // What it spent, its judges' calls included.
+        {
+            let mut s = spent.lock().unwrap_or_else(|p| p.into_inner());
+            s.tokens += usage.input_tokens + usage.output_tokens;
+            s.cost_nanos += usage.cost_nanos;
+        }
+        let passed = status == "completed" && scores.iter().all(|v| v.passed);
+        Tried {
+            case: c,
+            try_: pb::CaseTry {
+                run_id,
+                status: status.to_owned(),
+                passed,
+                scores: scores.into_iter().map(to_pb).collect(),
+                output: cut_long(outputs.last().map_or("", String::as_str)),
+                error,
+                duration: Some(started.elapsed().into()),
+                usage: Some(usage),
+            },
+            error: None,
+        }
+    }
+
+    /// Starts one run of `case`, labelled with the experiment, its tool
+    /// calls answered as the case says.
+    async fn start_case_run(
+        &self,
+        caller: &Caller,
+        plan: &Plan,
+        case: &Case,
+        request: pb::RunAgentRequest,
+    ) -> Result<super::start::Started> {
+        let request = AgentRequest::try_from(request)?;
+        let services = self.services();
+        let mut checked: Checked = agent_run(&services, request)?.into();
+        checked.options.rerun = self.case_tools(caller, case).await?;
+        self.start(
+            caller,
+            "RunExperiment",
+            checked,
+            services,
+            Some(plan.record.id.clone()),
+        )
+        .await
+    }
+
+    /// What answers a case's tool calls: its recording (the run's, read
+    /// as a replay reads it, or inline), and its faults.
+    async fn case_tools(&self, caller: &Caller, case: &Case) -> Result<Option<Rerun>> {
+        if case.tools == ToolsMode::Live && case.faults.is_empty() {
+            return Ok(None);
+        }
+        let live = case.tools != ToolsMode::Recorded;
+        let (origin, history, inline) = match (&case.recording, case.tools) {
+            (Some(r), ToolsMode::Recorded | ToolsMode::LiveWhenUnrecorded)
+                if !r.run_id.is_empty() =>
+            {
+                let (history, _, _) = self.history(caller, &r.run_id, u64::MAX).await?;
+                (r.run_id.clone(), Some(history), &r.calls[..])
+            }
+            (Some(r), ToolsMode::Recorded | ToolsMode::LiveWhenUnrecorded) => {
+                (String::new(), None, &r.calls[..])
+            }
+            _ => (String::new(), None, &[][..]),
+        };
+        Ok(Some(Rerun::tools(
+            origin,
+            history,
+            inline,
+            live || case.tools == ToolsMode::Live,
+            case.faults.clone(),
+        )))
+    }
+}
+
+fn to_pb(v: Verdict) -> pb::Score {
+    pb::Score {
+        scorer: v.scorer,
+        score: v.score,
+        passed: v.passed,
+        reason: v.reason,
+        agreement: v.agreement,
+    }
+}
+
+/// `s` in at most 2,000 characters.
+fn cut_long(s: &str) -> String {
+    let mut out: String = s.chars().take(2000).collect();
+    if out.len() < s.len() {
+        out.push('…');
+    }
+    out
+}

@@ -1,0 +1,226 @@
+//! An experiment checked whole before anything runs.
+
+use std::collections::{BTreeSet, HashMap};
+
+use baton_proto::v1::{self as pb};
+
+use crate::{
+    app::orchestrator::{Caller, Orchestrator},
+    error::{Error, Result},
+    eval::{self, dataset::Dataset, score::How},
+};
+
+/// Most bytes of a dataset (a request carrying it fits gRPC's 4 MiB).
+pub const MAX_DATASET_BYTES: usize = 3 << 20;
+/// Most tries of a case.
+pub const MAX_REPEAT: u32 = 20;
+/// Most runs of an experiment at once.
+pub const MAX_CONCURRENCY: u32 = 64;
+
+/// An experiment checked, ready to run.
+pub(super) struct Plan {
+    pub(super) record: pb::Experiment,
+    pub(super) dataset: Dataset,
+    pub(super) target: String,
+    pub(super) repeat: u32,
+    pub(super) concurrency: usize,
+    pub(super) default_model: String,
+    pub(super) budget: Option<pb::ExperimentBudget>,
+}
+
+impl Orchestrator {
+    /// Checks a request whole (see the module docs).
+    pub(super) async fn plan(&self, caller: &Caller, r: pb::RunExperimentRequest) -> Result<Plan> {
+        if r.dataset.len() > MAX_DATASET_BYTES {
+            return Err(Error::Exhausted {
+                field: "dataset".into(),
+                message: format!("over {MAX_DATASET_BYTES} bytes"),
+            });
+        }
+        let file = if r.dataset_name.is_empty() {
+            "dataset".to_owned()
+        } else {
+            r.dataset_name.clone()
+        };
+        let dataset = eval::dataset::parse(&file, &r.dataset)
+            .map_err(|b| Error::invalid("dataset", b.said(&file)))?;
+        let repeat = if r.repeat == 0 { 1 } else { r.repeat };
+        if repeat > MAX_REPEAT {
+            return Err(Error::invalid("repeat", format!("at most {MAX_REPEAT}")));
+        }
+        let concurrency = if r.concurrency == 0 { 8 } else { r.concurrency };
+        if concurrency > MAX_CONCURRENCY {
+            return Err(Error::invalid(
+                "concurrency",
+                format!("at most {MAX_CONCURRENCY}"),
+            ));
+        }
+        if let Some(b) = &r.budget
+            && !(b.cost >= 0.0 && b.cost.is_finite())
+        {
+            return Err(Error::invalid("budget.cost", "must be a number ≥ 0"));
+        }
+        let services = self.services();
+        let target = dataset.agent.clone().unwrap_or_default();
+        let target = if r.agent.is_empty() {
+            target
+        } else {
+            r.agent.clone()
+        };
+        if !r.default_model.is_empty() {
+            services
+                .models
+                .resolve(&r.default_model)
+                .map_err(|e| Error::invalid("default_model", e.to_string()))?;
+        }
+        let bad = |line: u32, field: &str, message: String| {
+            Error::invalid(
+                "dataset",
+                eval::dataset::Bad::new(line, field, message).said(&file),
+            )
+        };
+        let mut models = BTreeSet::new();
+        let default_model = if r.default_model.is_empty() {
+            services.catalog.default_model.clone()
+        } else {
+            r.default_model.clone()
+        };
+        if !default_model.is_empty() {
+            models.insert(default_model.clone());
+        }
+        let mut runs_read = HashMap::new();
+        for case in &dataset.cases {
+            let agent = if case.agent.is_empty() {
+                &target
+            } else {
+                &case.agent
+            };
+            if agent.is_empty() {
+                return Err(Error::invalid(
+                    "agent",
+                    format!(
+                        "{}:{}: the case names no agent, and neither do the dataset nor the request",
+                        file, case.line
+                    ),
+                ));
+            }
+            if !services.catalog.is_callable(agent) {
+                let unknown = format!("unknown agent or group {agent:?}");
+                return Err(if !case.agent.is_empty() {
+                    bad(case.line, "agent", unknown)
+                } else if !r.agent.is_empty() {
+                    Error::invalid("agent", unknown)
+                } else {
+                    bad(0, "dataset.agent", unknown)
+                });
+            }
+            if let Some(a) = services.catalog.entry(agent)
+                && !a.spec.model.is_empty()
+            {
+                models.insert(a.spec.model.clone());
+            }
+            for (i, s) in case.scorers.iter().enumerate() {
+                match &s.how {
+                    How::Judge { model, .. } => {
+                        services.models.resolve(model).map_err(|e| {
+                            bad(case.line, &format!("scorers[{i}].model"), e.to_string())
+                        })?;
+                    }
+                    How::Tool(tool) if services.tools.get(tool).is_none() => {
+                        return Err(bad(
+                            case.line,
+                            &format!("scorers[{i}].tool"),
+                            format!(
+                                "no tool server or MCP server of this orchestrator has a tool {tool:?}"
+                            ),
+                        ));
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(rec) = &case.recording
+                && !rec.run_id.is_empty()
+                && !runs_read.contains_key(&rec.run_id)
+            {
+                match self.get(caller, &rec.run_id).await {
+                    Ok(view) if view.history_gone => {
+                        return Err(bad(
+                            case.line,
+                            "recording.run_id",
+                            format!(
+                                "run {} has no recording any more (evicted for room): save the case with its recording inline",
+                                rec.run_id
+                            ),
+                        ));
+                    }
+                    Ok(view) if view.status == pb::RunStatus::Running => {
+                        return Err(bad(
+                            case.line,
+                            "recording.run_id",
+                            format!("run {} is still running", rec.run_id),
+                        ));
+                    }
+                    Ok(_) => {
+                        runs_read.insert(rec.run_id.clone(), ());
+                    }
+                    Err(Error::InvalidArgument { message, .. }) => {
+                        return Err(bad(case.line, "recording.run_id", message));
+                    }
+                    Err(Error::NotFound { .. }) => {
+                        return Err(bad(
+                            case.line,
+                            "recording.run_id",
+                            format!(
+                                "no run {} (ended past its retention?): save the case with its recording inline",
+                                rec.run_id
+                            ),
+                        ));
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let id = format!("exp-{}", uuid::Uuid::new_v4().simple());
+        let now = std::time::SystemTime::now();
+        let name = if r.name.is_empty() {
+            let at = serde_json::to_value(baton_proto::wkt::Timestamp::from(now))
+                .ok()
+                .and_then(|v| v.as_str().map(|s| s.chars().take(19).collect::<String>()))
+                .unwrap_or_default();
+            format!("{file} {at}")
+        } else {
+            r.name.clone()
+        };
+        if name.len() > 200 {
+            return Err(Error::invalid("name", "at most 200 bytes"));
+        }
+        if name.starts_with("exp-") {
+            return Err(Error::invalid(
+                "name",
+                "must not start with `exp-` (experiments' ids do)",
+            ));
+        }
+        let record = pb::Experiment {
+            id,
+            name,
+            target: target.clone(),
+            dataset_name: file,
+            agents_digest: services.catalog.digest.clone(),
+            models: models.into_iter().collect(),
+            status: pb::ExperimentStatus::Running as i32,
+            started_at: Some(now.into()),
+            repeat,
+            case_count: dataset.cases.len() as u32,
+            ..Default::default()
+        };
+        Ok(Plan {
+            record,
+            dataset,
+            target,
+            repeat,
+            concurrency: concurrency as usize,
+            default_model: r.default_model,
+            budget: r.budget.filter(|b| b.tokens > 0 || b.cost > 0.0),
+        })
+    }
+}
