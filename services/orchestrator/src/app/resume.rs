@@ -118,8 +118,16 @@ impl Orchestrator {
         let Ok(trace_id) = TraceId::parse(&meta.trace_id) else {
             return Ok(false);
         };
-        let Some(mut checked) = self.check_stored(meta.kind, &request)? else {
-            return Ok(false);
+        // A request this replica can never start (its agent is no longer in
+        // the agents file) ends the run, instead of its claim going round.
+        let mut checked = match self.check_stored(meta.kind, &request) {
+            Ok(Some(checked)) => checked,
+            Ok(None) => return Ok(false),
+            Err(e @ (Error::InvalidArgument { .. } | Error::NotFound { .. })) => {
+                tracing::warn!(run_id = id, error = %e, "a claimed run's request is refused now: it ends");
+                return Ok(false);
+            }
+            Err(e) => return Err(e),
         };
         let journal = durable.journal(id).await?;
         // A replay goes on answering from the recording of the run it

@@ -148,6 +148,10 @@ pub struct Verdict {
     /// A repeated judge's agreement with itself (1: unanimous).
     #[serde(default)]
     pub agreement: f64,
+    /// The scorer could not say (its judge did not answer, its tool failed
+    /// or timed out): neither a pass nor a failure of what it scored.
+    #[serde(default)]
+    pub errored: bool,
 }
 
 impl Scorer {
@@ -278,6 +282,19 @@ impl Scorer {
             passed: score >= self.threshold,
             reason,
             agreement: 1.0,
+            errored: false,
+        }
+    }
+
+    /// The verdict of a scorer that could not say, and why.
+    pub fn errored(&self, reason: String) -> Verdict {
+        Verdict {
+            scorer: self.name.clone(),
+            score: 0.0,
+            passed: false,
+            reason,
+            agreement: 0.0,
+            errored: true,
         }
     }
 

@@ -51,8 +51,11 @@ use plan::Plan;
 use ran::collect;
 use scorers::{Asked, Subject};
 
-/// How often a running experiment's record is written.
+/// How often a running experiment's record is written when cases ended.
 pub const SAVE_EVERY: Duration = Duration::from_secs(2);
+/// How often it is written when none did (see
+/// `experiment_store::ABANDONED_AFTER`).
+pub const WRITTEN_EVERY: Duration = Duration::from_secs(10);
 
 /// Where an experiment's events go: unbounded, so a slow reader never
 /// holds its runs back (there are at most its cases' results, and two).
@@ -98,7 +101,9 @@ impl Orchestrator {
         let tenant = caller.tenant.clone();
         let started = Instant::now();
         let mut record = plan.record.clone();
-        self.save(&tenant, &mut record).await;
+        // Whether a write named it (the first that succeeds does).
+        let named = std::sync::atomic::AtomicBool::new(false);
+        self.save(&tenant, &mut record, &named).await;
         let _ = tx.send(pb::ExperimentEvent {
             event: Some(pb::experiment_event::Event::Started(record.clone())),
         });
@@ -106,8 +111,10 @@ impl Orchestrator {
             Mutex::new(vec![None; plan.dataset.cases.len()]);
         let usage = Mutex::new(pb::Usage::default());
         let plan = Arc::new(plan);
-        let work = self.run_cases(&caller, &plan, &done, &usage, &tx, &record);
+        let work = self.run_cases(&caller, &plan, &done, &usage, &tx, &record, &named);
         let completed = tokio::select! {
+            // Done wins over a caller gone at the same moment.
+            biased;
             () = work => true,
             () = tx.closed() => false,
             // Shutting down: no case starts, none goes on (a durable case's
@@ -133,9 +140,9 @@ impl Orchestrator {
         record.ended_at = Some(std::time::SystemTime::now().into());
         // Its end is written, tried again once: a record left RUNNING
         // reads as ABANDONED once it is old.
-        if !self.save(&tenant, &mut record).await {
+        if !self.save(&tenant, &mut record, &named).await {
             tokio::time::sleep(Duration::from_millis(500)).await;
-            self.save(&tenant, &mut record).await;
+            self.save(&tenant, &mut record, &named).await;
         }
         tracing::info!(experiment = %record.id, cases = record.cases.len(), completed, "experiment ended");
         let _ = tx.send(pb::ExperimentEvent {
@@ -143,11 +150,25 @@ impl Orchestrator {
         });
     }
 
-    /// Writes `record`, stamped with the time; whether it was written.
-    async fn save(&self, tenant: &str, record: &mut pb::Experiment) -> bool {
+    /// Writes `record`, stamped with the time (naming it, until a write
+    /// has: `named`); whether it was written.
+    async fn save(
+        &self,
+        tenant: &str,
+        record: &mut pb::Experiment,
+        named: &std::sync::atomic::AtomicBool,
+    ) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
         record.updated_at = Some(std::time::SystemTime::now().into());
-        match self.experiments.put(tenant, record).await {
-            Ok(()) => true,
+        match self
+            .experiments
+            .put(tenant, record, !named.load(SeqCst))
+            .await
+        {
+            Ok(()) => {
+                named.store(true, SeqCst);
+                true
+            }
             Err(e) => {
                 tracing::warn!(experiment = %record.id, error = %e, "the experiment's record could not be written");
                 false
@@ -156,7 +177,10 @@ impl Orchestrator {
     }
 
     /// Runs every try, scoring and telling each case as its last try ends;
-    /// the record is written every [`SAVE_EVERY`] meanwhile.
+    /// the record is written every [`SAVE_EVERY`] meanwhile when a case
+    /// ended, and every [`WRITTEN_EVERY`] anyway (a record not written for
+    /// long reads as ABANDONED).
+    #[allow(clippy::too_many_arguments)]
     async fn run_cases(
         &self,
         caller: &Caller,
@@ -165,6 +189,7 @@ impl Orchestrator {
         usage: &Mutex<pb::Usage>,
         tx: &Events,
         record: &pb::Experiment,
+        named: &std::sync::atomic::AtomicBool,
     ) {
         let started = Instant::now();
         let spent = Mutex::new(Spent::default());
@@ -174,6 +199,8 @@ impl Orchestrator {
             (0..plan.dataset.cases.len()).flat_map(|c| (0..plan.repeat).map(move |k| (c, k)));
         let mut running = FuturesUnordered::new();
         let mut next_save = tokio::time::Instant::now() + SAVE_EVERY;
+        let mut written = Instant::now();
+        let mut dirty = false;
         loop {
             while running.len() < plan.concurrency {
                 let Some((c, _)) = queue.next() else { break };
@@ -185,14 +212,17 @@ impl Orchestrator {
             let tried = tokio::select! {
                 Some(tried) = running.next() => tried,
                 () = tokio::time::sleep_until(next_save) => {
-                    // Written while it runs, a case ended or not: a record
-                    // not written for long reads as ABANDONED.
-                    let mut r = record.clone();
-                    r.cases = done.lock().unwrap_or_else(|p| p.into_inner()).iter().flatten().cloned().collect();
-                    r.totals = Some(eval::totals(&r.cases, started.elapsed()));
-                    r.usage = Some(usage.lock().unwrap_or_else(|p| p.into_inner()).clone());
-                    self.save(&caller.tenant, &mut r).await;
                     next_save = tokio::time::Instant::now() + SAVE_EVERY;
+                    if dirty || written.elapsed() >= WRITTEN_EVERY {
+                        let mut r = record.clone();
+                        r.cases = done.lock().unwrap_or_else(|p| p.into_inner()).iter().flatten().cloned().collect();
+                        r.totals = Some(eval::totals(&r.cases, started.elapsed()));
+                        r.usage = Some(usage.lock().unwrap_or_else(|p| p.into_inner()).clone());
+                        if self.save(&caller.tenant, &mut r, named).await {
+                            written = Instant::now();
+                            dirty = false;
+                        }
+                    }
                     continue;
                 }
             };
@@ -228,6 +258,7 @@ impl Orchestrator {
                 };
                 eval::tally_case(&mut result);
                 done.lock().unwrap_or_else(|p| p.into_inner())[c] = Some(result.clone());
+                dirty = true;
                 // Unbounded: a slow reader never holds the runs back (at
                 // most a case's result a case is queued).
                 let _ = tx.send(pb::ExperimentEvent {
@@ -379,6 +410,14 @@ impl Orchestrator {
             let mut s = spent.lock().unwrap_or_else(|p| p.into_inner());
             s.tokens += usage.input_tokens + usage.output_tokens;
             s.cost_nanos += usage.cost_nanos;
+        }
+        // A scorer that could not say (its judge did not answer): the try
+        // is an error, not the agent's failure.
+        if let Some(v) = scores.iter().find(|v| v.errored) {
+            return errored(
+                format!("scorer {} could not score: {}", v.scorer, v.reason),
+                usage,
+            );
         }
         let passed = status == "completed" && scores.iter().all(|v| v.passed);
         Tried {

@@ -57,7 +57,7 @@ impl Orchestrator {
                 if verdicts.is_empty() {
                     let why = failures.first().cloned().unwrap_or_default();
                     return (
-                        scorer.verdict(0.0, format!("the judge did not answer: {why}")),
+                        scorer.errored(format!("the judge did not answer: {why}")),
                         usage,
                     );
                 }
@@ -90,7 +90,7 @@ impl Orchestrator {
                 pb::Usage::default(),
             ),
             _ => (
-                scorer.verdict(0.0, "not a scorer that is asked".into()),
+                scorer.errored("not a scorer that is asked".into()),
                 pb::Usage::default(),
             ),
         }
@@ -164,17 +164,22 @@ impl Orchestrator {
         let checked: Checked = agent_run_as(&services, request, target)
             .map_err(|e| (e.to_string(), no_usage()))?
             .into();
+        // Labelled with its experiment, or as live scoring's: never scored
+        // live itself, never resumed elsewhere (its agent is made here).
+        let label = subject.experiment.unwrap_or(LIVE_SCORING).to_owned();
         let started = self
-            .start(
-                caller,
-                "RunExperiment",
-                checked,
-                services,
-                subject.experiment.map(str::to_owned),
-            )
+            .start(caller, "Judge", checked, services, Some(label))
             .await
             .map_err(|e| (e.to_string(), no_usage()))?;
+        let run_id = started.run_id.clone();
         let ran = collect(started.events).await;
+        if subject.experiment.is_none() {
+            // A live run's judge keeps no copy of the person's words: a
+            // delete of the run's conversation must leave none.
+            if let Err(e) = self.forget_run(caller, &run_id).await {
+                tracing::debug!(run_id, error = %e, "a live judge's run could not be forgotten");
+            }
+        }
         if ran.status != "completed" {
             return Err((ran.error, ran.usage));
         }
@@ -204,7 +209,7 @@ impl Orchestrator {
         let (output, calls, run_id) = (asked.output, asked.calls, asked.run_id);
         let services = self.services();
         let Some(t) = services.tools.get(tool).cloned() else {
-            return scorer.verdict(0.0, format!("no tool {tool:?} any more"));
+            return scorer.errored(format!("no tool {tool:?} any more"));
         };
         let args = json!({
             "case": {
@@ -237,25 +242,24 @@ impl Orchestrator {
         let outcome = match tokio::time::timeout(timeout, t.call(&ctx, &args, None)).await {
             Ok(o) => o,
             Err(_) => {
-                return scorer.verdict(
-                    0.0,
-                    format!("the scorer tool {tool} did not answer in {timeout:?}"),
-                );
+                return scorer.errored(format!(
+                    "the scorer tool {tool} did not answer in {timeout:?}"
+                ));
             }
         };
         match outcome {
             crate::tools::tool::ToolOutcome::Ok(text) => match parse_verdict(&text) {
                 Some((score, reason)) => scorer.verdict(score, reason),
-                None => scorer.verdict(
-                    0.0,
-                    format!("the scorer tool's answer is not a score: {:?}", cut(&text)),
-                ),
+                None => scorer.errored(format!(
+                    "the scorer tool's answer is not a score: {:?}",
+                    cut(&text)
+                )),
             },
             crate::tools::tool::ToolOutcome::Err(e) => {
-                scorer.verdict(0.0, format!("the scorer tool failed: {e}"))
+                scorer.errored(format!("the scorer tool failed: {e}"))
             }
             crate::tools::tool::ToolOutcome::NeedInput { .. } => {
-                scorer.verdict(0.0, "the scorer tool asked for a person's input".into())
+                scorer.errored("the scorer tool asked for a person's input".into())
             }
         }
     }
@@ -288,6 +292,10 @@ pub(crate) struct Asked<'a> {
     /// The call's id for a tool scorer, its own a scorer and an answer.
     pub call_id: String,
 }
+
+/// The experiment label of a live run's judge runs (see
+/// `app::live_scoring`): not an experiment's id (those start `exp-`).
+pub(crate) const LIVE_SCORING: &str = "live-scoring";
 
 /// What a judge is told before its rubric.
 const JUDGE_INSTRUCTIONS: &str = "You are an impartial judge of an AI assistant's answer. Read the conversation, the reference answer if there is one, and the answer to judge. Judge the answer only by the rubric below. Reply with a JSON object and nothing else: {\"score\": a number from 0 (fails the rubric) to 1 (meets it fully), \"reason\": one sentence saying why}.";

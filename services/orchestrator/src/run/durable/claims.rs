@@ -116,8 +116,13 @@ return 1",
         if until < 0 {
             return Ok(None);
         }
+        // XX: only a run still listed. The run may have ended between the
+        // script and this (its end takes it out of the list, on another
+        // connection of this replica): a plain ZADD put an ended run's
+        // lease back, held until a claim round found it.
         redis::cmd("ZADD")
             .arg(self.leases_key())
+            .arg("XX")
             .arg(until)
             .arg(run_id)
             .query_async::<()>(&mut c)
