@@ -605,7 +605,7 @@ export class Orchestrator {
     pageToken = "",
     o: CallOpts = {},
   ): Promise<ListRunsResponse> {
-    return unary(this.client.listRuns.bind(this.client), { status, pageSize, pageToken, waiting: false }, o, this.md());
+    return unary(this.client.listRuns.bind(this.client), { status, pageSize, pageToken, waiting: false, failingScores: false }, o, this.md());
   }
 
   /** A page of the caller's runs waiting for a person (an approval or an
@@ -613,7 +613,7 @@ export class Orchestrator {
    * it waits for in `waitingFor`. */
   listWaitingRuns(pageSize = 0, pageToken = "", o: CallOpts = {}): Promise<ListRunsResponse> {
     const status = RunStatus.RUN_STATUS_UNSPECIFIED;
-    return unary(this.client.listRuns.bind(this.client), { status, pageSize, pageToken, waiting: true }, o, this.md());
+    return unary(this.client.listRuns.bind(this.client), { status, pageSize, pageToken, waiting: true, failingScores: false }, o, this.md());
   }
 
   listAgents(o: CallOpts = {}): Promise<ListAgentsResponse> {

@@ -165,7 +165,10 @@ impl Store for MemoryStore {
                 h.running_until = now_ms() + hold_ms;
                 true
             }
-            _ => false,
+            // The run gave the turn back already (it ended before this):
+            // nothing to hold.
+            Some(_) => true,
+            None => false,
         })
     }
 

@@ -266,7 +266,9 @@ pub trait Store: Send + Sync {
     /// Gives a run's turn back without appending (it never started).
     async fn release(&self, key: &Key, run_id: &str) -> Result<()>;
     /// Holds the turn of run `run_id` for `hold_ms` from now, while it is
-    /// the run's; whether it still was (not: the conversation was deleted).
+    /// the run's; `false` only when the conversation is gone (deleted): a
+    /// run that ended before this (an instant one) gave the turn back
+    /// already, and that is `true`.
     async fn hold(&self, key: &Key, run_id: &str, hold_ms: i64) -> Result<bool>;
     /// The ids of `tenant`'s conversations branched from `id` (forks of
     /// its runs).

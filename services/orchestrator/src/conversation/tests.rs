@@ -423,3 +423,33 @@ fn ids_are_checked() {
         assert_eq!(e.field(), Some("conversation_id"));
     }
 }
+
+/// A run that ended before its start held its turn (an instant one) gave
+/// the turn back already: holding it then is not "the conversation was
+/// deleted" (which made an instant run's caller told NOT_FOUND and the run
+/// forgotten). Only a conversation gone is.
+#[tokio::test]
+async fn holding_the_turn_of_a_run_that_ended_already_is_not_a_deletion() {
+    let store = MemoryStore::new(10);
+    let k = key("instant");
+    assert!(matches!(
+        store
+            .begin(&k, &begin("r1", Open::New))
+            .await
+            .expect("begin"),
+        Begun::Taken { .. }
+    ));
+    assert!(store.hold(&k, "r1", 1000).await.expect("hold"), "its own");
+    assert!(
+        store
+            .finish(&k, &finish("r1", Vec::new(), 0))
+            .await
+            .expect("finish")
+    );
+    assert!(
+        store.hold(&k, "r1", 1000).await.expect("hold"),
+        "ended before it was held: nothing to hold, not deleted"
+    );
+    store.delete(&k).await.expect("delete");
+    assert!(!store.hold(&k, "r1", 1000).await.expect("hold"), "deleted");
+}

@@ -113,7 +113,12 @@ return 1
 
 pub(super) const HOLD: &str = r"
 -- KEYS[1] meta, KEYS[2] msgs, KEYS[3] runs; ARGV[1] the run, ARGV[2]
--- how long it holds the turn from now (ms).
+-- how long it holds the turn from now (ms). 0: the conversation is gone
+-- (deleted); 1: held, or the run gave the turn back already (it ended
+-- before this: nothing to hold).
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
 if redis.call('HGET', KEYS[1], 'running') == ARGV[1] then
   local hold = tonumber(ARGV[2])
   redis.call('HSET', KEYS[1], 'running_until', now + hold)
