@@ -112,7 +112,7 @@ impl Orchestrator {
             .map_err(|e| (e.to_string(), pb::Usage::default()))?;
         let schema = json!({
             "type": "object",
-            "properties": {"score": {"type": "number", "minimum": 0, "maximum": 1}, "reason": {"type": "string"}},
+            "properties": {"score": {"type": "number"}, "reason": {"type": "string", "maxLength": 400}},
             "required": ["score", "reason"],
             "additionalProperties": false
         });
@@ -129,6 +129,10 @@ impl Orchestrator {
                         strict: true,
                         retries: 1,
                     }),
+                    // Room for its verdict whatever its provider's default
+                    // (a small model writes a long reason; cut, it is not
+                    // JSON).
+                    max_tokens: Some(JUDGE_MAX_TOKENS),
                     ..Default::default()
                 },
                 ..Default::default()
@@ -296,6 +300,9 @@ pub(crate) struct Asked<'a> {
 /// The experiment label of a live run's judge runs (see
 /// `app::live_scoring`): not an experiment's id (those start `exp-`).
 pub(crate) const LIVE_SCORING: &str = "live-scoring";
+
+/// Most tokens a judge answers with: a `{score, reason}` and room to spare.
+const JUDGE_MAX_TOKENS: u32 = 512;
 
 /// What a judge is told before its rubric.
 const JUDGE_INSTRUCTIONS: &str = "You are an impartial judge of an AI assistant's answer. Read the conversation, the reference answer if there is one, and the answer to judge. Judge the answer only by the rubric below. Reply with a JSON object and nothing else: {\"score\": a number from 0 (fails the rubric) to 1 (meets it fully), \"reason\": one sentence saying why}.";
