@@ -173,27 +173,25 @@ fn parse_lines(text: &str) -> Result<(Defaults, Vec<(u32, CaseSpec)>), Bad> {
                 dataset: Defaults,
             }
             let de = &mut serde_json::Deserializer::from_str(trimmed);
-            let header: Header = serde_path_to_error::deserialize(de).map_err(|e| {
-                Bad::new(
-                    line,
-                    path_of(&e.path().to_string()),
-                    json_message(e.inner()),
-                )
-            })?;
+            let header: Header =
+                serde_path_to_error::deserialize(de).map_err(|e| bad_at(line, &e))?;
             defaults = header.dataset;
             continue;
         }
         let de = &mut serde_json::Deserializer::from_str(trimmed);
-        let spec: CaseSpec = serde_path_to_error::deserialize(de).map_err(|e| {
-            Bad::new(
-                line,
-                path_of(&e.path().to_string()),
-                json_message(e.inner()),
-            )
-        })?;
+        let spec: CaseSpec = serde_path_to_error::deserialize(de).map_err(|e| bad_at(line, &e))?;
         specs.push((line, spec));
     }
     Ok((defaults, specs))
+}
+
+/// A field that does not deserialize, on `line`, as a [`Bad`].
+fn bad_at(line: u32, e: &serde_path_to_error::Error<serde_json::Error>) -> Bad {
+    Bad::new(
+        line,
+        path_of(&e.path().to_string()),
+        json_message(e.inner()),
+    )
 }
 
 /// A path as serde_path_to_error says it, `.` being the whole value.
@@ -256,13 +254,8 @@ fn parse_yaml(text: &str) -> Result<(Defaults, Vec<(u32, CaseSpec)>), Bad> {
     let mut specs = Vec::with_capacity(items.len());
     for (i, item) in items.into_iter().enumerate() {
         let line = lines.get(i).copied().unwrap_or(0);
-        let spec: CaseSpec = serde_path_to_error::deserialize(item).map_err(|e| {
-            Bad::new(
-                line,
-                path_of(&e.path().to_string()),
-                json_message(e.inner()),
-            )
-        })?;
+        let spec: CaseSpec =
+            serde_path_to_error::deserialize(item).map_err(|e| bad_at(line, &e))?;
         specs.push((line, spec));
     }
     Ok((defaults, specs))
