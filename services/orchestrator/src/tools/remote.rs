@@ -41,6 +41,10 @@ pub struct ToolServer {
 impl ToolServer {
     /// What a call that failed with `e` says: the server, its address, the
     /// code and message, and what to check when nothing answered there.
+    /// `Cancelled` is one of those: a run's own cancellation drops the call
+    /// and never reads a status, so a `Cancelled` read here is the
+    /// connection closing under the call (the server went down with a
+    /// connection still open to it).
     fn failure(&self, e: &tonic::Status) -> String {
         let (name, endpoint) = (&self.name, &self.endpoint);
         let mut message = format!(
@@ -50,7 +54,7 @@ impl ToolServer {
         );
         if matches!(
             e.code(),
-            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded
+            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
         ) {
             message.push_str(&format!(
                 "; check that it is running and reachable at {endpoint} (tool_servers.{name}.endpoint in the agents file)"
