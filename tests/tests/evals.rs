@@ -1055,3 +1055,86 @@ async fn live_runs_of_an_agent_with_scoring_are_scored_as_they_end() {
         }
     }
 }
+
+/// An experiment's budget is one reservation for all its runs: sixteen
+/// at once against a provider without `max_tokens` in the request (the
+/// model's output limit is the worst case) spend no more than it, counted
+/// at the provider, and the cases past it are errors that say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_experiments_runs_draw_from_one_budget_and_never_spend_past_it() {
+    let provider = provider().await;
+    let yaml = format!(
+        r#"
+default_max_output_tokens: 40
+providers:
+  fake: {{kind: openai, base_url: "{}", api_key_env: "", max_retries: 0}}
+agents:
+  greeter: {{model: "fake:greeter"}}
+"#,
+        provider.base_url()
+    );
+    let server = OrchestratorServer::start(&yaml, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let client = server.client().await.expect("client");
+    let mut dataset = String::new();
+    for i in 0..40 {
+        dataset.push_str(&format!(
+            "{{\"id\": \"c{i}\", \"input\": \"hi\", \"scorers\": [{{\"kind\": \"contains\", \"value\": \"Ada\"}}]}}\n"
+        ));
+    }
+    // Each call spends 15 at the provider (10 in, 5 out): room for ten.
+    let limit = 150;
+    let events = client
+        .run_experiment(pb::RunExperimentRequest {
+            dataset,
+            agent: "greeter".into(),
+            concurrency: 16,
+            name: "budgeted".into(),
+            budget: Some(pb::ExperimentBudget {
+                tokens: limit,
+                cost: 0.0,
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("experiment");
+    let mut events = Box::pin(events);
+    let ended = loop {
+        let next = tokio::time::timeout(Duration::from_secs(60), events.next())
+            .await
+            .expect("went on");
+        if let Some(pb::experiment_event::Event::Ended(e)) = next.expect("end").expect("ok").event {
+            break e;
+        }
+    };
+    let at_provider = provider.requests().len() as u64 * 15;
+    let passed = ended.cases.iter().filter(|c| c.passed).count();
+    let spent: Vec<&str> = ended
+        .cases
+        .iter()
+        .filter(|c| c.error.starts_with("the experiment's budget is spent"))
+        .map(|c| c.case_id.as_str())
+        .collect();
+    eprintln!(
+        "40 cases, 16 at once, a budget of {limit}: {at_provider} tokens at the provider, {passed} passed, {} refused",
+        spent.len()
+    );
+    assert!(at_provider <= limit, "{at_provider} of {limit}");
+    // Every call the provider answered is a case that passed; the rest
+    // were refused by the budget, not failed.
+    assert_eq!(passed as u64 * 15, at_provider);
+    assert!(passed >= 5, "{passed} passed");
+    assert_eq!(passed + spent.len(), 40, "{:?}", ended.cases);
+    let usage = ended.usage.clone().unwrap_or_default();
+    assert_eq!(usage.input_tokens + usage.output_tokens, at_provider);
+    // Nothing is left held or running.
+    let running = client
+        .list_runs(pb::RunStatus::Running, 100, "")
+        .await
+        .expect("runs")
+        .runs
+        .len();
+    assert_eq!(running, 0);
+    server.shutdown().await.expect("shutdown");
+}

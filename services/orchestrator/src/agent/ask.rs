@@ -12,7 +12,7 @@ use super::frame::{CallFrame, FrameSink};
 use crate::catalog::budget::OnExhausted;
 use crate::model::call::budget::{Exhausted, Limit, money};
 use crate::model::call::request::Periods;
-use crate::model::call::{Answered, CallError, CallModel as _, Claim, ModelCall, lock};
+use crate::model::call::{Answered, CallError, CallModel as _, Claim, ModelCall};
 use crate::model::{ChatMessage, Model, Role, ToolDef};
 use crate::run::failure::Failure;
 use crate::run::recording::unit;
@@ -48,7 +48,7 @@ pub(super) async fn call_model(
     };
     let wide = resolve(&spec.context_window_fallbacks)?;
     let over = (candidates.len() > 1 || !wide.is_empty()).then(|| frame.over_settings(rt));
-    let budget = lock(&rt.budgets).bounds(frame.budget).then_some(Claim {
+    let budget = rt.budgets.bounds(frame.budget).then_some(Claim {
         budgets: &rt.budgets,
         node: frame.budget,
     });

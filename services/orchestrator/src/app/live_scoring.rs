@@ -120,6 +120,7 @@ impl Orchestrator {
             messages: &messages,
             expected: None,
             labels: &labels,
+            budget: None,
         };
         let mut scores = Vec::new();
         for (k, scorer) in what.scoring.compiled.iter().enumerate() {

@@ -23,7 +23,7 @@ pub(super) async fn summarize(
     model: &str,
     folded: &[pb::ConversationMessage],
 ) -> Result<String> {
-    use crate::model::call::{CallError, CallModel as _, Claim, ModelCall, budget, lock};
+    use crate::model::call::{CallError, CallModel as _, Claim, ModelCall, budget};
     let run = &prepared.run;
     let tenant = &prepared.record.tenant;
     let model = services
@@ -50,7 +50,7 @@ pub(super) async fn summarize(
         over: &settings,
         max_output: None,
         timeout: services.defaults.model_timeout,
-        budget: lock(&run.budgets).bounds(budget::RUN).then_some(Claim {
+        budget: run.budgets.bounds(budget::RUN).then_some(Claim {
             budgets: &run.budgets,
             node: budget::RUN,
         }),

@@ -191,6 +191,7 @@ fn options(s: &Shared, o: RequestOptions) -> Result<RunOptions> {
         walk: None,
         rerun: None,
         settings: o.settings,
+        shared_budget: None,
     })
 }
 

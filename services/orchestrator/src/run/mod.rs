@@ -142,6 +142,7 @@ pub(crate) mod testing {
             walk,
             rerun: None,
             settings: Default::default(),
+            shared_budget: None,
         };
         let run = Run::new(
             Arc::new(services),

@@ -124,6 +124,9 @@ pub struct RunOptions {
     pub rerun: Option<Rerun>,
     /// The request's generation settings.
     pub settings: Settings,
+    /// A budget the run shares with others (an experiment's), drawn from
+    /// with its own.
+    pub shared_budget: Option<Arc<crate::model::call::budget::Budgets>>,
 }
 
 /// Store writes of a run that are in flight: a pipeline writes each step's
@@ -228,7 +231,10 @@ impl Run {
             rerun: options.rerun,
             settings: options.settings,
             pacer: Pacer::default(),
-            budgets: crate::model::call::budget::Budgets::new(options.limits.budget),
+            budgets: crate::model::call::budget::Budgets::under(
+                options.limits.budget,
+                options.shared_budget,
+            ),
             pipeline_usage: Mutex::default(),
         })
     }

@@ -57,6 +57,9 @@ pub const SAVE_EVERY: Duration = Duration::from_secs(2);
 /// `experiment_store::ABANDONED_AFTER`).
 pub const WRITTEN_EVERY: Duration = Duration::from_secs(10);
 
+/// Why a try did not run: the experiment's budget.
+const BUDGET_SPENT: &str = "the experiment's budget is spent";
+
 /// Where an experiment's events go: unbounded, so a slow reader never
 /// holds its runs back (there are at most its cases' results, and two).
 type Events = mpsc::UnboundedSender<pb::ExperimentEvent>;
@@ -68,13 +71,6 @@ struct Tried {
     try_: pb::CaseTry,
     /// Why it could not run at all.
     error: Option<String>,
-}
-
-/// What the tries spent so far, for the experiment's budget.
-#[derive(Default)]
-struct Spent {
-    tokens: u64,
-    cost_nanos: u64,
 }
 
 impl Orchestrator {
@@ -192,7 +188,6 @@ impl Orchestrator {
         named: &std::sync::atomic::AtomicBool,
     ) {
         let started = Instant::now();
-        let spent = Mutex::new(Spent::default());
         let mut pending: Vec<Vec<Tried>> =
             (0..plan.dataset.cases.len()).map(|_| Vec::new()).collect();
         let mut queue =
@@ -204,7 +199,7 @@ impl Orchestrator {
         loop {
             while running.len() < plan.concurrency {
                 let Some((c, _)) = queue.next() else { break };
-                running.push(self.run_try(caller, plan, c, &spent));
+                running.push(self.run_try(caller, plan, c));
             }
             if running.is_empty() {
                 break;
@@ -270,24 +265,19 @@ impl Orchestrator {
 
     /// One try of case `c`: its run (or runs, for several messages), then
     /// its scores.
-    async fn run_try(&self, caller: &Caller, plan: &Plan, c: usize, spent: &Mutex<Spent>) -> Tried {
+    async fn run_try(&self, caller: &Caller, plan: &Plan, c: usize) -> Tried {
         let case = &plan.dataset.cases[c];
         let started = Instant::now();
         // A try that could not run, or whose run did not end here (its
         // replica shut down, its lease lapsed, its stream broke): an error,
-        // not a failure of the agent. What it spent is counted.
-        let errored = |error: String, usage: pb::Usage| {
-            let mut s = spent.lock().unwrap_or_else(|p| p.into_inner());
-            s.tokens += usage.input_tokens + usage.output_tokens;
-            s.cost_nanos += usage.cost_nanos;
-            Tried {
-                case: c,
-                try_: pb::CaseTry {
-                    usage: Some(usage),
-                    ..Default::default()
-                },
-                error: Some(error),
-            }
+        // not a failure of the agent.
+        let errored = |error: String, usage: pb::Usage| Tried {
+            case: c,
+            try_: pb::CaseTry {
+                usage: Some(usage),
+                ..Default::default()
+            },
+            error: Some(error),
         };
         let target = if case.agent.is_empty() {
             plan.target.clone()
@@ -302,23 +292,11 @@ impl Orchestrator {
         let mut status = "completed";
         let mut error = String::new();
         for (i, message) in case.messages.iter().enumerate() {
-            // Each run is given what is left of the experiment's budget
-            // when it starts (with what this try spent so far counted).
-            let budget = match &plan.budget {
-                None => None,
-                Some(b) => {
-                    let s = spent.lock().unwrap_or_else(|p| p.into_inner());
-                    let used = s.tokens + usage.input_tokens + usage.output_tokens;
-                    let cost = s.cost_nanos + usage.cost_nanos;
-                    let tokens = (b.tokens > 0).then(|| b.tokens.saturating_sub(used));
-                    let cost = (b.cost > 0.0).then(|| (b.cost - cost as f64 / 1e9).max(0.0));
-                    if tokens == Some(0) || cost.is_some_and(|c| c <= 0.0) {
-                        drop(s);
-                        return errored("the experiment's budget is spent".into(), usage);
-                    }
-                    Some(pb::Budget { tokens, cost })
-                }
-            };
+            // Every run draws from the experiment's one budget (see
+            // `start_case_run`); once it is spent no run starts.
+            if plan.budget.as_ref().is_some_and(|b| b.spent_out()) {
+                return errored(BUDGET_SPENT.into(), usage);
+            }
             let request = pb::RunAgentRequest {
                 agent: target.clone(),
                 input: message.clone(),
@@ -328,10 +306,6 @@ impl Orchestrator {
                     Value::Object(case.context.clone()).to_string()
                 },
                 default_model: plan.default_model.clone(),
-                limits: budget.map(|b| pb::RunLimits {
-                    budget: Some(b),
-                    ..Default::default()
-                }),
                 approval_mode: pb::ApprovalMode::AutoApprove as i32,
                 new_conversation: case.messages.len() > 1 && i == 0,
                 conversation_id: conversation.clone(),
@@ -358,6 +332,16 @@ impl Orchestrator {
             calls.extend(ran.calls);
             outputs.push(ran.output);
             if ran.status != "completed" {
+                // Refused by the experiment's budget: not the agent's
+                // failure.
+                if ran.code == tonic::Code::ResourceExhausted as i32
+                    && plan
+                        .budget
+                        .as_ref()
+                        .is_some_and(|b| ran.error.contains(&format!("budget {} ", b.name())))
+                {
+                    return errored(format!("{BUDGET_SPENT}: {}", ran.error), usage);
+                }
                 status = ran.status;
                 error = ran.error;
                 break;
@@ -393,6 +377,7 @@ impl Orchestrator {
                             messages: &case.messages,
                             expected: case.expected.as_ref(),
                             labels: &case.labels,
+                            budget: plan.budget.as_ref(),
                         };
                         let (v, u) = self.ask_scorer(caller, &subject, scorer, &asked).await;
                         crate::run::usage::add(&mut usage, &u);
@@ -404,12 +389,6 @@ impl Orchestrator {
                 }
                 scores.push(v);
             }
-        }
-        // What it spent, its judges' calls included.
-        {
-            let mut s = spent.lock().unwrap_or_else(|p| p.into_inner());
-            s.tokens += usage.input_tokens + usage.output_tokens;
-            s.cost_nanos += usage.cost_nanos;
         }
         // A scorer that could not say (its judge did not answer): the try
         // is an error, not the agent's failure.
@@ -449,6 +428,7 @@ impl Orchestrator {
         let services = self.services();
         let mut checked: Checked = agent_run(&services, request)?.into();
         checked.options.rerun = self.case_tools(caller, case).await?;
+        checked.options.shared_budget = plan.budget.clone();
         self.start(
             caller,
             "RunExperiment",

@@ -1,6 +1,9 @@
 //! An experiment checked whole before anything runs.
 
-use std::collections::{BTreeSet, HashMap};
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::Arc,
+};
 
 use baton_proto::v1::{self as pb};
 
@@ -8,6 +11,7 @@ use crate::{
     app::orchestrator::{Caller, Orchestrator},
     error::{Error, Result},
     eval::{self, dataset::Dataset, score::How},
+    model::call::budget::{Budgets, Limit},
 };
 
 /// Most bytes of a dataset (a request carrying it fits gRPC's 4 MiB).
@@ -25,7 +29,9 @@ pub(super) struct Plan {
     pub(super) repeat: u32,
     pub(super) concurrency: usize,
     pub(super) default_model: String,
-    pub(super) budget: Option<pb::ExperimentBudget>,
+    /// Its budget, which every run and judge of it draws from (one
+    /// reservation for all).
+    pub(super) budget: Option<Arc<Budgets>>,
 }
 
 impl Orchestrator {
@@ -213,6 +219,21 @@ impl Orchestrator {
             case_count: dataset.cases.len() as u32,
             ..Default::default()
         };
+        // One budget for all its runs and judges, named as the experiment.
+        let shown = if record.name.is_empty() {
+            &record.id
+        } else {
+            &record.name
+        };
+        let budget = r.budget.filter(|b| b.tokens > 0 || b.cost > 0.0).map(|b| {
+            Budgets::shared(
+                format!("experiment {shown}"),
+                Limit {
+                    tokens: (b.tokens > 0).then_some(b.tokens),
+                    cost_nanos: (b.cost > 0.0).then(|| crate::catalog::budget::cost_nanos(b.cost)),
+                },
+            )
+        });
         Ok(Plan {
             record,
             dataset,
@@ -220,7 +241,7 @@ impl Orchestrator {
             repeat,
             concurrency: concurrency as usize,
             default_model: r.default_model,
-            budget: r.budget.filter(|b| b.tokens > 0 || b.cost > 0.0),
+            budget,
         })
     }
 }

@@ -16,6 +16,7 @@ use crate::{
         settings::{ResponseFormat, Settings},
     },
     eval::score::{ActualCall, How, Scorer, Verdict, cut},
+    model::call::budget::Budgets,
     request::{AgentRequest, validate::agent_run_as},
     run::target::Resolved,
 };
@@ -165,9 +166,10 @@ impl Orchestrator {
         };
         let no_usage = || pb::Usage::default();
         let request = AgentRequest::try_from(request).map_err(|e| (e.to_string(), no_usage()))?;
-        let checked: Checked = agent_run_as(&services, request, target)
+        let mut checked: Checked = agent_run_as(&services, request, target)
             .map_err(|e| (e.to_string(), no_usage()))?
             .into();
+        checked.options.shared_budget = subject.budget.cloned();
         // Labelled with its experiment, or as live scoring's: never scored
         // live itself, never resumed elsewhere (its agent is made here).
         let label = subject.experiment.unwrap_or(LIVE_SCORING).to_owned();
@@ -283,6 +285,8 @@ pub(crate) struct Subject<'a> {
     pub expected: Option<&'a Value>,
     /// Its labels.
     pub labels: &'a std::collections::BTreeMap<String, String>,
+    /// The experiment's budget, which its judges draw from too.
+    pub budget: Option<&'a Arc<Budgets>>,
 }
 
 /// What a scorer that is asked (a judge, a tool) is given of a try.
