@@ -63,6 +63,10 @@ impl RedisRuns {
             let mut expired = Vec::new();
             for (id, fields) in ids.iter().zip(&metas) {
                 match decode_meta(id, fields) {
+                    // A run being created is in the index a moment before
+                    // its record (two commands sent together): only an old
+                    // one without a record has expired.
+                    None if being_created(id) => {}
                     None => expired.push(id.clone()),
                     Some(m) if m.tenant != tenant => {}
                     Some(m) if status.is_some_and(|s| s != m.status) => {}
@@ -86,5 +90,44 @@ impl RedisRuns {
         let more = found.len() > size;
         found.truncate(size);
         Ok((found, more))
+    }
+}
+
+/// How long after its id was made a run without a record may still be
+/// being created.
+const CREATING: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Whether run `id` (a UUIDv7, whose first 48 bits are when it was made)
+/// was made less than [`CREATING`] ago.
+fn being_created(id: &str) -> bool {
+    let Some(made) = uuid::Uuid::try_parse(id)
+        .ok()
+        .and_then(|u| u.get_timestamp())
+        .map(|t| {
+            let (secs, nanos) = t.to_unix();
+            std::time::UNIX_EPOCH + std::time::Duration::new(secs, nanos)
+        })
+    else {
+        return false;
+    };
+    std::time::SystemTime::now()
+        .duration_since(made)
+        .map_or(true, |age| age < CREATING)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_made_a_moment_ago_is_being_created_and_an_old_one_is_not() {
+        assert!(being_created(&uuid::Uuid::now_v7().to_string()));
+        let old = uuid::Uuid::new_v7(uuid::Timestamp::from_unix(
+            uuid::NoContext,
+            1_700_000_000,
+            0,
+        ));
+        assert!(!being_created(&old.to_string()));
+        assert!(!being_created("not-a-uuid"));
     }
 }
