@@ -1173,3 +1173,36 @@ consoleTest('experiments: listed, one opened with its failing reason and runs, t
   assert.equal(await fits(), true, 'a comparison fits 390 px');
   await shot(page, 'phone-experiments-compare', { fullPage: true });
 });
+
+consoleTest('experiments: a running one is cancelled from its page, keeping what finished', async (page) => {
+  const name = `slow-${Date.now().toString(36)}`;
+  const dataset = [
+    { id: 'quick', agent: 'sturdy', input: 'x', scorers: [{ kind: 'regex', pattern: '.' }] },
+    { id: 'slow-1', input: 'one', expected: 'never' },
+    { id: 'slow-2', input: 'two', expected: 'never' },
+  ].map((c) => JSON.stringify(c)).join('\n');
+  const res = await fetch(`${NESTED}/v1/experiments`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${KEY_A}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ name, agent: 'slow', datasetName: `${name}.jsonl`, dataset }),
+  });
+  const started = await res.json();
+  assert.equal(res.status, 200, JSON.stringify(started));
+  await openConsole(page, NESTED, KEY_A);
+  await page.goto(`${NESTED}/#/experiments/${started.experimentId}`);
+  const cancel = page.locator(tid('cancel-experiment'));
+  await cancel.waitFor();
+  assert.equal(await page.locator(tid('experiment-status')).textContent(), 'running');
+  await shot(page, 'experiment-running', { fullPage: true });
+  await cancel.click();
+  await page.locator(`${tid('experiment-status')}:text("cancelled")`).waitFor();
+  assert.equal(await cancel.isVisible(), false, 'no cancel once it ended');
+  assert.match(await page.locator(tid('experiment-totals')).textContent(), /not run$/);
+  const e = await (await fetch(`${NESTED}/v1/experiments/${started.experimentId}`, { headers: { Authorization: `Bearer ${KEY_A}` } })).json();
+  assert.equal(e.status, 'EXPERIMENT_STATUS_CANCELLED');
+  assert.ok((e.cases || []).every((c) => c.caseId === 'quick'), JSON.stringify(e.cases));
+  assert.equal(await page.locator(tid('error')).count(), 0, 'no error');
+  await page.setViewportSize({ width: 390, height: 844 });
+  assert.equal(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth + 1), true, 'fits 390 px');
+  await shot(page, 'phone-experiment-cancelled', { fullPage: true });
+});

@@ -1138,3 +1138,166 @@ agents:
     assert_eq!(running, 0);
     server.shutdown().await.expect("shutdown");
 }
+
+/// Waits until `n` runs are running (at most 4 s).
+async fn until_running(client: &OrchestratorClient, n: usize) {
+    let mut running = 0;
+    for _ in 0..200 {
+        running = client
+            .list_runs(pb::RunStatus::Running, 100, "")
+            .await
+            .expect("runs")
+            .runs
+            .len();
+        if running == n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let all = client
+        .list_runs(pb::RunStatus::Unspecified, 100, "")
+        .await
+        .expect("runs");
+    panic!("never {n} running: {running}; {:?}", all.runs);
+}
+
+/// A quick case, then four whose tool never answers.
+fn stuck_dataset() -> String {
+    let mut dataset = String::from(
+        "{\"id\": \"quick\", \"agent\": \"greeter\", \"input\": \"hi\", \"scorers\": [{\"kind\": \"contains\", \"value\": \"Ada\"}]}\n",
+    );
+    for i in 0..4 {
+        dataset.push_str(&format!(
+            "{{\"id\": \"stuck-{i}\", \"input\": \"wait\", \"expected\": \"done\"}}\n"
+        ));
+    }
+    dataset
+}
+
+/// CancelExperiment stops an experiment started over HTTP without a
+/// stream (which nothing else could stop), keeping the case that
+/// finished; a second cancel, an unknown one and a blank name are refused
+/// naming the field; on Redis, another replica than the one running it
+/// cancels it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_experiment_stops_it_on_whichever_replica_runs_it_and_keeps_what_finished() {
+    let host = TestToolHost::start().await.expect("tool host");
+    let provider = provider().await;
+    let yaml = agents(&host.endpoint(), &provider, "x");
+    let server = OrchestratorServer::start(&yaml, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let client = server.client().await.expect("client");
+    let http = reqwest::Client::new();
+    let response = http
+        .post(format!("{}/v1/experiments", server.endpoint()))
+        .json(&json!({"dataset": stuck_dataset(), "datasetName": "stuck.jsonl", "agent": "waiter", "name": "stuck", "concurrency": 5}))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(response.status(), reqwest::StatusCode::OK);
+    until_running(&client, 4).await;
+    let cancelled: Value = http
+        .post(format!("{}/v1/experiments/stuck:cancel", server.endpoint()))
+        .send()
+        .await
+        .expect("cancel")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        cancelled["status"], "EXPERIMENT_STATUS_CANCELLED",
+        "{cancelled}"
+    );
+    assert_eq!(cancelled["cases"].as_array().map(Vec::len), Some(1));
+    assert_eq!(cancelled["cases"][0]["caseId"], "quick");
+    until_running(&client, 0).await;
+    let stopped = client
+        .list_runs(pb::RunStatus::Cancelled, 100, "")
+        .await
+        .expect("runs")
+        .runs
+        .len();
+    assert_eq!(stopped, 4, "each waiting run was cancelled");
+    // Refusals name the field and change nothing.
+    let again = client
+        .cancel_experiment("stuck")
+        .await
+        .map_err(status)
+        .expect_err("ended");
+    assert_eq!(again.code(), Code::FailedPrecondition);
+    assert!(
+        again.message().contains("experiment")
+            && again
+                .message()
+                .contains("is cancelled: only a running one can be cancelled"),
+        "{}",
+        again.message()
+    );
+    let unknown = client
+        .cancel_experiment("nope")
+        .await
+        .map_err(status)
+        .expect_err("unknown");
+    assert_eq!(unknown.code(), Code::NotFound);
+    let blank = client
+        .cancel_experiment("")
+        .await
+        .map_err(status)
+        .expect_err("blank");
+    assert_eq!(blank.code(), Code::InvalidArgument);
+    assert!(
+        blank.message().contains("experiment"),
+        "{}",
+        blank.message()
+    );
+    let response = http
+        .post(format!("{}/v1/experiments/stuck:cancel", server.endpoint()))
+        .send()
+        .await
+        .expect("cancel");
+    assert_eq!(response.status(), reqwest::StatusCode::BAD_REQUEST);
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(body["field"], "experiment", "{body}");
+    server.shutdown().await.expect("shutdown");
+
+    // Two replicas on Redis: started on a, cancelled through b.
+    let redis = RedisServer::start().expect("redis");
+    let a = OrchestratorServer::start(&yaml, None, durable_runs(redis.url()))
+        .await
+        .expect("a");
+    let b = OrchestratorServer::start(&yaml, None, durable_runs(redis.url()))
+        .await
+        .expect("b");
+    let (ca, cb) = (a.client().await.expect("a"), b.client().await.expect("b"));
+    let mut events = Box::pin(
+        ca.run_experiment(pb::RunExperimentRequest {
+            dataset: stuck_dataset(),
+            agent: "waiter".into(),
+            concurrency: 5,
+            name: "far".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("experiment"),
+    );
+    until_running(&ca, 4).await;
+    let asked = std::time::Instant::now();
+    let record = cb.cancel_experiment("far").await.expect("cancel");
+    eprintln!("cancelled from the other replica in {:?}", asked.elapsed());
+    assert_eq!(record.status, pb::ExperimentStatus::Cancelled as i32);
+    assert_eq!(record.cases.len(), 1);
+    // The stream of the one who started it ends with the record.
+    let ended = loop {
+        let e = tokio::time::timeout(Duration::from_secs(10), events.next())
+            .await
+            .expect("went on")
+            .expect("an end")
+            .expect("ok");
+        if let Some(pb::experiment_event::Event::Ended(e)) = e.event {
+            break e;
+        }
+    };
+    assert_eq!(ended.status, pb::ExperimentStatus::Cancelled as i32);
+    until_running(&ca, 0).await;
+}

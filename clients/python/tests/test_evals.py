@@ -12,7 +12,7 @@ import json
 import pytest
 
 from baton.v1 import evals_pb2 as evals_pb
-from baton_client import InvalidArgument, NotFound
+from baton_client import FailedPrecondition, InvalidArgument, NotFound
 
 from conftest import REPO, running
 
@@ -58,5 +58,35 @@ def test_an_experiment_runs_compares_and_a_saved_case_passes(tmp_path):
             with pytest.raises(NotFound):
                 await b.orchestrator.get_experiment("nope")
             assert again.totals.passed == 4
+
+    run(main())
+
+
+def test_cancel_experiment_stops_a_running_one_and_keeps_what_finished(tmp_path):
+    async def main():
+        async with running() as b:
+            dataset = tmp_path / "slow.jsonl"
+            dataset.write_text(
+                '{"id": "quick", "agent": "echo", "input": "hi", "scorers": [{"kind": "contains", "value": "hi"}]}\n'
+                '{"id": "slow-1", "input": "x", "expected": "never"}\n'
+                '{"id": "slow-2", "input": "x", "expected": "never"}\n'
+            )
+            told = []
+            started = asyncio.create_task(
+                b.orchestrator.run_experiment(dataset, agent="slow", name="py-slow", on_case=told.append)
+            )
+            for _ in range(200):
+                if told:
+                    break
+                await asyncio.sleep(0.02)
+            assert [c.case_id for c in told] == ["quick"]
+            e = await b.orchestrator.cancel_experiment("py-slow")
+            assert e.status == evals_pb.EXPERIMENT_STATUS_CANCELLED
+            assert [c.case_id for c in e.cases] == ["quick"]
+            ended = await asyncio.wait_for(started, 10)
+            assert ended.status == evals_pb.EXPERIMENT_STATUS_CANCELLED
+            with pytest.raises(FailedPrecondition) as refused:
+                await b.orchestrator.cancel_experiment("py-slow")
+            assert "only a running one can be cancelled" in str(refused.value)
 
     run(main())

@@ -720,6 +720,14 @@ export class Orchestrator {
     return unary(this.client.getExperiment.bind(this.client), { experiment }, o, this.md());
   }
 
+  /** Stops a running experiment (by id or name) on whichever replica runs
+   * it (CancelExperiment): its runs still going are cancelled and the
+   * cases that finished are kept; resolves with its record, CANCELLED. One
+   * that is not running rejects with FailedPrecondition. */
+  cancelExperiment(experiment: string, o: CallOpts = {}): Promise<Experiment> {
+    return unary(this.client.cancelExperiment.bind(this.client), { experiment }, o, this.md());
+  }
+
   /** A page of the caller's experiments, newest first, without their
    * cases. */
   listExperiments(pageSize = 0, pageToken = "", o: CallOpts = {}): Promise<ListExperimentsResponse> {

@@ -8,7 +8,7 @@ import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { InvalidArgument, NotFound, evals } from "../src";
+import { FailedPrecondition, InvalidArgument, NotFound, evals } from "../src";
 import { REPO, Running, startBaton } from "./baton";
 
 let b: Running;
@@ -55,4 +55,37 @@ test("an experiment runs, compares, and a saved case passes with recorded tools"
     return true;
   });
   await assert.rejects(b.orchestrator.getExperiment("nope"), NotFound);
+});
+
+test("cancelExperiment stops a running experiment and keeps what finished", async () => {
+  const t = await startBaton();
+  try {
+    const dir = mkdtempSync(join(tmpdir(), "baton-evals-"));
+    const file = join(dir, "slow.jsonl");
+    writeFileSync(
+      file,
+      '{"id": "quick", "agent": "echo", "input": "hi", "scorers": [{"kind": "contains", "value": "hi"}]}\n' +
+        '{"id": "slow-1", "input": "x", "expected": "never"}\n' +
+        '{"id": "slow-2", "input": "x", "expected": "never"}\n',
+    );
+    const told: string[] = [];
+    const running = t.orchestrator.runExperiment(file, { agent: "slow", name: "ts-slow", onCase: (c) => told.push(c.caseId) });
+    for (let i = 0; i < 200 && told.length === 0; i++) await new Promise((r) => setTimeout(r, 20));
+    assert.deepEqual(told, ["quick"]);
+    const e = await t.orchestrator.cancelExperiment("ts-slow");
+    assert.equal(e.status, evals.ExperimentStatus.EXPERIMENT_STATUS_CANCELLED);
+    assert.deepEqual(
+      e.cases.map((c) => c.caseId),
+      ["quick"],
+    );
+    const ended = await running;
+    assert.equal(ended.status, evals.ExperimentStatus.EXPERIMENT_STATUS_CANCELLED);
+    await assert.rejects(t.orchestrator.cancelExperiment("ts-slow"), (err: unknown) => {
+      assert.ok(err instanceof FailedPrecondition, String(err));
+      assert.ok(String((err as Error).message).includes("only a running one can be cancelled"), String(err));
+      return true;
+    });
+  } finally {
+    await t.stop();
+  }
 });

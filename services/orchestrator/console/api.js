@@ -154,6 +154,8 @@ export const api = {
   },
   /** An experiment (by id or name) with its cases. */
   getExperiment: (id, signal) => request('GET', `/v1/experiments/${enc(id)}`, undefined, signal),
+  /** Stops a running experiment; its record once cancelled. */
+  cancelExperiment: (id) => request('POST', `/v1/experiments/${enc(id)}:cancel`),
   /** Two experiments compared, regressions first. */
   compareExperiments: (baseline, candidate, signal) =>
     request('GET', `/v1/experiments/${enc(baseline)}:compare?candidate=${enc(candidate)}`, undefined, signal),

@@ -134,6 +134,19 @@ export function openExperiment(main, id, app) {
   const filter = h('input', { type: 'checkbox', id: 'failing-only', 'data-testid': 'failing-only' });
   let record = null;
   filter.addEventListener('change', () => record && draw(record));
+  // Shown while it runs: stops its runs still going, keeps what finished.
+  const cancel = h('button', { type: 'button', class: 'btn danger', 'data-testid': 'cancel-experiment', hidden: true }, 'Cancel experiment');
+  cancel.addEventListener('click', async () => {
+    cancel.disabled = true;
+    cancel.textContent = 'Cancelling…';
+    try {
+      draw(await api.cancelExperiment(record ? record.id : id));
+    } catch (err) {
+      app.alert(err, 'experiment');
+    }
+    cancel.textContent = 'Cancel experiment';
+    cancel.disabled = false;
+  });
 
   function fact(label, value, wide = false) {
     return h('div', wide ? { class: 'wide' } : null, h('dt', { text: label }), h('dd', null, value));
@@ -143,6 +156,7 @@ export function openExperiment(main, id, app) {
     record = e;
     const t = e.totals || {};
     title.replaceChildren(e.name, ' ', statusBadge(e.status));
+    cancel.hidden = statusOf(e.status) !== 'running';
     const secs = parseDuration(t.duration);
     const repeat = num(e.repeat) || 1;
     facts.replaceChildren(...[
@@ -150,7 +164,8 @@ export function openExperiment(main, id, app) {
       fact('Target', e.target || 'per case'),
       fact('Dataset', e.datasetName),
       fact('Passed', h('span', { 'data-testid': 'experiment-totals' },
-        `${fmtInt(num(t.passed))} of ${fmtInt(num(t.cases))} cases · ${fmtInt(num(t.failed))} failed · ${fmtInt(num(t.errored))} errors`), true),
+        `${fmtInt(num(t.passed))} of ${fmtInt(num(t.cases))} cases · ${fmtInt(num(t.failed))} failed · ${fmtInt(num(t.errored))} errors`
+        + (statusOf(e.status) !== 'running' && num(e.caseCount) > num(t.cases) ? ` · ${fmtInt(num(e.caseCount) - num(t.cases))} not run` : '')), true),
       fact('Pass rate', `${pct(t.passRate)} [${pct(t.passRateLow)}–${pct(t.passRateHigh)}]`),
       repeat > 1 ? fact(`pass@${repeat} · pass^${repeat}`, `${pct(t.passAtK)} · ${pct(t.passHatK)}`) : null,
       fact('Usage', fmtUsage(e.usage) || '—', true),
@@ -191,7 +206,7 @@ export function openExperiment(main, id, app) {
 
   main.replaceChildren(h('section', { class: 'experiment-page', 'data-testid': 'experiment-page' },
     h('nav', { class: 'crumbs', 'aria-label': 'Breadcrumb' }, h('a', { href: '#/experiments' }, '← Experiments')),
-    h('header', { class: 'run-head' }, title, facts),
+    h('header', { class: 'run-head' }, title, facts, h('div', { class: 'actions' }, cancel)),
     h('label', { for: 'failing-only', class: 'fork-check' }, filter, 'Only the cases that did not pass'),
     h('div', { class: 'table-scroll' },
       h('table', { class: 'cases', 'data-testid': 'cases-table' },

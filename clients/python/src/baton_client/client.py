@@ -682,6 +682,14 @@ class Orchestrator:
         request = evals_pb.GetExperimentRequest(experiment=experiment)
         return await self._unary(self._stub.GetExperiment, request, timeout)
 
+    async def cancel_experiment(self, experiment: str, *, timeout: float | None = None) -> evals_pb.Experiment:
+        """Stops a running experiment (by id or name) on whichever replica
+        runs it (CancelExperiment): its runs still going are cancelled and
+        the cases that finished are kept; returns its record, CANCELLED.
+        One that is not running raises :class:`FailedPrecondition`."""
+        request = evals_pb.CancelExperimentRequest(experiment=experiment)
+        return await self._unary(self._stub.CancelExperiment, request, timeout)
+
     async def list_experiments(
         self, *, page_size: int = 0, page_token: str = "", timeout: float | None = None
     ) -> evals_pb.ListExperimentsResponse:

@@ -1,4 +1,4 @@
-//! `baton eval`: run a dataset as an experiment, list and show
+//! `baton eval`: run a dataset as an experiment, list, show and cancel
 //! experiments, compare two (the CI use: a non-zero exit on a regression,
 //! `--junit` for what CI systems show).
 
@@ -87,6 +87,12 @@ enum EvalCmd {
     },
     /// One experiment's cases, scores and reasons.
     Show {
+        /// Its id or name.
+        experiment: String,
+    },
+    /// Stop a running experiment (started elsewhere: Ctrl-C stops the one
+    /// `baton eval` runs); the cases that finished are kept.
+    Cancel {
         /// Its id or name.
         experiment: String,
     },
@@ -179,6 +185,28 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<()> {
             print_totals(&e)?;
             Ok(())
         }
+        Some(EvalCmd::Cancel { experiment }) => {
+            let e = client.cancel_experiment(&experiment).await?;
+            if args.json {
+                outln!("{}", serde_json::to_string(&e)?)?;
+                return Ok(());
+            }
+            outln!(
+                "experiment {} {}: {} of {} kept",
+                e.id,
+                if e.status == pb::ExperimentStatus::Cancelled as i32 {
+                    "cancelled".to_owned()
+                } else {
+                    format!(
+                        "is {} (its replica has not said it stopped yet)",
+                        status(e.status)
+                    )
+                },
+                crate::said::count(e.cases.len() as u64, "case"),
+                e.case_count
+            )?;
+            Ok(())
+        }
         None => run_dataset(&client, args.run, args.json).await,
     }
 }
@@ -224,8 +252,11 @@ async fn run_dataset(
                     eprint!("\r\x1b[2K");
                 }
                 eprintln!(
-                    "interrupted: the experiment's runs still going are cancelled; it keeps the {} cases that finished: baton eval show {id}",
-                    passed + failed
+                    "{}",
+                    crate::text::for_stderr(&format!(
+                        "interrupted: the runs still going are cancelled; {} finished and kept (baton eval show {id})",
+                        crate::said::count(passed + failed, "case")
+                    ))
                 );
                 return Err(crate::follow::Interrupted.into());
             }
@@ -296,6 +327,15 @@ async fn run_dataset(
         print_totals(&e)?;
     }
     let t = e.totals.unwrap_or_default();
+    // Stopped before its end (cancelled elsewhere, its replica gone): not
+    // a pass, whatever the cases that ran said.
+    anyhow::ensure!(
+        e.status == pb::ExperimentStatus::Completed as i32,
+        "the experiment was {} after {} of {}",
+        status(e.status),
+        crate::said::count(e.cases.len() as u64, "case"),
+        e.case_count
+    );
     anyhow::ensure!(
         t.failed + t.errored == 0,
         "{} of {} did not pass",

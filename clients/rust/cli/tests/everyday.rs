@@ -478,3 +478,76 @@ fn max_depth_limits_the_run_and_filter_max_depth_what_is_shown() {
     assert!(help.contains("--filter-max-depth <N>"), "{help}");
     assert!(help.contains("filter.max_depth"), "{help}");
 }
+
+/// `baton eval`: Ctrl-C cancels the experiment's runs still going and
+/// keeps the case that finished; `baton eval cancel` stops one started
+/// elsewhere (here another `baton eval`, into a pipe), which then ends,
+/// and refuses one that ended, naming why.
+#[test]
+fn ctrl_c_and_eval_cancel_stop_an_experiment_and_keep_what_finished() {
+    let up = Up::start(&[]);
+    let dir = tempfile::tempdir().expect("dir");
+    let dataset = dir.path().join("slow.jsonl");
+    std::fs::write(
+        &dataset,
+        "{\"id\": \"quick\", \"agent\": \"fact_checker\", \"input\": \"x\", \"scorers\": [{\"kind\": \"contains\", \"value\": \"Checked\"}]}\n\
+         {\"id\": \"slow-1\", \"input\": \"x\", \"expected\": \"never\"}\n\
+         {\"id\": \"slow-2\", \"input\": \"x\", \"expected\": \"never\"}\n",
+    )
+    .expect("write");
+    let dataset = dataset.to_str().expect("path");
+    let mut run = Pty::start(
+        &["eval", dataset, "--agent", "forever", "--name", "cli-slow"],
+        &up.endpoint,
+        80,
+    );
+    run.wait_for("✓ quick");
+    run.type_keys(b"\x03");
+    let (status, screen) = run.exit(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(130), "{screen}");
+    assert!(
+        words(&screen).contains("interrupted: the runs still going are cancelled; 1 case finished and kept (baton eval show exp-"),
+        "{screen}"
+    );
+    for line in visible_lines(&screen) {
+        assert!(columns(&line) <= 80, "wider than 80 columns: {line:?}");
+    }
+    let shown = up.cli(&["eval", "show", "cli-slow", "--json"]);
+    let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("json");
+    assert_eq!(shown["status"], "EXPERIMENT_STATUS_CANCELLED", "{shown}");
+    assert_eq!(shown["cases"].as_array().map(Vec::len), Some(1), "{shown}");
+
+    // Started into a pipe, stopped by `baton eval cancel`.
+    let mut piped = Command::new(BATON)
+        .args(["eval", dataset, "--agent", "forever", "--name", "cli-far"])
+        .env("BATON_ENDPOINT", &up.endpoint)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("baton eval");
+    let out = collect(piped.stdout.take().expect("stdout"));
+    wait_for(&out, "✓ quick", Duration::from_secs(10), "baton eval");
+    let cancel = up.cli(&["eval", "cancel", "cli-far"]);
+    let said = String::from_utf8_lossy(&cancel.stdout).into_owned();
+    assert!(cancel.status.success(), "{said}");
+    assert!(said.starts_with("experiment exp-"), "{said}");
+    assert!(said.ends_with(" cancelled: 1 case of 3 kept\n"), "{said}");
+    assert!(said.lines().all(|l| columns(l) <= 80), "{said}");
+    let err = collect(piped.stderr.take().expect("stderr"));
+    let status = exit_within(&mut piped, Duration::from_secs(10), "baton eval");
+    assert_eq!(status.code(), Some(1), "a cancelled experiment is no pass");
+    wait_for(
+        &err,
+        "error: the experiment was cancelled after 1 case of 3",
+        Duration::from_secs(5),
+        "baton eval",
+    );
+    let again = up.cli(&["eval", "cancel", "cli-far"]);
+    assert!(!again.status.success());
+    let why = String::from_utf8_lossy(&again.stderr).into_owned();
+    assert!(
+        words(&why).contains("is cancelled: only a running one can be cancelled"),
+        "{why}"
+    );
+}

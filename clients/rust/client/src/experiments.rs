@@ -1,4 +1,4 @@
-//! Evaluations (RunExperiment, GetExperiment, ListExperiments,
+//! Evaluations (RunExperiment, GetExperiment, CancelExperiment, ListExperiments,
 //! CompareExperiments, SaveCase).
 
 use futures::{Stream, StreamExt as _};
@@ -27,6 +27,19 @@ impl OrchestratorClient {
         Ok(self
             .raw()
             .get_experiment(self.request(pb::GetExperimentRequest {
+                experiment: which.to_owned(),
+            }))
+            .await?
+            .into_inner())
+    }
+
+    /// Stops a running experiment (by id or name) on whichever replica
+    /// runs it: its record once it says CANCELLED (the cases that finished
+    /// kept). One that is not running is `FAILED_PRECONDITION`.
+    pub async fn cancel_experiment(&self, which: &str) -> Result<pb::Experiment, Error> {
+        Ok(self
+            .raw()
+            .cancel_experiment(self.request(pb::CancelExperimentRequest {
                 experiment: which.to_owned(),
             }))
             .await?

@@ -24,6 +24,10 @@ pub const MAX_KEPT: usize = 200;
 /// clocks, which may differ by up to half a minute).
 pub const ABANDONED_AFTER: Duration = Duration::from_secs(60);
 
+/// How often the replica running an experiment looks whether another
+/// asked to cancel it (Redis).
+pub const CANCEL_LOOK_EVERY: Duration = Duration::from_secs(1);
+
 /// `record` as a reader sees it: a RUNNING one not written for
 /// [`ABANDONED_AFTER`] is ABANDONED.
 fn as_read(mut record: pb::Experiment) -> pb::Experiment {
@@ -133,6 +137,34 @@ impl Experiments {
                     )
                     .await
             }
+        }
+    }
+
+    /// Asks the replica running experiment `id` to cancel it: in Redis,
+    /// for whichever replica it is (see [`Self::cancel_asked`]); in
+    /// memory there is no other replica to ask.
+    pub async fn ask_cancel(&self, tenant: &str, id: &str) -> Result<(), Error> {
+        match self {
+            Self::Memory { .. } => Ok(()),
+            Self::Redis(shared) => shared.request_experiment_cancel(tenant, id).await,
+        }
+    }
+
+    /// Returns once experiment `id` was asked to cancel on another replica
+    /// (looked at every [`CANCEL_LOOK_EVERY`]; never, in memory).
+    pub async fn cancel_asked(&self, tenant: &str, id: &str) {
+        match self {
+            Self::Memory { .. } => std::future::pending().await,
+            Self::Redis(shared) => loop {
+                tokio::time::sleep(CANCEL_LOOK_EVERY).await;
+                match shared.experiment_cancel_requested(tenant, id).await {
+                    Ok(true) => return,
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::debug!(experiment = id, error = %e, "could not look for a cancel");
+                    }
+                }
+            },
         }
     }
 

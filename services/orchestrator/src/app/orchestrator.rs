@@ -55,6 +55,8 @@ pub struct Orchestrator {
     pub(super) live_scoring: Arc<tokio::sync::Semaphore>,
     /// Experiments' records (see `app::experiment`), kept where runs are.
     pub(super) experiments: Arc<crate::app::experiment_store::Experiments>,
+    /// The experiments running here (to cancel them).
+    pub(super) experiments_here: Arc<crate::app::experiment::cancel::Here>,
 }
 
 impl Orchestrator {
@@ -72,6 +74,7 @@ impl Orchestrator {
         });
         Self {
             experiments,
+            experiments_here: Arc::default(),
             live_scoring: Arc::new(tokio::sync::Semaphore::new(LIVE_AT_ONCE)),
             runs: Arc::new(Runs::new(&services.defaults)),
             services: Arc::new(std::sync::RwLock::new(Arc::new(services))),

@@ -236,6 +236,19 @@ impl OrchestratorRpc for OrchestratorService {
         Ok(Response::new(e))
     }
 
+    async fn cancel_experiment(
+        &self,
+        request: Request<pb::CancelExperimentRequest>,
+    ) -> Answer<pb::Experiment> {
+        let caller = caller(&request);
+        let e = self
+            .core
+            .cancel_experiment(&caller, &request.get_ref().experiment)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(e))
+    }
+
     async fn list_experiments(
         &self,
         request: Request<pb::ListExperimentsRequest>,

@@ -392,6 +392,13 @@ impl Face {
                     .await?;
                 Ok(json(&e))
             }
+            Rpc::CancelExperiment => {
+                call.query.only_none()?;
+                let e = core
+                    .cancel_experiment(&caller, &call.param("experiment")?)
+                    .await?;
+                Ok(json(&e))
+            }
             Rpc::ListExperiments => {
                 let (page_size, page_token) = call.query.page()?;
                 Ok(json(

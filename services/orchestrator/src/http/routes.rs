@@ -41,6 +41,8 @@ pub enum Rpc {
     RunExperiment,
     /// `GetExperiment`.
     GetExperiment,
+    /// `CancelExperiment`.
+    CancelExperiment,
     /// `ListExperiments`.
     ListExperiments,
     /// `CompareExperiments`.
@@ -100,6 +102,15 @@ pub const ROUTES: &[Route] = &[
         answer: "baton.v1.Experiment",
         stream: false,
         summary: "An experiment (by id or name) with its cases, scores and reasons.",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/experiments/{experiment}:cancel",
+        rpc: Rpc::CancelExperiment,
+        body: None,
+        answer: "baton.v1.Experiment",
+        stream: false,
+        summary: "Stop a running experiment (by id or name) on whichever replica runs it: its runs still going are cancelled, the cases that finished are kept; the answer is its record once CANCELLED.",
     },
     Route {
         method: "GET",

@@ -7,7 +7,8 @@
 //! takes its name back from a newer one), and `…:index`, a sorted set of
 //! ids by start time (entries older than the retention are trimmed at each
 //! first write; an id whose record expired is dropped as a listing finds
-//! it).
+//! it); `…:c:<id>` a request to cancel a running experiment (CancelExperiment
+//! on any replica; the one running it looks every second), kept an hour.
 
 use super::{SharedState, hex, redis_error};
 use crate::error::Error;
@@ -82,6 +83,29 @@ impl SharedState {
         let mut c = self.conn().await?;
         redis::cmd("GET")
             .arg(self.experiment_key(tenant, &format!("r:{id}")))
+            .query_async(&mut c)
+            .await
+            .map_err(redis_error)
+    }
+
+    /// Asks the replica running experiment `id` to cancel it.
+    pub async fn request_experiment_cancel(&self, tenant: &str, id: &str) -> Result<(), Error> {
+        let mut c = self.conn().await?;
+        redis::cmd("SET")
+            .arg(self.experiment_key(tenant, &format!("c:{id}")))
+            .arg(1)
+            .arg("PX")
+            .arg(3_600_000)
+            .query_async::<()>(&mut c)
+            .await
+            .map_err(redis_error)
+    }
+
+    /// Whether experiment `id` was asked to cancel.
+    pub async fn experiment_cancel_requested(&self, tenant: &str, id: &str) -> Result<bool, Error> {
+        let mut c = self.conn().await?;
+        redis::cmd("EXISTS")
+            .arg(self.experiment_key(tenant, &format!("c:{id}")))
             .query_async(&mut c)
             .await
             .map_err(redis_error)

@@ -17,6 +17,7 @@
 //! experiment, so its calls go through the model-call stack — budgets,
 //! rate limits, fallbacks, cost — and its usage counts with the try's.
 
+pub(crate) mod cancel;
 mod plan;
 mod ran;
 mod records;
@@ -107,12 +108,17 @@ impl Orchestrator {
             Mutex::new(vec![None; plan.dataset.cases.len()]);
         let usage = Mutex::new(pb::Usage::default());
         let plan = Arc::new(plan);
+        // CancelExperiment stops it, here or from another replica.
+        let running = self.experiments_here.enter(&tenant, &record.id);
+        let asked = self.experiments.cancel_asked(&tenant, &record.id);
         let work = self.run_cases(&caller, &plan, &done, &usage, &tx, &record, &named);
         let completed = tokio::select! {
             // Done wins over a caller gone at the same moment.
             biased;
             () = work => true,
             () = tx.closed() => false,
+            () = running.stop.cancelled() => false,
+            () = asked => false,
             // Shutting down: no case starts, none goes on (a durable case's
             // run is not handed over: see `app::resume`).
             () = self.shutdown.cancelled() => false,
@@ -140,6 +146,7 @@ impl Orchestrator {
             tokio::time::sleep(Duration::from_millis(500)).await;
             self.save(&tenant, &mut record, &named).await;
         }
+        drop(running);
         tracing::info!(experiment = %record.id, cases = record.cases.len(), completed, "experiment ended");
         let _ = tx.send(pb::ExperimentEvent {
             event: Some(pb::experiment_event::Event::Ended(record)),
