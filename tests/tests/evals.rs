@@ -1301,3 +1301,129 @@ async fn cancel_experiment_stops_it_on_whichever_replica_runs_it_and_keeps_what_
     assert_eq!(ended.status, pb::ExperimentStatus::Cancelled as i32);
     until_running(&ca, 0).await;
 }
+
+/// A pipeline as a case's target — the dataset's default, or the case's
+/// own — runs as a pipeline run labelled with the experiment, its input in
+/// the `input` slot; a bad pipeline is refused naming the line and field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelines_are_targets_of_cases_and_bad_ones_are_refused_naming_the_field() {
+    let host = TestToolHost::start().await.expect("tool host");
+    let provider = provider().await;
+    let server = OrchestratorServer::start(&agents(&host.endpoint(), &provider, "x"), None, |_| {})
+        .await
+        .expect("orchestrator");
+    let client = server.client().await.expect("client");
+    let dataset = r#"{"dataset": {"pipeline": {"name": "greet-then-flip", "steps": [{"id": "greet", "agent": "greeter", "task": "{{input}}", "output_to": "greeting"}, {"id": "flip", "agent": "coin", "task": "flip after {{greeting}}"}]}}}
+{"id": "default", "input": "hi", "scorers": [{"kind": "regex", "pattern": "^(heads|tails)$"}]}
+{"id": "own", "pipeline": {"name": "just-greet", "steps": [{"id": "g", "agent": "greeter", "task": "{{input}}"}]}, "input": "hello", "scorers": [{"kind": "contains", "value": "Ada"}]}
+{"id": "agent", "agent": "greeter", "input": "hi", "scorers": [{"kind": "contains", "value": "Ada"}]}
+"#;
+    let e = experiment(&client, "pipelines.jsonl", dataset, "", 1)
+        .await
+        .expect("experiment");
+    let targets: Vec<(&str, &str, bool)> = e
+        .cases
+        .iter()
+        .map(|c| (c.case_id.as_str(), c.target.as_str(), c.passed))
+        .collect();
+    assert_eq!(
+        targets,
+        [
+            ("default", "pipeline greet-then-flip", true),
+            ("own", "pipeline just-greet", true),
+            ("agent", "greeter", true)
+        ],
+        "{:?}",
+        e.cases.iter().map(reasons).collect::<Vec<_>>()
+    );
+    let run = client
+        .get_run(&e.cases[0].tries[0].run_id)
+        .await
+        .expect("run");
+    assert_eq!(run.kind, pb::RunKind::Pipeline as i32);
+    assert_eq!(run.experiment_id, e.id);
+    assert!(
+        e.models.iter().any(|m| m == "fake:coin"),
+        "the pipeline's models: {:?}",
+        e.models
+    );
+
+    // A researcher run saved as a case, run as a one-step pipeline with
+    // its tools answered from the recording: the tool server gets nothing.
+    let events = client
+        .run_agent_to_end(baton_e2e::agent_request("researcher", "tides"))
+        .await
+        .expect("run");
+    let mut case: Value = serde_json::from_str(
+        &client
+            .save_case(&events[0].run_id, true)
+            .await
+            .expect("save"),
+    )
+    .expect("json");
+    let case = case.as_object_mut().expect("object");
+    case.remove("agent");
+    case.insert(
+        "pipeline".into(),
+        json!({"name": "research", "steps": [{"id": "r", "agent": "researcher", "task": "{{input}}"}]}),
+    );
+    let searches = || host.seen.requests.lock().expect("seen").len();
+    let before = searches();
+    let e = experiment(
+        &client,
+        "recorded.jsonl",
+        &format!("{}\n", Value::Object(case.clone())),
+        "",
+        1,
+    )
+    .await
+    .expect("experiment");
+    assert!(e.cases[0].passed, "{}", reasons(&e.cases[0]));
+    assert_eq!(searches(), before, "answered from the recording");
+
+    // Refused, naming the line and field; nothing runs.
+    let before = provider.requests().len();
+    for (dataset, said) in [
+        (
+            r#"{"input": "x", "expected": "y", "pipeline": {"steps": [{"id": "a", "agent": "reseacher", "task": "t"}]}}"#,
+            "bad.jsonl:1: pipeline.steps[0].agent: ",
+        ),
+        (
+            r#"{"input": "x", "expected": "y", "pipeline": {"steps": [{"id": "a", "agent": "greeter", "tsk": "t"}]}}"#,
+            "bad.jsonl:1: pipeline.steps[0].tsk: unknown field `tsk`, expected one of `id`, `agent`, `task`",
+        ),
+        (
+            r#"{"input": "x", "expected": "y", "agent": "greeter", "pipeline": {"steps": []}}"#,
+            "bad.jsonl:1: pipeline: give `agent` or `pipeline`, not both",
+        ),
+        (
+            r#"{"input": "x", "expected": "y", "pipeline": "research.yaml"}"#,
+            "bad.jsonl:1: pipeline: must be an object",
+        ),
+        (
+            r#"{"messages": ["a", "b"], "expected": "y", "pipeline": {"steps": [{"id": "a", "agent": "greeter", "task": "t"}]}}"#,
+            "bad.jsonl:1: messages: a pipeline case takes one `input`",
+        ),
+        (
+            "{\"dataset\": {\"pipeline\": {\"mode\": \"sideways\", \"steps\": [{\"id\": \"a\", \"agent\": \"greeter\", \"task\": \"t\"}]}}}\n{\"input\": \"x\", \"expected\": \"y\"}",
+            "bad.jsonl: dataset.pipeline: ",
+        ),
+    ] {
+        let refused = experiment(&client, "bad.jsonl", dataset, "", 1)
+            .await
+            .expect_err("refused");
+        eprintln!("refused: {}", refused.message());
+        assert_eq!(
+            refused.code(),
+            Code::InvalidArgument,
+            "{}",
+            refused.message()
+        );
+        assert!(
+            refused.message().contains(said),
+            "{said} in {}",
+            refused.message()
+        );
+    }
+    assert_eq!(provider.requests().len(), before, "nothing ran");
+}

@@ -5,13 +5,15 @@
 //! experiments) `runs.retention` from its last write.
 
 use std::{
-    collections::{BTreeMap, VecDeque},
+    collections::{BTreeMap, HashMap, VecDeque},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use baton_proto::v1 as pb;
 use prost::Message as _;
+
+use tokio_util::sync::CancellationToken;
 
 use crate::{error::Error, shared_state::SharedState};
 
@@ -251,6 +253,58 @@ impl Experiments {
             })
             .collect();
         Ok((page, more.then_some(offset + count)))
+    }
+}
+
+/// The experiments running on this replica, by tenant and id.
+#[derive(Default)]
+pub struct Here(Mutex<HashMap<(String, String), CancellationToken>>);
+
+/// An experiment running here: cancelled through [`Here::cancel`], gone
+/// from the list once dropped.
+pub struct Running {
+    here: Arc<Here>,
+    key: (String, String),
+    /// Cancelled when it is asked to stop.
+    pub stop: CancellationToken,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.here
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.key);
+    }
+}
+
+impl Here {
+    /// Experiment `id` of `tenant` runs here until the result is dropped.
+    pub fn enter(self: &Arc<Self>, tenant: &str, id: &str) -> Running {
+        let key = (tenant.to_owned(), id.to_owned());
+        let stop = CancellationToken::new();
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone(), stop.clone());
+        Running {
+            here: self.clone(),
+            key,
+            stop,
+        }
+    }
+
+    /// Cancels experiment `id` of `tenant` when it runs here; whether it
+    /// does.
+    pub fn cancel(&self, tenant: &str, id: &str) -> bool {
+        let running = self
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(tenant.to_owned(), id.to_owned()))
+            .cloned();
+        running.inspect(CancellationToken::cancel).is_some()
     }
 }
 

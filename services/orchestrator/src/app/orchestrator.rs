@@ -56,7 +56,7 @@ pub struct Orchestrator {
     /// Experiments' records (see `app::experiment`), kept where runs are.
     pub(super) experiments: Arc<crate::app::experiment_store::Experiments>,
     /// The experiments running here (to cancel them).
-    pub(super) experiments_here: Arc<crate::app::experiment::cancel::Here>,
+    pub(super) experiments_here: Arc<crate::app::experiment_store::Here>,
 }
 
 impl Orchestrator {

@@ -37,6 +37,9 @@ pub struct Case {
     pub labels: BTreeMap<String, String>,
     /// Its target; empty: the experiment's.
     pub agent: String,
+    /// Its target when a pipeline (an object of a pipeline file's
+    /// fields); none: its agent's, or the experiment's.
+    pub pipeline: Option<Value>,
     /// Its scorers.
     pub scorers: Vec<Arc<Scorer>>,
     /// Where its tool calls are answered from.
@@ -55,6 +58,8 @@ pub struct Dataset {
     pub name: String,
     /// The default target the file names.
     pub agent: Option<String>,
+    /// Or the pipeline they run (see [`Case::pipeline`]).
+    pub pipeline: Option<Value>,
     /// The cases, in the file's order.
     pub cases: Vec<Case>,
 }
@@ -112,6 +117,12 @@ pub fn parse(name: &str, text: &str) -> Result<Dataset, Bad> {
             format!("over {MAX_CASES} cases"),
         ));
     }
+    check_pipeline(
+        0,
+        "dataset.",
+        defaults.agent.is_some(),
+        defaults.pipeline.as_ref(),
+    )?;
     let mut defaults_scorers = Vec::new();
     for (i, s) in defaults.scorers.iter().enumerate() {
         let scorer = Scorer::compile(s).map_err(|(field, message)| {
@@ -138,6 +149,7 @@ pub fn parse(name: &str, text: &str) -> Result<Dataset, Bad> {
     Ok(Dataset {
         name: name.to_owned(),
         agent: defaults.agent,
+        pipeline: defaults.pipeline,
         cases,
     })
 }
@@ -344,6 +356,14 @@ fn check(
     if messages.len() > 50 {
         return Err(Bad::new(line, "messages", "at most 50 messages a case"));
     }
+    check_pipeline(line, "", spec.agent.is_some(), spec.pipeline.as_ref())?;
+    if spec.pipeline.is_some() && messages.len() > 1 {
+        return Err(Bad::new(
+            line,
+            "messages",
+            "a pipeline case takes one `input` (its `input` slot)",
+        ));
+    }
     let id = if spec.id.is_empty() {
         format!("line-{line}")
     } else {
@@ -479,11 +499,37 @@ fn check(
         trajectory,
         labels: spec.labels,
         agent: spec.agent.unwrap_or_default(),
+        pipeline: spec.pipeline,
         scorers,
         tools,
         recording,
         faults: spec.faults,
     })
+}
+
+/// A target given as a pipeline: an object, and not beside an agent (its
+/// fields are checked against the pipelines' rules as the experiment is
+/// planned). `prefix`: `dataset.` for the defaults.
+fn check_pipeline(
+    line: u32,
+    prefix: &str,
+    agent: bool,
+    pipeline: Option<&Value>,
+) -> Result<(), Bad> {
+    match pipeline {
+        None => Ok(()),
+        Some(_) if agent => Err(Bad::new(
+            line,
+            format!("{prefix}pipeline"),
+            "give `agent` or `pipeline`, not both",
+        )),
+        Some(Value::Object(_)) => Ok(()),
+        Some(_) => Err(Bad::new(
+            line,
+            format!("{prefix}pipeline"),
+            "must be an object: a pipeline file's fields (name, mode, steps, …)",
+        )),
+    }
 }
 
 /// Compiles expected calls; an error names the field within
@@ -584,7 +630,7 @@ mod tests {
         );
         assert_eq!(
             bad("d.jsonl", "{\"input\": \"a\", \"expectd\": \"b\"}"),
-            "d.jsonl:1: expectd: unknown field `expectd`, expected one of `id`, `input`, `messages`, `score`, `context`, `expected`, `expected_tools`, `labels`, `agent`, `scorers`, `tools`, `recording`, `faults`"
+            "d.jsonl:1: expectd: unknown field `expectd`, expected one of `id`, `input`, `messages`, `score`, `context`, `expected`, `expected_tools`, `labels`, `agent`, `pipeline`, `scorers`, `tools`, `recording`, `faults`"
         );
         assert_eq!(
             bad("d.jsonl", "{\"input\": \"a\"\n"),

@@ -110,6 +110,10 @@ pub struct CaseSpec {
     /// Its target (agent or group); none: the experiment's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
+    /// Its target when a pipeline: an object of a pipeline file's fields,
+    /// its `input` slot the case's input.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<Value>,
     /// Scorers of this case, after the dataset's.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub scorers: Vec<ScorerSpec>,
@@ -172,8 +176,10 @@ pub struct CallSpec {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Defaults {
-    /// The target of cases that name none (over the request's `agent`).
+    /// The target of cases that name none, unless the request names one.
     pub agent: Option<String>,
+    /// Or a pipeline (a pipeline file's fields) as that target.
+    pub pipeline: Option<Value>,
     /// Scorers of every case.
     pub scorers: Vec<ScorerSpec>,
     /// Where tool calls are answered from.

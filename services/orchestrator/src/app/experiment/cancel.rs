@@ -4,14 +4,9 @@
 //! does when its caller leaves — no case starts, the runs still going are
 //! cancelled, and the record keeps the cases that finished, CANCELLED.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::time::Duration;
 
 use baton_proto::v1::{self as pb};
-use tokio_util::sync::CancellationToken;
 
 use crate::{
     app::orchestrator::{Caller, Orchestrator, audit},
@@ -20,58 +15,6 @@ use crate::{
 
 /// How long CancelExperiment waits for the record to say it ended.
 const WAIT_FOR_END: Duration = Duration::from_secs(10);
-
-/// The experiments running on this replica, by tenant and id.
-#[derive(Default)]
-pub struct Here(Mutex<HashMap<(String, String), CancellationToken>>);
-
-/// An experiment running here: cancelled through [`Here::cancel`], gone
-/// from the list once dropped.
-pub(super) struct Running {
-    here: Arc<Here>,
-    key: (String, String),
-    /// Cancelled when it is asked to stop.
-    pub(super) stop: CancellationToken,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.here
-            .0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.key);
-    }
-}
-
-impl Here {
-    /// Experiment `id` of `tenant` runs here until the result is dropped.
-    pub(super) fn enter(self: &Arc<Self>, tenant: &str, id: &str) -> Running {
-        let key = (tenant.to_owned(), id.to_owned());
-        let stop = CancellationToken::new();
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.clone(), stop.clone());
-        Running {
-            here: self.clone(),
-            key,
-            stop,
-        }
-    }
-
-    /// Cancels experiment `id` of `tenant` when it runs here; whether it
-    /// does.
-    fn cancel(&self, tenant: &str, id: &str) -> bool {
-        let running = self
-            .0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&(tenant.to_owned(), id.to_owned()))
-            .cloned();
-        running.inspect(CancellationToken::cancel).is_some()
-    }
-}
 
 impl Orchestrator {
     /// Stops the caller's running experiment `which` (id or name): its

@@ -17,7 +17,7 @@
 //! experiment, so its calls go through the model-call stack — budgets,
 //! rate limits, fallbacks, cost — and its usage counts with the try's.
 
-pub(crate) mod cancel;
+mod cancel;
 mod plan;
 mod ran;
 mod records;
@@ -44,7 +44,10 @@ use crate::{
         dataset::{Case, ToolsMode},
         score::{Verdict, cut},
     },
-    request::{AgentRequest, validate::agent_run},
+    request::{
+        AgentRequest, PipelineRequest,
+        validate::{agent_run, pipeline_run},
+    },
     run::recording::rerun::Rerun,
 };
 
@@ -57,6 +60,12 @@ pub const SAVE_EVERY: Duration = Duration::from_secs(2);
 /// How often it is written when none did (see
 /// `experiment_store::ABANDONED_AFTER`).
 pub const WRITTEN_EVERY: Duration = Duration::from_secs(10);
+
+/// What a case's run is asked: an agent's run, or a pipeline's.
+enum CaseRequest {
+    Agent(pb::RunAgentRequest),
+    Pipeline(pb::RunPipelineRequest),
+}
 
 /// Why a try did not run: the experiment's budget.
 const BUDGET_SPENT: &str = "the experiment's budget is spent";
@@ -243,11 +252,7 @@ impl Orchestrator {
                     case_id: case.id.clone(),
                     line: case.line,
                     input: cut(case.messages.last().map_or("", String::as_str)),
-                    target: if case.agent.is_empty() {
-                        plan.target.clone()
-                    } else {
-                        case.agent.clone()
-                    },
+                    target: plan.target_of(c),
                     tries: tries
                         .into_iter()
                         .filter(|t| t.error.is_none())
@@ -291,6 +296,11 @@ impl Orchestrator {
         } else {
             case.agent.clone()
         };
+        let run_context_json = if case.context.is_empty() {
+            String::new()
+        } else {
+            Value::Object(case.context.clone()).to_string()
+        };
         let mut conversation = String::new();
         let mut calls = Vec::new();
         let mut outputs = Vec::new();
@@ -304,19 +314,28 @@ impl Orchestrator {
             if plan.budget.as_ref().is_some_and(|b| b.spent_out()) {
                 return errored(BUDGET_SPENT.into(), usage);
             }
-            let request = pb::RunAgentRequest {
-                agent: target.clone(),
-                input: message.clone(),
-                run_context_json: if case.context.is_empty() {
-                    String::new()
-                } else {
-                    Value::Object(case.context.clone()).to_string()
-                },
-                default_model: plan.default_model.clone(),
-                approval_mode: pb::ApprovalMode::AutoApprove as i32,
-                new_conversation: case.messages.len() > 1 && i == 0,
-                conversation_id: conversation.clone(),
-                ..Default::default()
+            let request = match &plan.pipelines[c] {
+                // A pipeline: the case's input in its `input` slot.
+                Some(pipeline) => {
+                    let mut request = pb::RunPipelineRequest::clone(pipeline);
+                    request
+                        .initial_slots
+                        .insert(plan::CASE_INPUT_SLOT.to_owned(), message.clone());
+                    request.run_context_json = run_context_json.clone();
+                    request.default_model = plan.default_model.clone();
+                    request.approval_mode = pb::ApprovalMode::AutoApprove as i32;
+                    CaseRequest::Pipeline(request)
+                }
+                None => CaseRequest::Agent(pb::RunAgentRequest {
+                    agent: target.clone(),
+                    input: message.clone(),
+                    run_context_json: run_context_json.clone(),
+                    default_model: plan.default_model.clone(),
+                    approval_mode: pb::ApprovalMode::AutoApprove as i32,
+                    new_conversation: case.messages.len() > 1 && i == 0,
+                    conversation_id: conversation.clone(),
+                    ..Default::default()
+                }),
             };
             let started_run = match self.start_case_run(caller, plan, case, request).await {
                 Ok(s) => s,
@@ -429,11 +448,15 @@ impl Orchestrator {
         caller: &Caller,
         plan: &Plan,
         case: &Case,
-        request: pb::RunAgentRequest,
+        request: CaseRequest,
     ) -> Result<super::start::Started> {
-        let request = AgentRequest::try_from(request)?;
         let services = self.services();
-        let mut checked: Checked = agent_run(&services, request)?.into();
+        let mut checked: Checked = match request {
+            CaseRequest::Agent(r) => agent_run(&services, AgentRequest::try_from(r)?)?.into(),
+            CaseRequest::Pipeline(r) => {
+                pipeline_run(&services, PipelineRequest::try_from(r)?)?.into()
+            }
+        };
         checked.options.rerun = self.case_tools(caller, case).await?;
         checked.options.shared_budget = plan.budget.clone();
         self.start(

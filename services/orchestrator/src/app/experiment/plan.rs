@@ -12,6 +12,8 @@ use crate::{
     error::{Error, Result},
     eval::{self, dataset::Dataset, score::How},
     model::call::budget::{Budgets, Limit},
+    pipeline::PipelineFile,
+    request::{PipelineRequest, validate::pipeline_run},
 };
 
 /// Most bytes of a dataset (a request carrying it fits gRPC's 4 MiB).
@@ -32,6 +34,9 @@ pub(super) struct Plan {
     /// Its budget, which every run and judge of it draws from (one
     /// reservation for all).
     pub(super) budget: Option<Arc<Budgets>>,
+    /// By case: the pipeline it runs (checked; its `input` slot to fill),
+    /// when its target is one.
+    pub(super) pipelines: Vec<Option<Arc<pb::RunPipelineRequest>>>,
 }
 
 impl Orchestrator {
@@ -95,13 +100,47 @@ impl Orchestrator {
             models.insert(default_model.clone());
         }
         let mut runs_read = HashMap::new();
+        let mut pipelines = Vec::with_capacity(dataset.cases.len());
         for case in &dataset.cases {
+            // The case's pipeline, else (no target of its own, none in the
+            // request) the dataset's.
+            let pipeline = match (&case.pipeline, &dataset.pipeline) {
+                (Some(p), _) => Some((p, "pipeline")),
+                (None, Some(p)) if case.agent.is_empty() && r.agent.is_empty() => {
+                    Some((p, "dataset.pipeline"))
+                }
+                _ => None,
+            };
+            if let Some((spec, field)) = pipeline {
+                let line = if field == "pipeline" { case.line } else { 0 };
+                if case.messages.len() > 1 {
+                    return Err(bad(
+                        case.line,
+                        "messages",
+                        "a pipeline case takes one `input` (its `input` slot)".into(),
+                    ));
+                }
+                let request = checked_pipeline(&services, spec)
+                    .map_err(|(f, m)| bad(line, &format!("{field}{f}"), m))?;
+                for step in request.pipeline.iter().flat_map(|p| &p.steps) {
+                    if let Some(a) = services.catalog.entry(&step.agent)
+                        && !a.spec.model.is_empty()
+                    {
+                        models.insert(a.spec.model.clone());
+                    }
+                }
+                pipelines.push(Some(Arc::new(request)));
+            } else {
+                pipelines.push(None);
+            }
             let agent = if case.agent.is_empty() {
                 &target
             } else {
                 &case.agent
             };
-            if agent.is_empty() {
+            if pipeline.is_some() {
+                // Its pipeline's agents were checked with it.
+            } else if agent.is_empty() {
                 return Err(Error::invalid(
                     "agent",
                     format!(
@@ -109,8 +148,7 @@ impl Orchestrator {
                         file, case.line
                     ),
                 ));
-            }
-            if !services.catalog.is_callable(agent) {
+            } else if !services.catalog.is_callable(agent) {
                 let unknown = format!("unknown agent or group {agent:?}");
                 return Err(if !case.agent.is_empty() {
                     bad(case.line, "agent", unknown)
@@ -120,7 +158,8 @@ impl Orchestrator {
                     bad(0, "dataset.agent", unknown)
                 });
             }
-            if let Some(a) = services.catalog.entry(agent)
+            if pipeline.is_none()
+                && let Some(a) = services.catalog.entry(agent)
                 && !a.spec.model.is_empty()
             {
                 models.insert(a.spec.model.clone());
@@ -242,6 +281,70 @@ impl Orchestrator {
             concurrency: concurrency as usize,
             default_model: r.default_model,
             budget,
+            pipelines,
         })
     }
 }
+
+impl Plan {
+    /// What case `c` runs, as its result names it: its agent, or
+    /// `pipeline <name>`.
+    pub(super) fn target_of(&self, c: usize) -> String {
+        let case = &self.dataset.cases[c];
+        match &self.pipelines[c] {
+            Some(p) => {
+                let name = p.pipeline.as_ref().map_or("", |p| p.name.as_str());
+                format!(
+                    "pipeline {}",
+                    if name.is_empty() { "(unnamed)" } else { name }
+                )
+            }
+            None if case.agent.is_empty() => self.target.clone(),
+            None => case.agent.clone(),
+        }
+    }
+}
+
+/// A dataset's pipeline (an object of a pipeline file's fields) as a
+/// request, checked as RunPipeline checks one — its `input` slot seeded,
+/// so a step may read it; or the field (after `pipeline`) and what is
+/// wrong.
+fn checked_pipeline(
+    services: &crate::run::shared::Shared,
+    spec: &serde_json::Value,
+) -> std::result::Result<pb::RunPipelineRequest, (String, String)> {
+    let file: PipelineFile = serde_path_to_error::deserialize(spec.clone()).map_err(|e| {
+        let path = e.path().to_string();
+        let path = if path == "." {
+            String::new()
+        } else {
+            format!(".{path}")
+        };
+        (path, e.inner().to_string())
+    })?;
+    let mut request = file
+        .into_request()
+        .map_err(|e| (String::new(), e.to_string()))?;
+    request
+        .initial_slots
+        .entry(CASE_INPUT_SLOT.to_owned())
+        .or_insert_with(|| "-".to_owned());
+    let checked =
+        PipelineRequest::try_from(request.clone()).and_then(|r| pipeline_run(services, r));
+    if let Err(e) = checked {
+        return Err(match e {
+            // Its fields are named as RunPipeline's (`pipeline.steps[1].agent`).
+            Error::InvalidArgument { field, message } => (
+                field
+                    .strip_prefix("pipeline")
+                    .map_or_else(|| format!(".{field}"), str::to_owned),
+                message,
+            ),
+            e => (String::new(), e.to_string()),
+        });
+    }
+    Ok(request)
+}
+
+/// The slot a pipeline case's input is written to.
+pub(super) const CASE_INPUT_SLOT: &str = "input";
