@@ -1113,7 +1113,7 @@ agents:
     let spent: Vec<&str> = ended
         .cases
         .iter()
-        .filter(|c| c.error.starts_with("the experiment's budget is spent"))
+        .filter(|c| c.error.starts_with("the experiment's budget "))
         .map(|c| c.case_id.as_str())
         .collect();
     eprintln!(
@@ -1136,6 +1136,75 @@ agents:
         .runs
         .len();
     assert_eq!(running, 0);
+
+    // The same through a pipeline: a step refused by the experiment's
+    // budget fails its pipeline, and the try is an error, not a failure.
+    let mut dataset = String::from(
+        "{\"dataset\": {\"pipeline\": {\"name\": \"greet\", \"steps\": [{\"id\": \"g\", \"agent\": \"greeter\", \"task\": \"{{input}}\"}]}}}\n",
+    );
+    for i in 0..40 {
+        dataset.push_str(&format!(
+            "{{\"id\": \"p{i}\", \"input\": \"hi\", \"scorers\": [{{\"kind\": \"contains\", \"value\": \"Ada\"}}]}}\n"
+        ));
+    }
+    let before = provider.requests().len() as u64;
+    let mut events = Box::pin(
+        client
+            .run_experiment(pb::RunExperimentRequest {
+                dataset,
+                concurrency: 16,
+                name: "budgeted-pipelines".into(),
+                budget: Some(pb::ExperimentBudget {
+                    tokens: limit,
+                    cost: 0.0,
+                }),
+                ..Default::default()
+            })
+            .await
+            .expect("experiment"),
+    );
+    let ended = loop {
+        let next = tokio::time::timeout(Duration::from_secs(60), events.next())
+            .await
+            .expect("went on");
+        if let Some(pb::experiment_event::Event::Ended(e)) = next.expect("end").expect("ok").event {
+            break e;
+        }
+    };
+    let at_provider = (provider.requests().len() as u64 - before) * 15;
+    let passed = ended.cases.iter().filter(|c| c.passed).count();
+    let errors = ended
+        .cases
+        .iter()
+        .filter(|c| c.error.starts_with("the experiment's budget "))
+        .count();
+    assert!(at_provider <= limit, "{at_provider} of {limit}");
+    assert_eq!(passed as u64 * 15, at_provider);
+    assert_eq!(passed + errors, 40, "{:?}", ended.cases);
+
+    // A cost budget cannot bound a model without a price: refused.
+    let refused = client
+        .run_experiment(pb::RunExperimentRequest {
+            dataset: "{\"input\": \"hi\", \"expected\": \"x\"}".into(),
+            agent: "greeter".into(),
+            budget: Some(pb::ExperimentBudget {
+                tokens: 0,
+                cost: 1.0,
+            }),
+            ..Default::default()
+        })
+        .await
+        .map_err(status)
+        .err()
+        .expect("refused");
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    assert!(
+        refused.message().contains(
+            "budget.cost: model fake:greeter has no price, so a cost budget cannot bound it"
+        ),
+        "{}",
+        refused.message()
+    );
     server.shutdown().await.expect("shutdown");
 }
 
@@ -1391,6 +1460,10 @@ async fn pipelines_are_targets_of_cases_and_bad_ones_are_refused_naming_the_fiel
         (
             r#"{"input": "x", "expected": "y", "pipeline": {"steps": [{"id": "a", "agent": "greeter", "tsk": "t"}]}}"#,
             "bad.jsonl:1: pipeline.steps[0].tsk: unknown field `tsk`, expected one of `id`, `agent`, `task`",
+        ),
+        (
+            r#"{"input": "x", "expected": "y", "pipeline": {"initial_slots": {"input": "z"}, "steps": [{"id": "a", "agent": "greeter", "task": "t"}]}}"#,
+            "bad.jsonl:1: pipeline.initial_slots.input: is the case's input",
         ),
         (
             r#"{"input": "x", "expected": "y", "agent": "greeter", "pipeline": {"steps": []}}"#,

@@ -722,7 +722,9 @@ export class Orchestrator {
 
   /** Stops a running experiment (by id or name) on whichever replica runs
    * it (CancelExperiment): its runs still going are cancelled and the
-   * cases that finished are kept; resolves with its record, CANCELLED. One
+   * cases that finished are kept; resolves with its record once it says
+   * CANCELLED (as it stands after 10 s when its replica is slow to say so;
+   * COMPLETED when it ended first). One
    * that is not running rejects with FailedPrecondition. */
   cancelExperiment(experiment: string, o: CallOpts = {}): Promise<Experiment> {
     return unary(this.client.cancelExperiment.bind(this.client), { experiment }, o, this.md());

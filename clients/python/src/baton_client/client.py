@@ -685,7 +685,9 @@ class Orchestrator:
     async def cancel_experiment(self, experiment: str, *, timeout: float | None = None) -> evals_pb.Experiment:
         """Stops a running experiment (by id or name) on whichever replica
         runs it (CancelExperiment): its runs still going are cancelled and
-        the cases that finished are kept; returns its record, CANCELLED.
+        the cases that finished are kept; returns its record once it says
+        CANCELLED (as it stands after 10 s when its replica is slow to say
+        so; COMPLETED when it ended first).
         One that is not running raises :class:`FailedPrecondition`."""
         request = evals_pb.CancelExperimentRequest(experiment=experiment)
         return await self._unary(self._stub.CancelExperiment, request, timeout)

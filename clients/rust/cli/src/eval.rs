@@ -191,20 +191,27 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<()> {
                 outln!("{}", serde_json::to_string(&e)?)?;
                 return Ok(());
             }
-            outln!(
-                "experiment {} {}: {} of {} kept",
-                e.id,
-                if e.status == pb::ExperimentStatus::Cancelled as i32 {
-                    "cancelled".to_owned()
-                } else {
-                    format!(
-                        "is {} (its replica has not said it stopped yet)",
-                        status(e.status)
-                    )
-                },
+            let kept = format!(
+                "{} of {}",
                 crate::said::count(e.cases.len() as u64, "case"),
                 e.case_count
-            )?;
+            );
+            let said = match pb::ExperimentStatus::try_from(e.status) {
+                Ok(pb::ExperimentStatus::Cancelled) => format!("cancelled: {kept} kept"),
+                Ok(pb::ExperimentStatus::Running) => {
+                    format!("asked to stop; its replica has not said it did yet ({kept} so far)")
+                }
+                _ => format!("ended {} before the cancel: {kept}", status(e.status)),
+            };
+            let line = format!("experiment {} {said}", e.id);
+            if std::io::stdout().is_terminal() {
+                outln!(
+                    "{}",
+                    crate::text::wrap_whole(&line, crate::text::terminal_columns())
+                )?;
+            } else {
+                outln!("{line}")?;
+            }
             Ok(())
         }
         None => run_dataset(&client, args.run, args.json).await,

@@ -35,7 +35,8 @@ impl OrchestratorClient {
 
     /// Stops a running experiment (by id or name) on whichever replica
     /// runs it: its record once it says CANCELLED (the cases that finished
-    /// kept). One that is not running is `FAILED_PRECONDITION`.
+    /// kept; as it stands after 10 s when its replica is slow to say so).
+    /// One that is not running is `FAILED_PRECONDITION`.
     pub async fn cancel_experiment(&self, which: &str) -> Result<pb::Experiment, Error> {
         Ok(self
             .raw()

@@ -110,7 +110,7 @@ pub const ROUTES: &[Route] = &[
         body: None,
         answer: "baton.v1.Experiment",
         stream: false,
-        summary: "Stop a running experiment (by id or name) on whichever replica runs it: its runs still going are cancelled, the cases that finished are kept; the answer is its record once CANCELLED.",
+        summary: "Stop a running experiment (by id or name) on whichever replica runs it: its runs still going are cancelled, the cases that finished are kept; the answer is its record once CANCELLED (as it stands after 10 s when its replica is slow to say so).",
     },
     Route {
         method: "GET",

@@ -60,7 +60,7 @@ impl Orchestrator {
             {
                 return Ok(now);
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 }

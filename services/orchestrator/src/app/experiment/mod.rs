@@ -69,6 +69,9 @@ enum CaseRequest {
 
 /// Why a try did not run: the experiment's budget.
 const BUDGET_SPENT: &str = "the experiment's budget is spent";
+/// Why a try did not end as its agent would have: the experiment's budget
+/// refused one of its model calls.
+const BUDGET_REFUSED: &str = "the experiment's budget refused a model call";
 
 /// Where an experiment's events go: unbounded, so a slow reader never
 /// holds its runs back (there are at most its cases' results, and two).
@@ -109,6 +112,10 @@ impl Orchestrator {
         let mut record = plan.record.clone();
         // Whether a write named it (the first that succeeds does).
         let named = std::sync::atomic::AtomicBool::new(false);
+        // CancelExperiment stops it, here or from another replica: it is
+        // entered before any record says RUNNING, and leaves after the
+        // record says it ended.
+        let running = self.experiments_here.enter(&tenant, &record.id);
         self.save(&tenant, &mut record, &named).await;
         let _ = tx.send(pb::ExperimentEvent {
             event: Some(pb::experiment_event::Event::Started(record.clone())),
@@ -117,8 +124,6 @@ impl Orchestrator {
             Mutex::new(vec![None; plan.dataset.cases.len()]);
         let usage = Mutex::new(pb::Usage::default());
         let plan = Arc::new(plan);
-        // CancelExperiment stops it, here or from another replica.
-        let running = self.experiments_here.enter(&tenant, &record.id);
         let asked = self.experiments.cancel_asked(&tenant, &record.id);
         let work = self.run_cases(&caller, &plan, &done, &usage, &tx, &record, &named);
         let completed = tokio::select! {
@@ -357,17 +362,16 @@ impl Orchestrator {
             }
             calls.extend(ran.calls);
             outputs.push(ran.output);
-            if ran.status != "completed" {
-                // Refused by the experiment's budget: not the agent's
-                // failure.
-                if ran.code == tonic::Code::ResourceExhausted as i32
-                    && plan
-                        .budget
-                        .as_ref()
-                        .is_some_and(|b| ran.error.contains(&format!("budget {} ", b.name())))
-                {
-                    return errored(format!("{BUDGET_SPENT}: {}", ran.error), usage);
+            // The experiment's budget refused one of its model calls (at
+            // any depth, whatever the agent did then: failed, finished
+            // early, or a pipeline step failed): not the agent's doing.
+            if let Some(budget) = &plan.budget {
+                let name = budget.name();
+                if let Some((_, message)) = ran.exhausted.iter().find(|(b, _)| *b == name) {
+                    return errored(format!("{BUDGET_REFUSED}: {message}"), usage);
                 }
+            }
+            if ran.status != "completed" {
                 status = ran.status;
                 error = ran.error;
                 break;

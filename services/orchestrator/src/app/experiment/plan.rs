@@ -100,6 +100,7 @@ impl Orchestrator {
             models.insert(default_model.clone());
         }
         let mut runs_read = HashMap::new();
+        let mut judges = BTreeSet::new();
         let mut pipelines = Vec::with_capacity(dataset.cases.len());
         for case in &dataset.cases {
             // The case's pipeline, else (no target of its own, none in the
@@ -120,7 +121,7 @@ impl Orchestrator {
                         "a pipeline case takes one `input` (its `input` slot)".into(),
                     ));
                 }
-                let request = checked_pipeline(&services, spec)
+                let request = checked_pipeline(&services, spec, &r.default_model)
                     .map_err(|(f, m)| bad(line, &format!("{field}{f}"), m))?;
                 for step in request.pipeline.iter().flat_map(|p| &p.steps) {
                     if let Some(a) = services.catalog.entry(&step.agent)
@@ -170,6 +171,7 @@ impl Orchestrator {
                         services.models.resolve(model).map_err(|e| {
                             bad(case.line, &format!("scorers[{i}].model"), e.to_string())
                         })?;
+                        judges.insert(model.clone());
                     }
                     How::Tool(tool) if services.tools.get(tool).is_none() => {
                         return Err(bad(
@@ -223,6 +225,36 @@ impl Orchestrator {
                     }
                     Err(e) => return Err(e),
                 }
+            }
+        }
+        // A cost budget cannot bound a model without a price: the targets'
+        // and judges' models are checked here (a model only a sub-agent
+        // or a fallback uses is refused at its call, and the try says so).
+        if r.budget.as_ref().is_some_and(|b| b.cost > 0.0) {
+            let unpriced: Vec<&String> = models
+                .iter()
+                .chain(&judges)
+                .filter(|m| services.catalog.prices.of(m).is_none())
+                .collect();
+            if !unpriced.is_empty() {
+                return Err(Error::invalid(
+                    "budget.cost",
+                    format!(
+                        "{} no price, so a cost budget cannot bound {}: give {} a price, or set a token budget only",
+                        match unpriced.as_slice() {
+                            [one] => format!("model {one} has"),
+                            many => format!(
+                                "models {} have",
+                                many.iter()
+                                    .map(|m| m.as_str())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ),
+                        },
+                        if unpriced.len() == 1 { "it" } else { "them" },
+                        if unpriced.len() == 1 { "it" } else { "them" },
+                    ),
+                ));
             }
         }
         let id = format!("exp-{}", uuid::Uuid::new_v4().simple());
@@ -312,6 +344,7 @@ impl Plan {
 fn checked_pipeline(
     services: &crate::run::shared::Shared,
     spec: &serde_json::Value,
+    default_model: &str,
 ) -> std::result::Result<pb::RunPipelineRequest, (String, String)> {
     let file: PipelineFile = serde_path_to_error::deserialize(spec.clone()).map_err(|e| {
         let path = e.path().to_string();
@@ -322,13 +355,20 @@ fn checked_pipeline(
         };
         (path, e.inner().to_string())
     })?;
+    if file.initial_slots.contains_key(CASE_INPUT_SLOT) {
+        return Err((
+            format!(".initial_slots.{CASE_INPUT_SLOT}"),
+            "is the case's input: a pipeline case's `input` fills it".into(),
+        ));
+    }
     let mut request = file
         .into_request()
         .map_err(|e| (String::new(), e.to_string()))?;
     request
         .initial_slots
-        .entry(CASE_INPUT_SLOT.to_owned())
-        .or_insert_with(|| "-".to_owned());
+        .insert(CASE_INPUT_SLOT.to_owned(), "-".to_owned());
+    // Checked with the model the runs will have.
+    request.default_model = default_model.to_owned();
     let checked =
         PipelineRequest::try_from(request.clone()).and_then(|r| pipeline_run(services, r));
     if let Err(e) = checked {

@@ -18,6 +18,9 @@ pub(super) struct Ran {
     pub(super) usage: pb::Usage,
     pub(super) calls: Vec<ActualCall>,
     pub(super) conversation: String,
+    /// What each budget that refused a model call said (`BudgetExhausted`,
+    /// at any depth): `(budget, message)`.
+    pub(super) exhausted: Vec<(String, String)>,
 }
 
 /// Reads a run's events to its end.
@@ -30,6 +33,7 @@ pub(super) async fn collect(mut events: crate::run::events::EventStream) -> Ran 
         usage: pb::Usage::default(),
         calls: Vec::new(),
         conversation: String::new(),
+        exhausted: Vec::new(),
     };
     while let Some(e) = events.next().await {
         let e = match e {
@@ -46,6 +50,7 @@ pub(super) async fn collect(mut events: crate::run::events::EventStream) -> Ran 
                 arguments: serde_json::from_str(&s.arguments_json).unwrap_or(Value::Null),
                 depth: e.depth,
             }),
+            Some(Payload::BudgetExhausted(x)) => ran.exhausted.push((x.budget, x.message)),
             Some(Payload::RunCompleted(c)) => {
                 ran.status = "completed";
                 ran.output = c.output;

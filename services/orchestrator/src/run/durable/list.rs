@@ -64,9 +64,9 @@ impl RedisRuns {
             for (id, fields) in ids.iter().zip(&metas) {
                 match decode_meta(id, fields) {
                     // A run being created is in the index a moment before
-                    // its record (two commands sent together): only an old
-                    // one without a record has expired.
-                    None if being_created(id) => {}
+                    // its record (two commands sent together): only one
+                    // older than its record could last has expired.
+                    None if being_created(id, self.retention.min(CREATING)) => {}
                     None => expired.push(id.clone()),
                     Some(m) if m.tenant != tenant => {}
                     Some(m) if status.is_some_and(|s| s != m.status) => {}
@@ -94,12 +94,13 @@ impl RedisRuns {
 }
 
 /// How long after its id was made a run without a record may still be
-/// being created.
+/// being created, at most (a record lasts at least the retention from the
+/// run's start, so a shorter retention bounds it too).
 const CREATING: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Whether run `id` (a UUIDv7, whose first 48 bits are when it was made)
-/// was made less than [`CREATING`] ago.
-fn being_created(id: &str) -> bool {
+/// was made less than `window` ago.
+fn being_created(id: &str, window: std::time::Duration) -> bool {
     let Some(made) = uuid::Uuid::try_parse(id)
         .ok()
         .and_then(|u| u.get_timestamp())
@@ -112,7 +113,7 @@ fn being_created(id: &str) -> bool {
     };
     std::time::SystemTime::now()
         .duration_since(made)
-        .map_or(true, |age| age < CREATING)
+        .map_or(true, |age| age < window)
 }
 
 #[cfg(test)]
@@ -121,13 +122,16 @@ mod tests {
 
     #[test]
     fn a_run_made_a_moment_ago_is_being_created_and_an_old_one_is_not() {
-        assert!(being_created(&uuid::Uuid::now_v7().to_string()));
+        assert!(being_created(&uuid::Uuid::now_v7().to_string(), CREATING));
         let old = uuid::Uuid::new_v7(uuid::Timestamp::from_unix(
             uuid::NoContext,
             1_700_000_000,
             0,
         ));
-        assert!(!being_created(&old.to_string()));
-        assert!(!being_created("not-a-uuid"));
+        assert!(!being_created(&old.to_string(), CREATING));
+        assert!(!being_created("not-a-uuid", CREATING));
+        let now = uuid::Uuid::now_v7().to_string();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(!being_created(&now, std::time::Duration::from_millis(10)));
     }
 }
