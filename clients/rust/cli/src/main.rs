@@ -24,6 +24,7 @@ mod complete;
 mod conversations;
 mod detach;
 mod eval;
+mod eval_report;
 mod follow;
 mod jsonl;
 mod out;
