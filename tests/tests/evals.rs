@@ -1299,7 +1299,7 @@ async fn cancel_experiment_stops_it_on_whichever_replica_runs_it_and_keeps_what_
         again.message().contains("experiment")
             && again
                 .message()
-                .contains("is cancelled: only a running one can be cancelled"),
+                .contains("is cancelled: only a running experiment can be cancelled"),
         "{}",
         again.message()
     );

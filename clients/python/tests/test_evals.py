@@ -87,6 +87,6 @@ def test_cancel_experiment_stops_a_running_one_and_keeps_what_finished(tmp_path)
             assert ended.status == evals_pb.EXPERIMENT_STATUS_CANCELLED
             with pytest.raises(FailedPrecondition) as refused:
                 await b.orchestrator.cancel_experiment("py-slow")
-            assert "only a running one can be cancelled" in str(refused.value)
+            assert "only a running experiment can be cancelled" in str(refused.value)
 
     run(main())

@@ -82,7 +82,7 @@ test("cancelExperiment stops a running experiment and keeps what finished", asyn
     assert.equal(ended.status, evals.ExperimentStatus.EXPERIMENT_STATUS_CANCELLED);
     await assert.rejects(t.orchestrator.cancelExperiment("ts-slow"), (err: unknown) => {
       assert.ok(err instanceof FailedPrecondition, String(err));
-      assert.ok(String((err as Error).message).includes("only a running one can be cancelled"), String(err));
+      assert.ok(String((err as Error).message).includes("only a running experiment can be cancelled"), String(err));
       return true;
     });
   } finally {

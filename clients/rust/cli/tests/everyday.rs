@@ -547,7 +547,7 @@ fn ctrl_c_and_eval_cancel_stop_an_experiment_and_keep_what_finished() {
     assert!(!again.status.success());
     let why = String::from_utf8_lossy(&again.stderr).into_owned();
     assert!(
-        words(&why).contains("is cancelled: only a running one can be cancelled"),
+        words(&why).contains("is cancelled: only a running experiment can be cancelled"),
         "{why}"
     );
 }

@@ -39,7 +39,7 @@ impl Orchestrator {
             return Err(Error::FailedPrecondition {
                 field: "experiment",
                 message: format!(
-                    "experiment {} is {status}: only a running one can be cancelled",
+                    "{} is {status}: only a running experiment can be cancelled",
                     record.id
                 ),
             });
