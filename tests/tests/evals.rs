@@ -1056,6 +1056,23 @@ async fn live_runs_of_an_agent_with_scoring_are_scored_as_they_end() {
     }
 }
 
+/// Reads an experiment's events to its `ended` record (at most 60 s).
+async fn read_to_end<E: std::fmt::Debug>(
+    events: impl futures::Stream<Item = Result<pb::ExperimentEvent, E>>,
+) -> pb::Experiment {
+    let mut events = std::pin::pin!(events);
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(60), events.next())
+            .await
+            .expect("went on");
+        if let Some(pb::experiment_event::Event::Ended(e)) =
+            next.expect("an end").expect("ok").event
+        {
+            return e;
+        }
+    }
+}
+
 /// An experiment's budget is one reservation for all its runs: sixteen
 /// at once against a provider without `max_tokens` in the request (the
 /// model's output limit is the worst case) spend no more than it, counted
@@ -1099,15 +1116,7 @@ agents:
         })
         .await
         .expect("experiment");
-    let mut events = Box::pin(events);
-    let ended = loop {
-        let next = tokio::time::timeout(Duration::from_secs(60), events.next())
-            .await
-            .expect("went on");
-        if let Some(pb::experiment_event::Event::Ended(e)) = next.expect("end").expect("ok").event {
-            break e;
-        }
-    };
+    let ended = read_to_end(events).await;
     let at_provider = provider.requests().len() as u64 * 15;
     let passed = ended.cases.iter().filter(|c| c.passed).count();
     let spent: Vec<&str> = ended
@@ -1148,7 +1157,7 @@ agents:
         ));
     }
     let before = provider.requests().len() as u64;
-    let mut events = Box::pin(
+    let events = Box::pin(
         client
             .run_experiment(pb::RunExperimentRequest {
                 dataset,
@@ -1163,14 +1172,7 @@ agents:
             .await
             .expect("experiment"),
     );
-    let ended = loop {
-        let next = tokio::time::timeout(Duration::from_secs(60), events.next())
-            .await
-            .expect("went on");
-        if let Some(pb::experiment_event::Event::Ended(e)) = next.expect("end").expect("ok").event {
-            break e;
-        }
-    };
+    let ended = read_to_end(events).await;
     let at_provider = (provider.requests().len() as u64 - before) * 15;
     let passed = ended.cases.iter().filter(|c| c.passed).count();
     let errors = ended
@@ -1339,7 +1341,7 @@ async fn cancel_experiment_stops_it_on_whichever_replica_runs_it_and_keeps_what_
         .await
         .expect("b");
     let (ca, cb) = (a.client().await.expect("a"), b.client().await.expect("b"));
-    let mut events = Box::pin(
+    let events = Box::pin(
         ca.run_experiment(pb::RunExperimentRequest {
             dataset: stuck_dataset(),
             agent: "waiter".into(),
@@ -1357,16 +1359,7 @@ async fn cancel_experiment_stops_it_on_whichever_replica_runs_it_and_keeps_what_
     assert_eq!(record.status, pb::ExperimentStatus::Cancelled as i32);
     assert_eq!(record.cases.len(), 1);
     // The stream of the one who started it ends with the record.
-    let ended = loop {
-        let e = tokio::time::timeout(Duration::from_secs(10), events.next())
-            .await
-            .expect("went on")
-            .expect("an end")
-            .expect("ok");
-        if let Some(pb::experiment_event::Event::Ended(e)) = e.event {
-            break e;
-        }
-    };
+    let ended = read_to_end(events).await;
     assert_eq!(ended.status, pb::ExperimentStatus::Cancelled as i32);
     until_running(&ca, 0).await;
 }
