@@ -4,12 +4,13 @@
 
 use std::{env, path::PathBuf};
 
-const PROTOS: [&str; 6] = [
+const PROTOS: [&str; 7] = [
     "baton/v1/context_store.proto",
     "baton/v1/evals.proto",
     "baton/v1/events.proto",
     "baton/v1/orchestrator.proto",
     "baton/v1/tool_host.proto",
+    "baton/v1/webhooks.proto",
     // The Agent2Agent protocol (vendored; see the file's header).
     "lf/a2a/v1/a2a.proto",
 ];

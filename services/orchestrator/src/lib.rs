@@ -77,6 +77,7 @@ pub mod request;
 pub mod run;
 pub mod shared_state;
 pub mod tools;
+pub mod webhook;
 pub mod wire;
 
 use std::{sync::Arc, time::Duration};
@@ -231,6 +232,13 @@ pub async fn serve_core(
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr().context("listener has no address")?;
     let core = core.with_peers(peers::Peers::new(&config.peers));
+    // Webhooks: kept in Redis beside durable runs; this replica's worker
+    // delivers its share.
+    let webhooks =
+        webhook::Webhooks::new(&config.webhooks, core.durable().map(|d| d.shared().clone()))
+            .map_err(|e| anyhow::anyhow!(e))?;
+    let core = core.with_webhooks(webhooks.clone());
+    tasks.spawn(webhooks.run(shutdown.clone()));
     // Durable runs: renew this replica's leases, claim lapsed ones.
     if let Some(durable) = core.durable() {
         tasks.spawn(app::upkeep::keep(

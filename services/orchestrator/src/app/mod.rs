@@ -44,6 +44,7 @@ mod start;
 mod summary;
 pub mod upkeep;
 mod watch;
+mod webhooks;
 
 pub use orchestrator::{Caller, Orchestrator, ReloadState};
 pub use resume::Claimed;

@@ -57,6 +57,8 @@ pub struct Orchestrator {
     pub(super) experiments: Arc<crate::app::experiment_store::Experiments>,
     /// The experiments running here (to cancel them).
     pub(super) experiments_here: Arc<crate::app::experiment_store::Here>,
+    /// Webhooks: runs' subscriptions, deliveries and dead letters.
+    pub(super) webhooks: Arc<crate::webhook::Webhooks>,
 }
 
 impl Orchestrator {
@@ -72,8 +74,11 @@ impl Orchestrator {
                 services.defaults.finished_retention,
             ),
         });
+        let webhooks = crate::webhook::Webhooks::new(&Default::default(), None)
+            .expect("the default webhooks section is valid");
         Self {
             experiments,
+            webhooks,
             experiments_here: Arc::default(),
             live_scoring: Arc::new(tokio::sync::Semaphore::new(LIVE_AT_ONCE)),
             runs: Arc::new(Runs::new(&services.defaults)),
@@ -92,6 +97,18 @@ impl Orchestrator {
     pub fn with_peers(mut self, peers: Option<Arc<Peers>>) -> Self {
         self.peers = peers;
         self
+    }
+
+    /// Takes `webhooks` (the server's config of them) for runs started
+    /// from now on.
+    pub fn with_webhooks(mut self, webhooks: Arc<crate::webhook::Webhooks>) -> Self {
+        self.webhooks = webhooks;
+        self
+    }
+
+    /// The webhooks.
+    pub fn webhooks(&self) -> &Arc<crate::webhook::Webhooks> {
+        &self.webhooks
     }
 
     /// What every run shares: the current one (a run started now gets it).

@@ -182,7 +182,17 @@ impl Orchestrator {
         let span = self
             .resumed_span(durable, &claimed.run_id, &trace_id, &meta.target)
             .await;
+        // Its own webhooks, as its request gave them (one the server no
+        // longer allows is dropped, not the run).
+        let own_hooks = self
+            .webhooks
+            .check_own(std::mem::take(&mut checked.options.webhooks))
+            .unwrap_or_else(|e| {
+                tracing::warn!(run_id = %claimed.run_id, error = %e, "a resumed run's webhooks are refused now; it goes on without them");
+                Vec::new()
+            });
         let prepared = launch::prepare_record(&self.services(), record, span, checked.options);
+        self.webhooks.attach(&prepared.record, own_hooks);
         let body = checked.body.future(&prepared.run);
         let record = prepared.record.clone();
         let log = DurableLog {

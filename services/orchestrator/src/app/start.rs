@@ -244,10 +244,13 @@ impl Orchestrator {
     ) -> Result<Started> {
         let Checked {
             mut body,
-            options,
+            mut options,
             mut stored,
             conversation,
         } = run;
+        let own_hooks = self
+            .webhooks
+            .check_own(std::mem::take(&mut options.webhooks))?;
         let (kind, target) = body.kind_and_target();
         let span = self.run_span(&caller.trace, method, kind, &target);
         let prepared = launch::prepare(
@@ -262,6 +265,7 @@ impl Orchestrator {
         if let Some(experiment) = experiment {
             let _ = prepared.record.experiment.set(experiment);
         }
+        self.webhooks.attach(&prepared.record, own_hooks);
         let entered = match conversation {
             Some(ask) => Some(
                 self.enter_conversation(&services, &prepared, &mut body, &mut stored, ask)
@@ -306,6 +310,11 @@ impl Orchestrator {
         body: impl Future<Output = ()> + Send + 'static,
     ) -> Result<Started> {
         let record = prepared.record.clone();
+        // Forks and replays: the tenant's webhooks (a new run has its
+        // own already).
+        if record.hooks.get().is_none() {
+            self.webhooks.attach(&record, Vec::new());
+        }
         if prepared.run.services.durable.is_none() {
             // Memory mode: forks of the run start from its request.
             record.keep_request(stored.0.clone());

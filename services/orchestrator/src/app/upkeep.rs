@@ -275,7 +275,15 @@ pub async fn end_orphan(
         conversation: None,
     };
     match durable
-        .append(run_id, epoch, &events, &[], Some(&end), None)
+        .append(
+            run_id,
+            epoch,
+            &events,
+            &[],
+            Some(&end),
+            None,
+            &Default::default(),
+        )
         .await
     {
         Ok(Append::Done) => durable.forget_lease(run_id).await,

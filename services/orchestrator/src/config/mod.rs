@@ -23,6 +23,7 @@ pub use faces::{A2aConfig, ConsoleConfig, McpApprovalMode, McpConfig};
 pub mod conversations;
 mod faces;
 pub mod quota;
+pub mod webhooks;
 
 pub use quota::{Money, RunQuota};
 
@@ -285,6 +286,9 @@ pub struct Config {
     pub mcp: McpConfig,
     /// Conversations (see `crate::conversation`).
     pub conversations: conversations::ConversationConfig,
+    /// Webhooks: where deliveries may go and how they are tried (see
+    /// `crate::webhook`).
+    pub webhooks: webhooks::WebhookConfig,
 }
 
 impl Default for Config {
@@ -311,6 +315,7 @@ impl Default for Config {
             a2a: A2aConfig::default(),
             mcp: McpConfig::default(),
             conversations: Default::default(),
+            webhooks: Default::default(),
         }
     }
 }
@@ -366,6 +371,9 @@ pub enum InvalidConfig {
     /// `conversations`.
     #[error(transparent)]
     Conversations(#[from] conversations::ConversationConfigError),
+    /// `webhooks`.
+    #[error(transparent)]
+    Webhooks(#[from] webhooks::WebhookConfigError),
     /// `store.timeout` is zero.
     #[error("store.timeout must be positive")]
     StoreTimeout,
@@ -428,6 +436,7 @@ impl Config {
         self.tls.validate()?;
         self.quotas.validate()?;
         self.conversations.validate()?;
+        self.webhooks.validate()?;
         self.server.validate()?;
         if !self.console.trace_url.is_empty() && !self.console.trace_url.contains("{trace_id}") {
             return Err(InvalidConfig::TraceUrl);

@@ -249,6 +249,91 @@ impl OrchestratorRpc for OrchestratorService {
         Ok(Response::new(e))
     }
 
+    async fn create_webhook(
+        &self,
+        request: Request<pb::CreateWebhookRequest>,
+    ) -> Answer<pb::CreateWebhookResponse> {
+        let caller = caller(&request);
+        let made = self
+            .core
+            .create_webhook(&caller, request.into_inner())
+            .await
+            .map_err(status)?;
+        Ok(Response::new(made))
+    }
+
+    async fn list_webhooks(
+        &self,
+        request: Request<pb::ListWebhooksRequest>,
+    ) -> Answer<pb::ListWebhooksResponse> {
+        let caller = caller(&request);
+        let list = self.core.list_webhooks(&caller).await.map_err(status)?;
+        Ok(Response::new(list))
+    }
+
+    async fn get_webhook(&self, request: Request<pb::GetWebhookRequest>) -> Answer<pb::Webhook> {
+        let caller = caller(&request);
+        let w = self
+            .core
+            .get_webhook(&caller, &request.get_ref().webhook_id)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(w))
+    }
+
+    async fn delete_webhook(
+        &self,
+        request: Request<pb::DeleteWebhookRequest>,
+    ) -> Answer<pb::DeleteWebhookResponse> {
+        let caller = caller(&request);
+        self.core
+            .delete_webhook(&caller, &request.get_ref().webhook_id)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::DeleteWebhookResponse {}))
+    }
+
+    async fn rotate_webhook_secret(
+        &self,
+        request: Request<pb::RotateWebhookSecretRequest>,
+    ) -> Answer<pb::RotateWebhookSecretResponse> {
+        let caller = caller(&request);
+        let r = request.get_ref();
+        let overlap =
+            crate::wire::duration("previous_valid_for", r.previous_valid_for).map_err(status)?;
+        let rotated = self
+            .core
+            .rotate_webhook_secret(&caller, &r.webhook_id, overlap)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(rotated))
+    }
+
+    async fn list_dead_letters(
+        &self,
+        request: Request<pb::ListDeadLettersRequest>,
+    ) -> Answer<pb::ListDeadLettersResponse> {
+        let caller = caller(&request);
+        let list = self
+            .core
+            .list_dead_letters(&caller, request.get_ref().page_size)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(list))
+    }
+
+    async fn redeliver_dead_letter(
+        &self,
+        request: Request<pb::RedeliverDeadLetterRequest>,
+    ) -> Answer<pb::RedeliverDeadLetterResponse> {
+        let caller = caller(&request);
+        self.core
+            .redeliver_dead_letter(&caller, &request.get_ref().delivery_id)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::RedeliverDeadLetterResponse {}))
+    }
+
     async fn list_experiments(
         &self,
         request: Request<pb::ListExperimentsRequest>,

@@ -107,6 +107,8 @@ pub struct RequestOptions {
     pub detach: bool,
     /// Generation settings over every agent's own.
     pub settings: Settings,
+    /// The run's own webhooks, as asked (checked by `crate::webhook`).
+    pub webhooks: Vec<pb::RunWebhook>,
 }
 
 /// Limits a request asks for; `None` (or 0 turns): the server's default.

@@ -192,6 +192,7 @@ fn options(s: &Shared, o: RequestOptions) -> Result<RunOptions> {
         rerun: None,
         settings: o.settings,
         shared_budget: None,
+        webhooks: o.webhooks,
     })
 }
 

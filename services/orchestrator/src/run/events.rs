@@ -333,9 +333,18 @@ pub async fn sequence(
                 record: value.into(),
             });
         }
+        // Its webhooks' deliveries, queued once it is logged.
+        let hooked = record
+            .hooks
+            .get()
+            .map(|h| (h, h.deliveries(&logged)))
+            .filter(|(_, q)| !q.is_empty());
         // Every event, filtered or not, client or not, is kept for WatchRun.
         drop(logged);
         record.log_event(seq, encoded, terminal);
+        if let Some((hooks, queued)) = hooked {
+            hooks.queue(queued).await;
+        }
         let Some(event) = event else { continue };
         if out.send(Ok(Outgoing::Packed(event))).await.is_err() {
             client_gone = true;

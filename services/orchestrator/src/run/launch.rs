@@ -182,6 +182,7 @@ pub async fn write_fork(
                 records.next().unwrap_or(&[]),
                 None,
                 None,
+                &Default::default(),
             )
             .await?;
         if written != super::durable::Append::Done {
@@ -194,7 +195,15 @@ pub async fn write_fork(
         renew_while_writing(log, record).await?;
         let written = log
             .runs
-            .append(run_id, log.epoch, &[] as &[pb::RunEvent], rest, None, None)
+            .append(
+                run_id,
+                log.epoch,
+                &[] as &[pb::RunEvent],
+                rest,
+                None,
+                None,
+                &Default::default(),
+            )
             .await?;
         if written != super::durable::Append::Done {
             return Err(Error::Unavailable(format!(

@@ -47,6 +47,7 @@ pub mod durable;
 pub mod events;
 pub mod failure;
 mod history;
+pub mod hooks;
 pub mod launch;
 pub mod log;
 pub mod packed;
@@ -143,6 +144,7 @@ pub(crate) mod testing {
             rerun: None,
             settings: Default::default(),
             shared_budget: None,
+            webhooks: Vec::new(),
         };
         let run = Run::new(
             Arc::new(services),

@@ -126,6 +126,8 @@ pub struct RunRecord {
     pub replay_of: std::sync::OnceLock<(String, bool)>,
     /// For a case of an experiment (RunExperiment): the experiment.
     pub experiment: std::sync::OnceLock<String>,
+    /// Its webhooks (`crate::webhook`), when it has any.
+    pub hooks: std::sync::OnceLock<Arc<dyn super::hooks::Hooks>>,
     /// Its live scores, once scored (`app::live_scoring`).
     pub scores: std::sync::OnceLock<Vec<pb::Score>>,
     /// For a run in a conversation: which, and what it appends.
@@ -321,6 +323,7 @@ impl RunRecord {
             forked_from: std::sync::OnceLock::new(),
             replay_of: std::sync::OnceLock::new(),
             experiment: std::sync::OnceLock::new(),
+            hooks: std::sync::OnceLock::new(),
             scores: std::sync::OnceLock::new(),
             conversation: std::sync::OnceLock::new(),
             transcript: Mutex::default(),

@@ -127,6 +127,9 @@ pub struct RunOptions {
     /// A budget the run shares with others (an experiment's), drawn from
     /// with its own.
     pub shared_budget: Option<Arc<crate::model::call::budget::Budgets>>,
+    /// The run's own webhooks, as its request gave them (the core checks
+    /// them and gives the run its hooks: `crate::webhook`).
+    pub webhooks: Vec<pb::RunWebhook>,
 }
 
 /// Store writes of a run that are in flight: a pipeline writes each step's

@@ -45,7 +45,7 @@ use baton_store::{
 
 use crate::error::Error;
 
-pub use clock::NOW;
+pub use clock::{NOW, now_ms as clock_now_ms};
 
 /// Why the shared state cannot be opened at start.
 #[derive(Debug, thiserror::Error)]

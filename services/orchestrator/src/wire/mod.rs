@@ -13,3 +13,22 @@
 
 pub mod answer;
 pub mod request;
+
+/// An optional duration field: `None` when unset; a negative or malformed
+/// one is `INVALID_ARGUMENT` naming `field`.
+pub fn duration(
+    field: &'static str,
+    v: Option<baton_proto::wkt::Duration>,
+) -> crate::error::Result<Option<std::time::Duration>> {
+    let Some(v) = v else { return Ok(None) };
+    if v.seconds < 0 || v.nanos < 0 || v.nanos >= 1_000_000_000 {
+        return Err(crate::error::Error::invalid(
+            field,
+            "must be a duration of at least zero",
+        ));
+    }
+    Ok(Some(std::time::Duration::new(
+        v.seconds as u64,
+        v.nanos as u32,
+    )))
+}

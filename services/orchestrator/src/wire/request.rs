@@ -35,6 +35,7 @@ impl TryFrom<pb::RunAgentRequest> for AgentRequest {
                 r.filter,
                 r.detach,
                 r.settings,
+                r.webhooks,
             )?,
             agent: r.agent,
             input: r.input,
@@ -63,6 +64,7 @@ impl TryFrom<pb::RunPipelineRequest> for PipelineRequest {
                 r.filter,
                 r.detach,
                 r.settings,
+                r.webhooks,
             )?,
             stored,
         })
@@ -120,6 +122,7 @@ fn options(
     events: Option<pb::EventFilter>,
     detach: bool,
     generation: Option<pb::GenerationSettings>,
+    webhooks: Vec<pb::RunWebhook>,
 ) -> Result<RequestOptions> {
     Ok(RequestOptions {
         run_context_json,
@@ -129,6 +132,7 @@ fn options(
         filter: filter(events)?,
         detach,
         settings: settings(generation)?,
+        webhooks,
     })
 }
 

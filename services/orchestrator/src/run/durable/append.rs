@@ -3,10 +3,12 @@
 //! journal records and the run's fields in one step.
 
 pub(super) const APPEND: &str = r"
--- KEYS[1] meta, KEYS[2] log, KEYS[3] journal, KEYS[4] inbox
+-- KEYS[1] meta, KEYS[2] log, KEYS[3] journal, KEYS[4] inbox, then k
+-- webhook streams' lists (KEYS[5..], one per delivery)
 -- ARGV[1] epoch, ARGV[2] events n, ARGV[3] ttl ms (0: keep), ARGV[4] fields m,
--- ARGV[5] records j, then n pairs (seq, event bytes), m pairs (field,
--- value), j pairs (unit, record).
+-- ARGV[5] records j, ARGV[6] deliveries k, ARGV[7] their lists' ttl ms,
+-- then n pairs (seq, event bytes), m pairs (field, value), j pairs (unit,
+-- record), k deliveries.
 local epoch = redis.call('HGET', KEYS[1], 'epoch')
 if not epoch then
   return 2
@@ -20,7 +22,7 @@ end
 if epoch ~= ARGV[1] then
   return 0
 end
-local n, m, j, i = tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5]), 6
+local n, m, j, i = tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5]), 8
 local last = nil
 for _ = 1, n do
   redis.call('XADD', KEYS[2], '0-' .. ARGV[i], 'e', ARGV[i + 1])
@@ -59,6 +61,13 @@ for _ = 1, j do
 end
 if j > 0 then
   redis.call('PEXPIRE', KEYS[3], redis.call('PTTL', KEYS[1]))
+end
+-- Webhook deliveries of these events, at the ends of their streams (the
+-- streams were marked due before: see `webhook::outbox`).
+for x = 1, tonumber(ARGV[6]) do
+  redis.call('RPUSH', KEYS[4 + x], ARGV[i])
+  redis.call('PEXPIRE', KEYS[4 + x], ARGV[7])
+  i = i + 1
 end
 local ttl = tonumber(ARGV[3])
 if ttl > 0 then

@@ -60,6 +60,17 @@ use crate::shared_state::SharedState;
 
 pub use super::clock::{mono_ms, now_ms};
 
+/// Webhook deliveries an append writes with its events: each to its
+/// stream's list (key, delivery), the lists kept `keep_ms` (see
+/// `crate::webhook::outbox`).
+#[derive(Debug, Default)]
+pub struct Pushes {
+    /// (list key, delivery) pairs, in order.
+    pub items: Vec<(String, String)>,
+    /// How long the lists are kept.
+    pub keep_ms: u64,
+}
+
 /// How an append ended.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Append {
@@ -402,6 +413,7 @@ impl RedisRuns {
         journal: &[(String, Vec<u8>)],
         end: Option<&RunEnd>,
         usage: Option<pb::Usage>,
+        hooks: &Pushes,
     ) -> Result<Append, Error> {
         let mut c = self.conn().await?;
         let mut invocation = self.append.prepare_invoke();
@@ -409,9 +421,11 @@ impl RedisRuns {
             .key(self.meta_key(run_id))
             .key(self.log_key(run_id))
             .key(self.journal_key(run_id))
-            .key(self.inbox_key(run_id))
-            .arg(epoch)
-            .arg(events.len());
+            .key(self.inbox_key(run_id));
+        for (key, _) in &hooks.items {
+            invocation.key(key);
+        }
+        invocation.arg(epoch).arg(events.len());
         let ttl = if end.is_some() {
             self.retention.as_millis() as i64
         } else {
@@ -422,7 +436,12 @@ impl RedisRuns {
             (None, Some(usage)) => vec![("usage", usage.encode_to_vec())],
             (None, None) => Vec::new(),
         };
-        invocation.arg(ttl).arg(fields.len()).arg(journal.len());
+        invocation
+            .arg(ttl)
+            .arg(fields.len())
+            .arg(journal.len())
+            .arg(hooks.items.len())
+            .arg(hooks.keep_ms);
         for e in events {
             invocation.arg(e.seq()).arg(e.encoded());
         }
@@ -431,6 +450,9 @@ impl RedisRuns {
         }
         for (unit, record) in journal {
             invocation.arg(unit).arg(record.as_slice());
+        }
+        for (_, raw) in &hooks.items {
+            invocation.arg(raw);
         }
         let written: i64 = invocation.invoke_async(&mut c).await.map_err(redis_error)?;
         Ok(match written {

@@ -22,7 +22,7 @@ use std::{sync::Arc, time::SystemTime};
 use baton_proto::v1::{self as pb, run_event::Payload};
 use tokio::sync::mpsc;
 
-use super::{Append, RedisRuns, RunEnd, now_ms};
+use super::{Append, Pushes, RedisRuns, RunEnd, now_ms};
 use crate::{
     error::Error,
     run::{
@@ -164,6 +164,11 @@ pub async fn sequence(
             .iter()
             .map(|l| PackedEvent::new(l.encode(), l.seq, tail.clone()))
             .collect();
+        // The webhooks' deliveries of this batch, written with it.
+        let hooks = record.hooks.get();
+        let queued: Vec<crate::run::hooks::Queued> = hooks
+            .map(|h| logged.iter().flat_map(|l| h.deliveries(l)).collect())
+            .unwrap_or_default();
         let mut forget_lease = false;
         if !broken {
             let end = logged.iter().find_map(|l| run_end(&l.payload));
@@ -194,7 +199,50 @@ pub async fn sequence(
             if let (Some(end), Some(c)) = (end.as_mut(), &conversation) {
                 end.conversation = Some(c.encoded.clone());
             }
-            let written = write(&log, &run_id, &events, &records, end.as_ref(), usage).await;
+            let written = match (hooks, queued.is_empty()) {
+                (Some(h), false) => {
+                    let streams: Vec<String> = queued.iter().map(|q| q.stream.clone()).collect();
+                    let mut pushes = Pushes::default();
+                    for q in queued {
+                        let (key, keep_ms) = h.queue_key(&q.stream);
+                        pushes.keep_ms = keep_ms;
+                        pushes.items.push((key, q.raw));
+                    }
+                    // Due before written: a replica killed between the two
+                    // leaves a due stream, never a stranded delivery.
+                    match h.mark_due(&streams).await {
+                        Ok(()) => {
+                            let w = write(
+                                &log,
+                                &run_id,
+                                &events,
+                                &records,
+                                end.as_ref(),
+                                usage,
+                                &pushes,
+                            )
+                            .await;
+                            if w.is_ok() {
+                                h.written();
+                            }
+                            w
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                _ => {
+                    write(
+                        &log,
+                        &run_id,
+                        &events,
+                        &records,
+                        end.as_ref(),
+                        usage,
+                        &Pushes::default(),
+                    )
+                    .await
+                }
+            };
             if let (Ok(()), Some(c)) = (&written, conversation)
                 && let Err(e) = c.apply.await
             {
@@ -251,13 +299,22 @@ async fn write(
     records: &[(String, Vec<u8>)],
     end: Option<&RunEnd>,
     usage: Option<pb::Usage>,
+    pushes: &Pushes,
 ) -> Result<(), Error> {
     let mut tried = 0;
     loop {
         tried += 1;
         match log
             .runs
-            .append(run_id, log.epoch, events, records, end, usage.clone())
+            .append(
+                run_id,
+                log.epoch,
+                events,
+                records,
+                end,
+                usage.clone(),
+                pushes,
+            )
             .await
         {
             Ok(Append::Done) => return Ok(()),

@@ -1,0 +1,287 @@
+//! Webhooks: what happens to runs, posted to URLs of their callers'
+//! (docs/webhooks.md). A run's own subscriptions (its request's
+//! `webhooks`) and its tenant's (the API's, the config's) are fixed as it
+//! starts ([`Webhooks::attach`]); its sequencer asks its [`RunHooks`] for
+//! the deliveries of each event and queues them in the [`outbox`] — in a
+//! durable run, in the same script that logs the event. Each replica's
+//! [`worker`] takes due streams (one per run and subscription, in order),
+//! signs each try per the Standard Webhooks specification ([`sign`]),
+//! posts it where [`hosts`] allows, retries with backoff and jitter for
+//! `webhooks.retry_for`, then keeps it in the tenant's dead letters, which
+//! can be listed and delivered again ([`api`]).
+
+pub mod api;
+pub mod delivery;
+pub mod hosts;
+pub mod outbox;
+pub mod send;
+pub mod sign;
+pub mod tenants;
+pub mod topics;
+pub mod worker;
+
+use std::sync::{Arc, atomic::AtomicUsize};
+
+use baton_proto::v1 as pb;
+use futures::future::BoxFuture;
+
+pub use delivery::{Auth, Delivery, Hook, RunHooks, RunInfo, Shape, Standard};
+pub use hosts::HostPolicy;
+pub use topics::Topics;
+
+use crate::{
+    config::webhooks::WebhookConfig,
+    error::{Error, Result},
+    run::{hooks::Queued, record::RunRecord},
+    shared_state::SharedState,
+};
+
+/// Milliseconds since the epoch on this replica's clock.
+pub fn now_ms() -> i64 {
+    crate::shared_state::clock_now_ms()
+}
+
+/// A run's own subscription, checked (from its request's `webhooks`).
+#[derive(Debug, Clone)]
+pub struct OwnHook {
+    /// Where.
+    pub url: String,
+    /// What it asks for.
+    pub topics: Topics,
+    /// Its secret's text.
+    pub secret: String,
+}
+
+/// This server's webhooks: its policy, client, outbox and subscriptions.
+pub struct Webhooks {
+    config: WebhookConfig,
+    policy: Arc<HostPolicy>,
+    client: reqwest::Client,
+    /// Where deliveries wait.
+    pub outbox: outbox::Outbox,
+    /// Tenants' subscriptions.
+    pub tenants: tenants::Tenants,
+    /// Wakes the worker (a delivery queued here).
+    wake: tokio::sync::Notify,
+    /// Deliveries being made now.
+    in_flight: AtomicUsize,
+    /// Counters, for `/metrics` and the benchmark.
+    pub stats: worker::Stats,
+}
+
+impl Webhooks {
+    /// The webhooks of `config`, kept in `shared`'s Redis when runs are
+    /// durable; the config's subscriptions are read now (their secret
+    /// files too), and the first problem is named.
+    pub fn new(
+        config: &WebhookConfig,
+        shared: Option<Arc<SharedState>>,
+    ) -> Result<Arc<Self>, String> {
+        let policy = Arc::new(
+            HostPolicy::parse(&config.allowed_hosts)
+                .map_err(|(i, e)| format!("webhooks.allowed_hosts[{i}]: {e}"))?,
+        );
+        let mut declared = Vec::new();
+        for (i, s) in config.subscriptions.iter().enumerate() {
+            let field = |f: &str| format!("webhooks.subscriptions[{i}].{f}");
+            policy
+                .check_url(&s.url)
+                .map_err(|e| format!("{}: {e}", field("url")))?;
+            Topics::parse(&s.events).map_err(|(j, e)| format!("{}[{j}]: {e}", field("events")))?;
+            let secret = baton_common::config::read_secret_file(&s.secret_file)
+                .map_err(|e| format!("{}: {}: {e}", field("secret_file"), s.secret_file))?;
+            let secret = secret.trim().to_owned();
+            sign::Secret::parse(&secret)
+                .map_err(|e| format!("{}: the secret {e}", field("secret_file")))?;
+            declared.push(tenants::Stored {
+                id: format!("config:{i}"),
+                tenant: s.tenant.clone(),
+                url: s.url.clone(),
+                events: s.events.clone(),
+                description: s.description.clone(),
+                created_ms: 0,
+                secret,
+                previous: String::new(),
+                previous_until_ms: 0,
+                from_config: true,
+            });
+        }
+        let client = reqwest::Client::builder()
+            .timeout(config.timeout)
+            .connect_timeout(config.timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .dns_resolver(Arc::new(hosts::GuardedResolver(policy.clone())))
+            .build()
+            .map_err(|e| format!("webhooks: cannot make the HTTP client: {e}"))?;
+        let outbox = match &shared {
+            Some(s) => outbox::Outbox::Redis(outbox::redis::RedisOutbox::new(
+                s.clone(),
+                (config.timeout.as_millis() as u64) * 2 + 5_000,
+                (config.retry_for.as_millis() as u64) + 3_600_000,
+            )),
+            None => outbox::Outbox::Memory(Default::default()),
+        };
+        Ok(Arc::new(Self {
+            config: config.clone(),
+            policy,
+            client,
+            outbox,
+            tenants: tenants::Tenants::new(shared, declared),
+            wake: tokio::sync::Notify::new(),
+            in_flight: AtomicUsize::new(0),
+            stats: Default::default(),
+        }))
+    }
+
+    /// The section this runs by.
+    pub fn config(&self) -> &WebhookConfig {
+        &self.config
+    }
+
+    /// Checks a request's `webhooks`; an error names `webhooks[i].<field>`.
+    pub fn check_own(&self, hooks: Vec<pb::RunWebhook>) -> Result<Vec<OwnHook>> {
+        if hooks.len() > self.config.max_per_run {
+            return Err(Error::Exhausted {
+                field: "webhooks".into(),
+                message: format!(
+                    "{} webhooks is over this server's limit of {} (webhooks.max_per_run)",
+                    hooks.len(),
+                    self.config.max_per_run
+                ),
+            });
+        }
+        hooks
+            .into_iter()
+            .enumerate()
+            .map(|(i, h)| {
+                self.policy
+                    .check_url(&h.url)
+                    .map_err(|e| Error::invalid(format!("webhooks[{i}].url"), e))?;
+                let topics = Topics::parse(&h.events)
+                    .map_err(|(j, e)| Error::invalid(format!("webhooks[{i}].events[{j}]"), e))?;
+                if h.secret.is_empty() {
+                    return Err(Error::invalid(
+                        format!("webhooks[{i}].secret"),
+                        "is required: the secret deliveries are signed with (whsec_ and the base64 of 24 to 64 bytes)",
+                    ));
+                }
+                sign::Secret::parse(&h.secret)
+                    .map_err(|e| Error::invalid(format!("webhooks[{i}].secret"), e))?;
+                Ok(OwnHook {
+                    url: h.url,
+                    topics,
+                    secret: h.secret,
+                })
+            })
+            .collect()
+    }
+
+    /// Gives a run its subscriptions: `own` and its tenant's as they are
+    /// now. A run with none gets none (its events cost nothing more).
+    pub fn attach(self: &Arc<Self>, record: &RunRecord, own: Vec<OwnHook>) {
+        let tenant = self.tenants.of(&record.tenant);
+        if own.is_empty() && tenant.is_empty() {
+            return;
+        }
+        let max_body = self.config.max_body_bytes;
+        let mut hooks: Vec<Hook> = Vec::with_capacity(own.len() + tenant.len());
+        for (i, h) in own.into_iter().enumerate() {
+            hooks.push(Hook {
+                sub: format!("r{i}"),
+                webhook_id: String::new(),
+                url: h.url,
+                auth: Auth::Own { secret: h.secret },
+                shape: Arc::new(Standard {
+                    topics: h.topics,
+                    max_body,
+                }),
+            });
+        }
+        for s in tenant.iter() {
+            let Ok(topics) = Topics::parse(&s.events) else {
+                continue;
+            };
+            hooks.push(Hook {
+                sub: format!("w/{}", s.id),
+                webhook_id: s.id.clone(),
+                url: s.url.clone(),
+                auth: Auth::Tenant,
+                shape: Arc::new(Standard { topics, max_body }),
+            });
+        }
+        let attached: Arc<dyn crate::run::hooks::Hooks> = Arc::new(Attached {
+            run: RunHooks {
+                run: RunInfo {
+                    run_id: record.run_id.clone(),
+                    trace_id: record.trace_id.to_string(),
+                    tenant: record.tenant.clone(),
+                    kind: record.kind,
+                    target: record.target.clone(),
+                },
+                hooks: std::sync::RwLock::new(hooks),
+            },
+            webhooks: self.clone(),
+        });
+        let _ = record.hooks.set(attached);
+    }
+}
+
+/// A run's hooks with the webhooks that deliver them: what its sequencer
+/// sees (`run::hooks::Hooks`).
+struct Attached {
+    run: RunHooks,
+    webhooks: Arc<Webhooks>,
+}
+
+impl crate::run::hooks::Hooks for Attached {
+    fn deliveries(&self, logged: &crate::run::log::Logged) -> Vec<Queued> {
+        self.run
+            .deliveries(logged)
+            .into_iter()
+            .filter_map(|d| {
+                Some(Queued {
+                    stream: d.stream(),
+                    raw: serde_json::to_string(&d).ok()?,
+                })
+            })
+            .collect()
+    }
+
+    fn queue(&self, queued: Vec<Queued>) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let outbox::Outbox::Memory(m) = &self.webhooks.outbox {
+                m.push_queued(queued);
+            } else {
+                let deliveries: Vec<Delivery> = queued
+                    .iter()
+                    .filter_map(|q| serde_json::from_str(&q.raw).ok())
+                    .collect();
+                if let Err(e) = self.webhooks.outbox.push(deliveries).await {
+                    tracing::warn!(error = %e, run_id = %self.run.run.run_id, "webhook deliveries could not be queued");
+                }
+            }
+            self.webhooks.wake.notify_one();
+        })
+    }
+
+    fn mark_due<'a>(&'a self, streams: &'a [String]) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            match &self.webhooks.outbox {
+                outbox::Outbox::Redis(r) => r.mark_due(streams).await,
+                outbox::Outbox::Memory(_) => Ok(()),
+            }
+        })
+    }
+
+    fn queue_key(&self, stream: &str) -> (String, u64) {
+        match &self.webhooks.outbox {
+            outbox::Outbox::Redis(r) => (r.queue_key(stream), r.keep_ms()),
+            outbox::Outbox::Memory(_) => (String::new(), 0),
+        }
+    }
+
+    fn written(&self) {
+        self.webhooks.wake.notify_one();
+    }
+}
