@@ -397,7 +397,15 @@ async fn an_append_written_with_a_runs_end_is_applied_by_the_next_message_when_i
         ..Default::default()
     };
     let written = runs
-        .append(&run_id, epoch, &[terminal], &[], Some(&end), None)
+        .append(
+            &run_id,
+            epoch,
+            &[terminal],
+            &[],
+            Some(&end),
+            None,
+            &Default::default(),
+        )
         .await
         .expect("append");
     assert_eq!(written, Append::Done);

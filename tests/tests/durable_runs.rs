@@ -84,7 +84,7 @@ async fn log_and_fencing(runs: &RedisRuns, bump_epoch: impl AsyncFnOnce(&str)) {
         .expect("create");
     let batch: Vec<pb::RunEvent> = (1..=3).map(|s| event(&id, s, &format!("t{s}"))).collect();
     assert_eq!(
-        runs.append(&id, epoch, &batch, &[], None, None)
+        runs.append(&id, epoch, &batch, &[], None, None, &Default::default())
             .await
             .expect("append"),
         Append::Done
@@ -104,9 +104,17 @@ async fn log_and_fencing(runs: &RedisRuns, bump_epoch: impl AsyncFnOnce(&str)) {
     bump_epoch(&id).await;
     let late = [event(&id, 4, "late")];
     assert_eq!(
-        runs.append(&id, epoch, &late, &[], Some(&ended("stale")), None)
-            .await
-            .expect("append"),
+        runs.append(
+            &id,
+            epoch,
+            &late,
+            &[],
+            Some(&ended("stale")),
+            None,
+            &Default::default()
+        )
+        .await
+        .expect("append"),
         Append::Fenced
     );
     assert_eq!(runs.events_after(&id, 0, 100).await.expect("read"), batch);
@@ -114,9 +122,17 @@ async fn log_and_fencing(runs: &RedisRuns, bump_epoch: impl AsyncFnOnce(&str)) {
     assert_eq!((still.status, still.last_seq), (pb::RunStatus::Running, 3));
     // The new epoch writes.
     assert_eq!(
-        runs.append(&id, epoch + 1, &late, &[], Some(&ended("fresh")), None)
-            .await
-            .expect("append"),
+        runs.append(
+            &id,
+            epoch + 1,
+            &late,
+            &[],
+            Some(&ended("fresh")),
+            None,
+            &Default::default()
+        )
+        .await
+        .expect("append"),
         Append::Done
     );
     let done = runs.meta(&id).await.expect("meta").expect("known");
@@ -236,7 +252,7 @@ async fn a_tail_waits_for_the_next_events() {
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(100)).await;
             let batch = [event(&id, 1, "a"), event(&id, 2, "b")];
-            runs.append(&id, epoch, &batch, &[], None, None)
+            runs.append(&id, epoch, &batch, &[], None, None, &Default::default())
                 .await
                 .expect("append");
         })
@@ -281,6 +297,7 @@ async fn a_tenants_runs_are_listed_newest_first_and_ended_ones_expire() {
                 &[],
                 Some(&ended("ok")),
                 None,
+                &Default::default(),
             )
             .await
             .expect("end");
@@ -591,9 +608,17 @@ async fn a_lapsed_lease_is_claimed_once_and_fences_the_former_owner() {
         .create(&m, &[], Duration::from_secs(60))
         .await
         .expect("create");
-    a.append(&id, epoch, &[event(&id, 1, "x")], &[], None, None)
-        .await
-        .expect("append");
+    a.append(
+        &id,
+        epoch,
+        &[event(&id, 1, "x")],
+        &[],
+        None,
+        None,
+        &Default::default(),
+    )
+    .await
+    .expect("append");
 
     // While a renews, nothing lapses and b cannot take the run.
     for _ in 0..3 {
@@ -628,9 +653,17 @@ async fn a_lapsed_lease_is_claimed_once_and_fences_the_former_owner() {
     // The former owner is fenced: no renewal, no append.
     assert_eq!(a.renew(&id, epoch, None).await.expect("renew"), None);
     assert_eq!(
-        a.append(&id, epoch, &[event(&id, 2, "late")], &[], None, None)
-            .await
-            .expect("append"),
+        a.append(
+            &id,
+            epoch,
+            &[event(&id, 2, "late")],
+            &[],
+            None,
+            None,
+            &Default::default()
+        )
+        .await
+        .expect("append"),
         Append::Fenced
     );
     assert_eq!(
@@ -645,6 +678,7 @@ async fn a_lapsed_lease_is_claimed_once_and_fences_the_former_owner() {
         &[],
         Some(&ended("x")),
         None,
+        &Default::default(),
     )
     .await
     .expect("end");
@@ -818,6 +852,7 @@ async fn a_fork_whose_start_reply_was_lost_runs_and_one_never_started_is_given_u
             &[],
             None,
             None,
+            &Default::default(),
         )
         .await
         .expect("append");

@@ -190,6 +190,7 @@ impl Cluster {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect();
+        env.extend(options.extra_env.iter().cloned());
         if options.peers {
             env.push((
                 "BATON_ORCH_PEERS__ENDPOINTS".into(),

@@ -52,6 +52,8 @@ pub struct Options {
     pub check_timeout: Duration,
     /// The binaries to run.
     pub binaries: Binaries,
+    /// More of every replica's environment (`BATON_ORCH_…` settings).
+    pub extra_env: Vec<(String, String)>,
 }
 
 impl Options {
@@ -72,6 +74,7 @@ impl Options {
             heal_wait: Duration::from_secs(20),
             check_timeout: Duration::from_secs(5),
             binaries,
+            extra_env: Vec::new(),
         }
     }
 

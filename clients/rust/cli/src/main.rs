@@ -38,6 +38,7 @@ mod store;
 mod text;
 mod up;
 mod view;
+mod webhooks;
 
 use clap::{Parser, Subcommand};
 
@@ -106,6 +107,14 @@ enum Cmd {
   baton eval list
   baton eval show pr-42")]
     Eval(eval::EvalArgs),
+    /// Your tenant's webhooks and dead letters.
+    #[command(after_help = "Examples:
+  baton webhooks create https://hooks.example.com/baton --event run.completed
+  baton webhooks list
+  baton webhooks rotate wh_0123…
+  baton webhooks dead
+  baton webhooks redeliver msg_0123…")]
+    Webhooks(webhooks::WebhooksArgs),
     /// Run a pipeline from a YAML file and draw its steps live.
     #[command(after_help = "Examples:
   baton pipeline deploy/config/pipelines/research.yaml
@@ -233,6 +242,7 @@ async fn run_command() -> std::process::ExitCode {
         Cmd::Conversations(args) => conversations::run(args).await,
         Cmd::Pipeline(args) => pipeline::run(args).await,
         Cmd::Eval(args) => eval::run(args).await,
+        Cmd::Webhooks(args) => webhooks::run(args).await,
         Cmd::Runs(args) => runs::run(args).await,
         Cmd::Store(args) => store::run(args).await,
         Cmd::Completion { shell } => complete::registration(shell),

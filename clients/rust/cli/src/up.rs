@@ -161,6 +161,11 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     orch_config.telemetry.metrics_listen = args.metrics_listen;
     orch_config.log.level = LOG_LEVEL.into();
     orch_config.log.audit = "off".into();
+    // A laptop's receiver runs on the laptop: webhooks may go to this
+    // machine too (a server allows only public hosts unless told).
+    orch_config.webhooks.allowed_hosts = ["*", "localhost", "127.0.0.1", "::1"]
+        .map(String::from)
+        .to_vec();
     if let Some(format) = args.log_format {
         orch_config.log.format = format;
     }

@@ -29,6 +29,7 @@ mod orchestrator;
 mod store;
 mod target;
 pub mod tls;
+mod webhooks;
 
 pub use balance::lazy_channel;
 pub use baton_proto::v1 as pb;

@@ -421,6 +421,40 @@ impl Face {
                 r.run_id = call.param("run_id")?;
                 Ok(json(&core.save_case(&caller, r).await?))
             }
+            Rpc::CreateWebhook => {
+                let r: pb::CreateWebhookRequest = json_body(&call.body)?;
+                Ok(json(&core.create_webhook(&caller, r).await?))
+            }
+            Rpc::ListWebhooks => {
+                call.query.only_none()?;
+                Ok(json(&core.list_webhooks(&caller).await?))
+            }
+            Rpc::GetWebhook => {
+                let id = call.param("webhook_id")?;
+                Ok(json(&core.get_webhook(&caller, &id).await?))
+            }
+            Rpc::DeleteWebhook => {
+                let id = call.param("webhook_id")?;
+                core.delete_webhook(&caller, &id).await?;
+                Ok(json(&pb::DeleteWebhookResponse {}))
+            }
+            Rpc::RotateWebhookSecret => {
+                let r: pb::RotateWebhookSecretRequest = json_body_or_empty(&call.body)?;
+                let overlap = wire::duration("previous_valid_for", r.previous_valid_for)?;
+                let id = call.param("webhook_id")?;
+                Ok(json(
+                    &core.rotate_webhook_secret(&caller, &id, overlap).await?,
+                ))
+            }
+            Rpc::ListDeadLetters => {
+                let size = call.query.page_size()?;
+                Ok(json(&core.list_dead_letters(&caller, size).await?))
+            }
+            Rpc::RedeliverDeadLetter => {
+                let id = call.param("delivery_id")?;
+                core.redeliver_dead_letter(&caller, &id).await?;
+                Ok(json(&pb::RedeliverDeadLetterResponse {}))
+            }
             Rpc::ListAgents => Ok(json(&wire::answer::agents(&core.catalog()))),
             Rpc::ListSlots => {
                 let (after, size) = call.query.slots_page()?;

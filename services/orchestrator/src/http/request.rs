@@ -175,6 +175,12 @@ impl Query {
         ))
     }
 
+    /// `page_size` alone (ListDeadLetters).
+    pub fn page_size(&self) -> Result<u32, HttpError> {
+        self.only(&["page_size"])?;
+        Ok(self.number("page_size")?.unwrap_or(0))
+    }
+
     /// `candidate` (required) and `alpha` (CompareExperiments).
     pub fn compare(&self) -> Result<(String, f64), HttpError> {
         self.only(&["candidate", "alpha"])?;

@@ -49,6 +49,20 @@ pub enum Rpc {
     CompareExperiments,
     /// `SaveCase`.
     SaveCase,
+    /// `CreateWebhook`.
+    CreateWebhook,
+    /// `ListWebhooks`.
+    ListWebhooks,
+    /// `GetWebhook`.
+    GetWebhook,
+    /// `DeleteWebhook`.
+    DeleteWebhook,
+    /// `RotateWebhookSecret`.
+    RotateWebhookSecret,
+    /// `ListDeadLetters`.
+    ListDeadLetters,
+    /// `RedeliverDeadLetter`.
+    RedeliverDeadLetter,
     /// The context store's `List` of a trace's slots (metadata only).
     ListSlots,
     /// The context store's `Watch` of a trace's slots (SSE).
@@ -76,6 +90,69 @@ pub struct Route {
 
 /// Every route of the HTTP face.
 pub const ROUTES: &[Route] = &[
+    Route {
+        method: "POST",
+        path: "/v1/webhooks",
+        rpc: Rpc::CreateWebhook,
+        body: Some("baton.v1.CreateWebhookRequest"),
+        answer: "baton.v1.CreateWebhookResponse",
+        stream: false,
+        summary: "Subscribe a URL to what happens to the caller's tenant's runs (`url`, `events`, `description`, optional `secret`); the answer holds its signing secret, shown this once.",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/webhooks",
+        rpc: Rpc::ListWebhooks,
+        body: None,
+        answer: "baton.v1.ListWebhooksResponse",
+        stream: false,
+        summary: "The caller's tenant's webhooks (without their secrets), the config's first.",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/webhooks/{webhook_id}",
+        rpc: Rpc::GetWebhook,
+        body: None,
+        answer: "baton.v1.Webhook",
+        stream: false,
+        summary: "One of the caller's tenant's webhooks (without its secret).",
+    },
+    Route {
+        method: "DELETE",
+        path: "/v1/webhooks/{webhook_id}",
+        rpc: Rpc::DeleteWebhook,
+        body: None,
+        answer: "baton.v1.DeleteWebhookResponse",
+        stream: false,
+        summary: "Delete a webhook: nothing more is delivered to it.",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/webhooks/{webhook_id}:rotateSecret",
+        rpc: Rpc::RotateWebhookSecret,
+        body: Some("baton.v1.RotateWebhookSecretRequest"),
+        answer: "baton.v1.RotateWebhookSecretResponse",
+        stream: false,
+        summary: "Give a webhook a new secret; the previous one signs too for `previousValidFor` (default `webhooks.rotation_overlap`).",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/dead-letters",
+        rpc: Rpc::ListDeadLetters,
+        body: None,
+        answer: "baton.v1.ListDeadLettersResponse",
+        stream: false,
+        summary: "Deliveries of the caller's tenant that kept failing for `webhooks.retry_for`, newest first (`page_size`).",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/dead-letters/{delivery_id}:redeliver",
+        rpc: Rpc::RedeliverDeadLetter,
+        body: None,
+        answer: "baton.v1.RedeliverDeadLetterResponse",
+        stream: false,
+        summary: "Deliver a dead letter again, with the same `webhook-id`, tried from the first try's schedule.",
+    },
     Route {
         method: "POST",
         path: "/v1/experiments",
