@@ -50,6 +50,8 @@ pids+=($!)
 # approval_timeout bounds how long a question waits for its answer: the
 # kit leaves input-required tasks open for 10-30 s and answers some later.
 # shutdown_grace: the kit leaves tasks waiting; no need to wait for them.
+# webhooks.allowed_hosts: the kit's push notification receiver listens on
+# this machine (loopback is refused unless listed).
 "$BATON_BIN" \
   --set store.mode=memory \
   --set listen=127.0.0.1:"$BATON_PORT" \
@@ -57,6 +59,7 @@ pids+=($!)
   --set telemetry.metrics_listen= \
   --set runs.approval_timeout=10m \
   --set shutdown_grace=1s \
+  --set 'webhooks.allowed_hosts=["*","localhost","127.0.0.1"]' \
   > "$LOG_DIR/baton.log" 2>&1 &
 pids+=($!)
 

@@ -39,6 +39,7 @@ mod probe;
 mod redis_server;
 pub mod servers;
 pub mod toolhost;
+pub mod webhooks;
 
 pub use in_process::{OrchestratorServer, StoreServer};
 pub use ports::{free_addr, free_port};

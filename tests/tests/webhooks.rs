@@ -7,14 +7,10 @@
 //! the same `webhook-id` by another replica when the one delivering is
 //! SIGKILLed mid-delivery.
 
-use std::{
-    io::{BufRead, BufReader},
-    process::{Child, Command, Stdio},
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use baton_client::{OrchestratorClient, pb};
-use baton_e2e::{OrchestratorServer, RedisServer, agent_request, durable_runs};
+use baton_e2e::{OrchestratorServer, RedisServer, agent_request, durable_runs, webhooks::Receiver};
 use futures::StreamExt;
 use serde_json::Value;
 
@@ -40,95 +36,6 @@ agents:
 
 /// A secret of the caller's own (the Standard Webhooks example's).
 const OWN: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-
-/// The receiver process, killed when dropped.
-struct Receiver {
-    child: Child,
-    port: u16,
-    http: reqwest::Client,
-}
-
-impl Drop for Receiver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Receiver {
-    fn start() -> Self {
-        let script = baton_e2e::servers::repo_root().join("tests/webhooks/receiver.py");
-        let mut child = Command::new(baton_e2e::servers::servers_python())
-            .arg(script)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("the receiver starts");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("the receiver says its port");
-        let port = line
-            .trim()
-            .strip_prefix("listening ")
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("the receiver said {line:?}"));
-        Self {
-            child,
-            port,
-            http: reqwest::Client::new(),
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
-    }
-
-    async fn config(&self, path: &str, secrets: &[&str], mode: &str) {
-        self.http
-            .post(self.url("/_config"))
-            .json(&serde_json::json!({"path": path, "secrets": secrets, "mode": mode}))
-            .send()
-            .await
-            .expect("configure the receiver")
-            .error_for_status()
-            .expect("configured");
-    }
-
-    async fn log(&self, path: &str) -> Vec<Value> {
-        let all: Vec<Value> = self
-            .http
-            .get(self.url("/_log"))
-            .send()
-            .await
-            .expect("the receiver's log")
-            .json()
-            .await
-            .expect("json");
-        all.into_iter().filter(|e| e["path"] == path).collect()
-    }
-
-    /// The deliveries to `path` once `done` holds of them (within `within`).
-    async fn wait(
-        &self,
-        path: &str,
-        within: Duration,
-        done: impl Fn(&[Value]) -> bool,
-    ) -> Vec<Value> {
-        let deadline = Instant::now() + within;
-        loop {
-            let log = self.log(path).await;
-            if done(&log) {
-                return log;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{path} did not get what was expected within {within:?}: {log:#?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
 
 /// Short tries and retries, deliveries to this machine allowed.
 fn fast(c: &mut baton_orchestrator::config::Config) {
@@ -197,6 +104,7 @@ async fn deliveries_are_signed_in_order_retried_and_verified_by_a_standard_webho
         url: receiver.url("/own"),
         events: vec!["run.completed".into()],
         secret: OWN.into(),
+        ..Default::default()
     }];
     let events = run_to_end(&client, request).await;
     let run_id = events[0].run_id.clone();
@@ -359,6 +267,7 @@ async fn hanging_receivers_are_retried_dead_lettered_and_redelivered_with_the_sa
         url: receiver.url(path),
         events: vec!["run.completed".into()],
         secret: OWN.into(),
+        ..Default::default()
     };
     let mut request = agent_request("quick", "x");
     request.webhooks = vec![hook("/once"), hook("/never"), hook("/busy")];
@@ -444,6 +353,7 @@ async fn bad_webhooks_are_refused_naming_the_field_and_start_nothing() {
         url: url.into(),
         events: vec![],
         secret: OWN.into(),
+        ..Default::default()
     };
     let cases: Vec<(Vec<pb::RunWebhook>, &str)> = vec![
         (vec![ok("https://10.1.2.3/x")], "webhooks[0].url"),
@@ -701,6 +611,7 @@ async fn a_replica_killed_mid_delivery_leaves_it_to_another_with_the_same_id() {
         url: receiver.url("/k"),
         events: vec!["run.completed".into()],
         secret: OWN.into(),
+        ..Default::default()
     }];
     run_to_end(&c0, request).await;
     let first = receiver

@@ -89,7 +89,7 @@ pub fn card(face: &A2a, agent: &Exposed, base: &str) -> lf::AgentCard {
         documentation_url: None,
         capabilities: Some(lf::AgentCapabilities {
             streaming: Some(true),
-            push_notifications: Some(false),
+            push_notifications: Some(true),
             extensions: vec![lf::AgentExtension {
                 uri: EXTENSION.to_owned(),
                 description: "Where in the run's tree of agents each update happened: metadata[uri] = {contextId, parentContextId, depth, agent, kind, seq}.".to_owned(),

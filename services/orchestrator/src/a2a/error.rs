@@ -99,6 +99,21 @@ impl A2aError {
         }
     }
 
+    /// The same error about a field within `parent`
+    /// (`configuration.taskPushNotificationConfig.url`).
+    pub fn within(self, parent: &str) -> Self {
+        match self {
+            A2aError::Invalid { field, message } => {
+                let whole = format!("{parent}.{field}");
+                A2aError::Invalid {
+                    message: message.replacen(&format!("{field}:"), &format!("{whole}:"), 1),
+                    field: whole,
+                }
+            }
+            other => other,
+        }
+    }
+
     /// The A2A error's name in the `ErrorInfo.reason` form (`TASK_NOT_FOUND`),
     /// for A2A's own errors.
     pub fn reason(&self) -> Option<&'static str> {

@@ -163,32 +163,60 @@ impl A2aService for A2aGrpc {
         &self,
         request: Request<lf::TaskPushNotificationConfig>,
     ) -> Result<Response<lf::TaskPushNotificationConfig>, Status> {
-        self.caller(&request)?;
-        Err(A2aError::PushNotSupported.status())
+        let caller = self.caller(&request)?;
+        let r = request.into_inner();
+        let agent = self.agent(&r.tenant)?;
+        let made = self
+            .face
+            .service()
+            .create_push(&caller, &agent, "", r)
+            .await;
+        made.map(Response::new).map_err(|e| e.status())
     }
 
     async fn get_task_push_notification_config(
         &self,
         request: Request<lf::GetTaskPushNotificationConfigRequest>,
     ) -> Result<Response<lf::TaskPushNotificationConfig>, Status> {
-        self.caller(&request)?;
-        Err(A2aError::PushNotSupported.status())
+        let caller = self.caller(&request)?;
+        let r = request.into_inner();
+        let agent = self.agent(&r.tenant)?;
+        let got = self
+            .face
+            .service()
+            .get_push(&caller, &agent, &r.task_id, &r.id)
+            .await;
+        got.map(Response::new).map_err(|e| e.status())
     }
 
     async fn list_task_push_notification_configs(
         &self,
         request: Request<lf::ListTaskPushNotificationConfigsRequest>,
     ) -> Result<Response<lf::ListTaskPushNotificationConfigsResponse>, Status> {
-        self.caller(&request)?;
-        Err(A2aError::PushNotSupported.status())
+        let caller = self.caller(&request)?;
+        let r = request.into_inner();
+        let agent = self.agent(&r.tenant)?;
+        let list = self
+            .face
+            .service()
+            .list_push(&caller, &agent, &r.task_id)
+            .await;
+        list.map(Response::new).map_err(|e| e.status())
     }
 
     async fn delete_task_push_notification_config(
         &self,
         request: Request<lf::DeleteTaskPushNotificationConfigRequest>,
     ) -> Result<Response<()>, Status> {
-        self.caller(&request)?;
-        Err(A2aError::PushNotSupported.status())
+        let caller = self.caller(&request)?;
+        let r = request.into_inner();
+        let agent = self.agent(&r.tenant)?;
+        let done = self
+            .face
+            .service()
+            .delete_push(&caller, &agent, &r.task_id, &r.id)
+            .await;
+        done.map(Response::new).map_err(|e| e.status())
     }
 
     async fn get_extended_agent_card(

@@ -19,6 +19,17 @@ pub fn json_response(body: &Value, status: StatusCode) -> Response {
     response
 }
 
+/// A `ListTaskPushNotificationConfigsResponse` as JSON: `configs` and
+/// `nextPageToken` always present.
+pub fn push_list_json(list: &lf::ListTaskPushNotificationConfigsResponse) -> Value {
+    let mut value = serde_json::to_value(list).unwrap_or_default();
+    if let Some(o) = value.as_object_mut() {
+        o.entry("configs").or_insert_with(|| json!([]));
+        o.entry("nextPageToken").or_insert_with(|| json!(""));
+    }
+    value
+}
+
 /// A `ListTasksResponse` as JSON: its required fields always present (A2A
 /// §3.1.4: `nextPageToken` is `""` on the last page).
 pub fn list_json(list: &lf::ListTasksResponse) -> Value {

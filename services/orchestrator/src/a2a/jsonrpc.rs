@@ -113,10 +113,42 @@ pub async fn handle(
             Ok(r) => service.cancel(&caller, &agent, &r.id).await.map(to_json),
             Err(e) => Err(e),
         },
-        "CreateTaskPushNotificationConfig"
-        | "GetTaskPushNotificationConfig"
-        | "ListTaskPushNotificationConfigs"
-        | "DeleteTaskPushNotificationConfig" => Err(A2aError::PushNotSupported),
+        "CreateTaskPushNotificationConfig" => {
+            match parse::<lf::TaskPushNotificationConfig>(params) {
+                Ok(r) => service
+                    .create_push(&caller, &agent, "", r)
+                    .await
+                    .map(to_json),
+                Err(e) => Err(e),
+            }
+        }
+        "GetTaskPushNotificationConfig" => {
+            match parse::<lf::GetTaskPushNotificationConfigRequest>(params) {
+                Ok(r) => service
+                    .get_push(&caller, &agent, &r.task_id, &r.id)
+                    .await
+                    .map(to_json),
+                Err(e) => Err(e),
+            }
+        }
+        "ListTaskPushNotificationConfigs" => {
+            match parse::<lf::ListTaskPushNotificationConfigsRequest>(params) {
+                Ok(r) => service
+                    .list_push(&caller, &agent, &r.task_id)
+                    .await
+                    .map(|l| super::json::push_list_json(&l)),
+                Err(e) => Err(e),
+            }
+        }
+        "DeleteTaskPushNotificationConfig" => {
+            match parse::<lf::DeleteTaskPushNotificationConfigRequest>(params) {
+                Ok(r) => service
+                    .delete_push(&caller, &agent, &r.task_id, &r.id)
+                    .await
+                    .map(|()| json!({})),
+                Err(e) => Err(e),
+            }
+        }
         "GetExtendedAgentCard" => Err(A2aError::Unsupported(
             "this agent has no extended card (its card says extendedAgentCard: false)".into(),
         )),

@@ -30,6 +30,8 @@ pub mod jsonrpc;
 pub mod list;
 pub mod message;
 pub mod names;
+pub mod push;
+pub mod push_ops;
 pub mod rest;
 pub mod service;
 pub mod sse;

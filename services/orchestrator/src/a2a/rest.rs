@@ -120,7 +120,20 @@ async fn call(
             };
             Ok(json(&service.get(&caller, agent, &r).await?))
         }
-        (_, ["tasks", _, "pushNotificationConfigs", ..]) => Err(A2aError::PushNotSupported),
+        ("POST", ["tasks", id, "pushNotificationConfigs"]) => {
+            let r: lf::TaskPushNotificationConfig = json_body(&body)?;
+            Ok(json(&service.create_push(&caller, agent, id, r).await?))
+        }
+        ("GET", ["tasks", id, "pushNotificationConfigs"]) => Ok(json_value(
+            &super::json::push_list_json(&service.list_push(&caller, agent, id).await?),
+        )),
+        ("GET", ["tasks", id, "pushNotificationConfigs", config]) => {
+            Ok(json(&service.get_push(&caller, agent, id, config).await?))
+        }
+        ("DELETE", ["tasks", id, "pushNotificationConfigs", config]) => {
+            service.delete_push(&caller, agent, id, config).await?;
+            Ok(json_value(&serde_json::json!({})))
+        }
         ("GET", ["extendedAgentCard"]) => Err(A2aError::Unsupported(
             "this agent has no extended card (its card says extendedAgentCard: false)".into(),
         )),

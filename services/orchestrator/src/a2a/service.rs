@@ -49,6 +49,8 @@ const CANCEL_WAIT: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub struct Service {
     pub(super) core: Orchestrator,
+    /// Tasks' push notification configs (see `super::push`).
+    pub(super) push: std::sync::Arc<super::push::Configs>,
 }
 
 type Result<T> = std::result::Result<T, A2aError>;
@@ -56,7 +58,19 @@ type Result<T> = std::result::Result<T, A2aError>;
 impl Service {
     /// The operations over `core`.
     pub fn new(core: Orchestrator) -> Self {
-        Self { core }
+        // Push configs are webhooks whose bodies are the task's updates.
+        core.webhooks().register_shape(
+            "a2a",
+            std::sync::Arc::new(|run: &crate::webhook::RunInfo| {
+                let shape: std::sync::Arc<dyn crate::webhook::Shape> =
+                    std::sync::Arc::new(super::push::A2aShape::new(run));
+                shape
+            }),
+        );
+        let push = std::sync::Arc::new(super::push::Configs::new(
+            core.durable().map(|d| d.shared().clone()),
+        ));
+        Self { core, push }
     }
 
     /// `SendMessage`: a new task, or the answer to what a task asks.
@@ -68,9 +82,10 @@ impl Service {
     ) -> Result<lf::SendMessageResponse> {
         let config = request.configuration.clone().unwrap_or_default();
         let history_length = config.history_length;
+        let push = config.task_push_notification_config.clone();
         let (message, text) = checked_message(request.message)?;
         let task = if message.task_id.is_empty() {
-            let started = self.start(caller, agent, &message, text).await?;
+            let started = self.start(caller, agent, &message, text, push).await?;
             let mut task = Task::new(&started.run_id, &started.trace_id);
             task.set_context(&message.context_id);
             let mut events = started.events;
@@ -86,6 +101,10 @@ impl Service {
             }
             task
         } else {
+            if let Some(c) = push {
+                self.create_push(caller, &agent.name, &message.task_id, c)
+                    .await?;
+            }
             let answered = self.answer(caller, agent, &message, &text).await?;
             if config.return_immediately {
                 self.task_now(caller, &message.task_id).await?
@@ -113,15 +132,22 @@ impl Service {
         agent: &Exposed,
         request: lf::SendMessageRequest,
     ) -> Result<Updates> {
+        let push = request
+            .configuration
+            .and_then(|c| c.task_push_notification_config);
         let (message, text) = checked_message(request.message)?;
         if message.task_id.is_empty() {
-            let started = self.start(caller, agent, &message, text).await?;
+            let started = self.start(caller, agent, &message, text, push).await?;
             let mut task = Task::new(&started.run_id, &started.trace_id);
             task.set_context(&message.context_id);
             task.push_user_message(message);
             let first = task_update(&task);
             Ok(updates(task, started.events, first, true, None))
         } else {
+            if let Some(c) = push {
+                self.create_push(caller, &agent.name, &message.task_id, c)
+                    .await?;
+            }
             let answered = self.answer(caller, agent, &message, &text).await?;
             self.follow(caller, &message.task_id, true, Some(answered))
                 .await
@@ -192,7 +218,20 @@ impl Service {
         agent: &Exposed,
         message: &lf::Message,
         text: String,
+        push: Option<lf::TaskPushNotificationConfig>,
     ) -> Result<crate::app::Started> {
+        // A push config with the message: a webhook of the run from its
+        // first event (its task id is the run's, known once it starts).
+        let push = match push {
+            Some(mut c) => {
+                c.task_id.clear();
+                Some(
+                    self.checked_config("", c)
+                        .map_err(|e| e.within("configuration.taskPushNotificationConfig"))?,
+                )
+            }
+            None => None,
+        };
         let mut caller = caller.clone();
         let mut labels = std::collections::BTreeMap::new();
         // A context is a conversation (A2A §3.4.1: the same contextId is
@@ -223,6 +262,7 @@ impl Service {
             agent: agent.name.clone(),
             input,
             detach: true,
+            webhooks: push.iter().map(super::push::as_webhook).collect(),
             ..Default::default()
         };
         let mut request = match AgentRequest::try_from(request) {
@@ -236,7 +276,15 @@ impl Service {
             busy: crate::conversation::Busy::Wait,
             ttl: None,
         });
-        Ok(self.core.start_agent(&caller, request).await?)
+        let started = self.core.start_agent(&caller, request).await?;
+        if let Some(mut c) = push {
+            c.task_id.clone_from(&started.run_id);
+            // Kept for Get and List (it is delivered to already).
+            if let Err(e) = self.push.put(&caller.tenant, &c).await {
+                tracing::warn!(task_id = %started.run_id, error = ?e, "a task's push config could not be kept for GetTaskPushNotificationConfig");
+            }
+        }
+        Ok(started)
     }
 
     /// Answers what task `message.taskId` asks with `text`; gives what was
@@ -311,7 +359,7 @@ impl Service {
     }
 
     /// The run of task `id`, if the caller may see it and it runs `agent`.
-    async fn view_of(&self, caller: &Caller, agent: &str, id: &str) -> Result<RunView> {
+    pub(super) async fn view_of(&self, caller: &Caller, agent: &str, id: &str) -> Result<RunView> {
         if id.is_empty() {
             return Err(A2aError::invalid("id", "must not be empty"));
         }

@@ -32,4 +32,6 @@ pub trait Hooks: Send + Sync {
     fn queue_key(&self, stream: &str) -> (String, u64);
     /// Durable runs: deliveries were written; the worker may take them.
     fn written(&self);
+    /// Itself, for its maker to reach its own type.
+    fn as_any(&self) -> &dyn std::any::Any;
 }

@@ -48,9 +48,21 @@ pub struct OwnHook {
     pub url: String,
     /// What it asks for.
     pub topics: Topics,
-    /// Its secret's text.
+    /// Its secret's text (empty with `authorization`).
     pub secret: String,
+    /// The `Authorization` header instead of a signature.
+    pub authorization: String,
+    /// The `X-A2A-Notification-Token` header.
+    pub token: String,
+    /// The body's shape (empty: Standard; or a registered one: `a2a`).
+    pub format: String,
+    /// Its part of the stream's name when it is not the request's (an A2A
+    /// config made later: `a/<id>`).
+    pub sub: Option<String>,
 }
+
+/// Makes the shape of a registered format for a run.
+pub type ShapeMaker = Arc<dyn Fn(&RunInfo) -> Arc<dyn Shape> + Send + Sync>;
 
 /// This server's webhooks: its policy, client, outbox and subscriptions.
 pub struct Webhooks {
@@ -67,6 +79,11 @@ pub struct Webhooks {
     in_flight: AtomicUsize,
     /// Counters, for `/metrics` and the benchmark.
     pub stats: worker::Stats,
+    /// Body shapes beside the Standard one, by format (`a2a`).
+    shapes: std::sync::RwLock<std::collections::HashMap<String, ShapeMaker>>,
+    /// Streams whose subscription was deleted here (an A2A config): what
+    /// they still hold is not delivered.
+    pub(crate) removed: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Webhooks {
@@ -131,7 +148,17 @@ impl Webhooks {
             wake: tokio::sync::Notify::new(),
             in_flight: AtomicUsize::new(0),
             stats: Default::default(),
+            shapes: Default::default(),
+            removed: Default::default(),
         }))
+    }
+
+    /// Registers the body shape of `format` (a face's: `a2a`).
+    pub fn register_shape(&self, format: &str, maker: ShapeMaker) {
+        self.shapes
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(format.to_owned(), maker);
     }
 
     /// The section this runs by.
@@ -160,18 +187,53 @@ impl Webhooks {
                     .map_err(|e| Error::invalid(format!("webhooks[{i}].url"), e))?;
                 let topics = Topics::parse(&h.events)
                     .map_err(|(j, e)| Error::invalid(format!("webhooks[{i}].events[{j}]"), e))?;
-                if h.secret.is_empty() {
+                if !h.format.is_empty()
+                    && !self
+                        .shapes
+                        .read()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .contains_key(&h.format)
+                {
                     return Err(Error::invalid(
-                        format!("webhooks[{i}].secret"),
-                        "is required: the secret deliveries are signed with (whsec_ and the base64 of 24 to 64 bytes)",
+                        format!("webhooks[{i}].format"),
+                        format!("\"{}\" is not a format: empty (Standard Webhooks) or a2a", h.format),
                     ));
                 }
-                sign::Secret::parse(&h.secret)
-                    .map_err(|e| Error::invalid(format!("webhooks[{i}].secret"), e))?;
+                if h.id.len() > 128 || h.id.contains(['/', '\r', '\n']) {
+                    return Err(Error::invalid(
+                        format!("webhooks[{i}].id"),
+                        "must be at most 128 characters, without / or line breaks",
+                    ));
+                }
+                if h.authorization.contains(['\r', '\n']) || h.token.contains(['\r', '\n']) {
+                    return Err(Error::invalid(
+                        format!("webhooks[{i}].authorization"),
+                        "may not hold a line break",
+                    ));
+                }
+                if h.authorization.is_empty() && h.format.is_empty() {
+                    if h.secret.is_empty() {
+                        return Err(Error::invalid(
+                            format!("webhooks[{i}].secret"),
+                            "is required: the secret deliveries are signed with (whsec_ and the base64 of 24 to 64 bytes)",
+                        ));
+                    }
+                    sign::Secret::parse(&h.secret)
+                        .map_err(|e| Error::invalid(format!("webhooks[{i}].secret"), e))?;
+                } else if !h.secret.is_empty() {
+                    return Err(Error::invalid(
+                        format!("webhooks[{i}].secret"),
+                        "is not used with an authorization or a format: give one or the other",
+                    ));
+                }
                 Ok(OwnHook {
                     url: h.url,
                     topics,
                     secret: h.secret,
+                    authorization: h.authorization,
+                    token: h.token,
+                    sub: (!h.id.is_empty()).then(|| format!("{}/{}", if h.format == "a2a" { "a" } else { "n" }, h.id)),
+                    format: h.format,
                 })
             })
             .collect()
@@ -181,22 +243,17 @@ impl Webhooks {
     /// now. A run with none gets none (its events cost nothing more).
     pub fn attach(self: &Arc<Self>, record: &RunRecord, own: Vec<OwnHook>) {
         let tenant = self.tenants.of(&record.tenant);
-        if own.is_empty() && tenant.is_empty() {
-            return;
-        }
+        let run = RunInfo {
+            run_id: record.run_id.clone(),
+            trace_id: record.trace_id.to_string(),
+            tenant: record.tenant.clone(),
+            kind: record.kind,
+            target: record.target.clone(),
+        };
         let max_body = self.config.max_body_bytes;
         let mut hooks: Vec<Hook> = Vec::with_capacity(own.len() + tenant.len());
         for (i, h) in own.into_iter().enumerate() {
-            hooks.push(Hook {
-                sub: format!("r{i}"),
-                webhook_id: String::new(),
-                url: h.url,
-                auth: Auth::Own { secret: h.secret },
-                shape: Arc::new(Standard {
-                    topics: h.topics,
-                    max_body,
-                }),
-            });
+            hooks.push(self.own_hook(&run, format!("r{i}"), h));
         }
         for s in tenant.iter() {
             let Ok(topics) = Topics::parse(&s.events) else {
@@ -212,18 +269,93 @@ impl Webhooks {
         }
         let attached: Arc<dyn crate::run::hooks::Hooks> = Arc::new(Attached {
             run: RunHooks {
-                run: RunInfo {
-                    run_id: record.run_id.clone(),
-                    trace_id: record.trace_id.to_string(),
-                    tenant: record.tenant.clone(),
-                    kind: record.kind,
-                    target: record.target.clone(),
-                },
+                run,
                 hooks: std::sync::RwLock::new(hooks),
             },
             webhooks: self.clone(),
         });
         let _ = record.hooks.set(attached);
+    }
+
+    /// The hook of a run's own subscription.
+    fn own_hook(&self, run: &RunInfo, sub: String, h: OwnHook) -> Hook {
+        let maker = (!h.format.is_empty())
+            .then(|| {
+                self.shapes
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&h.format)
+                    .cloned()
+            })
+            .flatten();
+        let shape: Arc<dyn Shape> = match maker {
+            Some(make) => make(run),
+            None => Arc::new(Standard {
+                topics: h.topics,
+                max_body: self.config.max_body_bytes,
+            }),
+        };
+        let auth = if h.authorization.is_empty() && h.format.is_empty() {
+            Auth::Own { secret: h.secret }
+        } else {
+            Auth::Header {
+                authorization: h.authorization,
+                token: h.token,
+            }
+        };
+        Hook {
+            sub: h.sub.unwrap_or(sub),
+            webhook_id: String::new(),
+            url: h.url,
+            auth,
+            shape,
+        }
+    }
+
+    /// Adds a subscription to a run going on here (an A2A config made
+    /// while its task works); false when the run has no hooks here.
+    pub fn add_hook(&self, record: &RunRecord, hook: OwnHook) -> bool {
+        let Some(attached) = record
+            .hooks
+            .get()
+            .and_then(|h| h.as_any().downcast_ref::<Attached>())
+        else {
+            return false;
+        };
+        let sub = hook.sub.clone().unwrap_or_default();
+        let hook = self.own_hook(&attached.run.run, sub.clone(), hook);
+        self.removed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&format!("{}/{sub}", record.run_id));
+        let mut hooks = attached
+            .run
+            .hooks
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        hooks.retain(|h| h.sub != sub);
+        hooks.push(hook);
+        true
+    }
+
+    /// Stops a run's subscription `sub` (an A2A config deleted): nothing
+    /// more is made for it, and what its stream holds here is dropped.
+    pub fn remove_hook(&self, record: Option<&RunRecord>, run_id: &str, sub: &str) {
+        if let Some(attached) = record
+            .and_then(|r| r.hooks.get())
+            .and_then(|h| h.as_any().downcast_ref::<Attached>())
+        {
+            attached
+                .run
+                .hooks
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|h| h.sub != sub);
+        }
+        self.removed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(format!("{run_id}/{sub}"));
     }
 }
 
@@ -283,5 +415,9 @@ impl crate::run::hooks::Hooks for Attached {
 
     fn written(&self) {
         self.webhooks.wake.notify_one();
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }

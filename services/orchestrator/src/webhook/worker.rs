@@ -137,7 +137,18 @@ impl Webhooks {
                         continue;
                     }
                 },
-                Auth::Header { .. } => Vec::new(),
+                Auth::Header { .. } => {
+                    let gone = self
+                        .removed
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .contains(&d.stream());
+                    if gone {
+                        let _ = self.outbox.pop(claim, &head.raw).await;
+                        continue;
+                    }
+                    Vec::new()
+                }
             };
             let tried = match self.policy.check_url(&d.url) {
                 Ok(_) => {
