@@ -632,3 +632,79 @@ async fn a_replica_killed_mid_delivery_leaves_it_to_another_with_the_same_id() {
     assert!(killed.elapsed() < Duration::from_secs(30));
     assert_eq!(log.len(), 2, "made again once: {log:#?}");
 }
+
+/// A tenant's webhook declared in the config: delivered to, listed by the
+/// API as the config's, and not deletable or rotatable through it; a
+/// config whose secret file does not hold a secret is refused at start,
+/// naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_declared_in_the_config_is_delivered_to_and_kept_by_the_config() {
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let secret_file = dir.path().join("whsec.txt");
+    std::fs::write(&secret_file, format!("{OWN}\n")).expect("secret");
+    let url = receiver.url("/config");
+    let file = secret_file.display().to_string();
+    let declared = move |c: &mut baton_orchestrator::config::Config| {
+        fast(c);
+        c.webhooks.subscriptions = vec![baton_orchestrator::config::webhooks::ConfigSubscription {
+            tenant: String::new(),
+            url: url.clone(),
+            events: vec!["run.completed".into()],
+            secret_file: file.clone(),
+            description: "ops".into(),
+        }];
+    };
+    let server = OrchestratorServer::start(AGENTS, None, declared.clone())
+        .await
+        .expect("server");
+    let client = server.client().await.expect("client");
+    receiver.config("/config", &[OWN], "ok").await;
+    run_to_end(&client, agent_request("quick", "x")).await;
+    let log = receiver
+        .wait("/config", Duration::from_secs(10), |l| !l.is_empty())
+        .await;
+    assert_eq!(log[0]["verified"], serde_json::json!([true]));
+    let listed = client.list_webhooks().await.expect("list");
+    assert_eq!(listed.len(), 1);
+    assert!(
+        listed[0].from_config && listed[0].webhook_id == "config:0",
+        "{listed:?}"
+    );
+    let id = listed[0].webhook_id.clone();
+    for e in [
+        client.delete_webhook(&id).await.expect_err("config's"),
+        client
+            .rotate_webhook_secret(&id, None)
+            .await
+            .expect_err("config's"),
+    ] {
+        assert_eq!(
+            (e.code(), e.field()),
+            (tonic::Code::FailedPrecondition, Some("webhook_id")),
+            "{e}"
+        );
+    }
+    server.shutdown().await.expect("shutdown");
+
+    // What the server refuses to start with (serve_core builds its
+    // webhooks so).
+    std::fs::write(&secret_file, "not a secret").expect("secret");
+    let mut config = baton_orchestrator::config::Config::default();
+    declared(&mut config);
+    let refused = baton_orchestrator::webhook::Webhooks::new(&config.webhooks, None)
+        .err()
+        .expect("refused at start");
+    assert!(
+        refused.starts_with("webhooks.subscriptions[0].secret_file"),
+        "{refused}"
+    );
+    config.webhooks.subscriptions[0].url = "https://10.0.0.1/x".into();
+    let refused = baton_orchestrator::webhook::Webhooks::new(&config.webhooks, None)
+        .err()
+        .expect("refused at start");
+    assert!(
+        refused.starts_with("webhooks.subscriptions[0].url"),
+        "{refused}"
+    );
+}

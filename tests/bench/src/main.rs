@@ -40,6 +40,7 @@ mod http;
 mod mcp;
 mod pipeline;
 mod store;
+mod webhooks;
 
 use clap::{Parser, Subcommand};
 
@@ -74,6 +75,8 @@ enum Bench {
     Conversation(conversation::Options),
     /// Evaluations: an experiment of 1,000 cases against plain runs.
     Eval(eval::Options),
+    /// Webhooks: deliveries per second, run end to webhook p50/p99.
+    Webhooks(webhooks::Options),
     /// ForkRun: fork to first live event for 100–10,000-turn runs; history's cost.
     Fork(fork::Options),
 }
@@ -93,5 +96,6 @@ fn main() -> anyhow::Result<()> {
         Bench::Conversation(options) => conversation::run(options),
         Bench::Chaos(options) => chaos::run(options),
         Bench::Eval(options) => eval::run(options),
+        Bench::Webhooks(options) => webhooks::run(options),
     }
 }

@@ -1,9 +1,13 @@
 //! An exposed agent's card (A2A §8): its name and description, its
 //! skills (the agent itself, and each tool it may call), the interfaces
 //! of all three bindings in preference order (JSON-RPC, HTTP+JSON, gRPC),
-//! capabilities as they are (streaming yes; push notifications and an
-//! extended card no; Baton's context extension, optional), and, when the
-//! server takes API keys, the bearer scheme they are sent with.
+//! capabilities as they are (streaming, push notifications and an
+//! extended card yes; Baton's context extension, optional), and, when the
+//! server takes API keys, the bearer scheme they are sent with. The
+//! extended card (`GetExtendedAgentCard`, for a caller its key lets in) is
+//! the card with the tenant's view: which tenant the key names, and what
+//! it may ask of push notifications and webhooks (the tenant extension's
+//! params).
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -18,7 +22,7 @@ use super::{
     error::A2aError,
     face::A2a,
     json::json_response,
-    names::{EXTENSION, VERSION},
+    names::{EXTENSION, TENANT_EXTENSION, VERSION},
     service::Exposed,
 };
 
@@ -96,7 +100,7 @@ pub fn card(face: &A2a, agent: &Exposed, base: &str) -> lf::AgentCard {
                 required: false,
                 params: None,
             }],
-            extended_agent_card: Some(false),
+            extended_agent_card: Some(true),
         }),
         security_schemes,
         security_requirements,
@@ -106,6 +110,49 @@ pub fn card(face: &A2a, agent: &Exposed, base: &str) -> lf::AgentCard {
         signatures: Vec::new(),
         icon_url: None,
     }
+}
+
+/// The extended card of `agent` for `caller` (see the module docs).
+pub fn extended(
+    face: &A2a,
+    agent: &Exposed,
+    base: &str,
+    caller: &crate::app::Caller,
+    webhooks: &crate::config::webhooks::WebhookConfig,
+) -> lf::AgentCard {
+    use baton_proto::json_value::{Struct, Value, value::Kind};
+    let mut card = card(face, agent, base);
+    let string = |s: &str| Value {
+        kind: Some(Kind::StringValue(s.to_owned())),
+    };
+    let number = |n: usize| Value {
+        kind: Some(Kind::NumberValue(n as f64)),
+    };
+    let params = Struct {
+        fields: [
+            ("tenant".to_owned(), string(&caller.tenant)),
+            (
+                "maxPushConfigsPerTask".to_owned(),
+                number(super::push::MAX_PER_TASK),
+            ),
+            ("maxWebhooksPerRun".to_owned(), number(webhooks.max_per_run)),
+            (
+                "webhookRetryForSeconds".to_owned(),
+                number(webhooks.retry_for.as_secs() as usize),
+            ),
+        ]
+        .into_iter()
+        .collect(),
+    };
+    if let Some(caps) = card.capabilities.as_mut() {
+        caps.extensions.push(lf::AgentExtension {
+            uri: TENANT_EXTENSION.to_owned(),
+            description: "The tenant the caller's API key names (\"\" without keys) and its limits on push notifications and webhooks.".to_owned(),
+            required: false,
+            params: Some(params),
+        });
+    }
+    card
 }
 
 /// The card as its HTTP answer (public: a card holds no secret; cached for

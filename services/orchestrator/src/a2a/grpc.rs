@@ -223,10 +223,22 @@ impl A2aService for A2aGrpc {
         &self,
         request: Request<lf::GetExtendedAgentCardRequest>,
     ) -> Result<Response<lf::AgentCard>, Status> {
-        self.caller(&request)?;
-        Err(A2aError::Unsupported(
-            "this agent has no extended card (its card says extendedAgentCard: false)".into(),
-        )
-        .status())
+        let caller = self.caller(&request)?;
+        let base = match (
+            request.local_addr(),
+            self.face.base_url(&Default::default()),
+        ) {
+            (Some(addr), b) if b == "http://localhost" => format!("http://{addr}"),
+            (_, b) => b,
+        };
+        let agent = self.agent(&request.get_ref().tenant)?;
+        let exposed = self.face.agent(&agent).map_err(|e| e.status())?;
+        Ok(Response::new(super::card::extended(
+            &self.face,
+            &exposed,
+            &base,
+            &caller,
+            self.face.service().core.webhooks().config(),
+        )))
     }
 }

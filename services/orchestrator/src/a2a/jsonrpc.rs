@@ -149,9 +149,13 @@ pub async fn handle(
                 Err(e) => Err(e),
             }
         }
-        "GetExtendedAgentCard" => Err(A2aError::Unsupported(
-            "this agent has no extended card (its card says extendedAgentCard: false)".into(),
-        )),
+        "GetExtendedAgentCard" => Ok(to_json(super::card::extended(
+            &face,
+            &exposed,
+            &face.base_url(&headers),
+            &caller,
+            face.service().core.webhooks().config(),
+        ))),
         other => {
             let error = json!({"code": -32601, "message": format!("Method not found: {other:?}")});
             return json_response(

@@ -11,6 +11,10 @@ pub const VERSION_HEADER: &str = "a2a-version";
 /// update (see `task`).
 pub const EXTENSION: &str = "https://baton.dev/a2a/extensions/context/v1";
 
+/// The URI of the extended card's extension: the caller's tenant and what
+/// it may do (see `card::extended`).
+pub const TENANT_EXTENSION: &str = "https://baton.dev/a2a/extensions/tenant/v1";
+
 /// The id of the artifact that holds a completed task's output.
 pub const OUTPUT_ARTIFACT: &str = "output";
 

@@ -11,7 +11,7 @@
 //! | `POST tasks/{id}:cancel` | CancelTask |
 //! | `GET`/`POST tasks/{id}:subscribe` | SubscribeToTask (SSE) |
 //! | `… tasks/{id}/pushNotificationConfigs…` | PushNotificationNotSupportedError |
-//! | `GET extendedAgentCard` | UnsupportedOperationError |
+//! | `GET extendedAgentCard` | the extended card (`card::extended`) |
 //!
 //! Bodies and answers are the proto3 JSON of the `lf.a2a.v1` messages
 //! (`application/a2a+json` or `application/json`); errors are
@@ -134,9 +134,13 @@ async fn call(
             service.delete_push(&caller, agent, id, config).await?;
             Ok(json_value(&serde_json::json!({})))
         }
-        ("GET", ["extendedAgentCard"]) => Err(A2aError::Unsupported(
-            "this agent has no extended card (its card says extendedAgentCard: false)".into(),
-        )),
+        ("GET", ["extendedAgentCard"]) => Ok(json(&super::card::extended(
+            face,
+            &exposed,
+            &face.base_url(headers),
+            &caller,
+            service.core.webhooks().config(),
+        ))),
         _ => Err(no_route()),
     }
 }
