@@ -93,14 +93,12 @@ pub struct RunRecord {
     lease_until: AtomicI64,
     pub(super) cancel: CancellationToken,
     pub(super) cancel_reason: Mutex<Option<String>>,
-    /// Why the run was stopped as failed from outside its body (its
-    /// history over its bound): the run ends `RunFailed` with it.
+    /// Why it was failed from outside its body (history over its bound).
     pub(super) failure: Mutex<Option<super::failure::Failure>>,
     pub(super) seq: AtomicU64,
     pub(super) state: Mutex<RunSnapshot>,
     pub(super) finished: Mutex<Option<Instant>>,
-    /// For a replay that has ended: whether it diverged (its terminal
-    /// event's stats).
+    /// For a replay that has ended: whether it diverged (terminal stats).
     replay_diverged: AtomicBool,
     pub(super) approvals: Mutex<HashMap<String, Pending<ApprovalAnswer>>>,
     pub(super) inputs: Mutex<HashMap<String, Pending<String>>>,

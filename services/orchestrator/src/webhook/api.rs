@@ -5,8 +5,11 @@ use std::time::Duration;
 
 use baton_proto::v1 as pb;
 
-use super::{Webhooks, now_ms, outbox::Dead, sign::Secret, tenants::Stored, topics::Topics};
-use crate::error::{Error, Result};
+use super::{Webhooks, outbox::Dead, sign::Secret, tenants::Stored, topics::Topics};
+use crate::{
+    error::{Error, Result},
+    shared_state::clock_now_ms as now_ms,
+};
 
 /// The longest a rotation may keep the previous secret signing.
 pub const MAX_OVERLAP: Duration = Duration::from_secs(7 * 24 * 3600);

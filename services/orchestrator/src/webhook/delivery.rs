@@ -162,7 +162,7 @@ impl RunHooks {
             return Vec::new();
         }
         let event = logged.to_event(&self.run.trace_id, &self.run.run_id);
-        let now = super::now_ms();
+        let now = crate::shared_state::clock_now_ms();
         hooks
             .iter()
             .filter_map(|h| {

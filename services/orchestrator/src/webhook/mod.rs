@@ -36,9 +36,17 @@ use crate::{
     shared_state::SharedState,
 };
 
-/// Milliseconds since the epoch on this replica's clock.
-pub fn now_ms() -> i64 {
-    crate::shared_state::clock_now_ms()
+/// What the worker did, counted.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Tries made.
+    pub attempts: std::sync::atomic::AtomicU64,
+    /// Deliveries answered 2xx.
+    pub delivered: std::sync::atomic::AtomicU64,
+    /// Tries that failed.
+    pub failed: std::sync::atomic::AtomicU64,
+    /// Deliveries given up (dead letters).
+    pub dead: std::sync::atomic::AtomicU64,
 }
 
 /// A run's own subscription, checked (from its request's `webhooks`).
@@ -78,7 +86,7 @@ pub struct Webhooks {
     /// Deliveries being made now.
     in_flight: AtomicUsize,
     /// Counters, for `/metrics` and the benchmark.
-    pub stats: worker::Stats,
+    pub stats: Stats,
     /// Body shapes beside the Standard one, by format (`a2a`).
     shapes: std::sync::RwLock<std::collections::HashMap<String, ShapeMaker>>,
     /// Streams whose subscription was deleted here (an A2A config): what

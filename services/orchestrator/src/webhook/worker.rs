@@ -5,35 +5,20 @@
 //! once `retry_for` has passed since the delivery was made.
 
 use std::{
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::{Arc, atomic::Ordering},
     time::Duration,
 };
 
 use tokio_util::sync::CancellationToken;
 
+use crate::shared_state::clock_now_ms as now_ms;
+
 use super::{
     Webhooks,
     delivery::{Auth, Delivery},
-    now_ms,
     outbox::{Claim, Dead},
     send::{Tried, attempt},
 };
-
-/// What the worker did, counted.
-#[derive(Debug, Default)]
-pub struct Stats {
-    /// Tries made.
-    pub attempts: AtomicU64,
-    /// Deliveries answered 2xx.
-    pub delivered: AtomicU64,
-    /// Tries that failed.
-    pub failed: AtomicU64,
-    /// Deliveries given up (dead letters).
-    pub dead: AtomicU64,
-}
 
 /// Guards one in-flight stream: counted while it lives.
 struct InFlight(Arc<Webhooks>);

@@ -6,10 +6,9 @@ use std::{
     sync::Mutex,
 };
 
-use super::{Claim, Dead, Head};
+use super::entry::{Claim, Dead, Head};
 use crate::{
-    run::hooks::Queued,
-    webhook::{delivery::Delivery, now_ms},
+    run::hooks::Queued, shared_state::clock_now_ms as now_ms, webhook::delivery::Delivery,
 };
 
 #[derive(Default)]

@@ -16,42 +16,14 @@
 //!   only if nobody marked it due since its claim (the score is still its
 //!   claim's), so a push racing the removal is never stranded.
 
+pub mod entry;
 pub mod memory;
 pub mod redis;
 
-use serde::{Deserialize, Serialize};
+pub use entry::{Claim, Dead, Head};
 
 use super::delivery::Delivery;
 use crate::error::Error;
-
-/// A stream this replica holds.
-#[derive(Debug, Clone)]
-pub struct Claim {
-    /// `{run_id}/{sub}`.
-    pub stream: String,
-    /// This holder's token (its lease key's value).
-    pub token: String,
-    /// The due score the claim set (removed only if still it).
-    pub score: String,
-}
-
-/// The head of a stream, as read.
-#[derive(Debug, Clone)]
-pub struct Head {
-    /// Its exact text in the outbox (what a settle compares).
-    pub raw: String,
-    /// It, read.
-    pub delivery: Delivery,
-}
-
-/// A dead letter as the list keeps it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Dead {
-    /// The delivery as it was last tried.
-    pub delivery: Delivery,
-    /// When it was given up (ms since the epoch).
-    pub dead_ms: i64,
-}
 
 /// The outbox of this server.
 pub enum Outbox {

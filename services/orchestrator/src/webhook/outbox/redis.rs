@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use redis::{Script, Value};
 
-use super::{Claim, Dead, Head};
+use super::entry::{Claim, Dead, Head};
 use crate::{
     error::Error,
     shared_state::{NOW, SharedState, hex, redis_error},
