@@ -59,7 +59,7 @@ pub fn dead_view(d: &Dead) -> pb::DeadLetter {
 
 fn not_found(id: &str) -> Error {
     Error::NotFound {
-        field: "webhook_id".into(),
+        field: "webhook_id",
         message: format!("webhook {id} not found (for this tenant)"),
     }
 }
@@ -145,7 +145,7 @@ impl Webhooks {
         let s = self.named(tenant, id)?;
         if s.from_config {
             return Err(Error::FailedPrecondition {
-                field: "webhook_id".into(),
+                field: "webhook_id",
                 message: format!(
                     "{id} is declared in the server's config (webhooks.subscriptions): change it there"
                 ),
@@ -168,7 +168,7 @@ impl Webhooks {
         let s = self.named(tenant, id)?;
         if s.from_config {
             return Err(Error::FailedPrecondition {
-                field: "webhook_id".into(),
+                field: "webhook_id",
                 message: format!(
                     "{id} is declared in the server's config: rotate its secret_file there"
                 ),
@@ -213,7 +213,7 @@ impl Webhooks {
         }
         let Some(dead) = self.outbox.unbury(tenant, id).await? else {
             return Err(Error::NotFound {
-                field: "delivery_id".into(),
+                field: "delivery_id",
                 message: format!("dead letter {id} not found (for this tenant)"),
             });
         };

@@ -5,7 +5,7 @@
 //! the address checked is the one connected to).
 
 use std::{
-    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
+    net::{IpAddr, SocketAddr},
     sync::Arc,
 };
 
@@ -190,8 +190,7 @@ pub fn is_public(ip: IpAddr) -> bool {
                 || v6.is_multicast()
                 || (s[0] & 0xfe00) == 0xfc00
                 || (s[0] & 0xffc0) == 0xfe80
-                || (s[0] == 0x2001 && s[1] == 0x0db8)
-                || v6 == Ipv6Addr::from(Ipv4Addr::UNSPECIFIED.to_ipv6_mapped()))
+                || (s[0] == 0x2001 && s[1] == 0x0db8))
         }
     }
 }

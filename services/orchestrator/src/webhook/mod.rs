@@ -140,12 +140,12 @@ impl Webhooks {
             .build()
             .map_err(|e| format!("webhooks: cannot make the HTTP client: {e}"))?;
         let outbox = match &shared {
-            Some(s) => outbox::Outbox::Redis(outbox::redis::RedisOutbox::new(
+            Some(s) => outbox::Outbox::Redis(Box::new(outbox::redis::RedisOutbox::new(
                 s.clone(),
                 (config.timeout.as_millis() as u64) * 2 + 5_000,
                 (config.retry_for.as_millis() as u64) + 3_600_000,
-            )),
-            None => outbox::Outbox::Memory(Default::default()),
+            ))),
+            None => outbox::Outbox::Memory(Box::default()),
         };
         Ok(Arc::new(Self {
             config: config.clone(),

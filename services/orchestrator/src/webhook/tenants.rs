@@ -57,6 +57,9 @@ impl Stored {
     }
 }
 
+/// Subscriptions by tenant.
+type ByTenant = HashMap<String, Arc<[Arc<Stored>]>>;
+
 /// Where API-made subscriptions are kept.
 enum Keep {
     Memory(RwLock<Vec<Stored>>),
@@ -67,8 +70,8 @@ enum Keep {
 pub struct Tenants {
     keep: Keep,
     config: Vec<Stored>,
-    /// The copy runs read: by tenant, config ones first.
-    copy: RwLock<(i64, HashMap<String, Arc<[Arc<Stored>]>>)>,
+    /// The copy runs read: its version, and by tenant, config ones first.
+    copy: RwLock<(i64, ByTenant)>,
 }
 
 impl Tenants {

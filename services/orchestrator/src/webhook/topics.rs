@@ -87,7 +87,7 @@ impl Topics {
             .collect();
         for k in 1..64 {
             if self.kinds & (1 << k) != 0
-                && let Ok(kind) = pb::EventKind::try_from(k as i32)
+                && let Ok(kind) = pb::EventKind::try_from(k)
             {
                 out.push(format!("event.{}", kind_name(kind)));
             }

@@ -113,7 +113,9 @@ impl TryFrom<&pb::ListRunsRequest> for RunsQuery {
     }
 }
 
-/// The options RunAgent and RunPipeline share, converted.
+/// The options RunAgent and RunPipeline share, converted (one argument a
+/// field the two requests share).
+#[allow(clippy::too_many_arguments)]
 fn options(
     run_context_json: String,
     default_model: String,

@@ -27,10 +27,10 @@ use crate::error::Error;
 
 /// The outbox of this server.
 pub enum Outbox {
-    /// In the process.
-    Memory(memory::MemoryOutbox),
-    /// In Redis.
-    Redis(redis::RedisOutbox),
+    /// In the process (boxed, as the other: one pointer either way).
+    Memory(Box<memory::MemoryOutbox>),
+    /// In Redis (boxed: its scripts make it large).
+    Redis(Box<redis::RedisOutbox>),
 }
 
 impl Outbox {
