@@ -708,3 +708,61 @@ async fn a_webhook_declared_in_the_config_is_delivered_to_and_kept_by_the_config
         "{refused}"
     );
 }
+
+/// A durable run's newer events mark its webhook streams due again; a
+/// head waiting out a receiver's `Retry-After` is not tried before it
+/// ends (it was, once: each new event cut the wait short).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn newer_events_do_not_cut_a_retry_after_short() {
+    let redis = RedisServer::start().expect("redis");
+    let receiver = Receiver::start();
+    let agents = r#"
+scripts:
+  slowly:
+    - text: "first"
+      calls:
+        - tool: write_context
+          args: {key: k, value: v}
+    - text: "second part"
+      delay: 1s
+agents:
+  slowly:
+    model: scripted:slowly
+    tools: [write_context]
+"#;
+    let durable = durable_runs(redis.url());
+    let server = OrchestratorServer::start(agents, None, move |c| {
+        durable(c);
+        fast(c);
+    })
+    .await
+    .expect("server");
+    let client = server.client().await.expect("client");
+    receiver.config("/ra", &[OWN], "retry-after:3").await;
+    let mut request = agent_request("slowly", "x");
+    request.webhooks = vec![pb::RunWebhook {
+        url: receiver.url("/ra"),
+        events: vec![
+            "run.started".into(),
+            "event.text_delta".into(),
+            "run.completed".into(),
+        ],
+        secret: OWN.into(),
+        ..Default::default()
+    }];
+    run_to_end(&client, request).await;
+    let log = receiver
+        .wait("/ra", Duration::from_secs(15), |l| {
+            l.iter().any(|d| d["type"] == "run.completed")
+        })
+        .await;
+    assert_eq!(log[0]["type"], "run.started");
+    assert_eq!(log[0]["status"], 503);
+    assert_eq!(
+        log[1]["id"], log[0]["id"],
+        "the head again, then the rest in order"
+    );
+    let waited = log[1]["at"].as_f64().unwrap_or(0.0) - log[0]["at"].as_f64().unwrap_or(0.0);
+    assert!(waited >= 2.9, "Retry-After: 3 waited out ({waited} s)");
+    server.shutdown().await.expect("shutdown");
+}

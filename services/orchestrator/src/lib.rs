@@ -238,7 +238,10 @@ pub async fn serve_core(
         webhook::Webhooks::new(&config.webhooks, core.durable().map(|d| d.shared().clone()))
             .map_err(|e| anyhow::anyhow!(e))?;
     let core = core.with_webhooks(webhooks.clone());
-    tasks.spawn(webhooks.run(shutdown.clone()));
+    // The worker outlives the runs' grace period: what they deliver as
+    // they end is delivered (see `webhook::Webhooks::drain`).
+    let webhooks_stop = CancellationToken::new();
+    tasks.spawn(webhooks.clone().run(webhooks_stop.clone()));
     // Durable runs: renew this replica's leases, claim lapsed ones.
     if let Some(durable) = core.durable() {
         tasks.spawn(app::upkeep::keep(
@@ -266,7 +269,11 @@ pub async fn serve_core(
     tasks.spawn({
         let core = core.clone();
         let grace = config.shutdown_grace;
-        async move { core.finish_runs(grace).await }
+        async move {
+            core.finish_runs(grace).await;
+            webhooks.drain(RUN_FLUSH).await;
+            webhooks_stop.cancel();
+        }
     });
     let keys = auth::load(&config.auth).map_err(|e| anyhow::anyhow!(e))?;
     if let Some(keys) = &keys {

@@ -85,6 +85,12 @@ impl Service {
             ));
         }
         self.push.put(&caller.tenant, c).await?;
+        let webhooks = self.core.webhooks();
+        webhooks
+            .unstop(&format!("{}/{}", c.task_id, sub_of(&c.id)))
+            .await?;
+        // Kept for the replica that resumes the task.
+        webhooks.keep_added(&c.task_id, as_webhook(c)).await?;
         if running_here && let Ok(record) = self.core.runs().get(&c.task_id) {
             let hook = self
                 .core
@@ -183,7 +189,8 @@ impl Service {
         let record = self.core.runs().get(task_id).ok();
         self.core
             .webhooks()
-            .remove_hook(record.as_deref(), task_id, &sub_of(id));
+            .remove_hook(record.as_deref(), task_id, &sub_of(id))
+            .await?;
         Ok(())
     }
 }

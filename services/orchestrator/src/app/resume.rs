@@ -182,15 +182,19 @@ impl Orchestrator {
         let span = self
             .resumed_span(durable, &claimed.run_id, &trace_id, &meta.target)
             .await;
-        // Its own webhooks, as its request gave them (one the server no
-        // longer allows is dropped, not the run).
+        // Its own webhooks: its request's (a fork's or a replay's request
+        // is its origin's, whose webhooks are not its own) and those added
+        // since it started.
+        let from_request = std::mem::take(&mut checked.options.webhooks);
+        let from_request = if meta.forked_from.is_some() || meta.replay_of.is_some() {
+            Vec::new()
+        } else {
+            from_request
+        };
         let own_hooks = self
             .webhooks
-            .check_own(std::mem::take(&mut checked.options.webhooks))
-            .unwrap_or_else(|e| {
-                tracing::warn!(run_id = %claimed.run_id, error = %e, "a resumed run's webhooks are refused now; it goes on without them");
-                Vec::new()
-            });
+            .resumed_own(&claimed.run_id, from_request)
+            .await;
         let prepared = launch::prepare_record(&self.services(), record, span, checked.options);
         self.webhooks.attach(&prepared.record, own_hooks);
         let body = checked.body.future(&prepared.run);

@@ -19,7 +19,7 @@ impl Orchestrator {
         let made = self.webhooks.create(&caller.tenant, r).await;
         audit("CreateWebhook", caller, "", "", &made);
         let (webhook, secret) = made?;
-        tracing::info!(tenant = %caller.tenant, webhook_id = %webhook.webhook_id, url = %crate::webhook::worker::redacted(&webhook.url), "webhook created");
+        tracing::info!(tenant = %caller.tenant, webhook_id = %webhook.webhook_id, url = %crate::webhook::hosts::redacted(&webhook.url), "webhook created");
         Ok(pb::CreateWebhookResponse {
             webhook: Some(webhook),
             secret,

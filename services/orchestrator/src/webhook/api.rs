@@ -219,6 +219,7 @@ impl Webhooks {
         };
         let mut d = dead.delivery.clone();
         d.attempts = 0;
+        d.not_before_ms = 0;
         d.last_error.clear();
         d.created_ms = now_ms();
         if let Err(e) = self.outbox.push(vec![d]).await {

@@ -62,6 +62,9 @@ pub struct Delivery {
     /// Why the last try failed.
     #[serde(default)]
     pub last_error: String,
+    /// Not tried before this time (ms since the epoch): its backoff.
+    #[serde(default)]
+    pub not_before_ms: i64,
 }
 
 impl Delivery {
@@ -180,6 +183,7 @@ impl RunHooks {
                     created_ms: now,
                     attempts: 0,
                     last_error: String::new(),
+                    not_before_ms: 0,
                 })
             })
             .collect()

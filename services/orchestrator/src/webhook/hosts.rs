@@ -181,6 +181,7 @@ pub fn is_public(ip: IpAddr) -> bool {
                 || o[0] == 0
                 || (o[0] == 100 && (o[1] & 0xc0) == 64)
                 || (o[0] == 192 && o[1] == 0 && o[2] == 0)
+                || (o[0] == 198 && (o[1] & 0xfe) == 18)
                 || o[0] >= 240)
         }
         IpAddr::V6(v6) => {
@@ -190,7 +191,10 @@ pub fn is_public(ip: IpAddr) -> bool {
                 || v6.is_multicast()
                 || (s[0] & 0xfe00) == 0xfc00
                 || (s[0] & 0xffc0) == 0xfe80
-                || (s[0] == 0x2001 && s[1] == 0x0db8))
+                || (s[0] == 0x2001 && s[1] == 0x0db8)
+                // NAT64 and 6to4 carry an IPv4 address that may be private.
+                || (s[0] == 0x0064 && s[1] == 0xff9b)
+                || s[0] == 0x2002)
         }
     }
 }
@@ -219,6 +223,22 @@ impl reqwest::dns::Resolve for GuardedResolver {
             let addrs: reqwest::dns::Addrs = Box::new(found.into_iter());
             Ok(addrs)
         })
+    }
+}
+
+/// A URL as logs show it: scheme, host and path (no query: it may carry a
+/// token).
+pub fn redacted(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(u) => {
+            format!(
+                "{}://{}{}",
+                u.scheme(),
+                u.host_str().unwrap_or(""),
+                u.port().map(|p| format!(":{p}")).unwrap_or_default()
+            ) + u.path()
+        }
+        Err(_) => "(not a URL)".into(),
     }
 }
 
@@ -254,6 +274,10 @@ mod tests {
         assert!(!p.allows_address("hooks.example.com", "10.0.0.1".parse().expect("ip")));
         assert!(!p.allows_address("hooks.example.com", "::ffff:127.0.0.1".parse().expect("ip")));
         assert!(p.allows_address("hooks.example.com", "93.184.216.34".parse().expect("ip")));
+        assert_eq!(
+            redacted("https://h.example.com:8443/p?token=x"),
+            "https://h.example.com:8443/p"
+        );
     }
 
     #[test]

@@ -161,6 +161,18 @@ impl Webhooks {
         }))
     }
 
+    /// At shutdown, once runs are over: waits up to `within` for what this
+    /// process still holds to be delivered (memory mode: nobody else
+    /// will); with Redis, nothing is lost by stopping at once (another
+    /// replica takes what is left).
+    pub async fn drain(&self, within: std::time::Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        while self.outbox.pending().is_some_and(|n| n > 0) && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
     /// Registers the body shape of `format` (a face's: `a2a`).
     pub fn register_shape(&self, format: &str, maker: ShapeMaker) {
         self.shapes
@@ -346,9 +358,72 @@ impl Webhooks {
         true
     }
 
+    /// Keeps a subscription added to a run after its start (an A2A config
+    /// made while its task works), so that the replica resuming the run
+    /// delivers to it too (durable runs; memory mode has no resume).
+    pub async fn keep_added(&self, run_id: &str, hook: pb::RunWebhook) -> Result<()> {
+        match &self.outbox {
+            outbox::Outbox::Redis(r) => {
+                let raw =
+                    serde_json::to_string(&hook).map_err(|e| Error::Internal(e.to_string()))?;
+                r.keep_added(run_id, &hook.id, &raw).await
+            }
+            outbox::Outbox::Memory(_) => Ok(()),
+        }
+    }
+
+    /// A resumed run's own subscriptions: its request's (none for a fork
+    /// or a replay, which start from another run's request) and those
+    /// added since it started, each checked again (one the server no
+    /// longer allows is dropped, not the run).
+    pub async fn resumed_own(
+        &self,
+        run_id: &str,
+        from_request: Vec<pb::RunWebhook>,
+    ) -> Vec<OwnHook> {
+        let mut all = from_request;
+        if let outbox::Outbox::Redis(r) = &self.outbox {
+            match r.added(run_id).await {
+                Ok(raws) => all.extend(raws.iter().filter_map(|r| serde_json::from_str(r).ok())),
+                Err(e) => {
+                    tracing::warn!(run_id, error = %e, "a resumed run's added webhooks could not be read");
+                }
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        all.into_iter()
+            .filter(|h| h.id.is_empty() || seen.insert(h.id.clone()))
+            .filter_map(|h| match self.check_own(vec![h]) {
+                Ok(mut one) => one.pop(),
+                Err(e) => {
+                    tracing::warn!(run_id, error = %e, "a resumed run's webhook is refused now; it goes on without it");
+                    None
+                }
+            })
+            .collect()
+    }
+
+    /// Lets a stream's deliveries through again (an A2A config made again
+    /// with the id of a deleted one).
+    pub async fn unstop(&self, stream: &str) -> Result<()> {
+        self.removed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(stream);
+        match &self.outbox {
+            outbox::Outbox::Redis(r) => r.unstop(stream).await,
+            outbox::Outbox::Memory(_) => Ok(()),
+        }
+    }
+
     /// Stops a run's subscription `sub` (an A2A config deleted): nothing
     /// more is made for it, and what its stream holds here is dropped.
-    pub fn remove_hook(&self, record: Option<&RunRecord>, run_id: &str, sub: &str) {
+    pub async fn remove_hook(
+        &self,
+        record: Option<&RunRecord>,
+        run_id: &str,
+        sub: &str,
+    ) -> Result<()> {
         if let Some(attached) = record
             .and_then(|r| r.hooks.get())
             .and_then(|h| h.as_any().downcast_ref::<Attached>())
@@ -360,10 +435,22 @@ impl Webhooks {
                 .unwrap_or_else(|p| p.into_inner())
                 .retain(|h| h.sub != sub);
         }
-        self.removed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(format!("{run_id}/{sub}"));
+        let stream = format!("{run_id}/{sub}");
+        if let (outbox::Outbox::Redis(r), Some(id)) = (&self.outbox, sub.strip_prefix("a/")) {
+            r.forget_added(run_id, id).await?;
+        }
+        {
+            let mut removed = self.removed.lock().unwrap_or_else(|p| p.into_inner());
+            // Bounded: what an old entry stopped is long delivered or dead.
+            if removed.len() >= 10_000 {
+                removed.clear();
+            }
+            removed.insert(stream.clone());
+        }
+        match &self.outbox {
+            outbox::Outbox::Redis(r) => r.stop(&stream).await,
+            outbox::Outbox::Memory(_) => Ok(()),
+        }
     }
 }
 

@@ -90,7 +90,7 @@ pub async fn attempt(
             }
             Ok(None) => break,
             Err(e) if status.is_success() => {
-                tracing::debug!(url = %d.url, error = %e, "a webhook receiver's answer broke off after its status");
+                tracing::debug!(url = %super::hosts::redacted(&d.url), error = %e, "a webhook receiver's answer broke off after its status");
                 break;
             }
             Err(e) => {

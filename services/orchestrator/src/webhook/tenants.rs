@@ -102,7 +102,11 @@ impl Tenants {
             });
         }
         let by = by.into_iter().map(|(k, v)| (k, v.into())).collect();
-        *self.copy.write().unwrap_or_else(|p| p.into_inner()) = (version, by);
+        let mut copy = self.copy.write().unwrap_or_else(|p| p.into_inner());
+        // Never back to an older version (two refreshes racing).
+        if version >= copy.0 || version <= 0 {
+            *copy = (version, by);
+        }
     }
 
     /// A tenant's subscriptions, as this replica's copy has them.

@@ -11,6 +11,7 @@ use std::{
 
 use tokio_util::sync::CancellationToken;
 
+use super::hosts::redacted;
 use crate::shared_state::clock_now_ms as now_ms;
 
 use super::{
@@ -76,9 +77,14 @@ impl Webhooks {
                 let me = self.clone();
                 let stop = stop.clone();
                 tasks.spawn(async move {
-                    tokio::select! {
-                        _ = me.drive(&claim) => {}
-                        _ = stop.cancelled() => {}
+                    let stopped = tokio::select! {
+                        _ = me.drive(&claim) => false,
+                        _ = stop.cancelled() => true,
+                    };
+                    // Stopped mid-stream: let it go now (in Redis another
+                    // replica takes it at once, not once the lease lapses).
+                    if stopped {
+                        let _ = me.outbox.release(&claim).await;
                     }
                     drop(guard);
                 });
@@ -109,26 +115,37 @@ impl Webhooks {
                 }
             };
             let mut d = head.delivery;
+            // Waiting out a backoff (the stream was marked due again by a
+            // newer event): due again when the wait ends, untried.
+            let wait_left = d.not_before_ms - now_ms();
+            if wait_left > 0 {
+                let _ = self.outbox.defer(claim, wait_left as u64).await;
+                return;
+            }
             let secrets = match &d.auth {
                 Auth::Own { secret } => super::sign::Secret::parse(secret).into_iter().collect(),
-                Auth::Tenant => match self.tenants.find(&d.tenant, &d.webhook_id) {
-                    Some(s) => {
-                        d.url.clone_from(&s.url);
-                        s.secrets(now_ms())
+                Auth::Tenant => {
+                    let mut found = self.tenants.find(&d.tenant, &d.webhook_id);
+                    if found.is_none() {
+                        // Made on another replica since this one last read
+                        // them? Read again before calling it deleted.
+                        let _ = self.tenants.refresh().await;
+                        found = self.tenants.find(&d.tenant, &d.webhook_id);
                     }
-                    None => {
-                        // Deleted: nothing more is delivered to it.
-                        let _ = self.outbox.pop(claim, &head.raw).await;
-                        continue;
+                    match found {
+                        Some(s) => {
+                            d.url.clone_from(&s.url);
+                            s.secrets(now_ms())
+                        }
+                        None => {
+                            // Deleted: nothing more is delivered to it.
+                            let _ = self.outbox.pop(claim, &head.raw).await;
+                            continue;
+                        }
                     }
-                },
+                }
                 Auth::Header { .. } => {
-                    let gone = self
-                        .removed
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .contains(&d.stream());
-                    if gone {
+                    if self.removed_here_or_there(&d).await {
                         let _ = self.outbox.pop(claim, &head.raw).await;
                         continue;
                     }
@@ -158,14 +175,25 @@ impl Webhooks {
                 Tried::Failed { error, retry_after } => {
                     self.stats.failed.fetch_add(1, Ordering::Relaxed);
                     d.last_error = error;
-                    let wait = retry_after.unwrap_or_else(|| {
-                        backoff(d.attempts, self.config.retry_initial, self.config.retry_max)
-                    });
-                    let deadline = d.created_ms + self.config.retry_for.as_millis() as i64;
-                    if now_ms() + wait.as_millis() as i64 >= deadline {
-                        self.give_up(claim, &head.raw, d).await;
-                        continue;
+                    // A Retry-After is waited (at least a second: `0` is no
+                    // licence to hammer), never past `retry_for`.
+                    let wait = retry_after
+                        .map(|r| r.max(Duration::from_secs(1)))
+                        .unwrap_or_else(|| {
+                            backoff(d.attempts, self.config.retry_initial, self.config.retry_max)
+                        })
+                        .min(self.config.retry_for);
+                    let deadline = d
+                        .created_ms
+                        .saturating_add(self.config.retry_for.as_millis() as i64);
+                    let next = now_ms().saturating_add(wait.as_millis() as i64);
+                    if next >= deadline {
+                        if self.give_up(claim, &head.raw, d).await {
+                            continue;
+                        }
+                        return;
                     }
+                    d.not_before_ms = next;
                     tracing::info!(id = %d.id, run_id = %d.run_id, url = %redacted(&d.url), attempts = d.attempts, error = %d.last_error, retry_in_ms = wait.as_millis() as u64, "webhook try failed");
                     if let Err(e) = self
                         .outbox
@@ -183,10 +211,29 @@ impl Webhooks {
         }
     }
 
+    /// Whether an A2A config's deliveries were stopped (its config deleted,
+    /// here or on another replica).
+    async fn removed_here_or_there(&self, d: &Delivery) -> bool {
+        let stream = d.stream();
+        if self
+            .removed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&stream)
+        {
+            return true;
+        }
+        match &self.outbox {
+            super::outbox::Outbox::Redis(r) => r.is_stopped(&stream).await.unwrap_or(false),
+            super::outbox::Outbox::Memory(_) => false,
+        }
+    }
+
     /// Moves a delivery that kept failing to its tenant's dead letters
     /// (kept first, then taken off its stream: a replica killed between
-    /// the two leaves it in both, never in neither).
-    async fn give_up(&self, claim: &Claim, raw: &str, d: Delivery) {
+    /// the two leaves it in both, never in neither); false when it could
+    /// not be kept (the stream is left to its lease).
+    async fn give_up(&self, claim: &Claim, raw: &str, d: Delivery) -> bool {
         self.stats.dead.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(id = %d.id, run_id = %d.run_id, url = %redacted(&d.url), attempts = d.attempts, error = %d.last_error, "webhook delivery given up: in the tenant's dead letters");
         let dead = Dead {
@@ -195,25 +242,9 @@ impl Webhooks {
         };
         if let Err(e) = self.outbox.bury(&dead, self.config.max_dead_letters).await {
             tracing::warn!(error = %e, "a dead letter could not be kept");
-            return;
+            return false;
         }
-        let _ = self.outbox.pop(claim, raw).await;
-    }
-}
-
-/// A URL as logs show it: scheme, host and path (no query: it may carry a
-/// token).
-pub fn redacted(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(u) => {
-            format!(
-                "{}://{}{}",
-                u.scheme(),
-                u.host_str().unwrap_or(""),
-                u.port().map(|p| format!(":{p}")).unwrap_or_default()
-            ) + u.path()
-        }
-        Err(_) => "(not a URL)".into(),
+        matches!(self.outbox.pop(claim, raw).await, Ok(true))
     }
 }
 

@@ -209,8 +209,16 @@ pub async fn sequence(
                         pushes.items.push((key, q.raw));
                     }
                     // Due before written: a replica killed between the two
-                    // leaves a due stream, never a stranded delivery.
-                    match h.mark_due(&streams).await {
+                    // leaves a due stream, never a stranded delivery; and
+                    // due again once written, in case a worker found the
+                    // stream empty between the two and let it go. Tried
+                    // twice, as the write is (a reconnecting connection
+                    // fails its first command).
+                    let marked = match h.mark_due(&streams).await {
+                        Err(_) => h.mark_due(&streams).await,
+                        ok => ok,
+                    };
+                    match marked {
                         Ok(()) => {
                             let w = write(
                                 &log,
@@ -223,6 +231,9 @@ pub async fn sequence(
                             )
                             .await;
                             if w.is_ok() {
+                                if let Err(e) = h.mark_due(&streams).await {
+                                    tracing::debug!(run_id = %run_id, error = %e, "webhook streams not marked due again (they are due from before)");
+                                }
                                 h.written();
                             }
                             w

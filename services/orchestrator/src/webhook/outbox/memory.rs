@@ -155,6 +155,15 @@ impl MemoryOutbox {
         true
     }
 
+    pub(super) fn defer(&self, claim: &Claim, after_ms: u64) {
+        let mut s = self.state();
+        if !s.holds(claim) {
+            return;
+        }
+        s.held.remove(&claim.stream);
+        s.set_due(&claim.stream, now_ms() + after_ms as i64);
+    }
+
     pub(super) fn release(&self, claim: &Claim) {
         let mut s = self.state();
         if !s.holds(claim) {

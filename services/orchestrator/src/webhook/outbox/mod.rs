@@ -87,6 +87,18 @@ impl Outbox {
         }
     }
 
+    /// Lets a held stream go, untried, until `after_ms` from now (its
+    /// head waits out a backoff).
+    pub async fn defer(&self, claim: &Claim, after_ms: u64) -> Result<(), Error> {
+        match self {
+            Self::Memory(m) => {
+                m.defer(claim, after_ms);
+                Ok(())
+            }
+            Self::Redis(r) => r.defer(claim, after_ms).await,
+        }
+    }
+
     /// Lets an emptied (or fenced) stream go.
     pub async fn release(&self, claim: &Claim) -> Result<(), Error> {
         match self {

@@ -183,6 +183,13 @@ impl RedisOutbox {
     pub(super) async fn push(&self, deliveries: &[Delivery]) -> Result<(), Error> {
         let streams: Vec<String> = deliveries.iter().map(Delivery::stream).collect();
         self.mark_due(&streams).await?;
+        self.rpush(deliveries).await?;
+        // Due again once pushed: a holder that found the stream empty in
+        // between and let it go must not strand what was just pushed.
+        self.mark_due(&streams).await
+    }
+
+    async fn rpush(&self, deliveries: &[Delivery]) -> Result<(), Error> {
         let mut c = self.shared.conn().await?;
         for d in deliveries {
             let raw = serde_json::to_string(d).map_err(|e| Error::Internal(e.to_string()))?;
@@ -297,6 +304,11 @@ impl RedisOutbox {
     ) -> Result<bool, Error> {
         let new = serde_json::to_string(updated).map_err(|e| Error::Internal(e.to_string()))?;
         let mut c = self.shared.conn().await?;
+        // Due after the wait first, then the head rewritten and the lease
+        // let go: a replica killed between the two leaves a stream due when
+        // its backoff ends (the head's `not_before_ms` holds it back
+        // anyway).
+        self.due_after(&claim.stream, after_ms).await?;
         let done: i64 = self
             .scripts
             .retry
@@ -308,22 +320,120 @@ impl RedisOutbox {
             .invoke_async(&mut c)
             .await
             .map_err(redis_error)?;
-        if done != 1 {
-            return Ok(false);
-        }
-        // Due again after the wait (a replica killed before this finds
-        // the claim's score lapsed, a lease from now: a retry a little
-        // early).
+        Ok(done == 1)
+    }
+
+    /// Makes a stream due `after_ms` from now (Redis's clock).
+    async fn due_after(&self, stream: &str, after_ms: u64) -> Result<(), Error> {
+        let mut c = self.shared.conn().await?;
         let _: i64 = self
             .scripts
             .due_after
             .key(self.due_key())
-            .arg(&claim.stream)
+            .arg(stream)
             .arg(after_ms)
             .invoke_async(&mut c)
             .await
             .map_err(redis_error)?;
-        Ok(true)
+        Ok(())
+    }
+
+    /// Lets a held stream go until `after_ms` from now, untried.
+    pub(super) async fn defer(&self, claim: &Claim, after_ms: u64) -> Result<(), Error> {
+        self.due_after(&claim.stream, after_ms).await?;
+        let mut c = self.shared.conn().await?;
+        let _: i64 = self
+            .scripts
+            .release
+            .key(self.queue_key(&claim.stream))
+            .key(self.lease_key(&claim.stream))
+            .arg(&claim.token)
+            .invoke_async(&mut c)
+            .await
+            .map_err(redis_error)?;
+        Ok(())
+    }
+
+    fn stopped_key(&self, stream: &str) -> String {
+        let (run, _) = split(stream);
+        self.shared.key("whx", run, "stopped")
+    }
+
+    /// Stops a stream's deliveries on every replica (an A2A config
+    /// deleted): what it holds is dropped when met.
+    pub async fn stop(&self, stream: &str) -> Result<(), Error> {
+        let key = self.stopped_key(stream);
+        let mut c = self.shared.conn().await?;
+        let _: redis::Value = redis::pipe()
+            .sadd(&key, stream)
+            .pexpire(&key, self.keep_ms as i64)
+            .query_async(&mut c)
+            .await
+            .map_err(redis_error)?;
+        Ok(())
+    }
+
+    fn added_key(&self, run_id: &str) -> String {
+        self.shared.key("whx", run_id, "added")
+    }
+
+    /// Keeps a subscription added to a run after its start (an A2A
+    /// config), for the replica that resumes the run, by its id.
+    pub async fn keep_added(&self, run_id: &str, id: &str, raw: &str) -> Result<(), Error> {
+        let key = self.added_key(run_id);
+        let mut c = self.shared.conn().await?;
+        let _: redis::Value = redis::pipe()
+            .hset(&key, id, raw)
+            .pexpire(&key, self.keep_ms as i64)
+            .query_async(&mut c)
+            .await
+            .map_err(redis_error)?;
+        Ok(())
+    }
+
+    /// Forgets an added subscription.
+    pub async fn forget_added(&self, run_id: &str, id: &str) -> Result<(), Error> {
+        let mut c = self.shared.conn().await?;
+        let _: i64 = redis::cmd("HDEL")
+            .arg(self.added_key(run_id))
+            .arg(id)
+            .query_async(&mut c)
+            .await
+            .map_err(redis_error)?;
+        Ok(())
+    }
+
+    /// The subscriptions added to a run after its start.
+    pub async fn added(&self, run_id: &str) -> Result<Vec<String>, Error> {
+        let mut c = self.shared.conn().await?;
+        redis::cmd("HVALS")
+            .arg(self.added_key(run_id))
+            .query_async(&mut c)
+            .await
+            .map_err(redis_error)
+    }
+
+    /// Lets a stopped stream's deliveries through again.
+    pub async fn unstop(&self, stream: &str) -> Result<(), Error> {
+        let mut c = self.shared.conn().await?;
+        let _: i64 = redis::cmd("SREM")
+            .arg(self.stopped_key(stream))
+            .arg(stream)
+            .query_async(&mut c)
+            .await
+            .map_err(redis_error)?;
+        Ok(())
+    }
+
+    /// Whether a stream's deliveries were stopped ([`Self::stop`]).
+    pub async fn is_stopped(&self, stream: &str) -> Result<bool, Error> {
+        let mut c = self.shared.conn().await?;
+        redis::cmd("SISMEMBER")
+            .arg(self.stopped_key(stream))
+            .arg(stream)
+            .query_async(&mut c)
+            .await
+            .map_err(redis_error)
     }
 
     pub(super) async fn release(&self, claim: &Claim) -> Result<(), Error> {
