@@ -4,7 +4,8 @@
 //! machinery; the four config operations on the JSON-RPC and HTTP+JSON
 //! bindings (gRPC: the kit's run, docs/a2a.md), on a task that has ended
 //! too; deleting is idempotent and stops deliveries; bad configs are
-//! refused naming the field.
+//! refused naming the field; a config made while a task works is
+//! delivered to from then on; the extended card has the tenant's view.
 
 use std::time::Duration;
 
@@ -255,5 +256,53 @@ async fn push_configs_are_delivered_kept_listed_and_deleted_on_every_binding() {
         listed["result"]["configs"].as_array().map(Vec::len),
         Some(1)
     );
+
+    // A config made while a task (started without one) waits: delivered
+    // to from then on.
+    let sent = jsonrpc(
+        &server,
+        "SendMessage",
+        json!({"message": message("m4", None)}),
+    )
+    .await;
+    let second = sent["result"]["task"]["id"]
+        .as_str()
+        .expect("a task")
+        .to_owned();
+    let made = jsonrpc(
+        &server,
+        "CreateTaskPushNotificationConfig",
+        json!({"taskId": second, "id": "later", "url": receiver.url("/later"), "token": "t2"}),
+    )
+    .await;
+    assert_eq!(made["result"]["id"], "later", "{made}");
+    jsonrpc(
+        &server,
+        "SendMessage",
+        json!({"message": message("m5", Some(&second))}),
+    )
+    .await;
+    let later = receiver
+        .wait("/later", Duration::from_secs(15), |l| {
+            l.iter()
+                .any(|d| d["body"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED")
+        })
+        .await;
+    assert!(
+        later.iter().all(|d| d["authorization"] == ""),
+        "no authentication given"
+    );
+
+    // The extended card: the card with the tenant's view.
+    let card = jsonrpc(&server, "GetExtendedAgentCard", json!({})).await;
+    let extensions = card["result"]["capabilities"]["extensions"]
+        .as_array()
+        .expect("extensions");
+    let tenant = extensions
+        .iter()
+        .find(|e| e["uri"] == "https://baton.dev/a2a/extensions/tenant/v1")
+        .expect("the tenant extension");
+    assert_eq!(tenant["params"]["tenant"], "");
+    assert_eq!(tenant["params"]["maxPushConfigsPerTask"], 16);
     server.shutdown().await.expect("shutdown");
 }

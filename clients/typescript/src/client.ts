@@ -185,6 +185,29 @@ export interface RunOpts extends CallOpts {
   /** The run outlives this stream: leaving it does not cancel the run
    * (follow it with `watch`, find it with `listRuns`, end it with `cancel`). */
   detach?: boolean;
+  /** Webhooks of this run alone (docs/webhooks.md): each a URL, the
+   * events wanted (none: the five `run.` ones) and a `whsec_` secret. */
+  webhooks?: RunWebhookOpts[];
+}
+
+/** A run's own webhook. */
+export interface RunWebhookOpts {
+  url: string;
+  events?: string[];
+  /** The signing secret, `whsec_…`. */
+  secret: string;
+}
+
+function runWebhooks(o: RunOpts) {
+  return (o.webhooks ?? []).map((w) => ({
+    url: w.url,
+    events: w.events ?? [],
+    secret: w.secret,
+    authorization: "",
+    token: "",
+    format: "",
+    id: "",
+  }));
 }
 /** What a run does when its conversation's last run is still going:
  * wait for it (the server's default) or fail `Aborted` at once. */
@@ -506,6 +529,7 @@ export class Orchestrator {
       conversationBusy:
         o.conversationBusy === undefined ? ConversationBusy.CONVERSATION_BUSY_UNSPECIFIED : busyModes[o.conversationBusy],
       conversationTtl: o.conversationTtl === undefined ? undefined : duration(o.conversationTtl),
+      webhooks: runWebhooks(o),
     };
     return new RunStream(this.client.runAgent(request, this.md(o.traceparent), options(o)), this.watcher(o.filter));
   }
@@ -541,6 +565,7 @@ export class Orchestrator {
       filter: o.filter,
       detach: o.detach ?? false,
       settings: generationSettings(o.settings),
+      webhooks: runWebhooks(o),
     };
     return new RunStream(this.client.runPipeline(request, this.md(o.traceparent), options(o)), this.watcher(o.filter));
   }

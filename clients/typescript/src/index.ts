@@ -9,3 +9,4 @@ export * as pb from "./gen/baton/v1/orchestrator";
 export * as events from "./gen/baton/v1/events";
 export * as store from "./gen/baton/v1/context_store";
 export * as evals from "./gen/baton/v1/evals";
+export * as webhooks from "./gen/baton/v1/webhooks";

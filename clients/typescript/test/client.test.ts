@@ -113,6 +113,10 @@ test("typed errors name the field", async () => {
     assert.equal(e.field, "pipeline.steps[0].agent");
     return true;
   });
+  await assert.rejects(
+    b.orchestrator.runAgent("slow", "x", { webhooks: [{ url: "https://10.0.0.1/hook", secret: "whsec_x" }] }).collect(),
+    (e: unknown) => e instanceof InvalidArgument && e.field === "webhooks[0].url",
+  );
   await assert.rejects(b.orchestrator.getRun("0190f5a2-7b3c-7d4e-8f10-1a2b3c4d5e6f"), NotFound);
   await assert.rejects(
     b.orchestrator.getRun("no-such-run"),

@@ -263,6 +263,11 @@ impl Webhooks {
     /// now. A run with none gets none (its events cost nothing more).
     pub fn attach(self: &Arc<Self>, record: &RunRecord, own: Vec<OwnHook>) {
         let tenant = self.tenants.of(&record.tenant);
+        // A run with none gets none: its events cost one atomic load more.
+        // (An A2A config made later gives it some: `add_hook`.)
+        if own.is_empty() && tenant.is_empty() {
+            return;
+        }
         let run = RunInfo {
             run_id: record.run_id.clone(),
             trace_id: record.trace_id.to_string(),
@@ -334,7 +339,25 @@ impl Webhooks {
 
     /// Adds a subscription to a run going on here (an A2A config made
     /// while its task works); false when the run has no hooks here.
-    pub fn add_hook(&self, record: &RunRecord, hook: OwnHook) -> bool {
+    pub fn add_hook(self: &Arc<Self>, record: &RunRecord, hook: OwnHook) -> bool {
+        if record.hooks.get().is_none() {
+            // Its first: an empty set to add to (a race with another
+            // first add keeps one of the two sets, and both add to it).
+            let empty: Arc<dyn crate::run::hooks::Hooks> = Arc::new(Attached {
+                run: RunHooks {
+                    run: RunInfo {
+                        run_id: record.run_id.clone(),
+                        trace_id: record.trace_id.to_string(),
+                        tenant: record.tenant.clone(),
+                        kind: record.kind,
+                        target: record.target.clone(),
+                    },
+                    hooks: std::sync::RwLock::new(Vec::new()),
+                },
+                webhooks: self.clone(),
+            });
+            let _ = record.hooks.set(empty);
+        }
         let Some(attached) = record
             .hooks
             .get()
