@@ -271,7 +271,7 @@ pub async fn serve_core(
         let grace = config.shutdown_grace;
         async move {
             core.finish_runs(grace).await;
-            webhooks.drain(RUN_FLUSH).await;
+            webhooks.drain(RUN_FLUSH, || core.runs().running()).await;
             webhooks_stop.cancel();
         }
     });

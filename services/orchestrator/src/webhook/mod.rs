@@ -162,12 +162,17 @@ impl Webhooks {
     }
 
     /// At shutdown, once runs are over: waits up to `within` for what this
-    /// process still holds to be delivered (memory mode: nobody else
-    /// will); with Redis, nothing is lost by stopping at once (another
-    /// replica takes what is left).
-    pub async fn drain(&self, within: std::time::Duration) {
+    /// process still holds to be delivered, and for runs still ending
+    /// (`running`: their last events queue deliveries) — memory mode,
+    /// where nobody else will; with Redis, nothing is lost by stopping at
+    /// once (another replica takes what is left).
+    pub async fn drain(&self, within: std::time::Duration, running: impl Fn() -> usize) {
         let deadline = tokio::time::Instant::now() + within;
-        while self.outbox.pending().is_some_and(|n| n > 0) && tokio::time::Instant::now() < deadline
+        while self
+            .outbox
+            .pending()
+            .is_some_and(|n| n > 0 || running() > 0)
+            && tokio::time::Instant::now() < deadline
         {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
@@ -404,7 +409,9 @@ impl Webhooks {
         run_id: &str,
         from_request: Vec<pb::RunWebhook>,
     ) -> Vec<OwnHook> {
-        let mut all = from_request;
+        // Those added since win over the request's (a config made again
+        // with the id of one given with the message replaces it).
+        let mut all: Vec<pb::RunWebhook> = Vec::new();
         if let outbox::Outbox::Redis(r) = &self.outbox {
             match r.added(run_id).await {
                 Ok(raws) => all.extend(raws.iter().filter_map(|r| serde_json::from_str(r).ok())),
@@ -413,6 +420,7 @@ impl Webhooks {
                 }
             }
         }
+        all.extend(from_request);
         let mut seen = std::collections::HashSet::new();
         all.into_iter()
             .filter(|h| h.id.is_empty() || seen.insert(h.id.clone()))

@@ -128,8 +128,11 @@ impl Webhooks {
                     let mut found = self.tenants.find(&d.tenant, &d.webhook_id);
                     if found.is_none() {
                         // Made on another replica since this one last read
-                        // them? Read again before calling it deleted.
-                        let _ = self.tenants.refresh().await;
+                        // them? Read again before calling it deleted (and
+                        // when they cannot be read, leave it to the lease).
+                        if self.tenants.refresh().await.is_err() {
+                            return;
+                        }
                         found = self.tenants.find(&d.tenant, &d.webhook_id);
                     }
                     match found {
@@ -215,17 +218,15 @@ impl Webhooks {
     /// here or on another replica).
     async fn removed_here_or_there(&self, d: &Delivery) -> bool {
         let stream = d.stream();
-        if self
-            .removed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(&stream)
-        {
-            return true;
-        }
         match &self.outbox {
+            // Redis's set is the one every replica writes (a config made
+            // again takes its stream out of it).
             super::outbox::Outbox::Redis(r) => r.is_stopped(&stream).await.unwrap_or(false),
-            super::outbox::Outbox::Memory(_) => false,
+            super::outbox::Outbox::Memory(_) => self
+                .removed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&stream),
         }
     }
 

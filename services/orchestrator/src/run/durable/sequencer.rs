@@ -231,7 +231,9 @@ pub async fn sequence(
                             )
                             .await;
                             if w.is_ok() {
-                                if let Err(e) = h.mark_due(&streams).await {
+                                if h.mark_due(&streams).await.is_err()
+                                    && let Err(e) = h.mark_due(&streams).await
+                                {
                                     tracing::debug!(run_id = %run_id, error = %e, "webhook streams not marked due again (they are due from before)");
                                 }
                                 h.written();
