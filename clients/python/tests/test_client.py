@@ -130,6 +130,31 @@ def test_pipeline_dag():
     run(main())
 
 
+def test_a_tenants_webhooks_are_made_listed_rotated_and_deleted():
+    async def main():
+        async with running() as b:
+            made = await b.orchestrator.create_webhook(
+                "https://hooks.example.com/baton", events=["run.completed"], description="py"
+            )
+            assert made.secret.startswith("whsec_")
+            listed = await b.orchestrator.list_webhooks()
+            assert [w.url for w in listed] == ["https://hooks.example.com/baton"]
+            assert made.secret[6:] not in str(listed)
+            rotated = await b.orchestrator.rotate_webhook_secret(made.webhook.webhook_id, previous_valid_for=60)
+            assert rotated.secret != made.secret and rotated.webhook.HasField("previous_secret_expires_at")
+            assert await b.orchestrator.list_dead_letters() == []
+            with pytest.raises(NotFound) as gone:
+                await b.orchestrator.redeliver_dead_letter("msg_nope")
+            assert gone.value.field == "delivery_id"
+            await b.orchestrator.delete_webhook(made.webhook.webhook_id)
+            assert await b.orchestrator.list_webhooks() == []
+            with pytest.raises(InvalidArgument) as bad:
+                await b.orchestrator.create_webhook("https://10.0.0.1/x")
+            assert bad.value.field == "url"
+
+    run(main())
+
+
 def test_typed_errors_name_the_field():
     async def main():
         async with running() as b:
@@ -139,6 +164,11 @@ def test_typed_errors_name_the_field():
             with pytest.raises(InvalidArgument) as bad:
                 await b.orchestrator.run_pipeline([{"id": "a", "agent": "nobody"}]).collect()
             assert bad.value.field == "pipeline.steps[0].agent"
+            with pytest.raises(InvalidArgument) as bad:
+                await b.orchestrator.run_agent(
+                    "echo", "x", webhooks=[{"url": "https://10.0.0.1/hook", "secret": "whsec_x"}]
+                ).collect()
+            assert bad.value.field == "webhooks[0].url"
             with pytest.raises(NotFound):
                 await b.orchestrator.get_run("0190f5a2-7b3c-7d4e-8f10-1a2b3c4d5e6f")
             with pytest.raises(InvalidArgument) as bad:

@@ -26,6 +26,7 @@ from baton.v1 import (
     events_pb2 as events_pb,
     orchestrator_pb2 as pb,
     orchestrator_pb2_grpc as orch_grpc,
+    webhooks_pb2 as webhooks_pb,
 )
 
 from .errors import from_rpc_error
@@ -62,6 +63,22 @@ def kind(event: RunEvent) -> str:
 def is_terminal(event: RunEvent) -> bool:
     """Whether the event ends its run's stream."""
     return kind(event) in _TERMINAL
+
+
+def _run_webhooks(
+    hooks: Iterable[Mapping[str, Any] | webhooks_pb.RunWebhook],
+) -> list[webhooks_pb.RunWebhook]:
+    """A request's ``webhooks`` from mappings (``url``, ``events``,
+    ``secret``) or messages."""
+    out = []
+    for h in hooks:
+        if isinstance(h, webhooks_pb.RunWebhook):
+            out.append(h)
+        else:
+            out.append(
+                webhooks_pb.RunWebhook(url=h["url"], events=list(h.get("events", ())), secret=h.get("secret", ""))
+            )
+    return out
 
 
 def _duration(seconds: float) -> duration_pb2.Duration:
@@ -322,6 +339,7 @@ class Orchestrator:
         new_conversation: bool = False,
         conversation_busy: str | None = None,
         conversation_ttl: float | None = None,
+        webhooks: Iterable[Mapping[str, Any] | webhooks_pb.RunWebhook] = (),
     ) -> RunStream:
         """Starts ``agent`` (or a group) on ``input``; returns its events.
         ``max_depth`` is how deep agents may call agents in this run (the
@@ -344,7 +362,10 @@ class Orchestrator:
         ``conversation_busy``: ``"wait"`` (the server's default) for the
         conversation's running run to end, or ``"refuse"`` (``Aborted``);
         ``conversation_ttl``: seconds it is kept after its last use.
-        :meth:`conversation` does all this for you."""
+        :meth:`conversation` does all this for you.
+
+        ``webhooks``: the run's own webhooks (docs/webhooks.md), each
+        ``{"url", "events", "secret"}`` (a ``whsec_`` secret of yours)."""
         if conversation_busy is not None and conversation_busy not in _BUSY:
             raise ValueError(f"conversation_busy: {conversation_busy!r} is not one of {sorted(_BUSY)}")
         request = pb.RunAgentRequest(
@@ -361,6 +382,7 @@ class Orchestrator:
             conversation_id=conversation_id,
             new_conversation=new_conversation,
             conversation_busy=_BUSY.get(conversation_busy or "", pb.CONVERSATION_BUSY_UNSPECIFIED),
+            webhooks=_run_webhooks(webhooks),
         )
         if conversation_ttl is not None:
             request.conversation_ttl.CopyFrom(_duration(conversation_ttl))
@@ -391,10 +413,11 @@ class Orchestrator:
         settings: Mapping[str, Any] | pb.GenerationSettings | None = None,
         budget_tokens: int | None = None,
         budget_cost: float | None = None,
+        webhooks: Iterable[Mapping[str, Any] | webhooks_pb.RunWebhook] = (),
     ) -> RunStream:
         """Starts a pipeline. Steps are dicts with the fields of
         ``PipelineStep`` (``timeout`` in seconds) or the messages themselves.
-        ``settings``: as in :meth:`run_agent`."""
+        ``settings`` and ``webhooks``: as in :meth:`run_agent`."""
         if mode not in _MODES:
             raise ValueError(f"mode: {mode!r} is not one of {sorted(_MODES)}")
         if policy not in _POLICIES:
@@ -417,6 +440,7 @@ class Orchestrator:
             filter=filter,
             detach=detach,
             settings=generation_settings(settings),
+            webhooks=_run_webhooks(webhooks),
         )
         return RunStream(
             self._stub.RunPipeline(request, timeout=timeout, metadata=self._md(traceparent)),
@@ -676,6 +700,61 @@ class Orchestrator:
         finally:
             call.cancel()
         raise RuntimeError("the experiment's stream ended before the experiment did")
+
+    async def create_webhook(
+        self,
+        url: str,
+        *,
+        events: Iterable[str] = (),
+        description: str = "",
+        secret: str = "",
+        timeout: float | None = None,
+    ) -> webhooks_pb.CreateWebhookResponse:
+        """Subscribes ``url`` to what happens to the caller's tenant's runs
+        (CreateWebhook); the answer holds its secret (``whsec_…``, Baton's
+        unless ``secret`` is given), shown this once."""
+        request = webhooks_pb.CreateWebhookRequest(
+            url=url, events=list(events), description=description, secret=secret
+        )
+        return await self._unary(self._stub.CreateWebhook, request, timeout)
+
+    async def list_webhooks(self, *, timeout: float | None = None) -> list[webhooks_pb.Webhook]:
+        """The caller's tenant's webhooks (without their secrets)."""
+        answer = await self._unary(self._stub.ListWebhooks, webhooks_pb.ListWebhooksRequest(), timeout)
+        return list(answer.webhooks)
+
+    async def delete_webhook(self, webhook_id: str, *, timeout: float | None = None) -> None:
+        """Deletes a webhook: nothing more is delivered to it."""
+        await self._unary(
+            self._stub.DeleteWebhook, webhooks_pb.DeleteWebhookRequest(webhook_id=webhook_id), timeout
+        )
+
+    async def rotate_webhook_secret(
+        self, webhook_id: str, *, previous_valid_for: float | None = None, timeout: float | None = None
+    ) -> webhooks_pb.RotateWebhookSecretResponse:
+        """A new secret for a webhook; the previous one signs too for
+        ``previous_valid_for`` seconds (None: the server's overlap)."""
+        request = webhooks_pb.RotateWebhookSecretRequest(webhook_id=webhook_id)
+        if previous_valid_for is not None:
+            request.previous_valid_for.CopyFrom(_duration(previous_valid_for))
+        return await self._unary(self._stub.RotateWebhookSecret, request, timeout)
+
+    async def list_dead_letters(
+        self, *, page_size: int = 0, timeout: float | None = None
+    ) -> list[webhooks_pb.DeadLetter]:
+        """Deliveries of the caller's tenant that kept failing, newest first."""
+        answer = await self._unary(
+            self._stub.ListDeadLetters, webhooks_pb.ListDeadLettersRequest(page_size=page_size), timeout
+        )
+        return list(answer.dead_letters)
+
+    async def redeliver_dead_letter(self, delivery_id: str, *, timeout: float | None = None) -> None:
+        """Delivers a dead letter again, with the same ``webhook-id``."""
+        await self._unary(
+            self._stub.RedeliverDeadLetter,
+            webhooks_pb.RedeliverDeadLetterRequest(delivery_id=delivery_id),
+            timeout,
+        )
 
     async def get_experiment(self, experiment: str, *, timeout: float | None = None) -> evals_pb.Experiment:
         """An experiment (by id or name) with its cases, scores and reasons."""
