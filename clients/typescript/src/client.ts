@@ -60,6 +60,12 @@ import {
   RunStatus,
   UpdateConversationRequest,
 } from "./gen/baton/v1/orchestrator";
+import {
+  CreateWebhookResponse,
+  DeadLetter,
+  RotateWebhookSecretResponse,
+  Webhook,
+} from "./gen/baton/v1/webhooks";
 import { fromServiceError } from "./errors";
 
 export type { RunEvent };
@@ -753,6 +759,48 @@ export class Orchestrator {
    * that is not running rejects with FailedPrecondition. */
   cancelExperiment(experiment: string, o: CallOpts = {}): Promise<Experiment> {
     return unary(this.client.cancelExperiment.bind(this.client), { experiment }, o, this.md());
+  }
+
+  /** Subscribes `url` to what happens to the caller's tenant's runs
+   * (docs/webhooks.md); the answer holds its secret (`whsec_…`), shown
+   * this once. */
+  createWebhook(
+    url: string,
+    w: { events?: string[]; description?: string; secret?: string } = {},
+    o: CallOpts = {},
+  ): Promise<CreateWebhookResponse> {
+    const request = { url, events: w.events ?? [], description: w.description ?? "", secret: w.secret ?? "" };
+    return unary(this.client.createWebhook.bind(this.client), request, o, this.md());
+  }
+
+  /** The caller's tenant's webhooks (without their secrets). */
+  async listWebhooks(o: CallOpts = {}): Promise<Webhook[]> {
+    return (await unary(this.client.listWebhooks.bind(this.client), {}, o, this.md())).webhooks;
+  }
+
+  /** Deletes a webhook: nothing more is delivered to it. */
+  async deleteWebhook(webhookId: string, o: CallOpts = {}): Promise<void> {
+    await unary(this.client.deleteWebhook.bind(this.client), { webhookId }, o, this.md());
+  }
+
+  /** A new secret for a webhook; the previous one signs too for
+   * `previousValidFor` seconds (unset: the server's overlap). */
+  rotateWebhookSecret(webhookId: string, previousValidFor?: number, o: CallOpts = {}): Promise<RotateWebhookSecretResponse> {
+    const request = {
+      webhookId,
+      previousValidFor: previousValidFor === undefined ? undefined : duration(previousValidFor),
+    };
+    return unary(this.client.rotateWebhookSecret.bind(this.client), request, o, this.md());
+  }
+
+  /** Deliveries of the caller's tenant that kept failing, newest first. */
+  async listDeadLetters(pageSize = 0, o: CallOpts = {}): Promise<DeadLetter[]> {
+    return (await unary(this.client.listDeadLetters.bind(this.client), { pageSize }, o, this.md())).deadLetters;
+  }
+
+  /** Delivers a dead letter again, with the same `webhook-id`. */
+  async redeliverDeadLetter(deliveryId: string, o: CallOpts = {}): Promise<void> {
+    await unary(this.client.redeliverDeadLetter.bind(this.client), { deliveryId }, o, this.md());
   }
 
   /** A page of the caller's experiments, newest first, without their

@@ -102,6 +102,27 @@ test("a DAG pipeline", async () => {
   assert.ok(events.some((e) => kind(e) === "stepStarted" && e.contextId === "root.a" && e.depth === 1));
 });
 
+test("a tenant's webhooks are made, listed, rotated and deleted", async () => {
+  const made = await b.orchestrator.createWebhook("https://hooks.example.com/ts", { events: ["run.completed"] });
+  assert.ok(made.secret.startsWith("whsec_"));
+  const id = made.webhook!.webhookId;
+  assert.deepEqual((await b.orchestrator.listWebhooks()).map((w) => w.url), ["https://hooks.example.com/ts"]);
+  const rotated = await b.orchestrator.rotateWebhookSecret(id, 60);
+  assert.notEqual(rotated.secret, made.secret);
+  assert.ok(rotated.webhook?.previousSecretExpiresAt);
+  assert.deepEqual(await b.orchestrator.listDeadLetters(), []);
+  await assert.rejects(
+    b.orchestrator.redeliverDeadLetter("msg_nope"),
+    (e: unknown) => e instanceof NotFound && e.field === "delivery_id",
+  );
+  await b.orchestrator.deleteWebhook(id);
+  assert.deepEqual(await b.orchestrator.listWebhooks(), []);
+  await assert.rejects(
+    b.orchestrator.createWebhook("https://10.0.0.1/x"),
+    (e: unknown) => e instanceof InvalidArgument && e.field === "url",
+  );
+});
+
 test("typed errors name the field", async () => {
   await assert.rejects(b.orchestrator.runAgent("nobody", "x").collect(), (e: unknown) => {
     assert.ok(e instanceof InvalidArgument);
