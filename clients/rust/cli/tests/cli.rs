@@ -1008,3 +1008,82 @@ fn help_has_examples() {
         );
     }
 }
+
+/// `baton webhooks`: create (the secret printed once; with `--json` on
+/// stdout alone), list, show, rotate, dead letters, delete; a refused URL
+/// exits 1 naming the field, and an unknown dead letter names its field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_are_made_listed_rotated_and_deleted_from_the_cli() {
+    let server = baton_e2e::OrchestratorServer::start(baton_e2e::EXAMPLE_AGENTS, None, |_| {})
+        .await
+        .expect("orchestrator");
+    let endpoint = server.endpoint();
+    let webhooks = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_baton"))
+            .arg("webhooks")
+            .args(args)
+            .args(["--endpoint", &endpoint])
+            .env("COLUMNS", "80")
+            .output()
+            .expect("baton webhooks")
+    };
+    let made = webhooks(&[
+        "create",
+        "https://hooks.example.com/baton",
+        "--event",
+        "run.completed",
+        "--description",
+        "pager",
+        "--json",
+    ]);
+    let made = json(&made);
+    let secret = made["secret"].as_str().expect("secret").to_owned();
+    assert!(secret.starts_with("whsec_"), "{made}");
+    let id = made["webhook"]["webhookId"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+
+    let listed = webhooks(&["list"]);
+    let text = String::from_utf8_lossy(&listed.stdout).into_owned();
+    assert!(listed.status.success());
+    assert!(
+        text.contains(&id)
+            && text.contains("https://hooks.example.com/baton")
+            && text.contains("run.completed"),
+        "{text}"
+    );
+    assert!(!text.contains(&secret[6..]), "the secret is not listed");
+    assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
+
+    let shown = webhooks(&["show", &id]);
+    assert!(String::from_utf8_lossy(&shown.stdout).contains("pager"));
+    let rotated = webhooks(&["rotate", &id, "--keep", "1h"]);
+    let text = String::from_utf8_lossy(&rotated.stdout).into_owned();
+    assert!(
+        rotated.status.success()
+            && text.contains("new secret of")
+            && text.contains("signs too until"),
+        "{text}"
+    );
+
+    let dead = webhooks(&["dead"]);
+    assert!(dead.status.success());
+    assert!(String::from_utf8_lossy(&dead.stderr).contains("no dead letters"));
+    let unknown = webhooks(&["redeliver", "msg_nope"]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("delivery_id"));
+
+    let refused = webhooks(&["create", "https://10.0.0.1/hook"]);
+    assert_eq!(refused.status.code(), Some(1));
+    let why = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert!(
+        why.contains("INVALID_ARGUMENT") && why.contains("url:"),
+        "{why}"
+    );
+
+    assert!(webhooks(&["delete", &id]).status.success());
+    let empty = webhooks(&["list"]);
+    assert!(String::from_utf8_lossy(&empty.stderr).contains("no webhooks"));
+    server.shutdown().await.expect("shutdown");
+}
