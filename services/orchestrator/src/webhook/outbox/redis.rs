@@ -347,17 +347,7 @@ impl RedisOutbox {
     /// Lets a held stream go until `after_ms` from now, untried.
     pub(super) async fn defer(&self, claim: &Claim, after_ms: u64) -> Result<(), Error> {
         self.due_after(&claim.stream, after_ms).await?;
-        let mut c = self.shared.conn().await?;
-        let _: i64 = self
-            .scripts
-            .release
-            .key(self.queue_key(&claim.stream))
-            .key(self.lease_key(&claim.stream))
-            .arg(&claim.token)
-            .invoke_async(&mut c)
-            .await
-            .map_err(redis_error)?;
-        Ok(())
+        self.let_go(claim).await.map(|_| ())
     }
 
     fn stopped_key(&self, stream: &str) -> String {
@@ -442,17 +432,23 @@ impl RedisOutbox {
             .map_err(redis_error)
     }
 
-    pub(super) async fn release(&self, claim: &Claim) -> Result<(), Error> {
+    /// Drops the stream's lease if this claim still holds it; the
+    /// deliveries left in the stream.
+    async fn let_go(&self, claim: &Claim) -> Result<i64, Error> {
         let mut c = self.shared.conn().await?;
-        let left: i64 = self
-            .scripts
+        self.scripts
             .release
             .key(self.queue_key(&claim.stream))
             .key(self.lease_key(&claim.stream))
             .arg(&claim.token)
             .invoke_async(&mut c)
             .await
-            .map_err(redis_error)?;
+            .map_err(redis_error)
+    }
+
+    pub(super) async fn release(&self, claim: &Claim) -> Result<(), Error> {
+        let left = self.let_go(claim).await?;
+        let mut c = self.shared.conn().await?;
         if left == 0 {
             let _: i64 = self
                 .scripts
