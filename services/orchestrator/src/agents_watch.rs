@@ -65,6 +65,8 @@ pub async fn watch(
                     "agents file reloaded: new runs use it, runs in flight keep theirs"
                 );
                 core.metrics().agents_reloaded(true);
+                // Its schedules: added, changed or deleted.
+                tokio::spawn(crate::app::schedules::declare_from_file(core.clone()));
                 core.update_reload_state(|s| {
                     s.reloads += 1;
                     s.error.clear();
@@ -93,5 +95,6 @@ fn check(config: &Config, text: &str) -> Result<Arc<Catalog>, String> {
     let catalog = Catalog::from_yaml_in(text, dir).map_err(|e| e.to_string())?;
     crate::a2a::face::exposed(&catalog, &config.a2a).map_err(|e| e.to_string())?;
     crate::mcp::face::exposed(&catalog, &config.mcp).map_err(|e| e.to_string())?;
+    crate::schedule::file::declared(&catalog)?;
     Ok(Arc::new(catalog))
 }

@@ -75,6 +75,7 @@ pub mod pipeline;
 pub mod remote_store;
 pub mod request;
 pub mod run;
+pub mod schedule;
 pub mod shared_state;
 pub mod tools;
 pub mod webhook;
@@ -109,6 +110,8 @@ pub fn load_catalog(config: &Config) -> anyhow::Result<Arc<Catalog>> {
         .parent()
         .unwrap_or(std::path::Path::new("."));
     let catalog = Catalog::from_yaml_in(&text, dir)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", config.agents_file.display()))?;
+    schedule::file::declared(&catalog)
         .map_err(|e| anyhow::anyhow!("{}: {e}", config.agents_file.display()))?;
     Ok(Arc::new(catalog))
 }
@@ -238,6 +241,13 @@ pub async fn serve_core(
         webhook::Webhooks::new(&config.webhooks, core.durable().map(|d| d.shared().clone()))
             .map_err(|e| anyhow::anyhow!(e))?;
     let core = core.with_webhooks(webhooks.clone());
+    // Schedules: kept in Redis beside durable runs; this replica's
+    // scheduler fires its share of the ticks due until shutdown begins.
+    let schedules =
+        schedule::Schedules::new(&config.schedules, core.durable().map(|d| d.shared().clone()));
+    let core = core.with_schedules(schedules);
+    tasks.spawn(app::schedules::declare_from_file(core.clone()));
+    tasks.spawn(app::schedules::scheduler(&core, shutdown.clone()));
     // The worker outlives the runs' grace period: what they deliver as
     // they end is delivered (see `webhook::Webhooks::drain`).
     let webhooks_stop = CancellationToken::new();

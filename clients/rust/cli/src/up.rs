@@ -166,6 +166,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     orch_config.webhooks.allowed_hosts = ["*", "localhost", "127.0.0.1", "::1"]
         .map(String::from)
         .to_vec();
+    // Trying schedules out: an interval down to ten seconds.
+    orch_config.schedules.min_interval = std::time::Duration::from_secs(10);
     if let Some(format) = args.log_format {
         orch_config.log.format = format;
     }

@@ -87,6 +87,7 @@ impl Orchestrator {
             caller.tenant.clone(),
             checked.options,
             &self.runs_stop,
+            None,
         );
         let record = prepared.record.clone();
         let _ = record.forked_from.set(Origin {

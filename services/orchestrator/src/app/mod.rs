@@ -12,6 +12,7 @@
 //! | fork a run at a point; replay a run against today's agents | `fork.rs`, `replay.rs` |
 //! | a run entering its conversation (its compaction summary: `summary.rs`); get, list, update one | `conversations.rs` |
 //! | delete a conversation, its branches and every run of them or made from them | `forget.rs` |
+//! | schedules: make, list, pause, delete; start a tick's run | `schedules.rs` |
 //! | drain at shutdown | `drain.rs` |
 //! | keep durable runs: renew leases, deliver answers, park, claim | `upkeep.rs` |
 //! | park memory-mode runs that only wait for people, and wake them | `park.rs` |
@@ -38,9 +39,10 @@ mod orchestrator;
 pub mod park;
 mod read;
 mod replay;
+pub mod schedules;
 mod resume;
 mod slots;
-mod start;
+pub(crate) mod start;
 mod summary;
 pub mod upkeep;
 mod watch;

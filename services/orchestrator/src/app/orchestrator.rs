@@ -59,6 +59,8 @@ pub struct Orchestrator {
     pub(super) experiments_here: Arc<crate::app::experiment_store::Here>,
     /// Webhooks: runs' subscriptions, deliveries and dead letters.
     pub(super) webhooks: Arc<crate::webhook::Webhooks>,
+    /// Schedules: runs started at their ticks.
+    pub(super) schedules: Arc<crate::schedule::Schedules>,
 }
 
 impl Orchestrator {
@@ -76,9 +78,14 @@ impl Orchestrator {
         });
         let webhooks = crate::webhook::Webhooks::new(&Default::default(), None)
             .expect("the default webhooks section is valid");
+        let schedules = crate::schedule::Schedules::new(
+            &Default::default(),
+            services.durable.as_ref().map(|d| d.shared().clone()),
+        );
         Self {
             experiments,
             webhooks,
+            schedules,
             experiments_here: Arc::default(),
             live_scoring: Arc::new(tokio::sync::Semaphore::new(LIVE_AT_ONCE)),
             runs: Arc::new(Runs::new(&services.defaults)),
@@ -104,6 +111,17 @@ impl Orchestrator {
     pub fn with_webhooks(mut self, webhooks: Arc<crate::webhook::Webhooks>) -> Self {
         self.webhooks = webhooks;
         self
+    }
+
+    /// Takes `schedules` (the server's config of them).
+    pub fn with_schedules(mut self, schedules: Arc<crate::schedule::Schedules>) -> Self {
+        self.schedules = schedules;
+        self
+    }
+
+    /// The schedules.
+    pub fn schedules(&self) -> &Arc<crate::schedule::Schedules> {
+        &self.schedules
     }
 
     /// The webhooks.

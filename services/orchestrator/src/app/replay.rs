@@ -64,6 +64,7 @@ impl Orchestrator {
             caller.tenant.clone(),
             checked.options,
             &self.runs_stop,
+            None,
         );
         let _ = prepared
             .record

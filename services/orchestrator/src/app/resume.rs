@@ -174,6 +174,9 @@ impl Orchestrator {
         if let Some(origin) = meta.forked_from.clone() {
             let _ = record.forked_from.set(origin);
         }
+        if let Some(schedule) = meta.schedule.clone() {
+            let _ = record.schedule.set(schedule);
+        }
         checked.begin_with(&self.services(), meta.conversation.as_ref());
         if let Some(link) = meta.conversation.clone() {
             let _ = record.conversation.set(std::sync::Arc::new(link));

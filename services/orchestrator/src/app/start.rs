@@ -43,6 +43,26 @@ pub struct Started {
     pub events: EventStream,
 }
 
+/// Where a run comes from, beyond its caller: the experiment it is a case
+/// of, or the schedule whose tick starts it (with the id the tick chose
+/// for it).
+#[derive(Default)]
+pub(crate) struct Origin {
+    pub(crate) experiment: Option<String>,
+    pub(crate) schedule: Option<String>,
+    pub(crate) run_id: Option<String>,
+}
+
+impl Origin {
+    /// A case of `experiment`.
+    pub(crate) fn experiment(experiment: String) -> Self {
+        Self {
+            experiment: Some(experiment),
+            ..Self::default()
+        }
+    }
+}
+
 /// What a run runs, checked: an agent (or group) resolved with its model,
 /// or a planned pipeline.
 pub(super) enum Body {
@@ -189,7 +209,7 @@ impl Orchestrator {
         let started = match self.check_running() {
             Ok(()) => match agent_run(&services, request) {
                 Ok(run) => {
-                    self.start(caller, "RunAgent", run.into(), services, None)
+                    self.start(caller, "RunAgent", run.into(), services, Origin::default())
                         .await
                 }
                 Err(e) => Err(e),
@@ -210,7 +230,13 @@ impl Orchestrator {
         let started = match self.check_running() {
             Ok(()) => match pipeline_run(&services, request) {
                 Ok(run) => {
-                    self.start(caller, "RunPipeline", run.into(), services, None)
+                    self.start(
+                        caller,
+                        "RunPipeline",
+                        run.into(),
+                        services,
+                        Origin::default(),
+                    )
                         .await
                 }
                 Err(e) => Err(e),
@@ -233,14 +259,14 @@ impl Orchestrator {
     }
 
     /// Builds, admits, records and launches a run checked against
-    /// `services`; a case of `experiment`, when given.
+    /// `services`, from `origin`.
     pub(super) async fn start(
         &self,
         caller: &Caller,
         method: &'static str,
         run: Checked,
         services: Arc<crate::run::shared::Shared>,
-        experiment: Option<String>,
+        origin: Origin,
     ) -> Result<Started> {
         let Checked {
             mut body,
@@ -261,9 +287,13 @@ impl Orchestrator {
             caller.tenant.clone(),
             options,
             &self.runs_stop,
+            origin.run_id,
         );
-        if let Some(experiment) = experiment {
+        if let Some(experiment) = origin.experiment {
             let _ = prepared.record.experiment.set(experiment);
+        }
+        if let Some(schedule) = origin.schedule {
+            let _ = prepared.record.schedule.set(schedule);
         }
         self.webhooks.attach(&prepared.record, own_hooks);
         let entered = match conversation {
@@ -357,7 +387,11 @@ impl Orchestrator {
         let journal = match registered {
             Ok(journal) => journal,
             Err(e) => {
-                quotas.stopped(&record.tenant, &record.run_id, true).await;
+                // A run of this id exists (a schedule's tick started it on
+                // a replica that died before recording it): it counts in
+                // the tenant's quota where it runs, not here.
+                let exists = matches!(e, Error::AlreadyExists { field: "run_id", .. });
+                quotas.stopped(&record.tenant, &record.run_id, !exists).await;
                 return Err(e);
             }
         };

@@ -27,6 +27,7 @@ pub enum CatalogError {
     /// field).
     #[error("{0}")]
     Budget(String),
+
     /// An agent's live scoring is refused (the message names the field).
     #[error("{0}")]
     Scoring(String),

@@ -18,6 +18,7 @@ pub mod names;
 pub mod policy;
 pub mod prices;
 pub mod remote;
+pub mod schedules;
 pub mod scoring;
 mod servers;
 pub mod settings;
@@ -161,6 +162,8 @@ pub struct AgentsFile {
     pub prices_file: Option<String>,
     /// A model's output limit when nothing else says (`Model::max_output_tokens`).
     pub default_max_output_tokens: Option<u32>,
+    /// Schedules by name (see [`schedules`]).
+    pub schedules: BTreeMap<String, schedules::ScheduleSpec>,
 }
 
 /// A validated agent.
@@ -199,6 +202,8 @@ pub struct Catalog {
     pub prices: prices::Prices,
     /// See [`AgentsFile::default_max_output_tokens`].
     pub default_max_output_tokens: u32,
+    /// Schedules by name, as written (see `crate::schedule::file`).
+    pub schedules: BTreeMap<String, schedules::ScheduleSpec>,
     /// The SHA-256 (hex) of the agents file's text (empty when the catalog
     /// was not read from text); an experiment's record keeps it.
     pub digest: String,
@@ -503,6 +508,7 @@ impl Catalog {
                 .collect()
         };
         let run_policies = resolve("run_policies".into(), &file.run_policies)?;
+
         let mut agent_policies = BTreeMap::new();
         for (name, a) in &file.agents {
             agent_policies.insert(
@@ -569,6 +575,7 @@ impl Catalog {
                 .default_max_output_tokens
                 .unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS),
             digest: String::new(),
+            schedules: file.schedules,
         })
     }
 

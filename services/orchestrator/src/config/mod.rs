@@ -23,6 +23,7 @@ pub use faces::{A2aConfig, ConsoleConfig, McpApprovalMode, McpConfig};
 pub mod conversations;
 mod faces;
 pub mod quota;
+pub mod schedules;
 pub mod webhooks;
 
 pub use quota::{Money, RunQuota};
@@ -289,6 +290,9 @@ pub struct Config {
     /// Webhooks: where deliveries may go and how they are tried (see
     /// `crate::webhook`).
     pub webhooks: webhooks::WebhookConfig,
+    /// Scheduled runs: the shortest interval, when a tick is missed (see
+    /// `crate::schedule`).
+    pub schedules: schedules::ScheduleConfig,
 }
 
 impl Default for Config {
@@ -316,6 +320,7 @@ impl Default for Config {
             mcp: McpConfig::default(),
             conversations: Default::default(),
             webhooks: Default::default(),
+            schedules: Default::default(),
         }
     }
 }
@@ -374,6 +379,9 @@ pub enum InvalidConfig {
     /// `webhooks`.
     #[error(transparent)]
     Webhooks(#[from] webhooks::WebhookConfigError),
+    /// `schedules`.
+    #[error(transparent)]
+    Schedules(#[from] schedules::ScheduleConfigError),
     /// `store.timeout` is zero.
     #[error("store.timeout must be positive")]
     StoreTimeout,
@@ -437,6 +445,7 @@ impl Config {
         self.quotas.validate()?;
         self.conversations.validate()?;
         self.webhooks.validate()?;
+        self.schedules.validate()?;
         self.server.validate()?;
         if !self.console.trace_url.is_empty() && !self.console.trace_url.contains("{trace_id}") {
             return Err(InvalidConfig::TraceUrl);

@@ -334,6 +334,76 @@ impl OrchestratorRpc for OrchestratorService {
         Ok(Response::new(pb::RedeliverDeadLetterResponse {}))
     }
 
+    async fn create_schedule(
+        &self,
+        request: Request<pb::CreateScheduleRequest>,
+    ) -> Answer<pb::Schedule> {
+        let caller = caller(&request);
+        let made = self
+            .core
+            .create_schedule(&caller, request.into_inner())
+            .await
+            .map_err(status)?;
+        Ok(Response::new(made))
+    }
+
+    async fn get_schedule(&self, request: Request<pb::GetScheduleRequest>) -> Answer<pb::Schedule> {
+        let caller = caller(&request);
+        let s = self
+            .core
+            .get_schedule(&caller, &request.get_ref().schedule_id)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(s))
+    }
+
+    async fn list_schedules(
+        &self,
+        request: Request<pb::ListSchedulesRequest>,
+    ) -> Answer<pb::ListSchedulesResponse> {
+        let caller = caller(&request);
+        let list = self.core.list_schedules(&caller).await.map_err(status)?;
+        Ok(Response::new(list))
+    }
+
+    async fn pause_schedule(
+        &self,
+        request: Request<pb::PauseScheduleRequest>,
+    ) -> Answer<pb::Schedule> {
+        let caller = caller(&request);
+        let s = self
+            .core
+            .pause_schedule(&caller, &request.get_ref().schedule_id, true)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(s))
+    }
+
+    async fn resume_schedule(
+        &self,
+        request: Request<pb::ResumeScheduleRequest>,
+    ) -> Answer<pb::Schedule> {
+        let caller = caller(&request);
+        let s = self
+            .core
+            .pause_schedule(&caller, &request.get_ref().schedule_id, false)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(s))
+    }
+
+    async fn delete_schedule(
+        &self,
+        request: Request<pb::DeleteScheduleRequest>,
+    ) -> Answer<pb::DeleteScheduleResponse> {
+        let caller = caller(&request);
+        self.core
+            .delete_schedule(&caller, &request.get_ref().schedule_id)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::DeleteScheduleResponse {}))
+    }
+
     async fn list_experiments(
         &self,
         request: Request<pb::ListExperimentsRequest>,

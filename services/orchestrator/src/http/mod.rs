@@ -455,6 +455,28 @@ impl Face {
                 core.redeliver_dead_letter(&caller, &id).await?;
                 Ok(json(&pb::RedeliverDeadLetterResponse {}))
             }
+            Rpc::CreateSchedule => {
+                let r: pb::CreateScheduleRequest = json_body(&call.body)?;
+                Ok(json(&core.create_schedule(&caller, r).await?))
+            }
+            Rpc::ListSchedules => {
+                call.query.only_none()?;
+                Ok(json(&core.list_schedules(&caller).await?))
+            }
+            Rpc::GetSchedule => {
+                let id = call.param("schedule_id")?;
+                Ok(json(&core.get_schedule(&caller, &id).await?))
+            }
+            Rpc::PauseSchedule | Rpc::ResumeSchedule => {
+                let id = call.param("schedule_id")?;
+                let pause = matches!(call.route.rpc, Rpc::PauseSchedule);
+                Ok(json(&core.pause_schedule(&caller, &id, pause).await?))
+            }
+            Rpc::DeleteSchedule => {
+                let id = call.param("schedule_id")?;
+                core.delete_schedule(&caller, &id).await?;
+                Ok(json(&pb::DeleteScheduleResponse {}))
+            }
             Rpc::ListAgents => Ok(json(&wire::answer::agents(&core.catalog()))),
             Rpc::ListSlots => {
                 let (after, size) = call.query.slots_page()?;

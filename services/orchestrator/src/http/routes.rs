@@ -63,6 +63,18 @@ pub enum Rpc {
     ListDeadLetters,
     /// `RedeliverDeadLetter`.
     RedeliverDeadLetter,
+    /// `CreateSchedule`.
+    CreateSchedule,
+    /// `ListSchedules`.
+    ListSchedules,
+    /// `GetSchedule`.
+    GetSchedule,
+    /// `PauseSchedule`.
+    PauseSchedule,
+    /// `ResumeSchedule`.
+    ResumeSchedule,
+    /// `DeleteSchedule`.
+    DeleteSchedule,
     /// The context store's `List` of a trace's slots (metadata only).
     ListSlots,
     /// The context store's `Watch` of a trace's slots (SSE).
@@ -152,6 +164,60 @@ pub const ROUTES: &[Route] = &[
         answer: "baton.v1.RedeliverDeadLetterResponse",
         stream: false,
         summary: "Deliver a dead letter again, with the same `webhook-id`, tried from the first try's schedule.",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/schedules",
+        rpc: Rpc::CreateSchedule,
+        body: Some("baton.v1.CreateScheduleRequest"),
+        answer: "baton.v1.Schedule",
+        stream: false,
+        summary: "Make a schedule: a detached run (`agent`: a RunAgent request, or `pipeline`: a RunPipeline request) at each tick of `cron` in `timeZone`, or every `interval`, until `endAt`; `overlap` and `missed` say what a tick does while the previous run runs and after downtime.",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/schedules",
+        rpc: Rpc::ListSchedules,
+        body: None,
+        answer: "baton.v1.ListSchedulesResponse",
+        stream: false,
+        summary: "The caller's tenant's schedules, the agents file's first, each with its next fire times and recent ticks.",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/schedules/{schedule_id}",
+        rpc: Rpc::GetSchedule,
+        body: None,
+        answer: "baton.v1.Schedule",
+        stream: false,
+        summary: "One of the caller's tenant's schedules, with its next fire times and recent ticks (and their runs' status).",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/schedules/{schedule_id}:pause",
+        rpc: Rpc::PauseSchedule,
+        body: None,
+        answer: "baton.v1.Schedule",
+        stream: false,
+        summary: "Pause a schedule: nothing fires until it is resumed.",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/schedules/{schedule_id}:resume",
+        rpc: Rpc::ResumeSchedule,
+        body: None,
+        answer: "baton.v1.Schedule",
+        stream: false,
+        summary: "Resume a schedule: it fires from its next tick (the ticks while it was paused are not fired).",
+    },
+    Route {
+        method: "DELETE",
+        path: "/v1/schedules/{schedule_id}",
+        rpc: Rpc::DeleteSchedule,
+        body: None,
+        answer: "baton.v1.DeleteScheduleResponse",
+        stream: false,
+        summary: "Delete a schedule; the runs it started go on.",
     },
     Route {
         method: "POST",

@@ -44,8 +44,9 @@ pub struct Prepared {
 }
 
 /// Builds a run of `kind` on `target` for `tenant` in the span `run_span`
-/// of trace `trace_id` (nothing runs yet). The run is cancelled when
-/// `shutdown` is.
+/// of trace `trace_id` (nothing runs yet), with a new id, or `run_id` when
+/// one was chosen before. The run is cancelled when `shutdown` is.
+#[allow(clippy::too_many_arguments)]
 pub fn prepare(
     services: &Arc<Shared>,
     (run_span, trace_id): (Context, TraceId),
@@ -54,8 +55,12 @@ pub fn prepare(
     tenant: String,
     options: RunOptions,
     shutdown: &CancellationToken,
+    run_id: Option<String>,
 ) -> Prepared {
-    let record = RunRecord::new(trace_id, kind, target, tenant, options.detach, shutdown);
+    let record = match run_id {
+        Some(id) => RunRecord::named(id, trace_id, kind, target, tenant, options.detach, shutdown),
+        None => RunRecord::new(trace_id, kind, target, tenant, options.detach, shutdown),
+    };
     record.set_run_timeout(options.limits.run_timeout);
     prepare_record(services, record, run_span, options)
 }
@@ -126,6 +131,7 @@ pub async fn register(
         forked_from: r.forked_from.get().cloned(),
         replay_of: r.replay_of.get().map(|(id, _)| id.clone()),
         experiment: r.experiment.get().cloned(),
+        schedule: r.schedule.get().cloned(),
         scores: Vec::new(),
         replay_strict: r.replay_of.get().is_some_and(|(_, strict)| *strict),
         replay_diverged: false,

@@ -124,6 +124,8 @@ pub struct RunRecord {
     pub replay_of: std::sync::OnceLock<(String, bool)>,
     /// For a case of an experiment (RunExperiment): the experiment.
     pub experiment: std::sync::OnceLock<String>,
+    /// For a run a schedule started: the schedule.
+    pub schedule: std::sync::OnceLock<String>,
     /// Its webhooks (`crate::webhook`), when it has any.
     pub hooks: std::sync::OnceLock<Arc<dyn super::hooks::Hooks>>,
     /// Its live scores, once scored (`app::live_scoring`).
@@ -239,8 +241,30 @@ impl RunRecord {
         detached: bool,
         parent: &CancellationToken,
     ) -> Arc<Self> {
+        Self::named(
+            uuid::Uuid::now_v7().to_string(),
+            trace_id,
+            kind,
+            target,
+            tenant,
+            detached,
+            parent,
+        )
+    }
+
+    /// The record of a new run whose id was chosen before (a schedule's
+    /// tick names its run first: see `crate::schedule`).
+    pub fn named(
+        run_id: String,
+        trace_id: TraceId,
+        kind: pb::RunKind,
+        target: String,
+        tenant: String,
+        detached: bool,
+        parent: &CancellationToken,
+    ) -> Arc<Self> {
         let started = Started {
-            run_id: uuid::Uuid::now_v7().to_string(),
+            run_id,
             started_at: SystemTime::now(),
             last_seq: 0,
         };
@@ -321,6 +345,7 @@ impl RunRecord {
             forked_from: std::sync::OnceLock::new(),
             replay_of: std::sync::OnceLock::new(),
             experiment: std::sync::OnceLock::new(),
+            schedule: std::sync::OnceLock::new(),
             hooks: std::sync::OnceLock::new(),
             scores: std::sync::OnceLock::new(),
             conversation: std::sync::OnceLock::new(),
@@ -422,6 +447,7 @@ impl RunRecord {
             forked_from: self.forked_from.get().cloned(),
             replay_of: self.replay_of.get().map(|(id, _)| id.clone()),
             experiment: self.experiment.get().cloned(),
+            schedule: self.schedule.get().cloned(),
             scores: self.scores.get().cloned().unwrap_or_default(),
             replay_diverged: self.replay_diverged.load(Ordering::Relaxed),
             conversation_id: self

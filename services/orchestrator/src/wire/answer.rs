@@ -34,6 +34,7 @@ impl From<RunView> for pb::GetRunResponse {
             replay_diverged: r.replay_diverged,
             conversation_id: r.conversation_id,
             experiment_id: r.experiment.unwrap_or_default(),
+            schedule_id: r.schedule.unwrap_or_default(),
             scores: r.scores,
         }
     }
@@ -69,6 +70,7 @@ impl From<pb::GetRunResponse> for RunView {
             history_gone: r.history_gone,
             replay_of: Some(r.replay_of).filter(|r| !r.is_empty()),
             experiment: Some(r.experiment_id).filter(|r| !r.is_empty()),
+            schedule: Some(r.schedule_id).filter(|r| !r.is_empty()),
             scores: r.scores,
             replay_diverged: r.replay_diverged,
             conversation_id: r.conversation_id,

@@ -468,7 +468,7 @@ impl Orchestrator {
             "RunExperiment",
             checked,
             services,
-            Some(plan.record.id.clone()),
+            crate::app::start::Origin::experiment(plan.record.id.clone()),
         )
         .await
     }

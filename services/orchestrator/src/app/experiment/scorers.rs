@@ -174,7 +174,13 @@ impl Orchestrator {
         // live itself, never resumed elsewhere (its agent is made here).
         let label = subject.experiment.unwrap_or(LIVE_SCORING).to_owned();
         let started = self
-            .start(caller, "Judge", checked, services, Some(label))
+            .start(
+                caller,
+                "Judge",
+                checked,
+                services,
+                crate::app::start::Origin::experiment(label),
+            )
             .await
             .map_err(|e| (e.to_string(), no_usage()))?;
         let run_id = started.run_id.clone();

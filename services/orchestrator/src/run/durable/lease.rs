@@ -45,6 +45,9 @@ pub(super) use crate::shared_state::NOW;
 
 pub(super) const CREATE: &str = r"
 -- KEYS[1] meta; ARGV[1] lease ms, ARGV[2] ttl ms, then field/value pairs.
+-- A run that exists is not made again (a schedule's tick names its run
+-- before it starts it: see `crate::schedule`).
+if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 redis.call('HSET', KEYS[1], unpack(ARGV, 3))
 redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[1]))
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))

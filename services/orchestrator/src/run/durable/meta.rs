@@ -54,6 +54,8 @@ pub struct RunMeta {
     pub replay_of: Option<String>,
     /// For a case of an experiment: the experiment (field `ex`).
     pub experiment: Option<String>,
+    /// For a run a schedule started: the schedule (field `sd`).
+    pub schedule: Option<String>,
     /// Its live scores, once scored (field `sc`: a `LiveScores`).
     pub scores: Vec<pb::Score>,
     /// For a replay: whether it is strict (field `rs`).
@@ -93,6 +95,7 @@ impl RunMeta {
             forked_from: self.forked_from.clone(),
             replay_of: self.replay_of.clone(),
             experiment: self.experiment.clone(),
+            schedule: self.schedule.clone(),
             scores: self.scores.clone(),
             replay_diverged: self.replay_diverged,
             history_gone: false,
@@ -197,6 +200,7 @@ pub(super) fn decode_meta(run_id: &str, f: &HashMap<String, Vec<u8>>) -> Option<
         forked_from: Origin::from_field(&text("ff"), text("fe") == "1"),
         replay_of: Some(text("ro")).filter(|r| !r.is_empty()),
         experiment: Some(text("ex")).filter(|r| !r.is_empty()),
+        schedule: Some(text("sd")).filter(|r| !r.is_empty()),
         scores: f
             .get("sc")
             .and_then(|b| pb::LiveScores::decode(b.as_slice()).ok())

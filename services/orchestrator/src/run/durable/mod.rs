@@ -301,6 +301,9 @@ impl RedisRuns {
         if let Some(experiment) = &meta.experiment {
             invocation.arg("ex").arg(experiment);
         }
+        if let Some(schedule) = &meta.schedule {
+            invocation.arg("sd").arg(schedule);
+        }
         if let Some(origin) = &meta.replay_of {
             invocation.arg("ro").arg(origin);
             invocation
@@ -326,7 +329,12 @@ impl RedisRuns {
             add_index.query_async::<()>(&mut index_conn),
             add_lease.query_async::<()>(&mut leases_conn),
         );
-        created.map_err(redis_error)?;
+        if created.map_err(redis_error)? == -1 {
+            return Err(Error::AlreadyExists {
+                field: "run_id",
+                message: format!("run {:?} exists already", meta.run_id),
+            });
+        }
         indexed.map_err(redis_error)?;
         leased.map_err(redis_error)?;
         Ok(1)
