@@ -26,6 +26,7 @@ mod conversations;
 mod error;
 mod experiments;
 mod orchestrator;
+mod schedules;
 mod store;
 mod target;
 pub mod tls;

@@ -195,7 +195,7 @@ impl Orchestrator {
 
 #[async_trait::async_trait]
 impl Starter for Orchestrator {
-    async fn fire(&self, s: &Stored, run_id: &str, _tick_ms: i64) -> Fired {
+    async fn fire(&self, s: &Stored, run_id: &str, tick_ms: i64) -> Fired {
         if let Err(e) = self.check_running() {
             return Fired::Retry(e.to_string());
         }
@@ -226,13 +226,11 @@ impl Starter for Orchestrator {
             "RunPipeline"
         };
         let origin = Origin {
-            schedule: Some(s.id.clone()),
+            schedule: Some((s.id.clone(), tick_ms)),
             run_id: Some(run_id.to_owned()),
             ..Origin::default()
         };
-        let started = self
-            .start(&caller, method, checked, services, origin)
-            .await;
+        let started = self.start(&caller, method, checked, services, origin).await;
         super::start::audit_started(method, &caller, "", &started);
         match started {
             // Detached: it runs on without this stream.

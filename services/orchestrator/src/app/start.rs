@@ -49,7 +49,7 @@ pub struct Started {
 #[derive(Default)]
 pub(crate) struct Origin {
     pub(crate) experiment: Option<String>,
-    pub(crate) schedule: Option<String>,
+    pub(crate) schedule: Option<(String, i64)>,
     pub(crate) run_id: Option<String>,
 }
 
@@ -237,7 +237,7 @@ impl Orchestrator {
                         services,
                         Origin::default(),
                     )
-                        .await
+                    .await
                 }
                 Err(e) => Err(e),
             },
@@ -390,8 +390,16 @@ impl Orchestrator {
                 // A run of this id exists (a schedule's tick started it on
                 // a replica that died before recording it): it counts in
                 // the tenant's quota where it runs, not here.
-                let exists = matches!(e, Error::AlreadyExists { field: "run_id", .. });
-                quotas.stopped(&record.tenant, &record.run_id, !exists).await;
+                let exists = matches!(
+                    e,
+                    Error::AlreadyExists {
+                        field: "run_id",
+                        ..
+                    }
+                );
+                quotas
+                    .stopped(&record.tenant, &record.run_id, !exists)
+                    .await;
                 return Err(e);
             }
         };

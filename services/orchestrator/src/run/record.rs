@@ -124,8 +124,8 @@ pub struct RunRecord {
     pub replay_of: std::sync::OnceLock<(String, bool)>,
     /// For a case of an experiment (RunExperiment): the experiment.
     pub experiment: std::sync::OnceLock<String>,
-    /// For a run a schedule started: the schedule.
-    pub schedule: std::sync::OnceLock<String>,
+    /// For a run a schedule started: the schedule and the tick (ms).
+    pub schedule: std::sync::OnceLock<(String, i64)>,
     /// Its webhooks (`crate::webhook`), when it has any.
     pub hooks: std::sync::OnceLock<Arc<dyn super::hooks::Hooks>>,
     /// Its live scores, once scored (`app::live_scoring`).

@@ -46,8 +46,8 @@ pub struct RunView {
     pub replay_of: Option<String>,
     /// For a case of an experiment: the experiment.
     pub experiment: Option<String>,
-    /// For a run a schedule started: the schedule.
-    pub schedule: Option<String>,
+    /// For a run a schedule started: the schedule and the tick (ms).
+    pub schedule: Option<(String, i64)>,
     /// Its live scores, once scored.
     pub scores: Vec<baton_proto::v1::Score>,
     /// For a replay that has ended: whether it differed from its recording.

@@ -72,7 +72,8 @@ fn request(
         };
         let interval = match &s.every {
             Some(e) => {
-                let d = baton_common::config::duration::parse(e).map_err(|e| bad(name, "every", e))?;
+                let d =
+                    baton_common::config::duration::parse(e).map_err(|e| bad(name, "every", e))?;
                 Some(baton_proto::wkt::Duration {
                     seconds: d.as_secs() as i64,
                     nanos: d.subsec_nanos() as i32,
@@ -82,8 +83,13 @@ fn request(
         };
         let end_at = match &s.end_at {
             Some(t) => {
-                let t = chrono::DateTime::parse_from_rfc3339(t)
-                    .map_err(|e| bad(name, "end_at", format!("{t:?} is not an RFC 3339 time: {e}")))?;
+                let t = chrono::DateTime::parse_from_rfc3339(t).map_err(|e| {
+                    bad(
+                        name,
+                        "end_at",
+                        format!("{t:?} is not an RFC 3339 time: {e}"),
+                    )
+                })?;
                 Some(crate::schedule::spec::timestamp(t.timestamp_millis()))
             }
             None => None,
@@ -92,12 +98,24 @@ fn request(
             None | Some("skip") => pb::ScheduleOverlap::Skip,
             Some("queue_one") => pb::ScheduleOverlap::QueueOne,
             Some("allow") => pb::ScheduleOverlap::Allow,
-            Some(o) => return Err(bad(name, "overlap", format!("{o:?} is not skip, queue_one or allow"))),
+            Some(o) => {
+                return Err(bad(
+                    name,
+                    "overlap",
+                    format!("{o:?} is not skip, queue_one or allow"),
+                ));
+            }
         };
         let missed = match s.missed.as_deref() {
             None | Some("skip") => pb::ScheduleMissed::Skip,
             Some("run_once") => pb::ScheduleMissed::RunOnce,
-            Some(m) => return Err(bad(name, "missed", format!("{m:?} is not skip or run_once"))),
+            Some(m) => {
+                return Err(bad(
+                    name,
+                    "missed",
+                    format!("{m:?} is not skip or run_once"),
+                ));
+            }
         };
         let r = pb::CreateScheduleRequest {
             description: s.description.clone(),
@@ -118,7 +136,15 @@ fn request(
             crate::run::launch::now_ms(),
             std::time::Duration::from_secs(1),
         )
-        .map_err(|e| bad(name, e.field().unwrap_or(""), e.to_string().split_once(": ").map_or(e.to_string(), |(_, m)| m.to_owned())))?;
+        .map_err(|e| {
+            bad(
+                name,
+                e.field().unwrap_or(""),
+                e.to_string()
+                    .split_once(": ")
+                    .map_or(e.to_string(), |(_, m)| m.to_owned()),
+            )
+        })?;
         // An end already past is no error in a file: the schedule has
         // simply ended.
         Ok(pb::CreateScheduleRequest { end_at, ..r })

@@ -105,9 +105,7 @@ pub fn plan(
     let cutoff = now - late_ms;
     if first < cutoff {
         // Behind: every tick before the cutoff is missed.
-        let last_late = spec
-            .last_at_or_before(cutoff - 1, base_ms)
-            .unwrap_or(first);
+        let last_late = spec.last_at_or_before(cutoff - 1, base_ms).unwrap_or(first);
         let counted = due.iter().filter(|&&t| t <= last_late).count();
         let missed = if counted == MOST_COUNTED {
             // Counted by time past the bound: an estimate of the rest.
@@ -201,32 +199,64 @@ mod tests {
                 due_ms: Some(10_000)
             }
         );
-        let Step::Record { ticks, last_ms, queued_ms } = plan(&skip, &state(0), 0, 10_500, LATE, true) else {
+        let Step::Record {
+            ticks,
+            last_ms,
+            queued_ms,
+        } = plan(&skip, &state(0), 0, 10_500, LATE, true)
+        else {
             panic!("skipped")
         };
-        assert_eq!((ticks[0].outcome, ticks[0].run_id.as_str(), last_ms, queued_ms), (Outcome::Skipped as i32, "r0", 10_000, None));
+        assert_eq!(
+            (
+                ticks[0].outcome,
+                ticks[0].run_id.as_str(),
+                last_ms,
+                queued_ms
+            ),
+            (Outcome::Skipped as i32, "r0", 10_000, None)
+        );
         let allow = every(10, ScheduleOverlap::Allow, ScheduleMissed::Skip);
-        assert!(matches!(plan(&allow, &state(0), 0, 10_500, LATE, true), Step::Fire { tick_ms: 10_000, .. }));
+        assert!(matches!(
+            plan(&allow, &state(0), 0, 10_500, LATE, true),
+            Step::Fire {
+                tick_ms: 10_000,
+                ..
+            }
+        ));
     }
 
     #[test]
     fn queue_one_waits_for_the_previous_run_and_skips_the_rest() {
         let queue = every(10, ScheduleOverlap::QueueOne, ScheduleMissed::Skip);
-        let Step::Record { queued_ms, last_ms, .. } = plan(&queue, &state(0), 0, 10_500, LATE, true) else {
+        let Step::Record {
+            queued_ms, last_ms, ..
+        } = plan(&queue, &state(0), 0, 10_500, LATE, true)
+        else {
             panic!("queued")
         };
         assert_eq!((queued_ms, last_ms), (Some(10_000), 10_000));
         let mut s = state(10_000);
         s.queued_ms = Some(10_000);
         // Still running at the next tick: that one is skipped, one stays queued.
-        let Step::Record { ticks, queued_ms, .. } = plan(&queue, &s, 10_000, 20_100, LATE, true) else {
+        let Step::Record {
+            ticks, queued_ms, ..
+        } = plan(&queue, &s, 10_000, 20_100, LATE, true)
+        else {
             panic!("skipped")
         };
-        assert_eq!((ticks.len(), ticks[0].outcome, queued_ms), (1, Outcome::Skipped as i32, Some(10_000)));
+        assert_eq!(
+            (ticks.len(), ticks[0].outcome, queued_ms),
+            (1, Outcome::Skipped as i32, Some(10_000))
+        );
         // Ended: the queued tick fires.
         assert_eq!(
             plan(&queue, &s, 10_000, 12_000, LATE, false),
-            Step::Fire { tick_ms: 10_000, queued: true, missed: 0 }
+            Step::Fire {
+                tick_ms: 10_000,
+                queued: true,
+                missed: 0
+            }
         );
     }
 
@@ -234,21 +264,36 @@ mod tests {
     fn after_downtime_missed_ticks_are_skipped_or_run_once() {
         let skip = every(10, ScheduleOverlap::Skip, ScheduleMissed::Skip);
         // Down from 0 to 300 s: ticks 10…240 are older than a minute.
-        let Step::Record { ticks, last_ms, .. } = plan(&skip, &state(0), 0, 300_000, LATE, false) else {
+        let Step::Record { ticks, last_ms, .. } = plan(&skip, &state(0), 0, 300_000, LATE, false)
+        else {
             panic!("missed")
         };
-        assert_eq!((ticks[0].outcome, ticks[0].missed, last_ms), (Outcome::Missed as i32, 23, 230_000));
+        assert_eq!(
+            (ticks[0].outcome, ticks[0].missed, last_ms),
+            (Outcome::Missed as i32, 23, 230_000)
+        );
         // Then the on-time ones fire, one by one.
-        assert!(matches!(plan(&skip, &state(230_000), 230_000, 300_000, LATE, false), Step::Fire { tick_ms: 240_000, .. }));
+        assert!(matches!(
+            plan(&skip, &state(230_000), 230_000, 300_000, LATE, false),
+            Step::Fire {
+                tick_ms: 240_000,
+                ..
+            }
+        ));
         // run_once with nothing on time after: one run for the latest.
         let once = every(100, ScheduleOverlap::Skip, ScheduleMissed::RunOnce);
         assert_eq!(
             plan(&once, &state(0), 0, 390_000, LATE, false),
-            Step::Fire { tick_ms: 300_000, queued: false, missed: 2 }
+            Step::Fire {
+                tick_ms: 300_000,
+                queued: false,
+                missed: 2
+            }
         );
         // A day of a schedule every second: counted, not looped forever.
         let fast = every(1, ScheduleOverlap::Skip, ScheduleMissed::Skip);
-        let Step::Record { last_ms, .. } = plan(&fast, &state(0), 0, 86_400_000, LATE, false) else {
+        let Step::Record { last_ms, .. } = plan(&fast, &state(0), 0, 86_400_000, LATE, false)
+        else {
             panic!("missed")
         };
         assert_eq!(last_ms, 86_400_000 - LATE - 1000);

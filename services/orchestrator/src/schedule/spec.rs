@@ -82,11 +82,7 @@ fn parse_tz(field: &'static str, text: &str) -> Result<chrono_tz::Tz> {
 /// against the shortest interval allowed; its definition (without its
 /// run, which the caller checks against the catalog) on success. Each
 /// problem names its field.
-pub fn check(
-    r: &pb::CreateScheduleRequest,
-    now_ms: i64,
-    min_interval: Duration,
-) -> Result<Spec> {
+pub fn check(r: &pb::CreateScheduleRequest, now_ms: i64, min_interval: Duration) -> Result<Spec> {
     if r.description.chars().count() > MAX_DESCRIPTION {
         return Err(Error::invalid(
             "description",
@@ -164,7 +160,9 @@ pub fn check(
             let mut t = now_ms;
             let mut prev = None;
             for _ in 0..16 {
-                let Some(next) = probe.next_after(t) else { break };
+                let Some(next) = probe.next_after(t) else {
+                    break;
+                };
                 if let Some(p) = prev
                     && next - p < min_ms
                 {
@@ -183,10 +181,7 @@ pub fn check(
                 t = next;
             }
             if prev.is_none() {
-                return Err(Error::invalid(
-                    "cron",
-                    format!("{text:?} never fires"),
-                ));
+                return Err(Error::invalid("cron", format!("{text:?} never fires")));
             }
             when
         }
@@ -197,8 +192,9 @@ pub fn check(
     {
         return Err(Error::invalid("end_at", "is in the past"));
     }
-    let overlap = pb::ScheduleOverlap::try_from(r.overlap)
-        .map_err(|_| Error::invalid("overlap", format!("{} is not a ScheduleOverlap", r.overlap)))?;
+    let overlap = pb::ScheduleOverlap::try_from(r.overlap).map_err(|_| {
+        Error::invalid("overlap", format!("{} is not a ScheduleOverlap", r.overlap))
+    })?;
     let missed = pb::ScheduleMissed::try_from(r.missed)
         .map_err(|_| Error::invalid("missed", format!("{} is not a ScheduleMissed", r.missed)))?;
     Ok(Spec {
@@ -341,17 +337,48 @@ mod tests {
     #[test]
     fn bad_timing_names_its_field() {
         assert_eq!(field(check(&request("", "", None), NOW, MIN)), "cron");
-        assert_eq!(field(check(&request("not cron", "", None), NOW, MIN)), "cron");
-        assert_eq!(field(check(&request("61 * * * *", "", None), NOW, MIN)), "cron");
-        assert_eq!(field(check(&request("0 9 * * *", "Mars/Olympus", None), NOW, MIN)), "time_zone");
-        assert_eq!(field(check(&request("0 9 * * *", "", Some(60)), NOW, MIN)), "interval");
-        assert_eq!(field(check(&request("", "", Some(59)), NOW, MIN)), "interval");
+        assert_eq!(
+            field(check(&request("not cron", "", None), NOW, MIN)),
+            "cron"
+        );
+        assert_eq!(
+            field(check(&request("61 * * * *", "", None), NOW, MIN)),
+            "cron"
+        );
+        assert_eq!(
+            field(check(&request("0 9 * * *", "Mars/Olympus", None), NOW, MIN)),
+            "time_zone"
+        );
+        assert_eq!(
+            field(check(&request("0 9 * * *", "", Some(60)), NOW, MIN)),
+            "interval"
+        );
+        assert_eq!(
+            field(check(&request("", "", Some(59)), NOW, MIN)),
+            "interval"
+        );
         assert_eq!(field(check(&request("", "", Some(60)), NOW, MIN)), "ok");
-        assert_eq!(field(check(&request("", "UTC", Some(60)), NOW, MIN)), "time_zone");
+        assert_eq!(
+            field(check(&request("", "UTC", Some(60)), NOW, MIN)),
+            "time_zone"
+        );
         // A cron with seconds under the minimum, and at it.
-        assert_eq!(field(check(&request("*/30 * * * * *", "", None), NOW, MIN)), "cron");
-        assert_eq!(field(check(&request("0 * * * * *", "", None), NOW, MIN)), "ok");
-        assert_eq!(field(check(&request("* * * * * *", "", None), NOW, Duration::from_secs(1))), "ok");
+        assert_eq!(
+            field(check(&request("*/30 * * * * *", "", None), NOW, MIN)),
+            "cron"
+        );
+        assert_eq!(
+            field(check(&request("0 * * * * *", "", None), NOW, MIN)),
+            "ok"
+        );
+        assert_eq!(
+            field(check(
+                &request("* * * * * *", "", None),
+                NOW,
+                Duration::from_secs(1)
+            )),
+            "ok"
+        );
         let mut past = request("0 9 * * *", "Europe/Paris", None);
         past.end_at = Some(timestamp(NOW - 1));
         assert_eq!(field(check(&past, NOW, MIN)), "end_at");
@@ -378,7 +405,10 @@ mod tests {
         assert_eq!(next, NOW + 20 * 3600 * 1000);
         let spec = check(&request("0 9 * * *", "America/New_York", None), NOW, MIN).unwrap();
         assert_eq!(spec.next_after(NOW).unwrap(), NOW + 2 * 3600 * 1000);
-        assert_eq!(spec.last_at_or_before(NOW + 2 * 3600 * 1000, 0), Some(NOW + 2 * 3600 * 1000));
+        assert_eq!(
+            spec.last_at_or_before(NOW + 2 * 3600 * 1000, 0),
+            Some(NOW + 2 * 3600 * 1000)
+        );
         assert_eq!(spec.next_n(NOW, 3).len(), 3);
     }
 
@@ -391,7 +421,10 @@ mod tests {
         assert_eq!(spec.next_after(NOW + 60_000), Some(NOW + 120_000));
         assert_eq!(spec.next_after(NOW + 120_000), None);
         assert_eq!(spec.last_at_or_before(NOW + 59_999, NOW), None);
-        assert_eq!(spec.last_at_or_before(NOW + 600_000, NOW), Some(NOW + 120_000));
+        assert_eq!(
+            spec.last_at_or_before(NOW + 600_000, NOW),
+            Some(NOW + 120_000)
+        );
         assert_eq!(spec.next_n(NOW, 5), vec![NOW + 60_000, NOW + 120_000]);
     }
 }

@@ -34,7 +34,11 @@ impl From<RunView> for pb::GetRunResponse {
             replay_diverged: r.replay_diverged,
             conversation_id: r.conversation_id,
             experiment_id: r.experiment.unwrap_or_default(),
-            schedule_id: r.schedule.unwrap_or_default(),
+            schedule_tick_at: r
+                .schedule
+                .as_ref()
+                .map(|(_, t)| crate::schedule::spec::timestamp(*t)),
+            schedule_id: r.schedule.map(|(s, _)| s).unwrap_or_default(),
             scores: r.scores,
         }
     }
@@ -70,7 +74,14 @@ impl From<pb::GetRunResponse> for RunView {
             history_gone: r.history_gone,
             replay_of: Some(r.replay_of).filter(|r| !r.is_empty()),
             experiment: Some(r.experiment_id).filter(|r| !r.is_empty()),
-            schedule: Some(r.schedule_id).filter(|r| !r.is_empty()),
+            schedule: Some(r.schedule_id).filter(|r| !r.is_empty()).map(|s| {
+                (
+                    s,
+                    r.schedule_tick_at
+                        .as_ref()
+                        .map_or(0, crate::schedule::spec::ms),
+                )
+            }),
             scores: r.scores,
             replay_diverged: r.replay_diverged,
             conversation_id: r.conversation_id,

@@ -54,8 +54,9 @@ pub struct RunMeta {
     pub replay_of: Option<String>,
     /// For a case of an experiment: the experiment (field `ex`).
     pub experiment: Option<String>,
-    /// For a run a schedule started: the schedule (field `sd`).
-    pub schedule: Option<String>,
+    /// For a run a schedule started: the schedule and the tick (fields
+    /// `sd`, `st`).
+    pub schedule: Option<(String, i64)>,
     /// Its live scores, once scored (field `sc`: a `LiveScores`).
     pub scores: Vec<pb::Score>,
     /// For a replay: whether it is strict (field `rs`).
@@ -200,7 +201,9 @@ pub(super) fn decode_meta(run_id: &str, f: &HashMap<String, Vec<u8>>) -> Option<
         forked_from: Origin::from_field(&text("ff"), text("fe") == "1"),
         replay_of: Some(text("ro")).filter(|r| !r.is_empty()),
         experiment: Some(text("ex")).filter(|r| !r.is_empty()),
-        schedule: Some(text("sd")).filter(|r| !r.is_empty()),
+        schedule: Some(text("sd"))
+            .filter(|r| !r.is_empty())
+            .map(|s| (s, num("st"))),
         scores: f
             .get("sc")
             .and_then(|b| pb::LiveScores::decode(b.as_slice()).ok())

@@ -301,8 +301,8 @@ impl RedisRuns {
         if let Some(experiment) = &meta.experiment {
             invocation.arg("ex").arg(experiment);
         }
-        if let Some(schedule) = &meta.schedule {
-            invocation.arg("sd").arg(schedule);
+        if let Some((schedule, tick)) = &meta.schedule {
+            invocation.arg("sd").arg(schedule).arg("st").arg(tick);
         }
         if let Some(origin) = &meta.replay_of {
             invocation.arg("ro").arg(origin);

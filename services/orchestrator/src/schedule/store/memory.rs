@@ -120,7 +120,11 @@ impl MemorySchedules {
             .filter_map(|(id, e)| e.due_ms.filter(|d| *d <= now).map(|d| (d, id)))
             .collect();
         due.sort();
-        let ids: Vec<String> = due.into_iter().take(most).map(|(_, id)| id.clone()).collect();
+        let ids: Vec<String> = due
+            .into_iter()
+            .take(most)
+            .map(|(_, id)| id.clone())
+            .collect();
         let token = now + lease_ms;
         let mut claims = Vec::with_capacity(ids.len());
         for id in ids {

@@ -223,17 +223,16 @@ impl RedisSchedules {
 
     pub(super) async fn list(&self, tenant: &str) -> Result<Vec<Stored>> {
         let mut c = self.shared.conn().await?;
-        let (own, files): (Vec<String>, std::collections::HashMap<String, String>) =
-            redis::pipe()
-                .cmd("ZRANGE")
-                .arg(self.own(tenant))
-                .arg(0)
-                .arg(-1)
-                .cmd("HGETALL")
-                .arg(self.key("files"))
-                .query_async(&mut c)
-                .await
-                .map_err(redis_error)?;
+        let (own, files): (Vec<String>, std::collections::HashMap<String, String>) = redis::pipe()
+            .cmd("ZRANGE")
+            .arg(self.own(tenant))
+            .arg(0)
+            .arg(-1)
+            .cmd("HGETALL")
+            .arg(self.key("files"))
+            .query_async(&mut c)
+            .await
+            .map_err(redis_error)?;
         let mut ids: Vec<String> = files
             .into_iter()
             .filter(|(_, t)| t == tenant)
