@@ -33,6 +33,7 @@ mod replay;
 mod run;
 mod runs;
 mod said;
+mod schedules;
 mod steer;
 mod store;
 mod text;
@@ -115,6 +116,15 @@ enum Cmd {
   baton webhooks dead
   baton webhooks redeliver msg_0123…")]
     Webhooks(webhooks::WebhooksArgs),
+    /// Your tenant's schedules: runs started at a cron expression's or an
+    /// interval's ticks.
+    #[command(after_help = "Examples:
+  baton schedules create --agent researcher --input 'the news' --cron '0 9 * * MON-FRI' --tz Europe/Paris
+  baton schedules create --agent assistant --input ping --every 15m
+  baton schedules list
+  baton schedules show sch_0123…
+  baton schedules pause sch_0123…")]
+    Schedules(schedules::SchedulesArgs),
     /// Run a pipeline from a YAML file and draw its steps live.
     #[command(after_help = "Examples:
   baton pipeline deploy/config/pipelines/research.yaml
@@ -243,6 +253,7 @@ async fn run_command() -> std::process::ExitCode {
         Cmd::Pipeline(args) => pipeline::run(args).await,
         Cmd::Eval(args) => eval::run(args).await,
         Cmd::Webhooks(args) => webhooks::run(args).await,
+        Cmd::Schedules(args) => schedules::run(args).await,
         Cmd::Runs(args) => runs::run(args).await,
         Cmd::Store(args) => store::run(args).await,
         Cmd::Completion { shell } => complete::registration(shell),

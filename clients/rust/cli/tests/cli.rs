@@ -1087,3 +1087,143 @@ async fn webhooks_are_made_listed_rotated_and_deleted_from_the_cli() {
     assert!(String::from_utf8_lossy(&empty.stderr).contains("no webhooks"));
     server.shutdown().await.expect("shutdown");
 }
+
+/// `baton schedules`: create (an interval, then a cron in a time zone),
+/// list at 80 columns with the next tick and the last run, show, pause,
+/// resume, delete; a refused time zone and an interval below the server's
+/// shortest exit 1 naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedules_are_made_listed_paused_and_deleted_from_the_cli() {
+    let server = baton_e2e::OrchestratorServer::start(baton_e2e::EXAMPLE_AGENTS, None, |c| {
+        c.schedules.min_interval = std::time::Duration::from_secs(1);
+        c.schedules.poll = std::time::Duration::from_millis(50);
+    })
+    .await
+    .expect("orchestrator");
+    let endpoint = server.endpoint();
+    let schedules = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_baton"))
+            .arg("schedules")
+            .args(args)
+            .args(["--endpoint", &endpoint])
+            .env("COLUMNS", "80")
+            .output()
+            .expect("baton schedules")
+    };
+    let made = json(&schedules(&[
+        "create",
+        "--agent",
+        "assistant",
+        "--input",
+        "ping",
+        "--every",
+        "1s",
+        "--json",
+    ]));
+    let id = made["scheduleId"].as_str().expect("id").to_owned();
+    assert_eq!(made["target"], "assistant", "{made}");
+    let cron = schedules(&[
+        "create",
+        "--agent",
+        "assistant",
+        "--input",
+        "morning",
+        "--cron",
+        "0 9 * * MON-FRI",
+        "--tz",
+        "Europe/Paris",
+        "--overlap",
+        "queue-one",
+        "--description",
+        "weekday mornings",
+    ]);
+    let text = String::from_utf8_lossy(&cron.stdout).into_owned();
+    assert!(cron.status.success(), "{text}");
+    assert!(
+        text.contains("cron '0 9 * * MON-FRI' Europe/Paris")
+            && text.contains("on overlap: queue_one")
+            && text.contains("weekday mornings")
+            && text.contains("next ticks (UTC):"),
+        "{text}"
+    );
+    // A tick fires within a few seconds.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let text = loop {
+        let listed = schedules(&["list"]);
+        assert!(listed.status.success());
+        let text = String::from_utf8_lossy(&listed.stdout).into_owned();
+        if text.contains("fired run") {
+            break text;
+        }
+        assert!(std::time::Instant::now() < deadline, "{text}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert!(
+        text.contains(&id) && text.contains("every 1s · next"),
+        "{text}"
+    );
+    assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
+
+    let paused = schedules(&["pause", &id]);
+    let text = String::from_utf8_lossy(&paused.stdout).into_owned();
+    assert!(
+        paused.status.success() && text.contains("· paused ·"),
+        "{text}"
+    );
+    assert!(!text.contains("next ticks"), "{text}");
+    let resumed = schedules(&["resume", &id]);
+    assert!(String::from_utf8_lossy(&resumed.stdout).contains("· active ·"));
+    let shown = schedules(&["show", &id]);
+    let text = String::from_utf8_lossy(&shown.stdout).into_owned();
+    assert!(text.contains("recent ticks (UTC), newest first:"), "{text}");
+
+    for (args, field) in [
+        (
+            vec![
+                "create",
+                "--agent",
+                "assistant",
+                "--input",
+                "x",
+                "--cron",
+                "0 9 * * *",
+                "--tz",
+                "Europe/Atlantis",
+            ],
+            "time_zone:",
+        ),
+        (
+            vec![
+                "create",
+                "--agent",
+                "assistant",
+                "--input",
+                "x",
+                "--every",
+                "500ms",
+            ],
+            "interval:",
+        ),
+        (vec!["pause", "sch_nope"], "schedule_id:"),
+    ] {
+        let refused = schedules(&args);
+        assert_eq!(refused.status.code(), Some(1));
+        let why = String::from_utf8_lossy(&refused.stderr).into_owned();
+        assert!(why.contains(field), "{why}");
+    }
+
+    assert!(schedules(&["delete", &id]).status.success());
+    let listed = schedules(&["list", "--json"]);
+    let left: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).expect("json")["scheduleId"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    assert!(!left.contains(&id), "{left:?}");
+    assert_eq!(left.len(), 1);
+    server.shutdown().await.expect("shutdown");
+}
