@@ -1206,3 +1206,198 @@ consoleTest('experiments: a running one is cancelled from its page, keeping what
   assert.equal(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth + 1), true, 'fits 390 px');
   await shot(page, 'phone-experiment-cancelled', { fullPage: true });
 });
+
+/** A call of the nested server's API with tenant alpha's key: `{status, body}`. */
+async function nestedApi(method, path, body) {
+  const res = await fetch(`${NESTED}${path}`, {
+    method,
+    headers: { Authorization: `Bearer ${KEY_A}`, ...(body ? { 'Content-Type': 'application/json' } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  return { status: res.status, body: await res.json() };
+}
+
+consoleTest('schedules: listed with their next fire times and latest tick; one paused, resumed and its run opened; one deleted; the agents file\'s has no buttons', async (page) => {
+  // One fires every 2 s (the run script lets an interval be this short);
+  // the other at 9:00 on weekdays in Paris, never during the test.
+  const every = await nestedApi('POST', '/v1/schedules', {
+    description: 'Ping sturdy every 2 s', agent: { agent: 'sturdy', input: 'ping' }, interval: '2s',
+  });
+  assert.equal(every.status, 200, JSON.stringify(every.body));
+  const endAt = new Date(Date.now() + 365 * 86400_000).toISOString();
+  const morning = await nestedApi('POST', '/v1/schedules', {
+    description: 'Morning report',
+    pipeline: { pipeline: { name: 'morning-report', steps: [{ id: 'check', agent: 'sturdy', task: 'the morning' }] } },
+    cron: '0 9 * * 1-5', timeZone: 'Europe/Paris', endAt,
+    overlap: 'SCHEDULE_OVERLAP_QUEUE_ONE', missed: 'SCHEDULE_MISSED_RUN_ONCE',
+  });
+  assert.equal(morning.status, 200, JSON.stringify(morning.body));
+  const A = every.body.scheduleId;
+  const B = morning.body.scheduleId;
+  assert.match(A, /^sch_/);
+  try {
+    // Its first tick: fired, with a run.
+    let fired = null;
+    for (let i = 0; !fired; i++) {
+      assert.ok(i < 100, 'no tick fired within 10 s');
+      const s = await nestedApi('GET', `/v1/schedules/${A}`);
+      fired = (s.body.recent || []).find((t) => t.outcome === 'SCHEDULE_TICK_OUTCOME_FIRED' && t.runId);
+      if (!fired) await sleep(100);
+    }
+
+    await openConsole(page, NESTED, KEY_A);
+    await page.locator(tid('nav-schedules')).click();
+    await page.locator(`${tid('schedules-state')}[data-state="ok"]`).waitFor();
+    assert.equal(await page.locator(tid('nav-schedules')).getAttribute('aria-current'), 'page');
+    const row = (id) => page.locator(`${tid('schedule-row')}[data-schedule-id="${id}"]`);
+    await row(A).waitFor();
+    // The agents file's first, then oldest first.
+    const ids = await page.locator(tid('schedule-row')).evaluateAll((trs) => trs.map((tr) => tr.dataset.scheduleId));
+    assert.deepEqual(ids, ['file:nightly_digest', A, B]);
+    // Every 2 s: active, due within seconds, its latest tick fired a run.
+    assert.equal(await row(A).locator(tid('schedule-link')).textContent(), 'Ping sturdy every 2 s');
+    assert.equal(await row(A).locator(tid('schedule-target')).textContent(), 'agent sturdy');
+    assert.equal(await row(A).locator(tid('schedule-when')).textContent(), 'every 2 s');
+    assert.equal(await row(A).locator(tid('schedule-state')).textContent(), 'active');
+    assert.match(await row(A).locator(tid('schedule-next')).textContent(), /^(in [12] s|due now)$/);
+    assert.match(await row(A).locator(tid('schedule-next')).getAttribute('title'), /\(\d{4}-\d\d-\d\dT.*Z\)$/);
+    await row(A).and(page.locator('[data-outcome="fired"]')).waitFor();
+    assert.equal(await row(A).locator(tid('schedule-last-outcome')).textContent(), 'fired');
+    assert.match(await row(A).locator(tid('schedule-last-run')).getAttribute('href'), /^#\/runs\/[0-9a-f-]{36}$/);
+    assert.match(await row(A).locator(tid('schedule-last-run-status')).textContent(), /^(running|completed)$/);
+    // At 9 on weekdays: a pipeline, not yet ticked.
+    assert.equal(await row(B).locator(tid('schedule-target')).textContent(), 'pipeline morning-report');
+    assert.equal(await row(B).locator(tid('schedule-when')).textContent(), '0 9 * * 1-5 Europe/Paris');
+    assert.match(await row(B).locator(tid('schedule-next')).textContent(), /^in \d+ (h|d)/);
+    assert.equal(await row(B).locator(tid('schedule-last')).textContent(), 'no tick yet');
+    // The agents file's: ended (its end is past), marked so.
+    const file = row('file:nightly_digest');
+    assert.equal(await file.getAttribute('data-state'), 'ended');
+    assert.equal(await file.locator(tid('schedule-file')).isVisible(), true);
+    assert.equal(await file.locator(tid('schedule-next')).textContent(), '—');
+    await shot(page, 'schedules', { fullPage: true });
+
+    // One schedule: its definition, next fire times, ticks.
+    await row(A).locator(tid('schedule-link')).click();
+    const detail = page.locator(`${tid('schedule-page')}[data-schedule-id="${A}"]`);
+    await page.locator(`${tid('schedule-page')}[data-state="active"]`).waitFor();
+    assert.equal(await detail.locator(tid('schedule-title')).textContent(), 'Ping sturdy every 2 s');
+    assert.equal(await page.locator(tid('schedule-id')).textContent(), A);
+    assert.equal(await page.locator(tid('schedule-target')).textContent(), 'agent sturdy');
+    assert.equal(await page.locator(tid('schedule-input')).textContent(), 'ping');
+    assert.equal(await page.locator(tid('schedule-when')).textContent(), 'every 2 s');
+    assert.equal(await page.locator(tid('schedule-end')).textContent(), 'never');
+    assert.equal(await page.locator(tid('schedule-overlap')).textContent(), 'skip');
+    assert.equal(await page.locator(tid('schedule-missed')).textContent(), 'skip');
+    assert.equal(await page.locator(tid('schedule-origin')).textContent(), 'through the API');
+    assert.equal(await page.locator(tid('schedule-next-time')).count(), 5);
+    const firedRow = page.locator(`${tid('tick-row')}[data-run-id="${fired.runId}"]`);
+    await firedRow.waitFor();
+    assert.equal(await firedRow.getAttribute('data-outcome'), 'fired');
+    assert.equal(await firedRow.locator(tid('tick-run')).getAttribute('href'), `#/runs/${fired.runId}`);
+    assert.match(await firedRow.locator(tid('tick-run-status')).textContent(), /^(running|completed)$/);
+    assert.equal(await page.locator(tid('schedule-file-note')).isVisible(), false);
+    await shot(page, 'schedule', { fullPage: true });
+
+    // Paused: no next fire time, and no tick fires.
+    await page.locator(tid('schedule-pause')).click();
+    await page.locator(`${tid('schedule-page')}[data-state="paused"]`).waitFor();
+    assert.equal(await page.locator(tid('schedule-state')).textContent(), 'paused');
+    assert.equal(await page.locator(tid('schedule-next-time')).count(), 0);
+    assert.match(await page.locator(tid('schedule-no-next')).textContent(), /^None while it is paused/);
+    assert.equal(await page.locator(tid('schedule-pause')).isVisible(), false);
+    await sleep(500);
+    const paused = await nestedApi('GET', `/v1/schedules/${A}`);
+    assert.equal(paused.body.paused, true);
+    assert.deepEqual(paused.body.nextFireTimes || [], []);
+    await sleep(2500);
+    const later = await nestedApi('GET', `/v1/schedules/${A}`);
+    assert.equal(later.body.recent[0].tickAt, paused.body.recent[0].tickAt, 'a paused schedule fired');
+    await shot(page, 'schedule-paused');
+    // Resumed: active again, its next fire times back.
+    await page.locator(tid('schedule-resume')).click();
+    await page.locator(`${tid('schedule-page')}[data-state="active"]`).waitFor();
+    assert.equal(await page.locator(tid('schedule-next-time')).count(), 5);
+    assert.equal(await page.locator(tid('schedule-resume')).isVisible(), false);
+
+    // The pipeline's: its policies, its end, its ticks at 9:00 in Paris.
+    await page.goto(`${NESTED}/#/schedules/${B}`);
+    await page.locator(`${tid('schedule-page')}[data-schedule-id="${B}"][data-state="active"]`).waitFor();
+    assert.equal(await page.locator(tid('schedule-target')).textContent(), 'pipeline morning-report');
+    assert.equal(await page.locator(tid('schedule-input')).textContent(), '1 step: check (sturdy)');
+    assert.equal(await page.locator(tid('schedule-when')).textContent(), '0 9 * * 1-5 in Europe/Paris');
+    assert.equal(await page.locator(tid('schedule-overlap')).textContent(), 'queue one');
+    assert.equal(await page.locator(tid('schedule-missed')).textContent(), 'run once');
+    assert.notEqual(await page.locator(tid('schedule-end')).textContent(), 'never');
+    const times = await page.locator(tid('schedule-next-time')).evaluateAll((els) => els.map((el) => el.dataset.at));
+    assert.equal(times.length, 5);
+    for (const t of times) {
+      const paris = new Intl.DateTimeFormat('en-GB', { timeZone: 'Europe/Paris', weekday: 'short', hour: '2-digit', minute: '2-digit' }).format(new Date(t));
+      assert.match(paris, /^(Mon|Tue|Wed|Thu|Fri) 09:00$/, `${t} is ${paris} in Paris`);
+    }
+    assert.equal(await page.locator(tid('ticks-empty')).isVisible(), true);
+    // Deleted, after a confirmation in the page: gone from the list.
+    await page.locator(tid('schedule-delete')).click();
+    await page.locator(tid('schedule-delete-box')).waitFor();
+    assert.equal((await nestedApi('GET', `/v1/schedules/${B}`)).status, 200, 'deleted before it was confirmed');
+    await page.locator(tid('schedule-delete-confirm')).click();
+    await page.locator(tid('schedules-page')).waitFor();
+    assert.equal(new URL(page.url()).hash, '#/schedules');
+    await page.locator(`${tid('schedules-state')}[data-state="ok"]`).waitFor();
+    await row(A).waitFor();
+    assert.equal(await row(B).count(), 0, 'the deleted schedule is listed');
+    assert.equal((await nestedApi('GET', `/v1/schedules/${B}`)).status, 404);
+
+    // The agents file's: said so, without buttons.
+    await page.goto(`${NESTED}/#/schedules/${encodeURIComponent('file:nightly_digest')}`);
+    await page.locator(`${tid('schedule-page')}[data-state="ended"]`).waitFor();
+    assert.match(await page.locator(tid('schedule-file-note')).textContent(), /^Declared in the agents file, as schedules\.nightly_digest/);
+    assert.equal(await page.locator(tid('schedule-origin')).textContent(), 'in the agents file');
+    for (const b of ['schedule-pause', 'schedule-resume', 'schedule-delete']) {
+      assert.equal(await page.locator(tid(b)).isVisible(), false, `${b} shows for the agents file's schedule`);
+    }
+    assert.equal(await page.locator(tid('schedule-no-next')).textContent(), 'None: it has ended.');
+    await shot(page, 'schedule-file');
+
+    // At phone width: nothing scrolls sideways.
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.goto(`${NESTED}/#/schedules`);
+    await row(A).and(page.locator('[data-outcome="fired"]')).waitFor();
+    assert.equal(await fitsWidth(page), true, 'the schedules page fits 390 px');
+    await shot(page, 'phone-schedules', { fullPage: true });
+    await page.goto(`${NESTED}/#/schedules/${A}`);
+    await page.locator(`${tid('schedule-page')}[data-state="active"]`).waitFor();
+    await page.locator(tid('tick-row')).first().waitFor();
+    assert.equal(await fitsWidth(page), true, 'a schedule fits 390 px');
+    await shot(page, 'phone-schedule', { fullPage: true });
+    await page.setViewportSize({ width: 1280, height: 800 });
+
+    // Paused, its latest run stays put: opened from the list, it says
+    // which schedule started it.
+    assert.equal((await nestedApi('POST', `/v1/schedules/${A}:pause`)).status, 200);
+    await page.goto(`${NESTED}/#/schedules`);
+    await row(A).and(page.locator('[data-state="paused"]')).waitFor();
+    const runId = await row(A).getAttribute('data-run-id');
+    assert.match(runId, /^[0-9a-f-]{36}$/);
+    await row(A).locator(tid('schedule-last-run')).click();
+    await page.locator(`${tid('run-page')}[data-run-id="${runId}"]`).waitFor();
+    await waitStatus(page, 'RUN_STATUS_COMPLETED');
+    assert.equal(await page.locator(tid('run-target')).textContent(), 'sturdy');
+    assert.equal(await page.locator(tid('run-schedule-link')).getAttribute('href'), `#/schedules/${A}`);
+    await shot(page, 'schedule-run');
+
+    // Another tenant sees none of them, and is told how to make one.
+    await page.locator(tid('api-key')).fill(KEY_B);
+    await page.locator(tid('api-key-save')).click();
+    await page.locator(tid('nav-schedules')).click();
+    await page.locator(`${tid('schedules-state')}[data-state="ok"]`).waitFor();
+    await page.locator(tid('schedules-empty')).waitFor();
+    assert.equal(await page.locator(tid('schedule-row')).count(), 0);
+    assert.match(await page.locator(tid('schedules-how-cli')).textContent(), /^baton schedules create /);
+    assert.match(await page.locator(tid('schedules-how-api')).textContent(), /^POST \/v1\/schedules /);
+    await shot(page, 'schedules-empty');
+  } finally {
+    await nestedApi('DELETE', `/v1/schedules/${A}`).catch(() => {});
+    await nestedApi('DELETE', `/v1/schedules/${B}`).catch(() => {});
+  }
+});

@@ -161,6 +161,17 @@ export const api = {
     request('GET', `/v1/experiments/${enc(baseline)}:compare?candidate=${enc(candidate)}`, undefined, signal),
   /** A dataset case made of an ended run: `{caseJson}`. */
   saveCase: (runId, inlineRecording) => request('POST', `/v1/runs/${enc(runId)}:saveCase`, { inlineRecording: !!inlineRecording }),
+  /** The tenant's schedules, the agents file's first, then oldest first;
+   * each with its next fire times and recent ticks (the latest's run status). */
+  listSchedules: (signal) => request('GET', '/v1/schedules', undefined, signal),
+  /** A schedule with its next fire times and recent ticks (each run's status). */
+  getSchedule: (id, signal) => request('GET', `/v1/schedules/${enc(id)}`, undefined, signal),
+  /** Stops a schedule firing; the schedule as it now is. */
+  pauseSchedule: (id) => request('POST', `/v1/schedules/${enc(id)}:pause`),
+  /** Fires a paused schedule again from its next tick; the schedule as it now is. */
+  resumeSchedule: (id) => request('POST', `/v1/schedules/${enc(id)}:resume`),
+  /** Deletes a schedule (the runs it started go on). */
+  deleteSchedule: (id) => request('DELETE', `/v1/schedules/${enc(id)}`),
   slots: (traceId, signal) => request('GET', `/v1/traces/${enc(traceId)}/slots`, undefined, signal),
   eventsPath: (runId, afterSeq) => `/v1/runs/${enc(runId)}/events?after_seq=${afterSeq}`,
   slotsWatchPath: (traceId) => `/v1/traces/${enc(traceId)}/slots:watch`,

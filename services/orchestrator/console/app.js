@@ -2,9 +2,10 @@
 // the router between the runs page (#/runs), a run's page (#/runs/{runId};
 // #/runs/{runId}?pending={approvalId or inputId} shows that item once drawn),
 // the conversations page (#/conversations) and a conversation's chat
-// (#/conversations/{id}; #/conversations/new starts one), and the
+// (#/conversations/{id}; #/conversations/new starts one), the
 // experiments (#/experiments, #/experiments/{id},
-// #/experiments/compare?baseline=…&candidate=…).
+// #/experiments/compare?baseline=…&candidate=…), and the schedules
+// (#/schedules, #/schedules/{id}).
 
 import { api, getKey, setKey } from './api.js';
 import { openChat } from './chat.js';
@@ -12,6 +13,7 @@ import { openConversations } from './conversations.js';
 import { openComparison, openExperiment, openExperiments } from './experiments.js';
 import { openRun } from './run.js';
 import { openRuns } from './runs.js';
+import { openSchedule, openSchedules } from './schedules.js';
 import { clear, h, shortId } from './util.js';
 
 const main = document.getElementById('main');
@@ -101,6 +103,15 @@ function route() {
     section = 'experiments';
     document.title = 'Experiments · Baton';
     page = openExperiments(main, app);
+  } else if (/^#\/schedules\/([^/?#]+)$/.test(location.hash)) {
+    section = 'schedules';
+    const id = decodeURIComponent(/^#\/schedules\/([^/?#]+)$/.exec(location.hash)[1]);
+    document.title = `Schedule ${shortId(id)} · Baton`;
+    page = openSchedule(main, id, app);
+  } else if (/^#\/schedules\/?$/.test(location.hash)) {
+    section = 'schedules';
+    document.title = 'Schedules · Baton';
+    page = openSchedules(main, app);
   } else if (/^#\/conversations\/?$/.test(location.hash)) {
     section = 'conversations';
     document.title = 'Conversations · Baton';

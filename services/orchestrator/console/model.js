@@ -107,6 +107,10 @@ export class RunModel {
     this.replayOf = '';
     /** For a case of an experiment: the experiment (GetRun's experimentId). */
     this.experimentId = '';
+    /** For a run a schedule started: the schedule (GetRun's scheduleId)
+     * and the tick it was started for (ms; NaN when not said). */
+    this.scheduleId = '';
+    this.scheduleTickAt = NaN;
     /** Its live scores (GetRun's scores), once scored. */
     this.scores = [];
     /** For a replay: whether it is strict; its stats once it ended
@@ -170,6 +174,8 @@ export class RunModel {
     this.historyGone = !!r.historyGone;
     if (r.replayOf) this.replayOf = r.replayOf;
     if (r.experimentId) this.experimentId = r.experimentId;
+    if (r.scheduleId) this.scheduleId = r.scheduleId;
+    if (r.scheduleTickAt) this.scheduleTickAt = parseTime(r.scheduleTickAt);
     if (r.scores && r.scores.length) this.scores = r.scores;
     if (r.conversationId) this.conversationId = r.conversationId;
     if (r.runContextJson) this.runContextJson = r.runContextJson;

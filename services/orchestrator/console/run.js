@@ -62,6 +62,8 @@ export function openRun(main, runId, app, query = new URLSearchParams()) {
   el.replayOfFact = h('div', { hidden: true }, h('dt', { text: 'Replay of' }), el.replayOf);
   el.experiment = h('dd', { 'data-testid': 'run-experiment' });
   el.experimentFact = h('div', { hidden: true }, h('dt', { text: 'Experiment' }), el.experiment);
+  el.schedule = h('dd', { 'data-testid': 'run-schedule' });
+  el.scheduleFact = h('div', { hidden: true }, h('dt', { text: 'Schedule' }), el.schedule);
   el.scores = h('dd', { 'data-testid': 'run-scores', class: 'scores' });
   el.scoresFact = h('div', { hidden: true, class: 'wide' }, h('dt', { text: 'Live scores' }), el.scores);
   el.replays = h('dd', { 'data-testid': 'run-replays' });
@@ -130,7 +132,7 @@ export function openRun(main, runId, app, query = new URLSearchParams()) {
         fact('Run', h('dd', null, h('code', { 'data-testid': 'run-id', text: runId })), true),
         fact('Kind', el.kind), fact('Trace', el.trace, true), fact('Started', el.started),
         fact('Duration', el.duration), fact('Usage', el.usage, true), fact('Events', el.events), fact('Stream', el.stream),
-        el.conversationFact, el.experimentFact, el.scoresFact, el.originFact, el.forksFact, el.replayOfFact, el.replaysFact),
+        el.conversationFact, el.experimentFact, el.scheduleFact, el.scoresFact, el.originFact, el.forksFact, el.replayOfFact, el.replaysFact),
       h('div', { class: 'actions' }, el.continue, el.cancel, el.replayBtn, el.saveCaseBtn),
       el.gone, el.outcome, el.replay, el.forkBox, el.replayBox, el.saveCaseBox, el.pending),
     tablist, ...Object.values(panel)));
@@ -282,6 +284,14 @@ export function openRun(main, runId, app, query = new URLSearchParams()) {
       el.experiment.dataset.id = model.experimentId;
       el.experiment.replaceChildren(h('a', { href: `#/experiments/${encodeURIComponent(model.experimentId)}`, title: model.experimentId },
         h('code', { text: shortId(model.experimentId) })));
+    }
+    // A run a schedule started: the way to the schedule, and its tick.
+    el.scheduleFact.hidden = !model.scheduleId;
+    if (model.scheduleId && el.schedule.dataset.id !== model.scheduleId) {
+      el.schedule.dataset.id = model.scheduleId;
+      el.schedule.replaceChildren(h('a', { href: `#/schedules/${encodeURIComponent(model.scheduleId)}`, title: model.scheduleId, 'data-testid': 'run-schedule-link' },
+        h('code', { text: shortId(model.scheduleId) })),
+      Number.isFinite(model.scheduleTickAt) ? ` · tick ${fmtTime(model.scheduleTickAt)}` : '');
     }
     // A run of a conversation: the way back to it, to say the next thing.
     const conv = model.conversationId;

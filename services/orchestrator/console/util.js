@@ -128,6 +128,17 @@ export function fmtAgo(ms, now = Date.now()) {
   return `${Math.floor(s / 86400)} d ago`;
 }
 
+/** How long until, roughly: `in 8 s`, `in 3 m 05 s`, `in 2 h 03 m`, `in 4 d`; `due now` once past. */
+export function fmtIn(ms, now = Date.now()) {
+  if (!Number.isFinite(ms)) return '—';
+  const s = Math.ceil((ms - now) / 1000);
+  if (s <= 0) return 'due now';
+  if (s < 60) return `in ${s} s`;
+  if (s < 3600) return `in ${Math.floor(s / 60)} m ${pad2(s % 60)} s`;
+  if (s < 86400) return `in ${Math.floor(s / 3600)} h ${pad2(Math.floor(s / 60) % 60)} m`;
+  return `in ${Math.floor(s / 86400)} d`;
+}
+
 const intFmt = new Intl.NumberFormat();
 /** An integer with grouping: `12,345`. */
 export function fmtInt(n) {
