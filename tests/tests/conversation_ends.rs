@@ -335,6 +335,7 @@ async fn an_append_written_with_a_runs_end_is_applied_by_the_next_message_when_i
         forked_from: None,
         replay_of: None,
         experiment: None,
+        schedule: None,
         scores: Vec::new(),
         replay_strict: false,
         replay_diverged: false,

@@ -39,6 +39,7 @@ fn meta(tenant: &str) -> RunMeta {
         forked_from: None,
         replay_of: None,
         experiment: None,
+        schedule: None,
         scores: Vec::new(),
         replay_strict: false,
         replay_diverged: false,

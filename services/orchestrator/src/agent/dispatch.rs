@@ -16,7 +16,7 @@ use super::call_sink::CallSink;
 use super::frame::{CallFrame, CallOutput, CallResult, FrameView, RunFrame, duration};
 use super::people::{self, approve};
 use crate::run::context::ContextInfo;
-use crate::run::record::LiveGuard;
+use crate::run::guards::LiveGuard;
 use crate::run::recording::rerun::Answer;
 use crate::run::recording::unit;
 use crate::run::state::Run;

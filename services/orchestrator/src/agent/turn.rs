@@ -14,7 +14,7 @@ use crate::model::call::lock;
 use crate::model::{ChatMessage, DeltaSink as _, ModelTurn, Role, asked::Asked};
 use crate::pipeline::StepCall;
 use crate::run::failure::Failure;
-use crate::run::record::LiveGuard;
+use crate::run::guards::LiveGuard;
 use crate::run::recording::rerun::Answer;
 use crate::run::recording::unit;
 use crate::run::state::Run;

@@ -202,10 +202,9 @@ pub struct Catalog {
     pub prices: prices::Prices,
     /// See [`AgentsFile::default_max_output_tokens`].
     pub default_max_output_tokens: u32,
-    /// Schedules by name, as written (see `crate::schedule::file`).
+    /// Schedules by name, as written (`crate::schedule::file` reads them).
     pub schedules: BTreeMap<String, schedules::ScheduleSpec>,
-    /// The SHA-256 (hex) of the agents file's text (empty when the catalog
-    /// was not read from text); an experiment's record keeps it.
+    /// The agents file text's SHA-256 (hex; empty if not read from text).
     pub digest: String,
 }
 

@@ -57,10 +57,15 @@ pub fn prepare(
     shutdown: &CancellationToken,
     run_id: Option<String>,
 ) -> Prepared {
-    let record = match run_id {
-        Some(id) => RunRecord::named(id, trace_id, kind, target, tenant, options.detach, shutdown),
-        None => RunRecord::new(trace_id, kind, target, tenant, options.detach, shutdown),
-    };
+    let record = RunRecord::new(
+        run_id,
+        trace_id,
+        kind,
+        target,
+        tenant,
+        options.detach,
+        shutdown,
+    );
     record.set_run_timeout(options.limits.run_timeout);
     prepare_record(services, record, run_span, options)
 }

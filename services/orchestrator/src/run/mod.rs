@@ -46,6 +46,7 @@ pub mod drive;
 pub mod durable;
 pub mod events;
 pub mod failure;
+pub mod guards;
 mod history;
 pub mod hooks;
 pub mod launch;
@@ -125,6 +126,7 @@ pub(crate) mod testing {
         )
         .expect("services");
         let record = RunRecord::new(
+            None,
             TraceId::random(),
             pb::RunKind::Agent,
             "test".into(),

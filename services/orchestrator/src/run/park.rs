@@ -304,6 +304,7 @@ mod tests {
 
     fn detached() -> Arc<RunRecord> {
         let run = RunRecord::new(
+            None,
             TraceId::random(),
             pb::RunKind::Agent,
             "a".into(),

@@ -232,30 +232,12 @@ impl RunRecord {
         self.logged.notify_waiters();
     }
 
-    /// A new running run whose token is a child of `parent`.
+    /// A new running run whose token is a child of `parent`, with a new
+    /// id, or `run_id` when one was chosen before (a schedule's tick names
+    /// its run first: see `crate::schedule`).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
-        trace_id: TraceId,
-        kind: pb::RunKind,
-        target: String,
-        tenant: String,
-        detached: bool,
-        parent: &CancellationToken,
-    ) -> Arc<Self> {
-        Self::named(
-            uuid::Uuid::now_v7().to_string(),
-            trace_id,
-            kind,
-            target,
-            tenant,
-            detached,
-            parent,
-        )
-    }
-
-    /// The record of a new run whose id was chosen before (a schedule's
-    /// tick names its run first: see `crate::schedule`).
-    pub fn named(
-        run_id: String,
+        run_id: Option<String>,
         trace_id: TraceId,
         kind: pb::RunKind,
         target: String,
@@ -264,7 +246,7 @@ impl RunRecord {
         parent: &CancellationToken,
     ) -> Arc<Self> {
         let started = Started {
-            run_id,
+            run_id: run_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
             started_at: SystemTime::now(),
             last_seq: 0,
         };
@@ -607,23 +589,6 @@ impl Drop for Working<'_> {
 
 pub(super) use super::clock::now_ms;
 
-/// Counts a frame or tool call as alive while it exists.
-pub struct LiveGuard(Arc<RunRecord>);
-
-impl LiveGuard {
-    /// Counts one more live task of `record`.
-    pub fn new(record: &Arc<RunRecord>) -> Self {
-        record.live_tasks.fetch_add(1, Ordering::SeqCst);
-        Self(record.clone())
-    }
-}
-
-impl Drop for LiveGuard {
-    fn drop(&mut self) {
-        self.0.live_tasks.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -632,6 +597,7 @@ mod tests {
 
     fn record() -> Arc<RunRecord> {
         RunRecord::new(
+            None,
             TraceId::random(),
             pb::RunKind::Agent,
             "a".into(),

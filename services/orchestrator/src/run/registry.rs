@@ -257,6 +257,7 @@ mod tests {
 
     fn new_run() -> Arc<RunRecord> {
         RunRecord::new(
+            None,
             TraceId::random(),
             pb::RunKind::Agent,
             "a".into(),

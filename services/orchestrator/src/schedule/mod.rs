@@ -27,6 +27,8 @@ pub mod store;
 
 use std::sync::Arc;
 
+use tokio_util::sync::CancellationToken;
+
 use baton_proto::v1 as pb;
 
 use crate::{
@@ -84,6 +86,18 @@ impl Schedules {
     /// The server's config of them.
     pub fn config(&self) -> &ScheduleConfig {
         &self.config
+    }
+
+    /// Claims and fires this replica's share of the ticks due until
+    /// `stop` (see [`runner`]).
+    pub async fn run(self: Arc<Self>, starter: Arc<dyn Starter>, stop: CancellationToken) {
+        runner::Runner {
+            store: &self.store,
+            config: &self.config,
+            wake: &self.wake,
+        }
+        .run(starter, stop)
+        .await;
     }
 
     /// The definition of a checked request: `target` is what its runs

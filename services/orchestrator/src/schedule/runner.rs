@@ -18,11 +18,11 @@ use baton_proto::v1::{ScheduleOverlap, ScheduleTickOutcome as Outcome};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Schedules,
     plan::{Step, plan},
     spec::Spec,
-    store::{Claim, Pending, Stored, Tick},
+    store::{Claim, Pending, Store, Stored, Tick},
 };
+use crate::config::schedules::ScheduleConfig;
 
 /// Most schedules a replica claims at once.
 const CLAIM_AT_ONCE: usize = 16;
@@ -51,9 +51,19 @@ pub trait Starter: Send + Sync + 'static {
     async fn running(&self, tenant: &str, run_id: &str) -> Result<bool, String>;
 }
 
-impl Schedules {
+/// A replica's scheduler over a store.
+pub struct Runner<'a> {
+    /// Where the schedules are.
+    pub store: &'a Store,
+    /// The server's config of them.
+    pub config: &'a ScheduleConfig,
+    /// Wakes it (a schedule made or resumed here).
+    pub wake: &'a tokio::sync::Notify,
+}
+
+impl Runner<'_> {
     /// Claims and handles schedules due until `stop`.
-    pub async fn run(self: Arc<Self>, starter: Arc<dyn Starter>, stop: CancellationToken) {
+    pub async fn run(&self, starter: Arc<dyn Starter>, stop: CancellationToken) {
         let poll = self.config.poll;
         let lease_ms = self.config.lease.as_millis() as i64;
         loop {

@@ -61,6 +61,19 @@ pub fn timestamp(ms: i64) -> baton_proto::wkt::Timestamp {
     }
 }
 
+/// An optional duration field; a negative or malformed one is refused
+/// naming `field`.
+fn duration(
+    field: &'static str,
+    v: Option<baton_proto::wkt::Duration>,
+) -> Result<Option<Duration>> {
+    let Some(v) = v else { return Ok(None) };
+    if v.seconds < 0 || v.nanos < 0 || v.nanos >= 1_000_000_000 {
+        return Err(Error::invalid(field, "must be a duration of at least zero"));
+    }
+    Ok(Some(Duration::new(v.seconds as u64, v.nanos as u32)))
+}
+
 fn parse_cron(field: &'static str, text: &str) -> Result<croner::Cron> {
     croner::Cron::from_str(text)
         .map_err(|e| Error::invalid(field, format!("{text:?} is not a cron expression: {e}")))
@@ -119,7 +132,7 @@ pub fn check(r: &pb::CreateScheduleRequest, now_ms: i64, min_interval: Duration)
                     "applies to cron only (an interval counts from the schedule's creation)",
                 ));
             }
-            let every = crate::wire::duration("interval", r.interval)?.unwrap_or_default();
+            let every = duration("interval", r.interval)?.unwrap_or_default();
             let every_ms = every.as_millis() as i64;
             if every_ms < min_ms {
                 return Err(Error::invalid(
@@ -215,7 +228,7 @@ impl Spec {
     /// The timing of a stored definition (checked when it was made).
     pub fn of(def: &pb::Schedule) -> Result<Self> {
         let when = if def.cron.is_empty() {
-            let every = crate::wire::duration("interval", def.interval)?.unwrap_or_default();
+            let every = duration("interval", def.interval)?.unwrap_or_default();
             When::Every {
                 every_ms: (every.as_millis() as i64).max(1),
                 anchor_ms: def.created_at.as_ref().map(ms).unwrap_or_default(),
@@ -399,12 +412,13 @@ mod tests {
 
     #[test]
     fn cron_ticks_in_its_time_zone() {
-        let spec = check(&request("0 9 * * *", "Europe/Paris", None), NOW, MIN).unwrap();
+        let spec = check(&request("0 9 * * *", "Europe/Paris", None), NOW, MIN).expect("checks");
         // 09:00 in Paris in December is 08:00 UTC: the next is tomorrow's.
-        let next = spec.next_after(NOW).unwrap();
+        let next = spec.next_after(NOW).expect("a tick");
         assert_eq!(next, NOW + 20 * 3600 * 1000);
-        let spec = check(&request("0 9 * * *", "America/New_York", None), NOW, MIN).unwrap();
-        assert_eq!(spec.next_after(NOW).unwrap(), NOW + 2 * 3600 * 1000);
+        let spec =
+            check(&request("0 9 * * *", "America/New_York", None), NOW, MIN).expect("checks");
+        assert_eq!(spec.next_after(NOW).expect("a tick"), NOW + 2 * 3600 * 1000);
         assert_eq!(
             spec.last_at_or_before(NOW + 2 * 3600 * 1000, 0),
             Some(NOW + 2 * 3600 * 1000)
@@ -416,7 +430,7 @@ mod tests {
     fn intervals_count_from_creation_and_stop_at_the_end() {
         let mut r = request("", "", Some(60));
         r.end_at = Some(timestamp(NOW + 150_000));
-        let spec = check(&r, NOW, MIN).unwrap();
+        let spec = check(&r, NOW, MIN).expect("checks");
         assert_eq!(spec.next_after(NOW), Some(NOW + 60_000));
         assert_eq!(spec.next_after(NOW + 60_000), Some(NOW + 120_000));
         assert_eq!(spec.next_after(NOW + 120_000), None);

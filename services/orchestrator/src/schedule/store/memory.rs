@@ -3,7 +3,7 @@
 
 use std::{collections::HashMap, sync::Mutex};
 
-use super::{Claim, Claimed, State, Stored};
+use super::record::{Claim, Claimed, State, Stored};
 
 struct Entry {
     s: Stored,
@@ -64,7 +64,7 @@ impl MemorySchedules {
             .map(|e| e.s.clone())
             .collect();
         out.sort_by(|a, b| {
-            let at = |s: &Stored| s.def.created_at.as_ref().map(super::super::spec::ms);
+            let at = |s: &Stored| s.def.created_at.as_ref().map(crate::schedule::spec::ms);
             at(a).cmp(&at(b)).then_with(|| a.id.cmp(&b.id))
         });
         out

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use prost::Message as _;
 use redis::Script;
 
-use super::{Claim, Claimed, State, Stored};
+use super::record::{Claim, Claimed, State, Stored};
 use crate::{
     error::{Error, Result},
     shared_state::{NOW, SharedState, hex, redis_error},
