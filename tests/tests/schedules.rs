@@ -444,6 +444,32 @@ async fn the_agents_files_schedules_fire_and_only_the_file_changes_them() {
     assert_eq!(nightly.time_zone, "Europe/Paris");
     assert_eq!(nightly.overlap, pb::ScheduleOverlap::QueueOne as i32);
     assert_eq!(nightly.missed, pb::ScheduleMissed::RunOnce as i32);
+    // Declared again (a reload, a replica starting): it keeps its
+    // creation, so its interval's phase, and its ticks.
+    baton_orchestrator::app::schedules::declare_from_file(server.core.clone()).await;
+    let again = client.get_schedule("file:heartbeat").await.expect("get");
+    assert_eq!(again.created_at, s.created_at);
+    assert!(fired(&again).len() >= fired(&s).len());
+    // Paused in the file: paused; the file's too-short interval left out.
+    let catalog = baton_orchestrator::catalog::Catalog::from_yaml(
+        &FILE_AGENTS
+            .replace("    every: 1s\n", "    every: 1s\n    paused: true\n")
+            .replace(
+                "    cron: \"0 2 * * *\"\n    time_zone: Europe/Paris\n",
+                "    every: 10ms\n",
+            ),
+    )
+    .expect("the file parses");
+    let declared = baton_orchestrator::schedule::file::declared(&catalog).expect("declared");
+    server
+        .core
+        .declare_schedules(declared)
+        .await
+        .expect("declare");
+    let listed = client.list_schedules().await.expect("list");
+    let ids: Vec<&str> = listed.iter().map(|s| s.schedule_id.as_str()).collect();
+    assert_eq!(ids, ["file:heartbeat"], "nightly, at 10ms, left out");
+    assert!(listed[0].paused && listed[0].next_fire_times.is_empty());
     for e in [
         client
             .pause_schedule("file:heartbeat")
@@ -600,7 +626,8 @@ async fn every_tick_fires_once_across_a_rolling_restart_and_a_sigkill() {
 /// The window a killed replica leaves: a tick recorded as pending with
 /// its run's id, its run started (or not) before the replica died. The
 /// replica that takes the schedule over finds the run started and records
-/// it, or starts it with that id; either way one run for the tick.
+/// it, or starts it with that id; either way one run for the tick. A
+/// pending tick of before a pause is only looked for: not started.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pending_tick_is_fired_once_whether_or_not_its_run_started() {
     use baton_orchestrator::schedule::{Fired, Starter as _};
@@ -621,11 +648,12 @@ async fn a_pending_tick_is_fired_once_whether_or_not_its_run_started() {
         .get_multiplexed_async_connection()
         .await
         .expect("conn");
-    for started_before in [true, false] {
+    for (started_before, paused) in [(true, false), (false, false), (false, true)] {
+        // Not due for an hour, or paused.
         let made = client
             .create_schedule(pb::CreateScheduleRequest {
-                paused: true,
-                ..quick_every(1)
+                paused,
+                ..quick_every(3600)
             })
             .await
             .expect("create");
@@ -662,21 +690,45 @@ async fn a_pending_tick_is_fired_once_whether_or_not_its_run_started() {
             .query_async(&mut conn)
             .await
             .expect("hset");
-        client.resume_schedule(&id).await.expect("resume");
+        if paused {
+            // Resumed after the tick: its run is not started now.
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+            client.resume_schedule(&id).await.expect("resume");
+        }
+        {
+            // Due now, as it was when its replica died.
+            let _: () = redis::cmd("ZADD")
+                .arg("baton:sch:{all}:due")
+                .arg(0)
+                .arg(&id)
+                .query_async(&mut conn)
+                .await
+                .expect("zadd");
+        }
         let s = wait_for(&client, &id, Duration::from_secs(10), |s| {
-            s.recent.iter().any(|t| t.run_id == run_id)
+            s.recent.iter().any(|t| ms(&t.tick_at) == tick)
         })
         .await;
-        client.pause_schedule(&id).await.expect("pause");
-        let t = s.recent.iter().find(|t| t.run_id == run_id).expect("tick");
-        assert_eq!(ms(&t.tick_at), tick);
-        assert_eq!(t.outcome, pb::ScheduleTickOutcome::Fired as i32);
+        let t = s
+            .recent
+            .iter()
+            .find(|t| ms(&t.tick_at) == tick)
+            .expect("tick");
         let by_tick = runs_by_tick(&client, &id).await;
-        assert_eq!(
-            by_tick.get(&tick),
-            Some(&vec![run_id.clone()]),
-            "one run for the tick ({started_before}): {by_tick:?}"
-        );
+        if paused {
+            assert_eq!(t.outcome, pb::ScheduleTickOutcome::Refused as i32, "{t:?}");
+            assert!(t.message.contains("paused"), "{t:?}");
+            assert!(by_tick.is_empty(), "nothing started: {by_tick:?}");
+        } else {
+            assert_eq!(t.outcome, pb::ScheduleTickOutcome::Fired as i32);
+            assert_eq!(t.run_id, run_id);
+            assert_eq!(
+                by_tick.get(&tick),
+                Some(&vec![run_id.clone()]),
+                "one run for the tick ({started_before}): {by_tick:?}"
+            );
+        }
+        client.delete_schedule(&id).await.expect("delete");
     }
     server.shutdown().await.expect("shutdown");
 }

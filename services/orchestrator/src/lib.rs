@@ -243,11 +243,8 @@ pub async fn serve_core(
     let core = core.with_webhooks(webhooks.clone());
     // Schedules: kept in Redis beside durable runs; this replica's
     // scheduler fires its share of the ticks due until shutdown begins.
-    let schedules = schedule::Schedules::new(
-        &config.schedules,
-        core.durable().map(|d| d.shared().clone()),
-    );
-    let core = core.with_schedules(schedules);
+    // (The core's own, so a clone taken before serving shares them.)
+    core.schedules().configure(&config.schedules);
     tasks.spawn(app::schedules::declare_from_file(core.clone()));
     tasks.spawn(app::schedules::scheduler(&core, shutdown.clone()));
     // The worker outlives the runs' grace period: what they deliver as

@@ -113,12 +113,6 @@ impl Orchestrator {
         self
     }
 
-    /// Takes `schedules` (the server's config of them).
-    pub fn with_schedules(mut self, schedules: Arc<crate::schedule::Schedules>) -> Self {
-        self.schedules = schedules;
-        self
-    }
-
     /// The schedules.
     pub fn schedules(&self) -> &Arc<crate::schedule::Schedules> {
         &self.schedules

@@ -97,6 +97,15 @@ impl Orchestrator {
                 crate::run::launch::now_ms(),
                 self.schedules.config().min_interval,
             )?;
+            if let Some(a) = &r.agent
+                && a.new_conversation
+                && !a.conversation_id.is_empty()
+            {
+                return Err(Error::invalid(
+                    "agent.new_conversation",
+                    "would start the same conversation at every tick (the second is refused): leave it unset to continue the conversation",
+                ));
+            }
             let (_, target) =
                 self.check_scheduled(&self.services(), r.agent.as_ref(), r.pipeline.as_ref())?;
             self.schedules.create(&caller.tenant, r, target).await
@@ -211,11 +220,17 @@ impl Starter for Orchestrator {
         } else if self.runs.get(run_id).is_ok() {
             return Fired::Existed;
         }
-        let checked =
-            match self.check_scheduled(&services, s.def.agent.as_ref(), s.def.pipeline.as_ref()) {
-                Ok((checked, _)) => checked,
-                Err(e) => return Fired::Refused(e.to_string()),
-            };
+        // A tick does not wait for its conversation's running run (it
+        // would hold the schedule meanwhile): refused, recorded why.
+        let agent = s.def.agent.clone().map(|a| pb::RunAgentRequest {
+            conversation_busy: pb::ConversationBusy::Refuse as i32,
+            ..a
+        });
+        let checked = match self.check_scheduled(&services, agent.as_ref(), s.def.pipeline.as_ref())
+        {
+            Ok((checked, _)) => checked,
+            Err(e) => return Fired::Refused(e.to_string()),
+        };
         let caller = Caller {
             tenant: s.tenant.clone(),
             ..Caller::default()
@@ -238,10 +253,18 @@ impl Starter for Orchestrator {
             Err(Error::AlreadyExists {
                 field: "run_id", ..
             }) => Fired::Existed,
-            Err(e @ (Error::Unavailable(_) | Error::ShuttingDown | Error::Internal(_))) => {
-                Fired::Retry(e.to_string())
-            }
+            Err(e @ (Error::Unavailable(_) | Error::ShuttingDown)) => Fired::Retry(e.to_string()),
             Err(e) => Fired::Refused(e.to_string()),
+        }
+    }
+
+    async fn exists(&self, tenant: &str, run_id: &str) -> std::result::Result<bool, String> {
+        match &self.services().durable {
+            Some(durable) => match durable.meta(run_id).await {
+                Ok(meta) => Ok(meta.is_some_and(|m| m.tenant == tenant)),
+                Err(e) => Err(e.to_string()),
+            },
+            None => Ok(self.runs.get(run_id).is_ok()),
         }
     }
 
@@ -261,6 +284,8 @@ impl Starter for Orchestrator {
 /// Takes the schedules of `core`'s agents file (tried again a few times
 /// while Redis does not answer).
 pub async fn declare_from_file(core: Orchestrator) {
+    let schedules = core.schedules.clone();
+    let _one_file_at_a_time = schedules.declaring().await;
     let declared = match crate::schedule::file::declared(&core.catalog()) {
         Ok(d) => d,
         Err(e) => {

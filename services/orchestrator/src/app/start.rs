@@ -321,6 +321,19 @@ impl Orchestrator {
                 }
                 Ok(started)
             }
+            // The run of this id exists (a schedule's tick started twice):
+            // the turn is that run's, kept.
+            (
+                Err(
+                    e @ Error::AlreadyExists {
+                        field: "run_id", ..
+                    },
+                ),
+                Some(turn),
+            ) => {
+                turn.keep();
+                Err(e)
+            }
             (Err(e), Some(turn)) => {
                 turn.give_back().await;
                 Err(e)

@@ -45,9 +45,12 @@ const NEXT_SHOWN: usize = 5;
 /// The schedules of this server (see the module docs).
 pub struct Schedules {
     store: Store,
-    config: ScheduleConfig,
+    /// The server's config of them (set once the server reads it).
+    config: std::sync::RwLock<ScheduleConfig>,
     /// Wakes this replica's scheduler (a schedule made or resumed here).
     wake: tokio::sync::Notify,
+    /// The agents file's schedules are taken one file at a time.
+    declaring: tokio::sync::Mutex<()>,
 }
 
 /// A schedule the agents file declares: its name (id `file:<name>`), its
@@ -78,22 +81,32 @@ impl Schedules {
     ) -> Arc<Self> {
         Arc::new(Self {
             store: Store::new(shared),
-            config: config.clone(),
+            config: std::sync::RwLock::new(config.clone()),
             wake: tokio::sync::Notify::new(),
+            declaring: tokio::sync::Mutex::new(()),
         })
     }
 
     /// The server's config of them.
-    pub fn config(&self) -> &ScheduleConfig {
-        &self.config
+    pub fn config(&self) -> ScheduleConfig {
+        self.config
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Takes the server's config of them (before its scheduler starts).
+    pub fn configure(&self, config: &ScheduleConfig) {
+        *self.config.write().unwrap_or_else(|e| e.into_inner()) = config.clone();
     }
 
     /// Claims and fires this replica's share of the ticks due until
     /// `stop` (see [`runner`]).
     pub async fn run(self: Arc<Self>, starter: Arc<dyn Starter>, stop: CancellationToken) {
+        let config = self.config();
         runner::Runner {
             store: &self.store,
-            config: &self.config,
+            config: &config,
             wake: &self.wake,
         }
         .run(starter, stop)
@@ -158,7 +171,7 @@ impl Schedules {
         target: String,
     ) -> Result<pb::Schedule> {
         let now = now_ms();
-        let spec = spec::check(&r, now, self.config.min_interval)?;
+        let spec = spec::check(&r, now, self.config().min_interval)?;
         let paused = r.paused;
         let id = format!("sch_{}", uuid::Uuid::new_v4().simple());
         let def = Self::definition(id.clone(), r, target, now, false);
@@ -176,14 +189,14 @@ impl Schedules {
         let due = if paused { None } else { spec.next_after(now) };
         if !self
             .store
-            .put(&s, due, false, self.config.max_per_tenant)
+            .put(&s, due, false, self.config().max_per_tenant)
             .await?
         {
             return Err(Error::Exhausted {
                 field: "schedule_id".into(),
                 message: format!(
                     "the tenant has {} schedules, the server's schedules.max_per_tenant; delete one first",
-                    self.config.max_per_tenant
+                    self.config().max_per_tenant
                 ),
             });
         }
@@ -199,12 +212,31 @@ impl Schedules {
         let mut ids = std::collections::HashSet::new();
         for (d, target) in declared {
             let id = format!("file:{}", d.name);
+            let due = match spec::check(&d.request, now, self.config().min_interval) {
+                Ok(spec) => spec.next_after(now),
+                // Ended already: kept, as ended.
+                Err(e) if e.field() == Some("end_at") => None,
+                Err(e) => {
+                    tracing::warn!(schedule = %d.name, error = %e, "an agents-file schedule is left out");
+                    continue;
+                }
+            };
             ids.insert(id.clone());
-            let due = spec::check(&d.request, now, self.config.min_interval)
-                .ok()
-                .and_then(|s| s.next_after(now));
             let paused = d.request.paused;
-            let def = Self::definition(id.clone(), d.request, target, now, true);
+            let mut def = Self::definition(id.clone(), d.request, target, now, true);
+            // Declared again (a replica starting, the file reloaded): it
+            // keeps its creation (an interval counts from it), and is left
+            // as it is when nothing changed.
+            if let Some(old) = self.store.get(&id).await? {
+                def.created_at = old.def.created_at;
+                if old.def == def && old.paused == paused && old.tenant == d.tenant {
+                    continue;
+                }
+            }
+            let due = match (&def.interval, def.created_at.as_ref()) {
+                (Some(_), Some(_)) => spec::Spec::of(&def)?.next_after(now),
+                _ => due,
+            };
             let s = Stored {
                 id,
                 tenant: d.tenant,
@@ -225,6 +257,12 @@ impl Schedules {
         }
         self.wake.notify_one();
         Ok(())
+    }
+
+    /// Held while the agents file's schedules are read and taken: one
+    /// file at a time, the newest last.
+    pub async fn declaring(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.declaring.lock().await
     }
 
     /// A schedule of `tenant` (another tenant's is not found).
@@ -269,6 +307,9 @@ impl Schedules {
     pub async fn set_paused(&self, tenant: &str, id: &str, paused: bool) -> Result<Stored> {
         let s = self.stored(tenant, id).await?;
         Self::changeable(&s)?;
+        if s.paused == paused {
+            return Ok(s);
+        }
         let now = now_ms();
         let due = if paused {
             None

@@ -107,11 +107,13 @@ pub fn plan(
         // Behind: every tick before the cutoff is missed.
         let last_late = spec.last_at_or_before(cutoff - 1, base_ms).unwrap_or(first);
         let counted = due.iter().filter(|&&t| t <= last_late).count();
-        let missed = if counted == MOST_COUNTED {
-            // Counted by time past the bound: an estimate of the rest.
-            u32::MAX
-        } else {
-            counted as u32
+        let missed = match &spec.when {
+            // Past the bound: an interval's are counted by time; a cron's
+            // stay at the bound (at least that many).
+            crate::schedule::spec::When::Every { every_ms, .. } if counted == MOST_COUNTED => {
+                u32::try_from((last_late - first) / every_ms + 1).unwrap_or(u32::MAX)
+            }
+            _ => counted as u32,
         };
         let on_time_follows = spec.next_after(last_late).is_some_and(|n| n <= now);
         return match spec.missed {

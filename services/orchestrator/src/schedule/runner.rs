@@ -49,6 +49,8 @@ pub trait Starter: Send + Sync + 'static {
     async fn fire(&self, s: &Stored, run_id: &str, tick_ms: i64) -> Fired;
     /// Whether `tenant`'s run `run_id` is still running.
     async fn running(&self, tenant: &str, run_id: &str) -> Result<bool, String>;
+    /// Whether a run `run_id` of `tenant` was started.
+    async fn exists(&self, tenant: &str, run_id: &str) -> Result<bool, String>;
 }
 
 /// A replica's scheduler over a store.
@@ -128,6 +130,11 @@ impl Runner<'_> {
             }
         };
         if let Some(pending) = s.state.pending.clone() {
+            // Still ours (a holder that took long may have lost it)?
+            let token = claim.token.parse::<i64>().unwrap_or_default();
+            if !matches!(self.store.release(claim, token).await, Ok(true)) {
+                return;
+            }
             return self.fire(starter, claim, &s, &spec, pending, now).await;
         }
         let previous_running = if s.state.run_id.is_empty()
@@ -146,6 +153,10 @@ impl Runner<'_> {
         };
         let late = self.config.late_after.as_millis() as i64;
         let mut state = s.state.clone();
+        // A tick queued before the schedule was paused is not fired.
+        if state.queued_ms.is_some_and(|q| q < s.resumed_ms) {
+            state.queued_ms = None;
+        }
         let due = match plan(&spec, &state, s.base_ms(), now, late, previous_running) {
             Step::Wait { due_ms } => due_ms,
             Step::Record {
@@ -221,7 +232,20 @@ impl Runner<'_> {
             missed,
             message,
         };
-        match starter.fire(s, &pending.run_id, pending.tick_ms).await {
+        // A tick being fired when the schedule was paused: its run is
+        // looked for, not started (a paused schedule's ticks do not fire).
+        let fired = if pending.tick_ms < s.resumed_ms {
+            match starter.exists(&s.tenant, &pending.run_id).await {
+                Ok(true) => Fired::Existed,
+                Ok(false) => {
+                    Fired::Refused("the schedule was paused before this tick's run started".into())
+                }
+                Err(e) => Fired::Retry(e),
+            }
+        } else {
+            starter.fire(s, &pending.run_id, pending.tick_ms).await
+        };
+        match fired {
             Fired::Started | Fired::Existed => {
                 if pending.missed > 0 {
                     state.record(tick(Outcome::Missed, "", pending.missed, String::new()));

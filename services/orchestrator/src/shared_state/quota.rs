@@ -55,6 +55,8 @@ static ADMIT: LazyLock<Script> = LazyLock::new(|| {
 -- (-1: none).
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. now)
+-- A run admitted already (one id started twice) counts once.
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {0, 0} end
 local runs = redis.call('ZCARD', KEYS[1])
 if tonumber(ARGV[3]) >= 0 and runs >= tonumber(ARGV[3]) then
   return {1, runs}

@@ -30,9 +30,16 @@ impl MemorySchedules {
         if replace && let Some(e) = all.get_mut(&s.id) {
             e.s.def = s.def.clone();
             e.s.tenant = s.tenant.clone();
-            if e.due_ms.is_none() && !e.s.paused {
-                e.due_ms = due_ms;
+            if e.s.paused && !s.paused {
+                e.s.resumed_ms = s.resumed_ms;
             }
+            e.s.paused = s.paused;
+            // Due at the sooner of when it was and when it now is.
+            e.due_ms = match (s.paused, e.due_ms, due_ms) {
+                (true, _, _) => None,
+                (false, Some(a), Some(b)) => Some(a.min(b)),
+                (false, a, b) => a.or(b),
+            };
             return true;
         }
         let mine = all
@@ -159,10 +166,14 @@ impl MemorySchedules {
         true
     }
 
-    pub(super) fn release(&self, claim: &Claim, due_ms: i64) {
+    pub(super) fn release(&self, claim: &Claim, due_ms: i64) -> bool {
         let mut all = self.lock();
-        if let Some(e) = Self::holds(&mut all, claim) {
-            e.due_ms = Some(due_ms);
+        match Self::holds(&mut all, claim) {
+            Some(e) => {
+                e.due_ms = Some(due_ms);
+                true
+            }
+            None => false,
         }
     }
 }

@@ -124,13 +124,11 @@ impl Store {
     }
 
     /// Lets a claimed schedule go, due again at `due_ms`, without changing
-    /// its state (if the claim still holds).
-    pub async fn release(&self, claim: &Claim, due_ms: i64) -> Result<()> {
+    /// its state, if the claim still holds; whether it did (with the
+    /// claim's own token as `due_ms`, a check that it holds).
+    pub async fn release(&self, claim: &Claim, due_ms: i64) -> Result<bool> {
         match self {
-            Store::Memory(m) => {
-                m.release(claim, due_ms);
-                Ok(())
-            }
+            Store::Memory(m) => Ok(m.release(claim, due_ms)),
             Store::Redis(r) => r.release(claim, due_ms).await,
         }
     }

@@ -45,11 +45,15 @@ impl Scripts {
                 "-- KEYS hash, own index, due, files
 -- ARGV id, def, tenant, paused, resumed, state, due, replace, most, created, from_file
 if ARGV[8] == '1' and redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('HSET', KEYS[1], 'def', ARGV[2], 'tenant', ARGV[3])
+  local was = redis.call('HGET', KEYS[1], 'paused')
+  redis.call('HSET', KEYS[1], 'def', ARGV[2], 'tenant', ARGV[3], 'paused', ARGV[4])
+  if was == '1' and ARGV[4] ~= '1' then redis.call('HSET', KEYS[1], 'resumed', ARGV[5]) end
   redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])
-  if ARGV[7] ~= '' and redis.call('HGET', KEYS[1], 'paused') ~= '1'
-     and not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
-    redis.call('ZADD', KEYS[3], ARGV[7], ARGV[1])
+  if ARGV[4] == '1' then
+    redis.call('ZREM', KEYS[3], ARGV[1])
+  elseif ARGV[7] ~= '' then
+    -- Due at the sooner of when it was and when it now is.
+    redis.call('ZADD', KEYS[3], 'LT', ARGV[7], ARGV[1])
   end
   return 1
 end
@@ -354,9 +358,9 @@ impl RedisSchedules {
         Ok(done == 1)
     }
 
-    pub(super) async fn release(&self, claim: &Claim, due_ms: i64) -> Result<()> {
+    pub(super) async fn release(&self, claim: &Claim, due_ms: i64) -> Result<bool> {
         let mut c = self.shared.conn().await?;
-        let _: i64 = self
+        let held: i64 = self
             .scripts
             .release
             .key(self.key("due"))
@@ -366,7 +370,7 @@ impl RedisSchedules {
             .invoke_async(&mut c)
             .await
             .map_err(redis_error)?;
-        Ok(())
+        Ok(held == 1)
     }
 }
 
