@@ -322,7 +322,8 @@ impl Orchestrator {
                 Ok(started)
             }
             // The run of this id exists (a schedule's tick started twice):
-            // the turn is that run's, kept.
+            // the turn of a conversation it was in is that run's, kept; a
+            // conversation this start made is not its, given back.
             (
                 Err(
                     e @ Error::AlreadyExists {
@@ -330,7 +331,7 @@ impl Orchestrator {
                     },
                 ),
                 Some(turn),
-            ) => {
+            ) if !turn.created() => {
                 turn.keep();
                 Err(e)
             }

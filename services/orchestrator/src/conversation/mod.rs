@@ -252,6 +252,11 @@ impl Turn {
         &self.key
     }
 
+    /// Whether taking the turn made the conversation.
+    pub fn created(&self) -> bool {
+        self.created
+    }
+
     /// The run started: the turn is its own until it ends.
     pub fn keep(mut self) {
         self.armed = false;

@@ -238,7 +238,7 @@ impl Runner<'_> {
             match starter.exists(&s.tenant, &pending.run_id).await {
                 Ok(true) => Fired::Existed,
                 Ok(false) => {
-                    Fired::Refused("the schedule was paused before this tick's run started".into())
+                    Fired::Refused("not started: the schedule was paused while this tick was being fired, and its run is not found".into())
                 }
                 Err(e) => Fired::Retry(e),
             }
