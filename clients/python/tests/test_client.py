@@ -130,6 +130,37 @@ def test_pipeline_dag():
     run(main())
 
 
+def test_schedules_fire_runs_and_are_paused_resumed_and_deleted():
+    async def main():
+        async with running() as b:
+            made = await b.orchestrator.create_schedule("echo", "tick", every=10, description="py")
+            assert made.schedule_id.startswith("sch_") and made.target == "echo"
+            assert len(made.next_fire_times) == 5
+            cron = await b.orchestrator.create_schedule(
+                "echo", "morning", cron="0 9 * * MON-FRI", time_zone="Europe/Paris", overlap="queue_one"
+            )
+            assert cron.overlap == pb.SCHEDULE_OVERLAP_QUEUE_ONE
+            listed = await b.orchestrator.list_schedules()
+            assert [s.schedule_id for s in listed] == [made.schedule_id, cron.schedule_id]
+            paused = await b.orchestrator.pause_schedule(made.schedule_id)
+            assert paused.paused and len(paused.next_fire_times) == 0
+            resumed = await b.orchestrator.resume_schedule(made.schedule_id)
+            assert not resumed.paused
+            await b.orchestrator.delete_schedule(made.schedule_id)
+            with pytest.raises(NotFound) as gone:
+                await b.orchestrator.get_schedule(made.schedule_id)
+            assert gone.value.field == "schedule_id"
+            with pytest.raises(InvalidArgument) as bad:
+                await b.orchestrator.create_schedule("echo", "x", cron="0 9 * * *", time_zone="Mars/Base")
+            assert bad.value.field == "time_zone"
+            with pytest.raises(InvalidArgument) as bad:
+                await b.orchestrator.create_schedule("echo", "x", every=1)
+            assert bad.value.field == "interval"
+            assert [s.schedule_id for s in await b.orchestrator.list_schedules()] == [cron.schedule_id]
+
+    run(main())
+
+
 def test_a_tenants_webhooks_are_made_listed_rotated_and_deleted():
     async def main():
         async with running() as b:

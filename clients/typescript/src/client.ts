@@ -57,7 +57,11 @@ import {
   OrchestratorClient,
   PipelineMode,
   PipelineStep,
+  RunAgentRequest,
   RunStatus,
+  Schedule,
+  ScheduleMissed,
+  ScheduleOverlap,
   UpdateConversationRequest,
 } from "./gen/baton/v1/orchestrator";
 import {
@@ -796,6 +800,69 @@ export class Orchestrator {
   /** Deliveries of the caller's tenant that kept failing, newest first. */
   async listDeadLetters(pageSize = 0, o: CallOpts = {}): Promise<DeadLetter[]> {
     return (await unary(this.client.listDeadLetters.bind(this.client), { pageSize }, o, this.md())).deadLetters;
+  }
+
+  /** Makes a schedule (docs/schedules.md): a detached run of `agent` on
+   * `input` at each tick of `cron` in `timeZone`, or every `every`
+   * seconds, until `endAt`. */
+  createSchedule(
+    agent: string,
+    input: string,
+    s: {
+      cron?: string;
+      timeZone?: string;
+      every?: number;
+      endAt?: Date;
+      overlap?: "skip" | "queue_one" | "allow";
+      missed?: "skip" | "run_once";
+      description?: string;
+      paused?: boolean;
+    },
+    o: CallOpts = {},
+  ): Promise<Schedule> {
+    const overlaps = {
+      skip: ScheduleOverlap.SCHEDULE_OVERLAP_SKIP,
+      queue_one: ScheduleOverlap.SCHEDULE_OVERLAP_QUEUE_ONE,
+      allow: ScheduleOverlap.SCHEDULE_OVERLAP_ALLOW,
+    };
+    const request = {
+      description: s.description ?? "",
+      agent: RunAgentRequest.fromPartial({ agent, input }),
+      pipeline: undefined,
+      cron: s.cron ?? "",
+      timeZone: s.timeZone ?? "",
+      interval: s.every === undefined ? undefined : duration(s.every),
+      endAt: s.endAt === undefined ? undefined : { seconds: Math.floor(s.endAt.getTime() / 1000), nanos: (s.endAt.getTime() % 1000) * 1_000_000 },
+      overlap: overlaps[s.overlap ?? "skip"],
+      missed: s.missed === "run_once" ? ScheduleMissed.SCHEDULE_MISSED_RUN_ONCE : ScheduleMissed.SCHEDULE_MISSED_SKIP,
+      paused: s.paused ?? false,
+    };
+    return unary(this.client.createSchedule.bind(this.client), request, o, this.md());
+  }
+
+  /** The caller's tenant's schedules, the agents file's first. */
+  async listSchedules(o: CallOpts = {}): Promise<Schedule[]> {
+    return (await unary(this.client.listSchedules.bind(this.client), {}, o, this.md())).schedules;
+  }
+
+  /** A schedule with its next fire times and recent ticks. */
+  getSchedule(scheduleId: string, o: CallOpts = {}): Promise<Schedule> {
+    return unary(this.client.getSchedule.bind(this.client), { scheduleId }, o, this.md());
+  }
+
+  /** Stops a schedule firing until it is resumed. */
+  pauseSchedule(scheduleId: string, o: CallOpts = {}): Promise<Schedule> {
+    return unary(this.client.pauseSchedule.bind(this.client), { scheduleId }, o, this.md());
+  }
+
+  /** Fires a paused schedule again, from its next tick. */
+  resumeSchedule(scheduleId: string, o: CallOpts = {}): Promise<Schedule> {
+    return unary(this.client.resumeSchedule.bind(this.client), { scheduleId }, o, this.md());
+  }
+
+  /** Deletes a schedule; the runs it started go on. */
+  async deleteSchedule(scheduleId: string, o: CallOpts = {}): Promise<void> {
+    await unary(this.client.deleteSchedule.bind(this.client), { scheduleId }, o, this.md());
   }
 
   /** Delivers a dead letter again, with the same `webhook-id`. */

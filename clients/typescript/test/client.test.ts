@@ -102,6 +102,38 @@ test("a DAG pipeline", async () => {
   assert.ok(events.some((e) => kind(e) === "stepStarted" && e.contextId === "root.a" && e.depth === 1));
 });
 
+test("schedules are made, listed, paused, resumed and deleted", async () => {
+  const made = await b.orchestrator.createSchedule("echo", "tick", { every: 10, description: "ts" });
+  assert.ok(made.scheduleId.startsWith("sch_"));
+  assert.equal(made.target, "echo");
+  assert.equal(made.nextFireTimes.length, 5);
+  const cron = await b.orchestrator.createSchedule("echo", "morning", {
+    cron: "0 9 * * MON-FRI",
+    timeZone: "Europe/Paris",
+    overlap: "queue_one",
+  });
+  assert.deepEqual((await b.orchestrator.listSchedules()).map((s) => s.scheduleId), [made.scheduleId, cron.scheduleId]);
+  const paused = await b.orchestrator.pauseSchedule(made.scheduleId);
+  assert.ok(paused.paused);
+  assert.equal(paused.nextFireTimes.length, 0);
+  assert.ok(!(await b.orchestrator.resumeSchedule(made.scheduleId)).paused);
+  await b.orchestrator.deleteSchedule(made.scheduleId);
+  await b.orchestrator.deleteSchedule(cron.scheduleId);
+  await assert.rejects(
+    b.orchestrator.getSchedule(made.scheduleId),
+    (e: unknown) => e instanceof NotFound && e.field === "schedule_id",
+  );
+  await assert.rejects(
+    b.orchestrator.createSchedule("echo", "x", { cron: "0 9 * * *", timeZone: "Mars/Base" }),
+    (e: unknown) => e instanceof InvalidArgument && e.field === "time_zone",
+  );
+  await assert.rejects(
+    b.orchestrator.createSchedule("echo", "x", { every: 1 }),
+    (e: unknown) => e instanceof InvalidArgument && e.field === "interval",
+  );
+  assert.deepEqual(await b.orchestrator.listSchedules(), []);
+});
+
 test("a tenant's webhooks are made, listed, rotated and deleted", async () => {
   const made = await b.orchestrator.createWebhook("https://hooks.example.com/ts", { events: ["run.completed"] });
   assert.ok(made.secret.startsWith("whsec_"));

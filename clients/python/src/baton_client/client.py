@@ -756,6 +756,74 @@ class Orchestrator:
             timeout,
         )
 
+    async def create_schedule(
+        self,
+        agent: str = "",
+        input: str = "",
+        *,
+        pipeline: pb.RunPipelineRequest | None = None,
+        cron: str = "",
+        time_zone: str = "",
+        every: float | None = None,
+        end_at: float | None = None,
+        overlap: str = "skip",
+        missed: str = "skip",
+        description: str = "",
+        paused: bool = False,
+        timeout: float | None = None,
+    ) -> pb.Schedule:
+        """Makes a schedule (docs/schedules.md): a detached run of ``agent``
+        with ``input`` (or ``pipeline``) at each tick of ``cron`` in
+        ``time_zone``, or every ``every`` seconds, until ``end_at`` (a Unix
+        time); ``overlap``: ``skip``, ``queue_one`` or ``allow``;
+        ``missed``: ``skip`` or ``run_once``."""
+        request = pb.CreateScheduleRequest(
+            description=description,
+            cron=cron,
+            time_zone=time_zone,
+            overlap=pb.ScheduleOverlap.Value("SCHEDULE_OVERLAP_" + overlap.upper()),
+            missed=pb.ScheduleMissed.Value("SCHEDULE_MISSED_" + missed.upper()),
+            paused=paused,
+        )
+        if pipeline is not None:
+            request.pipeline.CopyFrom(pipeline)
+        else:
+            request.agent.CopyFrom(pb.RunAgentRequest(agent=agent, input=input))
+        if every is not None:
+            request.interval.CopyFrom(_duration(every))
+        if end_at is not None:
+            request.end_at.FromNanoseconds(int(end_at * 1e9))
+        return await self._unary(self._stub.CreateSchedule, request, timeout)
+
+    async def list_schedules(self, *, timeout: float | None = None) -> list[pb.Schedule]:
+        """The caller's tenant's schedules, the agents file's first."""
+        answer = await self._unary(self._stub.ListSchedules, pb.ListSchedulesRequest(), timeout)
+        return list(answer.schedules)
+
+    async def get_schedule(self, schedule_id: str, *, timeout: float | None = None) -> pb.Schedule:
+        """A schedule with its next fire times and recent ticks."""
+        return await self._unary(
+            self._stub.GetSchedule, pb.GetScheduleRequest(schedule_id=schedule_id), timeout
+        )
+
+    async def pause_schedule(self, schedule_id: str, *, timeout: float | None = None) -> pb.Schedule:
+        """Stops a schedule firing until it is resumed."""
+        return await self._unary(
+            self._stub.PauseSchedule, pb.PauseScheduleRequest(schedule_id=schedule_id), timeout
+        )
+
+    async def resume_schedule(self, schedule_id: str, *, timeout: float | None = None) -> pb.Schedule:
+        """Fires a paused schedule again, from its next tick."""
+        return await self._unary(
+            self._stub.ResumeSchedule, pb.ResumeScheduleRequest(schedule_id=schedule_id), timeout
+        )
+
+    async def delete_schedule(self, schedule_id: str, *, timeout: float | None = None) -> None:
+        """Deletes a schedule; the runs it started go on."""
+        await self._unary(
+            self._stub.DeleteSchedule, pb.DeleteScheduleRequest(schedule_id=schedule_id), timeout
+        )
+
     async def get_experiment(self, experiment: str, *, timeout: float | None = None) -> evals_pb.Experiment:
         """An experiment (by id or name) with its cases, scores and reasons."""
         request = evals_pb.GetExperimentRequest(experiment=experiment)
